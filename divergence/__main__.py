@@ -1,0 +1,3 @@
+from divergence.cli import entry_point
+
+entry_point()

@@ -1,0 +1,59 @@
+"""The ``divergence`` command: a thin dispatcher over one module per subcommand.
+
+Each subcommand module defines ``register(subparsers)`` and ``run(args) -> int``, and
+imports its heavy dependencies (torch, lightning, diffusers) inside ``run`` so that
+``divergence --help`` stays instant. User mistakes surface as ``UserInputError`` and
+become one line on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from divergence import __version__
+from divergence.errors import UserInputError
+
+# Subcommand modules under divergence.cli, in the order `--help` lists them.
+COMMANDS = ("compare",)
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage dump) and exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="divergence",
+        description="Measure and bound the weight divergence a training optimization causes.",
+    )
+    parser.add_argument("--version", action="version", version=f"divergence {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    subparsers.required = True
+    for name in COMMANDS:
+        module = importlib.import_module(f"divergence.cli.{name}")
+        sub = module.register(subparsers)
+        sub.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except UserInputError as err:
+        print(f"divergence {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"divergence {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def entry_point() -> None:
+    sys.exit(main())

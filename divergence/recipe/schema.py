@@ -1,0 +1,188 @@
+"""Recipes choose, the package defines: YAML sections parsed into small frozen dataclasses.
+
+A recipe is plain YAML: names of registered components and numbers, never class paths.
+Each section is a frozen dataclass whose fields carry a docstring-style comment and whose
+``__post_init__`` rejects impossible values. ``parse`` walks the YAML mapping against the
+dataclass, so an unknown key, a wrong type or an impossible value is one ``RecipeError``
+that names the dotted key (``train.lr``) before any work starts.
+
+Command-line overrides are ``dotted.key=value`` strings, the value read as YAML
+(``train.lr=1e-4``, ``model.channels=[32,64]``, ``data.caption=null``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from divergence.errors import RecipeError
+
+T = TypeVar("T")
+
+
+def load_yaml(path: str | Path) -> dict:
+    """Read a YAML mapping with ``yaml.safe_load`` (no Python objects, ever)."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"{path}: recipe file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise RecipeError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe must be a YAML mapping, got {type(data).__name__}")
+    return data
+
+
+def parse(cls: type[T], data: Any, where: str = "") -> T:
+    """Build dataclass ``cls`` from mapping ``data``; ``where`` is the dotted path for errors."""
+    if isinstance(data, cls):
+        return data
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RecipeError(f"{where or 'recipe'}: expected a mapping, got {_describe(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise RecipeError(
+            f"unknown key {_join(where, unknown[0])!r}; allowed keys in "
+            f"{where or 'the recipe'}: {', '.join(sorted(fields))}"
+        )
+    hints = get_type_hints(cls)
+    values = {}
+    for name, value in data.items():
+        values[name] = _coerce(hints[name], value, _join(where, name))
+    missing = [
+        n for n, f in fields.items()
+        if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise RecipeError(f"missing required key {_join(where, missing[0])!r}")
+    try:
+        return cls(**values)
+    except RecipeError as err:
+        raise RecipeError(f"{where + ': ' if where and not str(err).startswith(where) else ''}{err}") from None
+    except (TypeError, ValueError) as err:
+        raise RecipeError(f"{where or 'recipe'}: {err}") from None
+
+
+def _coerce(hint: Any, value: Any, key: str) -> Any:
+    origin = get_origin(hint)
+    if hint is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        options = get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(option, value, key)
+            except RecipeError as err:
+                errors.append(str(err))
+        raise RecipeError(errors[0] if len(errors) == 1 else f"{key}: {_describe(value)} fits none of {hint}")
+    if origin is Literal:
+        allowed = get_args(hint)
+        if value not in allowed:
+            raise RecipeError(f"{key}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+        return value
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise RecipeError(f"{key}: expected a list, got {_describe(value)}")
+        args = get_args(hint)
+        item = args[0] if args else Any
+        return tuple(_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise RecipeError(f"{key}: expected a mapping, got {_describe(value)}")
+        _, vt = get_args(hint) or (str, Any)
+        return {str(k): _coerce(vt, v, f"{key}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(hint):
+        return parse(hint, value, key)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise RecipeError(f"{key}: expected true or false, got {_describe(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RecipeError(f"{key}: expected an integer, got {_describe(value)}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecipeError(f"{key}: expected a number, got {_describe(value)}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise RecipeError(f"{key}: expected a string, got {_describe(value)}")
+        return value
+    raise TypeError(f"recipe schema cannot parse type {hint!r} at {key}")  # a bug in the schema
+
+
+def apply_overrides(data: dict, overrides: typing.Iterable[str]) -> dict:
+    """Return a copy of ``data`` with ``dotted.key=value`` overrides applied (value as YAML)."""
+    data = _deepcopy(data)
+    for item in overrides:
+        if "=" not in item:
+            raise RecipeError(f"override {item!r}: expected KEY=VALUE, for example train.lr=1e-4")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise RecipeError(f"override {item!r}: the key is empty")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise RecipeError(f"override {item!r}: {part!r} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def to_dict(obj: Any) -> Any:
+    """The resolved recipe as plain YAML-able data (tuples become lists)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def require(condition: bool, key: str, message: str) -> None:
+    """Validation helper for ``__post_init__``: raise a RecipeError naming ``key``."""
+    if not condition:
+        raise RecipeError(f"{key}: {message}")
+
+
+def _deepcopy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _deepcopy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deepcopy(v) for v in data]
+    return data
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}" if value is not None else "null"
