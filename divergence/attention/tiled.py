@@ -1,0 +1,206 @@
+"""A numerical re-implementation of the FlashAttention forward pass with its knobs exposed.
+
+This is not a fast kernel: it reproduces the kernel's *arithmetic* so the number format, the
+tile sizes and the accumulation precision can be changed one at a time (Golden et al., "Is Flash
+Attention Stable?", 2024, section 3). For each key/value tile ``j`` of ``Bc`` rows, every query
+row keeps a running max ``m``, a running sum ``l`` and an unnormalized output ``O``
+(Dao, "FlashAttention-2", 2023, Algorithm 1)::
+
+    S     = Q K_j^T * scale                 (rows, Bc)
+    m'    = max(m, rowmax(S))
+    P     = exp(S - m')                     (rows, Bc)
+    alpha = exp(m - m')                     rescales what earlier tiles accumulated
+    l     = alpha * l + rowsum(P)
+    O     = alpha * O + P V_j               (rows, D)
+    m     = m'
+    output = O / l
+
+Two precision modes:
+
+- ``accumulate=None`` (the paper's): every operation's result is stored in the input format, so
+  ``S``, ``m``, ``l``, ``O`` and ``P`` are all rounded to bf16 when the inputs are bf16. A matrix
+  product still sums internally in fp32 and rounds once, as every GEMM engine (and the baseline)
+  does.
+- ``accumulate=torch.float32`` (kernel-faithful, as FlashAttention-2 and PyTorch's CPU flash
+  kernel): ``S``, ``m``, ``l``, ``O`` are fp32; ``P`` is rounded to the input format only as the
+  operand of ``P V``; ``rowsum(P)`` uses the unrounded fp32 ``P``.
+
+Only the loop over key/value tiles is sequential; batch, heads and query tiles are one tensor
+operation, so a 16k-token sequence takes seconds on a CPU. Query rows whose tiles lie entirely
+above the causal diagonal skip a key/value tile, as the kernel does; a fully masked tile would
+leave ``m``, ``l`` and ``O`` exactly unchanged anyway.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from divergence.attention.blocks import ordered_tile
+from divergence.attention.reference import default_scale
+from divergence.errors import UserInputError
+
+# Score elements (B*H*rows*Bc) per step; larger problems are cut into groups of query tiles,
+# which changes no row's arithmetic (rows are independent).
+_STEP_ELEMENTS = 2**25
+
+
+def flash_attention_tiled(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    block_q: int,
+    block_kv: int,
+    scale: float | None = None,
+    causal: bool = False,
+    accumulate: torch.dtype | None = None,
+    block_order: str = "default",
+    attn_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """FlashAttention forward, tiled ``block_q`` x ``block_kv``, in a chosen precision.
+
+    Parameters
+    ----------
+    q : (B, H, Lq, D) tensor
+    k, v : (B, H, Lk, D) tensors, same dtype as ``q``
+    block_q, block_kv : query rows (Br) and key/value rows (Bc) per tile, before ``block_order``
+    scale : score multiplier, ``None`` for ``1 / sqrt(D)``
+    causal : query ``i`` sees keys ``j <= i`` (top-left aligned, as SDPA's ``is_causal``)
+    accumulate : ``None`` stores everything in ``q.dtype`` (the paper's mode); a dtype such as
+        ``torch.float32`` keeps ``S``, ``m``, ``l`` and ``O`` in it (kernel-faithful mode)
+    block_order : ``"default"``, ``"swapped"`` or ``"square"`` (see :mod:`.blocks`)
+    attn_mask : optional bool (True = keep) or additive mask broadcastable to (B, H, Lq, Lk)
+
+    Returns
+    -------
+    (B, H, Lq, D) tensor in ``q.dtype``.
+
+    Examples
+    --------
+    In fp64 the tiling changes nothing but the order of rounding:
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k, v = (torch.randn(1, 2, 100, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    >>> from divergence.attention.reference import golden_attention
+    >>> out = flash_attention_tiled(q, k, v, block_q=16, block_kv=32)
+    >>> bool((out - golden_attention(q, k, v)).abs().max() < 1e-14)
+    True
+    """
+    block_q, block_kv = ordered_tile(block_q, block_kv, block_order)
+    _check(q, k, v, block_q, block_kv, accumulate)
+    acc = q.dtype if accumulate is None else accumulate
+    scale = default_scale(q) if scale is None else scale
+    b, h, lq, _ = q.shape
+    lk = k.shape[-2]
+    mask = None if attn_mask is None else _additive_mask(attn_mask, b, h, lq, lk, acc)
+    tiles_per_step = max(1, _STEP_ELEMENTS // max(1, b * h * block_q * block_kv))
+    rows_per_step = tiles_per_step * block_q
+    out = torch.empty(b, h, lq, v.shape[-1], dtype=q.dtype, device=q.device)
+    ka, va = k.to(acc), v.to(acc)
+    for r0 in range(0, lq, rows_per_step):
+        r1 = min(lq, r0 + rows_per_step)
+        out[..., r0:r1, :] = _forward_rows(
+            q[..., r0:r1, :], ka, va, r0, block_q, block_kv, scale, causal,
+            None if mask is None else mask[..., r0:r1, :], q.dtype, acc,
+        )
+    return out
+
+
+def _forward_rows(q, ka, va, row0, block_q, block_kv, scale, causal, mask, dtype, acc):
+    """Online softmax over all key/value tiles for query rows ``row0 .. row0 + len(q)``.
+
+    ``q`` is (B, H, r, D) in the input format, ``ka``/``va`` (B, H, Lk, D) in ``acc``; rows are
+    padded to whole query tiles (zeros: harmless, cut off at the end). Returns (B, H, r, D).
+    """
+    b, h, r, _ = q.shape
+    lk = ka.shape[-2]
+    pad = -r % block_q
+    qa = torch.nn.functional.pad(q.to(acc), (0, 0, 0, pad))  # (B, H, rows, D), rows = r + pad
+    if mask is not None:
+        mask = torch.nn.functional.pad(mask, (0, 0, 0, pad))
+    rows = r + pad
+    m = torch.full((b, h, rows, 1), float("-inf"), dtype=acc, device=q.device)
+    l = torch.zeros((b, h, rows, 1), dtype=acc, device=q.device)
+    o = torch.zeros((b, h, rows, va.shape[-1]), dtype=acc, device=q.device)
+    for k0 in range(0, lk, block_kv):
+        k1 = min(lk, k0 + block_kv)
+        # Causal: tiles whose last row is above key k0 see none of this key tile; skip them.
+        t0 = max(0, (k0 - row0) // block_q * block_q) if causal else 0
+        if t0 >= rows:
+            break
+        s = torch.matmul(qa[..., t0:, :], ka[..., k0:k1, :].transpose(-2, -1)).mul_(scale)
+        if causal and k1 - 1 > row0 + t0:
+            s = _causal_fill(s, row0 + t0, k0)
+        if mask is not None:
+            s = s.add_(mask[..., t0:, k0:k1])
+        _online_softmax_step(s, va[..., k0:k1, :], m[..., t0:, :], l[..., t0:, :],
+                             o[..., t0:, :], dtype, acc)
+    l = torch.where(l == 0, torch.ones_like(l), l)  # fully masked rows give 0, as the kernel
+    return (o / l)[..., :r, :].to(dtype)
+
+
+def _online_softmax_step(s, v, m, l, o, dtype, acc):
+    """Fold one key/value tile into ``m``, ``l``, ``o`` in place (views of the running state).
+
+    ``s``: (B, H, rows, Bc) scores in ``acc``, consumed; ``v``: (B, H, Bc, D) in ``acc``.
+    """
+    m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+    # A row with every score -inf so far keeps m = -inf; subtract 0 there to avoid inf - inf.
+    m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+    p = s.sub_(m_safe).exp_()  # (B, H, rows, Bc)
+    alpha = (m - m_safe).exp_()
+    l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
+    if acc != dtype:  # kernel-faithful: P enters P V in the input format
+        p = p.to(dtype).to(acc)
+    o.mul_(alpha).add_(torch.matmul(p, v))
+    m.copy_(m_new)
+
+
+def _causal_fill(s, first_row, first_col):
+    """Set scores of keys after their query to -inf; ``s`` (B, H, rows, cols) from (row, col)."""
+    rows = torch.arange(first_row, first_row + s.shape[-2], device=s.device)[:, None]
+    cols = torch.arange(first_col, first_col + s.shape[-1], device=s.device)[None, :]
+    return s.masked_fill_(cols > rows, float("-inf"))
+
+
+def _additive_mask(mask, b, h, lq, lk, acc):
+    """A bool (True = keep) or additive mask as an additive (B|1, H|1, Lq, Lk) tensor in acc."""
+    while mask.dim() < 4:
+        mask = mask.unsqueeze(0)
+    mask = mask.expand(mask.shape[0], mask.shape[1], lq, lk)
+    if mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=acc, device=mask.device).masked_fill_(~mask, float("-inf"))
+    return mask.to(acc)
+
+
+def _check(q, k, v, block_q, block_kv, accumulate):
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise UserInputError(
+            f"flash_attention_tiled takes (B, H, L, D) tensors; got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if not (q.dtype == k.dtype == v.dtype) or not q.is_floating_point():
+        raise UserInputError(
+            f"q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
+    for name, size in (("block_q", block_q), ("block_kv", block_kv)):
+        if not isinstance(size, int) or size < 1:
+            raise UserInputError(f"{name} must be a positive integer, got {size!r}")
+    if accumulate is not None and (
+        not isinstance(accumulate, torch.dtype) or not accumulate.is_floating_point
+    ):
+        raise UserInputError(
+            f"accumulate must be None or a floating dtype such as torch.float32, got {accumulate!r}"
+        )
+    if accumulate is not None and torch.finfo(accumulate).bits < torch.finfo(q.dtype).bits:
+        raise UserInputError(
+            f"accumulate={accumulate} is narrower than the inputs' {q.dtype}; "
+            "accumulate in a format at least as wide"
+        )
+
+
+def num_rescalings(seq_len_kv: int, block_kv: int) -> int:
+    """Online-softmax rescaling steps per query row: one per key/value tile after the first."""
+    return max(0, math.ceil(seq_len_kv / block_kv) - 1)

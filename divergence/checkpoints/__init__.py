@@ -1,0 +1,45 @@
+"""Reading checkpoints written by the real libraries, safely and tensor by tensor.
+
+``open_checkpoint(path)`` returns a ``TensorSource`` (names, shapes and dtypes up front,
+``load(name)`` for one tensor) for:
+
+- a ``.safetensors`` file;
+- a folder written by ``save_pretrained`` (diffusers or transformers, sharded included) or
+  a diffusers pipeline folder;
+- torch ``.pt`` / ``.pth`` / ``.bin`` state dicts and Lightning ``.ckpt`` files (weights
+  under ``state_dict``), loaded with ``weights_only=True``: never arbitrary unpickling.
+
+``match_tensors`` pairs two checkpoints' tensors by name (see ``matching``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from divergence.checkpoints.folder import open_folder
+from divergence.checkpoints.matching import Match, match_tensors
+from divergence.checkpoints.pickled import load_pickled
+from divergence.checkpoints.safetensors_file import SafetensorsFile
+from divergence.checkpoints.source import TensorInfo, TensorSource
+from divergence.errors import CheckpointError
+
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+
+__all__ = ["Match", "TensorInfo", "TensorSource", "match_tensors", "open_checkpoint"]
+
+
+def open_checkpoint(path: str | Path) -> TensorSource:
+    """Open any supported checkpoint; raise ``CheckpointError`` naming the file if it cannot be."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file or folder")
+    if path.is_dir():
+        return open_folder(path)
+    if path.suffix == ".safetensors":
+        return SafetensorsFile(path)
+    if path.suffix in PICKLE_SUFFIXES:
+        return load_pickled(path)
+    raise CheckpointError(
+        f"{path}: unknown checkpoint format {path.suffix or '(no suffix)'!r}; expected .safetensors, "
+        f"{', '.join(PICKLE_SUFFIXES)} or a save_pretrained folder"
+    )

@@ -1,0 +1,153 @@
+"""Pairing the tensors of two checkpoints by name.
+
+Names are normalized in three steps before they are matched:
+
+1. wrapper components that never name a real module are dropped wherever they occur:
+   ``_orig_mod`` (torch.compile), ``_fsdp_wrapped_module`` (FSDP),
+   ``_checkpoint_wrapped_module`` (activation checkpointing);
+2. a leading component that every name on one side shares (``model.`` from a Lightning
+   module, ``module.`` from DDP, ``unet.``) is stripped from that side when doing so matches
+   more names with the other side; repeated while it helps;
+3. explicit ``--map PATTERN=REPLACEMENT`` rules (Python regular expressions) rename the
+   tensors of both sides.
+
+Names present on one side only, and pairs whose shapes differ, are an error listing the
+first few and the count, unless ``intersection=True``: then they are returned as skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from divergence.checkpoints.source import TensorSource
+from divergence.errors import CheckpointError, UserInputError
+
+WRAPPER_COMPONENTS = ("_orig_mod", "_fsdp_wrapped_module", "_checkpoint_wrapped_module")
+_SHOW = 5
+
+
+@dataclass
+class Match:
+    """Matched tensor names: ``pairs`` as (name, name in A, name in B), plus what was skipped."""
+
+    pairs: list[tuple[str, str, str]]
+    only_a: list[str] = field(default_factory=list)
+    only_b: list[str] = field(default_factory=list)
+    shape_mismatch: list[tuple[str, tuple, tuple]] = field(default_factory=list)
+    stripped_a: str = ""
+    stripped_b: str = ""
+
+    @property
+    def skipped(self) -> list[dict]:
+        return (
+            [{"name": n, "reason": "only in A"} for n in self.only_a]
+            + [{"name": n, "reason": "only in B"} for n in self.only_b]
+            + [{"name": n, "reason": f"shape {list(sa)} in A, {list(sb)} in B"} for n, sa, sb in self.shape_mismatch]
+        )
+
+
+def parse_maps(rules: list[str] | None) -> list[tuple[re.Pattern, str]]:
+    """``["PATTERN=REPLACEMENT", ...]`` -> compiled rules; a bad rule is a UserInputError."""
+    compiled = []
+    for rule in rules or []:
+        if "=" not in rule:
+            raise UserInputError(f"--map {rule!r}: expected PATTERN=REPLACEMENT, e.g. --map 'attn\\.q=attn.to_q'")
+        pattern, replacement = rule.split("=", 1)
+        try:
+            compiled.append((re.compile(pattern), replacement))
+        except re.error as err:
+            raise UserInputError(f"--map {rule!r}: not a valid regular expression ({err})") from None
+    return compiled
+
+
+def match_tensors(a: TensorSource, b: TensorSource, maps=None, intersection: bool = False) -> Match:
+    rules = parse_maps(maps) if maps and isinstance(maps[0], str) else (maps or [])
+    names_a = {_drop_wrappers(n): n for n in a.names}
+    names_b = {_drop_wrappers(n): n for n in b.names}
+    names_a, names_b, stripped_a, stripped_b = _strip_common_prefixes(names_a, names_b)
+    names_a, names_b = _apply_maps(names_a, rules, a), _apply_maps(names_b, rules, b)
+    match = Match(pairs=[], stripped_a=stripped_a, stripped_b=stripped_b)
+    for name, original_a in names_a.items():
+        if name not in names_b:
+            match.only_a.append(name)
+            continue
+        original_b = names_b[name]
+        shape_a, shape_b = a.info(original_a).shape, b.info(original_b).shape
+        if shape_a != shape_b:
+            match.shape_mismatch.append((name, shape_a, shape_b))
+        else:
+            match.pairs.append((name, original_a, original_b))
+    match.only_b = [n for n in names_b if n not in names_a]
+    if not intersection:
+        _raise_on_mismatch(match, a, b)
+    if not match.pairs:
+        raise CheckpointError(f"{a.path} and {b.path}: no tensor names in common; are these the same model?")
+    return match
+
+
+def _drop_wrappers(name: str) -> str:
+    return ".".join(p for p in name.split(".") if p not in WRAPPER_COMPONENTS)
+
+
+def _strip_common_prefixes(names_a: dict, names_b: dict):
+    """Strip shared leading components from either side while that increases the overlap."""
+    stripped_a = stripped_b = ""
+    while True:
+        best = (len(names_a.keys() & names_b.keys()), names_a, names_b, stripped_a, stripped_b)
+        for side in ("a", "b"):
+            names = names_a if side == "a" else names_b
+            prefix = _common_first_component(names)
+            if prefix is None:
+                continue
+            cut = {n[len(prefix) + 1:]: o for n, o in names.items()}
+            new_a, new_b = (cut, names_b) if side == "a" else (names_a, cut)
+            overlap = len(new_a.keys() & new_b.keys())
+            if overlap > best[0]:
+                best = (overlap, new_a, new_b, stripped_a + (prefix + "." if side == "a" else ""),
+                        stripped_b + (prefix + "." if side == "b" else ""))
+        if best[1] is names_a and best[2] is names_b:
+            return names_a, names_b, stripped_a, stripped_b
+        _, names_a, names_b, stripped_a, stripped_b = best
+
+
+def _common_first_component(names: dict) -> str | None:
+    firsts = {n.split(".", 1)[0] for n in names}
+    if len(firsts) == 1 and all("." in n for n in names):
+        return firsts.pop()
+    return None
+
+
+def _apply_maps(names: dict, rules, source: TensorSource) -> dict:
+    renamed = {}
+    for name, original in names.items():
+        new = name
+        for pattern, replacement in rules:
+            new = pattern.sub(replacement, new)
+        if new in renamed:
+            raise UserInputError(
+                f"{source.path}: --map renames both {renamed[new]!r} and {original!r} to {new!r}"
+            )
+        renamed[new] = original
+    return renamed
+
+
+def _raise_on_mismatch(match: Match, a: TensorSource, b: TensorSource) -> None:
+    problems = []
+    if match.only_a:
+        problems.append(f"{len(match.only_a)} only in {a.path} ({_first(match.only_a)})")
+    if match.only_b:
+        problems.append(f"{len(match.only_b)} only in {b.path} ({_first(match.only_b)})")
+    if match.shape_mismatch:
+        shown = ", ".join(f"{n} {list(sa)} vs {list(sb)}" for n, sa, sb in match.shape_mismatch[:_SHOW])
+        problems.append(f"{len(match.shape_mismatch)} with different shapes ({shown})")
+    if problems:
+        raise CheckpointError(
+            "the checkpoints do not match: " + "; ".join(problems)
+            + ". Use --map PATTERN=REPLACEMENT for renamed tensors or --intersection to compare the common ones"
+        )
+
+
+def _first(names: list[str]) -> str:
+    more = f", ... {len(names) - _SHOW} more" if len(names) > _SHOW else ""
+    return ", ".join(names[:_SHOW]) + more

@@ -1,0 +1,73 @@
+"""Compare two checkpoints tensor by tensor: the engine behind ``divergence compare``.
+
+Tensors are streamed: for each matched name, the two tensors are loaded, moved to the
+comparison device, measured with ``divergence.metrics.compare_tensors`` and dropped, so
+peak memory is about the largest pair of tensors, not the two models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from divergence.checkpoints import Match, TensorSource, match_tensors, open_checkpoint
+from divergence.metrics import classify_kinds, compare_tensors, module_of, summarize
+
+
+@dataclass
+class Comparison:
+    """Per-tensor records, the whole-model summary and what was skipped."""
+
+    records: list[dict]
+    summary: dict
+    skipped: list[dict]
+
+
+def compare_checkpoints(
+    path_a: str | Path,
+    path_b: str | Path,
+    maps: list[str] | None = None,
+    intersection: bool = False,
+    device: str | torch.device = "cpu",
+    progress: Callable | None = None,
+) -> Comparison:
+    """Open, match and measure two checkpoints; see ``compare_sources``."""
+    a, b = open_checkpoint(path_a), open_checkpoint(path_b)
+    match = match_tensors(a, b, maps, intersection)
+    comparison = compare_sources(a, b, match, device, progress)
+    comparison.summary.update(a=str(path_a), b=str(path_b))
+    return comparison
+
+
+def compare_sources(a: TensorSource, b: TensorSource, match: Match, device="cpu", progress=None) -> Comparison:
+    """One record per matched pair, with ``name, shape, numel, dtype_a, dtype_b``, the
+    metrics, ``nonfinite_a/b``, and ``module`` and ``kind`` for grouping."""
+    kinds = classify_kinds({name: a.info(na).shape for name, na, _ in match.pairs})
+    pairs = progress(match.pairs) if progress else match.pairs
+    records = []
+    for name, name_a, name_b in pairs:
+        info_a, info_b = a.info(name_a), b.info(name_b)
+        ta = a.load(name_a).to(device)
+        tb = b.load(name_b).to(device)
+        record = {
+            "name": name,
+            "shape": list(info_a.shape),
+            "dtype_a": info_a.dtype,
+            "dtype_b": info_b.dtype,
+            "module": module_of(name),
+            "kind": kinds[name],
+        }
+        record.update(compare_tensors(ta, tb))
+        records.append(record)
+        del ta, tb
+    summary = summarize(records)
+    summary.update(
+        matched=len(match.pairs),
+        skipped=len(match.skipped),
+        stripped_prefix_a=match.stripped_a,
+        stripped_prefix_b=match.stripped_b,
+    )
+    return Comparison(records, summary, match.skipped)

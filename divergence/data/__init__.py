@@ -1,0 +1,29 @@
+"""Training data: datasets of (image, caption) and the step-indexed batches built from them.
+
+- ``sampling``: every random draw about inputs as a pure function of (seed, step, rank);
+- ``shapes``: the embedded procedurally generated captioned-shapes dataset;
+- ``folders``: an image folder with ``metadata.jsonl``, and WebDataset ``.tar`` shards;
+- ``batches``: the ``StepBatch`` of one step and the stream a DataLoader serves.
+"""
+
+from __future__ import annotations
+
+from divergence.errors import UserInputError
+
+
+def build_dataset(config):
+    """The dataset a ``DataConfig`` names: ``dataset[i] -> (PIL RGB image, caption)``."""
+    from pathlib import Path
+
+    from divergence.data.folders import ImageFolderDataset, WebDatasetShards
+    from divergence.data.shapes import ShapesDataset
+
+    if config.source == "shapes":
+        return ShapesDataset(config.seed, config.num_examples, config.resolution)
+    path = Path(config.path)
+    if not path.exists():
+        raise UserInputError(f"data.path {config.path!r}: not found; put the {config.source} data there "
+                             "or override data.path=... on the command line")
+    if config.source == "imagefolder":
+        return ImageFolderDataset(path, config.caption_column)
+    return WebDatasetShards(path, config.caption_column)

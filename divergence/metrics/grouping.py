@@ -1,0 +1,132 @@
+"""Per-tensor records rolled up per module, per kind of layer, and for the whole model.
+
+A tensor ``down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.weight`` belongs to
+the module ``...attn1.to_q`` (its parent path) and to the kind ``attn_q``. Aggregates are
+exact functions of the per-tensor records, with N_t the tensor's element count:
+
+    wasserstein    sum_t N_t W_t / sum_t N_t            (numel-weighted mean)
+    max_abs_diff   max_t max_abs_diff_t
+    mean_abs_diff  sum_t N_t mad_t / sum_t N_t          (= mean |d| over all elements)
+    rms_diff       sqrt(sum_t N_t rms_t^2 / sum_t N_t)  (= rms of d over all elements)
+    rel_l2         sqrt(sum_t ||d_t||^2) / sqrt(sum_t ||a_t||^2)   (global, not a mean)
+    cosine         sum_t <a_t, b_t> / sqrt(sum_t ||a_t||^2 sum_t ||b_t||^2)
+
+Records with non-finite metrics (a NaN or inf in either tensor) are left out of the sums
+and counted in ``tensors_nonfinite``, so they never poison an aggregate silently.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from typing import Iterable
+
+from divergence.metrics.difference import cosine_from_sums, relative_l2
+from divergence.metrics.pair import METRICS
+
+GROUPINGS = ("tensor", "module", "kind", "model")
+KINDS = ("attn_q", "attn_k", "attn_v", "attn_qkv", "attn_out", "linear", "conv", "norm", "embedding", "other")
+
+# Module names (last path component, trailing list indices dropped) of attention projections
+# in diffusers, transformers (CLIP, BERT, GPT-2, LLaMA), torch.nn.MultiheadAttention and timm.
+_ATTENTION = {
+    "attn_q": {"to_q", "q_proj", "query", "q", "wq", "q_lin"},
+    "attn_k": {"to_k", "k_proj", "key", "k", "wk", "k_lin"},
+    "attn_v": {"to_v", "v_proj", "value", "v", "wv", "v_lin"},
+    "attn_qkv": {"qkv", "c_attn", "qkv_proj", "wqkv", "in_proj", "to_qkv"},
+    "attn_out": {"to_out", "out_proj", "o_proj", "wo", "out_lin", "c_proj_attn"},
+}
+_NORM = re.compile(r"(^|_)(norm|ln|bn|layernorm|layer_norm|group_norm|batchnorm)(_|\d|$)|norm\d*$", re.I)
+_INDEX = re.compile(r"^\d+$")
+
+
+def module_of(name: str) -> str:
+    """Parent path of a parameter name: ``a.b.weight`` -> ``a.b``; top-level -> ``''``."""
+    return name.rsplit(".", 1)[0] if "." in name else ""
+
+
+def classify_kinds(shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
+    """Kind of every tensor, from its name and the shapes of its module's tensors.
+
+    The module's ``weight`` decides linear (2-D) vs conv (3-D and up), so a bias lands with
+    its weight. ``nn.MultiheadAttention``'s ``in_proj_weight`` counts as ``attn_qkv``.
+    """
+    weight_ndim = {module_of(n): len(s) for n, s in shapes.items() if n.rsplit(".", 1)[-1] == "weight"}
+    return {name: _kind(name, shape, weight_ndim.get(module_of(name))) for name, shape in shapes.items()}
+
+
+def _kind(name: str, shape: tuple[int, ...], weight_ndim: int | None) -> str:
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf.startswith("in_proj_"):
+        return "attn_qkv"
+    parts = [p for p in module_of(name).split(".") if p and not _INDEX.match(p)]
+    last = parts[-1].lower() if parts else ""
+    for kind, names in _ATTENTION.items():
+        if last in names:
+            return kind
+    if last and (_NORM.search(last) or last in {"ln_f", "ln_1", "ln_2", "final_layer_norm"}):
+        return "norm"
+    if "embed" in last or last in {"wte", "wpe"}:
+        return "embedding"
+    ndim = weight_ndim if weight_ndim is not None else len(shape)
+    if ndim >= 3 or "conv" in last:
+        return "conv"
+    if ndim == 2:
+        return "linear"
+    return "other"
+
+
+def group_key(record: dict, by: str) -> str:
+    if by == "tensor":
+        return record["name"]
+    if by == "module":
+        return module_of(record["name"]) or "(root)"
+    if by == "kind":
+        return record["kind"]
+    if by == "model":
+        return "model"
+    raise ValueError(f"grouping {by!r} is not one of {', '.join(GROUPINGS)}")
+
+
+def aggregate(records: Iterable[dict], by: str) -> list[dict]:
+    """Records grouped by ``by`` (tensor, module, kind, model), one aggregate dict per group."""
+    if by == "tensor":
+        return [dict(r, group=r["name"]) for r in records]
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for record in records:
+        groups[group_key(record, by)].append(record)
+    return [dict(summarize(members), group=key) for key, members in groups.items()]
+
+
+def summarize(records: Iterable[dict]) -> dict:
+    """The aggregate of a set of records (see the module docstring for the formulas)."""
+    records = list(records)
+    finite = [r for r in records if all(_finite(r[m]) for m in METRICS)]
+    out = {
+        "tensors": len(records),
+        "numel": sum(r["numel"] for r in records),
+        "tensors_nonfinite": len(records) - len(finite),
+        "nonfinite_a": sum(r["nonfinite_a"] for r in records),
+        "nonfinite_b": sum(r["nonfinite_b"] for r in records),
+    }
+    n = sum(r["numel"] for r in finite)
+    if not finite or n == 0:
+        return out | {m: math.nan for m in METRICS}
+    sq_diff = math.fsum(r["numel"] * r["rms_diff"] ** 2 for r in finite)
+    sq_a = math.fsum(r["norm_a"] ** 2 for r in finite)
+    sq_b = math.fsum(r["norm_b"] ** 2 for r in finite)
+    return out | {
+        "wasserstein": math.fsum(r["numel"] * r["wasserstein"] for r in finite) / n,
+        "max_abs_diff": max(r["max_abs_diff"] for r in finite),
+        "mean_abs_diff": math.fsum(r["numel"] * r["mean_abs_diff"] for r in finite) / n,
+        "rms_diff": math.sqrt(sq_diff / n),
+        "rel_l2": relative_l2(sq_diff, sq_a),
+        # <a, b> = (||a||^2 + ||b||^2 - ||a - b||^2) / 2
+        "cosine": cosine_from_sums((sq_a + sq_b - sq_diff) / 2, sq_a, sq_b),
+    }
+
+
+def _finite(value) -> bool:
+    """A usable metric value: not missing, not NaN (rel_l2 may be inf when ||a|| = 0)."""
+    return value is not None and not math.isnan(value)

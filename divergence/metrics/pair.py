@@ -1,0 +1,50 @@
+"""All metrics of one tensor pair, as the record ``divergence compare`` and the stores use."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from divergence.metrics.difference import difference_sums
+from divergence.metrics.tensors import as_tensor, check_same_shape
+from divergence.metrics.wasserstein import wasserstein
+
+# The metric keys of a record, in display order. A contract: the JSON, CSV and the
+# metrics store use exactly these names.
+METRICS = ("wasserstein", "max_abs_diff", "mean_abs_diff", "rms_diff", "rel_l2", "cosine")
+NAN = float("nan")
+
+
+def count_nonfinite(x: torch.Tensor) -> int:
+    """Number of NaN and +-inf values in ``x``."""
+    return int(x.numel() - torch.isfinite(x).sum()) if x.is_floating_point() else 0
+
+
+def compare_tensors(a, b) -> dict:
+    """Every metric of the pair (a, b), same shape, computed in float64 on a's device.
+
+    Returns a dict with ``numel``, each name in ``METRICS``, ``nonfinite_a``/``nonfinite_b``
+    (count of NaN/inf values) and ``norm_a``/``norm_b`` (L2 norms, which let aggregates such
+    as a global rel_l2 be exact). A pair holding any non-finite value gets NaN metrics: no
+    finite number would be honest, and aggregates skip such pairs and count them instead.
+    """
+    a, b = as_tensor(a), as_tensor(b)
+    check_same_shape(a, b, "compare_tensors")
+    b = b.to(a.device)
+    record = {"numel": a.numel(), "nonfinite_a": count_nonfinite(a), "nonfinite_b": count_nonfinite(b)}
+    if record["nonfinite_a"] or record["nonfinite_b"] or a.numel() == 0:
+        record.update({m: NAN for m in METRICS}, norm_a=NAN, norm_b=NAN)
+        return record
+    sums = difference_sums(a, b)
+    record.update(
+        wasserstein=wasserstein(a, b),
+        max_abs_diff=sums.max_abs_diff,
+        mean_abs_diff=sums.mean_abs_diff,
+        rms_diff=sums.rms_diff,
+        rel_l2=sums.rel_l2,
+        cosine=sums.cosine,
+        norm_a=math.sqrt(sums.sum_aa),
+        norm_b=math.sqrt(sums.sum_bb),
+    )
+    return record

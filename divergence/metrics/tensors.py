@@ -1,0 +1,38 @@
+"""Input handling shared by the metrics: any array in, a flat torch tensor out, float64 sums."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+
+# Elements per chunk when a float64 temporary is needed: bounds the extra memory to
+# 8 * CHUNK bytes per temporary, whatever the tensor size (32 MiB here).
+CHUNK = 1 << 22
+
+
+def as_tensor(x) -> torch.Tensor:
+    """A torch view of ``x`` (torch tensor or numpy array / array-like), detached."""
+    if isinstance(x, torch.Tensor):
+        return x.detach()
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(x))
+    return torch.as_tensor(np.asarray(x))
+
+
+def check_same_shape(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    if a.shape != b.shape:
+        raise ValueError(f"{what}: shapes differ, {tuple(a.shape)} vs {tuple(b.shape)}")
+
+
+def chunks(n: int, size: int = CHUNK):
+    """Slices that cover range(n) in pieces of at most ``size``."""
+    for start in range(0, n, size):
+        yield slice(start, min(start + size, n))
+
+
+def float64_sum(n: int, term: Callable[[slice], torch.Tensor]) -> float:
+    """sum_i term(i) over i in range(n), chunked: float64 within a chunk, fsum across chunks."""
+    return math.fsum(float(torch.sum(term(s))) for s in chunks(n))

@@ -1,0 +1,96 @@
+"""Apply an attention variant, by name, to ONE model, then verify every attention module took it.
+
+diffusers' ``set_attention_backend`` changes a process-wide default and skips processors it does
+not know, so two models in one process can silently share a kernel. Here instead each diffusers
+``Attention`` module of the given model gets a processor calling the named kernel from
+``divergence.attention``, and ``verify_attention`` fails loudly if any module holds another
+processor. The variant applies to the denoiser: the text encoder keeps one fixed implementation
+in every arm (see ``divergence.models.build``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from divergence.errors import RecipeError, UserInputError
+from divergence.recipe.model import AttentionConfig
+
+SHADOW = "shadow"
+
+
+def attention_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """Every diffusers ``Attention`` module of ``model``, by qualified name."""
+    from diffusers.models.attention_processor import Attention
+
+    return {name: m for name, m in model.named_modules() if isinstance(m, Attention)}
+
+
+def build_kernels(config: AttentionConfig) -> list:
+    """The kernel objects a variant runs (two for ``shadow``); unknown names name the recipe key."""
+    try:
+        from divergence.attention.kernels import get_kernel
+    except ImportError as err:  # the attention package is a sibling component of this one
+        raise UserInputError(f"attention.name {config.name!r}: divergence.attention is unavailable ({err})") from None
+    options = dict(config.options)
+    try:
+        if config.name == SHADOW:
+            unknown = sorted(set(options) - {"primary", "secondary", "every"})
+            if unknown:
+                raise RecipeError(f"attention.options.{unknown[0]}: shadow takes primary, secondary, every")
+            return [get_kernel(options.get("primary", "sdpa-flash")),
+                    get_kernel(options.get("secondary", "baseline"))]
+        return [get_kernel(config.name, **options)]
+    except RecipeError:
+        raise
+    except (UserInputError, TypeError, KeyError) as err:
+        raise RecipeError(f"attention.name {config.name!r} (options {options}): {err}") from None
+
+
+def check_attention(config: AttentionConfig, device: torch.device, dtype: torch.dtype) -> None:
+    """Fail at start, with the kernel's own reason, if ``device``/``dtype`` cannot run the variant."""
+    for kernel in build_kernels(config):
+        kernel.check(device, dtype)
+
+
+def apply_attention(model: torch.nn.Module, config: AttentionConfig, recorder=None) -> dict[str, object]:
+    """Give every attention module of ``model`` a processor for ``config``; return them by module name.
+
+    ``recorder`` is the ``ShadowRecorder`` receiving the ``shadow`` variant's per-layer deviations.
+    """
+    modules = attention_modules(model)
+    if not modules:
+        raise UserInputError(
+            f"attention.name {config.name!r}: the model has no attention modules to apply it to; "
+            "use cross-attention blocks in model.unet.down_block_types / up_block_types"
+        )
+    kernels = build_kernels(config)
+    processors = {name: _processor(config, kernels, recorder, name) for name in modules}
+    for name, module in modules.items():
+        module.set_processor(processors[name])
+    verify_attention(model, processors)
+    return processors
+
+
+def verify_attention(model: torch.nn.Module, expected: dict[str, object]) -> None:
+    """Raise if any attention module of ``model`` does not hold exactly its expected processor."""
+    modules = attention_modules(model)
+    wrong = sorted(n for n, m in modules.items() if m.processor is not expected.get(n))
+    missing = sorted(set(expected) - set(modules))
+    if wrong or missing:
+        example = (wrong or missing)[0]
+        raise RuntimeError(
+            f"attention variant not applied to {len(wrong) + len(missing)} of {len(expected)} "
+            f"attention modules (e.g. {example!r} holds "
+            f"{type(getattr(modules.get(example), 'processor', None)).__name__})"
+        )
+
+
+def _processor(config: AttentionConfig, kernels: list, recorder, layer_name: str):
+    if config.name == SHADOW:
+        from divergence.attention.shadow import ShadowAttnProcessor
+
+        every = int(config.options.get("every", 1))
+        return ShadowAttnProcessor(kernels[0], kernels[1], every=every, recorder=recorder, layer_name=layer_name)
+    from divergence.attention.processor import KernelAttnProcessor
+
+    return KernelAttnProcessor(kernels[0])

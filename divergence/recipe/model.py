@@ -1,0 +1,166 @@
+"""Recipe sections that choose the model: denoiser, text conditioning, latent codec, noise, attention.
+
+Block-type names are diffusers' own registered names (not class paths); everything else is numbers.
+Cross-section checks (a UNet that fits the data resolution) live in ``divergence.recipe.run``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from divergence.recipe.schema import require
+
+DOWN_BLOCKS = ("CrossAttnDownBlock2D", "DownBlock2D")
+UP_BLOCKS = ("CrossAttnUpBlock2D", "UpBlock2D")
+
+
+@dataclass(frozen=True)
+class UNetConfig:
+    """The denoiser, a diffusers ``UNet2DConditionModel``; channels in and out follow the codec."""
+
+    # Channels of each resolution level, from the input resolution down.
+    block_out_channels: tuple[int, ...] = (32, 64)
+    # Resnet (and transformer) layers per level.
+    layers_per_block: int = 1
+    # diffusers block names per level, input side; cross-attention blocks read the caption.
+    down_block_types: tuple[str, ...] = ("CrossAttnDownBlock2D", "DownBlock2D")
+    # diffusers block names per level, output side (deepest level first).
+    up_block_types: tuple[str, ...] = ("UpBlock2D", "CrossAttnUpBlock2D")
+    # A cross-attention block at the lowest resolution between the two halves.
+    mid_block: bool = True
+    # Channels per attention head (diffusers' historical ``attention_head_dim``).
+    attention_head_dim: int = 8
+    # Groups of the GroupNorm layers; must divide every entry of block_out_channels.
+    norm_num_groups: int = 8
+
+    def __post_init__(self):
+        levels = len(self.block_out_channels)
+        require(levels >= 1, "block_out_channels", "needs at least one level")
+        require(all(c > 0 for c in self.block_out_channels), "block_out_channels", "must be positive")
+        require(self.layers_per_block >= 1, "layers_per_block", f"must be >= 1, got {self.layers_per_block}")
+        for key, names, allowed in (
+            ("down_block_types", self.down_block_types, DOWN_BLOCKS),
+            ("up_block_types", self.up_block_types, UP_BLOCKS),
+        ):
+            require(len(names) == levels, key, f"has {len(names)} entries; block_out_channels has {levels}")
+            bad = [n for n in names if n not in allowed]
+            require(not bad, key, f"{bad[0]!r} is not one of {', '.join(allowed)}")
+        require(self.attention_head_dim >= 1, "attention_head_dim", "must be >= 1")
+        require(self.norm_num_groups >= 1, "norm_num_groups", "must be >= 1")
+        for c in self.block_out_channels:
+            require(c % self.norm_num_groups == 0, "norm_num_groups",
+                    f"{self.norm_num_groups} does not divide block_out_channels entry {c}")
+            require(c % self.attention_head_dim == 0, "attention_head_dim",
+                    f"{self.attention_head_dim} does not divide block_out_channels entry {c}")
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """How captions become token ids."""
+
+    # ``bytes``: UTF-8 bytes plus begin/end/pad ids, built in code (no download);
+    # ``clip``: a ``CLIPTokenizer`` read from the local folder ``path``.
+    kind: Literal["bytes", "clip"] = "bytes"
+    # Local tokenizer folder (vocab.json, merges.txt, ...); required for ``clip``.
+    path: str | None = None
+    # Tokens per caption, begin and end included; longer captions are truncated.
+    max_length: int = 64
+
+    def __post_init__(self):
+        require(self.max_length >= 3, "max_length", f"must be >= 3, got {self.max_length}")
+        require(self.kind != "clip" or self.path is not None, "path",
+                "kind 'clip' needs a local tokenizer folder, e.g. path: pretrained/sd15/tokenizer")
+
+
+@dataclass(frozen=True)
+class TextEncoderConfig:
+    """The caption encoder, a transformers ``CLIPTextModel``."""
+
+    # Local folder with a pretrained CLIPTextModel (config.json + weights); null builds one from
+    # the numbers below with random weights (seeded by model.seed).
+    path: str | None = None
+    # Width of the token embeddings, which the UNet cross-attends to.
+    hidden_size: int = 64
+    # Transformer layers.
+    num_layers: int = 2
+    # Attention heads; must divide hidden_size.
+    num_heads: int = 4
+    # Width of the feed-forward layers.
+    intermediate_size: int = 128
+    # Train the text encoder with the UNet (true) or keep it frozen (false).
+    train: bool = True
+
+    def __post_init__(self):
+        for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
+            require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        require(self.hidden_size % self.num_heads == 0, "num_heads",
+                f"{self.num_heads} does not divide hidden_size {self.hidden_size}")
+
+
+@dataclass(frozen=True)
+class VAEConfig:
+    """A frozen diffusers ``AutoencoderKL``: the model then trains in its latent space."""
+
+    # Local folder with a pretrained AutoencoderKL (config.json + weights); null builds one from
+    # the numbers below with random weights (for smoke tests and timing only).
+    path: str | None = None
+    # Channels of each encoder level when built from numbers; downsampling is 2**(levels-1).
+    block_out_channels: tuple[int, ...] = (128, 256, 512, 512)
+    # Channels of the latent image (the UNet's input and output).
+    latent_channels: int = 4
+    # Latents are multiplied by this before training (Stable Diffusion 1.x: 0.18215).
+    scaling_factor: float = 0.18215
+
+    def __post_init__(self):
+        require(len(self.block_out_channels) >= 1, "block_out_channels", "needs at least one level")
+        require(self.latent_channels >= 1, "latent_channels", "must be >= 1")
+        require(self.scaling_factor > 0, "scaling_factor", "must be > 0")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The model an arm trains: UNet + text encoder, optionally in a VAE's latent space."""
+
+    # Seed of the weight initialization, independent of data.seed: two runs that differ only
+    # here start from different weights and see the same data.
+    seed: int = 0
+    unet: UNetConfig = field(default_factory=UNetConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)
+    # null: pixel space (the UNet sees RGB in [-1, 1]).
+    vae: VAEConfig | None = None
+
+
+@dataclass(frozen=True)
+class NoiseConfig:
+    """The DDPM forward process and what the UNet predicts."""
+
+    # Diffusion steps of the training process.
+    num_train_timesteps: int = 1000
+    # diffusers beta schedule name.
+    beta_schedule: Literal["linear", "scaled_linear", "squaredcos_cap_v2"] = "scaled_linear"
+    beta_start: float = 0.00085
+    beta_end: float = 0.012
+    # ``epsilon``: predict the noise; ``v_prediction``: predict v = alpha * noise - sigma * x0.
+    prediction_type: Literal["epsilon", "v_prediction"] = "epsilon"
+
+    def __post_init__(self):
+        require(self.num_train_timesteps >= 2, "num_train_timesteps", "must be >= 2")
+        require(0 < self.beta_start < self.beta_end < 1, "beta_start",
+                f"need 0 < beta_start < beta_end < 1, got {self.beta_start} and {self.beta_end}")
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """The attention implementation every attention module of the UNet uses."""
+
+    # A kernel registered in divergence.attention: baseline, sdpa, sdpa-flash, sdpa-math,
+    # sdpa-efficient, sdpa-cudnn, flash-attn, tiled; or ``shadow`` (two kernels at once).
+    name: str = "sdpa"
+    # Keyword options of the kernel (tiled: block_q, block_kv, accumulate, block_order;
+    # shadow: primary, secondary, every).
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        require(bool(self.name.strip()), "name", "is empty; name an attention kernel such as sdpa")

@@ -1,0 +1,194 @@
+"""The recipe of one training run: model, attention, noise, data, training, samples, logging.
+
+A run recipe is what one arm of a pair trains; a pair recipe (``divergence.training.pair``) is a
+base run recipe plus the variants that make its two arms differ. ``load_run_recipe`` reads the
+YAML, applies ``key=value`` overrides and validates everything before any work starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Literal
+
+from divergence.recipe.model import AttentionConfig, ModelConfig, NoiseConfig
+from divergence.recipe.schema import apply_overrides, load_yaml, parse, require
+
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
+
+DEFAULT_PROMPTS = (
+    "a large red circle in the centre",
+    "a small blue square at the top left",
+    "a large green triangle at the bottom right",
+    "a small yellow circle at the left and a large purple square at the right",
+)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where images and captions come from, and the seed of everything random about inputs."""
+
+    # ``shapes``: the embedded procedurally generated dataset; ``imagefolder``: a folder with
+    # metadata.jsonl (diffusers' convention); ``webdataset``: .tar shards.
+    source: Literal["shapes", "imagefolder", "webdataset"] = "shapes"
+    # The folder (imagefolder), or a folder of .tar shards / one .tar file (webdataset).
+    path: str | None = None
+    # Seed of data order, caption dropout, crops, noise and timesteps: inputs are a pure
+    # function of (seed, global step, rank), whatever the model seed, precision or attention.
+    seed: int = 0
+    # Side of the square training images, in pixels.
+    resolution: int = 32
+    # Examples in the shapes dataset.
+    num_examples: int = 10000
+    # Probability that a caption is replaced by the empty one (classifier-free guidance).
+    caption_dropout: float = 0.1
+    # Centre crop (true) or a seeded random crop (false) after resizing the short side.
+    center_crop: bool = True
+    # Seeded horizontal flips (off for shapes: captions name left and right).
+    random_flip: bool = False
+    # metadata.jsonl column / webdataset extension holding the caption.
+    caption_column: str = "text"
+    # DataLoader worker processes preparing batches ahead of the model (0: in the main process).
+    workers: int = 0
+
+    def __post_init__(self):
+        require(self.source == "shapes" or self.path is not None, "path",
+                f"source {self.source!r} needs a local path to the data")
+        require(self.resolution >= 8, "resolution", f"must be >= 8, got {self.resolution}")
+        require(self.num_examples >= 1, "num_examples", "must be >= 1")
+        require(0.0 <= self.caption_dropout < 1.0, "caption_dropout",
+                f"must be in [0, 1), got {self.caption_dropout}")
+        require(self.workers >= 0, "workers", "must be >= 0")
+        require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimization and the hardware it runs on."""
+
+    # Examples per step on each rank.
+    batch_size: int = 16
+    # Optimizer steps of the run.
+    max_steps: int = 500
+    # Lightning precision name; the arm applies it (autocast + loss scaler for 16-mixed).
+    precision: Literal["32-true", "16-mixed", "bf16-mixed"] = "32-true"
+    # AdamW learning rate after warmup.
+    lr: float = 1e-3
+    # AdamW betas.
+    betas: tuple[float, float] = (0.9, 0.999)
+    # AdamW epsilon.
+    eps: float = 1e-8
+    # AdamW decoupled weight decay.
+    weight_decay: float = 0.01
+    # LR after warmup: constant, or cosine / linear decay to zero at max_steps.
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    # Steps of linear LR warmup from zero.
+    warmup_steps: int = 0
+    # Max global gradient norm (after unscaling); null disables clipping.
+    grad_clip: float | None = 1.0
+    # Weights-only safetensors and a resumable .ckpt every N steps (0: only at the end).
+    checkpoint_every: int = 100
+    # Lightning accelerator: auto, cpu or gpu.
+    accelerator: Literal["auto", "cpu", "gpu"] = "auto"
+    # Devices per node (Lightning ``devices``).
+    devices: int = 1
+    # Lightning strategy name (auto, ddp, fsdp, ...).
+    strategy: str = "auto"
+    # Nodes (Lightning ``num_nodes``).
+    num_nodes: int = 1
+
+    def __post_init__(self):
+        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.max_steps >= 1, "max_steps", f"must be >= 1, got {self.max_steps}")
+        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas",
+                f"must be two numbers in [0, 1), got {list(self.betas)}")
+        require(self.eps > 0, "eps", "must be > 0")
+        require(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
+        require(self.grad_clip is None or self.grad_clip > 0, "grad_clip", "must be > 0 or null")
+        require(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
+        require(self.devices >= 1 and self.num_nodes >= 1, "devices", "devices and num_nodes must be >= 1")
+
+
+@dataclass(frozen=True)
+class SampleConfig:
+    """The fixed prompts whose images show the model learning."""
+
+    prompts: tuple[str, ...] = DEFAULT_PROMPTS
+    # A grid every N steps (0: only at the end of training).
+    every: int = 0
+    # Images per prompt (one row each).
+    per_prompt: int = 4
+    # Denoising steps of the sampler.
+    steps: int = 25
+    # ``ddim`` (deterministic, few steps) or ``ddpm`` (ancestral).
+    sampler: Literal["ddim", "ddpm"] = "ddim"
+    # Classifier-free guidance scale; 1 disables guidance.
+    guidance_scale: float = 3.0
+    # Seed of the starting noise: the same images at every step and in every arm.
+    seed: int = 0
+    # Turn sampling off entirely.
+    enabled: bool = True
+
+    def __post_init__(self):
+        require(len(self.prompts) >= 1, "prompts", "needs at least one prompt")
+        require(self.every >= 0, "every", "must be >= 0")
+        require(self.per_prompt >= 1, "per_prompt", "must be >= 1")
+        require(self.steps >= 1, "steps", "must be >= 1")
+        require(self.guidance_scale >= 1.0, "guidance_scale", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Where metrics go. wandb is offline unless the user configured it (WANDB_MODE, WANDB_API_KEY)."""
+
+    wandb: bool = True
+    # wandb project name.
+    project: str = "divergence"
+    csv: bool = True
+    tensorboard: bool = False
+    # Log the loss every N steps.
+    every_n_steps: int = 1
+    # Show a progress bar.
+    progress_bar: bool = True
+
+    def __post_init__(self):
+        require(self.every_n_steps >= 1, "every_n_steps", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class RunRecipe:
+    """One training run: everything `divergence train` needs, validated."""
+
+    # A name for the run (wandb run name, sample titles).
+    name: str = "run"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self):
+        unet, vae = self.model.unet, self.model.vae
+        down = 2 ** (len(vae.block_out_channels) - 1) if vae is not None else 1
+        levels = 2 ** (len(unet.block_out_channels) - 1)
+        require(self.data.resolution % (down * levels) == 0, "data.resolution",
+                f"{self.data.resolution} must be a multiple of {down * levels} "
+                f"(VAE downsampling {down} x UNet downsampling {levels})")
+
+
+def load_run_recipe(path: str | Path, overrides: Iterable[str] = ()) -> RunRecipe:
+    """Read, override and validate a run recipe; every problem is a RecipeError naming its key."""
+    return parse(RunRecipe, apply_overrides(load_yaml(path), overrides))
+
+
+def latent_shape(recipe: RunRecipe) -> tuple[int, int, int]:
+    """(C, H, W) of what the UNet denoises: RGB pixels, or VAE latents."""
+    vae, side = recipe.model.vae, recipe.data.resolution
+    if vae is None:
+        return 3, side, side
+    down = 2 ** (len(vae.block_out_channels) - 1)
+    return vae.latent_channels, side // down, side // down

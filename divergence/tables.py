@@ -1,0 +1,97 @@
+"""Records out: aligned text tables for people, JSON and CSV files for scripts.
+
+Non-finite floats are written as ``null`` in JSON (JSON has no NaN) and as ``nan``/``inf``
+in CSV and tables; shapes are written ``320x4x3x3`` in CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from divergence.errors import UserInputError
+
+
+def format_value(value) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if value == 0 or 1e-3 <= abs(value) < 1e5:
+            return f"{value:.6g}"
+        return f"{value:.3e}"
+    if isinstance(value, (list, tuple)):
+        return "x".join(map(str, value))
+    return str(value)
+
+
+def text_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
+    """A right-aligned table (first column left-aligned) of ``columns`` from ``rows``."""
+    cells = [[format_value(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+
+    def line(values):
+        first, *rest = values
+        return "  ".join([first.ljust(widths[0])] + [v.rjust(w) for v, w in zip(rest, widths[1:])])
+
+    return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+def json_safe(value):
+    """NaN and infinities become None, recursively; tuples become lists."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def write_json(path: str | Path, payload: dict) -> None:
+    """Write ``payload`` as JSON, atomically (a reader never sees half a file)."""
+    _atomic_write(path, json.dumps(json_safe(payload), indent=1, allow_nan=False) + "\n")
+
+
+def write_csv(path: str | Path, rows: Iterable[dict], columns: Sequence[str]) -> None:
+    """Write ``rows`` flat with the given columns, atomically."""
+    path = Path(path)
+    tmp = _tmp_path(path)
+    try:
+        with open(tmp, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(columns)
+            for row in rows:
+                writer.writerow([_csv_cell(row.get(c)) for c in columns])
+        os.replace(tmp, path)
+    except OSError as err:
+        raise UserInputError(f"{path}: cannot write: {err.strerror or err}") from None
+
+
+def _csv_cell(value):
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return "x".join(map(str, value))
+    if isinstance(value, float):
+        return repr(value)  # shortest round-trip form: the exact float64 back on reading
+    return value
+
+
+def _atomic_write(path: str | Path, text: str) -> None:
+    path = Path(path)
+    tmp = _tmp_path(path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise UserInputError(f"{path}: cannot write: {err.strerror or err}") from None
+
+
+def _tmp_path(path: Path) -> Path:
+    if path.parent and not path.parent.exists():
+        raise UserInputError(f"{path}: the folder {path.parent} does not exist")
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
