@@ -91,24 +91,25 @@ def _drop_wrappers(name: str) -> str:
 
 
 def _strip_common_prefixes(names_a: dict, names_b: dict):
-    """Strip shared leading components from either side while that increases the overlap."""
+    """Strip shared leading components from one or both sides while that increases the overlap."""
     stripped_a = stripped_b = ""
     while True:
-        best = (len(names_a.keys() & names_b.keys()), names_a, names_b, stripped_a, stripped_b)
-        for side in ("a", "b"):
-            names = names_a if side == "a" else names_b
-            prefix = _common_first_component(names)
-            if prefix is None:
-                continue
-            cut = {n[len(prefix) + 1:]: o for n, o in names.items()}
-            new_a, new_b = (cut, names_b) if side == "a" else (names_a, cut)
-            overlap = len(new_a.keys() & new_b.keys())
-            if overlap > best[0]:
-                best = (overlap, new_a, new_b, stripped_a + (prefix + "." if side == "a" else ""),
-                        stripped_b + (prefix + "." if side == "b" else ""))
-        if best[1] is names_a and best[2] is names_b:
+        prefix_a, prefix_b = _common_first_component(names_a), _common_first_component(names_b)
+        cut_a, cut_b = _cut(names_a, prefix_a), _cut(names_b, prefix_b)
+        overlap = len(names_a.keys() & names_b.keys())
+        options = [(cut_a, names_b, prefix_a, None), (names_a, cut_b, None, prefix_b), (cut_a, cut_b, prefix_a, prefix_b)]
+        best = max(options, key=lambda o: len(o[0].keys() & o[1].keys()) if o[0] is not None and o[1] is not None else -1)
+        if best[0] is None or best[1] is None or len(best[0].keys() & best[1].keys()) <= overlap:
             return names_a, names_b, stripped_a, stripped_b
-        _, names_a, names_b, stripped_a, stripped_b = best
+        names_a, names_b = best[0], best[1]
+        stripped_a += f"{best[2]}." if best[2] else ""
+        stripped_b += f"{best[3]}." if best[3] else ""
+
+
+def _cut(names: dict, prefix: str | None) -> dict | None:
+    if prefix is None:
+        return None
+    return {n[len(prefix) + 1:]: o for n, o in names.items()}
 
 
 def _common_first_component(names: dict) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from divergence.metrics.difference import difference_sums
@@ -18,7 +19,12 @@ NAN = float("nan")
 
 def count_nonfinite(x: torch.Tensor) -> int:
     """Number of NaN and +-inf values in ``x``."""
-    return int(x.numel() - torch.isfinite(x).sum()) if x.is_floating_point() else 0
+    if not x.is_floating_point():
+        return 0
+    if x.device.type == "cpu" and x.dtype in (torch.float16, torch.float32, torch.float64):
+        flat = x.detach().contiguous().numpy().reshape(-1)  # numpy's isfinite is ~20x faster on CPU
+        return int(flat.size - np.count_nonzero(np.isfinite(flat)))
+    return int(x.numel() - torch.isfinite(x).sum())
 
 
 def compare_tensors(a, b) -> dict:

@@ -57,11 +57,12 @@ def wasserstein(a, b) -> float:
     a, b = as_tensor(a).reshape(-1), as_tensor(b).reshape(-1)
     if a.numel() == 0 or b.numel() == 0:
         raise ValueError("wasserstein: both tensors need at least one value")
-    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())):
-        return float("nan")
     b = b.to(a.device)
     if a.numel() == b.numel():
         sa, sb = sorted_pair(a, b)
+        # NaN sorts last and -inf first, so the two ends tell whether all values are finite
+        if not all(bool(torch.isfinite(x[[0, -1]]).all()) for x in (sa, sb)):
+            return float("nan")
         return float64_sum(a.numel(), lambda s: (sa[s].double() - sb[s].double()).abs()) / a.numel()
     return _cdf_distance(a, b)
 
@@ -90,6 +91,8 @@ def _sortable(x: torch.Tensor) -> torch.Tensor:
 
 def _cdf_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     """Form (1) for samples of different sizes, as scipy's ``_cdf_distance`` with p = 1."""
+    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())):
+        return float("nan")
     a, b = torch.sort(a.double()).values, torch.sort(b.double()).values
     values = torch.sort(torch.cat([a, b])).values
     deltas = torch.diff(values)
