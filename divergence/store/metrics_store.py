@@ -1,0 +1,142 @@
+"""The metrics store: the contract between training and analysis.
+
+One append-only JSON-lines file, ``DIR/metrics.jsonl``, written step by step. A step is a
+block of lines: one ``{"type": "tensor", "step": N, "tensor": ..., <metrics>}`` per
+compared tensor, then one ``{"type": "step", "step": N, ...}`` line that commits the block
+(whole-model summary, losses, flags). A block is written with one ``write`` and fsynced,
+and readers take only committed blocks, so a crash or ``kill -9`` loses at most the step in
+flight and never corrupts earlier records. Opening for append cuts an uncommitted tail.
+
+Steps only move forward: appending a step at or below the last committed one is an error
+(no duplicates); ``truncate_after(step)`` drops later steps when a run resumes from an
+earlier checkpoint and will recompute them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+from divergence.errors import UserInputError
+
+FILENAME = "metrics.jsonl"
+
+
+class MetricsStore:
+    """``DIR/metrics.jsonl``: committed step blocks of tensor records and a step record."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.path = self.folder / FILENAME
+        self._last: int | None = None
+        self._last_known = False
+
+    # -- writing -------------------------------------------------------------------------
+    def open_for_append(self) -> "MetricsStore":
+        """Create the folder and file if needed and cut any uncommitted tail."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            end = self._committed_end()
+            if end < self.path.stat().st_size:
+                with open(self.path, "r+b") as f:
+                    f.truncate(end)
+        else:
+            self.path.touch()
+        return self
+
+    def append_step(self, step: int, tensor_records: list[dict], step_record: dict) -> None:
+        """Write one step's tensor records and its committing step record, atomically."""
+        last = self.last_step()
+        if last is not None and step <= last:
+            raise ValueError(f"{self.path}: step {step} is not after the last stored step {last}")
+        lines = [_dumps({"type": "tensor", "step": step, **r}) for r in tensor_records]
+        lines.append(_dumps({**step_record, "type": "step", "step": step, "tensors": len(tensor_records)}))
+        with open(self.path, "a") as f:
+            f.write("\n".join(lines) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self._last, self._last_known = step, True
+
+    def truncate_after(self, step: int) -> int:
+        """Drop every committed step after ``step``; return how many were dropped."""
+        if not self.path.exists():
+            return 0
+        offset, dropped = 0, 0
+        for end, record in self._committed_blocks():
+            if record["step"] <= step:
+                offset = end
+            else:
+                dropped += 1
+        with open(self.path, "r+b") as f:
+            f.truncate(offset)
+        self._last_known = False
+        return dropped
+
+    # -- reading -------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def last_step(self) -> int | None:
+        if not self._last_known:
+            steps = self.steps()
+            self._last, self._last_known = (steps[-1] if steps else None), True
+        return self._last
+
+    def steps(self) -> list[int]:
+        return [r["step"] for r in self.step_records()]
+
+    def step_records(self) -> list[dict]:
+        return [r for _, r in self._committed_blocks()]
+
+    def tensor_records(self) -> Iterator[dict]:
+        """Every committed tensor record, in step order."""
+        for record in self._records(committed_only=True):
+            if record["type"] == "tensor":
+                yield record
+
+    # -- internals -----------------------------------------------------------------------
+    def _committed_end(self) -> int:
+        end = 0
+        for end, _ in self._committed_blocks():
+            pass
+        return end
+
+    def _committed_blocks(self) -> Iterator[tuple[int, dict]]:
+        """(byte offset just after the block, its step record) for each committed block."""
+        for offset, record in self._lines():
+            if record.get("type") == "step":
+                yield offset, record
+
+    def _records(self, committed_only: bool) -> Iterator[dict]:
+        pending: list[dict] = []
+        for _, record in self._lines():
+            pending.append(record)
+            if record.get("type") == "step":
+                yield from pending
+                pending = []
+        if not committed_only:
+            yield from pending
+
+    def _lines(self) -> Iterator[tuple[int, dict]]:
+        """(offset after the line, record) for each complete line; stops at a torn line."""
+        if not self.path.exists():
+            raise UserInputError(f"{self.path}: no metrics store here (was this folder written by divergence train?)")
+        offset = 0
+        with open(self.path, "rb") as f:
+            for raw in f:
+                if not raw.endswith(b"\n"):
+                    return  # torn final line of a killed writer: not committed
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    return  # a torn write followed by nothing valid: treat as the tail
+                offset += len(raw)
+                yield offset, record
+
+
+def _dumps(record: dict) -> str:
+    # NaN and Infinity are written as Python's json writes them (JSON5 tokens), so a
+    # rel_l2 of inf or a NaN metric reads back exactly, not as null
+    return json.dumps(record, separators=(",", ":"), allow_nan=True)
