@@ -7,6 +7,16 @@ compared tensor, then one ``{"type": "step", "step": N, ...}`` line that commits
 and readers take only committed blocks, so a crash or ``kill -9`` loses at most the step in
 flight and never corrupts earlier records. Opening for append cuts an uncommitted tail.
 
+Record schema of a paired run (what the report relies on):
+
+- tensor record: ``step, tensor, module, kind, shape, numel, dtype_a, dtype_b``, the metrics
+  of ``divergence compare`` (``wasserstein, max_abs_diff, mean_abs_diff, rms_diff, rel_l2,
+  cosine, nonfinite_a, nonfinite_b``) and ``norm_a, norm_b``;
+- step record, every training step: ``step, tracked`` (bool: tensors were compared at this
+  step), ``tensors`` (count), ``loss_a, loss_b, loss_diff``, ``spike_a, spike_b`` (bool);
+  when tracked, also the whole-model summary under the metric names (see
+  ``divergence.metrics.summarize``) and ``kinds``: ``{kind: {metric: value}}``.
+
 Steps only move forward: appending a step at or below the last committed one is an error
 (no duplicates); ``truncate_after(step)`` drops later steps when a run resumes from an
 earlier checkpoint and will recompute them.
