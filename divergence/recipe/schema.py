@@ -12,6 +12,7 @@ Command-line overrides are ``dotted.key=value`` strings, the value read as YAML
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 import typing
@@ -71,9 +72,19 @@ def parse(cls: type[T], data: Any, where: str = "") -> T:
     try:
         return cls(**values)
     except RecipeError as err:
-        raise RecipeError(f"{where + ': ' if where and not str(err).startswith(where) else ''}{err}") from None
+        raise RecipeError(_qualify(str(err), where, fields)) from None
     except (TypeError, ValueError) as err:
         raise RecipeError(f"{where or 'recipe'}: {err}") from None
+
+
+def _qualify(message: str, where: str, fields) -> str:
+    """``every: must be >= 1`` raised inside section ``tracking`` -> ``tracking.every: ...``."""
+    if not where or message.startswith(where):
+        return message
+    head = message.split(":", 1)[0]
+    if head.split(".")[0].split("[")[0] in fields:
+        return f"{where}.{message}"
+    return f"{where}: {message}"
 
 
 def _coerce(hint: Any, value: Any, key: str) -> Any:
@@ -132,7 +143,7 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
 
 def apply_overrides(data: dict, overrides: typing.Iterable[str]) -> dict:
     """Return a copy of ``data`` with ``dotted.key=value`` overrides applied (value as YAML)."""
-    data = _deepcopy(data)
+    data = copy.deepcopy(data)
     for item in overrides:
         if "=" not in item:
             raise RecipeError(f"override {item!r}: expected KEY=VALUE, for example train.lr=1e-4")
@@ -170,14 +181,6 @@ def require(condition: bool, key: str, message: str) -> None:
     """Validation helper for ``__post_init__``: raise a RecipeError naming ``key``."""
     if not condition:
         raise RecipeError(f"{key}: {message}")
-
-
-def _deepcopy(data: Any) -> Any:
-    if isinstance(data, dict):
-        return {k: _deepcopy(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_deepcopy(v) for v in data]
-    return data
 
 
 def _join(where: str, key: str) -> str:

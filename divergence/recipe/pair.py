@@ -1,0 +1,181 @@
+"""A pair recipe: one base run recipe and two arms, each a list of named variants.
+
+::
+
+    name: flash-vs-baseline
+    base: ../tiny.yaml              # a run recipe, relative to this file
+    recipe: {train: {max_steps: 500}}   # optional changes to the base, for both arms
+    arms:
+      a: [{attention: sdpa-flash}]
+      b: [{attention: baseline}]
+    tracking: {every: 10}
+
+Each arm's run recipe is the base with its variants' overrides applied, validated like any
+run recipe. Arms that end up identical are an error unless ``control: true`` (the harness's
+own zero check). Command-line ``key=value`` overrides go to the pair for ``tracking.*``,
+``control`` and ``name``, and to the base recipe (both arms) otherwise.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from divergence.errors import RecipeError
+from divergence.recipe.run import RunRecipe
+from divergence.recipe.schema import apply_overrides, load_yaml, parse, require, to_dict
+
+ARMS = ("a", "b")
+PAIR_KEYS = {"name", "description", "base", "recipe", "control", "arms", "tracking"}
+PAIR_OVERRIDE_PREFIXES = ("tracking.", "control", "name", "description")
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """How the divergence between the arms is measured and flagged while they train."""
+
+    # Compare the two arms' weights every N steps (and always at checkpoint steps and the last).
+    every: int = 10
+    # Compare on this device: ``auto`` is where the weights live.
+    device: str = "auto"
+    # A loss above spike_factor x its running median over spike_window steps is a spike.
+    spike_factor: float = 3.0
+    # Steps in the running median of the spike rule (the first spike_window steps are never flagged).
+    spike_window: int = 20
+    # With the shadow attention variant: log attention-output deviation every N steps.
+    attention_every: int = 10
+
+    def __post_init__(self):
+        require(self.every >= 1, "every", f"must be >= 1, got {self.every}")
+        require(self.spike_factor > 1, "spike_factor", f"must be > 1, got {self.spike_factor}")
+        require(self.spike_window >= 3, "spike_window", f"must be >= 3, got {self.spike_window}")
+        require(self.attention_every >= 1, "attention_every", f"must be >= 1, got {self.attention_every}")
+
+
+@dataclass(frozen=True)
+class PairRecipe:
+    """Two arms that differ in their variants, trained in lockstep from one base recipe."""
+
+    name: str
+    base: RunRecipe
+    arms: dict  # {"a": (Variant, ...), "b": (...)}
+    arm_recipes: dict  # {"a": RunRecipe, "b": RunRecipe}
+    control: bool = False
+    description: str = ""
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+    @property
+    def category(self) -> str:
+        """``control``, ``seed``, ``precision`` or ``optimization`` (see PairInfo)."""
+        if self.control:
+            return "control"
+        categories = {v.category for arm in ARMS for v in self.arms[arm]}
+        return categories.pop() if len(categories) == 1 else "optimization"
+
+    def labels(self) -> dict[str, list[str]]:
+        return {arm: [v.label() for v in self.arms[arm]] for arm in ARMS}
+
+    def summary_line(self) -> str:
+        labels = self.labels()
+        return self.description or " vs ".join(", ".join(labels[a]) or "base" for a in ARMS)
+
+
+def is_pair_recipe(path: str | Path) -> bool:
+    return "arms" in load_yaml(path)
+
+
+def load_pair_recipe(path: str | Path, overrides: Iterable[str] = ()) -> PairRecipe:
+    """Read a pair recipe, resolve its base and both arms; every problem names its key."""
+    from divergence.variants import parse_variant
+
+    path = Path(path)
+    data = load_yaml(path)
+    unknown = sorted(set(data) - PAIR_KEYS)
+    if unknown:
+        raise RecipeError(f"{path}: unknown key {unknown[0]!r}; a pair recipe has {', '.join(sorted(PAIR_KEYS))}")
+    pair_overrides = [o for o in overrides if o.startswith(PAIR_OVERRIDE_PREFIXES)]
+    data = apply_overrides(data, pair_overrides)
+    base_data = _base_data(path, data)
+    base_data = apply_overrides(base_data, [o for o in overrides if o not in pair_overrides])
+    base = parse(RunRecipe, base_data)
+    arms = {arm: tuple(parse_variant(spec, f"arms.{arm}[{i}]") for i, spec in enumerate(_arm_list(data, arm)))
+            for arm in ARMS}
+    arm_recipes = {arm: _arm_recipe(base_data, arms[arm], f"{data.get('name', path.stem)}.{arm}") for arm in ARMS}
+    control = _bool(data.get("control", False), "control")
+    _check_arms(arm_recipes, control)
+    tracking = parse(TrackingConfig, data.get("tracking"), "tracking")
+    return PairRecipe(name=str(data.get("name", path.stem)), base=base, arms=arms, arm_recipes=arm_recipes,
+                      control=control, description=str(data.get("description", "")), tracking=tracking)
+
+
+def _base_data(path: Path, data: dict) -> dict:
+    if "base" not in data:
+        raise RecipeError(f"{path}: missing key 'base' (the run recipe both arms start from, e.g. base: ../tiny.yaml)")
+    base_path = (path.parent / str(data["base"])).resolve()
+    if not base_path.is_file():
+        raise RecipeError(f"{path}: base {data['base']!r} not found (looked for {base_path})")
+    base = load_yaml(base_path)
+    extra = data.get("recipe") or {}
+    if not isinstance(extra, dict):
+        raise RecipeError(f"{path}: 'recipe' must be a mapping of base-recipe changes")
+    return _merge(base, extra)
+
+
+def _arm_list(data: dict, arm: str) -> list:
+    arms = data.get("arms")
+    if not isinstance(arms, dict) or set(arms) != set(ARMS):
+        raise RecipeError(f"arms: expected exactly two arms 'a' and 'b', got {sorted(arms) if isinstance(arms, dict) else arms!r}")
+    specs = arms[arm] or []
+    if not isinstance(specs, list):
+        raise RecipeError(f"arms.{arm}: expected a list of variants, got {specs!r}")
+    return specs
+
+
+def _arm_recipe(base_data: dict, variants, name: str) -> RunRecipe:
+    overrides = {"name": name}
+    for variant in variants:
+        for key, value in variant.overrides().items():
+            if key in overrides and key != "name":
+                raise RecipeError(f"{variant.key}: sets {key}, which another variant of the same arm sets too")
+            overrides[key] = value
+    data = copy.deepcopy(base_data)
+    for key, value in overrides.items():
+        node = data
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    try:
+        return parse(RunRecipe, data)
+    except RecipeError as err:
+        raise RecipeError(f"arm {name}: {err}") from None
+
+
+def _check_arms(recipes: dict, control: bool) -> None:
+    a, b = (dict(to_dict(recipes[arm]), name=None) for arm in ARMS)
+    if a == b and not control:
+        raise RecipeError("arms a and b are identical: give them different variants, or set control: true "
+                          "for the harness's zero check")
+    if a != b and control:
+        raise RecipeError("control: true but the arms differ; a control pair has two identical arms")
+    if to_dict(recipes["a"].model) != to_dict(recipes["b"].model):
+        changed = [k for k in ("unet", "text_encoder", "tokenizer", "vae")
+                   if getattr(recipes["a"].model, k) != getattr(recipes["b"].model, k)]
+        if changed:
+            raise RecipeError(f"arms build different models (model.{changed[0]} differs): "
+                              "weights could not be matched tensor by tensor")
+
+
+def _bool(value, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise RecipeError(f"{key}: expected true or false, got {value!r}")
+    return value
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out

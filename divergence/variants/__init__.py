@@ -1,0 +1,6 @@
+"""Named changes to one arm of a pair; see ``registry`` for the interface, ``builtin`` for the list."""
+
+from divergence.variants import builtin  # noqa: F401  (registers the shipped variants)
+from divergence.variants.registry import CATEGORIES, VARIANTS, Variant, parse_variant, register
+
+__all__ = ["CATEGORIES", "VARIANTS", "Variant", "parse_variant", "register"]

@@ -1,0 +1,114 @@
+"""The variants divergence ships: the paper's three, and training optimizations beyond them.
+
+- ``attention``: the attention kernel (flash vs baseline is the paper's question);
+- ``seed``: the weight-init seed (the paper's reference bound: models that differ only by
+  initialization are considered equivalent);
+- ``precision``: the training precision (the paper's upper bound, FP16 vs FP32);
+- ``gradient-checkpointing``: recompute UNet activations in the backward pass;
+- ``adamw-impl``: the AdamW implementation (``foreach``, ``fused``, ``loop``), a fused-kernel
+  optimization of the kind the paper names as future work.
+"""
+
+from __future__ import annotations
+
+from divergence.recipe.run import PRECISIONS
+from divergence.variants.registry import Variant, register
+
+ADAMW_IMPLS = ("loop", "foreach", "fused")
+
+
+@register
+class Attention(Variant):
+    name = "attention"
+    help = "attention kernel of every UNet attention module (a name, or {name, options})"
+    default = "sdpa"
+
+    def validate(self):
+        if not (isinstance(self.value, str) or (isinstance(self.value, dict) and "name" in self.value)):
+            self.fail(f"expected a kernel name such as sdpa-flash, or {{name: ..., options: ...}}, got {self.value!r}")
+
+    def overrides(self):
+        if isinstance(self.value, str):
+            return {"attention.name": self.value, "attention.options": {}}
+        return {"attention.name": self.value["name"], "attention.options": dict(self.value.get("options", {}))}
+
+    def verify(self, arm):
+        from divergence.models.attention import attention_modules
+
+        modules = attention_modules(arm.unet)
+        wrong = [n for n, m in modules.items() if m.processor is not arm.processors.get(n)]
+        if not modules or wrong:
+            raise RuntimeError(f"attention variant {self.label()} did not reach {len(wrong) or 'any'} attention modules")
+
+
+@register
+class Seed(Variant):
+    name = "seed"
+    help = "weight-initialization seed of the arm (the data seed stays shared)"
+    category = "seed"
+    default = 1
+
+    def validate(self):
+        if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < 0:
+            self.fail(f"expected a non-negative integer seed, got {self.value!r}")
+
+    def overrides(self):
+        return {"model.seed": self.value}
+
+
+@register
+class Precision(Variant):
+    name = "precision"
+    help = "training precision: 32-true, 16-mixed (with loss scaling) or bf16-mixed"
+    category = "precision"
+    default = "16-mixed"
+
+    def validate(self):
+        if self.value not in PRECISIONS:
+            self.fail(f"{self.value!r} is not one of {', '.join(PRECISIONS)}")
+
+    def overrides(self):
+        return {"train.precision": self.value}
+
+    def verify(self, arm):
+        if arm.policy is not None and arm.policy.name != self.value:
+            raise RuntimeError(f"precision variant {self.value} but the arm trains in {arm.policy.name}")
+
+
+@register
+class GradientCheckpointing(Variant):
+    name = "gradient-checkpointing"
+    help = "recompute UNet activations during the backward pass instead of storing them"
+
+    def validate(self):
+        if not isinstance(self.value, bool):
+            self.fail(f"expected true or false, got {self.value!r}")
+
+    def overrides(self):
+        return {"model.gradient_checkpointing": self.value}
+
+    def verify(self, arm):
+        if bool(arm.unet.is_gradient_checkpointing) != self.value:
+            raise RuntimeError(f"gradient checkpointing should be {self.value} but the UNet says otherwise")
+
+
+@register
+class AdamWImpl(Variant):
+    name = "adamw-impl"
+    help = "AdamW implementation: loop (per-tensor), foreach (multi-tensor) or fused (one kernel)"
+    default = "fused"
+
+    def validate(self):
+        if self.value not in ADAMW_IMPLS:
+            self.fail(f"{self.value!r} is not one of {', '.join(ADAMW_IMPLS)}")
+
+    def overrides(self):
+        return {"train.adamw_impl": self.value}
+
+    def verify(self, arm):
+        defaults = arm.optimizer.defaults if arm.optimizer is not None else None
+        if defaults is None:
+            return
+        actual = "fused" if defaults.get("fused") else "foreach" if defaults.get("foreach") else "loop"
+        if actual != self.value:
+            raise RuntimeError(f"adamw-impl {self.value} but the optimizer runs {actual}")

@@ -1,0 +1,91 @@
+"""Variants: the one thing two arms of a pair differ in, registered by name.
+
+A variant is a small class with a name. It changes one arm's recipe through dotted-key
+overrides (``attention.name``, ``model.seed``, ``train.precision``), so an arm is fully
+described by its resolved recipe (saved with its checkpoints), and it verifies after the
+arm is built that the change really took (``verify``): no global switches, nothing
+silently skipped. Adding a training optimization to study is one subclass::
+
+    @register
+    class ChannelsLast(Variant):
+        name = "channels-last"
+        help = "UNet weights and activations in channels-last memory format"
+        def overrides(self):
+            return {"model.channels_last": bool(self.value)}
+
+In a pair recipe an arm lists its variants as ``name`` or ``{name: value}``::
+
+    arms:
+      a: [{attention: sdpa-flash}]
+      b: [{attention: baseline}]
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from divergence.errors import RecipeError
+
+# What a variant changes, which sets a pair's role in a bounding study (see PairInfo).
+CATEGORIES = ("seed", "precision", "optimization")
+
+VARIANTS: dict[str, type["Variant"]] = {}
+
+
+class Variant:
+    """One named change to an arm. Subclasses set ``name``, ``help``, ``category``."""
+
+    name: ClassVar[str]
+    help: ClassVar[str] = ""
+    category: ClassVar[str] = "optimization"
+    # The value used when the recipe gives the bare name (``- gradient-checkpointing``).
+    default: ClassVar[Any] = True
+
+    def __init__(self, value: Any = None, key: str = ""):
+        self.value = self.default if value is None else value
+        self.key = key
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``RecipeError`` naming ``self.key`` if ``self.value`` is unusable."""
+
+    def overrides(self) -> dict[str, Any]:
+        """Dotted recipe keys this variant sets on its arm."""
+        raise NotImplementedError
+
+    def verify(self, arm) -> None:
+        """Check on the built arm that the change took; raise RuntimeError if not."""
+
+    def label(self) -> str:
+        return self.name if self.value is True else f"{self.name}={_short(self.value)}"
+
+    def fail(self, message: str) -> None:
+        raise RecipeError(f"{self.key or self.name}: {message}")
+
+
+def register(cls: type[Variant]) -> type[Variant]:
+    if cls.category not in CATEGORIES:
+        raise ValueError(f"variant {cls.__name__}: category {cls.category!r} is not one of {CATEGORIES}")
+    VARIANTS[cls.name] = cls
+    return cls
+
+
+def parse_variant(spec: Any, key: str) -> Variant:
+    """``"name"`` or ``{name: value}`` from a recipe -> a validated Variant."""
+    if isinstance(spec, str):
+        name, value = spec, None
+    elif isinstance(spec, dict) and len(spec) == 1:
+        (name, value), = spec.items()
+    else:
+        raise RecipeError(f"{key}: a variant is a name or a one-key mapping {{name: value}}, got {spec!r}")
+    if name not in VARIANTS:
+        raise RecipeError(f"{key}: unknown variant {name!r}; registered variants: {', '.join(sorted(VARIANTS))}")
+    return VARIANTS[name](value, key)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, dict):
+        name = value.get("name", "")
+        rest = ",".join(f"{k}={v}" for k, v in value.items() if k != "name")
+        return f"{name}({rest})" if rest else str(name)
+    return str(value)
