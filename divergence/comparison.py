@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from divergence.checkpoints import Match, TensorSource, match_tensors, open_checkpoint
+from divergence.checkpoints.source import InMemorySource
 from divergence.metrics import classify_kinds, compare_tensors, module_of, summarize
 
 
@@ -42,16 +43,28 @@ def compare_checkpoints(
     return comparison
 
 
+def compare_state_dicts(a: dict, b: dict, device=None) -> Comparison:
+    """Compare two in-memory weight dicts (the arms of a pair) where the tensors live.
+
+    The same code path as ``divergence compare`` on the two arms' saved checkpoints, so the
+    numbers a training callback logs are the numbers ``compare`` reproduces offline.
+    """
+    source_a, source_b = InMemorySource("arm a", a), InMemorySource("arm b", b)
+    return compare_sources(source_a, source_b, match_tensors(source_a, source_b), device)
+
+
 def compare_sources(a: TensorSource, b: TensorSource, match: Match, device="cpu", progress=None) -> Comparison:
     """One record per matched pair, with ``name, shape, numel, dtype_a, dtype_b``, the
-    metrics, ``nonfinite_a/b``, and ``module`` and ``kind`` for grouping."""
+    metrics, ``nonfinite_a/b``, and ``module`` and ``kind`` for grouping. ``device=None``
+    compares each pair where tensor a lives."""
     kinds = classify_kinds({name: a.info(na).shape for name, na, _ in match.pairs})
     pairs = progress(match.pairs) if progress else match.pairs
     records = []
     for name, name_a, name_b in pairs:
         info_a, info_b = a.info(name_a), b.info(name_b)
-        ta = a.load(name_a).to(device)
-        tb = b.load(name_b).to(device)
+        ta = a.load(name_a)
+        ta = ta if device is None else ta.to(device)
+        tb = b.load(name_b).to(ta.device)
         record = {
             "name": name,
             "shape": list(info_a.shape),

@@ -1,0 +1,147 @@
+"""A pair run's records as arrays: whole-model, per-kind and per-layer trajectories, losses.
+
+A *layer* here is one compared weight tensor (``...attn1.to_q.weight``), the unit the store
+records. For a pair p with tracked steps t_1 < ... < t_T and a metric m (Wasserstein distance
+or max difference):
+
+    D_p(t)        whole-model value at step t, from the step record (the numel-weighted mean
+                  of the layers' Wasserstein distances; the max over layers of the max
+                  difference; see ``divergence.metrics.grouping``)
+    D_{p,l}(t)    layer l's value at step t, from its tensor record
+    R_p(t)        = D_p(t) - D_p(t_1), the growth since the first tracked step
+
+The relative trajectory is a difference, not a quotient D(t)/D(t_1): pairs that share their
+initial weights start at D(t_1) = 0 when step 0 is tracked, where a quotient is undefined,
+and a difference puts every pair on a common origin so their slopes can be read off one
+plot (the paper's Fig. 8; the paper does not define its "relative" difference).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from divergence.metrics.grouping import summarize
+
+# The two weight metrics of the paper (Fig. 7): 1-D Wasserstein distance between the value
+# distributions, and the elementwise maximum absolute difference.
+METRICS = ("wasserstein", "max_abs_diff")
+METRIC_LABELS = {"wasserstein": "Wasserstein distance", "max_abs_diff": "max difference"}
+
+
+@dataclass(frozen=True)
+class PairData:
+    """Everything the analysis reads from one pair run, as arrays (T tracked steps, L layers)."""
+
+    name: str
+    category: str  # optimization | seed | precision | control
+    description: str
+    finished: bool
+    last_step: int | None
+    max_steps: int
+    steps: np.ndarray  # (T,) tracked steps, ascending
+    model: dict[str, np.ndarray]  # metric -> (T,) whole-model value
+    layers: tuple[str, ...]  # (L,) tensor names, in the order first recorded
+    kinds: tuple[str, ...]  # (L,) kind of each layer (attn_q, conv, norm, ...)
+    numel: np.ndarray  # (L,) element count of each layer
+    layer_values: dict[str, np.ndarray]  # metric -> (L, T); NaN where missing or non-finite
+    kind_values: dict[str, dict[str, np.ndarray]]  # kind -> metric -> (T,)
+    loss_steps: np.ndarray  # (S,) every recorded training step
+    loss: dict[str, np.ndarray]  # "a"/"b" -> (S,) training loss of each arm (NaN if absent)
+    spikes: dict[str, np.ndarray]  # "a"/"b" -> (S,) bool, the trainer's loss-spike flags
+    folder: str = ""
+    arms: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """What a person reads: the description, else the name."""
+        return self.description or self.name
+
+    def relative(self, metric: str) -> np.ndarray:
+        """R(t) = D(t) - D(t_1): growth of the whole-model metric since the first tracked step."""
+        values = self.model[metric]
+        return values - values[0] if values.size else values
+
+    def finite_layers(self, metric: str, columns: np.ndarray | None = None) -> np.ndarray:
+        """(L,) bool: layers whose metric is finite at every tracked step (or at ``columns``)."""
+        values = self.layer_values[metric]
+        if columns is not None:
+            values = values[:, columns]
+        return np.isfinite(values).all(axis=1)
+
+
+def pair_from_records(info, step_records: list[dict], tensor_records, folder: str = "") -> PairData:
+    """Build a ``PairData`` from a ``PairInfo`` and the store's step and tensor records."""
+    step_records = sorted(step_records, key=lambda r: r["step"])
+    tracked = [r for r in step_records if r.get("tracked")]
+    steps = np.array([r["step"] for r in tracked], dtype=np.int64)
+    column = {int(s): i for i, s in enumerate(steps)}
+    by_step: dict[int, list[dict]] = defaultdict(list)
+    for record in tensor_records:
+        if record["step"] in column:
+            by_step[record["step"]].append(record)
+    layers, kinds, numel, layer_values = _layer_arrays(by_step, column, len(steps))
+    model = {m: np.array([_model_value(r, by_step[r["step"]], m) for r in tracked], dtype=float) for m in METRICS}
+    return PairData(
+        name=info.name, category=info.category, description=info.description, finished=bool(info.finished),
+        last_step=info.last_step, max_steps=int(info.max_steps or 0), folder=str(folder), arms=dict(info.arms or {}),
+        steps=steps, model=model, layers=layers, kinds=kinds, numel=numel, layer_values=layer_values,
+        kind_values=_kind_arrays(tracked, by_step),
+        loss_steps=np.array([r["step"] for r in step_records], dtype=np.int64),
+        loss={arm: np.array([_float(r.get(f"loss_{arm}")) for r in step_records]) for arm in "ab"},
+        spikes={arm: np.array([bool(r.get(f"spike_{arm}")) for r in step_records], dtype=bool) for arm in "ab"},
+    )
+
+
+def _layer_arrays(by_step: dict[int, list[dict]], column: dict[int, int], n_steps: int):
+    index: dict[str, int] = {}
+    kinds: list[str] = []
+    numel: list[int] = []
+    for step in sorted(by_step):
+        for record in by_step[step]:
+            if record["tensor"] not in index:
+                index[record["tensor"]] = len(index)
+                kinds.append(record.get("kind", "other"))
+                numel.append(int(record.get("numel", 1)))
+    values = {m: np.full((len(index), n_steps), np.nan) for m in METRICS}
+    for step, records in by_step.items():
+        for record in records:
+            for m in METRICS:
+                values[m][index[record["tensor"]], column[step]] = _float(record.get(m))
+    return tuple(index), tuple(kinds), np.array(numel, dtype=float), values
+
+
+def _kind_arrays(tracked: list[dict], by_step: dict[int, list[dict]]) -> dict[str, dict[str, np.ndarray]]:
+    """kind -> metric -> (T,), from the step records' ``kinds`` (recomputed if absent)."""
+    per_step = []
+    for record in tracked:
+        kinds = record.get("kinds")
+        if kinds is None:
+            groups: dict[str, list[dict]] = defaultdict(list)
+            for r in by_step[record["step"]]:
+                groups[r.get("kind", "other")].append(r)
+            kinds = {k: summarize(rs) for k, rs in groups.items() if _summarizable(rs)}
+        per_step.append(kinds)
+    names = sorted({k for kinds in per_step for k in kinds})
+    return {k: {m: np.array([_float(kinds.get(k, {}).get(m)) for kinds in per_step]) for m in METRICS} for k in names}
+
+
+def _model_value(step_record: dict, tensor_records: list[dict], metric: str) -> float:
+    """The step record's whole-model value; recomputed from the tensor records if absent."""
+    if metric in step_record:
+        return _float(step_record[metric])
+    if tensor_records and _summarizable(tensor_records):
+        return _float(summarize(tensor_records)[metric])
+    return math.nan
+
+
+def _summarizable(records: list[dict]) -> bool:
+    keys = ("numel", "wasserstein", "max_abs_diff", "norm_a", "norm_b", "nonfinite_a", "nonfinite_b", "mean_abs_diff", "rms_diff", "rel_l2", "cosine")
+    return all(all(k in r for k in keys) for r in records)
+
+
+def _float(value) -> float:
+    return math.nan if value is None else float(value)

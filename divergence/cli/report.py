@@ -1,0 +1,80 @@
+"""``divergence report DIR... [--out DIR]``: the bounding verdict and its report from pair runs.
+
+Each DIR is a pair run folder (``pair.json`` + ``metrics.jsonl``) or a folder whose subfolders
+are, such as a study folder; runs trained elsewhere and copied in work the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from divergence.errors import UserInputError
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "report",
+        help="the bounding verdict and its report (HTML, Markdown, JSON, figures) from pair runs",
+        description="Analyse finished pair runs: growth of the weight difference per pair, its ratio to the "
+        "low-precision and seed pairs with bootstrap intervals, and the verdict. Writes report.html, report.md, "
+        "summary.json and figures/ into --out, and logs them to wandb (offline unless wandb is configured).",
+    )
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="a pair run folder, or a folder of them (a study)")
+    p.add_argument("--out", metavar="DIR", help="where to write the report (default: DIR when one is given)")
+    p.add_argument("--no-wandb", action="store_true", help="do not log the report to wandb")
+    p.add_argument("--wandb-project", metavar="NAME", help="wandb project (default: $WANDB_PROJECT or divergence)")
+    p.add_argument("--bootstrap", type=int, default=2000, metavar="N", help="bootstrap replicates (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap draws (default 0)")
+    p.add_argument("--min-steps", type=int, default=5, metavar="N",
+                   help="tracked steps two pairs must share for a verdict (default 5)")
+    return p
+
+
+def run(args) -> int:
+    out = _out_dir(args)
+    if args.bootstrap < 100:
+        raise UserInputError(f"--bootstrap {args.bootstrap}: use at least 100 replicates for a 95% interval")
+    if args.min_steps < 3:
+        raise UserInputError(f"--min-steps {args.min_steps}: a slope with an interval needs at least 3 steps")
+    from divergence.report import build_report
+
+    report = build_report(args.dirs, out, n_boot=args.bootstrap, seed=args.seed, min_steps=args.min_steps)
+    _print(report)
+    if not args.no_wandb:
+        _log_wandb(report, args.wandb_project)
+    return 0
+
+
+def _out_dir(args) -> Path:
+    if args.out:
+        return Path(args.out)
+    if len(args.dirs) == 1:
+        return Path(args.dirs[0])
+    raise UserInputError(f"{len(args.dirs)} input folders given: say where the report goes with --out DIR")
+
+
+def _print(report) -> None:
+    for v in report.analysis.verdicts:
+        print(v.headline)
+        for note in (*v.reasons, *v.caveats):
+            print(f"  - {note}")
+    if not report.analysis.verdicts:
+        print("No verdict: no pair under study (category optimization) among the inputs.")
+    for warning in report.analysis.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"report: {report.out / 'report.html'} (also report.md, summary.json, figures/)")
+
+
+def _log_wandb(report, project: str | None) -> None:
+    from divergence.report.wandb_log import log_report
+
+    try:
+        where = log_report(report.summary, report.figures, report.files, report.out, project)
+    except Exception as err:  # noqa: BLE001 - the report is written; wandb trouble must not hide it
+        print(f"warning: logging to wandb failed ({type(err).__name__}: {err}); the report files are written. "
+              "Use --no-wandb to skip wandb.", file=sys.stderr)
+        return
+    report.wandb = where
+    print(f"wandb: {where}")

@@ -1,0 +1,71 @@
+"""Build the report of a set of pair runs: figures, ``report.html``, ``report.md``, ``summary.json``."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from divergence.analysis import MIN_STEPS, Analysis, analyze, to_summary
+from divergence.analysis.growth import N_BOOT
+from divergence.errors import UserInputError
+from divergence.report.figures import all_figures
+from divergence.report.html import render_html
+from divergence.report.inputs import load_pairs
+from divergence.report.markdown import render_markdown
+from divergence.tables import write_csv, write_json
+
+FIGURES_DIR = "figures"
+
+
+@dataclass
+class Report:
+    analysis: Analysis
+    summary: dict
+    out: Path
+    files: list[Path]  # report.html, report.md, summary.json, trajectories.csv
+    figures: dict[str, Path] = field(default_factory=dict)
+    wandb: str | None = None  # where the wandb run went, when logged
+
+
+def build_report(inputs: list[str | Path], out: str | Path, n_boot: int = N_BOOT, seed: int = 0,
+                 min_steps: int = MIN_STEPS) -> Report:
+    """Read the pair runs under ``inputs``, analyse them and write the report into ``out``."""
+    pairs = load_pairs(inputs)  # first: bad input must not leave an empty report folder behind
+    out = Path(out).resolve()
+    try:
+        (out / FIGURES_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserInputError(f"{out}: cannot create the report folder: {err.strerror or err}") from None
+    analysis = analyze(pairs, n_boot=n_boot, seed=seed, min_steps=min_steps)
+    summary = to_summary(analysis)
+    generated = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    summary["generated"] = generated
+    figures = all_figures(analysis, out / FIGURES_DIR)
+    summary["figures"] = {k: p.relative_to(out).as_posix() for k, p in figures.items()}
+    files = [out / "summary.json", out / "trajectories.csv", out / "report.md", out / "report.html"]
+    write_json(files[0], summary)
+    write_csv(files[1], _trajectory_rows(analysis), ("pair", "category", "step", "wasserstein", "max_abs_diff",
+                                                     "relative_wasserstein", "relative_max_abs_diff"))
+    _write_text(files[2], render_markdown(analysis, figures, out, generated))
+    _write_text(files[3], render_html(analysis, figures, generated))
+    return Report(analysis, summary, out, files, figures)
+
+
+def _trajectory_rows(analysis: Analysis):
+    for p in analysis.pairs:
+        rel = {m: p.relative(m) for m in p.model}
+        for i, step in enumerate(p.steps.tolist()):
+            yield {"pair": p.name, "category": p.category, "step": step,
+                   **{m: float(p.model[m][i]) for m in p.model}, **{f"relative_{m}": float(rel[m][i]) for m in rel}}
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write atomically: a browser or wandb never reads half a report."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise UserInputError(f"{path}: cannot write: {err.strerror or err}") from None

@@ -1,0 +1,182 @@
+"""The report's figures as PNG files, one function per figure.
+
+Each function writes one PNG into ``out_dir`` and returns its path, or None when there is
+nothing to draw. Colours follow the pair's role: the pair under study red, low precision
+orange, seed blue, control grey.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
+
+from divergence.analysis import METRIC_LABELS, METRICS, Analysis, PairData, layer_mean  # noqa: E402
+
+COLORS = {"optimization": "#d62728", "precision": "#ff7f0e", "seed": "#1f77b4", "control": "#7f7f7f"}
+STYLES = ("-", "--", ":", "-.")
+HEATMAP_ROWS = 30
+DPI = 110
+
+
+def file_stem(name: str) -> str:
+    """A pair name made safe for a file name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def _finish(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def _style(pairs: list[PairData]) -> dict[str, dict]:
+    """Colour by role; line style tells apart several pairs of one role."""
+    seen: dict[str, int] = {}
+    out = {}
+    for p in pairs:
+        i = seen.get(p.category, 0)
+        seen[p.category] = i + 1
+        out[p.name] = {"color": COLORS.get(p.category, "black"), "linestyle": STYLES[i % len(STYLES)]}
+    return out
+
+
+def trajectory(analysis: Analysis, metric: str, out_dir: Path) -> Path | None:
+    """Whole-model metric of every pair over training (paper Fig. 7), log scale: pairs span decades."""
+    pairs = [p for p in analysis.pairs if len(p.steps)]
+    if not pairs:
+        return None
+    style = _style(pairs)
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    for p in pairs:
+        values = p.model[metric]
+        positive = values > 0
+        label = f"{p.label} [{p.category}]"
+        if not positive.any():
+            ax.plot([], [], label=f"{label}: exactly 0, not drawn", **style[p.name])
+            continue
+        ax.plot(p.steps[positive], values[positive], marker="o", markersize=2.5, label=label, **style[p.name])
+    ax.set_yscale("log")
+    ax.set_xlabel("training step")
+    ax.set_ylabel(f"whole-model {METRIC_LABELS[metric]}")
+    ax.set_title(f"Weight difference between the two arms of each pair: {METRIC_LABELS[metric]}")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(fig, out_dir / f"trajectory_{metric}.png")
+
+
+def relative_growth(analysis: Analysis, metric: str, out_dir: Path) -> Path | None:
+    """Growth since the first tracked step with its fitted slope (paper Fig. 8), linear scale."""
+    pairs = [p for p in analysis.pairs if len(p.steps) > 1]
+    if not pairs:
+        return None
+    style = _style(pairs)
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    for p in pairs:
+        y = layer_mean(p, metric)
+        rel = y - y[0]
+        g = analysis.growth[p.name][metric]
+        rate = f"g = {g.value * 1000:.3g}/1k steps" if np.isfinite(g.value) else "g undefined"
+        if g.defined:
+            rate += f" ({g.lo * 1000:.3g}-{g.hi * 1000:.3g})"
+        ax.plot(p.steps, rel, marker="o", markersize=2.5, label=f"{p.label}: {rate}", **style[p.name])
+        if np.isfinite(g.value):
+            fit = g.value * (p.steps - p.steps.mean()) + rel.mean()  # the OLS line through the points
+            ax.plot(p.steps, fit, color=style[p.name]["color"], alpha=0.45, linewidth=1,
+                    linestyle=(0, (4, 3)))
+    ax.set_xlabel("training step")
+    ax.set_ylabel(f"increase in {METRIC_LABELS[metric]}\nsince the first tracked step")
+    ax.set_title(f"Relative growth and fitted rate g (95% CI): {METRIC_LABELS[metric]}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(fig, out_dir / f"relative_{metric}.png")
+
+
+def growth_rates(analysis: Analysis, out_dir: Path) -> Path | None:
+    """Growth rate g of every pair with its bootstrap interval, one panel per metric."""
+    pairs = [p for p in analysis.pairs if np.isfinite(analysis.growth[p.name]["wasserstein"].value)]
+    if not pairs:
+        return None
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(11, 0.5 * len(pairs) + 1.8), sharey=True)
+    ys = np.arange(len(pairs))[::-1]
+    for ax, metric in zip(axes, METRICS):
+        for y, p in zip(ys, pairs):
+            g = analysis.growth[p.name][metric]
+            err = [[g.value - g.lo], [g.hi - g.value]] if g.defined else None
+            ax.errorbar([g.value * 1000], [y], xerr=None if err is None else np.array(err) * 1000, fmt="o",
+                        color=COLORS.get(p.category, "black"), capsize=4)
+        ax.axvline(0, color="black", linewidth=0.6)
+        ax.set_xlabel(f"g, {METRIC_LABELS[metric]} per 1k steps")
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[0].set_yticks(ys)
+    axes[0].set_yticklabels([f"{p.label} [{p.category}]" for p in pairs])
+    fig.suptitle("Growth rate of the weight difference (95% bootstrap interval)")
+    return _finish(fig, out_dir / "growth_rates.png")
+
+
+def heatmap(pair: PairData, out_dir: Path, metric: str = "wasserstein", rows: int = HEATMAP_ROWS) -> Path | None:
+    """Per-layer metric over steps for the ``rows`` layers with the largest final value."""
+    if not pair.layers or not len(pair.steps):
+        return None
+    values = pair.layer_values[metric]
+    final = np.nan_to_num(values[:, -1], nan=-np.inf)
+    order = np.argsort(-final, kind="stable")[:rows]
+    shown = values[order]
+    positive = shown[np.isfinite(shown) & (shown > 0)]
+    if positive.size == 0:
+        return None  # all zero (a deterministic control): nothing to colour
+    fig, ax = plt.subplots(figsize=(10, 0.26 * len(order) + 1.9))
+    masked = np.ma.masked_where(~(np.isfinite(shown) & (shown > 0)), shown)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
+    image = ax.imshow(masked, aspect="auto", interpolation="nearest", cmap=cmap,
+                      norm=LogNorm(vmin=positive.min(), vmax=positive.max()))
+    ax.set_yticks(range(len(order)))
+    ax.set_yticklabels([f"{pair.layers[i]}  [{pair.kinds[i]}]" for i in order], fontsize=7)
+    ticks = np.arange(0, len(pair.steps), -(-len(pair.steps) // 10))  # at most 10 evenly spaced labels
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(pair.steps[i]) for i in ticks], fontsize=8)
+    ax.set_xlabel("training step")
+    fig.colorbar(image, ax=ax, label=METRIC_LABELS[metric], pad=0.01)
+    ax.set_title(f"{pair.label}: top {len(order)} layers by final {METRIC_LABELS[metric]} (grey: zero or NaN)",
+                 fontsize=10)
+    return _finish(fig, out_dir / f"heatmap_{file_stem(pair.name)}.png")
+
+
+def losses(pair: PairData, out_dir: Path) -> Path | None:
+    """Training loss of both arms, with the trainer's loss-spike flags marked."""
+    if not len(pair.loss_steps) or not any(np.isfinite(pair.loss[arm]).any() for arm in "ab"):
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for arm, color in (("a", "#2ca02c"), ("b", "#9467bd")):
+        ax.plot(pair.loss_steps, pair.loss[arm], color=color, linewidth=1, label=f"arm {arm}")
+        flagged = pair.spikes[arm]
+        if flagged.any():
+            ax.plot(pair.loss_steps[flagged], pair.loss[arm][flagged], linestyle="none", marker="v", markersize=8,
+                    color="#d62728", markeredgecolor="black", label=f"spike flagged in arm {arm} ({flagged.sum()})")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("training loss")
+    ax.set_title(f"{pair.label}: loss of both arms")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(fig, out_dir / f"loss_{file_stem(pair.name)}.png")
+
+
+def all_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
+    """Every figure; keys name them for the HTML and wandb (``trajectory_wasserstein``, ``loss/<pair>``)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, Path | None] = {}
+    for metric in METRICS:
+        figures[f"trajectory_{metric}"] = trajectory(analysis, metric, out_dir)
+        figures[f"relative_{metric}"] = relative_growth(analysis, metric, out_dir)
+    figures["growth_rates"] = growth_rates(analysis, out_dir)
+    for pair in analysis.pairs:
+        figures[f"heatmap/{pair.name}"] = heatmap(pair, out_dir)
+        figures[f"loss/{pair.name}"] = losses(pair, out_dir)
+    return {k: v for k, v in figures.items() if v is not None}

@@ -1,0 +1,65 @@
+"""Find pair run folders and read them into ``PairData``.
+
+A pair run folder holds ``pair.json`` and ``metrics.jsonl`` (written by paired training). The
+report takes such folders, or folders whose direct subfolders are such folders (a study), so
+runs trained in separate jobs or on other machines are reported on by copying them in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from divergence.analysis import PairData, pair_from_records
+from divergence.errors import UserInputError
+from divergence.store import MetricsStore
+from divergence.store.metrics_store import FILENAME as STORE_FILE
+from divergence.store.pair_info import FILENAME as PAIR_FILE
+from divergence.store.pair_info import PairInfo
+
+
+def find_runs(paths: list[str | Path]) -> list[Path]:
+    """Every pair run folder named by ``paths`` (each a run folder or a folder of them)."""
+    runs: list[Path] = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            raise UserInputError(f"{path}: not a folder; give a pair run folder or a study folder holding them")
+        if _is_run(path):
+            runs.append(path)
+            continue
+        found = sorted(p for p in path.iterdir() if p.is_dir() and _is_run(p))
+        if not found:
+            raise UserInputError(f"{path}: no pair runs here (expected {PAIR_FILE} and {STORE_FILE} in it "
+                                 "or in its subfolders); point at the folder paired training wrote")
+        runs.extend(found)
+    unique = list(dict.fromkeys(p.resolve() for p in runs))
+    return unique
+
+
+def load_pairs(paths: list[str | Path]) -> list[PairData]:
+    """Read every pair run under ``paths``; pair names must be unique."""
+    pairs, seen = [], {}
+    for folder in find_runs(paths):
+        pair = load_pair(folder)
+        if pair.name in seen:
+            raise UserInputError(f"{folder}: pair name {pair.name!r} is also used by {seen[pair.name]}; "
+                                 f"report on one of them, or rename one in its {PAIR_FILE}")
+        seen[pair.name] = folder
+        pairs.append(pair)
+    return pairs
+
+
+def load_pair(folder: str | Path) -> PairData:
+    folder = Path(folder)
+    info = PairInfo.read(folder)
+    store = MetricsStore(folder)
+    if not store.exists():
+        raise UserInputError(f"{store.path}: no metrics store here; was {folder} written by paired training?")
+    try:
+        return pair_from_records(info, store.step_records(), store.tensor_records(), folder=str(folder))
+    except (KeyError, TypeError) as err:
+        raise UserInputError(f"{store.path}: a record lacks or mistypes the key {err}; "
+                             "was it written by this version of divergence?") from None
+
+
+def _is_run(path: Path) -> bool:
+    return (path / PAIR_FILE).is_file() or (path / STORE_FILE).is_file()

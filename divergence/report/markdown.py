@@ -1,0 +1,55 @@
+"""``report.md``: the same content as the HTML, figures linked from ``figures/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from divergence.analysis import METRIC_LABELS, METRICS, Analysis
+from divergence.report import content
+from divergence.report.content import Table
+
+
+def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path, generated: str) -> str:
+    lines = ["# Divergence report", "", f"_{generated} · {len(analysis.pairs)} pair runs_", ""]
+    if not analysis.verdicts:
+        lines += ["**No verdict**: no pair under study (category optimization) among the inputs.", ""]
+    for v in analysis.verdicts:
+        lines += [f"**{v.headline}**", ""]
+        lines += [f"By {METRIC_LABELS[m]} ({mv.status.replace('_', ' ')}): {mv.sentence}." for m, mv in v.metrics.items()
+                  if m != "wasserstein" and mv.sentence]
+        lines += [f"- {note}" for note in (*v.reasons, *v.caveats)] + [""]
+    lines += [f"> Warning: {w}" for w in analysis.warnings] + ([""] if analysis.warnings else [])
+    if analysis.verdicts:
+        lines += ["## Ratios of growth rates", "", _table(content.ratio_table(analysis)), ""]
+    lines += ["## Pairs", "", _table(content.pairs_table(analysis)), "", "### Noise floor", ""]
+    lines += [*content.noise_floor_text(analysis), "", "## Weight difference over training", ""]
+    lines += [_image(figures.get(f"trajectory_{m}"), out_dir, f"whole-model {METRIC_LABELS[m]}") for m in METRICS]
+    lines += ["", "## Relative growth and growth rates", ""]
+    lines += [_image(figures.get(f"relative_{m}"), out_dir, f"relative {METRIC_LABELS[m]}") for m in METRICS]
+    lines += [_image(figures.get("growth_rates"), out_dir, "growth rates"), ""]
+    for pair in analysis.pairs:
+        lines += [f"## Pair {pair.name} ({content.ROLES.get(pair.category, pair.category)}: {pair.label})", "",
+                  _image(figures.get(f"loss/{pair.name}"), out_dir, "loss"), "", content.spikes_text(pair), ""]
+        if content.all_zero(pair):
+            lines += ["Every layer is exactly equal in both arms at every tracked step.", ""]
+            continue
+        lines += [_image(figures.get(f"heatmap/{pair.name}"), out_dir, "per-layer heatmap"), "",
+                  "### Most divergent layers", "", _table(content.top_layers_table(pair)), "",
+                  "### By kind of layer", "", _table(content.kinds_table(pair)), ""]
+    lines += ["## Method", ""] + [p + "\n" for p in content.METHOD]
+    lines.append("Every number above is in `summary.json` beside this file.")
+    return "\n".join(line for line in lines if line is not None) + "\n"
+
+
+def _table(table: Table) -> str:
+    if not table.rows:
+        return "_(no data)_"
+    aligns = ["---" if i < table.align_left else "---:" for i in range(len(table.columns))]
+    rows = [table.columns, aligns, *table.rows]
+    return "\n".join("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows)
+
+
+def _image(path: Path | None, out_dir: Path, alt: str) -> str:
+    if path is None:
+        return f"_({alt}: no data to draw)_"
+    return f"![{alt}]({Path(path).relative_to(out_dir).as_posix()})"

@@ -1,0 +1,140 @@
+"""The divergence callback: how far apart the two arms' weights are, step by step.
+
+At every step it records both arms' losses (and flags spikes); every ``tracking.every``
+steps, at every checkpoint step, at step 0 (the initial weights) and at the last step, it
+also compares the arms' current weights tensor by tensor with ``divergence.metrics``, on
+the device where they live, and aggregates per module, per kind and whole model. Records go
+to the metrics store (``DIR/metrics.jsonl``) and the same numbers to every Lightning logger:
+
+    divergence/model/<metric>                  whole-model summary, each of the six metrics
+    divergence/wasserstein/<module>            per module (parent path of the tensors)
+    divergence/max_abs_diff/<module>
+    divergence/kind/<kind>/<metric>            per kind of layer (attn_q, conv, norm, ...)
+    train/loss_a, train/loss_b, train/loss_diff, train/spike_a, train/spike_b
+    divergence/layers                          a wandb Table of the latest per-module values
+                                               (at checkpoint steps and the last step)
+
+Resume: when a run restarts from a checkpoint at step G, records after G are dropped from
+the store (they are recomputed, bitwise the same on CPU) and the spike detectors' state
+comes back with the checkpoint. This callback must run before the resume checkpoint is
+written at a step, so the saved state includes that step (``divergence.training.pair``
+orders the callbacks so).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from lightning.pytorch.callbacks import Callback
+
+from divergence.metrics import METRICS, aggregate
+from divergence.recipe.pair import TrackingConfig
+from divergence.store import MetricsStore
+from divergence.training.spikes import SpikeDetector
+
+ARMS = ("a", "b")
+TABLE_COLUMNS = ["module", "kind", "tensors", "numel", *METRICS]
+
+
+class DivergenceTracker(Callback):
+    """Compares ``pl_module.arms['a']`` with ``pl_module.arms['b']``; reads ``pl_module.last_outputs``."""
+
+    def __init__(self, out: str | Path, tracking: TrackingConfig, checkpoint_every: int = 0):
+        self.out, self.tracking, self.checkpoint_every = Path(out), tracking, checkpoint_every
+        self.spikes = {arm: SpikeDetector(tracking.spike_factor, tracking.spike_window) for arm in ARMS}
+        self.store: MetricsStore | None = None
+        self.last_summary: dict | None = None
+
+    # -- Lightning hooks: thin, the work is in the helpers below ---------------------------
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero:
+            self.store = MetricsStore(self.out).open_for_append()
+            self.store.truncate_after(trainer.global_step)
+        if trainer.global_step == 0 and (self.store is None or self.store.last_step() is None):
+            self._record(trainer, pl_module, 0, outputs=None)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._record(trainer, pl_module, trainer.global_step, pl_module.last_outputs)
+
+    def state_dict(self) -> dict:
+        return {arm: detector.state_dict() for arm, detector in self.spikes.items()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        for arm, detector in self.spikes.items():
+            detector.load_state_dict(state_dict.get(arm, {}))
+
+    # -- helpers ----------------------------------------------------------------------------
+    def is_tracked(self, step: int, max_steps: int) -> bool:
+        every_ckpt = self.checkpoint_every and step % self.checkpoint_every == 0
+        return step == 0 or step % self.tracking.every == 0 or bool(every_ckpt) or step == max_steps
+
+    def _record(self, trainer, pl_module, step: int, outputs) -> None:
+        record = self._loss_record(outputs)  # every rank: the detectors' state stays identical
+        if not trainer.is_global_zero:
+            return  # rank zero compares, writes and logs
+        tensors: list[dict] = []
+        if self.is_tracked(step, trainer.max_steps):
+            tensors, summary = self._compare(pl_module)
+            record.update(summary, tracked=True)
+            self.last_summary = record
+        else:
+            record["tracked"] = False
+        if self.store is not None:
+            self.store.append_step(step, tensors, record)
+        self._log(trainer, step, record, tensors)
+
+    def _loss_record(self, outputs) -> dict:
+        if outputs is None:
+            return {"loss_a": math.nan, "loss_b": math.nan, "loss_diff": math.nan, "spike_a": False, "spike_b": False}
+        losses = {arm: float(outputs[arm].loss) for arm in ARMS}
+        record = {f"loss_{arm}": losses[arm] for arm in ARMS}
+        record["loss_diff"] = losses["a"] - losses["b"]
+        record.update({f"spike_{arm}": self.spikes[arm].update(losses[arm]) for arm in ARMS})
+        return record
+
+    def _compare(self, pl_module) -> tuple[list[dict], dict]:
+        from divergence.comparison import compare_state_dicts
+
+        device = None if self.tracking.device == "auto" else self.tracking.device
+        result = compare_state_dicts(pl_module.arms["a"].weights(), pl_module.arms["b"].weights(), device)
+        tensors = [_tensor_record(r) for r in result.records]
+        kinds = {row["group"]: {m: row[m] for m in METRICS} for row in aggregate(result.records, "kind")}
+        summary = {k: result.summary[k] for k in (*METRICS, "numel", "tensors_nonfinite", "nonfinite_a", "nonfinite_b")}
+        return tensors, dict(summary, kinds=kinds)
+
+    def _log(self, trainer, step: int, record: dict, tensors: list[dict]) -> None:
+        if not trainer.loggers:
+            return
+        metrics = {f"train/{k}": float(record[k]) for k in ("loss_a", "loss_b", "loss_diff", "spike_a", "spike_b")
+                   if not (isinstance(record[k], float) and math.isnan(record[k]))}
+        modules = []
+        if record.get("tracked"):
+            metrics.update({f"divergence/model/{m}": record[m] for m in METRICS})
+            for kind, values in record["kinds"].items():
+                metrics.update({f"divergence/kind/{kind}/{m}": values[m] for m in ("wasserstein", "max_abs_diff")})
+            modules = aggregate([dict(r, name=r["tensor"]) for r in tensors], "module")
+            kind_of = {r["module"] or "(root)": r["kind"] for r in tensors if r["tensor"].endswith("weight")}
+            for row in modules:
+                row["kind"] = kind_of.get(row["group"], "")
+                metrics[f"divergence/wasserstein/{row['group']}"] = row["wasserstein"]
+                metrics[f"divergence/max_abs_diff/{row['group']}"] = row["max_abs_diff"]
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=step)
+        if modules and self._table_step(step, trainer.max_steps):
+            self._log_table(trainer, step, modules)
+
+    def _table_step(self, step: int, max_steps: int) -> bool:
+        return step == max_steps or bool(self.checkpoint_every and step % self.checkpoint_every == 0)
+
+    def _log_table(self, trainer, step: int, modules: list[dict]) -> None:
+        rows = [[r["group"], r.get("kind", ""), r["tensors"], r["numel"], *[r[m] for m in METRICS]] for r in modules]
+        for logger in trainer.loggers:
+            if hasattr(logger, "log_table"):
+                logger.log_table("divergence/layers", columns=TABLE_COLUMNS, data=rows, step=step)
+
+
+def _tensor_record(record: dict) -> dict:
+    """A comparison record as the store keeps it: ``tensor`` instead of ``name``."""
+    out = {k: v for k, v in record.items() if k != "name"}
+    return {"tensor": record["name"], **out}

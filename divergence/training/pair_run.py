@@ -1,0 +1,71 @@
+"""``divergence train`` for a pair recipe: both arms in lockstep, tracked, resumable.
+
+Layout of ``<out>``::
+
+    pair.yaml                              the resolved pair (both arms' recipes)
+    pair.json                              what the pair compares (read by the report)
+    metrics.jsonl                          the metrics store: per (step, tensor) records
+    a/checkpoints/step_NNNNNN.safetensors  arm a's weights-only checkpoints
+    b/checkpoints/step_NNNNNN.safetensors  arm b's, at the same steps
+    a/samples/, b/samples/                 image grids of each arm
+    resume/last.ckpt                       both arms' full training state
+    csv/metrics.csv, wandb/, tensorboard/  logs
+
+Running the same command again resumes from ``resume/last.ckpt``: the store drops the steps
+after that checkpoint and the run recomputes them, so the final weights and the metrics
+series equal those of an uninterrupted run (bitwise on CPU).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from divergence.errors import UserInputError
+from divergence.recipe.pair import PairRecipe
+from divergence.store.pair_info import PairInfo
+from divergence.training.run import RESUMABLE_CHANGES, _flatten
+
+PAIR_FILE = "pair.yaml"
+
+
+def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
+    """Train (or resume) the pair in ``out``; returns the finished ``lightning.Trainer``."""
+    from divergence.training.callbacks.divergence import DivergenceTracker
+    from divergence.training.pair import PairRun, pair_config
+    from divergence.training.run import fit
+
+    out = Path(out)
+    check_pair_folder(out, pair)
+    module = PairRun(pair)  # builds both arms: bad variants fail before any file is written
+    out.mkdir(parents=True, exist_ok=True)
+    (out / PAIR_FILE).write_text(yaml.safe_dump(pair_config(pair), sort_keys=False))
+    info = PairInfo(name=pair.name, category=pair.category, arms=pair.labels(), description=pair.summary_line(),
+                    max_steps=pair.base.train.max_steps, recipe=pair_config(pair)["recipes"]["a"])
+    info.write(out)
+    tracker = DivergenceTracker(out, pair.tracking, pair.base.train.checkpoint_every)
+    trainer = fit(module, pair.base, out, first_callbacks=[tracker], callbacks=callbacks)
+    info.finished, info.last_step = trainer.global_step >= pair.base.train.max_steps, trainer.global_step
+    if trainer.is_global_zero:
+        info.write(out)
+    return trainer
+
+
+def check_pair_folder(out: Path, pair: PairRecipe) -> None:
+    """Refuse to resume a folder trained with a different pair, naming the first differing key."""
+    from divergence.training.pair import pair_config
+
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"--out {out}: exists and is not a folder")
+    saved_path = out / PAIR_FILE
+    if not saved_path.is_file() or not (out / "resume").is_dir():
+        if (out / "recipe.yaml").is_file():
+            raise UserInputError(f"--out {out}: holds a single run, not a pair; choose a new --out")
+        return
+    saved, now = _flatten(yaml.safe_load(saved_path.read_text()) or {}), _flatten(pair_config(pair))
+    for key in sorted(set(saved) | set(now)):
+        resumable = key.split(".", 2)[-1].startswith(RESUMABLE_CHANGES) or key.startswith("tracking.")
+        if saved.get(key) != now.get(key) and not resumable:
+            raise UserInputError(f"--out {out}: holds a pair whose {key} = {saved.get(key)!r}, now {now.get(key)!r}; "
+                                 "resume with the same recipe or choose a new --out")
