@@ -74,10 +74,15 @@ def parse_block_size(text: str) -> tuple[int, int]:
     return (sizes[0], sizes[0]) if len(sizes) == 1 else (sizes[0], sizes[1])
 
 
-def cpu_flash_tile(seq_len_q: int) -> tuple[int, int]:
-    """The tile PyTorch's CPU flash kernel picks (``FlashAttentionKernel.cpp``, no mask).
+def cpu_flash_tile(seq_len_q: int, seq_len_kv: int | None = None) -> tuple[int, int]:
+    """The tile PyTorch's CPU flash kernel uses (``FlashAttentionKernel.cpp``, no mask).
 
-    Query split 256 for ``Lq >= 768``, 64 for ``Lq >= 192``, else 32; key/value split 512.
+    Query split 256 for ``Lq >= 768``, 64 for ``Lq >= 192``, else 32; key/value split 512; each
+    cut to the sequence length when that is shorter.
+
+    >>> cpu_flash_tile(4096), cpu_flash_tile(100)
+    ((256, 512), (32, 100))
     """
+    seq_len_kv = seq_len_q if seq_len_kv is None else seq_len_kv
     block_q = 256 if seq_len_q >= 768 else 64 if seq_len_q >= 192 else 32
-    return block_q, 512
+    return min(block_q, seq_len_q), min(512, seq_len_kv)

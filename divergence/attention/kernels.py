@@ -154,6 +154,8 @@ def _make_flash_attn(**options) -> Kernel:
 
 
 _TILED_OPTIONS = ("block_q", "block_kv", "accumulate", "block_order")
+_ACCUMULATE_NAMES = {"none": None, "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
+                     "fp64": torch.float64}
 
 
 def _make_tiled(**options) -> Kernel:
@@ -161,6 +163,11 @@ def _make_tiled(**options) -> Kernel:
     if unknown:
         raise UserInputError(f"kernel 'tiled': unknown option {unknown[0]!r}; allowed: {', '.join(_TILED_OPTIONS)}")
     options = {"block_q": 64, "block_kv": 256, **options}
+    acc = options.get("accumulate")
+    if isinstance(acc, str):  # from a recipe: "none", "fp32", ...
+        if acc not in _ACCUMULATE_NAMES:
+            raise UserInputError(f"kernel 'tiled': accumulate {acc!r} is not one of {', '.join(_ACCUMULATE_NAMES)}")
+        options["accumulate"] = _ACCUMULATE_NAMES[acc]
     return Kernel("tiled", flash_attention_tiled, "FlashAttention re-implemented in PyTorch",
                   options=options, probe=False)
 

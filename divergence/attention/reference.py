@@ -58,10 +58,10 @@ def baseline_attention(
     out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
     for r0 in range(0, lq, rows):
         r1 = min(lq, r0 + rows)
-        s = torch.matmul(q[..., r0:r1, :], k.transpose(-2, -1)) * scale  # (B, H, r, Lk)
+        s = matmul(q[..., r0:r1, :], k.transpose(-2, -1)) * scale  # (B, H, r, Lk)
         s = _apply_masks(s, r0, causal, attn_mask)
         p = torch.softmax(s, dim=-1)
-        out[..., r0:r1, :] = torch.matmul(p, v)
+        out[..., r0:r1, :] = matmul(p, v)
     return out
 
 
@@ -85,6 +85,18 @@ def golden_attention(
     return baseline_attention(
         q.double(), k.double(), v.double(), scale=scale, causal=causal, attn_mask=attn_mask
     )
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` in the operands' format: summed in fp32 (or wider), rounded once.
+
+    PyTorch has no fast fp16 GEMM on CPU (its fallback is 10-40x slower than fp32), so fp16
+    operands on CPU are upcast to fp32 (exact), multiplied and rounded back: the arithmetic of a
+    fp16 GEMM with fp32 accumulation, as GPUs and PyTorch's own CPU path perform it.
+    """
+    if a.dtype == torch.float16 and a.device.type == "cpu":
+        return torch.matmul(a.float(), b.float()).to(torch.float16)
+    return torch.matmul(a, b)
 
 
 def default_scale(q: torch.Tensor) -> float:

@@ -36,14 +36,18 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from divergence.attention.blocks import ordered_tile
-from divergence.attention.reference import default_scale
+from divergence.attention.reference import default_scale, matmul
 from divergence.errors import UserInputError
 
-# Score elements (B*H*rows*Bc) per step; larger problems are cut into groups of query tiles,
-# which changes no row's arithmetic (rows are independent).
-_STEP_ELEMENTS = 2**25
+# Elements held per step (scores and per-tile P V); larger problems are cut into groups of query
+# tiles, which changes no row's arithmetic (rows are independent).
+_STEP_ELEMENTS = 2**21
+# Key columns scored by one matrix product: small tiles are batched so a 16x16 tiling is not
+# thousands of tiny products. Batching changes no rounding (see _fold_tiles).
+_GROUP_COLUMNS = 128
 
 
 def flash_attention_tiled(
@@ -93,22 +97,23 @@ def flash_attention_tiled(
     acc = q.dtype if accumulate is None else accumulate
     scale = default_scale(q) if scale is None else scale
     b, h, lq, _ = q.shape
-    lk = k.shape[-2]
+    lk, dv = k.shape[-2], v.shape[-1]
     mask = None if attn_mask is None else _additive_mask(attn_mask, b, h, lq, lk, acc)
-    tiles_per_step = max(1, _STEP_ELEMENTS // max(1, b * h * block_q * block_kv))
-    rows_per_step = tiles_per_step * block_q
-    out = torch.empty(b, h, lq, v.shape[-1], dtype=q.dtype, device=q.device)
+    group = max(1, _GROUP_COLUMNS // block_kv)  # key/value tiles scored per matrix product
+    per_row = b * h * group * (block_kv + dv)  # score and P V elements one query row holds
+    rows_per_step = max(1, _STEP_ELEMENTS // per_row // block_q) * block_q
+    out = torch.empty(b, h, lq, dv, dtype=q.dtype, device=q.device)
     ka, va = k.to(acc), v.to(acc)
     for r0 in range(0, lq, rows_per_step):
         r1 = min(lq, r0 + rows_per_step)
         out[..., r0:r1, :] = _forward_rows(
-            q[..., r0:r1, :], ka, va, r0, block_q, block_kv, scale, causal,
+            q[..., r0:r1, :], ka, va, r0, block_q, block_kv, group, scale, causal,
             None if mask is None else mask[..., r0:r1, :], q.dtype, acc,
         )
     return out
 
 
-def _forward_rows(q, ka, va, row0, block_q, block_kv, scale, causal, mask, dtype, acc):
+def _forward_rows(q, ka, va, row0, block_q, block_kv, group, scale, causal, mask, dtype, acc):
     """Online softmax over all key/value tiles for query rows ``row0 .. row0 + len(q)``.
 
     ``q`` is (B, H, r, D) in the input format, ``ka``/``va`` (B, H, Lk, D) in ``acc``; rows are
@@ -117,45 +122,59 @@ def _forward_rows(q, ka, va, row0, block_q, block_kv, scale, causal, mask, dtype
     b, h, r, _ = q.shape
     lk = ka.shape[-2]
     pad = -r % block_q
-    qa = torch.nn.functional.pad(q.to(acc), (0, 0, 0, pad))  # (B, H, rows, D), rows = r + pad
+    qa = F.pad(q.to(acc), (0, 0, 0, pad))  # (B, H, rows, D), rows = r + pad
     if mask is not None:
-        mask = torch.nn.functional.pad(mask, (0, 0, 0, pad))
+        mask = F.pad(mask, (0, 0, 0, pad))
     rows = r + pad
     m = torch.full((b, h, rows, 1), float("-inf"), dtype=acc, device=q.device)
     l = torch.zeros((b, h, rows, 1), dtype=acc, device=q.device)
     o = torch.zeros((b, h, rows, va.shape[-1]), dtype=acc, device=q.device)
-    for k0 in range(0, lk, block_kv):
-        k1 = min(lk, k0 + block_kv)
-        # Causal: tiles whose last row is above key k0 see none of this key tile; skip them.
+    width = group * block_kv
+    for k0 in range(0, lk, width):
+        k1 = min(lk, k0 + width)
+        # Causal: query tiles whose last row is above key k0 see none of these keys; skip them.
         t0 = max(0, (k0 - row0) // block_q * block_q) if causal else 0
         if t0 >= rows:
             break
-        s = torch.matmul(qa[..., t0:, :], ka[..., k0:k1, :].transpose(-2, -1)).mul_(scale)
+        s = matmul(qa[..., t0:, :], ka[..., k0:k1, :].transpose(-2, -1)).mul_(scale)
         if causal and k1 - 1 > row0 + t0:
             s = _causal_fill(s, row0 + t0, k0)
         if mask is not None:
             s = s.add_(mask[..., t0:, k0:k1])
-        _online_softmax_step(s, va[..., k0:k1, :], m[..., t0:, :], l[..., t0:, :],
-                             o[..., t0:, :], dtype, acc)
+        _fold_tiles(s, va[..., k0:k1, :], block_kv, m[..., t0:, :], l[..., t0:, :], o[..., t0:, :], dtype, acc)
     l = torch.where(l == 0, torch.ones_like(l), l)  # fully masked rows give 0, as the kernel
     return (o / l)[..., :r, :].to(dtype)
 
 
-def _online_softmax_step(s, v, m, l, o, dtype, acc):
-    """Fold one key/value tile into ``m``, ``l``, ``o`` in place (views of the running state).
+def _fold_tiles(s, v, block_kv, m, l, o, dtype, acc):
+    """Fold consecutive key/value tiles into the running ``m``, ``l``, ``o`` (views, in place).
 
-    ``s``: (B, H, rows, Bc) scores in ``acc``, consumed; ``v``: (B, H, Bc, D) in ``acc``.
+    ``s``: (B, H, rows, W) scores of ``G = ceil(W / Bc)`` tiles, consumed; ``v``: (B, H, W, D).
+    Everything that does not depend on the running state (tile maxima, ``P``, ``rowsum(P)``,
+    ``P V``) is computed for all ``G`` tiles at once; the running max is their cumulative max,
+    which is what the sequential update ``m' = max(m, rowmax(S))`` produces. Only the
+    recurrences ``l = alpha l + rowsum(P)`` and ``O = alpha O + P V`` step tile by tile, with
+    each step rounded exactly as in the one-tile-at-a-time algorithm.
     """
-    m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+    b, h, rows, width = s.shape
+    tiles = -(-width // block_kv)
+    extra = tiles * block_kv - width  # a short last tile: pad with keys that get P = 0 exactly
+    s = F.pad(s, (0, extra), value=float("-inf")).view(b, h, rows, tiles, block_kv)
+    v = F.pad(v, (0, 0, 0, extra)).view(b, h, tiles, block_kv, v.shape[-1])
+    running = torch.cummax(torch.cat([m, s.amax(dim=-1)], dim=-1), dim=-1).values  # (B, H, rows, 1 + G)
+    m_new = running[..., 1:]
     # A row with every score -inf so far keeps m = -inf; subtract 0 there to avoid inf - inf.
     m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
-    p = s.sub_(m_safe).exp_()  # (B, H, rows, Bc)
-    alpha = (m - m_safe).exp_()
-    l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
+    p = s.sub_(m_safe.unsqueeze(-1)).exp_()  # (B, H, rows, G, Bc)
+    alpha = (running[..., :-1] - m_safe).exp_()  # (B, H, rows, G)
+    rowsum = p.sum(dim=-1)  # from the unrounded P in both modes, as the kernels do
     if acc != dtype:  # kernel-faithful: P enters P V in the input format
         p = p.to(dtype).to(acc)
-    o.mul_(alpha).add_(torch.matmul(p, v))
-    m.copy_(m_new)
+    pv = matmul(p.transpose(2, 3), v)  # (B, H, G, rows, D)
+    for g in range(tiles):
+        l.mul_(alpha[..., g : g + 1]).add_(rowsum[..., g : g + 1])
+        o.mul_(alpha[..., g : g + 1]).add_(pv[:, :, g])
+    m.copy_(m_new[..., -1:])
 
 
 def _causal_fill(s, first_row, first_col):

@@ -1,0 +1,171 @@
+"""The microbenchmark recipe: three small frozen sections, validated on construction.
+
+``recipes/microbench.yaml`` holds the defaults below; command-line flags override single keys.
+The sweep runs two studies sharing one set of inputs:
+
+- *length* (Figures 3, 4, 5): every implementation at every precision and sequence length,
+  flash on the reference tile;
+- *tiles* (Figure 6): the flash re-implementation at the reference sequence length, for every
+  tile (from an on-chip memory size, or given) and block order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+from divergence.attention.blocks import BLOCK_ORDERS, parse_block_size, tile_from_memory
+from divergence.recipe.schema import apply_overrides, load_yaml, parse, require
+
+PRECISIONS = ("bf16", "fp16", "fp32", "fp64")
+ACCUMULATE = ("none", "fp32")
+# "flash" is the re-implementation (kernel "tiled"); the rest are registered kernel names.
+IMPLS = ("baseline", "flash", "sdpa", "sdpa-flash", "sdpa-math", "sdpa-efficient", "sdpa-cudnn", "flash-attn")
+DEVICES = ("cpu", "cuda")
+
+# --quick: a sweep of seconds for tests and smoke runs.
+QUICK = {
+    "inputs.heads": 2,
+    "inputs.head_dim": 16,
+    "sweep.seq_lens": [64, 128],
+    "sweep.reference_seq_len": 128,
+    "tiles.memory": 2048,
+    "tiles.memories": [256, 1024, 2048],
+}
+
+
+def _all_in(values, allowed) -> bool:
+    return all(v in allowed for v in values)
+
+
+def _first_not_in(values, allowed):
+    return next(v for v in values if v not in allowed)
+
+
+@dataclass(frozen=True)
+class InputsConfig:
+    """Q, K, V: drawn once per sequence length in fp64 from a seeded generator, then rounded to
+    bf16 (with magnitudes kept inside fp16's normal range), so every number format sees the
+    bit-identical inputs and one fp64 golden value serves all of them."""
+
+    batch: int = 1
+    """B, the batch size."""
+    heads: int = 2
+    """H, attention heads."""
+    head_dim: int = 64
+    """D, the head dimension (``d`` of the tile rule)."""
+    distribution: Literal["normal", "uniform"] = "normal"
+    """``normal``: N(0, std^2); ``uniform``: U(-std, std)."""
+    std: float = 1.0
+    """Spread of the distribution (the standard deviation, or the uniform half-width)."""
+    seed: int = 0
+    """Seed of the generator; the same seed gives the same Q, K, V."""
+    causal: bool = False
+    """Causal masking (query i sees keys j <= i)."""
+
+    def __post_init__(self):
+        for key in ("batch", "heads", "head_dim"):
+            require(getattr(self, key) >= 1, f"inputs.{key}", f"must be at least 1, got {getattr(self, key)}")
+        require(0 < self.std <= 100, "inputs.std", f"must be in (0, 100] so fp16 cannot overflow, got {self.std}")
+
+
+@dataclass(frozen=True)
+class TilesConfig:
+    """Tiles of the flash re-implementation: Bc = ceil(M / 4d), Br = min(Bc, d) from on-chip
+    memory M (elements), unless explicit block sizes are given."""
+
+    memory: int = 65536
+    """M of the reference tile, used in the length study (64x256 at d = 64)."""
+    memories: tuple[int, ...] = (4096, 8192, 16384, 32768, 65536, 131072)
+    """M values of the tile study (Figure 6, block area)."""
+    block_sizes: tuple[Union[int, str], ...] = ()
+    """Explicit tiles, ``N`` (Br = Bc = N) or ``BRxBC``; when given they replace the memory-derived
+    tiles everywhere and the first is the reference tile."""
+    orders: tuple[str, ...] = BLOCK_ORDERS
+    """Block orders of the tile study: default, swapped (Br and Bc exchanged), square (Bc x Bc)."""
+
+    def __post_init__(self):
+        require(self.memory >= 1, "tiles.memory", f"must be at least 1, got {self.memory}")
+        require(all(m >= 1 for m in self.memories), "tiles.memories", f"must all be at least 1, got {list(self.memories)}")
+        for size in self.block_sizes:
+            parse_block_size(size)  # raises naming the bad size
+        require(len(self.orders) > 0, "tiles.orders", f"needs at least one of {', '.join(BLOCK_ORDERS)}")
+        require(_all_in(self.orders, BLOCK_ORDERS), "tiles.orders",
+                f"{_first_not_in(self.orders, BLOCK_ORDERS)!r} is not one of {', '.join(BLOCK_ORDERS)}"
+                if not _all_in(self.orders, BLOCK_ORDERS) else "")
+
+    def reference_tile(self, head_dim: int) -> tuple[int, int]:
+        """(Br, Bc) of the length study."""
+        if self.block_sizes:
+            return parse_block_size(self.block_sizes[0])
+        return tile_from_memory(self.memory, head_dim)
+
+    def study_tiles(self, head_dim: int) -> list[tuple[int | None, tuple[int, int]]]:
+        """``[(M or None, (Br, Bc)), ...]`` of the tile study, before block orders."""
+        if self.block_sizes:
+            return [(None, parse_block_size(s)) for s in self.block_sizes]
+        return [(m, tile_from_memory(m, head_dim)) for m in self.memories]
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """What runs: implementations, number formats, sequence lengths, accumulation modes."""
+
+    precisions: tuple[str, ...] = PRECISIONS
+    """Number formats: bf16, fp16, fp32, fp64."""
+    seq_lens: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 16384)
+    """Sequence lengths of the length study (queries and keys alike)."""
+    reference_seq_len: int = 4096
+    """The length of Figures 3, 4 and 6 and the findings table; one of seq_lens."""
+    impls: tuple[str, ...] = ("baseline", "flash", "sdpa-flash", "sdpa-math")
+    """baseline, flash (the re-implementation) and real kernels (sdpa, sdpa-flash, sdpa-math,
+    sdpa-efficient, sdpa-cudnn, flash-attn); baseline always runs, as the reference."""
+    accumulate: tuple[str, ...] = ACCUMULATE
+    """Modes of the re-implementation: none (all in the input format, the paper's) and fp32
+    (kernel-faithful: fp32 S, m, l, O; P rounded to the input format before P V)."""
+    device: str = "cpu"
+    """cpu or cuda."""
+
+    def __post_init__(self):
+        for key, values, allowed in (("precisions", self.precisions, PRECISIONS), ("impls", self.impls, IMPLS),
+                                     ("accumulate", self.accumulate, ACCUMULATE)):
+            require(len(values) > 0, f"sweep.{key}", f"needs at least one of {', '.join(allowed)}")
+            if not _all_in(values, allowed):
+                require(False, f"sweep.{key}", f"{_first_not_in(values, allowed)!r} is not one of {', '.join(allowed)}")
+        require(len(self.seq_lens) > 0 and min(self.seq_lens) >= 1, "sweep.seq_lens",
+                f"needs positive lengths, got {list(self.seq_lens)}")
+        require(self.reference_seq_len in self.seq_lens, "sweep.reference_seq_len",
+                f"{self.reference_seq_len} is not one of sweep.seq_lens {list(self.seq_lens)}")
+        require(self.device in DEVICES, "sweep.device", f"{self.device!r} is not one of {', '.join(DEVICES)}")
+
+
+@dataclass(frozen=True)
+class MicrobenchRecipe:
+    """The whole microbenchmark recipe (``recipes/microbench.yaml``)."""
+
+    inputs: InputsConfig = field(default_factory=InputsConfig)
+    tiles: TilesConfig = field(default_factory=TilesConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+
+    def __post_init__(self):
+        br, bc = self.tiles.reference_tile(self.inputs.head_dim)
+        shortest = min(self.sweep.seq_lens)
+        source = (f"tiles.block_sizes / --block-size {self.tiles.block_sizes[0]}" if self.tiles.block_sizes
+                  else f"tiles.memory={self.tiles.memory} with head_dim {self.inputs.head_dim}")
+        require(max(br, bc) <= shortest, "tiles",
+                f"block size {br}x{bc} (from {source}) is larger than sequence length {shortest}; "
+                f"use a block size of at most {shortest} or drop that length")
+        if self.tiles.block_sizes:
+            big = [s for s in self.tiles.block_sizes if max(parse_block_size(s)) > self.sweep.reference_seq_len]
+            require(not big, "tiles.block_sizes",
+                    f"block size {big[0] if big else ''} is larger than the reference sequence length "
+                    f"{self.sweep.reference_seq_len}")
+
+
+def load_recipe(path: str | None, overrides: list[str] = (), quick: bool = False) -> MicrobenchRecipe:
+    """Read ``path`` (None: the defaults), apply --quick, then ``dotted.key=value`` overrides."""
+    data = load_yaml(path) if path else {}
+    if quick:
+        data = apply_overrides(data, [f"{k}={v}" for k, v in QUICK.items()])
+    data = apply_overrides(data, overrides)
+    return parse(MicrobenchRecipe, data)

@@ -1,0 +1,193 @@
+"""The paper's Figures 3-6 as PNG files, one function per figure.
+
+Each function takes the sweep's rows and the recipe, writes one PNG into ``out_dir`` and returns
+its path (None when the sweep has no data for it). Deviations span many decades across number
+formats, so every y-axis is logarithmic; a zero (the fp64 baseline against itself) cannot be
+drawn on it and is left out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from divergence.microbench.select import (  # noqa: E402
+    MANTISSA_BITS, kernels, one, precisions, reference_flash, where,
+)
+
+COLORS = {"bf16": "#d62728", "fp16": "#ff7f0e", "fp32": "#2ca02c", "fp64": "#1f77b4"}
+ACC_LABEL = {"none": "flash (all in format)", "fp32": "flash (fp32 accumulate)"}
+
+
+def _positive(value) -> float:
+    return value if isinstance(value, (int, float)) and value > 0 else float("nan")
+
+
+def _log_y(ax) -> None:
+    """Log y-axis when the panel has a positive value to show; otherwise say it is empty."""
+    ys = [y for line in ax.get_lines() for y in line.get_ydata()]
+    ys += [p.get_height() for p in ax.patches]
+    if any(y == y and 0 < y < float("inf") for y in ys):
+        ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, "no nonzero values in this sweep", transform=ax.transAxes, ha="center", color="gray")
+
+
+def _finish(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _bars(ax, names, series: dict, metric: str) -> None:
+    """Grouped bars: one group per format, one bar per series (a missing or zero value: no bar)."""
+    width = 0.8 / max(1, len(series))
+    for i, (label, rs) in enumerate(series.items()):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(names))]
+        ax.bar(xs, [_positive(r[metric]) if r else float("nan") for r in rs], width, label=label)
+    _format_ticks(ax, names)
+
+
+def _format_ticks(ax, names):
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([f"{p}\n({MANTISSA_BITS[p]} bits)" for p in names])
+
+
+def fig3_formats(rows, recipe, out_dir: Path) -> Path | None:
+    """Fig. 3: max |impl - baseline| in each number format, at the reference length and tile."""
+    names, seq = precisions(recipe), recipe.sweep.reference_seq_len
+    series = {ACC_LABEL[a]: [reference_flash(rows, recipe, precision=p, seq_len=seq, accumulate=a) for p in names]
+              for a in recipe.sweep.accumulate}
+    series.update({k: [one(rows, impl=k, precision=p, seq_len=seq) for p in names] for k in kernels(recipe)})
+    if not any(r for rs in series.values() for r in rs):
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    _bars(ax, names, series, "max_abs_diff_vs_baseline")
+    _log_y(ax)
+    ax.set_ylabel("max |output − baseline| (same format)")
+    ax.set_title(f"Fig. 3 — deviation from baseline by number format (seq {seq}; zero: no bar)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(fig, out_dir / "fig3_formats.png")
+
+
+def fig4_golden(rows, recipe, out_dir: Path) -> Path | None:
+    """Fig. 4: baseline and flash against the fp64 golden value, side by side, max and mean."""
+    names, seq = precisions(recipe), recipe.sweep.reference_seq_len
+    bars = {"baseline": [one(rows, impl="baseline", precision=p, seq_len=seq) for p in names]}
+    bars.update({ACC_LABEL[a]: [reference_flash(rows, recipe, precision=p, seq_len=seq, accumulate=a) for p in names]
+                 for a in recipe.sweep.accumulate})
+    bars.update({k: [one(rows, impl=k, precision=p, seq_len=seq) for p in names] for k in kernels(recipe)})
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, metric in zip(axes, ("max_abs_err", "mean_abs_err")):
+        _bars(ax, names, bars, metric)
+        _log_y(ax)
+        ax.set_ylabel(f"{metric.replace('_', ' ')} vs fp64 golden")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].set_title(f"Fig. 4 — error against the fp64 golden value (seq {seq}): max")
+    axes[1].set_title("mean (fp64 baseline is the golden: no bar)")
+    axes[0].legend(fontsize=8)
+    return _finish(fig, out_dir / "fig4_golden.png")
+
+
+def fig5_seq_len(rows, recipe, out_dir: Path) -> Path | None:
+    """Fig. 5: flash against baseline over sequence length, per format: max |flash - baseline|,
+    mean (solid) and std (dotted) of it, and flash's error over baseline's (both vs golden)."""
+    seqs = sorted(recipe.sweep.seq_lens)
+    if "flash" not in recipe.sweep.impls:
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    for p in precisions(recipe):
+        for acc in recipe.sweep.accumulate:
+            rs = [reference_flash(rows, recipe, precision=p, seq_len=s, accumulate=acc) for s in seqs]
+            if not any(rs):
+                continue
+            style = {"color": COLORS[p], "marker": "o", "linestyle": "-" if acc == "none" else "--"}
+            label = p + ("" if acc == "none" else " fp32 acc")
+            col = lambda key: [_positive(r[key]) if r else float("nan") for r in rs]  # noqa: E731
+            axes[0].plot(seqs, col("max_abs_diff_vs_baseline"), label=label, **style)
+            axes[1].plot(seqs, col("mean_abs_diff_vs_baseline"), label=label, **style)
+            if acc == "none":
+                axes[1].plot(seqs, col("std_abs_diff_vs_baseline"), color=COLORS[p], linestyle=":", marker=".")
+            bases = [one(rows, impl="baseline", precision=p, seq_len=s) for s in seqs]
+            axes[2].plot(seqs, [_positive(r["max_abs_err"] / b["max_abs_err"]) if r and b and b["max_abs_err"] else
+                                float("nan") for r, b in zip(rs, bases)], label=label, **style)
+    titles = ("max |flash − baseline|", "mean (solid) and std (dotted) of |flash − baseline|",
+              "flash max error / baseline max error (vs golden)")
+    for ax, title in zip(axes, titles):
+        ax.set_xscale("log", base=2)
+        _log_y(ax)
+        ax.set_xlabel("sequence length")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[2].axhline(1.0, color="gray", linewidth=0.8)
+    br, bc = recipe.tiles.reference_tile(recipe.inputs.head_dim)
+    axes[0].set_ylabel(f"deviation (tile {br}x{bc}, fixed)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Fig. 5 — deviation against sequence length (more key/value tiles, more rescaling steps)")
+    return _finish(fig, out_dir / "fig5_seq_len.png")
+
+
+def fig6_tiles(rows, recipe, out_dir: Path) -> Path | None:
+    """Fig. 6: block order (default, swapped, square) and block area, at each format."""
+    seq, names = recipe.sweep.reference_seq_len, precisions(recipe)
+    tiles = where(rows, impl="flash", seq_len=seq)
+    if not tiles:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    _order_panel(axes[0], tiles, recipe, names)
+    _area_panel(axes[1], tiles, recipe, names)
+    fig.suptitle(f"Fig. 6 — tile shape and size (seq {seq}; max |flash − baseline|)")
+    return _finish(fig, out_dir / "fig6_tiles.png")
+
+
+def _order_panel(ax, tiles, recipe, names):
+    br, bc = recipe.tiles.reference_tile(recipe.inputs.head_dim)
+    shapes = {"default": (br, bc), "swapped": (bc, br), "square": (bc, bc)}
+    orders = [o for o in ("default", "swapped", "square") if o in recipe.tiles.orders]
+    width = 0.8 / max(1, len(orders))
+    for i, order in enumerate(orders):
+        rs = [one(tiles, precision=p, accumulate="none", block_order=order,
+                  block_q=shapes[order][0], block_kv=shapes[order][1]) for p in names]
+        xs = [j + (i - (len(orders) - 1) / 2) * width for j in range(len(names))]
+        label = f"{order} ({shapes[order][0]}x{shapes[order][1]})"
+        ax.bar(xs, [_positive(r["max_abs_diff_vs_baseline"]) if r else float("nan") for r in rs], width, label=label)
+    _format_ticks(ax, names)
+    _log_y(ax)
+    ax.set_ylabel("max |flash − baseline|")
+    ax.set_title("block order (Br x Bc)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def _area_panel(ax, tiles, recipe, names):
+    for p in names:
+        for acc in recipe.sweep.accumulate:
+            rs = sorted(where(tiles, precision=p, accumulate=acc, block_order="default"), key=lambda r: r["block_area"])
+            if not rs:
+                continue
+            ax.plot([r["block_area"] for r in rs], [_positive(r["max_abs_diff_vs_baseline"]) for r in rs],
+                    marker="o", color=COLORS[p], linestyle="-" if acc == "none" else "--",
+                    label=p + ("" if acc == "none" else " fp32 acc"))
+            for r in rs if p == names[0] and acc == "none" else ():
+                ax.annotate(f"{r['block_q']}x{r['block_kv']}", (r["block_area"], _positive(r["max_abs_diff_vs_baseline"])),
+                            textcoords="offset points", xytext=(0, 6), fontsize=7, ha="center")
+    ax.set_xscale("log", base=2)
+    _log_y(ax)
+    ax.set_xlabel("block area Br·Bc (default order)")
+    ax.set_title("block area")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+FIGURES = (fig3_formats, fig4_golden, fig5_seq_len, fig6_tiles)
+
+
+def write_figures(rows, recipe, out_dir: Path) -> list[Path]:
+    """Every figure the sweep has data for."""
+    return [p for p in (f(rows, recipe, Path(out_dir)) for f in FIGURES) if p is not None]

@@ -1,0 +1,36 @@
+"""Seeded Q, K, V that every number format represents exactly.
+
+Values are drawn in fp64, rounded to bf16 (the coarsest mantissa) and kept out of fp16's
+subnormal range (``|x| < 2**-14`` becomes 0), so casting them to bf16, fp16, fp32 or fp64 is
+exact: every implementation sees bit-identical inputs, the fp64 golden value is the exact
+attention of what each format computes on, and all measured error is arithmetic, not input
+quantization.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from divergence.microbench.config import InputsConfig
+
+_FP16_MIN_NORMAL = 2.0**-14
+
+
+def make_inputs(cfg: InputsConfig, seq_len: int, device: str = "cpu") -> tuple[torch.Tensor, ...]:
+    """``(q, k, v)``, each (B, H, seq_len, D) fp64 on ``device``; same cfg and seq_len, same values.
+
+    The generator is seeded with ``(cfg.seed, seq_len)`` so adding a length to a sweep does not
+    change the inputs of the others.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 1_000_003 + seq_len)
+    shape = (cfg.batch, cfg.heads, seq_len, cfg.head_dim)
+    out = []
+    for _ in range(3):
+        if cfg.distribution == "normal":
+            x = torch.randn(shape, generator=gen, dtype=torch.float64) * cfg.std
+        else:
+            x = (torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1) * cfg.std
+        x = x.to(torch.bfloat16).double()
+        x = torch.where(x.abs() < _FP16_MIN_NORMAL, torch.zeros_like(x), x)
+        out.append(x.to(device))
+    return tuple(out)

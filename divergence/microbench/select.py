@@ -1,0 +1,40 @@
+"""Pick the rows each figure and finding is about, from the sweep's list of row dicts."""
+
+from __future__ import annotations
+
+from divergence.microbench.config import PRECISIONS, MicrobenchRecipe
+
+MANTISSA_BITS = {"bf16": 8, "fp16": 11, "fp32": 24, "fp64": 53}
+
+
+def where(rows: list[dict], **match) -> list[dict]:
+    """Rows whose fields equal every ``match`` value."""
+    return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+
+
+def one(rows: list[dict], **match) -> dict | None:
+    """The first row matching, or None."""
+    found = where(rows, **match)
+    return found[0] if found else None
+
+
+def precisions(recipe: MicrobenchRecipe) -> list[str]:
+    """The swept formats, coarsest first."""
+    return [p for p in PRECISIONS if p in recipe.sweep.precisions]
+
+
+def reference_flash(rows, recipe, *, precision, seq_len, accumulate="none") -> dict | None:
+    """The flash row on the reference tile, default order."""
+    br, bc = recipe.tiles.reference_tile(recipe.inputs.head_dim)
+    return one(rows, impl="flash", precision=precision, seq_len=seq_len, accumulate=accumulate,
+               block_q=br, block_kv=bc, block_order="default")
+
+
+def kernels(recipe: MicrobenchRecipe) -> list[str]:
+    """The real kernels swept, in recipe order."""
+    return [i for i in recipe.sweep.impls if i not in ("baseline", "flash")]
+
+
+def ratio(a: float, b: float) -> float:
+    """``a / b``, NaN when ``b`` is 0 (the fp64 baseline is the golden value itself)."""
+    return a / b if b else float("nan")

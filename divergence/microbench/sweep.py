@@ -1,0 +1,154 @@
+"""Plan and run the sweep: one row per (implementation, configuration), scored twice.
+
+Every row is measured against the fp64 golden value (``max_abs_err``, ...) and against the
+baseline in the same number format (``max_abs_diff_vs_baseline``, ...). Rows are grouped by
+sequence length so the inputs, the golden value and each format's baseline are computed once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from divergence.attention.blocks import cpu_flash_tile, ordered_tile
+from divergence.attention.kernels import get_kernel
+from divergence.attention.reference import baseline_attention
+from divergence.attention.tiled import flash_attention_tiled, num_rescalings
+from divergence.microbench.config import MicrobenchRecipe
+from divergence.microbench.inputs import make_inputs
+from divergence.microbench.metrics import error_stats
+from divergence.microbench.validation import compare_with_kernel
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
+
+# The results.csv contract first (names fixed by issue 3), then the extras.
+CONTRACT = ("impl", "precision", "accumulate", "seq_len", "head_dim", "block_q", "block_kv", "block_order",
+            "max_abs_err", "mean_abs_err", "std_abs_err", "max_abs_diff_vs_baseline")
+EXTRA = ("max_rel_err", "mean_rel_err", "std_rel_err", "mean_abs_diff_vs_baseline", "std_abs_diff_vs_baseline",
+         "memory", "block_area", "rescalings", "batch", "heads", "causal", "distribution", "seed", "device", "seconds")
+COLUMNS = CONTRACT + EXTRA
+
+
+@dataclass(frozen=True)
+class Case:
+    """One run. ``block_q``/``block_kv`` are the tile actually used (after ``block_order``)."""
+
+    impl: str
+    precision: str
+    seq_len: int
+    accumulate: str = "none"
+    block_q: int | None = None
+    block_kv: int | None = None
+    block_order: str = ""
+    memory: int | None = None
+
+
+def plan(recipe: MicrobenchRecipe) -> tuple[list[Case], list[str]]:
+    """The cases of both studies, without duplicates, and notes on tiles left out."""
+    s, t, d = recipe.sweep, recipe.tiles, recipe.inputs.head_dim
+    ref_tile = t.reference_tile(d)
+    ref_memory = None if t.block_sizes else t.memory
+    cases, notes = [], []
+    for seq_len in sorted(s.seq_lens):
+        for precision in s.precisions:
+            cases.append(Case("baseline", precision, seq_len))
+            for impl in s.impls:
+                if impl == "flash":
+                    cases += [Case("flash", precision, seq_len, acc, *ref_tile, "default", ref_memory)
+                              for acc in accumulate_modes(s.accumulate, precision)]
+                elif impl != "baseline":
+                    tile = cpu_flash_tile(seq_len) if impl == "sdpa-flash" and s.device == "cpu" else (None, None)
+                    cases.append(Case(impl, precision, seq_len, "kernel", *tile))
+    if "flash" in s.impls:
+        for memory, (br, bc) in t.study_tiles(d):
+            if max(br, bc) > s.reference_seq_len:  # only memory-derived tiles get here
+                notes.append(f"tile {br}x{bc} from memory {memory} is longer than the reference sequence "
+                             f"length {s.reference_seq_len}; left out of the tile study")
+                continue
+            for order in t.orders:
+                tile = ordered_tile(br, bc, order)
+                if order != "default" and tile == (br, bc):
+                    continue  # a square tile: swapping or squaring it is the same run
+                cases += [Case("flash", p, s.reference_seq_len, acc, *tile, order, memory)
+                          for p in s.precisions for acc in accumulate_modes(s.accumulate, p)]
+    return list(dict.fromkeys(cases)), notes
+
+
+def accumulate_modes(modes, precision: str) -> list[str]:
+    """The modes that mean something for ``precision``: fp32 accumulation is a distinct mode
+    for bf16 and fp16 inputs only (for fp32 it is the paper's mode, for fp64 a narrowing)."""
+    wide = ("fp32", "fp64")
+    return [m for m in modes if m == "none" or precision not in wide]
+
+
+def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True) -> tuple[list[dict], list[dict]]:
+    """Run every case: rows with :data:`COLUMNS`, and validation rows (sdpa-flash on CPU only)."""
+    rows, checks = [], []
+    bar = tqdm(total=len(cases), desc="microbench", unit="run", disable=not progress)
+    for seq_len in sorted({c.seq_len for c in cases}):
+        group = [c for c in cases if c.seq_len == seq_len]
+        q, k, v = make_inputs(recipe.inputs, seq_len, recipe.sweep.device)
+        golden = _attend_baseline(q, k, v, recipe)
+        baselines = {}
+        for case in group:
+            bar.set_postfix_str(f"{case.impl} {case.precision} L={seq_len}", refresh=False)
+            dtype = DTYPES[case.precision]
+            inputs = (q.to(dtype), k.to(dtype), v.to(dtype))
+            if case.precision not in baselines:
+                baselines[case.precision] = _attend_baseline(*inputs, recipe)
+            start = time.perf_counter()
+            out = run_case(case, *inputs, causal=recipe.inputs.causal)
+            _sync(recipe.sweep.device)
+            seconds = time.perf_counter() - start
+            rows.append(_row(case, recipe, out, golden, baselines[case.precision], seconds))
+            if case.impl == "sdpa-flash" and recipe.sweep.device == "cpu":
+                checks.append(compare_with_kernel(case.precision, out, *inputs, golden, baselines[case.precision],
+                                                  causal=recipe.inputs.causal))
+            bar.update()
+    bar.close()
+    return rows, checks
+
+
+def run_case(case: Case, q, k, v, *, causal: bool) -> torch.Tensor:
+    """The output of ``case``'s implementation on (B, H, L, D) inputs already in its format."""
+    if case.impl == "baseline":
+        return baseline_attention(q, k, v, causal=causal)
+    if case.impl == "flash":
+        accumulate = None if case.accumulate == "none" else DTYPES[case.accumulate]
+        return flash_attention_tiled(q, k, v, block_q=case.block_q, block_kv=case.block_kv,
+                                     causal=causal, accumulate=accumulate)
+    return get_kernel(case.impl)(q, k, v, causal=causal)
+
+
+def _attend_baseline(q, k, v, recipe):
+    return baseline_attention(q, k, v, causal=recipe.inputs.causal)
+
+
+def _row(case: Case, recipe: MicrobenchRecipe, out, golden, baseline, seconds) -> dict:
+    vs_gold = error_stats(out, golden)
+    vs_base = error_stats(out, baseline)
+    tiled = case.block_q is not None
+    i = recipe.inputs
+    return {
+        "impl": case.impl, "precision": case.precision, "accumulate": case.accumulate,
+        "seq_len": case.seq_len, "head_dim": i.head_dim,
+        "block_q": case.block_q if tiled else "", "block_kv": case.block_kv if tiled else "",
+        "block_order": case.block_order,
+        "max_abs_err": vs_gold["max_abs"], "mean_abs_err": vs_gold["mean_abs"], "std_abs_err": vs_gold["std_abs"],
+        "max_abs_diff_vs_baseline": vs_base["max_abs"],
+        "max_rel_err": vs_gold["max_rel"], "mean_rel_err": vs_gold["mean_rel"], "std_rel_err": vs_gold["std_rel"],
+        "mean_abs_diff_vs_baseline": vs_base["mean_abs"], "std_abs_diff_vs_baseline": vs_base["std_abs"],
+        "memory": case.memory if case.memory is not None else "",
+        "block_area": case.block_q * case.block_kv if tiled else "",
+        "rescalings": num_rescalings(case.seq_len, case.block_kv) if tiled else "",
+        "batch": i.batch, "heads": i.heads, "causal": i.causal, "distribution": i.distribution,
+        "seed": i.seed, "device": recipe.sweep.device, "seconds": round(seconds, 4),
+    }
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
