@@ -17,9 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
-from divergence.metrics.tensors import as_tensor, check_same_shape, chunks
+from divergence.metrics.tensors import as_tensor, check_same_shape, float64_chunks
 
 
 @dataclass(frozen=True)
@@ -77,13 +75,11 @@ def difference_sums(a, b) -> DifferenceSums:
     if a.numel() == 0:
         raise ValueError("difference metrics: the tensors are empty")
     max_abs, parts = 0.0, []
-    for s in chunks(a.numel()):
-        x, y = a[s].double(), b[s].double()
+    for x, y in float64_chunks(a, b):
         d = x - y
-        max_abs = max(max_abs, float(d.abs().max()))
-        # one device sync per chunk: five sums stacked
-        parts.append(torch.stack([d.abs().sum(), (d * d).sum(), (x * x).sum(), (y * y).sum(), (x * y).sum()]).cpu())
-    totals = [math.fsum(float(p[i]) for p in parts) for i in range(5)]
+        max_abs = max(max_abs, float(abs(d).max()))
+        parts.append([float(v) for v in (abs(d).sum(), (d * d).sum(), (x * x).sum(), (y * y).sum(), (x * y).sum())])
+    totals = [math.fsum(p[i] for p in parts) for i in range(5)]
     return DifferenceSums(a.numel(), max_abs, *totals)
 
 

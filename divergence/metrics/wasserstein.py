@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from divergence.metrics.tensors import as_tensor, float64_sum
+from divergence.metrics.tensors import as_tensor, float64_chunks, float64_sum
 
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="divergence-sort")
 
@@ -63,7 +63,7 @@ def wasserstein(a, b) -> float:
         # NaN sorts last and -inf first, so the two ends tell whether all values are finite
         if not all(bool(torch.isfinite(x[[0, -1]]).all()) for x in (sa, sb)):
             return float("nan")
-        return float64_sum(a.numel(), lambda s: (sa[s].double() - sb[s].double()).abs()) / a.numel()
+        return float64_sum(abs(x - y).sum() for x, y in float64_chunks(sa, sb)) / a.numel()
     return _cdf_distance(a, b)
 
 
