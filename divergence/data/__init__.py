@@ -8,16 +8,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from divergence.data.folders import ImageFolderDataset, WebDatasetShards
+from divergence.data.shapes import ShapesDataset
 from divergence.errors import UserInputError
+from divergence.recipe.run import DataConfig
 
 
-def build_dataset(config):
+def build_dataset(config: DataConfig):
     """The dataset a ``DataConfig`` names: ``dataset[i] -> (PIL RGB image, caption)``."""
-    from pathlib import Path
-
-    from divergence.data.folders import ImageFolderDataset, WebDatasetShards
-    from divergence.data.shapes import ShapesDataset
-
     if config.source == "shapes":
         return ShapesDataset(config.seed, config.num_examples, config.resolution)
     path = Path(config.path)

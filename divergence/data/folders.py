@@ -118,7 +118,8 @@ def _index_shard(shard: Path) -> list[tuple[tarfile.TarInfo, tarfile.TarInfo]]:
         raise UserInputError(f"{shard}: not a readable tar shard ({err})") from None
     pairs = []
     for members in groups.values():
-        image = next((members[e] for e in IMAGE_EXTENSIONS if e in members), None)
+        # "jpg", but also compound extensions such as "seg.png"; the last part decides the format.
+        image = next((members[e] for e in sorted(members) if e.rsplit(".", 1)[-1] in IMAGE_EXTENSIONS), None)
         caption = members.get("txt") or members.get("json")
         if image is not None and caption is not None:
             pairs.append((image, caption))

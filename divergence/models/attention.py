@@ -46,10 +46,13 @@ def build_kernels(config: AttentionConfig) -> list:
         raise RecipeError(f"attention.name {config.name!r} (options {options}): {err}") from None
 
 
-def check_attention(config: AttentionConfig, device: torch.device, dtype: torch.dtype) -> None:
+def check_attention(config: AttentionConfig, device: torch.device, dtype: torch.dtype, head_dim: int = 64) -> None:
     """Fail at start, with the kernel's own reason, if ``device``/``dtype`` cannot run the variant."""
     for kernel in build_kernels(config):
-        kernel.check(device, dtype)
+        try:
+            kernel.check(device, dtype, head_dim)
+        except UserInputError as err:
+            raise UserInputError(f"attention.name {config.name!r}: {err}") from None
 
 
 def apply_attention(model: torch.nn.Module, config: AttentionConfig, recorder=None) -> dict[str, object]:

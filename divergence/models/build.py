@@ -41,7 +41,7 @@ def build_unet(config: UNetConfig, channels: int, sample_size: int, cross_attent
             mid_block_type="UNetMidBlock2DCrossAttn" if config.mid_block else None,
             block_out_channels=config.block_out_channels,
             layers_per_block=config.layers_per_block,
-            attention_head_dim=config.attention_head_dim,
+            attention_head_dim=config.attention_heads,  # diffusers' name for the head count
             norm_num_groups=config.norm_num_groups,
             cross_attention_dim=cross_attention_dim,
         )
@@ -121,15 +121,21 @@ def build_noise_scheduler(config: NoiseConfig):
     )
 
 
-def text_width(config: ModelConfig) -> int:
-    """The text encoder's hidden size (the UNet's cross-attention width), read without building it."""
-    if config.text_encoder.path is None:
-        return config.text_encoder.hidden_size
-    from transformers import CLIPTextConfig
-
-    folder = _local_folder(config.text_encoder.path, "model.text_encoder.path",
-                           "a CLIPTextModel folder (config.json + model.safetensors)")
-    return CLIPTextConfig.from_pretrained(str(folder), local_files_only=True).hidden_size
+def check_local_paths(model: ModelConfig, data_source: str, data_path: str | None) -> None:
+    """One error listing every local folder the recipe names but the disk lacks, before any work."""
+    wanted = [
+        ("model.tokenizer.path", model.tokenizer.path if model.tokenizer.kind == "clip" else None,
+         "a CLIP tokenizer folder (vocab.json, merges.txt, ...)"),
+        ("model.text_encoder.path", model.text_encoder.path, "a CLIPTextModel folder (config.json + weights)"),
+        ("model.vae.path", model.vae.path if model.vae is not None else None,
+         "an AutoencoderKL folder (config.json + weights)"),
+        ("data.path", data_path if data_source != "shapes" else None, f"the {data_source} data"),
+    ]
+    missing = [f"{key} {path!r} should hold {what}" for key, path, what in wanted
+               if path is not None and not Path(path).expanduser().exists()]
+    if missing:
+        raise UserInputError(f"local files missing (nothing is downloaded): {'; '.join(missing)}. "
+                             "Put them there or override those keys, e.g. data.path=...")
 
 
 def _local_folder(path: str, key: str, what: str) -> Path:

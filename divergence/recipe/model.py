@@ -20,17 +20,18 @@ class UNetConfig:
     """The denoiser, a diffusers ``UNet2DConditionModel``; channels in and out follow the codec."""
 
     # Channels of each resolution level, from the input resolution down.
-    block_out_channels: tuple[int, ...] = (32, 64)
+    block_out_channels: tuple[int, ...] = (32, 48, 64)
     # Resnet (and transformer) layers per level.
     layers_per_block: int = 1
     # diffusers block names per level, input side; cross-attention blocks read the caption.
-    down_block_types: tuple[str, ...] = ("CrossAttnDownBlock2D", "DownBlock2D")
+    down_block_types: tuple[str, ...] = ("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D")
     # diffusers block names per level, output side (deepest level first).
-    up_block_types: tuple[str, ...] = ("UpBlock2D", "CrossAttnUpBlock2D")
+    up_block_types: tuple[str, ...] = ("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D")
     # A cross-attention block at the lowest resolution between the two halves.
     mid_block: bool = True
-    # Channels per attention head (diffusers' historical ``attention_head_dim``).
-    attention_head_dim: int = 8
+    # Attention heads of every transformer block (what diffusers' UNet2DConditionModel calls
+    # ``attention_head_dim``, for historical reasons); must divide every level's channels.
+    attention_heads: int = 4
     # Groups of the GroupNorm layers; must divide every entry of block_out_channels.
     norm_num_groups: int = 8
 
@@ -44,15 +45,15 @@ class UNetConfig:
             ("up_block_types", self.up_block_types, UP_BLOCKS),
         ):
             require(len(names) == levels, key, f"has {len(names)} entries; block_out_channels has {levels}")
-            bad = [n for n in names if n not in allowed]
-            require(not bad, key, f"{bad[0]!r} is not one of {', '.join(allowed)}")
-        require(self.attention_head_dim >= 1, "attention_head_dim", "must be >= 1")
+            for name in names:
+                require(name in allowed, key, f"{name!r} is not one of {', '.join(allowed)}")
+        require(self.attention_heads >= 1, "attention_heads", "must be >= 1")
         require(self.norm_num_groups >= 1, "norm_num_groups", "must be >= 1")
         for c in self.block_out_channels:
             require(c % self.norm_num_groups == 0, "norm_num_groups",
                     f"{self.norm_num_groups} does not divide block_out_channels entry {c}")
-            require(c % self.attention_head_dim == 0, "attention_head_dim",
-                    f"{self.attention_head_dim} does not divide block_out_channels entry {c}")
+            require(c % self.attention_heads == 0, "attention_heads",
+                    f"{self.attention_heads} does not divide block_out_channels entry {c}")
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class TokenizerConfig:
     # Local tokenizer folder (vocab.json, merges.txt, ...); required for ``clip``.
     path: str | None = None
     # Tokens per caption, begin and end included; longer captions are truncated.
-    max_length: int = 64
+    max_length: int = 96
 
     def __post_init__(self):
         require(self.max_length >= 3, "max_length", f"must be >= 3, got {self.max_length}")

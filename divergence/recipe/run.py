@@ -96,6 +96,9 @@ class TrainConfig:
     strategy: str = "auto"
     # Nodes (Lightning ``num_nodes``).
     num_nodes: int = 1
+    # torch intra-op CPU threads (0: torch's default, one per core). On a shared machine fewer
+    # threads than cores can be much faster. Bitwise comparisons on the CPU need equal settings.
+    cpu_threads: int = 0
 
     def __post_init__(self):
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
@@ -109,6 +112,7 @@ class TrainConfig:
         require(self.grad_clip is None or self.grad_clip > 0, "grad_clip", "must be > 0 or null")
         require(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
         require(self.devices >= 1 and self.num_nodes >= 1, "devices", "devices and num_nodes must be >= 1")
+        require(self.cpu_threads >= 0, "cpu_threads", "must be >= 0 (0: torch's default)")
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,7 @@ class RunRecipe:
     """One training run: everything `divergence train` needs, validated."""
 
     # A name for the run (wandb run name, sample titles).
-    name: str = "run"
+    name: str = "tiny"
     model: ModelConfig = field(default_factory=ModelConfig)
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     noise: NoiseConfig = field(default_factory=NoiseConfig)

@@ -1,0 +1,39 @@
+"""``divergence train``: train one text-to-image diffusion model from a recipe (resumes in place)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "train a text-to-image diffusion model from a recipe"
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "train", help=HELP, description=HELP + ". Running it again with the same --out resumes.",
+    )
+    parser.add_argument("--recipe", help="recipe YAML (default: the embedded tiny recipe, recipes/tiny.yaml)")
+    parser.add_argument("--out", required=True, help="run folder: checkpoints, samples, logs, resume state")
+    parser.add_argument("--max-steps", type=int, help="override train.max_steps")
+    parser.add_argument("--checkpoint-every", type=int, help="override train.checkpoint_every")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. train.lr=1e-4")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from divergence.recipe.run import RunRecipe, load_run_recipe
+    from divergence.recipe.schema import apply_overrides, parse
+
+    overrides = list(args.overrides)
+    if args.max_steps is not None:
+        overrides.append(f"train.max_steps={args.max_steps}")
+    if args.checkpoint_every is not None:
+        overrides.append(f"train.checkpoint_every={args.checkpoint_every}")
+    if args.recipe is not None:
+        recipe = load_run_recipe(args.recipe, overrides)
+    else:
+        recipe = parse(RunRecipe, apply_overrides({}, overrides))
+
+    from divergence.training.run import train_run
+
+    train_run(recipe, args.out)
+    return 0

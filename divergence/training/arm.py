@@ -1,0 +1,138 @@
+"""An arm: one model being trained, with its own optimizer, LR schedule, precision and attention.
+
+A single run holds one arm; a pair (issue 5) holds two stepping on the identical
+``DiffusionInputs``. Everything that may differ between arms lives here (init seed, precision
+policy, attention variant, optimizer state); everything they share lives in ``Inputs``. An arm
+never reads a global RNG while training, so it computes bitwise the same alone or in lockstep.
+
+Lifecycle, as a LightningModule drives it::
+
+    arm = Arm(recipe, tokenizer)        # build on CPU from model.seed, apply the attention variant
+    arm.setup(device)                   # fail now if device/dtype cannot run the variant
+    arm.configure_optimizers()          # after Lightning moved the weights to the device
+    out = arm.training_step(inputs, backward=module.manual_backward)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from divergence.models.attention import apply_attention, check_attention
+from divergence.models.build import build_text_encoder, build_unet
+from divergence.recipe.run import RunRecipe, latent_shape
+from divergence.training.inputs import DiffusionInputs
+from divergence.training.optim import build_lr_schedule, build_optimizer
+from divergence.training.precision import PrecisionPolicy
+
+
+@dataclass
+class StepOutput:
+    """What one optimizer step of an arm reports (detached scalars)."""
+
+    loss: torch.Tensor       # () float32: mean squared error of the prediction
+    grad_norm: torch.Tensor  # () float32: global gradient norm after unscaling, before clipping
+    lr: float                # learning rate used at this step
+    loss_scale: float        # fp16 loss scale used at this step (1.0 when not scaling)
+    skipped: bool            # the loss scaler skipped the step (overflowing fp16 gradients)
+
+
+class Arm(torch.nn.Module):
+    """UNet + text encoder of one recipe, trained with that recipe's precision and attention."""
+
+    def __init__(self, recipe: RunRecipe, tokenizer, name: str = "arm", recorder=None):
+        super().__init__()
+        self.recipe, self.name = recipe, name
+        seed = recipe.model.seed
+        self.text_encoder = build_text_encoder(recipe.model.text_encoder, tokenizer, seed)
+        channels, side, _ = latent_shape(recipe)
+        self.unet = build_unet(recipe.model.unet, channels, side, self.text_encoder.config.hidden_size, seed)
+        self.processors = apply_attention(self.unet, recipe.attention, recorder)
+        self.policy: PrecisionPolicy | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.lr_scheduler = None
+        self._pending_state: dict | None = None
+
+    @property
+    def train_text_encoder(self) -> bool:
+        return self.recipe.model.text_encoder.train
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def setup(self, device: torch.device) -> None:
+        """Choose the precision policy for ``device`` and check the attention variant runs there."""
+        self.policy = PrecisionPolicy(self.recipe.train.precision, device)
+        unet = self.recipe.model.unet
+        head_dim = min(unet.block_out_channels) // unet.attention_heads
+        check_attention(self.recipe.attention, torch.device(device), self.policy.compute_dtype, head_dim)
+
+    def configure_optimizers(self) -> None:
+        """Build optimizer and LR schedule over the (already placed) weights; apply a resumed state."""
+        if self.policy is None:
+            self.setup(next(self.parameters()).device)
+        self.optimizer = build_optimizer(self.trainable_parameters(), self.recipe.train)
+        self.lr_scheduler = build_lr_schedule(self.optimizer, self.recipe.train)
+        if self._pending_state is not None:
+            self._apply_train_state(self._pending_state)
+            self._pending_state = None
+
+    def predict(self, inputs: DiffusionInputs) -> torch.Tensor:
+        """The UNet's prediction (B, C, h, w) under this arm's autocast."""
+        with self.policy.autocast():
+            with torch.set_grad_enabled(torch.is_grad_enabled() and self.train_text_encoder):
+                context = self.text_encoder(inputs.input_ids)[0]  # (B, L, hidden)
+            return self.unet(inputs.noisy, inputs.timesteps, encoder_hidden_states=context).sample
+
+    def training_step(
+        self, inputs: DiffusionInputs, *, backward: Callable[[torch.Tensor], None] | None = None
+    ) -> StepOutput:
+        """Forward, backward, unscale and clip, optimizer step, LR step.
+
+        ``backward`` runs the backward pass of the (scaled) loss; a LightningModule passes its
+        ``manual_backward`` so distributed strategies see it. Default: ``loss.backward()``.
+        """
+        opt, scaler = self.optimizer, self.policy.scaler
+        opt.zero_grad(set_to_none=True)
+        loss = F.mse_loss(self.predict(inputs).float(), inputs.target.float())
+        (backward or torch.Tensor.backward)(scaler.scale(loss))
+        scaler.unscale_(opt)
+        clip = self.recipe.train.grad_clip
+        params = self.trainable_parameters()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else float("inf"))
+        lr, scale = opt.param_groups[0]["lr"], float(scaler.get_scale()) if scaler.is_enabled() else 1.0
+        scaler.step(opt)
+        scaler.update()
+        skipped = scaler.is_enabled() and float(scaler.get_scale()) < scale
+        self.lr_scheduler.step()
+        return StepOutput(loss.detach(), grad_norm.detach().float(), lr, scale, skipped)
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """Every weight by checkpoint key: ``unet.<name>`` and ``text_encoder.<name>``."""
+        out = {f"unet.{k}": v for k, v in self.unet.state_dict().items()}
+        out.update({f"text_encoder.{k}": v for k, v in self.text_encoder.state_dict().items()})
+        return out
+
+    def train_state_dict(self) -> dict:
+        """Optimizer, LR schedule and loss-scaler state (the weights are in ``state_dict``)."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "lr_scheduler": self.lr_scheduler.state_dict(),
+            "scaler": self.policy.scaler.state_dict(),
+        }
+
+    def load_train_state_dict(self, state: dict) -> None:
+        """Restore ``train_state_dict``; before ``configure_optimizers`` it is applied there."""
+        if self.optimizer is None:
+            self._pending_state = state
+        else:
+            self._apply_train_state(state)
+
+    def _apply_train_state(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        if state.get("scaler"):  # an empty dict when the scaler was disabled
+            self.policy.scaler.load_state_dict(state["scaler"])

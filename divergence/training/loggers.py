@@ -1,0 +1,44 @@
+"""The run's Lightning loggers: wandb (offline unless the user configured it), CSV, TensorBoard.
+
+wandb goes online only when the user has said so: ``WANDB_MODE`` set (wandb then follows it) or
+``WANDB_API_KEY`` present. Otherwise it writes an offline run under ``<out>/wandb`` that
+``wandb sync`` can upload later. The run id is kept in ``<out>/wandb-id`` so a resumed run
+continues the same wandb run.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from divergence.recipe.run import LogConfig
+
+
+def wandb_offline() -> bool:
+    return "WANDB_MODE" not in os.environ and "WANDB_API_KEY" not in os.environ
+
+
+def build_loggers(config: LogConfig, out: Path, run_name: str) -> list:
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger, WandbLogger
+
+    loggers = []
+    if config.wandb:
+        loggers.append(WandbLogger(
+            name=run_name, project=config.project, save_dir=str(out), id=_wandb_id(out),
+            offline=wandb_offline(), resume="allow",
+        ))
+    if config.csv:
+        loggers.append(CSVLogger(save_dir=str(out), name="csv", version=""))
+    if config.tensorboard:
+        loggers.append(TensorBoardLogger(save_dir=str(out), name="tensorboard", version=""))
+    return loggers
+
+
+def _wandb_id(out: Path) -> str:
+    path = out / "wandb-id"
+    if path.is_file():
+        return path.read_text().strip()
+    run_id = secrets.token_hex(4)  # wandb ids: 8 lowercase alphanumerics
+    path.write_text(run_id + "\n")
+    return run_id

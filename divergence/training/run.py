@@ -1,0 +1,107 @@
+"""``divergence train`` for one run: folder layout, resume, Trainer, fit.
+
+Layout of ``<out>``::
+
+    recipe.yaml                       the resolved recipe
+    checkpoints/step_NNNNNN.safetensors   weights-only checkpoints (divergence compare reads these)
+    resume/last.ckpt                  full training state; running the same command again resumes
+    samples/step_NNNNNN.png           image grids for the recipe's prompts
+    csv/metrics.csv, wandb/, tensorboard/   logs
+
+Running again on an existing ``<out>`` resumes from ``resume/last.ckpt`` when the recipe matches
+the saved one (``train.max_steps`` and logging/sampling cadence may change: that is how a run is
+extended); a different recipe is an error rather than a silently mixed run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from divergence.errors import UserInputError
+from divergence.recipe.run import RunRecipe
+from divergence.recipe.schema import to_dict
+
+# Keys that may differ between a run folder's recipe and the command resuming it.
+RESUMABLE_CHANGES = ("train.max_steps", "train.checkpoint_every", "train.cpu_threads", "data.workers", "log.",
+                     "sample.every", "sample.enabled")
+
+
+def train_run(recipe: RunRecipe, out: str | Path, callbacks: list | tuple = ()):
+    """Train (or resume) the run in ``out``; returns the finished ``lightning.Trainer``.
+
+    ``callbacks`` are added after the run's own (weights, resume, samples).
+    """
+    from divergence.training.module import DiffusionRun
+
+    out = Path(out)
+    check_run_folder(out, recipe)
+    module = DiffusionRun(recipe)  # builds everything: bad paths and variants fail before any file
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "recipe.yaml").write_text(yaml.safe_dump(to_dict(recipe), sort_keys=False))
+    return fit(module, recipe, out, callbacks=callbacks)
+
+
+def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=()):
+    """Fit ``module`` (one run or a pair) in the run folder ``out``, resuming from its last .ckpt.
+
+    ``recipe`` gives the hardware, cadence and logging. Callback order: ``first_callbacks``,
+    weights-only checkpoints, the resumable checkpoint, samples, ``callbacks``, progress bar.
+    """
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import TQDMProgressBar
+
+    from divergence.training.callbacks.resume import RESUME_NAME, ResumeCheckpoint
+    from divergence.training.callbacks.samples import SampleGrid
+    from divergence.training.callbacks.weights import WeightCheckpoint
+    from divergence.training.checkpoint_io import AtomicCheckpointIO
+    from divergence.training.loggers import build_loggers
+
+    train, log, every = recipe.train, recipe.log, recipe.train.checkpoint_every
+    if train.cpu_threads:
+        torch.set_num_threads(train.cpu_threads)
+    own = [WeightCheckpoint(out, every), ResumeCheckpoint(out / "resume", every)]
+    if recipe.sample.enabled:
+        own.append(SampleGrid(out, recipe.sample))
+    trainer = L.Trainer(
+        max_steps=train.max_steps, max_epochs=-1, precision="32-true",  # arms apply their own precision
+        accelerator=train.accelerator, devices=train.devices, strategy=train.strategy, num_nodes=train.num_nodes,
+        logger=build_loggers(log, out, recipe.name) or False,
+        callbacks=[*first_callbacks, *own, *callbacks, *([TQDMProgressBar()] if log.progress_bar else [])],
+        enable_checkpointing=False, enable_progress_bar=log.progress_bar, enable_model_summary=log.progress_bar,
+        log_every_n_steps=log.every_n_steps, default_root_dir=str(out), plugins=[AtomicCheckpointIO()],
+        use_distributed_sampler=False, num_sanity_val_steps=0,
+    )
+    last = out / "resume" / RESUME_NAME
+    # The .ckpt is this run's own file (it holds optimizer and recipe state, not only tensors).
+    trainer.fit(module, ckpt_path=str(last) if last.is_file() else None, weights_only=False)
+    return trainer
+
+
+def check_run_folder(out: Path, recipe: RunRecipe) -> None:
+    """Refuse to resume a folder trained with a different recipe, naming the first differing key."""
+    saved_path = out / "recipe.yaml"
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"--out {out}: exists and is not a folder")
+    trained = (out / "resume").is_dir() or (out / "checkpoints").is_dir()
+    if not saved_path.is_file() or not trained:
+        return
+    saved, now = _flatten(yaml.safe_load(saved_path.read_text()) or {}), _flatten(to_dict(recipe))
+    for key in sorted(set(saved) | set(now)):
+        if saved.get(key) != now.get(key) and not key.startswith(RESUMABLE_CHANGES):
+            raise UserInputError(
+                f"--out {out}: holds a run whose recipe has {key} = {saved.get(key)!r}, now "
+                f"{now.get(key)!r}; resume with the same recipe or choose a new --out"
+            )
+
+
+def _flatten(data: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value and key != "options":
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
