@@ -11,7 +11,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "train", help=HELP, description=HELP + ". Running it again with the same --out resumes.",
     )
-    parser.add_argument("--recipe", help="recipe YAML (default: the embedded tiny recipe, recipes/tiny.yaml)")
+    parser.add_argument("--recipe", help="recipe YAML: a run (default: the embedded tiny recipe, recipes/tiny.yaml) "
+                        "or a pair of arms (recipes/pairs/*.yaml), trained in lockstep")
     parser.add_argument("--out", required=True, help="run folder: checkpoints, samples, logs, resume state")
     parser.add_argument("--max-steps", type=int, help="override train.max_steps")
     parser.add_argument("--checkpoint-every", type=int, help="override train.checkpoint_every")
@@ -20,6 +21,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from divergence.recipe.pair import is_pair_recipe, load_pair_recipe
     from divergence.recipe.run import RunRecipe, load_run_recipe
     from divergence.recipe.schema import apply_overrides, parse
 
@@ -28,6 +30,11 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"train.max_steps={args.max_steps}")
     if args.checkpoint_every is not None:
         overrides.append(f"train.checkpoint_every={args.checkpoint_every}")
+    if args.recipe is not None and is_pair_recipe(args.recipe):
+        from divergence.training.pair_run import train_pair
+
+        train_pair(load_pair_recipe(args.recipe, overrides), args.out)
+        return 0
     if args.recipe is not None:
         recipe = load_run_recipe(args.recipe, overrides)
     else:

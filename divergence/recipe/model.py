@@ -131,6 +131,8 @@ class ModelConfig:
     text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)
     # null: pixel space (the UNet sees RGB in [-1, 1]).
     vae: VAEConfig | None = None
+    # Recompute the UNet's activations in the backward pass instead of storing them.
+    gradient_checkpointing: bool = False
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,9 @@ class TrainConfig:
     lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
     # Steps of linear LR warmup from zero.
     warmup_steps: int = 0
+    # AdamW implementation: torch's default choice, the per-tensor ``loop``, the multi-tensor
+    # ``foreach``, or the single-kernel ``fused`` (same math, different operation order).
+    adamw_impl: Literal["default", "loop", "foreach", "fused"] = "default"
     # Max global gradient norm (after unscaling); null disables clipping.
     grad_clip: float | None = 1.0
     # Weights-only safetensors and a resumable .ckpt every N steps (0: only at the end).

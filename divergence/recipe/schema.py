@@ -131,6 +131,8 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
             raise RecipeError(f"{key}: expected an integer, got {_describe(value)}")
         return value
     if hint is float:
+        if isinstance(value, str):
+            value = _float_string(value)  # YAML 1.1 reads 1e-4 (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise RecipeError(f"{key}: expected a number, got {_describe(value)}")
         return float(value)
@@ -181,6 +183,14 @@ def require(condition: bool, key: str, message: str) -> None:
     """Validation helper for ``__post_init__``: raise a RecipeError naming ``key``."""
     if not condition:
         raise RecipeError(f"{key}: {message}")
+
+
+def _float_string(text: str):
+    """``"1e-4"`` -> 1e-4; any other string is returned unchanged (and then rejected)."""
+    try:
+        return float(text) if text.strip().lower() not in ("nan", "inf", "-inf", "infinity") else text
+    except ValueError:
+        return text
 
 
 def _join(where: str, key: str) -> str:

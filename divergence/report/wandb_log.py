@@ -11,12 +11,9 @@ import os
 from pathlib import Path
 
 from divergence.report.figures import file_stem
+from divergence.wandb_mode import wandb_init_mode
 
 DEFAULT_PROJECT = "divergence"
-
-
-def wandb_offline() -> bool:
-    return "WANDB_MODE" not in os.environ and "WANDB_API_KEY" not in os.environ
 
 
 def flat_summary(summary: dict) -> dict[str, float | str]:
@@ -43,7 +40,7 @@ def log_report(summary: dict, figures: dict[str, Path], files: list[Path], out_d
     run = wandb.init(
         project=project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT, dir=str(out_dir), job_type="report",
         name=f"report-{file_stem(out_dir.name)}", config=summary["settings"],
-        mode="offline" if wandb_offline() else None, settings=wandb.Settings(silent=True),
+        mode=wandb_init_mode(), settings=wandb.Settings(silent=True),
     )
     try:
         run.summary.update(flat_summary(summary))

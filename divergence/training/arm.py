@@ -50,6 +50,8 @@ class Arm(torch.nn.Module):
         self.text_encoder = build_text_encoder(recipe.model.text_encoder, tokenizer, seed)
         channels, side, _ = latent_shape(recipe)
         self.unet = build_unet(recipe.model.unet, channels, side, self.text_encoder.config.hidden_size, seed)
+        if recipe.model.gradient_checkpointing:
+            self.unet.enable_gradient_checkpointing()
         self.processors = apply_attention(self.unet, recipe.attention, recorder)
         self.policy: PrecisionPolicy | None = None
         self.optimizer: torch.optim.Optimizer | None = None

@@ -13,10 +13,7 @@ import secrets
 from pathlib import Path
 
 from divergence.recipe.run import LogConfig
-
-
-def wandb_offline() -> bool:
-    return "WANDB_MODE" not in os.environ and "WANDB_API_KEY" not in os.environ
+from divergence.wandb_mode import wandb_init_mode, wandb_offline
 
 
 def build_loggers(config: LogConfig, out: Path, run_name: str) -> list:
@@ -26,7 +23,7 @@ def build_loggers(config: LogConfig, out: Path, run_name: str) -> list:
     if config.wandb:
         loggers.append(WandbLogger(
             name=run_name, project=config.project, save_dir=str(out), id=_wandb_id(out),
-            offline=wandb_offline(), resume="allow",
+            offline=wandb_offline(), resume="allow", mode=wandb_init_mode(),
         ))
     if config.csv:
         loggers.append(CSVLogger(save_dir=str(out), name="csv", version=""))

@@ -26,9 +26,14 @@ class StepCounter(torch.optim.Optimizer):
         return None
 
 
+# train.adamw_impl -> AdamW's (foreach, fused) arguments; None lets torch choose.
+ADAMW_IMPLS = {"default": (None, None), "loop": (False, False), "foreach": (True, False), "fused": (False, True)}
+
+
 def build_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
+    foreach, fused = ADAMW_IMPLS[config.adamw_impl]
     return torch.optim.AdamW(params, lr=config.lr, betas=tuple(config.betas), eps=config.eps,
-                             weight_decay=config.weight_decay)
+                             weight_decay=config.weight_decay, foreach=foreach, fused=fused)
 
 
 def build_lr_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig):

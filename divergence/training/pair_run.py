@@ -18,6 +18,7 @@ series equal those of an uninterrupted run (bitwise on CPU).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -45,7 +46,7 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
                     max_steps=pair.base.train.max_steps, recipe=pair_config(pair)["recipes"]["a"])
     info.write(out)
     tracker = DivergenceTracker(out, pair.tracking, pair.base.train.checkpoint_every)
-    trainer = fit(module, pair.base, out, first_callbacks=[tracker], callbacks=callbacks)
+    trainer = fit(module, replace(pair.base, name=pair.name), out, first_callbacks=[tracker], callbacks=callbacks)
     info.finished, info.last_step = trainer.global_step >= pair.base.train.max_steps, trainer.global_step
     if trainer.is_global_zero:
         info.write(out)

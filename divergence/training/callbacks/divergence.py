@@ -31,9 +31,9 @@ from lightning.pytorch.callbacks import Callback
 from divergence.metrics import METRICS, aggregate
 from divergence.recipe.pair import TrackingConfig
 from divergence.store import MetricsStore
+from divergence.training.records import ARMS, divergence_records, is_tracked, loss_record
 from divergence.training.spikes import SpikeDetector
 
-ARMS = ("a", "b")
 TABLE_COLUMNS = ["module", "kind", "tensors", "numel", *METRICS]
 
 
@@ -44,7 +44,6 @@ class DivergenceTracker(Callback):
         self.out, self.tracking, self.checkpoint_every = Path(out), tracking, checkpoint_every
         self.spikes = {arm: SpikeDetector(tracking.spike_factor, tracking.spike_window) for arm in ARMS}
         self.store: MetricsStore | None = None
-        self.last_summary: dict | None = None
 
     # -- Lightning hooks: thin, the work is in the helpers below ---------------------------
     def on_train_start(self, trainer, pl_module) -> None:
@@ -52,6 +51,7 @@ class DivergenceTracker(Callback):
             self.store = MetricsStore(self.out).open_for_append()
             self.store.truncate_after(trainer.global_step)
         if trainer.global_step == 0 and (self.store is None or self.store.last_step() is None):
+            # step 0: the initial weights (a seed pair differs here already, a control does not)
             self._record(trainer, pl_module, 0, outputs=None)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -65,43 +65,20 @@ class DivergenceTracker(Callback):
             detector.load_state_dict(state_dict.get(arm, {}))
 
     # -- helpers ----------------------------------------------------------------------------
-    def is_tracked(self, step: int, max_steps: int) -> bool:
-        every_ckpt = self.checkpoint_every and step % self.checkpoint_every == 0
-        return step == 0 or step % self.tracking.every == 0 or bool(every_ckpt) or step == max_steps
-
     def _record(self, trainer, pl_module, step: int, outputs) -> None:
-        record = self._loss_record(outputs)  # every rank: the detectors' state stays identical
+        losses = None if outputs is None else {arm: float(outputs[arm].loss) for arm in ARMS}
+        record = loss_record(losses, self.spikes)  # every rank: the detectors' state stays identical
         if not trainer.is_global_zero:
             return  # rank zero compares, writes and logs
         tensors: list[dict] = []
-        if self.is_tracked(step, trainer.max_steps):
-            tensors, summary = self._compare(pl_module)
+        if is_tracked(step, trainer.max_steps, self.tracking.every, self.checkpoint_every):
+            device = None if self.tracking.device == "auto" else self.tracking.device
+            tensors, summary = divergence_records(pl_module.arms["a"].weights(), pl_module.arms["b"].weights(), device)
             record.update(summary, tracked=True)
-            self.last_summary = record
         else:
             record["tracked"] = False
-        if self.store is not None:
-            self.store.append_step(step, tensors, record)
+        self.store.append_step(step, tensors, record)
         self._log(trainer, step, record, tensors)
-
-    def _loss_record(self, outputs) -> dict:
-        if outputs is None:
-            return {"loss_a": math.nan, "loss_b": math.nan, "loss_diff": math.nan, "spike_a": False, "spike_b": False}
-        losses = {arm: float(outputs[arm].loss) for arm in ARMS}
-        record = {f"loss_{arm}": losses[arm] for arm in ARMS}
-        record["loss_diff"] = losses["a"] - losses["b"]
-        record.update({f"spike_{arm}": self.spikes[arm].update(losses[arm]) for arm in ARMS})
-        return record
-
-    def _compare(self, pl_module) -> tuple[list[dict], dict]:
-        from divergence.comparison import compare_state_dicts
-
-        device = None if self.tracking.device == "auto" else self.tracking.device
-        result = compare_state_dicts(pl_module.arms["a"].weights(), pl_module.arms["b"].weights(), device)
-        tensors = [_tensor_record(r) for r in result.records]
-        kinds = {row["group"]: {m: row[m] for m in METRICS} for row in aggregate(result.records, "kind")}
-        summary = {k: result.summary[k] for k in (*METRICS, "numel", "tensors_nonfinite", "nonfinite_a", "nonfinite_b")}
-        return tensors, dict(summary, kinds=kinds)
 
     def _log(self, trainer, step: int, record: dict, tensors: list[dict]) -> None:
         if not trainer.loggers:
@@ -132,9 +109,3 @@ class DivergenceTracker(Callback):
         for logger in trainer.loggers:
             if hasattr(logger, "log_table"):
                 logger.log_table("divergence/layers", columns=TABLE_COLUMNS, data=rows, step=step)
-
-
-def _tensor_record(record: dict) -> dict:
-    """A comparison record as the store keeps it: ``tensor`` instead of ``name``."""
-    out = {k: v for k, v in record.items() if k != "name"}
-    return {"tensor": record["name"], **out}
