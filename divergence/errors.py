@@ -19,3 +19,11 @@ class CheckpointError(UserInputError):
 
 class RecipeError(UserInputError):
     """A recipe key is unknown, has the wrong type or an impossible value."""
+
+
+class TrainingDiverged(UserInputError):
+    """A run's loss became NaN or infinite without a loss scaler to absorb it.
+
+    Raised after the step's records are written, so nothing measured is lost; the fix is
+    in the recipe (a lower ``train.lr``, ``train.grad_clip``, or a loss-scaled precision).
+    """

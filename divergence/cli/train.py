@@ -14,6 +14,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--recipe", help="recipe YAML: a run (default: the embedded tiny recipe, recipes/tiny.yaml) "
                         "or a pair of arms (recipes/pairs/*.yaml), trained in lockstep")
     parser.add_argument("--out", required=True, help="run folder: checkpoints, samples, logs, resume state")
+    parser.add_argument("--arm", choices=("a", "b"), help="with a pair recipe: train only this arm, as its own "
+                        "job (any strategy, devices, nodes); `divergence watch OUT` compares the arms as they go")
     parser.add_argument("--max-steps", type=int, help="override train.max_steps")
     parser.add_argument("--checkpoint-every", type=int, help="override train.checkpoint_every")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. train.lr=1e-4")
@@ -21,6 +23,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    from divergence.errors import UserInputError
     from divergence.recipe.pair import is_pair_recipe, load_pair_recipe
     from divergence.recipe.run import RunRecipe, load_run_recipe
     from divergence.recipe.schema import apply_overrides, parse
@@ -30,6 +33,13 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"train.max_steps={args.max_steps}")
     if args.checkpoint_every is not None:
         overrides.append(f"train.checkpoint_every={args.checkpoint_every}")
+    if args.arm is not None:
+        if args.recipe is None or not is_pair_recipe(args.recipe):
+            raise UserInputError(f"--arm {args.arm}: needs a pair recipe (--recipe recipes/pairs/NAME.yaml)")
+        from divergence.training.arm_run import train_arm
+
+        train_arm(load_pair_recipe(args.recipe, overrides), args.arm, args.out)
+        return 0
     if args.recipe is not None and is_pair_recipe(args.recipe):
         from divergence.training.pair_run import train_pair
 

@@ -12,7 +12,7 @@
 
 Each arm's run recipe is the base with its variants' overrides applied, validated like any
 run recipe. Arms that end up identical are an error unless ``control: true`` (the harness's
-own zero check). Command-line ``key=value`` overrides go to the pair for ``tracking.*``,
+own zero check). Command-line ``key=value`` overrides go to the pair for ``tracking.*``, ``arms.*``,
 ``control`` and ``name``, and to the base recipe (both arms) otherwise.
 """
 
@@ -29,7 +29,7 @@ from divergence.recipe.schema import apply_overrides, load_yaml, parse, require,
 
 ARMS = ("a", "b")
 PAIR_KEYS = {"name", "description", "base", "recipe", "control", "arms", "tracking"}
-PAIR_OVERRIDE_PREFIXES = ("tracking.", "control", "name", "description")
+PAIR_OVERRIDE_PREFIXES = ("tracking.", "arms.", "control", "name", "description")
 
 
 @dataclass(frozen=True)

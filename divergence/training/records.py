@@ -38,7 +38,11 @@ def divergence_records(weights_a: dict, weights_b: dict, device=None) -> tuple[l
     """Per-tensor store records and the step's whole-model summary (with ``kinds``)."""
     from divergence.comparison import compare_state_dicts
 
-    result = compare_state_dicts(weights_a, weights_b, device)
+    return comparison_records(compare_state_dicts(weights_a, weights_b, device))
+
+
+def comparison_records(result) -> tuple[list[dict], dict]:
+    """``divergence_records`` of a finished ``Comparison`` (e.g. of two checkpoint files)."""
     tensors = [{"tensor": r["name"], **{k: v for k, v in r.items() if k != "name"}} for r in result.records]
     kinds = {row["group"]: {m: row[m] for m in METRICS} for row in aggregate(result.records, "kind")}
     summary = {k: result.summary[k] for k in SUMMARY_KEYS}

@@ -62,7 +62,9 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     train, log, every = recipe.train, recipe.log, recipe.train.checkpoint_every
     if train.cpu_threads:
         torch.set_num_threads(train.cpu_threads)
-    own = [WeightCheckpoint(out, every), ResumeCheckpoint(out / "resume", every)]
+    given = (*first_callbacks, *callbacks)  # a WeightCheckpoint given replaces the default one
+    own = [] if any(isinstance(c, WeightCheckpoint) for c in given) else [WeightCheckpoint(out, every)]
+    own.append(ResumeCheckpoint(out / "resume", every))
     if recipe.sample.enabled:
         own.append(SampleGrid(out, recipe.sample))
     trainer = L.Trainer(
@@ -76,8 +78,21 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     )
     last = out / "resume" / RESUME_NAME
     # The .ckpt is this run's own file (it holds optimizer and recipe state, not only tensors).
-    trainer.fit(module, ckpt_path=str(last) if last.is_file() else None, weights_only=False)
+    try:
+        trainer.fit(module, ckpt_path=str(last) if last.is_file() else None, weights_only=False)
+    finally:
+        _finish_wandb(trainer)
     return trainer
+
+
+def _finish_wandb(trainer) -> None:
+    """Close this run's wandb run: Lightning leaves it open, and the next WandbLogger in the
+    same process (a study's next pair) would silently log into it."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    for logger in trainer.loggers:
+        if isinstance(logger, WandbLogger) and logger._experiment is not None:
+            logger.experiment.finish()
 
 
 def check_run_folder(out: Path, recipe: RunRecipe) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
+from divergence.errors import TrainingDiverged
 from divergence.metrics import METRICS, aggregate
 from divergence.recipe.pair import TrackingConfig
 from divergence.store import MetricsStore
@@ -50,6 +51,7 @@ class DivergenceTracker(Callback):
         if trainer.is_global_zero:
             self.store = MetricsStore(self.out).open_for_append()
             self.store.truncate_after(trainer.global_step)
+
         if trainer.global_step == 0 and (self.store is None or self.store.last_step() is None):
             # step 0: the initial weights (a seed pair differs here already, a control does not)
             self._record(trainer, pl_module, 0, outputs=None)
@@ -79,6 +81,7 @@ class DivergenceTracker(Callback):
             record["tracked"] = False
         self.store.append_step(step, tensors, record)
         self._log(trainer, step, record, tensors)
+        _stop_if_diverged(pl_module, step, losses)
 
     def _log(self, trainer, step: int, record: dict, tensors: list[dict]) -> None:
         if not trainer.loggers:
@@ -97,7 +100,7 @@ class DivergenceTracker(Callback):
                 metrics[f"divergence/wasserstein/{row['group']}"] = row["wasserstein"]
                 metrics[f"divergence/max_abs_diff/{row['group']}"] = row["max_abs_diff"]
         for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=step)
+            log_at_step(logger, metrics, step)
         if modules and self._table_step(step, trainer.max_steps):
             self._log_table(trainer, step, modules)
 
@@ -105,7 +108,40 @@ class DivergenceTracker(Callback):
         return step == max_steps or bool(self.checkpoint_every and step % self.checkpoint_every == 0)
 
     def _log_table(self, trainer, step: int, modules: list[dict]) -> None:
+        from lightning.pytorch.loggers import WandbLogger
+
         rows = [[r["group"], r.get("kind", ""), r["tensors"], r["numel"], *[r[m] for m in METRICS]] for r in modules]
         for logger in trainer.loggers:
-            if hasattr(logger, "log_table"):
-                logger.log_table("divergence/layers", columns=TABLE_COLUMNS, data=rows, step=step)
+            if isinstance(logger, WandbLogger):
+                import wandb
+
+                table = wandb.Table(columns=TABLE_COLUMNS, data=rows)
+                logger.experiment.log({"divergence/layers": table, "trainer/global_step": step}, step=step)
+
+
+def _stop_if_diverged(pl_module, step: int, losses: dict | None) -> None:
+    """A non-finite loss is recorded (as a spike) and then stops the run, unless the arm's fp16
+    loss scaler handles it by skipping the step."""
+    for arm, loss in (losses or {}).items():
+        if not math.isfinite(loss) and pl_module.arms[arm].policy.name != "16-mixed":
+            raise TrainingDiverged(
+                f"arm {arm}: loss is {loss} at step {step} (recorded in the store); lower train.lr, "
+                "set train.grad_clip, or train in 16-mixed with loss scaling"
+            )
+
+
+def log_at_step(logger, metrics: dict, step: int) -> None:
+    """Log ``metrics`` at training step ``step``; to wandb with its own step set to ``step``.
+
+    wandb keeps a run's steps strictly increasing and ignores a step at or below the last
+    one it has: when a killed run resumes from an earlier checkpoint and logs the steps after
+    it again, the ones wandb already holds are dropped and the ones lost with the crash are
+    filled in, so each step is in wandb exactly once. (Lightning's WandbLogger logs without
+    a wandb step, which would append the re-logged steps as duplicates.)
+    """
+    from lightning.pytorch.loggers import WandbLogger
+
+    if isinstance(logger, WandbLogger):
+        logger.experiment.log({**metrics, "trainer/global_step": step}, step=step)
+    else:
+        logger.log_metrics(metrics, step=step)

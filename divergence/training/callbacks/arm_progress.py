@@ -1,0 +1,72 @@
+"""What a comparator needs from an arm trained as its own job: losses, and where the arm stands.
+
+Writes, from global rank zero, ``<arm folder>/losses.jsonl`` (the loss of every step, see
+``divergence.store.losses``) and ``<arm folder>/status.json`` (``running`` when training
+starts, ``finished`` or ``failed`` when it ends; see ``divergence.store.arm_status``).
+
+A restarted arm resumes from its last ``last.ckpt`` at step G and recomputes the steps after
+G, so first it removes what the interrupted attempt left of them (loss lines, weights files
+of later steps), then it writes a status with ``attempt`` + 1 and ``start_step`` G: a
+comparator that stored steps after G from the old attempt recomputes them, as the lockstep
+tracker does after a resume.
+
+Must come before the resumable checkpoint in the callback list: the loss of a step is on
+disk before a ``last.ckpt`` that resumes after it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from lightning.pytorch.callbacks import Callback
+
+from divergence.store.arm_status import ArmStatus
+from divergence.store.losses import LossFile
+
+STEP_FILE = re.compile(r"^step_(\d+)\.safetensors$")
+
+
+class ArmProgress(Callback):
+    """For ``pl_module`` with ``last_output`` (the arm's ``StepOutput``) and ``tensor_order``."""
+
+    def __init__(self, folder: str | Path, arm: str):
+        self.folder, self.arm = Path(folder), arm
+        self.losses = LossFile(self.folder)
+        self.status: ArmStatus | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if not trainer.is_global_zero:
+            return
+        start = trainer.global_step
+        self._drop_after(start)
+        previous = ArmStatus.read(self.folder)
+        self.status = ArmStatus(
+            arm=self.arm, attempt=previous.attempt + 1 if previous else 1, start_step=start,
+            max_steps=trainer.max_steps, world_size=trainer.world_size, tensor_order=list(pl_module.tensor_order),
+        )
+        self.status.write(self.folder)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.is_global_zero:
+            self.losses.append(trainer.global_step, float(pl_module.last_output.loss))
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._end(trainer, "finished")
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self._end(trainer, "failed")
+
+    def _end(self, trainer, state: str) -> None:
+        if trainer.is_global_zero and self.status is not None:
+            self.status.state, self.status.last_step = state, trainer.global_step
+            self.status.write(self.folder)
+
+    def _drop_after(self, step: int) -> None:
+        """Remove the interrupted attempt's records of steps after ``step`` (recomputed now)."""
+        self.losses.truncate_after(step)
+        checkpoints = self.folder / "checkpoints"
+        for path in checkpoints.iterdir() if checkpoints.is_dir() else ():
+            match = STEP_FILE.match(path.name)
+            if match and int(match.group(1)) > step:
+                path.unlink(missing_ok=True)

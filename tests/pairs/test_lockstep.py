@@ -1,0 +1,108 @@
+"""Lockstep pairs: the control is exactly zero, a seed pair differs from step 0, flash drifts."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from divergence.checkpoints import open_checkpoint
+from divergence.cli import main
+from divergence.errors import TrainingDiverged
+from divergence.training.pair_run import train_pair
+
+from .helpers import pair_recipe, step_records, store_lines, wandb_history
+
+
+def test_control_pair_is_exactly_zero_at_every_step(tmp_path):
+    train_pair(pair_recipe("control", "train.max_steps=4", "tracking.every=1"), tmp_path)
+    steps = step_records(tmp_path)
+    assert sorted(steps) == [0, 1, 2, 3, 4]
+    for step, record in steps.items():
+        assert record["tracked"] and record["max_abs_diff"] == 0.0 and record["wasserstein"] == 0.0, step
+        if step:
+            assert record["loss_a"] == record["loss_b"]
+    tensors = [r for r in store_lines(tmp_path) if r["type"] == "tensor"]
+    assert len(tensors) == 5 * steps[0]["tensors"] and all(r["max_abs_diff"] == 0.0 for r in tensors)
+    info = json.loads((tmp_path / "pair.json").read_text())
+    assert info["category"] == "control" and info["finished"] and info["last_step"] == 4
+
+
+def test_seed_pair_differs_from_step_zero_on_identical_inputs(tmp_path):
+    train_pair(pair_recipe("seed-vs-seed", "train.max_steps=2", "tracking.every=1"), tmp_path)
+    steps = step_records(tmp_path)
+    assert steps[0]["wasserstein"] > 0 and steps[0]["max_abs_diff"] > 0
+    assert math.isnan(steps[0]["loss_a"])  # no step trained yet
+    kinds = steps[2]["kinds"]
+    assert {"attn_q", "conv", "norm", "embedding"} <= set(kinds)
+
+
+def test_flash_vs_baseline_drifts_apart_and_compare_reproduces_it(tmp_path, capsys):
+    train_pair(pair_recipe("flash-vs-baseline", "train.max_steps=8", "tracking.every=2",
+                           "train.checkpoint_every=4"), tmp_path)
+    steps = step_records(tmp_path)
+    assert steps[0]["max_abs_diff"] == 0.0  # same init, same data: only the kernel differs
+    assert 0 < steps[2]["wasserstein"] and steps[2]["wasserstein"] < steps[8]["wasserstein"]
+    # the saved checkpoints of step 8 give exactly the numbers the callback stored
+    a, b = (tmp_path / arm / "checkpoints" / "step_000008.safetensors" for arm in "ab")
+    assert main(["compare", str(a), str(b), "--json", str(tmp_path / "c.json"), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "c.json").read_text())["summary"]
+    for metric in ("wasserstein", "max_abs_diff", "mean_abs_diff", "rms_diff", "rel_l2", "cosine"):
+        assert summary[metric] == steps[8][metric], metric
+    assert set(open_checkpoint(a).names) == set(open_checkpoint(b).names)
+
+
+def test_export_writes_the_pair_store_flat(tmp_path, capsys):
+    train_pair(pair_recipe("seed-vs-seed", "train.max_steps=3", "tracking.every=2"), tmp_path)
+    assert main(["export", str(tmp_path), "--csv", str(tmp_path / "m.csv")]) == 0
+    lines = (tmp_path / "m.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    assert header[:4] == ["step", "tensor", "module", "kind"] and "wasserstein" in header
+    tracked = [s for s, r in step_records(tmp_path).items() if r["tracked"]]
+    assert tracked == [0, 2, 3]
+    assert len(lines) - 1 == len(tracked) * step_records(tmp_path)[0]["tensors"]
+
+
+def test_wandb_offline_run_holds_the_per_layer_keys(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    train_pair(pair_recipe("seed-vs-seed", "train.max_steps=2", "tracking.every=1", "log.wandb=true"), tmp_path)
+    rows = wandb_history(tmp_path)
+    keys = set().union(*rows)
+    assert {"divergence/model/wasserstein", "divergence/model/max_abs_diff", "train/loss_a", "train/loss_b",
+            "divergence/wasserstein/unet.conv_in", "divergence/max_abs_diff/unet.conv_in",
+            "divergence/kind/attn_q/wasserstein"} <= keys
+    assert any(k.startswith("divergence/layers") for k in keys)
+
+
+def test_nonfinite_loss_is_recorded_then_stops_the_run(tmp_path, monkeypatch):
+    from divergence.training import arm as arm_module
+
+    original = arm_module.Arm.training_step
+
+    def poisoned(self, inputs, **kwargs):
+        out = original(self, inputs, **kwargs)
+        if self.name.endswith(".a") and inputs.step == 2:
+            out.loss = torch.tensor(float("nan"))
+        return out
+
+    monkeypatch.setattr(arm_module.Arm, "training_step", poisoned)
+    with pytest.raises(TrainingDiverged, match="arm a: loss is nan at step 3"):
+        train_pair(pair_recipe("seed-vs-seed", "train.max_steps=6", "tracking.every=1"), tmp_path)
+    steps = step_records(tmp_path)
+    assert sorted(steps) == [0, 1, 2, 3] and steps[3]["spike_a"] and not steps[3]["spike_b"]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["arms.a=[{warp: 1}]"], "unknown variant 'warp'"),
+        (["train.max_steps=0"], "train.max_steps"),
+    ],
+)
+def test_bad_pair_input_through_the_cli(tmp_path, capsys, args, message):
+    from .helpers import PAIRS
+
+    code = main(["train", "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--out", str(tmp_path / "run"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err, err

@@ -1,0 +1,65 @@
+"""A pair killed with SIGKILL and started again ends exactly like one never interrupted."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from safetensors.torch import load_file
+
+from divergence.cli import main
+
+from .helpers import PAIR_FAST, PAIRS, step_records, wandb_history, wandb_synced_steps
+
+STEPS = ("train.max_steps=40", "train.checkpoint_every=8", "tracking.every=2")
+
+
+def _command(out, *extra):
+    return ["train", "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--out", str(out), *PAIR_FAST, *STEPS, *extra]
+
+
+def _kill_mid_segment(out, *extra, after_step=13, timeout=120):
+    """Start the pair in a child process and SIGKILL it once the store has passed ``after_step``.
+
+    The whole process group is killed, as a scheduler kills a job: the trainer and its wandb
+    service process alike."""
+    # a fresh job: not attached to this test process's wandb service (WANDB_SERVICE)
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
+    env["PYTHONPATH"] = os.getcwd()
+    proc = subprocess.Popen([sys.executable, "-m", "divergence", *_command(out, *extra)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        store = out / "metrics.jsonl"
+        if store.exists() and f'"step":{after_step},' in store.read_text():
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+
+
+def test_resume_after_sigkill_equals_uninterrupted(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    assert main(_command(straight, "log.wandb=true")) == 0
+    _kill_mid_segment(killed, "log.wandb=true")
+    killed_at = max(step_records(killed))
+    assert 13 <= killed_at < 40
+    assert main(_command(killed, "log.wandb=true")) == 0
+
+    # the metrics series: byte for byte the same records, no duplicates, no gaps
+    assert (killed / "metrics.jsonl").read_bytes() == (straight / "metrics.jsonl").read_bytes()
+    # the final weights of both arms: bitwise equal
+    for arm in "ab":
+        final = f"{arm}/checkpoints/step_000040.safetensors"
+        a, b = load_file(straight / final), load_file(killed / final)
+        assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    # wandb: every tracked step exactly once across the killed and the resumed run, once wandb
+    # drops the re-logged steps it already holds (its rule for resumed runs)
+    rows = wandb_history(killed)
+    assert len({row["_file"] for row in rows}) == 2
+    synced = wandb_synced_steps(rows, "divergence/model/wasserstein")
+    assert synced == [s for s, r in step_records(straight).items() if r["tracked"]]
