@@ -136,25 +136,27 @@ def _forward_rows(q, ka, va, row0, block_q, block_kv, group, scale, causal, mask
         t0 = max(0, (k0 - row0) // block_q * block_q) if causal else 0
         if t0 >= rows:
             break
-        s = matmul(qa[..., t0:, :], ka[..., k0:k1, :].transpose(-2, -1)).mul_(scale)
+        s = matmul(qa[..., t0:, :], ka[..., k0:k1, :].transpose(-2, -1)) * scale
         if causal and k1 - 1 > row0 + t0:
             s = _causal_fill(s, row0 + t0, k0)
         if mask is not None:
-            s = s.add_(mask[..., t0:, k0:k1])
-        _fold_tiles(s, va[..., k0:k1, :], block_kv, m[..., t0:, :], l[..., t0:, :], o[..., t0:, :], dtype, acc)
+            s = s + mask[..., t0:, k0:k1]
+        state = _fold_tiles(s, va[..., k0:k1, :], block_kv, m[..., t0:, :], l[..., t0:, :], o[..., t0:, :], dtype, acc)
+        m, l, o = (torch.cat([old[..., :t0, :], new], dim=-2) if t0 else new for old, new in zip((m, l, o), state))
     l = torch.where(l == 0, torch.ones_like(l), l)  # fully masked rows give 0, as the kernel
     return (o / l)[..., :r, :].to(dtype)
 
 
 def _fold_tiles(s, v, block_kv, m, l, o, dtype, acc):
-    """Fold consecutive key/value tiles into the running ``m``, ``l``, ``o`` (views, in place).
+    """Fold consecutive key/value tiles into the running ``m``, ``l``, ``o``; return the new ones.
 
-    ``s``: (B, H, rows, W) scores of ``G = ceil(W / Bc)`` tiles, consumed; ``v``: (B, H, W, D).
+    ``s``: (B, H, rows, W) scores of ``G = ceil(W / Bc)`` tiles; ``v``: (B, H, W, D).
     Everything that does not depend on the running state (tile maxima, ``P``, ``rowsum(P)``,
     ``P V``) is computed for all ``G`` tiles at once; the running max is their cumulative max,
     which is what the sequential update ``m' = max(m, rowmax(S))`` produces. Only the
     recurrences ``l = alpha l + rowsum(P)`` and ``O = alpha O + P V`` step tile by tile, with
-    each step rounded exactly as in the one-tile-at-a-time algorithm.
+    each step rounded exactly as in the one-tile-at-a-time algorithm. No operation is in
+    place, so autograd can differentiate it (the ``tiled`` attention variant trains).
     """
     b, h, rows, width = s.shape
     tiles = -(-width // block_kv)
@@ -165,23 +167,23 @@ def _fold_tiles(s, v, block_kv, m, l, o, dtype, acc):
     m_new = running[..., 1:]
     # A row with every score -inf so far keeps m = -inf; subtract 0 there to avoid inf - inf.
     m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
-    p = s.sub_(m_safe.unsqueeze(-1)).exp_()  # (B, H, rows, G, Bc)
-    alpha = (running[..., :-1] - m_safe).exp_()  # (B, H, rows, G)
+    p = (s - m_safe.unsqueeze(-1)).exp()  # (B, H, rows, G, Bc)
+    alpha = (running[..., :-1] - m_safe).exp()  # (B, H, rows, G)
     rowsum = p.sum(dim=-1)  # from the unrounded P in both modes, as the kernels do
     if acc != dtype:  # kernel-faithful: P enters P V in the input format
         p = p.to(dtype).to(acc)
     pv = matmul(p.transpose(2, 3), v)  # (B, H, G, rows, D)
     for g in range(tiles):
-        l.mul_(alpha[..., g : g + 1]).add_(rowsum[..., g : g + 1])
-        o.mul_(alpha[..., g : g + 1]).add_(pv[:, :, g])
-    m.copy_(m_new[..., -1:])
+        l = l * alpha[..., g : g + 1] + rowsum[..., g : g + 1]
+        o = o * alpha[..., g : g + 1] + pv[:, :, g]
+    return m_new[..., -1:], l, o
 
 
 def _causal_fill(s, first_row, first_col):
     """Set scores of keys after their query to -inf; ``s`` (B, H, rows, cols) from (row, col)."""
     rows = torch.arange(first_row, first_row + s.shape[-2], device=s.device)[:, None]
     cols = torch.arange(first_col, first_col + s.shape[-1], device=s.device)[None, :]
-    return s.masked_fill_(cols > rows, float("-inf"))
+    return s.masked_fill(cols > rows, float("-inf"))
 
 
 def _additive_mask(mask, b, h, lq, lk, acc):
@@ -190,7 +192,7 @@ def _additive_mask(mask, b, h, lq, lk, acc):
         mask = mask.unsqueeze(0)
     mask = mask.expand(mask.shape[0], mask.shape[1], lq, lk)
     if mask.dtype == torch.bool:
-        return torch.zeros(mask.shape, dtype=acc, device=mask.device).masked_fill_(~mask, float("-inf"))
+        return torch.zeros(mask.shape, dtype=acc, device=mask.device).masked_fill(~mask, float("-inf"))
     return mask.to(acc)
 
 

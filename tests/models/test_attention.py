@@ -32,14 +32,7 @@ def test_cpu_runs_the_portable_kernels():
     assert {"baseline", "sdpa", "sdpa-math", "tiled"} <= set(CPU_KERNELS)
 
 
-# The tiled re-implementation is forward-only so far: its in-place tile updates break autograd.
-TRAINABLE = [
-    pytest.param(n, marks=pytest.mark.xfail(reason="tiled kernel has no backward yet (in-place ops)", raises=RuntimeError))
-    if n == "tiled" else n for n in CPU_KERNELS
-]
-
-
-@pytest.mark.parametrize("name", TRAINABLE)
+@pytest.mark.parametrize("name", CPU_KERNELS)
 def test_each_cpu_variant_trains_a_step(name):
     arm, inputs = _arm(f"attention.name={name}")
     processors = {n: m.processor for n, m in attention_modules(arm.unet).items()}
