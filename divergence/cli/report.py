@@ -41,9 +41,9 @@ def run(args) -> int:
     from divergence.report import build_report
 
     report = build_report(args.dirs, out, n_boot=args.bootstrap, seed=args.seed, min_steps=args.min_steps)
-    _print(report)
+    print_report(report)
     if not args.no_wandb:
-        _log_wandb(report, args.wandb_project)
+        log_report_to_wandb(report, args.wandb_project)
     return 0
 
 
@@ -55,7 +55,7 @@ def _out_dir(args) -> Path:
     raise UserInputError(f"{len(args.dirs)} input folders given: say where the report goes with --out DIR")
 
 
-def _print(report) -> None:
+def print_report(report) -> None:
     for v in report.analysis.verdicts:
         print(v.headline)
         for note in (*v.reasons, *v.caveats):
@@ -67,7 +67,7 @@ def _print(report) -> None:
     print(f"report: {report.out / 'report.html'} (also report.md, summary.json, figures/)")
 
 
-def _log_wandb(report, project: str | None) -> None:
+def log_report_to_wandb(report, project: str | None) -> None:
     from divergence.report.wandb_log import log_report
 
     try:

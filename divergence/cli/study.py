@@ -1,0 +1,86 @@
+"""``divergence study``: train the pair under study and its reference pairs, then report the bound."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "study", help="train the pair under study beside seed, precision and control pairs, then report",
+        description="Run a bounding study: the pair under study (flash vs baseline by default) beside a seed "
+        "change, low-precision training and a control, on one base recipe; then build the report. Finished "
+        "pairs are not trained again; an interrupted study resumes.",
+    )
+    p.add_argument("--recipe", default=None, help="study recipe (default: recipes/study.yaml)")
+    p.add_argument("--out", required=True, help="study folder: one subfolder per pair, the report at its top")
+    p.add_argument("--max-steps", type=int, help="override train.max_steps for every pair")
+    p.add_argument("--jobs", type=int, help="pairs trained at once (default: the recipe's jobs; auto = 2 on a "
+                   "CPU with 2+ cores, 1 on a GPU)")
+    p.add_argument("--no-wandb", action="store_true", help="do not log the report to wandb")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="overrides for every pair (train.lr=1e-4) or the study (references.precision=...)")
+    return p
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from divergence.cli.report import log_report_to_wandb, print_report
+    from divergence.errors import UserInputError
+    from divergence.report import build_report
+    from divergence.study import PairFailed, load_study, prepare_jobs, run_jobs
+
+    if args.max_steps is not None and args.max_steps < 1:
+        raise UserInputError(f"--max-steps {args.max_steps}: must be >= 1")
+    device = _device_type()
+    study = load_study(args.recipe or _default_recipe(), args.overrides, device)
+    pair_overrides = [o for o in args.overrides if not o.startswith(("study.", "references.", "jobs"))]
+    if args.max_steps is not None:
+        pair_overrides.append(f"train.max_steps={args.max_steps}")
+    out = Path(args.out)
+    jobs = prepare_jobs(study, out, pair_overrides)
+    parallel = _parallel(args.jobs, study.jobs, device, len(jobs))
+    print(f"study {study.name}: {len(jobs)} pairs ({', '.join(j.pair.name for j in jobs)}), "
+          f"{parallel} at a time, into {out}")
+    for job in jobs:
+        if job.pair.note:
+            print(f"note: {job.pair.name}: {job.pair.note}")
+    try:
+        run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet)
+    except PairFailed as err:
+        print(f"divergence study: error: {err}", file=sys.stderr)
+        return 2 if err.exit_code == 2 else 1
+    report = build_report([out], out)
+    print_report(report)
+    if not args.no_wandb:
+        log_report_to_wandb(report, None)
+    return 0
+
+
+def _default_recipe():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[2] / "recipes" / "study.yaml"
+
+
+def _device_type() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _parallel(flag: int | None, recipe_jobs, device: str, pairs: int) -> int:
+    import os
+
+    from divergence.errors import UserInputError
+
+    if flag is not None:
+        if flag < 1:
+            raise UserInputError(f"--jobs {flag}: must be >= 1")
+        return min(flag, pairs)
+    if recipe_jobs != "auto":
+        return min(recipe_jobs, pairs)
+    return 1 if device == "cuda" else max(1, min(2, (os.cpu_count() or 1), pairs))

@@ -1,0 +1,110 @@
+"""A study recipe: the pair under study and the reference pairs that bound it, on one base recipe.
+
+::
+
+    name: flash-attention
+    base: tiny.yaml                        # the run recipe every pair trains (relative to this file)
+    recipe: {train: {max_steps: 200}}      # changes to the base, for every pair
+    study: pairs/flash-vs-baseline.yaml    # a pair file, or inline: {name: ..., arms: {a: [...], b: [...]}}
+    references:
+      seed: pairs/seed-vs-seed.yaml        # the paper's reference bound
+      precision: auto                      # the upper bound; auto: fp16-vs-fp32 on a GPU, bf16 on a CPU
+      control: pairs/control.yaml          # the harness's zero check
+    tracking: {every: 10}
+    jobs: auto
+
+Every pair is rewritten onto the study's base (its own ``base`` and ``recipe`` are replaced,
+its arms and name kept), so the pairs differ only in their arms. ``precision: auto`` picks
+fp16-vs-fp32, the paper's pair, where fp16 is fast (a CUDA GPU); on a CPU, whose fp16 autocast
+runs 10-20x slower than fp32 here, it picks bf16-vs-fp32, and the report says so.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+from divergence.errors import RecipeError
+from divergence.recipe.schema import apply_overrides, load_yaml
+
+STUDY_KEYS = {"name", "description", "base", "recipe", "study", "references", "tracking", "jobs"}
+REFERENCE_ROLES = ("seed", "precision", "control")
+PRECISION_AUTO = {"cuda": "pairs/fp16-vs-fp32.yaml", "cpu": "pairs/bf16-vs-fp32.yaml"}
+
+
+@dataclass(frozen=True)
+class StudyPair:
+    """One pair of the study: its role, its name and the pair-recipe mapping to train."""
+
+    role: str  # "study" or a reference role
+    name: str
+    recipe: dict  # a pair recipe as plain data, ``base`` an absolute path
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    pairs: tuple[StudyPair, ...]
+    jobs: int | str
+    source: Path
+
+
+def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "cpu") -> Study:
+    """Read a study recipe and resolve every pair onto its base; errors name the key."""
+    path = Path(path)
+    data = apply_overrides(load_yaml(path), [o for o in overrides if o.startswith(("study.", "references.", "jobs"))])
+    unknown = sorted(set(data) - STUDY_KEYS)
+    if unknown:
+        raise RecipeError(f"{path}: unknown key {unknown[0]!r}; a study recipe has {', '.join(sorted(STUDY_KEYS))}")
+    if "base" not in data:
+        raise RecipeError(f"{path}: missing key 'base' (the run recipe every pair trains, e.g. base: tiny.yaml)")
+    base = _existing(path.parent / str(data["base"]), "base", path)
+    shared = {"base": str(base), "recipe": data.get("recipe") or {}, "tracking": data.get("tracking") or {}}
+    pairs = [_pair("study", data.get("study"), path, shared)]
+    references = data.get("references") or {}
+    if not isinstance(references, dict) or set(references) - set(REFERENCE_ROLES):
+        raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(REFERENCE_ROLES)}")
+    for role in REFERENCE_ROLES:
+        spec, note = references.get(role), ""
+        if spec == "auto" and role == "precision":
+            spec = PRECISION_AUTO["cuda" if device_type == "cuda" else "cpu"]
+            note = "" if device_type == "cuda" else ("bf16-vs-fp32 stands in for fp16-vs-fp32: fp16 autocast on a "
+                                                      "CPU runs 10-20x slower than fp32; set references.precision to "
+                                                      "pairs/fp16-vs-fp32.yaml to insist")
+        if spec:
+            pairs.append(_pair(role, spec, path, shared, note))
+    names = [p.name for p in pairs]
+    if len(set(names)) != len(names):
+        raise RecipeError(f"{path}: two pairs share a name ({names}); name the inline study pair differently")
+    jobs = data.get("jobs", "auto")
+    if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise RecipeError(f"{path}: jobs: expected auto or a positive integer, got {jobs!r}")
+    return Study(str(data.get("name", path.stem)), tuple(pairs), jobs, path)
+
+
+def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "") -> StudyPair:
+    key = "study" if role == "study" else f"references.{role}"
+    if isinstance(spec, str):
+        pair_path = _existing(study_path.parent / spec, key, study_path)
+        data = load_yaml(pair_path)
+    elif isinstance(spec, dict) and "arms" in spec:
+        data = copy.deepcopy(spec)
+    else:
+        raise RecipeError(f"{study_path}: {key}: expected a pair recipe file or {{name: ..., arms: {{a: [...], b: [...]}}}}")
+    if "name" not in data:
+        raise RecipeError(f"{study_path}: {key}: the pair needs a name")
+    recipe = {k: v for k, v in data.items() if k not in ("base", "recipe", "tracking")}
+    recipe.update(base=shared["base"], recipe=copy.deepcopy(shared["recipe"]),
+                  tracking={**(data.get("tracking") or {}), **shared["tracking"]})
+    if note:
+        recipe["description"] = f"{data.get('description', data['name'])} (stand-in for fp16 vs fp32 on a CPU)"
+    return StudyPair(role, str(data["name"]), recipe, note)
+
+
+def _existing(path: Path, key: str, study_path: Path) -> Path:
+    path = path.resolve()
+    if not path.is_file():
+        raise RecipeError(f"{study_path}: {key}: {path} not found")
+    return path

@@ -1,0 +1,135 @@
+"""Train a study's pairs: each pair a ``divergence train`` child process, ``jobs`` at a time.
+
+Each pair trains into ``DIR/<pair name>/`` with its own log in ``DIR/logs/<pair name>.log``.
+A pair whose ``pair.json`` says it finished the requested steps is not trained again; any
+other resumes from its last checkpoint (that is what ``divergence train`` does on an
+existing folder), so an interrupted study picks up where it stopped. Progress is a bar per
+pair and one overall, read from the pairs' metrics stores.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from divergence.errors import UserInputError
+from divergence.recipe.pair import load_pair_recipe
+from divergence.store import MetricsStore
+from divergence.store.pair_info import PairInfo
+from divergence.study.config import Study, StudyPair
+
+POLL_SECONDS = 1.0
+
+
+class PairFailed(Exception):
+    """A pair's training process failed; ``exit_code`` is its exit status (2: bad input)."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass
+class PairJob:
+    pair: StudyPair
+    recipe_path: Path
+    out: Path
+    max_steps: int
+    process: subprocess.Popen | None = None
+    skipped: bool = False
+
+    def done_steps(self) -> int:
+        store = MetricsStore(self.out)
+        try:
+            return (store.last_step() or 0) if store.exists() else 0
+        except (OSError, ValueError, UserInputError):
+            return 0
+
+    def finished(self) -> bool:
+        try:
+            info = PairInfo.read(self.out)
+        except UserInputError:
+            return False
+        return info.finished and (info.last_step or 0) >= self.max_steps
+
+
+def prepare_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
+    """Write each pair's resolved recipe into ``DIR/recipes/`` and validate it before any training."""
+    (out / "recipes").mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for pair in study.pairs:
+        path = out / "recipes" / f"{pair.name}.yaml"
+        path.write_text(yaml.safe_dump(pair.recipe, sort_keys=False))
+        resolved = load_pair_recipe(path, overrides)  # a bad recipe fails here, not in a child
+        jobs.append(PairJob(pair, path, out / pair.name, resolved.base.train.max_steps))
+    return jobs
+
+
+def run_jobs(jobs: list[PairJob], overrides: list[str], parallel: int, show_progress: bool = True) -> None:
+    """Train every unfinished pair, ``parallel`` at a time; raise PairFailed naming a failed pair."""
+    from tqdm import tqdm
+
+    (jobs[0].out.parent / "logs").mkdir(exist_ok=True)
+    for job in jobs:
+        job.skipped = job.finished()
+    total = sum(j.max_steps for j in jobs)
+    bars = {j.pair.name: tqdm(total=j.max_steps, desc=f"{j.pair.name:<22}", position=i + 1, leave=True,
+                              disable=not show_progress, unit="step") for i, j in enumerate(jobs)}
+    overall = tqdm(total=total, desc=f"{'study':<22}", position=0, leave=True, disable=not show_progress, unit="step")
+    waiting = [j for j in jobs if not j.skipped]
+    running: list[PairJob] = []
+    try:
+        while waiting or running:
+            while waiting and len(running) < parallel:
+                running.append(_start(waiting.pop(0), overrides, parallel))
+            time.sleep(POLL_SECONDS)
+            _update(jobs, bars, overall)
+            for job in [j for j in running if j.process.poll() is not None]:
+                running.remove(job)
+                _check_exit(job)
+        _update(jobs, bars, overall)
+    except BaseException:
+        for job in running:
+            job.process.terminate()
+        raise
+    finally:
+        for bar in (*bars.values(), overall):
+            bar.close()
+
+
+def _start(job: PairJob, overrides: list[str], parallel: int) -> PairJob:
+    command = [sys.executable, "-m", "divergence", "train", "--recipe", str(job.recipe_path), "--out", str(job.out),
+               *overrides, "log.progress_bar=false"]
+    if parallel > 1:
+        command.append("train.cpu_threads=1")  # pairs side by side: one core each, no oversubscription
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # each job its own wandb service
+    log = open(job.out.parent / "logs" / f"{job.pair.name}.log", "a")
+    job.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    log.close()
+    return job
+
+
+def _update(jobs: list[PairJob], bars: dict, overall) -> None:
+    done = 0
+    for job in jobs:
+        steps = job.max_steps if job.skipped else min(job.done_steps(), job.max_steps)
+        bar = bars[job.pair.name]
+        bar.update(steps - bar.n)
+        done += steps
+    overall.update(done - overall.n)
+
+
+def _check_exit(job: PairJob) -> None:
+    code = job.process.returncode
+    if code == 0:
+        return
+    log = job.out.parent / "logs" / f"{job.pair.name}.log"
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    last = lines[-1] if lines else "(no output)"
+    raise PairFailed(f"pair {job.pair.name} failed (exit {code}): {last} [full log: {log}]", code)
