@@ -21,7 +21,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-wandb", action="store_true", help="do not log the report to wandb")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="overrides for every pair (train.lr=1e-4) or the study (references.precision=...)")
+                   help="overrides for every pair (train.lr=1e-4) or the study (base=sd15.yaml, "
+                   "study=pairs/fused-adamw.yaml, references.precision=pairs/fp16-vs-fp32.yaml)")
     return p
 
 
@@ -32,12 +33,13 @@ def run(args) -> int:
     from divergence.errors import UserInputError
     from divergence.report import build_report
     from divergence.study import PairFailed, load_study, prepare_jobs, run_jobs
+    from divergence.study.config import STUDY_OVERRIDES
 
     if args.max_steps is not None and args.max_steps < 1:
         raise UserInputError(f"--max-steps {args.max_steps}: must be >= 1")
     device = _device_type()
     study = load_study(args.recipe or _default_recipe(), args.overrides, device)
-    pair_overrides = [o for o in args.overrides if not o.startswith(("study.", "references.", "jobs"))]
+    pair_overrides = [o for o in args.overrides if not o.startswith(STUDY_OVERRIDES)]
     if args.max_steps is not None:
         pair_overrides.append(f"train.max_steps={args.max_steps}")
     out = Path(args.out)

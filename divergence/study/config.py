@@ -29,6 +29,8 @@ from divergence.errors import RecipeError
 from divergence.recipe.schema import apply_overrides, load_yaml
 
 STUDY_KEYS = {"name", "description", "base", "recipe", "study", "references", "tracking", "jobs"}
+# Command-line KEY=VALUE overrides that change the study itself; every other one goes to each pair.
+STUDY_OVERRIDES = ("base=", "study=", "study.", "references.", "jobs=", "name=")
 REFERENCE_ROLES = ("seed", "precision", "control")
 PRECISION_AUTO = {"cuda": "pairs/fp16-vs-fp32.yaml", "cpu": "pairs/bf16-vs-fp32.yaml"}
 
@@ -54,7 +56,7 @@ class Study:
 def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "cpu") -> Study:
     """Read a study recipe and resolve every pair onto its base; errors name the key."""
     path = Path(path)
-    data = apply_overrides(load_yaml(path), [o for o in overrides if o.startswith(("study.", "references.", "jobs"))])
+    data = apply_overrides(load_yaml(path), [o for o in overrides if o.startswith(STUDY_OVERRIDES)])
     unknown = sorted(set(data) - STUDY_KEYS)
     if unknown:
         raise RecipeError(f"{path}: unknown key {unknown[0]!r}; a study recipe has {', '.join(sorted(STUDY_KEYS))}")

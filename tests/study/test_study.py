@@ -1,0 +1,78 @@
+"""The study: recipe resolution, its errors, and a tiny study end to end (train, resume, report)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from divergence.cli import main
+from divergence.errors import RecipeError
+from divergence.study import load_study
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+QUICK = ["--max-steps", "6", "--no-wandb", "--quiet", "tracking.every=1", "train.batch_size=2", "sample.enabled=false"]
+
+
+def test_default_study_resolves_every_pair_onto_one_base():
+    study = load_study(RECIPES / "study.yaml", device_type="cpu")
+    assert [(p.role, p.name) for p in study.pairs] == [
+        ("study", "flash-vs-baseline"), ("seed", "seed-vs-seed"), ("precision", "bf16-vs-fp32"), ("control", "control")]
+    assert len({p.recipe["base"] for p in study.pairs}) == 1
+    assert all(p.recipe["recipe"]["train"]["max_steps"] == 200 for p in study.pairs)
+    assert "stand-in" in study.pairs[2].recipe["description"] and study.pairs[2].note
+
+
+def test_precision_auto_is_the_papers_fp16_pair_on_a_gpu():
+    study = load_study(RECIPES / "study.yaml", device_type="cuda")
+    assert study.pairs[2].name == "fp16-vs-fp32" and not study.pairs[2].note
+
+
+def test_inline_study_pair_and_overrides():
+    study = load_study(RECIPES / "study.yaml", ["study=pairs/fused-adamw.yaml", "references.control=null"])
+    assert [p.name for p in study.pairs] == ["fused-adamw", "seed-vs-seed", "bf16-vs-fp32"]
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("base: {r}/tiny.yaml\nflavour: 1\nstudy: {r}/pairs/control.yaml", "unknown key 'flavour'"),
+        ("study: {r}/pairs/control.yaml", "missing key 'base'"),
+        ("base: {r}/nowhere.yaml\nstudy: {r}/pairs/control.yaml", "base:"),
+        ("base: {r}/tiny.yaml\nstudy: {r}/pairs/nothing.yaml", "study:"),
+        ("base: {r}/tiny.yaml\nstudy: 3", "expected a pair recipe file"),
+        ("base: {r}/tiny.yaml\nstudy: {r}/pairs/control.yaml\nreferences: {{noise: x}}", "references"),
+        ("base: {r}/tiny.yaml\nstudy: {r}/pairs/control.yaml\njobs: 0", "jobs"),
+        ("base: {r}/tiny.yaml\nstudy: {r}/pairs/seed-vs-seed.yaml\nreferences: {{seed: {r}/pairs/seed-vs-seed.yaml}}",
+         "two pairs share a name"),
+    ],
+)
+def test_bad_study_recipes(tmp_path, text, message):
+    path = tmp_path / "study.yaml"
+    path.write_text(text.format(r=RECIPES))
+    with pytest.raises(RecipeError) as err:
+        load_study(path)
+    assert message in str(err.value)
+
+
+def test_tiny_study_end_to_end_then_resume_skips_finished_pairs(tmp_path, capsys):
+    out = tmp_path / "study"
+    assert main(["study", "--out", str(out), "--jobs", "2", *QUICK]) == 0
+    printed = capsys.readouterr().out
+    assert "flash attention" in printed and "report:" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["pairs"]) == {"flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32", "control"}
+    assert summary["verdicts"][0]["study"] == "flash-vs-baseline"
+    assert (out / "report.html").is_file() and list((out / "figures").glob("*.png"))
+    for name in summary["pairs"]:
+        info = json.loads((out / name / "pair.json").read_text())
+        assert info["finished"] and info["last_step"] == 6
+    stamps = {p: (out / p / "metrics.jsonl").stat().st_mtime_ns for p in summary["pairs"]}
+    assert main(["study", "--out", str(out), "--jobs", "2", *QUICK]) == 0  # nothing left to train
+    assert stamps == {p: (out / p / "metrics.jsonl").stat().st_mtime_ns for p in summary["pairs"]}
+
+
+def test_a_bad_override_fails_before_any_training(tmp_path, capsys):
+    code = main(["study", "--out", str(tmp_path / "s"), *QUICK, "train.lr=-1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "train.lr" in err
+    assert not list((tmp_path / "s").glob("*/metrics.jsonl"))
