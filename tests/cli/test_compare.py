@@ -154,3 +154,13 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_metric_names_are_one_contract():
+    """compare's columns, the store export's columns and the metrics package agree."""
+    from divergence.cli.compare import METRIC_CHOICES
+    from divergence.metrics import METRICS
+    from divergence.store.export import METRIC_COLUMNS
+
+    assert METRIC_CHOICES == METRICS == METRIC_COLUMNS[: len(METRICS)]
+    assert METRIC_COLUMNS[len(METRICS):] == ("nonfinite_a", "nonfinite_b")

@@ -16,9 +16,10 @@ to the metrics store (``DIR/metrics.jsonl``) and the same numbers to every Light
 
 Resume: when a run restarts from a checkpoint at step G, records after G are dropped from
 the store (they are recomputed, bitwise the same on CPU) and the spike detectors' state
-comes back with the checkpoint. This callback must run before the resume checkpoint is
-written at a step, so the saved state includes that step (``divergence.training.pair``
-orders the callbacks so).
+comes back with the checkpoint; wandb gets the re-logged steps with its own step set, and
+keeps the ones it already holds (see ``log_at_step``). This callback must run before the
+resume checkpoint is written at a step, so the saved state includes that step
+(``train_pair`` passes it to ``fit`` as a first callback).
 """
 
 from __future__ import annotations

@@ -1,0 +1,52 @@
+"""``divergence watch DIR``: follow the two arm jobs of a pair and write its metrics store.
+
+Exit codes: 0 the pair is complete (both arms finished, every step stored), 1 ``--timeout``
+idle seconds passed with nothing new, 2 bad input. Under ``torchrun`` the checkpoint pairs
+are divided among the ranks (gloo on CPU, NCCL on GPUs).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "follow a pair's separately trained arms and write its metrics store as they go"
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "watch", help=HELP,
+        description=HELP + ". Computes each step's records as soon as both arms' losses and checkpoints for it "
+        "are complete; restarted, it continues where it stopped. Launch under torchrun to divide each "
+        "comparison among ranks.",
+    )
+    p.add_argument("dir", help="pair folder the arms train into (divergence train --arm a|b --out DIR)")
+    p.add_argument("--poll", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds between looks at the arms' files when nothing is ready (default 5)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="exit 1 when nothing new arrives for this long (default: wait as long as it takes)")
+    p.add_argument("--device", default="auto", help="auto (this rank's GPU if any), cpu or cuda")
+    p.add_argument("--no-log", action="store_true", help="write the store only; no wandb/CSV logs")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from divergence.errors import UserInputError
+
+    if args.poll <= 0:
+        raise UserInputError(f"--poll {args.poll:g}: must be > 0 seconds")
+    if args.timeout is not None and args.timeout <= 0:
+        raise UserInputError(f"--timeout {args.timeout:g}: must be > 0 seconds")
+    if not Path(args.dir).is_dir():
+        raise UserInputError(f"{args.dir}: no such folder; start the arms first (divergence train --arm a --out DIR)")
+    from divergence.comparator.follow import Comparator
+    from divergence.comparator.ranks import ranks_from_environment
+
+    ranks, device = ranks_from_environment(args.device)
+    try:
+        comparator = Comparator(args.dir, ranks, device, log=not args.no_log, progress=not args.quiet and ranks.is_zero)
+        return comparator.run(args.poll, args.timeout)
+    finally:
+        ranks.close()

@@ -1,0 +1,89 @@
+"""One checkpoint pair compared on several ranks: each tensor measured once, results on rank 0.
+
+The matched tensors are divided among the ranks by size (largest first, each to the rank
+holding the fewest elements so far: a greedy balance of the work, which is about linear in
+the elements). Every rank opens both files itself and streams its own tensors through
+``divergence.comparison.compare_sources`` on its own device, so a rank holds at most one
+pair of its tensors at a time: peak memory per rank is about the largest pair it is given,
+never the model. Rank 0 gathers the records, puts them back in match order, and recomputes
+the layer kinds from all shapes (a bias's kind follows its module's weight, which may have
+been measured on another rank) and the summary (an exact function of the records).
+
+The result equals the single-rank ``compare_sources`` record for record: each record is
+computed by the same code on the same kind of device, and ``summarize`` is independent of
+where the records were made.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import replace
+from pathlib import Path
+
+from divergence.checkpoints import Match, TensorSource, match_tensors, open_checkpoint
+from divergence.comparator.ranks import Ranks
+from divergence.comparison import Comparison, compare_sources
+from divergence.errors import CheckpointError
+from divergence.metrics import classify_kinds, summarize
+
+
+def assign(sizes: list[int], world_size: int) -> list[int]:
+    """The rank of each item: largest first, each to the least loaded rank (ties: lowest rank)."""
+    owner = [0] * len(sizes)
+    loads = [(0, rank) for rank in range(world_size)]
+    for index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        load, rank = heapq.heappop(loads)
+        owner[index] = rank
+        heapq.heappush(loads, (load + max(sizes[index], 1), rank))
+    return owner
+
+
+def compare_partitioned(a: TensorSource, b: TensorSource, match: Match, ranks: Ranks, device="cpu") -> Comparison | None:
+    """``compare_sources(a, b, match)`` with the pairs divided among ``ranks``; None off rank 0.
+
+    Collective: every rank calls it with the same ``match``.
+    """
+    owner = assign([a.info(name_a).numel for _, name_a, _ in match.pairs], ranks.world_size)
+    mine = replace(match, pairs=[p for p, rank in zip(match.pairs, owner) if rank == ranks.rank])
+    try:
+        part = compare_sources(a, b, mine, device).records
+    except (CheckpointError, OSError) as err:  # reported on rank 0; every rank still joins the gather
+        part = CheckpointError(f"rank {ranks.rank}: {err}")
+    return _assemble(ranks.gather(part), a, match)
+
+
+def compare_files(path_a: str | Path, path_b: str | Path, ranks: Ranks, device="cpu", order=None) -> Comparison | None:
+    """Compare two checkpoint files on ``ranks``; records in ``order`` (names of A) when given.
+
+    A file that cannot be read on any rank is a ``CheckpointError`` on rank 0.
+    """
+    try:
+        a, b = open_checkpoint(path_a), open_checkpoint(path_b)
+        match = match_tensors(a, b)
+    except (CheckpointError, OSError) as err:
+        failed = ranks.gather(CheckpointError(f"rank {ranks.rank}: {err}"))
+        if ranks.is_zero:
+            raise next(e for e in failed if isinstance(e, Exception))
+        return None
+    if order:
+        index = {name: i for i, name in enumerate(order)}
+        match.pairs.sort(key=lambda p: (index.get(p[1], len(index)), p[1]))
+    result = compare_partitioned(a, b, match, ranks, device)
+    if result is not None:
+        result.summary.update(a=str(path_a), b=str(path_b))
+    return result
+
+
+def _assemble(parts: list | None, a: TensorSource, match: Match) -> Comparison | None:
+    if parts is None:
+        return None
+    errors = [p for p in parts if isinstance(p, Exception)]
+    if errors:
+        raise errors[0]
+    by_name = {record["name"]: record for part in parts for record in part}
+    kinds = classify_kinds({name: a.info(name_a).shape for name, name_a, _ in match.pairs})
+    records = [dict(by_name[name], kind=kinds[name]) for name, _, _ in match.pairs]
+    summary = summarize(records)
+    summary.update(matched=len(match.pairs), skipped=len(match.skipped),
+                   stripped_prefix_a=match.stripped_a, stripped_prefix_b=match.stripped_b)
+    return Comparison(records, summary, match.skipped)

@@ -1,0 +1,271 @@
+"""``divergence watch DIR``: the metrics store of a pair whose arms train as separate jobs.
+
+For each step in order it waits until both arms have written what the lockstep tracker
+would have had in memory at that step (both losses; at a tracked step also both complete
+weights files), then builds the step's records with ``divergence.training.records`` (so the
+store equals the lockstep store record for record), appends them and logs them. It stops
+when the store holds the last step and both arms report ``finished``.
+
+Restart-safe: the store is append-only with committed step blocks, so a killed comparator
+loses at most the step in flight; started again it continues after ``MetricsStore.last_step``
+and rebuilds the spike detectors from the stored losses (they saw exactly those). An arm
+that restarts from an earlier checkpoint (a new ``attempt`` in its status, ``start_step`` G)
+recomputes the steps after G, so the comparator drops its records after G and follows the
+new attempt, as the lockstep tracker does on resume. The attempts it has followed are kept
+in ``DIR/watch.json``.
+
+Under torchrun, rank 0 plans and writes; every rank measures its share of each checkpoint
+pair (``divergence.comparator.distributed``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from divergence.comparator.distributed import compare_files
+from divergence.comparator.feeds import ArmFeed
+from divergence.comparator.ranks import Ranks
+from divergence.errors import CheckpointError, UserInputError
+from divergence.recipe.pair import ARMS, TrackingConfig
+from divergence.recipe.run import RunRecipe
+from divergence.recipe.schema import parse
+from divergence.store import MetricsStore
+from divergence.store.pair_info import PairInfo
+from divergence.training.pair_run import PAIR_FILE
+from divergence.training.records import comparison_records, is_tracked, loss_record
+from divergence.training.spikes import SpikeDetector
+
+STATE_FILE = "watch.json"
+EXIT_TIMEOUT, EXIT_USAGE = 1, 2
+
+
+@dataclass
+class Task:
+    """Rank 0's decision for one turn of the loop, sent to every rank."""
+
+    kind: str  # "step", "wait", "done" or "stop"
+    step: int = -1
+    tracked: bool = False
+    losses: dict | None = None
+    paths: dict = field(default_factory=dict)
+    order: list = field(default_factory=list)
+    message: str = ""
+    code: int = 0  # exit code of a "stop"
+
+
+class PairFolder:
+    """The pair a folder trains, read from its ``pair.yaml``."""
+
+    def __init__(self, out: Path):
+        path = out / PAIR_FILE
+        if not path.is_file():
+            raise UserInputError(f"{out}: no {PAIR_FILE}; start the arms first "
+                                 f"(divergence train --recipe PAIR --arm a --out {out})")
+        self.config = yaml.safe_load(path.read_text()) or {}
+        try:
+            self.name = self.config["name"]
+            self.tracking = parse(TrackingConfig, self.config.get("tracking"), "tracking")
+            self.recipe = parse(RunRecipe, self.config["recipes"]["a"])
+        except (KeyError, TypeError) as err:
+            raise UserInputError(f"{path}: not a pair file (missing {err})") from None
+        self.max_steps, self.checkpoint_every = self.recipe.train.max_steps, self.recipe.train.checkpoint_every
+
+    def tracked(self, step: int) -> bool:
+        return is_tracked(step, self.max_steps, self.tracking.every, self.checkpoint_every)
+
+
+class Comparator:
+    def __init__(self, out: str | Path, ranks: Ranks | None = None, device="cpu", log: bool = True,
+                 progress: bool = True):
+        self.out, self.ranks, self.device = Path(out), ranks or Ranks(), device
+        self.pair = PairFolder(self.out)
+        if not self.ranks.is_zero:
+            return  # the other ranks only measure
+        self.feeds = {arm: ArmFeed(self.out / arm) for arm in ARMS}
+        self.store = MetricsStore(self.out).open_for_append()
+        self.spikes = self._replay_spikes()
+        self.attempts = self._read_state()
+        self.logger = self._logger() if log else None
+        self.bar = _progress_bar(self.pair, len(self.store.steps())) if progress else None
+        self._idle_since = time.monotonic()
+
+    def run(self, poll: float = 5.0, timeout: float | None = None) -> int:
+        """Follow the arms until the pair is complete; 0 when done, 1 after ``timeout`` idle seconds."""
+        try:
+            while True:
+                task = self.ranks.broadcast(self._plan(timeout) if self.ranks.is_zero else None)
+                if task.kind == "done":
+                    self._finish()
+                    return 0
+                if task.kind == "stop":
+                    if self.ranks.is_zero:
+                        print(f"divergence watch: {task.message}", file=sys.stderr)
+                    return task.code
+                if task.kind == "wait" or not self._take(task):
+                    time.sleep(poll)
+        finally:
+            self._close()
+
+    # -- rank 0: what to do next --------------------------------------------------------------
+    def _plan(self, timeout: float | None) -> Task:
+        statuses = {arm: feed.status() for arm, feed in self.feeds.items()}
+        try:
+            self._follow_restarts(statuses)
+        except UserInputError as err:  # every rank must hear of it, not only rank 0
+            return Task("stop", message=f"error: {err}", code=EXIT_USAGE)
+        last = self.store.last_step()
+        step = 0 if last is None else last + 1
+        if step > self.pair.max_steps:
+            if all(s is not None and s.finished for s in statuses.values()):
+                return Task("done")
+        else:
+            task = self._ready(step, statuses)
+            if task is not None:
+                self._idle_since = time.monotonic()
+                return task
+        if timeout is not None and time.monotonic() - self._idle_since > timeout:
+            return Task("stop", message=f"timed out: nothing new for {timeout:g} s at step {step} "
+                                        f"({_arms_line(statuses)})", code=EXIT_TIMEOUT)
+        self._show_waiting(step, statuses)
+        return Task("wait")
+
+    def _ready(self, step: int, statuses: dict) -> Task | None:
+        """The task of ``step`` when both arms have written everything it needs, else None."""
+        losses = None
+        if step > 0:
+            seen = {arm: feed.losses() for arm, feed in self.feeds.items()}
+            if any(step not in seen[arm] for arm in ARMS):
+                return None
+            losses = {arm: seen[arm][step] for arm in ARMS}
+        tracked = self.pair.tracked(step)
+        paths = {}
+        if tracked:
+            paths = {arm: feed.checkpoint(step) for arm, feed in self.feeds.items()}
+            if any(p is None for p in paths.values()):
+                return None
+        order = statuses["a"].tensor_order if statuses.get("a") else []
+        return Task("step", step, tracked, losses, {k: str(v) for k, v in paths.items()}, order)
+
+    def _follow_restarts(self, statuses: dict) -> None:
+        """An arm restarted from step G: drop stored steps after G (they are recomputed)."""
+        changed = False
+        for arm, status in statuses.items():
+            if status is None or self.attempts.get(arm) == status.attempt:
+                continue
+            last = self.store.last_step()
+            if arm in self.attempts and last is not None and status.start_step < last:
+                self.store.truncate_after(status.start_step)
+                self.spikes = self._replay_spikes()
+                if self.bar is not None:
+                    self.bar.n = len(self.store.steps())
+            self.feeds[arm].loss_file.reset()
+            self.attempts[arm] = status.attempt
+            changed = True
+        if changed:
+            self._write_state()
+        worlds = {s.world_size for s in statuses.values() if s is not None}
+        if len(worlds) > 1:
+            raise UserInputError(f"{self.out}: the arms train on different world sizes ({_arms_line(statuses)}); "
+                                 "their batches differ, so they are not a pair")
+
+    # -- every rank: measure; rank 0: record -----------------------------------------------------
+    def _take(self, task: Task) -> bool:
+        """Record ``task``'s step; False when a file went away meanwhile (retried next poll)."""
+        result = None
+        if task.tracked:
+            try:
+                result = compare_files(task.paths["a"], task.paths["b"], self.ranks, self.device, task.order)
+            except CheckpointError:
+                return False  # rank 0 only: an arm replaced or removed a file mid-read
+        if not self.ranks.is_zero:
+            return True
+        tensors: list[dict] = []
+        record = loss_record(task.losses, self.spikes)
+        if task.tracked:
+            tensors, summary = comparison_records(result)
+            record.update(summary, tracked=True)
+        else:
+            record["tracked"] = False
+        self.store.append_step(task.step, tensors, record)
+        if self.logger is not None:
+            self.logger.log(task.step, record, tensors)
+        self._show_step(task.step, record)
+        return True
+
+    # -- rank 0: state, logs, progress -------------------------------------------------------------
+    def _replay_spikes(self) -> dict[str, SpikeDetector]:
+        """The detectors after the stored steps: they saw exactly the stored losses, in order."""
+        tracking = self.pair.tracking
+        spikes = {arm: SpikeDetector(tracking.spike_factor, tracking.spike_window) for arm in ARMS}
+        for record in self.store.step_records():
+            if record["step"] > 0:
+                for arm in ARMS:
+                    spikes[arm].update(record[f"loss_{arm}"])
+        return spikes
+
+    def _read_state(self) -> dict:
+        try:
+            return json.loads((self.out / STATE_FILE).read_text())["attempts"]
+        except (OSError, ValueError, KeyError):
+            return {}
+
+    def _write_state(self) -> None:
+        from divergence.tables import write_json
+
+        write_json(self.out / STATE_FILE, {"attempts": self.attempts})
+
+    def _logger(self):
+        from divergence.comparator.logs import StepLogger
+
+        pair = self.pair
+        return StepLogger(self.out, pair.recipe.log, pair.name, pair.tracking, pair.checkpoint_every,
+                          pair.max_steps, pair.config)
+
+    def _finish(self) -> None:
+        if not self.ranks.is_zero:
+            return
+        info = PairInfo.read(self.out)
+        info.finished, info.last_step = True, self.store.last_step()
+        info.write(self.out)
+
+    def _close(self) -> None:
+        if self.ranks.is_zero:
+            if self.logger is not None:
+                self.logger.close()
+            if self.bar is not None:
+                self.bar.close()
+
+    def _show_step(self, step: int, record: dict) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(1)
+        if record["tracked"]:
+            self.bar.set_postfix_str(f"step {step}: wasserstein {record['wasserstein']:.4g}, "
+                                     f"max_abs_diff {record['max_abs_diff']:.4g}", refresh=False)
+
+    def _show_waiting(self, step: int, statuses: dict) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"waiting for step {step} ({_arms_line(statuses)})")
+
+
+def _progress_bar(pair: PairFolder, done: int):
+    from tqdm import tqdm
+
+    return tqdm(total=pair.max_steps + 1, initial=done, desc=f"watch {pair.name}", unit="step",
+                file=sys.stderr, dynamic_ncols=True)
+
+
+def _arms_line(statuses: dict) -> str:
+    parts = []
+    for arm, s in statuses.items():
+        parts.append(f"{arm}: not started" if s is None else
+                     f"{arm}: {s.state}" + (f" at {s.last_step}" if s.last_step is not None else "")
+                     + (f", attempt {s.attempt}" if s.attempt > 1 else ""))
+    return "; ".join(parts)
+

@@ -1,0 +1,198 @@
+"""The text of the job scripts: one per arm and one for the comparator, plus a driver.
+
+SLURM (Lightning's conventions, https://lightning.ai/docs/pytorch/stable/clusters/cluster_advanced.html):
+one task per GPU (``--ntasks-per-node`` = ``--gres=gpu:G`` = ``train.devices``), ``srun``
+starting every task, ``train.num_nodes`` = ``--nodes``; Lightning reads the ranks from
+SLURM's environment. ``--signal=SIGUSR1@120`` with ``--requeue`` lets Lightning requeue a job
+about to hit its time limit; the requeued arm resumes from its ``last.ckpt`` and the
+comparator follows the new attempt. ``submit.sh`` submits the arms, then the comparator with
+``--dependency=after:A:B`` (it starts once both arms have started, and follows them).
+
+torchrun: ``torchrun --nnodes N --nproc-per-node G`` per arm. On one node the arms get
+disjoint GPUs (``CUDA_VISIBLE_DEVICES``) and their own rendezvous ports, and ``start.sh``
+runs both arms and the comparator there; on several nodes each arm script runs on each of
+its nodes with ``NODE_RANK`` and ``MASTER_ADDR`` set.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ARMS = ("a", "b")
+SCHEDULERS = ("slurm", "torchrun")
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What to launch and where; paths absolute (the jobs may start in another directory)."""
+
+    recipe: Path
+    out: Path
+    name: str                       # the pair's name, for job names
+    scheduler: str = "slurm"
+    nodes: int = 1                  # nodes per arm
+    gpus_per_node: int = 1          # processes (GPUs) per node per arm
+    accelerator: str = "gpu"        # gpu, or cpu (gloo; for trying the scripts without GPUs)
+    strategy: str = "ddp"
+    comparator_gpus: int = 1        # ranks of the comparator (torchrun inside its job when > 1)
+    overrides: tuple[str, ...] = ()
+    command: str = "divergence"     # how the jobs call divergence (e.g. "python -m divergence")
+    partition: str | None = None
+    time: str | None = None         # SLURM time limit, e.g. 2-00:00:00
+    account: str | None = None
+    master_port: int = 29500
+    extra_sbatch: tuple[str, ...] = field(default_factory=tuple)
+
+    def train_args(self, arm: str) -> list[str]:
+        return ["train", "--recipe", str(self.recipe), "--arm", arm, "--out", str(self.out),
+                f"train.accelerator={self.accelerator}", f"train.devices={self.gpus_per_node}",
+                f"train.num_nodes={self.nodes}", f"train.strategy={self.strategy}", *self.overrides]
+
+    def watch_args(self) -> list[str]:
+        device = "cuda" if self.accelerator == "gpu" else "cpu"
+        return ["watch", str(self.out), "--poll", "30", "--device", device]
+
+    @property
+    def launch_dir(self) -> Path:
+        return self.out / "launch"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.out / "logs"
+
+
+def build_scripts(plan: LaunchPlan) -> dict[str, str]:
+    """``{file name: text}`` for ``plan.scheduler``; the driver script comes last."""
+    return _slurm(plan) if plan.scheduler == "slurm" else _torchrun(plan)
+
+
+# -- SLURM ---------------------------------------------------------------------------------------
+def _slurm(plan: LaunchPlan) -> dict[str, str]:
+    scripts = {f"arm-{arm}.sbatch": _sbatch_arm(plan, arm) for arm in ARMS}
+    scripts["watch.sbatch"] = _sbatch_watch(plan)
+    scripts["submit.sh"] = _submit(plan)
+    return scripts
+
+
+def _sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int, cpus: int | None) -> list[str]:
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={plan.name}-{job}", f"#SBATCH --nodes={nodes}",
+             f"#SBATCH --ntasks-per-node={tasks}"]
+    if plan.accelerator == "gpu":
+        lines.append(f"#SBATCH --gres=gpu:{gpus}")
+    if cpus:
+        lines.append(f"#SBATCH --cpus-per-task={cpus}")
+    lines.append(f"#SBATCH --output={plan.log_dir}/{job}-%j.out")
+    for option, value in (("partition", plan.partition), ("time", plan.time), ("account", plan.account)):
+        if value:
+            lines.append(f"#SBATCH --{option}={value}")
+    lines += [f"#SBATCH {option}" for option in plan.extra_sbatch]
+    return lines
+
+
+def _sbatch_arm(plan: LaunchPlan, arm: str) -> str:
+    lines = _sbatch_header(plan, f"arm-{arm}", plan.nodes, plan.gpus_per_node, plan.gpus_per_node, None)
+    lines += [
+        "#SBATCH --signal=SIGUSR1@120  # Lightning saves and requeues before the time limit",
+        "#SBATCH --requeue",
+        "set -euo pipefail",
+        f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {plan.gpus_per_node} task(s), one per GPU",
+        f"srun {_command(plan, plan.train_args(arm))}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _sbatch_watch(plan: LaunchPlan) -> str:
+    gpus = plan.comparator_gpus
+    lines = _sbatch_header(plan, "watch", 1, 1, gpus, None)
+    lines += ["set -euo pipefail", f"# the comparator: follows both arms in {plan.out} until the pair is complete"]
+    if gpus > 1:
+        # torchrun starts Python itself: `-m divergence`, whatever plan.command is
+        lines.append(f"srun torchrun --standalone --nproc-per-node={gpus} -m divergence {_join(plan.watch_args())}")
+    else:
+        lines.append(f"srun {_command(plan, plan.watch_args())}")
+    return "\n".join(lines + [""])
+
+
+def _submit(plan: LaunchPlan) -> str:
+    here = shlex.quote(str(plan.launch_dir))
+    return "\n".join([
+        "#!/bin/bash",
+        "# Submits both arms, then the comparator once both have started (it follows them as they train).",
+        "set -euo pipefail",
+        f"mkdir -p {shlex.quote(str(plan.log_dir))}",
+        f"a=$(sbatch --parsable {here}/arm-a.sbatch)",
+        f"b=$(sbatch --parsable {here}/arm-b.sbatch)",
+        f"w=$(sbatch --parsable --dependency=after:${{a%%;*}}:${{b%%;*}} {here}/watch.sbatch)",
+        'echo "arm a: job ${a%%;*}  arm b: job ${b%%;*}  comparator: job ${w%%;*}"',
+        "",
+    ])
+
+
+# -- torchrun ------------------------------------------------------------------------------------
+def _torchrun(plan: LaunchPlan) -> dict[str, str]:
+    scripts = {f"arm-{arm}.sh": _torchrun_arm(plan, arm) for arm in ARMS}
+    scripts["watch.sh"] = _torchrun_watch(plan)
+    scripts["start.sh"] = _start(plan)
+    return scripts
+
+
+def _torchrun_arm(plan: LaunchPlan, arm: str) -> str:
+    index, g = ARMS.index(arm), plan.gpus_per_node
+    port = plan.master_port + index
+    lines = ["#!/bin/bash", "set -euo pipefail",
+             f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {g} process(es)"]
+    if plan.accelerator == "gpu" and plan.nodes == 1:
+        devices = ",".join(str(index * g + i) for i in range(g))
+        lines.append(f"# one node holds both arms: arm {arm} takes GPUs {devices}")
+        lines.append(f"export CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES_{arm.upper()}:-{devices}}}")
+    rendezvous = [f"--nnodes={plan.nodes}", f"--nproc-per-node={g}", "--node-rank=${NODE_RANK:-0}",
+                  "--master-addr=${MASTER_ADDR:-127.0.0.1}", f"--master-port=${{MASTER_PORT_{arm.upper()}:-{port}}}"]
+    lines.append(f"exec torchrun {' '.join(rendezvous)} -m divergence {_join(plan.train_args(arm))}")
+    return "\n".join(lines + [""])
+
+
+def _torchrun_watch(plan: LaunchPlan) -> str:
+    gpus = plan.comparator_gpus
+    lines = ["#!/bin/bash", "set -euo pipefail", f"# the comparator: follows both arms in {plan.out}"]
+    if plan.accelerator == "gpu" and plan.nodes == 1:
+        # it holds one tensor pair at a time per rank: sharing the arms' first GPUs costs them little
+        devices = ",".join(str(i) for i in range(gpus))
+        lines.append(f"export CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES_WATCH:-{devices}}}")
+    if gpus > 1:
+        lines.append(f"exec torchrun --standalone --nproc-per-node={gpus} -m divergence {_join(plan.watch_args())}")
+    else:
+        lines.append(f"exec {_command(plan, plan.watch_args())}")
+    return "\n".join(lines + [""])
+
+
+def _start(plan: LaunchPlan) -> str:
+    here, logs = shlex.quote(str(plan.launch_dir)), shlex.quote(str(plan.log_dir))
+    return "\n".join([
+        "#!/bin/bash",
+        "# Runs both arms and the comparator on this node; stops the arms if this script is stopped.",
+        "set -euo pipefail",
+        f"mkdir -p {logs}",
+        f"bash {here}/arm-a.sh > {logs}/arm-a.log 2>&1 &",
+        "a=$!",
+        f"bash {here}/arm-b.sh > {logs}/arm-b.log 2>&1 &",
+        "b=$!",
+        'trap \'kill "$a" "$b" 2>/dev/null || true\' INT TERM',
+        "status=0",
+        f"bash {here}/watch.sh || status=$?",
+        'wait "$a" || status=$?',
+        'wait "$b" || status=$?',
+        'exit "$status"',
+        "",
+    ])
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _command(plan: LaunchPlan, args: list[str]) -> str:
+    return f"{plan.command} {_join(args)}"
+
+
+def _join(args: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in args)

@@ -1,0 +1,58 @@
+"""``DIR/<arm>/status.json``: where an arm trained as its own job stands, for the comparator.
+
+Written atomically by the arm's global rank zero when training starts and when it ends (or
+fails). Keys (a contract between the arm jobs and ``divergence watch``):
+
+- ``arm``: ``a`` or ``b``; ``state``: ``running``, ``finished`` or ``failed``;
+- ``attempt``: 1 for the first start, +1 at every restart (a requeued or resumed job);
+- ``start_step``: the global step this attempt started from (0, or the resumed checkpoint's);
+  files of later steps left by an earlier attempt were removed before this was written;
+- ``last_step``: the last completed step when the attempt ended (null while running);
+- ``max_steps``, ``world_size``: the arm's length and its number of ranks (both arms must
+  train with the same world size, or their batches differ);
+- ``tensor_order``: the arm's weight names in module order, the order in which the lockstep
+  tracker stores a step's tensor records (checkpoint files sort their names).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from divergence.tables import write_json
+
+FILENAME = "status.json"
+STATES = ("running", "finished", "failed")
+
+
+@dataclass
+class ArmStatus:
+    arm: str
+    state: str = "running"
+    attempt: int = 1
+    start_step: int = 0
+    last_step: int | None = None
+    max_steps: int = 0
+    world_size: int = 1
+    tensor_order: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.state not in STATES:
+            raise ValueError(f"arm state {self.state!r} is not one of {', '.join(STATES)}")
+
+    @property
+    def finished(self) -> bool:
+        return self.state == "finished"
+
+    def write(self, arm_folder: str | Path) -> None:
+        write_json(Path(arm_folder) / FILENAME, asdict(self))
+
+    @classmethod
+    def read(cls, arm_folder: str | Path) -> "ArmStatus | None":
+        """The status, or None when the arm has not started (or its file is being replaced)."""
+        try:
+            data = json.loads((Path(arm_folder) / FILENAME).read_text())
+        except (OSError, ValueError):
+            return None
+        return cls(**{k: data[k] for k in data if k in cls.__dataclass_fields__})
