@@ -38,7 +38,8 @@ def assign(sizes: list[int], world_size: int) -> list[int]:
     return owner
 
 
-def compare_partitioned(a: TensorSource, b: TensorSource, match: Match, ranks: Ranks, device="cpu") -> Comparison | None:
+def compare_partitioned(a: TensorSource, b: TensorSource, match: Match, ranks: Ranks,
+                        device="cpu") -> Comparison | None:
     """``compare_sources(a, b, match)`` with the pairs divided among ``ranks``; None off rank 0.
 
     Collective: every rank calls it with the same ``match``.

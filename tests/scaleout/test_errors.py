@@ -1,0 +1,63 @@
+"""Bad input to the separate-job commands: one line on stderr, exit code 2, before any work."""
+
+import shutil
+
+from divergence.cli import main
+from divergence.comparator.follow import Comparator
+from divergence.store.arm_status import ArmStatus
+from tests.pairs.helpers import PAIR_FAST, PAIRS
+
+from .conftest import STEPS
+
+
+def _one_line_error(capsys, *fragments):
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    for fragment in fragments:
+        assert fragment in err, err
+
+
+def test_arm_needs_a_pair_recipe(tmp_path, capsys):
+    assert main(["train", "--recipe", str(PAIRS.parent / "tiny.yaml"), "--arm", "a", "--out", str(tmp_path)]) == 2
+    _one_line_error(capsys, "--arm a: needs a pair recipe")
+
+
+def test_arm_refuses_a_lockstep_folder_and_a_different_pair(trained, tmp_path, capsys):
+    train = ["train", "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--arm", "b"]
+    assert main([*train, "--out", str(trained / "lockstep"), *PAIR_FAST, *STEPS]) == 2
+    _one_line_error(capsys, "holds a lockstep pair run")
+    shutil.copytree(trained / "arms", tmp_path / "arms")
+    assert main([*train, "--out", str(tmp_path / "arms"), *PAIR_FAST, *STEPS, "train.lr=0.5"]) == 2
+    _one_line_error(capsys, "train.lr = 0.001", "must train the same pair")
+
+
+def test_arm_refuses_a_world_size_other_than_the_other_arms(trained, tmp_path, capsys):
+    shutil.copytree(trained / "arms", tmp_path / "arms")
+    shutil.rmtree(tmp_path / "arms" / "b")
+    train = ["train", "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--arm", "b", "--out", str(tmp_path / "arms")]
+    assert main([*train, *PAIR_FAST, *STEPS, "train.devices=2"]) == 2
+    _one_line_error(capsys, "arm b: 2 ranks", "the other arm trains on 1")
+
+
+def test_fsdp_limits_are_explicit(tmp_path, capsys):
+    train = ["train", "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--arm", "a", "--out", str(tmp_path)]
+    assert main([*train, *PAIR_FAST, "train.strategy=fsdp"]) == 2
+    _one_line_error(capsys, "train.strategy=fsdp needs GPUs")
+
+
+def test_watch_bad_input(tmp_path, capsys):
+    assert main(["watch", str(tmp_path / "nowhere")]) == 2
+    _one_line_error(capsys, "no such folder")
+    assert main(["watch", str(tmp_path)]) == 2
+    _one_line_error(capsys, "no pair.yaml")
+    assert main(["watch", str(tmp_path), "--poll", "0"]) == 2
+    _one_line_error(capsys, "--poll 0: must be > 0")
+
+
+def test_watch_stops_when_the_arms_train_on_different_world_sizes(trained, tmp_path, capsys):
+    shutil.copytree(trained / "arms", tmp_path / "arms")
+    status = ArmStatus.read(tmp_path / "arms/b")
+    status.world_size = 4
+    status.write(tmp_path / "arms/b")
+    assert Comparator(tmp_path / "arms", log=False, progress=False).run(poll=0.01, timeout=5) == 2
+    _one_line_error(capsys, "different world sizes")
