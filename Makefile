@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/divergence demo --out $(DEMO_DIR)
+	$(VENV)/bin/divergence study --out $(DEMO_DIR)
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
