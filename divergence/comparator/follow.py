@@ -224,7 +224,7 @@ class Comparator:
         from divergence.comparator.logs import StepLogger
 
         pair = self.pair
-        return StepLogger(self.out, pair.recipe.log, pair.name, pair.tracking, pair.checkpoint_every,
+        return StepLogger(self.out, pair.recipe.log, pair.name, pair.checkpoint_every,
                           pair.max_steps, pair.config)
 
     def _finish(self) -> None:

@@ -3,33 +3,30 @@
 The loggers are the pair's own (``divergence.training.loggers.build_loggers`` on the pair
 folder: wandb offline unless configured, one run id in ``DIR/wandb-id`` so a restarted
 comparator continues the same wandb run; CSV under ``DIR/csv``), and the keys and tables are
-the ``DivergenceTracker``'s, reused rather than copied so the two modes cannot drift apart.
+``divergence.training.step_logging``'s, shared with the lockstep tracker so the two modes
+cannot drift apart.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
-from divergence.recipe.pair import TrackingConfig
 from divergence.recipe.run import LogConfig
 
 
 class StepLogger:
-    def __init__(self, out: Path, log: LogConfig, name: str, tracking: TrackingConfig, checkpoint_every: int,
-                 max_steps: int, hparams: dict):
-        from divergence.training.callbacks.divergence import DivergenceTracker
+    def __init__(self, out: Path, log: LogConfig, name: str, checkpoint_every: int, max_steps: int, hparams: dict):
         from divergence.training.loggers import build_loggers
 
         self.loggers = build_loggers(log, out, name)
         for logger in self.loggers:
             logger.log_hyperparams(hparams)
-        self._tracker = DivergenceTracker(out, tracking, checkpoint_every)
-        # what the tracker reads of a Trainer when it logs: the loggers and the run length
-        self._trainer = SimpleNamespace(loggers=self.loggers, max_steps=max_steps)
+        self.checkpoint_every, self.max_steps = checkpoint_every, max_steps
 
     def log(self, step: int, record: dict, tensors: list[dict]) -> None:
-        self._tracker._log(self._trainer, step, record, tensors)
+        from divergence.training.step_logging import is_table_step, log_step
+
+        log_step(self.loggers, step, record, tensors, table=is_table_step(step, self.max_steps, self.checkpoint_every))
 
     def close(self) -> None:
         from lightning.pytorch.loggers import WandbLogger
