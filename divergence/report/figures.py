@@ -25,6 +25,11 @@ HEATMAP_ROWS = 30
 DPI = 110
 
 
+def short_label(pair) -> str:
+    """A legend-sized name: the description when it is short, else the pair's name."""
+    return pair.label if len(pair.label) <= 48 else pair.name
+
+
 def file_stem(name: str) -> str:
     """A pair name made safe for a file name."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
@@ -58,7 +63,7 @@ def trajectory(analysis: Analysis, metric: str, out_dir: Path) -> Path | None:
     for p in pairs:
         values = p.model[metric]
         positive = values > 0
-        label = f"{p.label} [{p.category}]"
+        label = f"{short_label(p)} [{p.category}]"
         if not positive.any():
             ax.plot([], [], label=f"{label}: exactly 0, not drawn", **style[p.name])
             continue
@@ -86,7 +91,7 @@ def relative_growth(analysis: Analysis, metric: str, out_dir: Path) -> Path | No
         rate = f"g = {g.value * 1000:.3g}/1k steps" if np.isfinite(g.value) else "g undefined"
         if g.defined:
             rate += f" ({g.lo * 1000:.3g}-{g.hi * 1000:.3g})"
-        ax.plot(p.steps, rel, marker="o", markersize=2.5, label=f"{p.label}: {rate}", **style[p.name])
+        ax.plot(p.steps, rel, marker="o", markersize=2.5, label=f"{short_label(p)}: {rate}", **style[p.name])
         if np.isfinite(g.value):
             fit = g.value * (p.steps - p.steps.mean()) + rel.mean()  # the OLS line through the points
             ax.plot(p.steps, fit, color=style[p.name]["color"], alpha=0.45, linewidth=1,
@@ -116,7 +121,7 @@ def growth_rates(analysis: Analysis, out_dir: Path) -> Path | None:
         ax.set_xlabel(f"g, {METRIC_LABELS[metric]} per 1k steps")
         ax.grid(True, axis="x", alpha=0.3)
     axes[0].set_yticks(ys)
-    axes[0].set_yticklabels([f"{p.label} [{p.category}]" for p in pairs])
+    axes[0].set_yticklabels([f"{short_label(p)} [{p.category}]" for p in pairs])
     fig.suptitle("Growth rate of the weight difference (95% bootstrap interval)")
     return _finish(fig, out_dir / "growth_rates.png")
 
@@ -144,7 +149,7 @@ def heatmap(pair: PairData, out_dir: Path, metric: str = "wasserstein", rows: in
     ax.set_xticklabels([str(pair.steps[i]) for i in ticks], fontsize=8)
     ax.set_xlabel("training step")
     fig.colorbar(image, ax=ax, label=METRIC_LABELS[metric], pad=0.01)
-    ax.set_title(f"{pair.label}: top {len(order)} layers by final {METRIC_LABELS[metric]} (grey: zero or NaN)",
+    ax.set_title(f"{short_label(pair)}: top {len(order)} layers by final {METRIC_LABELS[metric]} (grey: zero or NaN)",
                  fontsize=10)
     return _finish(fig, out_dir / f"heatmap_{file_stem(pair.name)}.png")
 
@@ -162,7 +167,7 @@ def losses(pair: PairData, out_dir: Path) -> Path | None:
                     color="#d62728", markeredgecolor="black", label=f"spike flagged in arm {arm} ({flagged.sum()})")
     ax.set_xlabel("training step")
     ax.set_ylabel("training loss")
-    ax.set_title(f"{pair.label}: loss of both arms")
+    ax.set_title(f"{short_label(pair)}: loss of both arms")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return _finish(fig, out_dir / f"loss_{file_stem(pair.name)}.png")
