@@ -29,16 +29,18 @@ SHARED_INPUTS = ("data", "noise", "model.tokenizer", "model.vae", "train.batch_s
 class PairRun(L.LightningModule):
     """Arms ``a`` and ``b`` of a pair recipe, stepping together on one ``Inputs``."""
 
-    def __init__(self, pair: PairRecipe, recorder=None):
+    def __init__(self, pair: PairRecipe):
         super().__init__()
         self.automatic_optimization = False
         self.pair = pair
         check_shared_inputs(pair)
         self.save_hyperparameters(pair_config(pair))
         self.inputs = Inputs(pair.arm_recipes["a"])
+        # an arm on the shadow attention variant records its attention-output deviation here
+        self.recorders = {arm: shadow_recorder(pair.arm_recipes[arm]) for arm in ARMS}
         self.arms = torch.nn.ModuleDict(
-            {arm: Arm(pair.arm_recipes[arm], self.inputs.tokenizer, name=f"{pair.name}.{arm}", recorder=recorder)
-             for arm in ARMS}
+            {arm: Arm(pair.arm_recipes[arm], self.inputs.tokenizer, name=f"{pair.name}.{arm}",
+                      recorder=self.recorders[arm]) for arm in ARMS}
         )
         self.last_outputs = None
 
@@ -86,6 +88,17 @@ class PairRun(L.LightningModule):
         saved = checkpoint[STATE_KEY]["arms"]
         for name, arm in self.arms.items():
             arm.load_train_state_dict(saved[name])
+
+
+def shadow_recorder(recipe):
+    """A ShadowRecorder for a recipe on the ``shadow`` attention variant, else None."""
+    from divergence.models.attention import SHADOW
+
+    if recipe.attention.name != SHADOW:
+        return None
+    from divergence.attention.shadow import ShadowRecorder
+
+    return ShadowRecorder()
 
 
 def pair_config(pair: PairRecipe) -> dict:

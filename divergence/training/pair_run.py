@@ -33,6 +33,7 @@ PAIR_FILE = "pair.yaml"
 
 def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     """Train (or resume) the pair in ``out``; returns the finished ``lightning.Trainer``."""
+    from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
     from divergence.training.callbacks.divergence import DivergenceTracker
     from divergence.training.pair import PairRun, pair_config
     from divergence.training.run import fit
@@ -46,6 +47,9 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
                     max_steps=pair.base.train.max_steps, recipe=pair_config(pair)["recipes"]["a"])
     info.write(out)
     tracker = DivergenceTracker(out, pair.tracking, pair.base.train.checkpoint_every)
+    recorders = {arm: r for arm, r in module.recorders.items() if r is not None}
+    if recorders:
+        callbacks = [*callbacks, AttentionOutputDeviation(out, recorders, pair.tracking.attention_every)]
     trainer = fit(module, replace(pair.base, name=pair.name), out, first_callbacks=[tracker], callbacks=callbacks)
     info.finished, info.last_step = trainer.global_step >= pair.base.train.max_steps, trainer.global_step
     if trainer.is_global_zero:

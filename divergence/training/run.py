@@ -33,13 +33,18 @@ def train_run(recipe: RunRecipe, out: str | Path, callbacks: list | tuple = ()):
 
     ``callbacks`` are added after the run's own (weights, resume, samples).
     """
+    from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
     from divergence.training.module import DiffusionRun
+    from divergence.training.pair import shadow_recorder
 
     out = Path(out)
     check_run_folder(out, recipe)
-    module = DiffusionRun(recipe)  # builds everything: bad paths and variants fail before any file
+    recorder = shadow_recorder(recipe)
+    module = DiffusionRun(recipe, recorder)  # builds everything: bad paths and variants fail before any file
     out.mkdir(parents=True, exist_ok=True)
     (out / "recipe.yaml").write_text(yaml.safe_dump(to_dict(recipe), sort_keys=False))
+    if recorder is not None:  # the shadow variant: log its attention-output deviation
+        callbacks = [*callbacks, AttentionOutputDeviation(out, {"run": recorder}, recipe.log.every_n_steps)]
     return fit(module, recipe, out, callbacks=callbacks)
 
 

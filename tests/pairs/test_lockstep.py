@@ -106,3 +106,15 @@ def test_bad_pair_input_through_the_cli(tmp_path, capsys, args, message):
     code = main(["train", "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--out", str(tmp_path / "run"), *args])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_shadow_attention_logs_per_layer_output_deviation(tmp_path):
+    """The paper's in-model comparison: arm a runs sdpa-flash and baseline on identical inputs."""
+    pair = pair_recipe("flash-vs-baseline", "train.max_steps=4", "tracking.attention_every=2",
+                       "arms.a=[{attention: {name: shadow, options: {primary: sdpa-flash, secondary: baseline}}}]")
+    train_pair(pair, tmp_path)
+    lines = [json.loads(line) for line in (tmp_path / "attention.jsonl").read_text().splitlines()]
+    assert {r["step"] for r in lines} == {2, 4} and {r["arm"] for r in lines} == {"a"}
+    layers = {r["layer"] for r in lines}
+    assert any("attn1" in name for name in layers) and any("attn2" in name for name in layers)
+    assert all(0 <= r["mean_abs_diff"] <= r["max_abs_diff"] < 1e-3 and r["calls"] >= 1 for r in lines)
