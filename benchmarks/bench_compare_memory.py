@@ -9,7 +9,6 @@ tiny pair (the interpreter + torch baseline).
 """
 
 import argparse
-import resource
 import shutil
 import subprocess
 import sys
@@ -32,14 +31,25 @@ def write_pair(folder: Path, gb: float, tensor_mb: int) -> tuple[Path, Path]:
     return folder / "a.safetensors", folder / "b.safetensors"
 
 
-def peak_rss_of(command: list[str]) -> tuple[float, float]:
-    """(peak RSS in MiB, seconds) of a child process (getrusage of the last child reaped)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+# The child reports its own peak (VmHWM of its fresh address space). getrusage's ru_maxrss
+# of a child would also count the moment between fork and exec, when the child still maps
+# this process's memory (here, the tensors it just wrote).
+CHILD = """
+import sys
+from divergence.cli import main
+code = main(sys.argv[1:])
+hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))
+print(int(hwm.split()[1]) / 1024, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def peak_rss_of(args: list[str]) -> tuple[float, float]:
+    """(peak RSS in MiB, seconds) of ``divergence ARGS`` in a child process."""
     start = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(peak, before) / 1024, seconds
+    done = subprocess.run([sys.executable, "-c", CHILD, *args], check=True, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    return float(done.stderr.strip().splitlines()[-1]), time.perf_counter() - start
 
 
 def main():
@@ -49,7 +59,7 @@ def main():
     parser.add_argument("--dir", default="/tmp/divergence-memory-bench")
     args = parser.parse_args()
     folder = Path(args.dir)
-    cli = [sys.executable, "-m", "divergence", "compare", "--quiet", "--top", "3"]
+    cli = ["compare", "--quiet", "--top", "3"]
     try:
         tiny = write_pair(folder / "tiny", 0.001, 1)
         base, _ = peak_rss_of(cli + [str(p) for p in tiny])
