@@ -8,7 +8,6 @@ continues the same wandb run.
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 

@@ -16,7 +16,7 @@ CONTRACT = ["step", "tensor", "module", "kind", "wasserstein", "max_abs_diff", "
 def store_dir(tmp_path):
     store = MetricsStore(tmp_path / "run").open_for_append()
     for step in (0, 10):
-        records = [{"tensor": f"unet.blk.to_q.weight", "module": "unet.blk.to_q", "kind": "attn_q", "numel": 4,
+        records = [{"tensor": "unet.blk.to_q.weight", "module": "unet.blk.to_q", "kind": "attn_q", "numel": 4,
                     "wasserstein": step * 0.1, "max_abs_diff": step * 0.2, "mean_abs_diff": 0.0, "rms_diff": 0.0,
                     "rel_l2": math.inf if step else 0.0, "cosine": 1.0, "nonfinite_a": 0, "nonfinite_b": 0}]
         store.append_step(step, records, {"wasserstein": step * 0.1})
