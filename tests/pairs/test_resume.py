@@ -47,7 +47,7 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path, monkeypatch):
     assert main(_command(straight, "log.wandb=true")) == 0
     _kill_mid_segment(killed, "log.wandb=true")
     killed_at = max(step_records(killed))
-    assert 13 <= killed_at < 40
+    assert 12 <= killed_at < 40  # killed after step 12 committed, well before the end
     assert main(_command(killed, "log.wandb=true")) == 0
 
     # the metrics series: byte for byte the same records, no duplicates, no gaps
