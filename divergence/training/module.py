@@ -52,10 +52,7 @@ class DiffusionRun(L.LightningModule):
         return StepCounter()
 
     def train_dataloader(self) -> DataLoader:
-        trainer = self.trainer
-        stream = self.inputs.stream(trainer.global_step, trainer.global_rank, trainer.world_size)
-        workers = self.recipe.data.workers
-        return DataLoader(stream, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
+        return step_dataloader(self.trainer, self.inputs, self.recipe.data.workers)
 
     def transfer_batch_to_device(self, batch: StepBatch, device: torch.device, dataloader_idx: int) -> StepBatch:
         return batch.to(device)
@@ -80,6 +77,13 @@ class DiffusionRun(L.LightningModule):
             raise FloatingPointError(
                 f"loss is {out.loss.item()} at step {self.global_step - 1}; lower train.lr or enable train.grad_clip"
             )
+
+
+def step_dataloader(trainer, inputs: Inputs, workers: int) -> DataLoader:
+    """Batches of steps ``global_step, global_step + 1, ...`` (Lightning calls ``train_dataloader``
+    after restoring a checkpoint, so a resumed run starts at the right step)."""
+    stream = inputs.stream(trainer.global_step, trainer.global_rank, trainer.world_size)
+    return DataLoader(stream, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
 
 
 def check_step(batch: StepBatch, global_step: int) -> None:

@@ -19,7 +19,7 @@ from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.recipe.schema import to_dict
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs
-from divergence.training.module import STATE_KEY, check_step
+from divergence.training.module import STATE_KEY, check_step, step_dataloader
 from divergence.training.optim import StepCounter
 
 # Recipe sections that decide the inputs: both arms must agree on them to share one batch.
@@ -61,11 +61,7 @@ class PairRun(L.LightningModule):
         return StepCounter()
 
     def train_dataloader(self):
-        from torch.utils.data import DataLoader
-
-        trainer, workers = self.trainer, self.pair.base.data.workers
-        stream = self.inputs.stream(trainer.global_step, trainer.global_rank, trainer.world_size)
-        return DataLoader(stream, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
+        return step_dataloader(self.trainer, self.inputs, self.pair.base.data.workers)
 
     def transfer_batch_to_device(self, batch: StepBatch, device: torch.device, dataloader_idx: int) -> StepBatch:
         return batch.to(device)
