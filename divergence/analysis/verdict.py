@@ -124,6 +124,8 @@ def _sentence(study, upper, reference, labels, metric, many_seeds: bool) -> str:
 
 def _upper_part(r: Ratio, label: str) -> str:
     e = r.estimate
+    if e.hi <= 0 and e.value == 0:  # bitwise identical arms: no drift in any bootstrap replicate
+        return f"not at all, where {label} does (ratio 0 in every bootstrap replicate)"
     if e.hi < 1:
         if e.lo <= 0:  # the study pair may not drift at all: no finite "N times slower"
             return f"at least {_x(1 / e.hi)}x slower than {label} (ratio {_interval(e.value, e.lo, e.hi)})"

@@ -123,3 +123,11 @@ def test_summary_holds_every_number_of_the_verdict():
     assert summary["pairs"]["control"]["top_layers"][0]["final_wasserstein"] == 0
     assert summary["noise_floor"][0]["exact"] is True
     assert summary["settings"]["bootstrap_replicates"] == 2000
+
+
+def test_a_study_pair_that_does_not_drift_at_all_is_bounded_in_words():
+    """Gradient checkpointing on CPU: the arms stay bitwise equal, so every ratio is exactly 0."""
+    v = verdict(study=0.0, precision=4e-4, seed_rate=1.25e-4)
+    assert v.status == "bounded"
+    assert "drifts not at all, where fp16 vs fp32 does" in v.headline
+    assert "0x (0-0) the rate of a seed change" in v.headline
