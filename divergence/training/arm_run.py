@@ -8,7 +8,7 @@ metrics store the lockstep tracker writes. Layout of ``DIR`` (the lockstep layou
 arm's own training state under its folder)::
 
     pair.yaml, pair.json                     written by the first arm to start
-    metrics.jsonl, logged-step, wandb/, csv/ the comparator's (the lockstep tracker's in lockstep mode)
+    metrics.jsonl, wandb/, csv/            the comparator's (the lockstep tracker's in lockstep mode)
     <arm>/checkpoints/step_NNNNNN.safetensors   at every step the tracker compares
     <arm>/losses.jsonl                       the loss of every step (divergence.store.losses)
     <arm>/status.json                        running / finished / failed (divergence.store.arm_status)
@@ -34,7 +34,7 @@ from divergence.store.pair_info import FILENAME as PAIR_INFO_FILE, PairInfo
 from divergence.training.module import DiffusionRun, check_step
 from divergence.training.pair import check_shared_inputs, pair_config
 from divergence.training.pair_run import PAIR_FILE
-from divergence.training.run import _flatten
+from divergence.training.run import flatten_keys
 
 # Keys of pair.yaml that may differ between the jobs of one pair folder: how each job runs,
 # not what it computes. Different world sizes are refused separately (they change the batches).
@@ -129,7 +129,7 @@ def _check_same_pair(out: Path, pair: PairRecipe) -> None:
     saved_path = out / PAIR_FILE
     if not saved_path.is_file():
         return
-    saved, now = _flatten(yaml.safe_load(saved_path.read_text()) or {}), _flatten(pair_config(pair))
+    saved, now = flatten_keys(yaml.safe_load(saved_path.read_text()) or {}), flatten_keys(pair_config(pair))
     for key in sorted(set(saved) | set(now)):
         per_job = key.split(".", 2)[-1].startswith(PER_JOB_KEYS)
         if saved.get(key) != now.get(key) and not per_job:

@@ -108,7 +108,7 @@ def check_run_folder(out: Path, recipe: RunRecipe) -> None:
     trained = (out / "resume").is_dir() or (out / "checkpoints").is_dir()
     if not saved_path.is_file() or not trained:
         return
-    saved, now = _flatten(yaml.safe_load(saved_path.read_text()) or {}), _flatten(to_dict(recipe))
+    saved, now = flatten_keys(yaml.safe_load(saved_path.read_text()) or {}), flatten_keys(to_dict(recipe))
     for key in sorted(set(saved) | set(now)):
         if saved.get(key) != now.get(key) and not key.startswith(RESUMABLE_CHANGES):
             raise UserInputError(
@@ -117,11 +117,11 @@ def check_run_folder(out: Path, recipe: RunRecipe) -> None:
             )
 
 
-def _flatten(data: dict, prefix: str = "") -> dict:
+def flatten_keys(data: dict, prefix: str = "") -> dict:
     flat = {}
     for key, value in data.items():
         if isinstance(value, dict) and value and key != "options":
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(flatten_keys(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
     return flat
