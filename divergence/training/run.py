@@ -118,6 +118,7 @@ def check_run_folder(out: Path, recipe: RunRecipe) -> None:
 
 
 def flatten_keys(data: dict, prefix: str = "") -> dict:
+    """``{"train": {"lr": 1}}`` -> ``{"train.lr": 1}`` (attention ``options`` stay one value)."""
     flat = {}
     for key, value in data.items():
         if isinstance(value, dict) and value and key != "options":
