@@ -19,6 +19,7 @@ own zero check). Command-line ``key=value`` overrides go to the pair for ``track
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -26,9 +27,12 @@ from typing import Iterable
 from divergence.errors import RecipeError
 from divergence.recipe.run import RunRecipe
 from divergence.recipe.schema import apply_overrides, load_yaml, parse, require, to_dict
+from divergence.recipe.yaml_safe import short
 
 ARMS = ("a", "b")
 PAIR_KEYS = {"name", "description", "base", "recipe", "control", "arms", "tracking"}
+# A pair name names a folder: no separators, no leading dot.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 PAIR_OVERRIDE_PREFIXES = ("tracking.", "arms.", "control", "name", "description")
 
 
@@ -92,9 +96,9 @@ def load_pair_recipe(path: str | Path, overrides: Iterable[str] = ()) -> PairRec
 
     path = Path(path)
     data = load_yaml(path)
-    unknown = sorted(set(data) - PAIR_KEYS)
+    unknown = sorted(map(str, set(data) - PAIR_KEYS))
     if unknown:
-        raise RecipeError(f"{path}: unknown key {unknown[0]!r}; a pair recipe has {', '.join(sorted(PAIR_KEYS))}")
+        raise RecipeError(f"{path}: unknown key {short(unknown[0])}; a pair recipe has {', '.join(sorted(PAIR_KEYS))}")
     pair_overrides = [o for o in overrides if o.startswith(PAIR_OVERRIDE_PREFIXES)]
     data = apply_overrides(data, pair_overrides)
     base_data = _base_data(path, data)
@@ -106,7 +110,7 @@ def load_pair_recipe(path: str | Path, overrides: Iterable[str] = ()) -> PairRec
     control = _bool(data.get("control", False), "control")
     _check_arms(arm_recipes, control)
     tracking = parse(TrackingConfig, data.get("tracking"), "tracking")
-    return PairRecipe(name=str(data.get("name", path.stem)), base=base, arms=arms, arm_recipes=arm_recipes,
+    return PairRecipe(name=pair_name(data.get("name", path.stem), f"{path}: name"), base=base, arms=arms, arm_recipes=arm_recipes,
                       control=control, description=str(data.get("description", "")), tracking=tracking)
 
 
@@ -115,7 +119,7 @@ def _base_data(path: Path, data: dict) -> dict:
         raise RecipeError(f"{path}: missing key 'base' (the run recipe both arms start from, e.g. base: ../tiny.yaml)")
     base_path = (path.parent / str(data["base"])).resolve()
     if not base_path.is_file():
-        raise RecipeError(f"{path}: base {data['base']!r} not found (looked for {base_path})")
+        raise RecipeError(f"{path}: base {short(data['base'])} not found (looked for {short(base_path, text=True)})")
     base = load_yaml(base_path)
     extra = data.get("recipe") or {}
     if not isinstance(extra, dict):
@@ -126,10 +130,11 @@ def _base_data(path: Path, data: dict) -> dict:
 def _arm_list(data: dict, arm: str) -> list:
     arms = data.get("arms")
     if not isinstance(arms, dict) or set(arms) != set(ARMS):
-        raise RecipeError(f"arms: expected exactly two arms 'a' and 'b', got {sorted(arms) if isinstance(arms, dict) else arms!r}")
+        got = sorted(map(str, arms)) if isinstance(arms, dict) else arms
+        raise RecipeError(f"arms: expected exactly two arms 'a' and 'b', got {short(got)}")
     specs = arms[arm] or []
     if not isinstance(specs, list):
-        raise RecipeError(f"arms.{arm}: expected a list of variants, got {specs!r}")
+        raise RecipeError(f"arms.{arm}: expected a list of variants, got {short(specs)}")
     return specs
 
 
@@ -170,7 +175,15 @@ def _check_arms(recipes: dict, control: bool) -> None:
 
 def _bool(value, key: str) -> bool:
     if not isinstance(value, bool):
-        raise RecipeError(f"{key}: expected true or false, got {value!r}")
+        raise RecipeError(f"{key}: expected true or false, got {short(value)}")
+    return value
+
+
+def pair_name(value, key: str) -> str:
+    """A pair's name, which names folders (``<study>/<name>/``): letters, digits, ``.``, ``_``, ``-``."""
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise RecipeError(f"{key}: {short(value)} is not a usable pair name; use 1-100 letters, digits, '.', '_' "
+                          "or '-', starting with a letter or digit (it names the pair's folder)")
     return value
 
 

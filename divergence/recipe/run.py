@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Literal
 
+from divergence.recipe.limits import check_memory, check_strategy
 from divergence.recipe.model import AttentionConfig, ModelConfig, NoiseConfig
 from divergence.recipe.schema import apply_overrides, load_yaml, parse, require
 
@@ -102,6 +103,13 @@ class TrainConfig:
     # torch intra-op CPU threads (0: torch's default, one per core). On a shared machine fewer
     # threads than cores can be much faster. Bitwise comparisons on the CPU need equal settings.
     cpu_threads: int = 0
+    # Deterministic kernels (torch.use_deterministic_algorithms, cuDNN benchmark off, the cuBLAS
+    # workspace CUBLAS_WORKSPACE_CONFIG=:4096:8), so a control pair is exactly zero on a GPU too;
+    # false trades that for speed (see divergence.training.determinism).
+    deterministic: bool = True
+    # TensorFloat-32 tensor-core math for fp32 matmuls and convolutions on CUDA (10 mantissa bits
+    # instead of 23); off unless set, e.g. by the tf32 variant. No effect on a CPU.
+    tf32: bool = False
 
     def __post_init__(self):
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
@@ -116,6 +124,7 @@ class TrainConfig:
         require(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
         require(self.devices >= 1 and self.num_nodes >= 1, "devices", "devices and num_nodes must be >= 1")
         require(self.cpu_threads >= 0, "cpu_threads", "must be >= 0 (0: torch's default)")
+        check_strategy(self.strategy)
 
 
 @dataclass(frozen=True)
@@ -185,6 +194,7 @@ class RunRecipe:
         require(self.data.resolution % (down * levels) == 0, "data.resolution",
                 f"{self.data.resolution} must be a multiple of {down * levels} "
                 f"(VAE downsampling {down} x UNet downsampling {levels})")
+        check_memory(self)
 
 
 def load_run_recipe(path: str | Path, overrides: Iterable[str] = ()) -> RunRecipe:

@@ -14,29 +14,32 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-import yaml
-
 from divergence.errors import RecipeError
+from divergence.recipe.yaml_safe import read_yaml, read_yaml_value, short
 
 T = TypeVar("T")
+# Integers of a recipe fit in 64 bits (torch seeds, sizes and step counts are int64).
+INT_LIMIT = 1 << 63
+# Longest validation message (they may quote a user's list).
+MAX_MESSAGE_CHARS = 400
 
 
 def load_yaml(path: str | Path) -> dict:
-    """Read a YAML mapping with ``yaml.safe_load`` (no Python objects, ever)."""
+    """Read a recipe: a YAML mapping, loaded by ``divergence.recipe.yaml_safe`` (plain data only:
+    no Python objects, no anchors or aliases, bounded size and depth, string keys, no duplicates)."""
     path = Path(path)
-    if not path.is_file():
-        raise RecipeError(f"{path}: recipe file not found")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise RecipeError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+        if not path.is_file():
+            raise RecipeError(f"{path}: recipe file not found")
+        data = read_yaml(path)
+    except OSError as err:
+        raise RecipeError(f"{path}: cannot read the recipe ({err.strerror or err})") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -53,10 +56,10 @@ def parse(cls: type[T], data: Any, where: str = "") -> T:
     if not isinstance(data, dict):
         raise RecipeError(f"{where or 'recipe'}: expected a mapping, got {_describe(data)}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(map(str, set(data) - set(fields)))
     if unknown:
         raise RecipeError(
-            f"unknown key {_join(where, unknown[0])!r}; allowed keys in "
+            f"unknown key {short(_join(where, unknown[0]))}; allowed keys in "
             f"{where or 'the recipe'}: {', '.join(sorted(fields))}"
         )
     hints = get_type_hints(cls)
@@ -107,7 +110,7 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     if origin is Literal:
         allowed = get_args(hint)
         if value not in allowed:
-            raise RecipeError(f"{key}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+            raise RecipeError(f"{key}: {short(value)} is not one of {', '.join(map(repr, allowed))}")
         return value
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
@@ -129,13 +132,19 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise RecipeError(f"{key}: expected an integer, got {_describe(value)}")
+        if not -INT_LIMIT <= value < INT_LIMIT:
+            raise RecipeError(f"{key}: {short(value)} does not fit in a 64-bit integer")
         return value
     if hint is float:
         if isinstance(value, str):
             value = _float_string(value)  # YAML 1.1 reads 1e-4 (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise RecipeError(f"{key}: expected a number, got {_describe(value)}")
-        return float(value)
+        number = float(value) if abs(value) < 1e300 else math.inf  # a 400-digit int would overflow
+        if not math.isfinite(number):
+            raise RecipeError(f"{key}: {short(value)} is not a finite number (1e999 reads as infinity); "
+                              "give a finite value")
+        return number
     if hint is str:
         if not isinstance(value, str):
             raise RecipeError(f"{key}: expected a string, got {_describe(value)}")
@@ -148,21 +157,18 @@ def apply_overrides(data: dict, overrides: typing.Iterable[str]) -> dict:
     data = copy.deepcopy(data)
     for item in overrides:
         if "=" not in item:
-            raise RecipeError(f"override {item!r}: expected KEY=VALUE, for example train.lr=1e-4")
+            raise RecipeError(f"override {short(item)}: expected KEY=VALUE, for example train.lr=1e-4")
         key, raw = item.split("=", 1)
         key = key.strip()
         if not key:
-            raise RecipeError(f"override {item!r}: the key is empty")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            value = raw
+            raise RecipeError(f"override {short(item)}: the key is empty")
+        value = read_yaml_value(raw, f"override {short(key)}")
         node = data
         parts = key.split(".")
         for part in parts[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise RecipeError(f"override {item!r}: {part!r} is not a section")
+                raise RecipeError(f"override {short(item)}: {short(part)} is not a section")
             node = child
         node[parts[-1]] = value
     return data
@@ -182,7 +188,7 @@ def to_dict(obj: Any) -> Any:
 def require(condition: bool, key: str, message: str) -> None:
     """Validation helper for ``__post_init__``: raise a RecipeError naming ``key``."""
     if not condition:
-        raise RecipeError(f"{key}: {message}")
+        raise RecipeError(f"{key}: {short(message, MAX_MESSAGE_CHARS, text=True)}")
 
 
 def _float_string(text: str):
@@ -198,4 +204,4 @@ def _join(where: str, key: str) -> str:
 
 
 def _describe(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}" if value is not None else "null"
+    return f"{type(value).__name__} {short(value)}" if value is not None else "null"

@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from divergence.errors import RecipeError
+from divergence.recipe.pair import pair_name
 from divergence.recipe.schema import apply_overrides, load_yaml
+from divergence.recipe.yaml_safe import short
 
 STUDY_KEYS = {"name", "description", "base", "recipe", "study", "references", "tracking", "jobs"}
 # Command-line KEY=VALUE overrides that change the study itself; every other one goes to each pair.
@@ -57,9 +59,9 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
     """Read a study recipe and resolve every pair onto its base; errors name the key."""
     path = Path(path)
     data = apply_overrides(load_yaml(path), [o for o in overrides if o.startswith(STUDY_OVERRIDES)])
-    unknown = sorted(set(data) - STUDY_KEYS)
+    unknown = sorted(map(str, set(data) - STUDY_KEYS))
     if unknown:
-        raise RecipeError(f"{path}: unknown key {unknown[0]!r}; a study recipe has {', '.join(sorted(STUDY_KEYS))}")
+        raise RecipeError(f"{path}: unknown key {short(unknown[0])}; a study recipe has {', '.join(sorted(STUDY_KEYS))}")
     if "base" not in data:
         raise RecipeError(f"{path}: missing key 'base' (the run recipe every pair trains, e.g. base: tiny.yaml)")
     base = _existing(path.parent / str(data["base"]), "base", path)
@@ -82,7 +84,7 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
         raise RecipeError(f"{path}: two pairs share a name ({names}); name the inline study pair differently")
     jobs = data.get("jobs", "auto")
     if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
-        raise RecipeError(f"{path}: jobs: expected auto or a positive integer, got {jobs!r}")
+        raise RecipeError(f"{path}: jobs: expected auto or a positive integer, got {short(jobs)}")
     return Study(str(data.get("name", path.stem)), tuple(pairs), jobs, path)
 
 
@@ -102,7 +104,7 @@ def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "") -> St
                   tracking={**(data.get("tracking") or {}), **shared["tracking"]})
     if note:
         recipe["description"] = f"{data.get('description', data['name'])} (stand-in for fp16 vs fp32 on a CPU)"
-    return StudyPair(role, str(data["name"]), recipe, note)
+    return StudyPair(role, pair_name(data["name"], f"{study_path}: {key}: name"), recipe, note)
 
 
 def _existing(path: Path, key: str, study_path: Path) -> Path:

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from divergence.models.attention import apply_attention, check_attention
 from divergence.models.build import build_text_encoder, build_unet
 from divergence.recipe.run import RunRecipe, latent_shape
+from divergence.training.determinism import with_arm_numerics
 from divergence.training.inputs import DiffusionInputs
 from divergence.training.optim import build_lr_schedule, build_optimizer
 from divergence.training.precision import PrecisionPolicy
@@ -89,6 +90,7 @@ class Arm(torch.nn.Module):
                 context = self.text_encoder(inputs.input_ids)[0]  # (B, L, hidden)
             return self.unet(inputs.noisy, inputs.timesteps, encoder_hidden_states=context).sample
 
+    @with_arm_numerics  # TF32 as this arm's recipe says, for its step only
     def training_step(
         self, inputs: DiffusionInputs, *, backward: Callable[[torch.Tensor], None] | None = None
     ) -> StepOutput:

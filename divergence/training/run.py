@@ -62,6 +62,7 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     from divergence.training.callbacks.samples import SampleGrid
     from divergence.training.callbacks.weights import WeightCheckpoint
     from divergence.training.checkpoint_io import AtomicCheckpointIO
+    from divergence.training.determinism import determinism
     from divergence.training.loggers import build_loggers
 
     train, log, every = recipe.train, recipe.log, recipe.train.checkpoint_every
@@ -84,7 +85,8 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     last = out / "resume" / RESUME_NAME
     # The .ckpt is this run's own file (it holds optimizer and recipe state, not only tensors).
     try:
-        trainer.fit(module, ckpt_path=str(last) if last.is_file() else None, weights_only=False)
+        with determinism(train):  # deterministic kernels and TF32 as the recipe says, restored after
+            trainer.fit(module, ckpt_path=str(last) if last.is_file() else None, weights_only=False)
     finally:
         _finish_wandb(trainer)
     return trainer

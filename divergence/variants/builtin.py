@@ -7,6 +7,8 @@
 - ``gradient-checkpointing``: recompute UNet activations in the backward pass;
 - ``adamw-impl``: the AdamW implementation (``foreach``, ``fused``, ``loop``), a fused-kernel
   optimization of the kind the paper names as future work.
+- ``tf32``: TensorFloat-32 matmuls and convolutions for the arm (``train.tf32``), the CUDA
+  speed-up people ask this exact question about; a no-op on a CPU.
 """
 
 from __future__ import annotations
@@ -112,3 +114,28 @@ class AdamWImpl(Variant):
         actual = "fused" if defaults.get("fused") else "foreach" if defaults.get("foreach") else "loop"
         if actual != self.value:
             raise RuntimeError(f"adamw-impl {self.value} but the optimizer runs {actual}")
+
+
+@register
+class TF32(Variant):
+    name = "tf32"
+    help = "TensorFloat-32 tensor-core math for the arm's fp32 matmuls and convolutions (CUDA; no effect on a CPU)"
+
+    def validate(self):
+        if not isinstance(self.value, bool):
+            self.fail(f"expected true or false, got {self.value!r}")
+
+    def overrides(self):
+        return {"train.tf32": self.value}
+
+    def verify(self, arm):
+        from divergence.training.determinism import arm_numerics, numerics_state
+
+        if arm.recipe.train.tf32 != self.value:
+            raise RuntimeError(f"tf32 variant {self.value} but the arm's recipe has train.tf32 {arm.recipe.train.tf32}")
+        if not getattr(type(arm).training_step, "applies_arm_numerics", False):
+            raise RuntimeError("tf32 variant: the arm's training step does not apply its TF32 setting")
+        with arm_numerics(arm.recipe.train):
+            state = numerics_state()
+        if (state["tf32_matmul"], state["tf32_cudnn"]) != (self.value, self.value):
+            raise RuntimeError(f"tf32 variant {self.value} but the arm's step would run with {state}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from divergence.errors import RecipeError
+from divergence.recipe.yaml_safe import short
 
 # What a variant changes, which sets a pair's role in a bounding study (see PairInfo).
 CATEGORIES = ("seed", "precision", "optimization")
@@ -60,7 +61,7 @@ class Variant:
         return self.name if self.value is True else f"{self.name}={_short(self.value)}"
 
     def fail(self, message: str) -> None:
-        raise RecipeError(f"{self.key or self.name}: {message}")
+        raise RecipeError(f"{self.key or self.name}: {short(message, 300, text=True)}")
 
 
 def register(cls: type[Variant]) -> type[Variant]:
@@ -77,9 +78,9 @@ def parse_variant(spec: Any, key: str) -> Variant:
     elif isinstance(spec, dict) and len(spec) == 1:
         (name, value), = spec.items()
     else:
-        raise RecipeError(f"{key}: a variant is a name or a one-key mapping {{name: value}}, got {spec!r}")
-    if name not in VARIANTS:
-        raise RecipeError(f"{key}: unknown variant {name!r}; registered variants: {', '.join(sorted(VARIANTS))}")
+        raise RecipeError(f"{key}: a variant is a name or a one-key mapping {{name: value}}, got {short(spec)}")
+    if not isinstance(name, str) or name not in VARIANTS:
+        raise RecipeError(f"{key}: unknown variant {short(name)}; registered variants: {', '.join(sorted(VARIANTS))}")
     return VARIANTS[name](value, key)
 
 
