@@ -26,9 +26,9 @@ RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 ROOT = RECIPES.parent
 # One line of stderr, short enough to read: however large the value the recipe holds.
 MAX_LINE = 600
-# Every case fails while reading the recipe: CPU seconds of this process (wall time on a shared
-# machine measures the neighbours); the first strategy case pays Lightning's import (~3 s).
-MAX_SECONDS = 10
+# Every case fails while reading the recipe, in well under a second: CPU seconds of this process
+# (wall time on a shared machine measures the neighbours).
+MAX_SECONDS = 5
 
 
 def bomb(levels: int = 9, width: int = 9) -> str:
@@ -91,7 +91,7 @@ RUN_FILES = {
     "lr-nan": ("train: {lr: .nan}\n", "train.lr"),
     "beta-nan": ("noise: {beta_start: .nan}\n", "noise.beta_start"),
     "long-string-echoed": ("train: {precision: " + "x" * 100_000 + "}\n", "train.precision"),
-    "long-list-echoed": ("train: {betas: [" + ", ".join(["0.5"] * 20_000) + "]}\n", "betas"),
+    "long-list-echoed": ("train: {betas: [" + ", ".join(["0.5"] * 2_000) + "]}\n", "betas"),
 }
 
 
@@ -261,7 +261,7 @@ def test_random_mutations_of_tiny_are_loaded_or_refused_in_one_line(tmp_path):
     leaves = sorted(_leaves(base))
     started = time.process_time()
     refused = 0
-    for i in range(300):
+    for i in range(120):
         key, value = rng.choice(leaves), rng.choice(BAD_VALUES)
         data = yaml.safe_load((RECIPES / "tiny.yaml").read_text())
         node = data
@@ -278,7 +278,7 @@ def test_random_mutations_of_tiny_are_loaded_or_refused_in_one_line(tmp_path):
             message = str(err)
             assert "\n" not in message and len(message) < MAX_LINE, (key, value, message[:300])
             assert leaf in message or parents[0] in message, (key, value, message)
-    assert refused > 200  # most hostile values are refused (a few, such as 0 for a seed, are valid)
+    assert refused > 80  # most hostile values are refused (a few, such as 0 for a seed, are valid)
     assert time.process_time() - started < 60
 
 
