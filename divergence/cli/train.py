@@ -36,14 +36,16 @@ def run(args: argparse.Namespace) -> int:
     if args.arm is not None:
         if args.recipe is None or not is_pair_recipe(args.recipe):
             raise UserInputError(f"--arm {args.arm}: needs a pair recipe (--recipe recipes/pairs/NAME.yaml)")
+        pair = load_pair_recipe(args.recipe, overrides)  # a bad recipe fails before torch is imported
         from divergence.training.arm_run import train_arm
 
-        train_arm(load_pair_recipe(args.recipe, overrides), args.arm, args.out)
+        train_arm(pair, args.arm, args.out)
         return 0
     if args.recipe is not None and is_pair_recipe(args.recipe):
+        pair = load_pair_recipe(args.recipe, overrides)
         from divergence.training.pair_run import train_pair
 
-        train_pair(load_pair_recipe(args.recipe, overrides), args.out)
+        train_pair(pair, args.out)
         return 0
     if args.recipe is not None:
         recipe = load_run_recipe(args.recipe, overrides)

@@ -101,24 +101,25 @@ def load_pair_recipe(path: str | Path, overrides: Iterable[str] = ()) -> PairRec
         raise RecipeError(f"{path}: unknown key {short(unknown[0])}; a pair recipe has {', '.join(sorted(PAIR_KEYS))}")
     pair_overrides = [o for o in overrides if o.startswith(PAIR_OVERRIDE_PREFIXES)]
     data = apply_overrides(data, pair_overrides)
+    name = pair_name(data.get("name", path.stem), f"{path}: name")
     base_data = _base_data(path, data)
     base_data = apply_overrides(base_data, [o for o in overrides if o not in pair_overrides])
     base = parse(RunRecipe, base_data)
     arms = {arm: tuple(parse_variant(spec, f"arms.{arm}[{i}]") for i, spec in enumerate(_arm_list(data, arm)))
             for arm in ARMS}
-    arm_recipes = {arm: _arm_recipe(base_data, arms[arm], f"{data.get('name', path.stem)}.{arm}") for arm in ARMS}
+    arm_recipes = {arm: _arm_recipe(base_data, arms[arm], f"{name}.{arm}") for arm in ARMS}
     control = _bool(data.get("control", False), "control")
     _check_arms(arm_recipes, control)
     tracking = parse(TrackingConfig, data.get("tracking"), "tracking")
-    return PairRecipe(name=pair_name(data.get("name", path.stem), f"{path}: name"), base=base, arms=arms, arm_recipes=arm_recipes,
-                      control=control, description=str(data.get("description", "")), tracking=tracking)
+    return PairRecipe(name=name, base=base, arms=arms, arm_recipes=arm_recipes, control=control,
+                      description=str(data.get("description", "")), tracking=tracking)
 
 
 def _base_data(path: Path, data: dict) -> dict:
     if "base" not in data:
         raise RecipeError(f"{path}: missing key 'base' (the run recipe both arms start from, e.g. base: ../tiny.yaml)")
-    base_path = (path.parent / str(data["base"])).resolve()
-    if not base_path.is_file():
+    base_path = existing_file(path.parent / str(data["base"]))
+    if base_path is None:
         raise RecipeError(f"{path}: base {short(data['base'])} not found (looked for {short(base_path, text=True)})")
     base = load_yaml(base_path)
     extra = data.get("recipe") or {}
@@ -177,6 +178,15 @@ def _bool(value, key: str) -> bool:
     if not isinstance(value, bool):
         raise RecipeError(f"{key}: expected true or false, got {short(value)}")
     return value
+
+
+def existing_file(path: Path) -> Path | None:
+    """``path`` resolved if it is a regular file; None if not (missing, a folder, a loop, a bad name)."""
+    try:
+        path = path.resolve()
+        return path if path.is_file() else None
+    except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop before Python 3.13
+        return None
 
 
 def pair_name(value, key: str) -> str:

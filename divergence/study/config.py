@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from divergence.errors import RecipeError
-from divergence.recipe.pair import pair_name
+from divergence.recipe.pair import existing_file, pair_name
 from divergence.recipe.schema import apply_overrides, load_yaml
 from divergence.recipe.yaml_safe import short
 
@@ -108,7 +108,7 @@ def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "") -> St
 
 
 def _existing(path: Path, key: str, study_path: Path) -> Path:
-    path = path.resolve()
-    if not path.is_file():
-        raise RecipeError(f"{study_path}: {key}: {path} not found")
-    return path
+    found = existing_file(path)
+    if found is None:
+        raise RecipeError(f"{study_path}: {key}: {short(str(path), text=True)} not found")
+    return found

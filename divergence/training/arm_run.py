@@ -29,6 +29,7 @@ import yaml
 
 from divergence.errors import TrainingDiverged, UserInputError
 from divergence.recipe.pair import ARMS, PairRecipe
+from divergence.recipe.yaml_safe import read_yaml
 from divergence.store.arm_status import ArmStatus
 from divergence.store.pair_info import FILENAME as PAIR_INFO_FILE, PairInfo
 from divergence.training.module import DiffusionRun, check_step
@@ -129,7 +130,7 @@ def _check_same_pair(out: Path, pair: PairRecipe) -> None:
     saved_path = out / PAIR_FILE
     if not saved_path.is_file():
         return
-    saved, now = flatten_keys(yaml.safe_load(saved_path.read_text()) or {}), flatten_keys(pair_config(pair))
+    saved, now = flatten_keys(read_yaml(saved_path) or {}), flatten_keys(pair_config(pair))
     for key in sorted(set(saved) | set(now)):
         per_job = key.split(".", 2)[-1].startswith(PER_JOB_KEYS)
         if saved.get(key) != now.get(key) and not per_job:

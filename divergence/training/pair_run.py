@@ -25,6 +25,7 @@ import yaml
 
 from divergence.errors import UserInputError
 from divergence.recipe.pair import PairRecipe
+from divergence.recipe.yaml_safe import read_yaml
 from divergence.store.pair_info import PairInfo
 from divergence.training.run import RESUMABLE_CHANGES, flatten_keys
 
@@ -68,7 +69,7 @@ def check_pair_folder(out: Path, pair: PairRecipe) -> None:
         if (out / "recipe.yaml").is_file():
             raise UserInputError(f"--out {out}: holds a single run, not a pair; choose a new --out")
         return
-    saved, now = flatten_keys(yaml.safe_load(saved_path.read_text()) or {}), flatten_keys(pair_config(pair))
+    saved, now = flatten_keys(read_yaml(saved_path) or {}), flatten_keys(pair_config(pair))
     for key in sorted(set(saved) | set(now)):
         resumable = key.split(".", 2)[-1].startswith(RESUMABLE_CHANGES) or key.startswith("tracking.")
         if saved.get(key) != now.get(key) and not resumable:

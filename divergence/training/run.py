@@ -22,6 +22,7 @@ import yaml
 from divergence.errors import UserInputError
 from divergence.recipe.run import RunRecipe
 from divergence.recipe.schema import to_dict
+from divergence.recipe.yaml_safe import read_yaml
 
 # Keys that may differ between a run folder's recipe and the command resuming it.
 RESUMABLE_CHANGES = ("train.max_steps", "train.checkpoint_every", "train.cpu_threads", "data.workers", "log.",
@@ -110,7 +111,7 @@ def check_run_folder(out: Path, recipe: RunRecipe) -> None:
     trained = (out / "resume").is_dir() or (out / "checkpoints").is_dir()
     if not saved_path.is_file() or not trained:
         return
-    saved, now = flatten_keys(yaml.safe_load(saved_path.read_text()) or {}), flatten_keys(to_dict(recipe))
+    saved, now = flatten_keys(read_yaml(saved_path) or {}), flatten_keys(to_dict(recipe))
     for key in sorted(set(saved) | set(now)):
         if saved.get(key) != now.get(key) and not key.startswith(RESUMABLE_CHANGES):
             raise UserInputError(
