@@ -114,7 +114,8 @@ class TrainConfig:
     def __post_init__(self):
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         require(self.max_steps >= 1, "max_steps", f"must be >= 1, got {self.max_steps}")
-        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        # AdamW moves every weight by about lr a step: above 1 it overwrites the weights within a step.
+        require(0 < self.lr <= 1, "lr", f"must be in (0, 1], got {self.lr}")
         require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas",
                 f"must be two numbers in [0, 1), got {list(self.betas)}")
         require(self.eps > 0, "eps", "must be > 0")

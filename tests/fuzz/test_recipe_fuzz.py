@@ -113,7 +113,7 @@ def test_malformed_run_recipe_file_is_one_line(case, tmp_path, capsys):
 OVERRIDES = [
     ("train.lr=1e999", "train.lr"), ("train.lr=-1e999", "train.lr"), ("train.lr=.inf", "train.lr"),
     ("train.lr=-.inf", "train.lr"), ("train.lr=.nan", "train.lr"), ("train.lr=0", "train.lr"),
-    ("train.lr=-0.1", "train.lr"), ("train.lr=fast", "train.lr"), ("train.eps=.inf", "train.eps"),
+    ("train.lr=-0.1", "train.lr"), ("train.lr=1000", "train.lr"), ("train.lr=fast", "train.lr"), ("train.eps=.inf", "train.eps"),
     ("train.grad_clip=.inf", "train.grad_clip"), ("train.weight_decay=1e999", "train.weight_decay"),
     ('train.strategy=""', "train.strategy"), ("train.strategy=' '", "train.strategy"),
     ("train.strategy=ddp_typo", "train.strategy"), ("train.strategy=../etc", "train.strategy"),
