@@ -118,9 +118,11 @@ def load_pair_recipe(path: str | Path, overrides: Iterable[str] = ()) -> PairRec
 def _base_data(path: Path, data: dict) -> dict:
     if "base" not in data:
         raise RecipeError(f"{path}: missing key 'base' (the run recipe both arms start from, e.g. base: ../tiny.yaml)")
-    base_path = existing_file(path.parent / str(data["base"]))
+    looked = path.parent / str(data["base"])
+    base_path = existing_file(looked)
     if base_path is None:
-        raise RecipeError(f"{path}: base {short(data['base'])} not found (looked for {short(base_path, text=True)})")
+        raise RecipeError(f"{path}: base {short(data['base'])} not found (looked for "
+                          f"{short(looked, 200, text=True)})")
     base = load_yaml(base_path)
     extra = data.get("recipe") or {}
     if not isinstance(extra, dict):
