@@ -25,9 +25,11 @@ compared, not when the file is opened.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
 import re
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -75,7 +77,7 @@ def _kind(path: Path) -> str:
 
 def _safe_load(path: Path, mmap: bool):
     try:
-        with torch.serialization.safe_globals(_inert_globals()):
+        with torch.serialization.safe_globals(_inert_globals()), _quiet():
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # noqa: BLE001 - any failure of the parser on an untrusted file is "corrupt"
         raise _load_error(path, err) from None
@@ -97,7 +99,7 @@ def _meta_load(path: Path):
             data = archive.read(pickles[0])
         unpickler = weights_only.Unpickler(io.BytesIO(data), encoding="utf-8")
         unpickler.persistent_load = lambda saved_id: _meta_storage(path, saved_id, records)
-        with torch.serialization.safe_globals(_inert_globals()):
+        with torch.serialization.safe_globals(_inert_globals()), _quiet():
             return unpickler.load()
     except CheckpointError:
         raise
@@ -105,6 +107,14 @@ def _meta_load(path: Path):
         raise _load_error(path, err, data) from None
     except Exception as err:  # noqa: BLE001 - see _safe_load
         raise _load_error(path, err) from None
+
+
+@contextlib.contextmanager
+def _quiet():
+    """torch warns about pickle protocols 4 and 5 before refusing them; the refusal says enough."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected pickle protocol")
+        yield
 
 
 def _meta_storage(path: Path, saved_id, records: dict):
