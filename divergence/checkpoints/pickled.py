@@ -43,6 +43,12 @@ from divergence.errors import CheckpointError
 # Where the model weights sit inside common checkpoint dicts, in order of preference.
 STATE_DICT_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "weights")
 MAX_DEPTH = 8
+LEGACY_SCAN = 16 * 2**20  # bytes of a legacy-format file scanned for globals (its pickles come first)
+INERT_GLOBALS = (
+    ("lightning.fabric.utilities.data", "AttributeDict"),
+    ("lightning_fabric.utilities.data", "AttributeDict"),
+    ("pytorch_lightning.utilities.parsing", "AttributeDict"),
+)
 _ZIP_MAGIC, _PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
 
 
@@ -50,22 +56,21 @@ def load_pickled(path: str | Path, prefix: str = "") -> InMemorySource:
     """The state dict inside a pickled checkpoint, as a tensor source."""
     path = Path(path)
     size = check_path(path, folder_ok=False).st_size
-    is_zip = _kind(path) == "zip"
-    if is_zip:
-        declared = find_state_dict(_meta_load(path), path)
-        _check_sizes(path, declared, size)
-    state = find_state_dict(_safe_load(path, mmap=is_zip), path)
-    if not is_zip:
+    if _kind(path) == "zip":
+        data, records = _archive(path)
+        allowed = _inert_globals(data)
+        _check_sizes(path, find_state_dict(_meta_load(path, data, records, allowed), path), size)
+        state = find_state_dict(_safe_load(path, True, allowed, data), path)
+    else:
+        head = _head(path, LEGACY_SCAN)
+        allowed = _inert_globals(head)
+        state = find_state_dict(_safe_load(path, False, allowed, head), path)
         _check_sizes(path, state, size)
     return InMemorySource(path, state, prefix)
 
 
 def _kind(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot read: {err.strerror or err}") from None
+    head = _head(path, 4)
     if head == _ZIP_MAGIC:
         return "zip"
     if head.startswith(_PICKLE_MAGIC):
@@ -75,18 +80,16 @@ def _kind(path: Path) -> str:
     )
 
 
-def _safe_load(path: Path, mmap: bool):
+def _head(path: Path, n: int) -> bytes:
     try:
-        with torch.serialization.safe_globals(_inert_globals()), _quiet():
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except Exception as err:  # noqa: BLE001 - any failure of the parser on an untrusted file is "corrupt"
-        raise _load_error(path, err) from None
+        with open(path, "rb") as f:
+            return f.read(n)
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read: {err.strerror or err}") from None
 
 
-def _meta_load(path: Path):
-    """The checkpoint's object tree with every tensor on ``meta``; checks each storage's record size."""
-    from torch import _weights_only_unpickler as weights_only
-
+def _archive(path: Path) -> tuple[bytes, dict[str, zipfile.ZipInfo]]:
+    """``data.pkl``'s bytes and the ``data/KEY`` records of a torch zip archive."""
     try:
         with zipfile.ZipFile(path) as archive:
             pickles = [n for n in archive.namelist() if n.endswith("data.pkl") and n.count("/") == 1]
@@ -96,17 +99,34 @@ def _meta_load(path: Path):
                 raise CheckpointError(f"{path}: not a torch checkpoint (its data.pkl is compressed)")
             root = pickles[0][: -len("data.pkl")]
             records = {i.filename[len(root) + 5:]: i for i in archive.infolist() if i.filename.startswith(root + "data/")}
-            data = archive.read(pickles[0])
-        unpickler = weights_only.Unpickler(io.BytesIO(data), encoding="utf-8")
-        unpickler.persistent_load = lambda saved_id: _meta_storage(path, saved_id, records)
-        with torch.serialization.safe_globals(_inert_globals()), _quiet():
+            return archive.read(pickles[0]), records
+    except CheckpointError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a broken archive, whatever zipfile says about it
+        raise _load_error(path, err) from None
+
+
+def _safe_load(path: Path, mmap: bool, allowed: list, data: bytes):
+    try:
+        with torch.serialization.safe_globals(allowed), _quiet():
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as err:  # noqa: BLE001 - any failure of the parser on an untrusted file is "corrupt"
+        raise _load_error(path, err, data, allowed) from None
+
+
+def _meta_load(path: Path, data: bytes, records: dict, allowed: list):
+    """The checkpoint's object tree with every tensor on ``meta``; checks each storage's record size."""
+    from torch import _weights_only_unpickler as weights_only
+
+    unpickler = weights_only.Unpickler(io.BytesIO(data), encoding="utf-8")
+    unpickler.persistent_load = lambda saved_id: _meta_storage(path, saved_id, records)
+    try:
+        with torch.serialization.safe_globals(allowed), _quiet():
             return unpickler.load()
     except CheckpointError:
         raise
-    except pickle.UnpicklingError as err:
-        raise _load_error(path, err, data) from None
     except Exception as err:  # noqa: BLE001 - see _safe_load
-        raise _load_error(path, err) from None
+        raise _load_error(path, err, data, allowed) from None
 
 
 @contextlib.contextmanager
@@ -148,10 +168,10 @@ def _check_sizes(path: Path, state: dict, file_size: int) -> None:
             )
 
 
-def _load_error(path: Path, err: BaseException, data: bytes | None = None) -> CheckpointError:
+def _load_error(path: Path, err: BaseException, data: bytes = b"", allowed: list = ()) -> CheckpointError:
     if isinstance(err, pickle.UnpicklingError):
         named = re.search(r"GLOBAL ([\w.]+)", str(err))
-        unsafe = [named.group(1)] if named else _unsafe_globals(path, data)
+        unsafe = [named.group(1)] if named else _unsafe_globals(data, allowed)
         if unsafe:
             return CheckpointError(
                 f"{path}: refused to unpickle: it references {unsafe[0]}, which could run code. "
@@ -164,17 +184,12 @@ def _load_error(path: Path, err: BaseException, data: bytes | None = None) -> Ch
     return CheckpointError(f"{path}: corrupt or truncated torch checkpoint ({type(err).__name__}: {_first_line(err)})")
 
 
-def _unsafe_globals(path: Path, data: bytes | None) -> list[str]:
+def _unsafe_globals(data: bytes, allowed: list) -> list[str]:
     """Globals of the pickle outside torch's weights-only allow-list (and ours)."""
     from torch import _weights_only_unpickler as weights_only
 
-    if data is None:
-        try:
-            data = path.read_bytes()
-        except OSError:
-            return []
-    allowed = set(weights_only._get_allowed_globals()) | {f"{g.__module__}.{g.__name__}" for g in _inert_globals()}
-    return [g for g in referenced_globals(data) if g not in allowed]
+    safe = set(weights_only._get_allowed_globals()) | {f"{g.__module__}.{g.__name__}" for g in allowed}
+    return [g for g in referenced_globals(data) if g not in safe]
 
 
 def find_state_dict(obj, path: Path) -> dict[str, torch.Tensor]:
@@ -196,14 +211,14 @@ def find_state_dict(obj, path: Path) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"{path}: no state dict within {MAX_DEPTH} nested dictionaries; is this a checkpoint?")
 
 
-def _inert_globals() -> list:
-    """Container classes that carry no code of their own and appear in real checkpoints."""
+def _inert_globals(data: bytes) -> list:
+    """Container classes that carry no code of their own and appear in real checkpoints, among
+    those the pickle references (importing Lightning costs seconds; most files never need it)."""
+    referenced = set(referenced_globals(data))
     found = []
-    for module, name in (
-        ("lightning.fabric.utilities.data", "AttributeDict"),
-        ("lightning_fabric.utilities.data", "AttributeDict"),
-        ("pytorch_lightning.utilities.parsing", "AttributeDict"),
-    ):
+    for module, name in INERT_GLOBALS:
+        if f"{module}.{name}" not in referenced:
+            continue
         try:
             found.append(getattr(__import__(module, fromlist=[name]), name))
         except (ImportError, AttributeError):
