@@ -300,3 +300,30 @@ def test_short_storage_in_pt_is_exit_2_not_garbage(tmp_path, capsys):
     rewrite_torch_zip(tmp_path / "ok.pt", tmp_path / "short.pt", records={"data/0": b"\0" * 100})
     assert main(["compare", str(tmp_path / "ok.pt"), str(tmp_path / "short.pt"), "--quiet"]) == 2
     assert "short.pt: corrupt or truncated torch checkpoint" in _error_line(capsys)
+
+
+def test_every_safetensors_dtype_compares(tmp_path):
+    a = {
+        "f64": torch.tensor([1.0, 2.0], dtype=torch.float64), "bf16": torch.tensor([1.0, 2.0]).bfloat16(),
+        "f8": torch.tensor([1.0, 2.0]).to(torch.float8_e5m2), "c64": torch.tensor([1 + 1j, 2j]),
+        "u16": torch.tensor([1, 2], dtype=torch.uint16), "u32": torch.tensor([1, 2], dtype=torch.uint32),
+        "u64": torch.tensor([1, 2], dtype=torch.uint64), "i8": torch.tensor([1, -2], dtype=torch.int8),
+        "mask": torch.tensor([True, False]),
+    }
+    b = {k: (v.double() + 1).to(v.dtype) if not v.is_complex() and v.dtype != torch.bool else v for k, v in a.items()}
+    save_file(a, tmp_path / "a.safetensors")
+    save_file(b, tmp_path / "b.safetensors")
+    out = tmp_path / "o.json"
+    assert main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--quiet",
+                 "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    diffs = {r["name"]: r["max_abs_diff"] for r in payload["tensors"]}
+    assert diffs == {"f64": 1, "bf16": 1, "f8": 1, "c64": 0, "u16": 1, "u32": 1, "u64": 1, "i8": 1, "mask": 0}
+    assert payload["summary"]["buffers"] == 5 and payload["summary"]["tensors"] == 4
+
+
+def test_complex_against_real_is_one_line(tmp_path, capsys):
+    save_file({"w": torch.ones(2, dtype=torch.complex64)}, tmp_path / "a.safetensors")
+    save_file({"w": torch.ones(2)}, tmp_path / "b.safetensors")
+    assert main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--quiet"]) == 2
+    assert "tensor 'w' is complex64 in" in _error_line(capsys)
