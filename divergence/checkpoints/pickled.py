@@ -10,8 +10,9 @@ see ``pickle_scan``, where torch itself does not say), and nothing from it runs.
 A file's declared sizes are checked before any tensor byte is read:
 
 - it must be a zip archive (``torch.save`` since 1.6) or a pickle (the legacy format);
-- zip files are first unpickled onto the ``meta`` device (shapes only, no data), which
-  yields every storage's declared size: each must equal the size of its ``data/KEY``
+- zip files are first unpickled onto the ``meta`` device (shapes only, no data) by the
+  unpickler ``torch.load(weights_only=True)`` itself uses (``torch._weights_only_unpickler``,
+  with our own ``persistent_load``), which yields every storage's declared size: each must equal the size of its ``data/KEY``
   record, and every tensor view must fit inside its storage (torch checks this when it
   builds the view), so a memory-mapped tensor can never reach past its record into the
   rest of the archive;

@@ -31,7 +31,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         ".pt/.bin state dicts, Lightning .ckpt). Pickles are loaded weights-only. Integer and bool "
         "buffers (num_batches_tracked, position_ids) are reported separately and left out of the "
         "whole-model numbers unless --include-buffers; complex tensors are compared on their real and "
-        "imaginary parts.",
+        "imaginary parts, as 2n real numbers (their numel counts both).",
     )
     p.add_argument("a", help="first checkpoint (file or folder)")
     p.add_argument("b", help="second checkpoint (file or folder)")
