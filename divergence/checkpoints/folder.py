@@ -26,8 +26,10 @@ from divergence.errors import CheckpointError
 STANDARD_NAMES = ("model", "diffusion_pytorch_model", "pytorch_model", "adapter_model")
 
 
-def open_folder(path: Path, prefix: str = "") -> TensorSource:
-    if (path / "model_index.json").is_file():
+def open_folder(path: Path, prefix: str = "", pipeline: bool = True) -> TensorSource:
+    """The weights of a model folder, or of a pipeline folder's components (``pipeline=False``
+    inside a pipeline: components are model folders, so a linked loop cannot recurse)."""
+    if pipeline and (path / "model_index.json").is_file():
         return _open_pipeline(path)
     for pattern, opener in (("*.safetensors.index.json", _open_sharded), ("*.safetensors", _open_single),
                             ("*.bin.index.json", _open_sharded), ("*.bin", _open_single)):
@@ -116,7 +118,7 @@ def _open_pipeline(path: Path) -> TensorSource:
     parts = []
     for component in sorted(p for p in path.iterdir() if p.is_dir()):
         try:
-            parts.append(open_folder(component, prefix=f"{component.name}."))
+            parts.append(open_folder(component, prefix=f"{component.name}.", pipeline=False))
         except _NoWeights:
             continue  # tokenizer/, scheduler/ and other folders without weights
     if not parts:

@@ -180,3 +180,12 @@ def test_symlink_loop_is_named(tmp_path):
     os.symlink(tmp_path / "b.safetensors", tmp_path / "a.safetensors")
     os.symlink(tmp_path / "a.safetensors", tmp_path / "b.safetensors")
     _refused(tmp_path / "a.safetensors", "symbolic link loop")
+
+
+def test_pipeline_component_linking_back_to_the_pipeline_does_not_recurse(tmp_path):
+    pipe = tmp_path / "pipe"
+    (pipe / "text_encoder").mkdir(parents=True)
+    save_file({"w": torch.ones(2)}, pipe / "text_encoder" / "model.safetensors")
+    (pipe / "model_index.json").write_text("{}")
+    os.symlink(pipe, pipe / "loop")
+    assert open_checkpoint(pipe).names == ["text_encoder.w"]
