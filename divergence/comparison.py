@@ -3,6 +3,9 @@
 Tensors are streamed: for each matched name, the two tensors are loaded, moved to the
 comparison device, measured with ``divergence.metrics.compare_tensors`` and dropped, so
 peak memory is about the largest pair of tensors, not the two models.
+
+Every tensor compared has a record; integer and bool buffers are left out of the
+whole-model summary unless ``include_buffers`` (see ``divergence.metrics.grouping``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import torch
 
 from divergence.checkpoints import Match, TensorSource, match_tensors, open_checkpoint
 from divergence.checkpoints.source import InMemorySource
+from divergence.errors import CheckpointError
 from divergence.metrics import classify_kinds, compare_tensors, module_of, summarize
 
 
@@ -34,11 +38,16 @@ def compare_checkpoints(
     intersection: bool = False,
     device: str | torch.device = "cpu",
     progress: Callable | None = None,
+    exclude: list[str] | None = None,
+    include_buffers: bool = False,
 ) -> Comparison:
-    """Open, match and measure two checkpoints; see ``compare_sources``."""
+    """Open, match and measure two checkpoints; see ``compare_sources``.
+
+    ``exclude``: regular expressions; matching tensors are not compared (listed as skipped).
+    """
     a, b = open_checkpoint(path_a), open_checkpoint(path_b)
-    match = match_tensors(a, b, maps, intersection)
-    comparison = compare_sources(a, b, match, device, progress)
+    match = match_tensors(a, b, maps, intersection, exclude)
+    comparison = compare_sources(a, b, match, device, progress, include_buffers)
     comparison.summary.update(a=str(path_a), b=str(path_b))
     return comparison
 
@@ -53,7 +62,8 @@ def compare_state_dicts(a: dict, b: dict, device=None) -> Comparison:
     return compare_sources(source_a, source_b, match_tensors(source_a, source_b), device)
 
 
-def compare_sources(a: TensorSource, b: TensorSource, match: Match, device="cpu", progress=None) -> Comparison:
+def compare_sources(a: TensorSource, b: TensorSource, match: Match, device="cpu", progress=None,
+                    include_buffers: bool = False) -> Comparison:
     """One record per matched pair, with ``name, shape, numel, dtype_a, dtype_b``, the
     metrics, ``nonfinite_a/b``, and ``module`` and ``kind`` for grouping. ``device=None``
     compares each pair where tensor a lives."""
@@ -62,6 +72,11 @@ def compare_sources(a: TensorSource, b: TensorSource, match: Match, device="cpu"
     records = []
     for name, name_a, name_b in pairs:
         info_a, info_b = a.info(name_a), b.info(name_b)
+        if info_a.torch_dtype.is_complex != info_b.torch_dtype.is_complex:
+            raise CheckpointError(
+                f"tensor {name!r} is {info_a.dtype} in {a.path} but {info_b.dtype} in {b.path}; "
+                "a complex tensor can only be compared with a complex one (use --exclude to leave it out)"
+            )
         ta = a.load(name_a)
         ta = ta if device is None else ta.to(device)
         tb = b.load(name_b).to(ta.device)
@@ -76,7 +91,7 @@ def compare_sources(a: TensorSource, b: TensorSource, match: Match, device="cpu"
         record.update(compare_tensors(ta, tb))
         records.append(record)
         del ta, tb
-    summary = summarize(records)
+    summary = summarize(records, include_buffers)
     summary.update(
         matched=len(match.pairs),
         skipped=len(match.skipped),

@@ -69,6 +69,8 @@ def write_csv(path: str | Path, rows: Iterable[dict], columns: Sequence[str]) ->
         os.replace(tmp, path)
     except OSError as err:
         raise UserInputError(f"{path}: cannot write: {err.strerror or err}") from None
+    finally:
+        tmp.unlink(missing_ok=True)  # gone after os.replace; removed on any failure or interrupt
 
 
 def _csv_cell(value):
@@ -89,6 +91,8 @@ def _atomic_write(path: str | Path, text: str) -> None:
         os.replace(tmp, path)
     except OSError as err:
         raise UserInputError(f"{path}: cannot write: {err.strerror or err}") from None
+    finally:
+        tmp.unlink(missing_ok=True)  # gone after os.replace; removed on any failure or interrupt
 
 
 def _tmp_path(path: Path) -> Path:

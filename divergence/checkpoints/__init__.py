@@ -14,8 +14,10 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
+from divergence.checkpoints.files import check_path
 from divergence.checkpoints.folder import open_folder
 from divergence.checkpoints.matching import Match, match_tensors
 from divergence.checkpoints.pickled import load_pickled
@@ -31,9 +33,7 @@ __all__ = ["Match", "TensorInfo", "TensorSource", "match_tensors", "open_checkpo
 def open_checkpoint(path: str | Path) -> TensorSource:
     """Open any supported checkpoint; raise ``CheckpointError`` naming the file if it cannot be."""
     path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such file or folder")
-    if path.is_dir():
+    if stat.S_ISDIR(check_path(path).st_mode):
         return open_folder(path)
     if path.suffix == ".safetensors":
         return SafetensorsFile(path)

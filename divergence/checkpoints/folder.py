@@ -4,13 +4,19 @@ Resolution order inside a model folder, as ``from_pretrained`` does:
 ``*.safetensors.index.json`` (sharded) > one ``*.safetensors`` > ``*.bin.index.json`` >
 one ``*.bin``. A pipeline folder (``model_index.json``) is read component by component,
 each tensor named ``<component>.<name>`` (``unet.conv_in.weight``).
+
+A shard index is untrusted input: its ``weight_map`` must map tensor names to file names,
+and every shard must be a relative path inside the folder (no ``..`` component, not
+absolute), so an index cannot make divergence read ``/etc/passwd`` or a sibling's files.
+Shards themselves may be symbolic links (the Hugging Face cache links into ``blobs/``).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from divergence.checkpoints.files import check_path
 from divergence.checkpoints.pickled import load_pickled
 from divergence.checkpoints.safetensors_file import SafetensorsFile
 from divergence.checkpoints.source import CompositeSource, TensorSource
@@ -20,8 +26,10 @@ from divergence.errors import CheckpointError
 STANDARD_NAMES = ("model", "diffusion_pytorch_model", "pytorch_model", "adapter_model")
 
 
-def open_folder(path: Path, prefix: str = "") -> TensorSource:
-    if (path / "model_index.json").is_file():
+def open_folder(path: Path, prefix: str = "", pipeline: bool = True) -> TensorSource:
+    """The weights of a model folder, or of a pipeline folder's components (``pipeline=False``
+    inside a pipeline: components are model folders, so a linked loop cannot recurse)."""
+    if pipeline and (path / "model_index.json").is_file():
         return _open_pipeline(path)
     for pattern, opener in (("*.safetensors.index.json", _open_sharded), ("*.safetensors", _open_single),
                             ("*.bin.index.json", _open_sharded), ("*.bin", _open_single)):
@@ -30,10 +38,14 @@ def open_folder(path: Path, prefix: str = "") -> TensorSource:
             candidates = [c for c in candidates if c.is_file()]
         if candidates:
             return opener(path, _pick(path, candidates, pattern), prefix)
-    raise CheckpointError(
+    raise _NoWeights(
         f"{path}: no weights found: expected a save_pretrained folder (*.safetensors, "
         "*.safetensors.index.json, *.bin) or a diffusers pipeline (model_index.json)"
     )
+
+
+class _NoWeights(CheckpointError):
+    """A folder without weight files (a pipeline's tokenizer/ or scheduler/)."""
 
 
 def _pick(folder: Path, candidates: list[Path], pattern: str) -> Path:
@@ -52,12 +64,44 @@ def _open_single(folder: Path, file: Path, prefix: str) -> TensorSource:
     return SafetensorsFile(file, prefix) if file.suffix == ".safetensors" else load_pickled(file, prefix)
 
 
-def _open_sharded(folder: Path, index: Path, prefix: str) -> TensorSource:
+MAX_INDEX = 100_000_000  # bytes; the largest real index files are a few MB
+
+
+def _read_weight_map(index: Path) -> dict[str, str]:
+    check_path(index, folder_ok=False)
+    if index.stat().st_size > MAX_INDEX:
+        raise CheckpointError(f"{index}: shard index of {index.stat().st_size:,} bytes is larger than {MAX_INDEX:,}")
     try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-        shards = sorted(set(weight_map.values()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except RecursionError:
+        raise CheckpointError(f"{index}: corrupt shard index: JSON nested too deeply") from None
+    except OSError as err:
+        raise CheckpointError(f"{index}: cannot read: {err.strerror or err}") from None
+    except (ValueError, KeyError, TypeError):
         raise CheckpointError(f"{index}: corrupt shard index (expected a JSON object with 'weight_map')") from None
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"{index}: corrupt shard index: 'weight_map' must map tensor names to shard files")
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str):
+            raise CheckpointError(f"{index}: corrupt shard index: tensor {name!r} maps to {shard!r}, not a file name")
+        _check_shard_name(index, name, shard)
+    return weight_map
+
+
+def _check_shard_name(index: Path, name: str, shard: str) -> None:
+    parts = PurePosixPath(shard.replace("\\", "/")).parts
+    if not shard or shard.startswith(("/", "\\")) or ".." in parts or ":" in shard:
+        raise CheckpointError(
+            f"{index}: tensor {name!r} points at {shard!r}, outside the folder; shard files must be "
+            "relative paths inside it"
+        )
+
+
+def _open_sharded(folder: Path, index: Path, prefix: str) -> TensorSource:
+    weight_map = _read_weight_map(index)
+    shards = sorted(set(weight_map.values()))
+    if not shards:
+        raise CheckpointError(f"{index}: the shard index lists no tensors")
     missing = [s for s in shards if not (folder / s).is_file()]
     if missing:
         raise CheckpointError(f"{index}: shard {missing[0]} is missing ({len(missing)} of {len(shards)} missing)")
@@ -74,8 +118,8 @@ def _open_pipeline(path: Path) -> TensorSource:
     parts = []
     for component in sorted(p for p in path.iterdir() if p.is_dir()):
         try:
-            parts.append(open_folder(component, prefix=f"{component.name}."))
-        except CheckpointError:
+            parts.append(open_folder(component, prefix=f"{component.name}.", pipeline=False))
+        except _NoWeights:
             continue  # tokenizer/, scheduler/ and other folders without weights
     if not parts:
         raise CheckpointError(f"{path}: a diffusers pipeline folder with no component weights")

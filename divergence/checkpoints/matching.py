@@ -11,8 +11,11 @@ Names are normalized in three steps before they are matched:
 3. explicit ``--map PATTERN=REPLACEMENT`` rules (Python regular expressions) rename the
    tensors of both sides.
 
-Names present on one side only, and pairs whose shapes differ, are an error listing the
-first few and the count, unless ``intersection=True``: then they are returned as skipped.
+Names that match an ``--exclude PATTERN`` (a Python regular expression, found anywhere in
+the normalized name with ``re.search``) are set aside before anything else is checked and
+returned as skipped. Names present on one side only, and pairs whose shapes differ, are an
+error listing the first few and the count, unless ``intersection=True``: then they are
+returned as skipped.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class Match:
     only_a: list[str] = field(default_factory=list)
     only_b: list[str] = field(default_factory=list)
     shape_mismatch: list[tuple[str, tuple, tuple]] = field(default_factory=list)
+    excluded: list[tuple[str, str]] = field(default_factory=list)  # (name, the pattern it matched)
     stripped_a: str = ""
     stripped_b: str = ""
 
@@ -44,6 +48,7 @@ class Match:
             [{"name": n, "reason": "only in A"} for n in self.only_a]
             + [{"name": n, "reason": "only in B"} for n in self.only_b]
             + [{"name": n, "reason": f"shape {list(sa)} in A, {list(sb)} in B"} for n, sa, sb in self.shape_mismatch]
+            + [{"name": n, "reason": f"excluded by --exclude {p}"} for n, p in self.excluded]
         )
 
 
@@ -61,13 +66,28 @@ def parse_maps(rules: list[str] | None) -> list[tuple[re.Pattern, str]]:
     return compiled
 
 
-def match_tensors(a: TensorSource, b: TensorSource, maps=None, intersection: bool = False) -> Match:
+def parse_excludes(patterns: list[str] | None) -> list[re.Pattern]:
+    """``--exclude`` patterns, compiled; a bad one is a UserInputError."""
+    compiled = []
+    for pattern in patterns or []:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as err:
+            raise UserInputError(f"--exclude {pattern!r}: not a valid regular expression ({err})") from None
+    return compiled
+
+
+def match_tensors(a: TensorSource, b: TensorSource, maps=None, intersection: bool = False,
+                  exclude: list[str] | None = None) -> Match:
     rules = parse_maps(maps) if maps and isinstance(maps[0], str) else (maps or [])
+    excludes = parse_excludes(exclude)
     names_a = {_drop_wrappers(n): n for n in a.names}
     names_b = {_drop_wrappers(n): n for n in b.names}
     names_a, names_b, stripped_a, stripped_b = _strip_common_prefixes(names_a, names_b)
     names_a, names_b = _apply_maps(names_a, rules, a), _apply_maps(names_b, rules, b)
     match = Match(pairs=[], stripped_a=stripped_a, stripped_b=stripped_b)
+    if excludes:
+        names_a, names_b = _set_aside(names_a, names_b, excludes, match)
     for name, original_a in names_a.items():
         if name not in names_b:
             match.only_a.append(name)
@@ -81,9 +101,21 @@ def match_tensors(a: TensorSource, b: TensorSource, maps=None, intersection: boo
     match.only_b = [n for n in names_b if n not in names_a]
     if not intersection:
         _raise_on_mismatch(match, a, b)
+    if not match.pairs and match.excluded:
+        raise UserInputError(f"--exclude leaves no tensor to compare ({len(match.excluded)} excluded)")
     if not match.pairs:
         raise CheckpointError(f"{a.path} and {b.path}: no tensor names in common; are these the same model?")
     return match
+
+
+def _set_aside(names_a: dict, names_b: dict, excludes: list[re.Pattern], match: Match) -> tuple[dict, dict]:
+    for name in list(dict.fromkeys([*names_a, *names_b])):
+        pattern = next((p for p in excludes if p.search(name)), None)
+        if pattern is not None:
+            match.excluded.append((name, pattern.pattern))
+            names_a.pop(name, None)
+            names_b.pop(name, None)
+    return names_a, names_b
 
 
 def _drop_wrappers(name: str) -> str:

@@ -1,84 +1,225 @@
 """Torch pickles (``.pt``, ``.pth``, ``.bin``) and Lightning ``.ckpt`` files, loaded safely.
 
 Checkpoints can come from anywhere, and unpickling can run arbitrary code. Every pickle is
-loaded with ``torch.load(weights_only=True)``: only tensors, plain containers and numbers
-are rebuilt, plus a short allow-list of inert container types that Lightning writes into
+loaded with torch's weights-only unpickler: only tensors, plain containers and numbers are
+rebuilt, plus a short allow-list of inert container types that Lightning writes into
 ``hyper_parameters`` (``AttributeDict``). A file that names any other global (``os.system``,
-a user class) is refused whole, with the global's name, and nothing from it runs.
+a user class) is refused whole, with the global's name (found by disassembling the pickle,
+see ``pickle_scan``, where torch itself does not say), and nothing from it runs.
 
-Zip-format files (every ``torch.save`` since 1.6) are memory-mapped, so a tensor's bytes
-are read when it is compared, not when the file is opened.
+A file's declared sizes are checked before any tensor byte is read:
+
+- it must be a zip archive (``torch.save`` since 1.6) or a pickle (the legacy format);
+- zip files are first unpickled onto the ``meta`` device (shapes only, no data) by the
+  unpickler ``torch.load(weights_only=True)`` itself uses (``torch._weights_only_unpickler``,
+  with our own ``persistent_load``), which yields every storage's declared size: each must equal the size of its ``data/KEY``
+  record, and every tensor view must fit inside its storage (torch checks this when it
+  builds the view), so a memory-mapped tensor can never reach past its record into the
+  rest of the archive;
+- no tensor may need more bytes, once materialized, than the whole file holds (a stride-0
+  view can declare 10^12 elements over a one-element storage);
+- the state dict is looked for at most ``MAX_DEPTH`` dictionaries deep.
+
+Zip-format files are then memory-mapped, so a tensor's bytes are read when it is
+compared, not when the file is opened.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import pickle
 import re
+import warnings
 import zipfile
 from pathlib import Path
 
 import torch
 
+from divergence.checkpoints.files import check_path
+from divergence.checkpoints.pickle_scan import referenced_globals
 from divergence.checkpoints.source import InMemorySource
 from divergence.errors import CheckpointError
 
 # Where the model weights sit inside common checkpoint dicts, in order of preference.
 STATE_DICT_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "weights")
+MAX_DEPTH = 8
+LEGACY_SCAN = 16 * 2**20  # bytes of a legacy-format file scanned for globals (its pickles come first)
+INERT_GLOBALS = (
+    ("lightning.fabric.utilities.data", "AttributeDict"),
+    ("lightning_fabric.utilities.data", "AttributeDict"),
+    ("pytorch_lightning.utilities.parsing", "AttributeDict"),
+)
+_ZIP_MAGIC, _PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
 
 
 def load_pickled(path: str | Path, prefix: str = "") -> InMemorySource:
     """The state dict inside a pickled checkpoint, as a tensor source."""
     path = Path(path)
-    obj = _safe_load(path)
-    state = find_state_dict(obj, path)
+    size = check_path(path, folder_ok=False).st_size
+    if _kind(path) == "zip":
+        data, records = _archive(path)
+        allowed = _inert_globals(data)
+        _check_sizes(path, find_state_dict(_meta_load(path, data, records, allowed), path), size)
+        state = find_state_dict(_safe_load(path, True, allowed, data), path)
+    else:
+        head = _head(path, LEGACY_SCAN)
+        allowed = _inert_globals(head)
+        state = find_state_dict(_safe_load(path, False, allowed, head), path)
+        _check_sizes(path, state, size)
     return InMemorySource(path, state, prefix)
 
 
-def _safe_load(path: Path):
-    mmap = zipfile.is_zipfile(path)
+def _kind(path: Path) -> str:
+    head = _head(path, 4)
+    if head == _ZIP_MAGIC:
+        return "zip"
+    if head.startswith(_PICKLE_MAGIC):
+        return "pickle"
+    raise CheckpointError(
+        f"{path}: not a torch checkpoint (neither a zip archive nor a pickle: it starts with {head!r})"
+    )
+
+
+def _head(path: Path, n: int) -> bytes:
     try:
-        with torch.serialization.safe_globals(_inert_globals()):
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as err:
-        found = re.search(r"GLOBAL ([\w.]+)", str(err))
-        if found:
-            raise CheckpointError(
-                f"{path}: refused to unpickle: it references {found.group(1)}, which could run code. "
-                "divergence loads only tensors and plain containers; if you trust the file, "
-                "re-save its state_dict with safetensors (safetensors.torch.save_file)"
-            ) from None
-        raise CheckpointError(f"{path}: corrupt or not a torch checkpoint ({_first_line(err)})") from None
-    except (RuntimeError, EOFError, ValueError, zipfile.BadZipFile) as err:
-        raise CheckpointError(f"{path}: corrupt or truncated torch checkpoint ({_first_line(err)})") from None
+        with open(path, "rb") as f:
+            return f.read(n)
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read: {err.strerror or err}") from None
+
+
+def _archive(path: Path) -> tuple[bytes, dict[str, zipfile.ZipInfo]]:
+    """``data.pkl``'s bytes and the ``data/KEY`` records of a torch zip archive."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            pickles = [n for n in archive.namelist() if n.endswith("data.pkl") and n.count("/") == 1]
+            if len(pickles) != 1:
+                raise CheckpointError(f"{path}: not a torch checkpoint (a zip archive without one data.pkl)")
+            if archive.getinfo(pickles[0]).compress_type != zipfile.ZIP_STORED:
+                raise CheckpointError(f"{path}: not a torch checkpoint (its data.pkl is compressed)")
+            root = pickles[0][: -len("data.pkl")]
+            records = {i.filename[len(root) + 5:]: i for i in archive.infolist() if i.filename.startswith(root + "data/")}
+            return archive.read(pickles[0]), records
+    except CheckpointError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a broken archive, whatever zipfile says about it
+        raise _load_error(path, err) from None
+
+
+def _safe_load(path: Path, mmap: bool, allowed: list, data: bytes):
+    try:
+        with torch.serialization.safe_globals(allowed), _quiet():
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as err:  # noqa: BLE001 - any failure of the parser on an untrusted file is "corrupt"
+        raise _load_error(path, err, data, allowed) from None
+
+
+def _meta_load(path: Path, data: bytes, records: dict, allowed: list):
+    """The checkpoint's object tree with every tensor on ``meta``; checks each storage's record size."""
+    from torch import _weights_only_unpickler as weights_only
+
+    unpickler = weights_only.Unpickler(io.BytesIO(data), encoding="utf-8")
+    unpickler.persistent_load = lambda saved_id: _meta_storage(path, saved_id, records)
+    try:
+        with torch.serialization.safe_globals(allowed), _quiet():
+            return unpickler.load()
+    except CheckpointError:
+        raise
+    except Exception as err:  # noqa: BLE001 - see _safe_load
+        raise _load_error(path, err, data, allowed) from None
+
+
+@contextlib.contextmanager
+def _quiet():
+    """torch warns about pickle protocols 4 and 5 before refusing them; the refusal says enough."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected pickle protocol")
+        yield
+
+
+def _meta_storage(path: Path, saved_id, records: dict):
+    """persistent_load for the meta pass: a storage of the declared size, checked against its record."""
+    if not (isinstance(saved_id, tuple) and len(saved_id) == 5 and saved_id[0] == "storage"):
+        raise CheckpointError(f"{path}: corrupt torch checkpoint (a persistent id {str(saved_id)[:60]})")
+    _, storage_type, key, _, numel = saved_id
+    dtype = torch.uint8 if storage_type is torch.UntypedStorage else getattr(storage_type, "dtype", None)
+    if not isinstance(dtype, torch.dtype) or type(numel) is not int or numel < 0:
+        raise CheckpointError(f"{path}: corrupt torch checkpoint (storage {str(key)[:40]!r})")
+    nbytes = numel * dtype.itemsize
+    record = records.get(str(key))
+    if record is None:
+        raise CheckpointError(f"{path}: corrupt torch checkpoint: storage data/{key} is missing from the archive")
+    if record.file_size != nbytes or record.compress_type != zipfile.ZIP_STORED:
+        raise CheckpointError(
+            f"{path}: corrupt or truncated torch checkpoint: storage data/{key} declares {nbytes} bytes "
+            f"but the archive holds {record.file_size}"
+        )
+    storage = torch.UntypedStorage(nbytes, device="meta")
+    return torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
+
+
+def _check_sizes(path: Path, state: dict, file_size: int) -> None:
+    for name, tensor in state.items():
+        need = tensor.numel() * tensor.element_size()
+        if need > file_size:
+            raise CheckpointError(
+                f"{path}: tensor {name!r} declares shape {list(tensor.shape)} ({need:,} bytes once materialized) "
+                f"but the file holds {file_size:,} bytes; refusing to allocate it"
+            )
+
+
+def _load_error(path: Path, err: BaseException, data: bytes = b"", allowed: list = ()) -> CheckpointError:
+    if isinstance(err, pickle.UnpicklingError):
+        named = re.search(r"GLOBAL ([\w.]+)", str(err))
+        unsafe = [named.group(1)] if named else _unsafe_globals(data, allowed)
+        if unsafe:
+            return CheckpointError(
+                f"{path}: refused to unpickle: it references {unsafe[0]}, which could run code. "
+                "divergence loads only tensors and plain containers; if you trust the file, "
+                "re-save its state_dict with safetensors (safetensors.torch.save_file)"
+            )
+        return CheckpointError(f"{path}: corrupt or not a torch checkpoint ({_first_line(err)})")
+    if isinstance(err, OSError) and not isinstance(err, zipfile.BadZipFile):
+        return CheckpointError(f"{path}: cannot read: {err.strerror or err}")
+    return CheckpointError(f"{path}: corrupt or truncated torch checkpoint ({type(err).__name__}: {_first_line(err)})")
+
+
+def _unsafe_globals(data: bytes, allowed: list) -> list[str]:
+    """Globals of the pickle outside torch's weights-only allow-list (and ours)."""
+    from torch import _weights_only_unpickler as weights_only
+
+    safe = set(weights_only._get_allowed_globals()) | {f"{g.__module__}.{g.__name__}" for g in allowed}
+    return [g for g in referenced_globals(data) if g not in safe]
 
 
 def find_state_dict(obj, path: Path) -> dict[str, torch.Tensor]:
     """The ``{name: tensor}`` mapping in a loaded checkpoint (a Lightning ``.ckpt`` keeps it
     under ``state_dict``; training scripts often use ``model`` or ``model_state_dict``)."""
-    if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
-        return {str(k): v for k, v in obj.items()}
-    if isinstance(obj, dict):
-        for key in STATE_DICT_KEYS:
-            if isinstance(obj.get(key), dict):
-                return find_state_dict(obj[key], path)
-        keys = ", ".join(map(str, list(obj)[:8]))
-        raise CheckpointError(
-            f"{path}: no state dict found: top-level keys are {keys or '(none)'}; expected a mapping "
-            f"of tensors or one of {', '.join(STATE_DICT_KEYS)}"
-        )
-    raise CheckpointError(f"{path}: holds a {type(obj).__name__}, not a state dict of tensors")
+    for _ in range(MAX_DEPTH + 1):
+        if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+            return {str(k): v for k, v in obj.items()}
+        if not isinstance(obj, dict):
+            raise CheckpointError(f"{path}: holds a {type(obj).__name__}, not a state dict of tensors")
+        key = next((k for k in STATE_DICT_KEYS if isinstance(obj.get(k), dict)), None)
+        if key is None:
+            keys = ", ".join(map(str, list(obj)[:8]))[:200]
+            raise CheckpointError(
+                f"{path}: no state dict found: top-level keys are {keys or '(none)'}; expected a mapping "
+                f"of tensors or one of {', '.join(STATE_DICT_KEYS)}"
+            )
+        obj = obj[key]
+    raise CheckpointError(f"{path}: no state dict within {MAX_DEPTH} nested dictionaries; is this a checkpoint?")
 
 
-def _inert_globals() -> list:
-    """Container classes that carry no code of their own and appear in real checkpoints."""
+def _inert_globals(data: bytes) -> list:
+    """Container classes that carry no code of their own and appear in real checkpoints, among
+    those the pickle references (importing Lightning costs seconds; most files never need it)."""
+    referenced = set(referenced_globals(data))
     found = []
-    for module, name in (
-        ("lightning.fabric.utilities.data", "AttributeDict"),
-        ("lightning_fabric.utilities.data", "AttributeDict"),
-        ("pytorch_lightning.utilities.parsing", "AttributeDict"),
-    ):
+    for module, name in INERT_GLOBALS:
+        if f"{module}.{name}" not in referenced:
+            continue
         try:
             found.append(getattr(__import__(module, fromlist=[name]), name))
         except (ImportError, AttributeError):
@@ -87,5 +228,8 @@ def _inert_globals() -> list:
 
 
 def _first_line(err: BaseException) -> str:
+    detail = re.search(r"WeightsUnpickler error: \s*(\S[^\n]*)", str(err))
+    if detail:
+        return detail.group(1)[:200]
     text = str(err).strip().splitlines()
     return text[0].split(". ")[0][:200] if text else type(err).__name__

@@ -77,12 +77,25 @@ class CompositeSource(TensorSource):
         return self._owner[name].load(name)
 
 
+def check_comparable(path, name: str, dtype: torch.dtype) -> None:
+    """Floating, complex, integer and bool tensors can be compared; quantized and others cannot."""
+    if not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool or _is_integer(dtype)):
+        raise CheckpointError(f"{path}: tensor {name!r} has dtype {dtype}, which divergence cannot compare")
+
+
+def _is_integer(dtype: torch.dtype) -> bool:
+    return dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                     torch.uint16, torch.uint32, torch.uint64)
+
+
 class InMemorySource(TensorSource):
     """A state dict already in memory (a pickled checkpoint, memory-mapped where possible)."""
 
     def __init__(self, path, state: dict[str, torch.Tensor], prefix: str = ""):
         self.path = path
         self._state = {prefix + k: v for k, v in state.items()}
+        for name, tensor in self._state.items():
+            check_comparable(path, name, tensor.dtype)
         super().__init__({k: TensorInfo(tuple(v.shape), v.dtype) for k, v in self._state.items()})
 
     def load(self, name: str) -> torch.Tensor:

@@ -6,12 +6,14 @@ dtype; results are Python floats computed in float64 where the tensors live.
 """
 
 from divergence.metrics.difference import cosine, max_abs_diff, mean_abs_diff, rel_l2, rms_diff
-from divergence.metrics.grouping import GROUPINGS, KINDS, aggregate, classify_kinds, module_of, summarize
-from divergence.metrics.pair import METRICS, compare_tensors, count_nonfinite
+from divergence.metrics.grouping import (
+    BUFFER_DTYPES, GROUPINGS, KINDS, aggregate, classify_kinds, is_buffer, module_of, summarize,
+)
+from divergence.metrics.pair import METRICS, comparable, compare_tensors, count_nonfinite
 from divergence.metrics.wasserstein import wasserstein
 
 __all__ = [
-    "GROUPINGS", "KINDS", "METRICS",
-    "aggregate", "classify_kinds", "compare_tensors", "cosine", "count_nonfinite", "max_abs_diff",
+    "BUFFER_DTYPES", "GROUPINGS", "KINDS", "METRICS",
+    "aggregate", "classify_kinds", "comparable", "compare_tensors", "cosine", "count_nonfinite", "is_buffer", "max_abs_diff",
     "mean_abs_diff", "module_of", "rel_l2", "rms_diff", "summarize", "wasserstein",
 ]

@@ -13,6 +13,11 @@ exact functions of the per-tensor records, with N_t the tensor's element count:
 
 Records with non-finite metrics (a NaN or inf in either tensor) are left out of the sums
 and counted in ``tensors_nonfinite``, so they never poison an aggregate silently.
+
+Integer and bool tensors on both sides (``num_batches_tracked``, ``position_ids``, masks)
+are buffers, not weights: a step counter that differs by 1000 would otherwise be the whole
+model's max_abs_diff. They are left out of the sums by default and counted in ``buffers``;
+``include_buffers=True`` counts them like any tensor.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from divergence.metrics.difference import cosine_from_sums, relative_l2
 from divergence.metrics.pair import METRICS
 
 GROUPINGS = ("tensor", "module", "kind", "model")
+# dtype names (``TensorInfo.dtype``) of buffers: integer and bool tensors.
+BUFFER_DTYPES = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64"})
 KINDS = ("attn_q", "attn_k", "attn_v", "attn_qkv", "attn_out", "linear", "conv", "norm", "embedding", "other")
 
 # Module names (last path component, trailing list indices dropped) of attention projections
@@ -89,21 +96,33 @@ def group_key(record: dict, by: str) -> str:
     raise ValueError(f"grouping {by!r} is not one of {', '.join(GROUPINGS)}")
 
 
-def aggregate(records: Iterable[dict], by: str) -> list[dict]:
+def aggregate(records: Iterable[dict], by: str, include_buffers: bool = False) -> list[dict]:
     """Records grouped by ``by`` (tensor, module, kind, model), one aggregate dict per group."""
     if by == "tensor":
         return [dict(r, group=r["name"]) for r in records]
     groups: dict[str, list[dict]] = defaultdict(list)
     for record in records:
         groups[group_key(record, by)].append(record)
-    return [dict(summarize(members), group=key) for key, members in groups.items()]
+    # a group of buffers alone is summarized on its own values; in a mixed group they are left out
+    return [dict(summarize(members, include_buffers or all(map(is_buffer, members))), group=key)
+            for key, members in groups.items()]
 
 
-def summarize(records: Iterable[dict]) -> dict:
+def is_buffer(record: dict) -> bool:
+    """Both sides of the record are integer or bool tensors."""
+    return record.get("dtype_a") in BUFFER_DTYPES and record.get("dtype_b") in BUFFER_DTYPES
+
+
+def summarize(records: Iterable[dict], include_buffers: bool = False) -> dict:
     """The aggregate of a set of records (see the module docstring for the formulas)."""
     records = list(records)
+    buffers = 0 if include_buffers else sum(map(is_buffer, records))
+    if buffers:
+        records = [r for r in records if not is_buffer(r)]
     finite = [r for r in records if all(_finite(r[m]) for m in METRICS)]
     out = {
+        "buffers": buffers,
+        "buffers_included": include_buffers,
         "tensors": len(records),
         "numel": sum(r["numel"] for r in records),
         "tensors_nonfinite": len(records) - len(finite),

@@ -27,8 +27,28 @@ def count_nonfinite(x: torch.Tensor) -> int:
     return int(x.numel() - torch.isfinite(x).sum())
 
 
+def comparable(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in a dtype every metric supports, with the same values.
+
+    A complex tensor becomes ``torch.view_as_real(x)``, shape ``(*x.shape, 2)``: its real and
+    imaginary parts side by side, so a complex pair is measured as the 2n real numbers it
+    holds (rel_l2 and cosine are then exactly the complex ||a - b|| / ||a|| and
+    Re<a, b> / (||a|| ||b||); max_abs_diff is the largest difference of one part). float8
+    tensors (e4m3, e5m2), which torch cannot test for NaN, are widened to float32 exactly.
+    """
+    if x.is_complex():
+        return torch.view_as_real(x.to(torch.complex64) if x.dtype == torch.complex32 else x)
+    if x.is_floating_point() and x.element_size() == 1:
+        return x.float()
+    return x
+
+
 def compare_tensors(a, b) -> dict:
     """Every metric of the pair (a, b), same shape, computed in float64 on a's device.
+
+    Complex tensors are compared on their real and imaginary parts (see ``comparable``), so
+    ``numel`` is then 2n, the count of real numbers measured, which keeps every aggregate
+    exact; integer and bool tensors are compared as float64 values.
 
     Returns a dict with ``numel``, each name in ``METRICS``, ``nonfinite_a``/``nonfinite_b``
     (count of NaN/inf values) and ``norm_a``/``norm_b`` (L2 norms, which let aggregates such
@@ -37,7 +57,9 @@ def compare_tensors(a, b) -> dict:
     """
     a, b = as_tensor(a), as_tensor(b)
     check_same_shape(a, b, "compare_tensors")
-    b = b.to(a.device)
+    if a.is_complex() != b.is_complex():
+        raise ValueError(f"compare_tensors: cannot compare {a.dtype} with {b.dtype} (one is complex)")
+    a, b = comparable(a), comparable(b).to(a.device)
     record = {"numel": a.numel(), "nonfinite_a": count_nonfinite(a), "nonfinite_b": count_nonfinite(b)}
     if record["nonfinite_a"] or record["nonfinite_b"] or a.numel() == 0:
         record.update({m: NAN for m in METRICS}, norm_a=NAN, norm_b=NAN)

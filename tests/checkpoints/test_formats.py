@@ -133,7 +133,8 @@ def test_code_running_pickle_is_refused_and_nothing_runs(tmp_path):
     "make,match",
     [
         (lambda p: p.write_bytes(b"\x00" * 4), "shorter than"),
-        (lambda p: p.write_bytes((10**9).to_bytes(8, "little") + b"{}"), "corrupt or truncated"),
+        (lambda p: p.write_bytes((10**9).to_bytes(8, "little") + b"{}"), "exceeds the format.s limit"),
+        (lambda p: p.write_bytes((10**4).to_bytes(8, "little") + b"{}"), "corrupt or truncated"),
         (lambda p: p.write_bytes((4).to_bytes(8, "little") + b"nope"), "not JSON"),
     ],
 )

@@ -164,3 +164,166 @@ def test_metric_names_are_one_contract():
 
     assert METRIC_CHOICES == METRICS == METRIC_COLUMNS[: len(METRICS)]
     assert METRIC_COLUMNS[len(METRICS):] == ("nonfinite_a", "nonfinite_b")
+
+
+# --- issue 15: numbers that were wrong with exit 0 -----------------------------------------------
+
+def test_complex_tensors_are_compared_on_real_and_imaginary_parts(tmp_path, capsys):
+    a = {"w": torch.tensor([1 + 1j, 2 + 2j, 3 - 1j], dtype=torch.complex64)}
+    b = {"w": a["w"] + 0.5j}  # the real parts are equal: only the imaginary parts moved
+    save_file(a, tmp_path / "a.safetensors")
+    save_file(b, tmp_path / "b.safetensors")
+    out = tmp_path / "o.json"
+    args = ["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--quiet", "--json", str(out)]
+    assert main([*args, "--fail-above", "max_abs_diff=0.1"]) == 1
+    record = json.loads(out.read_text())["tensors"][0]
+    real_a, real_b = torch.view_as_real(a["w"]).double(), torch.view_as_real(b["w"]).double()
+    assert record["max_abs_diff"] == 0.5 and record["numel"] == 6  # 3 values = 6 real numbers
+    assert record["rel_l2"] == pytest.approx(((real_a - real_b).norm() / real_a.norm()).item(), rel=1e-12)
+    assert record["dtype_a"] == "complex64"
+
+
+def _with_buffer(tmp_path, counter_a, counter_b):
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(8, 8, generator=g)
+    save_file({"bn.weight": w, "bn.num_batches_tracked": torch.tensor(counter_a)}, tmp_path / "a.safetensors")
+    save_file({"bn.weight": w + 1e-3, "bn.num_batches_tracked": torch.tensor(counter_b)}, tmp_path / "b.safetensors")
+    return str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")
+
+
+def test_integer_buffers_are_reported_apart_from_the_model_numbers(tmp_path, capsys):
+    pa, pb = _with_buffer(tmp_path, 0, 1000)
+    assert main(["compare", pa, pb, "--quiet", "--json", str(tmp_path / "o.json"), "--fail-above", "max_abs_diff=0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "1 integer/bool buffers" in out and "left out: 1 integer/bool buffers" in out
+    payload = json.loads((tmp_path / "o.json").read_text())
+    summary = payload["summary"]
+    assert summary["max_abs_diff"] == pytest.approx(1e-3, rel=1e-3) and summary["buffers"] == 1
+    assert summary["tensors"] == 1 and not summary["buffers_included"]
+    buffer = next(r for r in payload["tensors"] if r["name"] == "bn.num_batches_tracked")
+    assert buffer["max_abs_diff"] == 1000 and buffer["dtype_a"] == "int64"  # still measured, and in the records
+    assert main(["compare", pa, pb, "--quiet", "--json", str(tmp_path / "o.json"), "--include-buffers"]) == 0
+    assert json.loads((tmp_path / "o.json").read_text())["summary"]["max_abs_diff"] == 1000
+
+
+def test_exclude_is_a_regular_expression_and_repeatable(pair, tmp_path, capsys):
+    pa, pb, *_ = pair
+    out = tmp_path / "o.json"
+    args = ["compare", str(pa), str(pb), "--quiet", "--json", str(out)]
+    assert main([*args, "--exclude", r"conv\.w", "--exclude", "^blk.norm"]) == 0
+    payload = json.loads(out.read_text())
+    assert sorted(r["name"] for r in payload["tensors"]) == ["blk.attn.to_q.weight", "blk.conv.bias"]
+    assert {s["name"]: s["reason"] for s in payload["skipped"]} == {
+        "blk.conv.weight": r"excluded by --exclude conv\.w", "blk.norm.weight": "excluded by --exclude ^blk.norm"}
+    assert "skipped 2 tensors" in capsys.readouterr().out
+    assert main([*args, "--exclude", "("]) == 2
+    assert "--exclude '(': not a valid regular expression" in _error_line(capsys)
+    assert main([*args, "--exclude", "blk"]) == 2
+    assert "--exclude leaves no tensor to compare" in _error_line(capsys)
+
+
+def test_exclude_lets_a_one_sided_tensor_through(pair, tmp_path):
+    pa, _, a, _ = pair
+    save_file(dict(a, **{"ema.weight": torch.ones(3)}), tmp_path / "ema.safetensors")
+    assert main(["compare", str(pa), str(tmp_path / "ema.safetensors"), "--quiet", "--exclude", "^ema"]) == 0
+
+
+def test_mostly_nan_tensor_fails_fail_above_unless_allowed(pair, tmp_path, capsys):
+    pa, _, a, _ = pair
+    bad = dict(a)
+    bad["blk.attn.to_q.weight"] = torch.full((16, 16), float("nan"))
+    bad["blk.attn.to_q.weight"][0, :3] = 1.0
+    save_file(bad, tmp_path / "nan.safetensors")
+    args = ["compare", str(pa), str(tmp_path / "nan.safetensors"), "--quiet", "--fail-above", "max_abs_diff=1e9"]
+    assert main(args) == 1
+    assert "1 tensors hold NaN/inf (blk.attn.to_q.weight)" in capsys.readouterr().err
+    assert main([*args, "--allow-nonfinite"]) == 0
+
+
+# --- issue 15: output paths are checked first, temporary files never left behind ----------------
+
+@pytest.mark.parametrize(
+    "flag,value,expected",
+    [
+        ("--json", "", "--json '': an empty path"),
+        ("--csv", "/nonexistent/dir/o.csv", "the folder /nonexistent/dir does not exist"),
+        ("--json", "DIR", "is a folder"),
+        ("--csv", "A", "is one of the checkpoints being compared"),
+    ],
+)
+def test_bad_output_path_is_refused_before_reading_a_checkpoint(tmp_path, capsys, flag, value, expected):
+    (tmp_path / "garbage.safetensors").write_bytes(b"\x07" * 3)  # reading it would be a different error
+    value = {"DIR": str(tmp_path), "A": str(tmp_path / "garbage.safetensors")}.get(value, value)
+    assert main(["compare", str(tmp_path / "garbage.safetensors"), str(tmp_path / "garbage.safetensors"),
+                 "--quiet", flag, value]) == 2
+    assert expected in _error_line(capsys)
+    assert not list(tmp_path.glob(".*tmp*")) and not list(tmp_path.glob(".*probe*"))
+
+
+def test_read_only_folder_is_refused_before_the_comparison(pair, tmp_path, capsys):
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    pa, pb, *_ = pair
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        assert main(["compare", str(pa), str(pb), "--quiet", "--csv", str(locked / "o.csv")]) == 2
+        assert "cannot write in" in _error_line(capsys)
+    finally:
+        locked.chmod(0o700)
+
+
+def test_outputs_written_leave_no_temporary_files(pair, tmp_path):
+    pa, pb, *_ = pair
+    assert main(["compare", str(pa), str(pb), "--quiet", "--json", str(tmp_path / "o.json"),
+                 "--csv", str(tmp_path / "o.csv")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.safetensors", "b.safetensors", "o.csv", "o.json"]
+
+
+# --- issue 15: hostile checkpoints through the command line ----------------------------------------
+
+def test_float8_checkpoints_compare(tmp_path, capsys):
+    a = torch.tensor([0.5, -2.0, 448.0]).to(torch.float8_e4m3fn)
+    b = torch.tensor([0.5, -2.0, 416.0]).to(torch.float8_e4m3fn)
+    save_file({"w": a}, tmp_path / "a.safetensors")
+    torch.save({"w": b}, tmp_path / "b.pt")
+    assert main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.pt"), "--quiet",
+                 "--json", str(tmp_path / "o.json")]) == 0
+    assert json.loads((tmp_path / "o.json").read_text())["tensors"][0]["max_abs_diff"] == 32.0
+
+
+def test_short_storage_in_pt_is_exit_2_not_garbage(tmp_path, capsys):
+    from tests.checkpoints.forge import rewrite_torch_zip
+
+    torch.save({"w": torch.arange(1000, dtype=torch.float32), "v": torch.ones(3000)}, tmp_path / "ok.pt")
+    rewrite_torch_zip(tmp_path / "ok.pt", tmp_path / "short.pt", records={"data/0": b"\0" * 100})
+    assert main(["compare", str(tmp_path / "ok.pt"), str(tmp_path / "short.pt"), "--quiet"]) == 2
+    assert "short.pt: corrupt or truncated torch checkpoint" in _error_line(capsys)
+
+
+def test_every_safetensors_dtype_compares(tmp_path):
+    a = {
+        "f64": torch.tensor([1.0, 2.0], dtype=torch.float64), "bf16": torch.tensor([1.0, 2.0]).bfloat16(),
+        "f8": torch.tensor([1.0, 2.0]).to(torch.float8_e5m2), "c64": torch.tensor([1 + 1j, 2j]),
+        "u16": torch.tensor([1, 2], dtype=torch.uint16), "u32": torch.tensor([1, 2], dtype=torch.uint32),
+        "u64": torch.tensor([1, 2], dtype=torch.uint64), "i8": torch.tensor([1, -2], dtype=torch.int8),
+        "mask": torch.tensor([True, False]),
+    }
+    b = {k: (v.double() + 1).to(v.dtype) if not v.is_complex() and v.dtype != torch.bool else v for k, v in a.items()}
+    save_file(a, tmp_path / "a.safetensors")
+    save_file(b, tmp_path / "b.safetensors")
+    out = tmp_path / "o.json"
+    assert main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--quiet",
+                 "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    diffs = {r["name"]: r["max_abs_diff"] for r in payload["tensors"]}
+    assert diffs == {"f64": 1, "bf16": 1, "f8": 1, "c64": 0, "u16": 1, "u32": 1, "u64": 1, "i8": 1, "mask": 0}
+    assert payload["summary"]["buffers"] == 5 and payload["summary"]["tensors"] == 4
+
+
+def test_complex_against_real_is_one_line(tmp_path, capsys):
+    save_file({"w": torch.ones(2, dtype=torch.complex64)}, tmp_path / "a.safetensors")
+    save_file({"w": torch.ones(2)}, tmp_path / "b.safetensors")
+    assert main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--quiet"]) == 2
+    assert "tensor 'w' is complex64 in" in _error_line(capsys)
