@@ -18,6 +18,7 @@ one plus its side file. Run it while no job writes to ``DIR``.
 
 from __future__ import annotations
 
+import io
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,7 @@ def repair_folder(folder: str | Path) -> list[Repair]:
 
 def repair_file(path: Path, stamp: str) -> Repair:
     try:
-        lines = path.read_bytes().splitlines(keepends=True)
+        lines = list(io.BytesIO(path.read_bytes()))  # split at b"\n" only, as the readers split
     except OSError as err:
         raise UserInputError(f"{path}: cannot read: {err.strerror or err}") from None
     split = _split_store if path.name == STORE else _split_losses
