@@ -10,7 +10,8 @@ HELP = "repair a pair folder's metrics store and loss files (keeps every committ
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "store", help=HELP,
-        description="Tools for a run folder's metrics store (DIR/metrics.jsonl) and loss files (DIR/<arm>/losses.jsonl).",
+        description="Tools for a run folder's metrics store (DIR/metrics.jsonl) and loss files "
+        "(DIR/<arm>/losses.jsonl).",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
     actions.required = True

@@ -146,7 +146,7 @@ def writable_folder(out: Path) -> None:
     one line now, not a traceback halfway through a run."""
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = temp_path(out / ".write-test")
+        probe = temp_path(out / "write-test")
         probe.touch()
         probe.unlink()
     except OSError as err:
