@@ -9,10 +9,10 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from divergence.atomic import atomic_file
 from divergence.errors import UserInputError
 
 
@@ -52,21 +52,19 @@ def json_safe(value):
 
 
 def write_json(path: str | Path, payload: dict) -> None:
-    """Write ``payload`` as JSON, atomically (a reader never sees half a file)."""
+    """Write ``payload`` as JSON, atomically and durably (``divergence.atomic``)."""
     _atomic_write(path, json.dumps(json_safe(payload), indent=1, allow_nan=False) + "\n")
 
 
 def write_csv(path: str | Path, rows: Iterable[dict], columns: Sequence[str]) -> None:
-    """Write ``rows`` flat with the given columns, atomically."""
-    path = Path(path)
-    tmp = _tmp_path(path)
+    """Write ``rows`` flat with the given columns, atomically and durably."""
+    path = _check_folder(path)
     try:
-        with open(tmp, "w", newline="") as f:
+        with atomic_file(path, "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(columns)
             for row in rows:
                 writer.writerow([_csv_cell(row.get(c)) for c in columns])
-        os.replace(tmp, path)
     except OSError as err:
         raise UserInputError(f"{path}: cannot write: {err.strerror or err}") from None
     finally:
@@ -84,18 +82,18 @@ def _csv_cell(value):
 
 
 def _atomic_write(path: str | Path, text: str) -> None:
-    path = Path(path)
-    tmp = _tmp_path(path)
+    path = _check_folder(path)
     try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        with atomic_file(path, "w") as f:
+            f.write(text)
     except OSError as err:
         raise UserInputError(f"{path}: cannot write: {err.strerror or err}") from None
     finally:
         tmp.unlink(missing_ok=True)  # gone after os.replace; removed on any failure or interrupt
 
 
-def _tmp_path(path: Path) -> Path:
+def _check_folder(path: str | Path) -> Path:
+    path = Path(path)
     if path.parent and not path.parent.exists():
         raise UserInputError(f"{path}: the folder {path.parent} does not exist")
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    return path

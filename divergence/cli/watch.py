@@ -1,8 +1,9 @@
 """``divergence watch DIR``: follow the two arm jobs of a pair and write its metrics store.
 
 Exit codes: 0 the pair is complete (both arms finished, every step stored), 1 ``--timeout``
-idle seconds passed with nothing new, 2 bad input. Under ``torchrun`` the checkpoint pairs
-are divided among the ranks (gloo on CPU, NCCL on GPUs).
+seconds passed without progress (no step stored, no new loss, no arm status change), 2 bad
+input (an unreadable store or loss file, checkpoints of the two arms that cannot be matched).
+Under ``torchrun`` the checkpoint pairs are divided among the ranks (gloo on CPU, NCCL on GPUs).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--poll", type=float, default=5.0, metavar="SECONDS",
                    help="seconds between looks at the arms' files when nothing is ready (default 5)")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="exit 1 when nothing new arrives for this long (default: wait as long as it takes)")
+                   help="exit 1 after this many seconds without progress: no step stored, no new loss, no arm "
+                   "status change, even while a step is retried (default: wait as long as it takes)")
     p.add_argument("--device", default="auto", help="auto (this rank's GPU if any), cpu or cuda")
     p.add_argument("--no-log", action="store_true", help="write the store only; no wandb/CSV logs")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

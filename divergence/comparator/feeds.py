@@ -1,21 +1,21 @@
 """What one arm job has written so far: its status, its losses, its complete checkpoints.
 
-The comparator only ever takes a checkpoint that is complete: the exact name
-``step_NNNNNN.safetensors`` (the arm writes under a hidden temporary name and renames), a
-header that parses, every tensor's bytes inside the file (a truncated file fails this), and
-metadata naming the step asked for. Anything else is "not there yet" and is looked at again
-at the next poll.
+The comparator only ever takes a checkpoint whose writer says it is complete: the exact name
+``step_NNNNNN.safetensors``, metadata naming the step asked for, and the completion marker
+``save_weights`` records in it (the data's length and CRC-32, see
+``divergence.training.weights``) matching the bytes there. A file being copied in, preallocated
+at full size and then filled, or rewritten in place fails the marker and is "not there yet",
+looked at again at the next poll; it is never read half-written. The identity of the file taken
+(inode, size, mtime) is kept, so a file replaced while it was being compared is noticed.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.checkpoints.safetensors_file import SafetensorsFile
-from divergence.errors import CheckpointError
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
-from divergence.training.weights import weights_path
+from divergence.training.weights import completed, identity, weights_path
 
 
 class ArmFeed:
@@ -29,11 +29,13 @@ class ArmFeed:
     def losses(self) -> dict[int, float]:
         return self.loss_file.read_new()
 
-    def checkpoint(self, step: int) -> Path | None:
-        """The complete weights file of ``step``, or None while it is missing or partial."""
+    def checkpoint(self, step: int) -> tuple[Path, tuple] | None:
+        """The complete weights file of ``step`` and its identity, or None while it is not complete."""
         path = weights_path(self.folder / "checkpoints", step)
-        try:
-            written_step = SafetensorsFile(path).metadata.get("step")
-        except (CheckpointError, OSError):
-            return None
-        return path if written_step in (None, str(step)) else None
+        found = completed(path, step)
+        return None if found is None else (path, found)
+
+
+def unchanged(path: str | Path, taken: tuple) -> bool:
+    """``path`` is still the file taken (same inode, size and modification time)."""
+    return identity(path) == tuple(taken)

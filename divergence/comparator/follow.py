@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from divergence.comparator.distributed import compare_files
-from divergence.comparator.feeds import ArmFeed
+from divergence.comparator.feeds import ArmFeed, unchanged
 from divergence.comparator.ranks import Ranks
 from divergence.errors import CheckpointError, UserInputError
 from divergence.recipe.pair import ARMS, TrackingConfig
@@ -54,6 +54,7 @@ class Task:
     tracked: bool = False
     losses: dict | None = None
     paths: dict = field(default_factory=dict)
+    taken: dict = field(default_factory=dict)  # identity of each path when found complete (feeds.unchanged)
     order: list = field(default_factory=list)
     message: str = ""
     code: int = 0  # exit code of a "stop"
@@ -85,18 +86,33 @@ class Comparator:
                  progress: bool = True):
         self.out, self.ranks, self.device = Path(out), ranks or Ranks(), device
         self.pair = PairFolder(self.out)
-        if not self.ranks.is_zero:
-            return  # the other ranks only measure
+        failed = None
+        if self.ranks.is_zero:  # the other ranks only measure
+            try:
+                self._open(log, progress)
+            except UserInputError as err:
+                failed = str(err)
+        failed = self.ranks.broadcast(failed)  # every rank stops, not only rank 0
+        if failed is not None:
+            raise UserInputError(failed)
+
+    def _open(self, log: bool, progress: bool) -> None:
+        """Rank 0's part: the arms' feeds, the store (every line read), spikes, logs, progress."""
         self.feeds = {arm: ArmFeed(self.out / arm) for arm in ARMS}
+        for feed in self.feeds.values():
+            feed.loss_file.check()
         self.store = MetricsStore(self.out).open_for_append()
         self.spikes = self._replay_spikes()
         self.attempts = self._read_state()
         self.logger = self._logger() if log else None
         self.bar = _progress_bar(self.pair, len(self.store.steps())) if progress else None
-        self._idle_since = time.monotonic()
+        self._idle_since, self._progress = time.monotonic(), None
+        self._fatal: str | None = None  # a permanent error found while measuring: stop every rank
 
     def run(self, poll: float = 5.0, timeout: float | None = None) -> int:
-        """Follow the arms until the pair is complete; 0 when done, 1 after ``timeout`` idle seconds."""
+        """Follow the arms until the pair is complete; 0 when done, 2 on bad input (an unmatchable
+        checkpoint pair, an unreadable file), 1 after ``timeout`` seconds without progress (a
+        stored step, new losses, an arm's status changing), whatever else happens."""
         try:
             while True:
                 task = self.ranks.broadcast(self._plan(timeout) if self.ranks.is_zero else None)
@@ -114,26 +130,39 @@ class Comparator:
 
     # -- rank 0: what to do next --------------------------------------------------------------
     def _plan(self, timeout: float | None) -> Task:
-        statuses = {arm: feed.status() for arm, feed in self.feeds.items()}
         try:
-            self._follow_restarts(statuses)
+            return self._next(timeout)
         except UserInputError as err:  # every rank must hear of it, not only rank 0
             return Task("stop", message=f"error: {err}", code=EXIT_USAGE)
+
+    def _next(self, timeout: float | None) -> Task:
+        if self._fatal is not None:
+            raise UserInputError(self._fatal)
+        statuses = {arm: feed.status() for arm, feed in self.feeds.items()}
+        self._follow_restarts(statuses)
         last = self.store.last_step()
-        step = 0 if last is None else last + 1
+        step, task = (0 if last is None else last + 1), None
         if step > self.pair.max_steps:
             if all(s is not None and s.finished for s in statuses.values()):
                 return Task("done")
         else:
             task = self._ready(step, statuses)
-            if task is not None:
-                self._idle_since = time.monotonic()
-                return task
+        self._note_progress(last, statuses)
         if timeout is not None and time.monotonic() - self._idle_since > timeout:
-            return Task("stop", message=f"timed out: nothing new for {timeout:g} s at step {step} "
+            return Task("stop", message=f"timed out: no progress for {timeout:g} s at step {step} "
                                         f"({_arms_line(statuses)})", code=EXIT_TIMEOUT)
+        if task is not None:
+            return task
         self._show_waiting(step, statuses)
         return Task("wait")
+
+    def _note_progress(self, last: int | None, statuses: dict) -> None:
+        """Restart the ``--timeout`` clock when a step was stored or an arm moved on; a step that
+        is retried over and over is no progress."""
+        mark = (last, tuple((s.state, s.attempt, s.last_step) if s else None for s in statuses.values()),
+                tuple(len(feed.loss_file.losses) for feed in self.feeds.values()))
+        if mark != self._progress:
+            self._progress, self._idle_since = mark, time.monotonic()
 
     def _ready(self, step: int, statuses: dict) -> Task | None:
         """The task of ``step`` when both arms have written everything it needs, else None."""
@@ -144,13 +173,14 @@ class Comparator:
                 return None
             losses = {arm: seen[arm][step] for arm in ARMS}
         tracked = self.pair.tracked(step)
-        paths = {}
+        found = {}
         if tracked:
-            paths = {arm: feed.checkpoint(step) for arm, feed in self.feeds.items()}
-            if any(p is None for p in paths.values()):
+            found = {arm: feed.checkpoint(step) for arm, feed in self.feeds.items()}
+            if any(f is None for f in found.values()):
                 return None
         order = statuses["a"].tensor_order if statuses.get("a") else []
-        return Task("step", step, tracked, losses, {k: str(v) for k, v in paths.items()}, order)
+        return Task("step", step, tracked, losses, paths={arm: str(path) for arm, (path, _) in found.items()},
+                    taken={arm: taken for arm, (_, taken) in found.items()}, order=order)
 
     def _follow_restarts(self, statuses: dict) -> None:
         """An arm restarted from step G: drop stored steps after G (they are recomputed)."""
@@ -176,15 +206,24 @@ class Comparator:
 
     # -- every rank: measure; rank 0: record -----------------------------------------------------
     def _take(self, task: Task) -> bool:
-        """Record ``task``'s step; False when a file went away meanwhile (retried next poll)."""
+        """Record ``task``'s step; False when a file was replaced meanwhile (retried next poll).
+
+        Files that are still the complete ones taken but cannot be compared (a tensor missing
+        in one arm, a shape that differs) are a permanent error: the next plan stops every rank.
+        """
         result = None
         if task.tracked:
             try:
                 result = compare_files(task.paths["a"], task.paths["b"], self.ranks, self.device, task.order)
-            except CheckpointError:
-                return False  # rank 0 only: an arm replaced or removed a file mid-read
+            except CheckpointError as err:  # rank 0 only
+                if not self._files_unchanged(task):
+                    return False  # an arm replaced or removed a file mid-read
+                self._fatal = f"step {task.step}: the arms' checkpoints cannot be compared: {err}"
+                return True
         if not self.ranks.is_zero:
             return True
+        if task.tracked and not self._files_unchanged(task):
+            return False  # replaced while it was read: the numbers may mix two files
         tensors: list[dict] = []
         record = loss_record(task.losses, self.spikes)
         if task.tracked:
@@ -197,6 +236,9 @@ class Comparator:
             self.logger.log(task.step, record, tensors)
         self._show_step(task.step, record)
         return True
+
+    def _files_unchanged(self, task: Task) -> bool:
+        return all(unchanged(task.paths[arm], task.taken[arm]) for arm in task.paths)
 
     # -- rank 0: state, logs, progress -------------------------------------------------------------
     def _replay_spikes(self) -> dict[str, SpikeDetector]:

@@ -10,7 +10,9 @@ written by global rank zero, flushed and fsynced before the next step starts::
 the convention of the store). Floats go through ``repr`` and back, so the comparator reads
 exactly the float the arm computed; NaN and infinities are written as JSON5 tokens, as the
 store writes them. Readers take complete lines only: a torn final line of a killed writer is
-not there yet. A resumed arm cuts the lines after the step it resumes from.
+not there yet. Every complete line must be ``{"step": int, "loss": number}`` with steps
+strictly increasing, or the file is refused naming its line (``divergence store repair DIR``
+moves such lines aside). A resumed arm cuts the lines after the step it resumes from.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+
+from divergence.atomic import fsync_folder
+from divergence.errors import UserInputError
+from divergence.store.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
 
 FILENAME = "losses.jsonl"
 
@@ -27,46 +33,90 @@ class LossFile:
 
     def __init__(self, folder: str | Path):
         self.path = Path(folder) / FILENAME
-        self._offset = 0
-        self.losses: dict[int, float] = {}
+        self.reset()
 
     # -- writing (the arm's rank zero) ------------------------------------------------------
     def append(self, step: int, loss: float) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.touch()
+            fsync_folder(self.path.parent)
         with open(self.path, "a") as f:
             f.write(json.dumps({"step": step, "loss": float(loss)}) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
     def truncate_after(self, step: int) -> None:
-        """Keep the complete lines of steps ``<= step`` (a resumed arm recomputes the rest)."""
+        """Keep the complete lines of steps ``<= step`` (a resumed arm recomputes the rest).
+
+        Every line is read first: an unreadable one is an error and nothing is cut.
+        """
         if not self.path.exists():
             return
-        keep = 0
-        with open(self.path, "rb") as f:
-            for raw in f:
-                if not raw.endswith(b"\n") or json.loads(raw)["step"] > step:
-                    break
-                keep += len(raw)
+        keep, cut = 0, False
+        for _, raw, record in self._records(0, 0):
+            cut = cut or record["step"] > step
+            keep += 0 if cut else len(raw)
         with open(self.path, "r+b") as f:
             f.truncate(keep)
+            os.fsync(f.fileno())
 
     # -- reading (the comparator) -----------------------------------------------------------
+    def check(self) -> None:
+        """Read every line; raise the error of the first unreadable one (a ``UserInputError``)."""
+        if self.path.exists():
+            for _ in self._records(0, 0):
+                pass
+
     def read_new(self) -> dict[int, float]:
         """Parse the complete lines written since the last call; return every loss seen."""
         if not self.path.exists():
             return self.losses
-        if self.path.stat().st_size < self._offset:  # cut by a resumed arm: read again
+        if not self._still_there():  # cut by a resumed arm: read again
             self.reset()
-        with open(self.path, "rb") as f:
-            f.seek(self._offset)
-            for raw in f:
-                if not raw.endswith(b"\n"):
-                    break  # torn tail: the writer is mid-line
-                record = json.loads(raw)
-                self.losses[record["step"]] = record["loss"]
-                self._offset += len(raw)
+        for number, raw, record in self._records(self._offset, self._lines, self._last_step):
+            self.losses[record["step"]] = record["loss"]
+            self._offset, self._lines, self._tail = self._offset + len(raw), number, raw
+            self._last_step = record["step"]
         return self.losses
 
     def reset(self) -> None:
-        self._offset, self.losses = 0, {}
+        self._offset, self._lines, self._tail, self._last_step = 0, 0, b"", None
+        self.losses: dict[int, float] = {}
+
+    def _still_there(self) -> bool:
+        """The last line read is still where it was (a cut file is shorter, or holds new lines there)."""
+        if not self._offset:
+            return True
+        with open(self.path, "rb") as f:
+            f.seek(self._offset - len(self._tail))
+            return f.read(len(self._tail)) == self._tail
+
+    def _records(self, offset: int, lines: int, last: int | None = None):
+        """(line number, raw line, record) of each complete line from byte ``offset`` (after
+        ``lines`` lines, the last of step ``last``) on."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(offset)
+                for number, raw in complete_lines(f, lines):
+                    try:
+                        record = parse_loss(raw)
+                    except UnreadableLine as err:
+                        raise unreadable(self.path, number, str(err)) from None
+                    if last is not None and record["step"] <= last:
+                        raise unreadable(self.path, number, f"step {record['step']} does not follow step {last} of "
+                                                            "the line before (a duplicated or misplaced line)")
+                    last = record["step"]
+                    yield number, raw, record
+        except OSError as err:
+            raise UserInputError(f"{self.path}: cannot read: {err.strerror or err}") from None
+
+
+def parse_loss(raw: bytes) -> dict:
+    """One loss line as ``{"step": int, "loss": float}``, or ``UnreadableLine`` saying why not."""
+    record = parse_object(raw)
+    require_step(record)
+    loss = record.get("loss")
+    if isinstance(loss, bool) or not isinstance(loss, (int, float)):
+        raise UnreadableLine(f"its loss {loss!r} is not a number")
+    return {"step": record["step"], "loss": float(loss)}

@@ -20,6 +20,14 @@ Record schema of a paired run (what the report relies on):
 Steps only move forward: appending a step at or below the last committed one is an error
 (no duplicates); ``truncate_after(step)`` drops later steps when a run resumes from an
 earlier checkpoint and will recompute them.
+
+Reading is strict (``divergence.store.jsonl``): every complete line must be a record (an
+object with ``type`` ``tensor`` or ``step`` and an integer ``step``), a block's tensor
+records carry its step, and steps strictly increase; anything else is an error naming the
+file and line (and the step), never a silent stop. A torn final line and complete records
+after the last commit are the uncommitted tail of a killed writer: readers skip it and
+``open_for_append`` cuts it, but nothing committed or unreadable is ever cut: that is
+``divergence store repair DIR``'s job (``divergence.store.repair``).
 """
 
 from __future__ import annotations
@@ -29,9 +37,12 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
+from divergence.store.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
 
 FILENAME = "metrics.jsonl"
+TYPES = ("tensor", "step")
 
 
 class MetricsStore:
@@ -45,15 +56,18 @@ class MetricsStore:
 
     # -- writing -------------------------------------------------------------------------
     def open_for_append(self) -> "MetricsStore":
-        """Create the folder and file if needed and cut any uncommitted tail."""
+        """Create the folder and file if needed and cut the uncommitted tail (after checking
+        every committed record: an unreadable line is an error, and nothing is cut)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             end = self._committed_end()
             if end < self.path.stat().st_size:
                 with open(self.path, "r+b") as f:
                     f.truncate(end)
+                    os.fsync(f.fileno())
         else:
             self.path.touch()
+            fsync_folder(self.folder)
         return self
 
     def append_step(self, step: int, tensor_records: list[dict], step_record: dict) -> None:
@@ -70,7 +84,10 @@ class MetricsStore:
         self._last, self._last_known = step, True
 
     def truncate_after(self, step: int) -> int:
-        """Drop every committed step after ``step``; return how many were dropped."""
+        """Drop every committed step after ``step``; return how many were dropped.
+
+        The whole file is read first: an unreadable line anywhere is an error and nothing is cut.
+        """
         if not self.path.exists():
             return 0
         offset, dropped = 0, 0
@@ -81,12 +98,17 @@ class MetricsStore:
                 dropped += 1
         with open(self.path, "r+b") as f:
             f.truncate(offset)
+            os.fsync(f.fileno())
         self._last_known = False
         return dropped
 
     # -- reading -------------------------------------------------------------------------
     def exists(self) -> bool:
         return self.path.is_file()
+
+    def check(self) -> None:
+        """Read every line; raise the error of the first unreadable one (a ``UserInputError``)."""
+        self._committed_end()
 
     def last_step(self) -> int | None:
         if not self._last_known:
@@ -102,9 +124,8 @@ class MetricsStore:
 
     def tensor_records(self) -> Iterator[dict]:
         """Every committed tensor record, in step order."""
-        for record in self._records(committed_only=True):
-            if record["type"] == "tensor":
-                yield record
+        for _, tensors, _ in self._blocks():
+            yield from tensors
 
     # -- internals -----------------------------------------------------------------------
     def _committed_end(self) -> int:
@@ -115,35 +136,60 @@ class MetricsStore:
 
     def _committed_blocks(self) -> Iterator[tuple[int, dict]]:
         """(byte offset just after the block, its step record) for each committed block."""
-        for offset, record in self._lines():
-            if record.get("type") == "step":
-                yield offset, record
+        for end, _, record in self._blocks():
+            yield end, record
 
-    def _records(self, committed_only: bool) -> Iterator[dict]:
-        pending: list[dict] = []
-        for _, record in self._lines():
-            pending.append(record)
-            if record.get("type") == "step":
-                yield from pending
-                pending = []
-        if not committed_only:
-            yield from pending
+    def _blocks(self) -> Iterator[tuple[int, list[dict], dict]]:
+        """(offset after the block, its tensor records, its step record) per committed block.
 
-    def _lines(self) -> Iterator[tuple[int, dict]]:
-        """(offset after the line, record) for each complete line; stops at a torn line."""
+        Raises on an unreadable line, a tensor record of another step inside a block, and a
+        step not after the one before it (a duplicated block).
+        """
+        pending: list[tuple[int, dict]] = []
+        last: tuple[int, int] | None = None  # (step, line of its commit)
+        for number, end, record in self._lines():
+            if record["type"] == "tensor":
+                pending.append((number, record))
+                continue
+            step = record["step"]
+            if last is not None and step <= last[0]:
+                what = "is stored twice" if step == last[0] else f"comes after step {last[0]}"
+                raise unreadable(self.path, number, f"step {step} {what} (committed on line {last[1]}): "
+                                                     "a duplicated or misplaced step block")
+            for line, tensor in pending:
+                if tensor["step"] != step:
+                    raise unreadable(self.path, line, f"a tensor record of step {tensor['step']} inside the "
+                                                      f"block of step {step} (committed on line {number})")
+            yield end, [t for _, t in pending], record
+            pending, last = [], (step, number)
+
+    def _lines(self) -> Iterator[tuple[int, int, dict]]:
+        """(line number, offset after the line, record) for each complete line."""
         if not self.path.exists():
             raise UserInputError(f"{self.path}: no metrics store here (was this folder written by divergence train?)")
         offset = 0
-        with open(self.path, "rb") as f:
-            for raw in f:
-                if not raw.endswith(b"\n"):
-                    return  # torn final line of a killed writer: not committed
-                try:
-                    record = json.loads(raw)
-                except ValueError:
-                    return  # a torn write followed by nothing valid: treat as the tail
-                offset += len(raw)
-                yield offset, record
+        try:
+            with open(self.path, "rb") as f:
+                for number, raw in complete_lines(f):
+                    offset += len(raw)
+                    try:
+                        record = parse_record(raw)
+                    except UnreadableLine as err:
+                        raise unreadable(self.path, number, str(err)) from None
+                    yield number, offset, record
+        except OSError as err:
+            raise UserInputError(f"{self.path}: cannot read: {err.strerror or err}") from None
+
+
+def parse_record(raw: bytes) -> dict:
+    """One store line as a record, or ``UnreadableLine`` saying why it is not one."""
+    record = parse_object(raw)
+    if record.get("type") not in TYPES:
+        raise UnreadableLine(f"its type {record.get('type')!r} is not one of {', '.join(TYPES)}")
+    require_step(record)
+    if record["type"] == "tensor" and not isinstance(record.get("tensor"), str):
+        raise UnreadableLine("a tensor record without a tensor name")
+    return record
 
 
 def _dumps(record: dict) -> str:

@@ -21,21 +21,22 @@ files byte for byte, same losses, hence the same store.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 import yaml
 
+from divergence.atomic import write_atomic
 from divergence.errors import TrainingDiverged, UserInputError
 from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.recipe.yaml_safe import read_yaml
 from divergence.store.arm_status import ArmStatus
+from divergence.store.losses import LossFile
 from divergence.store.pair_info import FILENAME as PAIR_INFO_FILE, PairInfo
 from divergence.training.module import DiffusionRun, check_step
 from divergence.training.pair import check_shared_inputs, pair_config
 from divergence.training.pair_run import PAIR_FILE
-from divergence.training.run import flatten_keys
+from divergence.training.run import check_resume, flatten_keys, global_rank_zero, writable_folder
 
 # Keys of pair.yaml that may differ between the jobs of one pair folder: how each job runs,
 # not what it computes. Different world sizes are refused separately (they change the batches).
@@ -103,6 +104,8 @@ def check_arm_folder(out: Path, pair: PairRecipe, arm: str) -> None:
         raise UserInputError(f"--out {out}: holds a lockstep pair run; train separate arms in a new --out")
     if (out / "recipe.yaml").is_file():
         raise UserInputError(f"--out {out}: holds a single run, not a pair; choose a new --out")
+    check_resume(out / arm)
+    LossFile(out / arm).check()  # a resumed arm cuts it: every line of it must read first
     train = pair.arm_recipes[arm].train
     if train.strategy.startswith("fsdp"):
         _check_fsdp(pair.arm_recipes[arm])
@@ -140,13 +143,14 @@ def _check_same_pair(out: Path, pair: PairRecipe) -> None:
 
 
 def _write_pair_files(out: Path, pair: PairRecipe) -> None:
-    """pair.yaml and pair.json, by whichever arm starts first (atomic: the arms may race)."""
-    out.mkdir(parents=True, exist_ok=True)
+    """pair.yaml and pair.json, by whichever arm starts first (atomic: the arms may race), and
+    the arm's folder; on global rank zero."""
+    if not global_rank_zero():
+        return
+    writable_folder(out)
     config = pair_config(pair)
     if not (out / PAIR_FILE).is_file():
-        tmp = out / f".{PAIR_FILE}.{os.getpid()}.tmp"
-        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-        os.replace(tmp, out / PAIR_FILE)
+        write_atomic(out / PAIR_FILE, yaml.safe_dump(config, sort_keys=False))
     if not (out / PAIR_INFO_FILE).is_file():
         PairInfo(name=pair.name, category=pair.category, arms=pair.labels(), description=pair.summary_line(),
                  max_steps=pair.base.train.max_steps, recipe=config["recipes"]["a"]).write(out)

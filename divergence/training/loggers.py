@@ -32,9 +32,15 @@ def build_loggers(config: LogConfig, out: Path, run_name: str) -> list:
 
 
 def _wandb_id(out: Path) -> str:
+    """The run's wandb id, made and kept by global rank zero (the only rank that logs to wandb)."""
+    from divergence.atomic import write_atomic
+    from divergence.training.run import global_rank_zero
+
     path = out / "wandb-id"
     if path.is_file():
         return path.read_text().strip()
     run_id = secrets.token_hex(4)  # wandb ids: 8 lowercase alphanumerics
-    path.write_text(run_id + "\n")
+    if global_rank_zero():
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, run_id + "\n")
     return run_id

@@ -23,11 +23,14 @@ from pathlib import Path
 
 import yaml
 
+from divergence.atomic import write_atomic
 from divergence.errors import UserInputError
 from divergence.recipe.pair import PairRecipe
 from divergence.recipe.yaml_safe import read_yaml
+from divergence.store import MetricsStore
 from divergence.store.pair_info import PairInfo
-from divergence.training.run import RESUMABLE_CHANGES, flatten_keys
+from divergence.training.run import (RESUMABLE_CHANGES, check_resume, flatten_keys, global_rank_zero,
+                                     writable_folder)
 
 PAIR_FILE = "pair.yaml"
 
@@ -42,11 +45,12 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     out = Path(out)
     check_pair_folder(out, pair)
     module = PairRun(pair)  # builds both arms: bad variants fail before any file is written
-    out.mkdir(parents=True, exist_ok=True)
-    (out / PAIR_FILE).write_text(yaml.safe_dump(pair_config(pair), sort_keys=False))
     info = PairInfo(name=pair.name, category=pair.category, arms=pair.labels(), description=pair.summary_line(),
                     max_steps=pair.base.train.max_steps, recipe=pair_config(pair)["recipes"]["a"])
-    info.write(out)
+    if global_rank_zero():
+        writable_folder(out)
+        write_atomic(out / PAIR_FILE, yaml.safe_dump(pair_config(pair), sort_keys=False))
+        info.write(out)
     tracker = DivergenceTracker(out, pair.tracking, pair.base.train.checkpoint_every)
     recorders = {arm: r for arm, r in module.recorders.items() if r is not None}
     if recorders:
@@ -59,11 +63,15 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
 
 
 def check_pair_folder(out: Path, pair: PairRecipe) -> None:
-    """Refuse to resume a folder trained with a different pair, naming the first differing key."""
+    """Refuse to resume a folder trained with a different pair (naming the first differing key), or
+    whose resume state or metrics store is unusable (naming the file, and the line)."""
     from divergence.training.pair import pair_config
 
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out}: exists and is not a folder")
+    check_resume(out)
+    if MetricsStore(out).exists():
+        MetricsStore(out).check()  # resuming cuts the store: every line of it must read first
     saved_path = out / PAIR_FILE
     if not saved_path.is_file() or not (out / "resume").is_dir():
         if (out / "recipe.yaml").is_file():

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from divergence.atomic import temp_path, write_atomic
 from divergence.errors import UserInputError
 from divergence.recipe.run import RunRecipe
 from divergence.recipe.schema import to_dict
@@ -42,8 +43,9 @@ def train_run(recipe: RunRecipe, out: str | Path, callbacks: list | tuple = ()):
     check_run_folder(out, recipe)
     recorder = shadow_recorder(recipe)
     module = DiffusionRun(recipe, recorder)  # builds everything: bad paths and variants fail before any file
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "recipe.yaml").write_text(yaml.safe_dump(to_dict(recipe), sort_keys=False))
+    if global_rank_zero():
+        writable_folder(out)
+        write_atomic(out / "recipe.yaml", yaml.safe_dump(to_dict(recipe), sort_keys=False))
     if recorder is not None:  # the shadow variant: log its attention-output deviation
         callbacks = [*callbacks, AttentionOutputDeviation(out, {"run": recorder}, recipe.log.every_n_steps)]
     return fit(module, recipe, out, callbacks=callbacks)
@@ -67,6 +69,8 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     from divergence.training.loggers import build_loggers
 
     train, log, every = recipe.train, recipe.log, recipe.train.checkpoint_every
+    if global_rank_zero():
+        writable_folder(out)  # the loggers write into it first (an arm's folder is new on its first run)
     if train.cpu_threads:
         torch.set_num_threads(train.cpu_threads)
     given = (*first_callbacks, *callbacks)  # a WeightCheckpoint given replaces the default one
@@ -84,10 +88,10 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
         use_distributed_sampler=False, num_sanity_val_steps=0,
     )
     last = out / "resume" / RESUME_NAME
-    # The .ckpt is this run's own file (it holds optimizer and recipe state, not only tensors).
+    # loaded by AtomicCheckpointIO: weights_only, and only the globals our own resume state holds
     try:
         with determinism(train):  # deterministic kernels and TF32 as the recipe says, restored after
-            trainer.fit(module, ckpt_path=str(last) if last.is_file() else None, weights_only=False)
+            trainer.fit(module, ckpt_path=str(last) if last.is_file() else None, weights_only=True)
     finally:
         _finish_wandb(trainer)
     return trainer
@@ -104,10 +108,12 @@ def _finish_wandb(trainer) -> None:
 
 
 def check_run_folder(out: Path, recipe: RunRecipe) -> None:
-    """Refuse to resume a folder trained with a different recipe, naming the first differing key."""
+    """Refuse to resume a folder trained with a different recipe, naming the first differing key,
+    or whose resume state is unusable (``check_resume``)."""
     saved_path = out / "recipe.yaml"
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out}: exists and is not a folder")
+    check_resume(out)
     trained = (out / "resume").is_dir() or (out / "checkpoints").is_dir()
     if not saved_path.is_file() or not trained:
         return
@@ -118,6 +124,37 @@ def check_run_folder(out: Path, recipe: RunRecipe) -> None:
                 f"--out {out}: holds a run whose recipe has {key} = {saved.get(key)!r}, now "
                 f"{now.get(key)!r}; resume with the same recipe or choose a new --out"
             )
+
+
+def check_resume(out: Path) -> None:
+    """The folder's resume state loads without running code, before anything is written or run."""
+    from divergence.training.callbacks.resume import RESUME_NAME
+    from divergence.training.checkpoint_io import check_resume_file
+
+    last = out / "resume" / RESUME_NAME
+    if last.exists() or last.is_symlink():
+        check_resume_file(last)
+
+
+def global_rank_zero() -> bool:
+    """This process is global rank zero (before a Trainer exists: from the launcher's environment,
+    as Lightning reads it: ``RANK``, ``LOCAL_RANK``, ``SLURM_PROCID``)."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0
+
+
+def writable_folder(out: Path) -> None:
+    """Create ``out`` and prove a file can be written there: a read-only or immutable folder is
+    one line now, not a traceback halfway through a run."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = temp_path(out / "write-test")
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        raise UserInputError(f"--out {out}: cannot write there ({err.strerror or err}); "
+                             "choose a folder you can write to") from None
 
 
 def flatten_keys(data: dict, prefix: str = "") -> dict:

@@ -89,3 +89,101 @@ def test_sigkill_mid_write_keeps_every_committed_step(tmp_path):
 def test_missing_store_is_a_clear_error(tmp_path):
     with pytest.raises(UserInputError, match="no metrics store here"):
         MetricsStore(tmp_path / "nothing").steps()
+
+
+# -- unreadable lines: an error naming the line, never a silent stop or a cut; repair loses nothing --
+def _steps(folder, steps, tensors=("w", "b")):
+    store = MetricsStore(folder).open_for_append()
+    for step in steps:
+        store.append_step(step, [_tensor(name, float(step)) for name in tensors], {"loss_a": 1.0})
+    return store
+
+
+def _insert(path, at, *new_lines):
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:at - 1] + [line + b"\n" for line in new_lines] + lines[at - 1:]))
+
+
+def test_a_garbage_line_mid_file_is_an_error_and_resume_cuts_nothing(tmp_path):
+    """The issue's case: readers stopped at the garbage line (steps 0-2 exported, exit 0) and the
+    next resume cut the file there, deleting steps 3-8 from disk."""
+    store = _steps(tmp_path, range(9))
+    _insert(store.path, 10, b"\x00garbage")  # after step 2's block (3 lines a step)
+    before = store.path.read_bytes()
+    for read in (lambda s: s.steps(), lambda s: list(s.tensor_records()), lambda s: s.open_for_append(),
+                 lambda s: s.truncate_after(7)):
+        with pytest.raises(UserInputError, match=rf"metrics.jsonl: line 10: not JSON .*divergence store repair"):
+            read(MetricsStore(tmp_path))
+    assert store.path.read_bytes() == before
+
+
+def test_repair_keeps_every_committed_block_and_moves_the_unreadable_lines_aside(tmp_path, capsys):
+    from divergence.cli import main
+
+    store = _steps(tmp_path, range(9))
+    clean = store.path.read_bytes().splitlines(keepends=True)
+    _insert(store.path, 10, b"[]")  # garbage between blocks
+    _insert(store.path, 5, b'{"type":"step"}')  # inside step 1's block
+    with open(store.path, "ab") as f:
+        f.write(b"".join(clean[6:9]))  # step 2's block again, at the end
+        f.write(b'{"type":"tensor","step":9,"tensor":"w"')  # and a torn final line
+    assert main(["store", "repair", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "kept 9 committed steps; moved 5 lines" in out and "line 5:" in out and "line 11:" in out
+    side = list(tmp_path.glob("metrics.jsonl.unreadable-*"))
+    assert len(side) == 1
+    assert side[0].read_bytes() == b'{"type":"step"}\n[]\n' + b"".join(clean[6:9])
+    repaired = MetricsStore(tmp_path)
+    assert repaired.steps() == list(range(9))
+    assert store.path.read_bytes() == b"".join(clean) + b'{"type":"tensor","step":9,"tensor":"w"'
+    assert main(["store", "repair", str(tmp_path)]) == 0
+    assert "nothing to repair" in capsys.readouterr().out
+
+
+def test_a_duplicated_step_block_is_refused_naming_the_step(tmp_path):
+    store = _steps(tmp_path, range(4))
+    lines = store.path.read_bytes().splitlines(keepends=True)
+    store.path.write_bytes(b"".join(lines[:6] + lines[3:6] + lines[6:]))  # step 1's block twice
+    with pytest.raises(UserInputError, match="line 9: step 1 is stored twice"):
+        MetricsStore(tmp_path).steps()
+    store.path.write_bytes(b"".join(lines[:9] + lines[3:6] + lines[9:]))  # step 1 again after step 2
+    with pytest.raises(UserInputError, match="line 12: step 1 comes after step 2"):
+        MetricsStore(tmp_path).steps()
+
+
+def test_a_tensor_record_of_another_step_inside_a_block_is_refused(tmp_path):
+    store = _steps(tmp_path, range(3))
+    _insert(store.path, 5, b'{"type":"tensor","step":7,"tensor":"x"}')
+    with pytest.raises(UserInputError, match="line 5: a tensor record of step 7 inside the block of step 1"):
+        list(MetricsStore(tmp_path).tensor_records())
+
+
+def test_a_garbage_loss_line_is_an_error_and_a_resumed_arm_cuts_nothing(tmp_path, capsys):
+    from divergence.cli import main
+    from divergence.store.losses import LossFile
+
+    losses = LossFile(tmp_path / "a")
+    for step in range(1, 6):
+        losses.append(step, 0.5)
+    _insert(losses.path, 3, b'{"step": 2, "loss": "x"}')
+    before = losses.path.read_bytes()
+    for read in (lambda f: f.read_new(), lambda f: f.truncate_after(2), lambda f: f.check()):
+        with pytest.raises(UserInputError, match=r"losses.jsonl: line 3: its loss 'x' is not a number"):
+            read(LossFile(tmp_path / "a"))
+    assert losses.path.read_bytes() == before
+    assert main(["store", "repair", str(tmp_path)]) == 0
+    assert "moved 1 lines" in capsys.readouterr().out
+    assert sorted(LossFile(tmp_path / "a").read_new()) == [1, 2, 3, 4, 5]
+
+
+def test_the_incremental_loss_reader_follows_a_file_cut_and_rewritten_by_a_resumed_arm(tmp_path):
+    from divergence.store.losses import LossFile
+
+    writer, reader = LossFile(tmp_path), LossFile(tmp_path)
+    for step in range(1, 6):
+        writer.append(step, 1.0)
+    assert sorted(reader.read_new()) == [1, 2, 3, 4, 5]
+    writer.truncate_after(2)  # the arm resumed from step 2 ...
+    for step in range(3, 9):
+        writer.append(step, 2.0)  # ... and wrote more than before before the reader looked again
+    assert reader.read_new() == {1: 1.0, 2: 1.0, **{s: 2.0 for s in range(3, 9)}}

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
+from divergence.atomic import write_atomic
+
 FILENAME = "attention.jsonl"
 
 
@@ -32,9 +34,7 @@ class AttentionOutputDeviation(Callback):
         if trainer.is_global_zero and self.path.is_file():
             kept = [line for line in self.path.read_text().splitlines(keepends=True)
                     if line.endswith("\n") and json.loads(line)["step"] <= trainer.global_step]
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text("".join(kept))
-            tmp.replace(self.path)
+            write_atomic(self.path, "".join(kept))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step

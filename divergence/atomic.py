@@ -1,0 +1,92 @@
+"""Durable atomic file writes: the one way divergence replaces a file another process may read.
+
+A file is written under a hidden temporary name in its own folder, flushed and fsynced, renamed
+over the final name with ``os.replace`` (atomic on POSIX: a reader sees the old file or the new
+one, never half of one), and then the folder itself is fsynced, because the rename lives in the
+folder's entry table: without that fsync a power loss after the rename can bring back the old
+file, or no file at all (see ``fsync(2)``: "Calling fsync() does not necessarily ensure that the
+entry in the directory containing the file has also reached disk"). The temporary file is
+removed on every failure, so an interrupted write leaves nothing behind.
+
+Used for resume state, weights, ``pair.json``, ``status.json``, ``watch.json``, the pair and
+run recipes and every JSON/CSV a command writes.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Iterator
+
+
+def temp_path(path: str | Path) -> Path:
+    """The hidden temporary name of ``path`` for this process: ``.NAME.tmp-PID`` beside it."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def fsync_folder(folder: str | Path) -> None:
+    """Make the folder's entries (a created, renamed or removed file) durable."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: str | Path) -> None:
+    """Flush a file some library wrote (and closed) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit(tmp: str | Path, path: str | Path) -> Path:
+    """Durably move the complete file ``tmp`` to ``path``: fsync it, rename, fsync the folder."""
+    path = Path(path)
+    fsync_file(tmp)
+    os.replace(tmp, path)
+    fsync_folder(path.parent)
+    return path
+
+
+@contextmanager
+def atomic_file(path: str | Path, mode: str = "wb", **open_args) -> Iterator[IO]:
+    """Write ``path`` through the yielded file object; it appears complete when the block ends.
+
+    >>> with atomic_file("out/summary.json", "w") as f:  # doctest: +SKIP
+    ...     f.write("{}")
+    """
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, mode, **open_args) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_folder(path.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_target(path: str | Path) -> Iterator[Path]:
+    """A temporary path for a library that writes a file by name (``torch.save``); on a normal
+    exit it is committed to ``path`` (see ``commit``), on an error removed."""
+    tmp = temp_path(path)
+    try:
+        yield tmp
+        commit(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path: str | Path, data: bytes | str) -> Path:
+    """Replace ``path`` with ``data`` (text is written as UTF-8), durably and atomically."""
+    with atomic_file(path, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    return Path(path)

@@ -1,0 +1,64 @@
+"""Reading the append-only JSON-lines files of a run folder (the store, losses), strictly.
+
+A line is complete when it ends with a newline. The one incomplete line a file may hold is
+its last: a writer killed mid-line leaves it, and it is "not written yet", never an error.
+Every complete line must parse, or the file is refused with its line number: a reader that
+stopped there would silently drop the records after it, and a writer resuming there would
+delete them (``divergence store repair DIR`` moves such lines aside and keeps the rest).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from divergence.errors import UserInputError
+
+
+class UnreadableLine(ValueError):
+    """A complete line that is not a record of its file; the message says why."""
+
+
+def complete_lines(f: BinaryIO, number: int = 0) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw line with its newline) for each complete line from ``f``'s position.
+
+    ``number`` is the number of lines before that position. Stops before a torn final line.
+    """
+    for raw in f:
+        if not raw.endswith(b"\n"):
+            return
+        number += 1
+        yield number, raw
+
+
+def parse_object(raw: bytes) -> dict:
+    """The JSON object on one line (NaN and infinities as JSON5 tokens, as the writers write them)."""
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        raise UnreadableLine(f"not JSON ({str(err).splitlines()[0][:80]})") from None
+    if not isinstance(record, dict):
+        raise UnreadableLine(f"a JSON {type(record).__name__}, not a record object")
+    return record
+
+
+def require_step(record: dict) -> int:
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise UnreadableLine(f"its step {step!r} is not a non-negative integer")
+    return step
+
+
+def unreadable(path: Path, number: int, reason: str) -> UserInputError:
+    """The one-line error for line ``number`` of ``path``, with the command that repairs it."""
+    return UserInputError(f"{path}: line {number}: {reason}; nothing was changed. Run `divergence store repair "
+                          f"{repair_folder(path)}` to keep every committed record and move such lines aside")
+
+
+def repair_folder(path: Path) -> Path:
+    """The folder ``divergence store repair`` takes for a file: the pair folder (losses live in
+    ``DIR/<arm>/``, the store in ``DIR``)."""
+    from divergence.store.metrics_store import FILENAME
+
+    return path.parent if path.name == FILENAME else path.parent.parent
