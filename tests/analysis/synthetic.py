@@ -10,6 +10,8 @@ so every layer's expected slope, and hence the pair's growth rate g, is r (per s
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -186,7 +188,7 @@ def dose_records(name, category, eps, *, replicate=0, horizon=400, probe=True, l
         if t in phi:
             i = steps.index(t)
             rows = [_tensor(n, k, numel, float(e[i]) * 0.01) | {"step": t} for n, k, numel in DOSE_LAYERS]
-            record.update({m: v for m, v in summarize(rows).items()}, rel_l2=float(e[i]))
+            record.update(summarize(rows), rel_l2=float(e[i]), kinds={r["kind"]: summarize([r]) for r in rows})
             if probe:
                 record.update(probe_rel_diff=float(f[i]), probe_loss_b=loss_b,
                               probe_loss_a=loss_b * (1 + OUTCOME * share * w))
@@ -201,12 +203,23 @@ def zlib_key(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
+FULL = 800  # every run is drawn to this step and cut at its horizon: one replicate, any horizon
+
+
 def dose_pair(name, category, eps, *, replicate=0, horizon=400, probe=True, recipe=None, description=None):
     """One replicate of a pair with per-step dose ``eps``, in memory through the report's reader."""
-    steps, tensors = dose_records(name, category, eps, replicate=replicate, horizon=horizon, probe=probe)
-    pair_info = info(name, category, last_step=horizon, description=description)
-    pair_info.recipe = dict(recipe or {})
-    return pair_from_records(pair_info, steps, tensors, replicate=replicate)
+    from divergence.analysis.calibration import truncate
+
+    full = _full_pair(name, category, eps, replicate, probe, description)
+    recipe = dict(recipe or {})
+    return dataclasses.replace(truncate(full, horizon), last_step=horizon, max_steps=horizon, recipe=recipe)
+
+
+@functools.lru_cache(maxsize=256)
+def _full_pair(name, category, eps, replicate, probe, description):
+    steps, tensors = dose_records(name, category, eps, replicate=replicate, horizon=max(FULL, 0), probe=probe)
+    return pair_from_records(info(name, category, last_step=FULL, description=description), steps, tensors,
+                             replicate=replicate)
 
 
 DOSE_STUDY = (("flash-vs-baseline", "optimization", "flash vs baseline"),
@@ -239,7 +252,8 @@ def write_dose_study(root, *, study=1e-8, precision=1e-5, control=0.0, replicate
 
     for name, category, description, eps, r in _dose_specs(study, precision, control, replicates, seed):
         folder = root / f"{name}-r{r}"
-        steps, tensors = dose_records(name, category, eps, replicate=r, horizon=horizon, probe=probe, loss_every=10)
+        steps, tensors = dose_records(name, category, eps, replicate=r, horizon=FULL, probe=probe, loss_every=10)
+        steps = [record for record in steps if record["step"] <= horizon]
         store = MetricsStore(folder).open_for_append()
         for record in steps:
             rows = [{k: v for k, v in t.items() if k != "step"} for t in tensors if t["step"] == record["step"]]
