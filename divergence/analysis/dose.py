@@ -72,6 +72,7 @@ class WindowEstimate:
     log_ratio: np.ndarray = field(default_factory=lambda: np.zeros(0))
     in_window: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     min_window: int = MIN_WINDOW
+    phi: dict[str, np.ndarray] = field(default_factory=dict)  # "study"/"reference" -> phi at ``steps``
 
     @property
     def usable(self) -> bool:
@@ -147,9 +148,11 @@ def _summarise(study, steps, keep, log_ratio, e_x, e_p, f_x, f_p, phi_x, phi_p, 
     window = (int(steps[keep][0]), int(steps[keep][-1])) if n else None
     t10 = {"study": _first(steps, phi_x, SATURATED), "reference": _first(steps, phi_p, SATURATED)}
     t50 = {"study": _first(steps, phi_x, HALF_WAY), "reference": _first(steps, phi_p, HALF_WAY)}
+    phi = {"study": phi_x, "reference": phi_p}
     if n < min_window:
         return WindowEstimate(study.replicate, space, window, n, math.nan, math.nan, math.nan,
-                              {"study": math.nan, "reference": math.nan}, t10, t50, steps, log_ratio, keep, min_window)
+                              {"study": math.nan, "reference": math.nan}, t10, t50, steps, log_ratio, keep, min_window,
+                              phi)
     t = steps[keep].astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_f = np.log10(f_x[keep] / f_p[keep])
@@ -158,7 +161,7 @@ def _summarise(study, steps, keep, log_ratio, e_x, e_p, f_x, f_p, phi_x, phi_p, 
     lam = {"study": float(ols_slope(t, np.log(e_x[keep]))), "reference": float(ols_slope(t, np.log(e_p[keep])))}
     return WindowEstimate(study.replicate, space, window, n, float(np.median(log_ratio[keep])),
                           float(np.median(finite_f)) if finite_f.size >= min_window else math.nan,
-                          drift, lam, t10, t50, steps, log_ratio, keep, min_window)
+                          drift, lam, t10, t50, steps, log_ratio, keep, min_window, phi)
 
 
 def _first(steps: np.ndarray, phi: np.ndarray, level: float) -> int | None:

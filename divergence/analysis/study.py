@@ -150,6 +150,7 @@ def verdict_dict(v: Verdict) -> dict:
         "lambda": {k: _num(np.mean([e.lam[k] for e in usable])) if usable else None for k in ("study", "reference")},
         "t10": _phi_steps(v, "t10"), "t50": _phi_steps(v, "t50"),
         "noise_floor_ratio": _num(v.floor), "equivalent_dose": v.equivalent_dose,
+        "outcome_per_replicate": {str(r): _num(d) for r, d in v.extra.get("outcome_per_replicate", {}).items()},
         "per_replicate": [{"replicate": e.replicate, "space": e.space, "window": list(e.window) if e.window else None,
                            "steps_in_window": e.n_window, "log10": _num(e.log10),
                            "log10_function": _num(e.log10_function), "drift_dex": _num(e.drift),

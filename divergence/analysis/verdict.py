@@ -95,7 +95,8 @@ def judge(study: list[PairData], reference: list[PairData], seeds: list[PairData
             f"(need {min_window}): track earlier and densely (every step in the first tens of steps)"), floor=floor)
     dose, dose_f = pool([e.log10 for e in usable]), pool([e.log10_function for e in usable])
     where = outcome.source(study + seeds)
-    result = pool([outcome.delta(p, where) for p in study if p.replicate in {e.replicate for e in usable}])
+    deltas = {p.replicate: outcome.delta(p, where) for p in study if p.replicate in {e.replicate for e in usable}}
+    result = pool(list(deltas.values()))
     m, margin_caveat = outcome.margin(seeds, where, margin_factor)
     caveats += [c for c in (margin_caveat, floor_text, _disagreement(dose, dose_f)) if c]
     drift = float(np.mean([e.drift for e in usable]))
@@ -105,7 +106,9 @@ def judge(study: list[PairData], reference: list[PairData], seeds: list[PairData
         status, indicative = "preliminary", status
     window = (min(e.window[0] for e in usable), max(e.window[1] for e in usable))
     v = Verdict(name, reference[0].name, status, "", tuple(reasons), tuple(caveats), dose, dose_f, window,
-                tuple(estimates), drift, result, where, m, floor, indicative)
+                tuple(estimates), drift, result, where, m, floor, indicative,
+                extra={"outcome_per_replicate": deltas,
+                       "seed_outcome_per_replicate": {p.replicate: outcome.delta(p, where) for p in seeds}})
     return _with_headline(v, label, reference[0].label, floor_text)
 
 
