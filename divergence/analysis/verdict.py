@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from divergence.analysis import outcome
-from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate
+from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate, local_rates
 from divergence.analysis.layers import noise_floor
 from divergence.analysis.replicates import Pooled, pool, replicate_of
 from divergence.analysis.trajectories import PairData
@@ -87,12 +87,13 @@ def judge(study: list[PairData], reference: list[PairData], seeds: list[PairData
     if blocked:
         return _no_verdict(name, reference[0].name, blocked, floor=floor)
     estimates, caveats = _estimates(study, reference, seeds, start, min_window)
+    caveats += _setup_caveats(study, controls)
     usable = [e for e in estimates if e.usable]
+    if not usable and _all_zero(study) and not _all_zero(reference):
+        return _no_drift(study, reference, caveats)
     if not usable:
-        longest = max((e.n_window for e in estimates), default=0)
-        return _no_verdict(name, reference[0].name, (
-            f"the window where {name} and {reference[0].name} both still grow alike is {longest} tracked step(s) "
-            f"(need {min_window}): track earlier and densely (every step in the first tens of steps)"), floor=floor)
+        return _no_verdict(name, reference[0].name, _why_no_window(study, reference, estimates, min_window),
+                           floor=floor)
     dose, dose_f = pool([e.log10 for e in usable]), pool([e.log10_function for e in usable])
     where = outcome.source(study + seeds)
     deltas = {p.replicate: outcome.delta(p, where) for p in study if p.replicate in {e.replicate for e in usable}}
@@ -110,6 +111,45 @@ def judge(study: list[PairData], reference: list[PairData], seeds: list[PairData
                 extra={"outcome_per_replicate": deltas,
                        "seed_outcome_per_replicate": {p.replicate: outcome.delta(p, where) for p in seeds}})
     return _with_headline(v, label, reference[0].label, floor_text)
+
+
+def _all_zero(runs: list[PairData]) -> bool:
+    """Every run's E exactly 0 at every tracked step (bitwise equal arms)."""
+    return all(len(p.rel_l2) and np.all(p.rel_l2 == 0) for p in runs)
+
+
+def _no_drift(study, reference, caveats) -> Verdict:
+    """X's arms stay bitwise equal where P's differ: no dose at all, said in words (no log of 0)."""
+    status = "bounded" if len(study) > 1 else "preliminary"
+    text = (f"{STATUS_WORDS[status]}: {study[0].label} does not perturb training at all: both arms are bitwise "
+            f"equal at every tracked step of {'every replicate' if len(study) > 1 else 'its run'}, where "
+            f"{reference[0].label}'s differ.")
+    return Verdict(study[0].name, reference[0].name, status, text, (), tuple(caveats),
+                   indicative="bounded" if status == "preliminary" else None)
+
+
+def _why_no_window(study, reference, estimates, min_window) -> str:
+    """The reason no replicate has a window: a reference that does not drift, a pair that does not
+    grow, or tracking too sparse in the early steps."""
+    if _all_zero(reference) or not any(np.any(np.isfinite(p.rel_l2) & (p.rel_l2 > 0)) for p in reference):
+        return (f"{reference[0].name}'s difference is zero (or missing) at every tracked step, so it cannot serve "
+                "as the yardstick: check that its arms differ in precision")
+    rates = np.concatenate([local_rates(p.steps, p.rel_l2) for p in study]) if study else np.zeros(0)
+    rates = rates[np.isfinite(rates)]
+    if rates.size and np.median(rates) <= 0:
+        return (f"{study[0].name}'s difference does not grow over training (constant or shrinking), unlike a "
+                "perturbation that training amplifies: there is no dose ratio to read; see the curves")
+    longest = max((e.n_window for e in estimates), default=0)
+    return (f"the window where {study[0].name} and {reference[0].name} both still grow alike is {longest} tracked "
+            f"step(s) (need {min_window}): track earlier and densely (every step in the first tens of steps)")
+
+
+def _setup_caveats(study: list[PairData], controls: list[PairData]) -> list[str]:
+    out = [] if controls else ["no control pair: determinism was not checked, so part of each pair's difference "
+                               "may be run-to-run noise (add a control pair: both arms identical)"]
+    out += [f"{p.key} is unfinished (last step {p.last_step} of {p.max_steps}): the estimate reads the steps it "
+            "reached" for p in study if not p.finished]
+    return out
 
 
 def _estimates(study, reference, seeds, start, min_window) -> tuple[list[WindowEstimate], list[str]]:

@@ -150,3 +150,31 @@ def test_replicates_are_common_random_numbers_across_horizons():
     # the same replicate cut at a shorter horizon is the same run: the estimate only gains steps
     short, long = verdict(horizon=100), verdict(horizon=400)
     assert np.allclose([e.log10 for e in short.estimates], [e.log10 for e in long.estimates], atol=0.05)
+
+
+def test_a_pair_whose_arms_stay_bitwise_equal_is_bounded_in_words():
+    """Gradient checkpointing on CPU: E_X = 0 at every step, so log10(E_X/E_P) is -inf; said in words."""
+    pairs = [dataclasses.replace(p, rel_l2=p.rel_l2 * 0) if p.category == "optimization" else p
+             for p in dose_study(horizon=100)]
+    v = analyze(pairs, n_boot=100).verdicts[0]
+    assert v.status == "bounded" and "does not perturb training at all" in v.headline
+    assert to_summary(analyze(pairs, n_boot=100))["verdicts"][0]["dose_ratio"]["log10"] is None
+
+
+def test_a_reference_that_never_drifts_and_a_pair_that_does_not_grow_are_named():
+    pairs = dose_study(horizon=100)
+    zero_ref = [dataclasses.replace(p, rel_l2=p.rel_l2 * 0) if p.category == "precision" else p for p in pairs]
+    v = analyze(zero_ref, n_boot=100).verdicts[0]
+    assert v.status == "no_verdict" and "cannot serve as the yardstick" in v.headline
+    flat = [dataclasses.replace(p, rel_l2=np.full(len(p.steps), 1e-3)) if p.category == "optimization" else p
+            for p in pairs]
+    v = analyze(flat, n_boot=100).verdicts[0]
+    assert v.status == "no_verdict" and "does not grow over training" in v.headline
+
+
+def test_no_control_and_an_unfinished_run_are_caveats():
+    pairs = [dataclasses.replace(p, finished=False) if p.key == "flash-vs-baseline" else p
+             for p in dose_study(horizon=100, control=None)]
+    v = analyze(pairs, n_boot=100).verdicts[0]
+    assert v.status == "bounded"
+    assert any("no control pair" in c for c in v.caveats) and any("is unfinished" in c for c in v.caveats)

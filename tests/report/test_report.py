@@ -173,7 +173,7 @@ def test_degenerate_stores_give_a_report_not_a_traceback(tmp_path):
     write_pair(tmp_path / "s" / "seed", "seed", "seed", 1e-4, offset=0.01, nan_layer=0)
     report = build_report([tmp_path / "s"], tmp_path / "out", n_boot=100)
     v = report.summary["verdicts"][0]
-    assert v["status"] == "no_verdict" and "track earlier" in v["headline"] and study.is_dir()
+    assert v["status"] == "no_verdict" and "cannot serve as the yardstick" in v["headline"] and study.is_dir()
     assert v["dose_ratio"]["log10"] is None and (report.out / "report.html").is_file()
     assert any("layers hold NaN/inf" in w for w in report.summary["warnings"])
 
