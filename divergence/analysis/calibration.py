@@ -33,7 +33,7 @@ from dataclasses import replace
 import numpy as np
 from scipy import stats
 
-from divergence.analysis.dose import SATURATED, _seed_at, estimate
+from divergence.analysis.dose import SATURATED, estimate, probe_values, seed_at
 from divergence.analysis.growth import ols_slope
 from divergence.analysis.replicates import pool, replicate_of
 from divergence.analysis.trajectories import PairData
@@ -217,8 +217,8 @@ def _anchor_curve(runs: list[PairData], seeds: list[PairData]) -> dict:
     by_step: dict[int, list[float]] = {}
     for p in runs:
         s = replicate_of(seeds, p.replicate) or (seeds[0] if seeds else None)
-        f_s, e_s = _seed_at(s, p.steps)
-        f = p.probe.get("probe_rel_diff", np.full(len(p.steps), np.nan))
+        f_s, e_s = seed_at(s, p.steps)
+        f = probe_values(p)
         with np.errstate(divide="ignore", invalid="ignore"):
             phi = f / f_s if np.isfinite(f).any() and np.isfinite(f_s).any() else p.rel_l2 / e_s
         ends = np.flatnonzero(phi >= SATURATED)

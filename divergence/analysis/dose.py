@@ -106,9 +106,8 @@ def estimate(study: PairData, reference: PairData, seed: PairData | None, start:
     start = window_start(study.recipe) if start is None else start
     steps, i_x, i_p = np.intersect1d(study.steps, reference.steps, return_indices=True)
     e_x, e_p = study.rel_l2[i_x], reference.rel_l2[i_p]
-    f_x, f_p = study.probe.get("probe_rel_diff", np.full(len(study.steps), np.nan))[i_x], \
-        reference.probe.get("probe_rel_diff", np.full(len(reference.steps), np.nan))[i_p]
-    f_s, e_s = _seed_at(seed, steps)
+    f_x, f_p = probe_values(study)[i_x], probe_values(reference)[i_p]
+    f_s, e_s = seed_at(seed, steps)
     space = "function" if np.isfinite(f_x).any() and np.isfinite(f_p).any() and np.isfinite(f_s).any() else "weight"
     with np.errstate(divide="ignore", invalid="ignore"):
         phi_x, phi_p = (f_x / f_s, f_p / f_s) if space == "function" else (e_x / e_s, e_p / e_s)
@@ -129,7 +128,12 @@ def _alike(g_x: np.ndarray, g_p: np.ndarray, space: str) -> np.ndarray:
         return (g_x > 0) & (g_p >= g_x / RATE_FACTOR)
 
 
-def _seed_at(seed: PairData | None, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def probe_values(pair: PairData) -> np.ndarray:
+    """F(t) at the pair's tracked steps, (T,); NaN where the probe was not recorded."""
+    return pair.probe.get("probe_rel_diff", np.full(len(pair.steps), np.nan))
+
+
+def seed_at(seed: PairData | None, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The seed pair's F and E at ``steps`` (NaN where it has no tracked step there)."""
     f_s, e_s = np.full(len(steps), np.nan), np.full(len(steps), np.nan)
     if seed is None:
@@ -138,7 +142,7 @@ def _seed_at(seed: PairData | None, steps: np.ndarray) -> tuple[np.ndarray, np.n
     rows = [(j, where[int(t)]) for j, t in enumerate(steps) if int(t) in where]
     if rows:
         j, i = map(np.array, zip(*rows))
-        f_s[j] = seed.probe.get("probe_rel_diff", np.full(len(seed.steps), np.nan))[i]
+        f_s[j] = probe_values(seed)[i]
         e_s[j] = seed.rel_l2[i]
     return f_s, e_s
 

@@ -31,7 +31,7 @@ The seed pair is the ceiling in function space (phi) and the scale of the margin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -233,8 +233,6 @@ def _no_verdict(name, reference, reason, floor=None) -> Verdict:
 
 
 def _with_headline(v: Verdict, label: str, ref_label: str, floor_text: str | None) -> Verdict:
-    from dataclasses import replace
-
     return replace(v, headline=headline(v, label, ref_label, floor_text))
 
 

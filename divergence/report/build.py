@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from divergence.analysis import MIN_STEPS, Analysis, analyze, to_summary
+from divergence.analysis.dose import probe_values
 from divergence.analysis.growth import N_BOOT
 from divergence.errors import UserInputError
 from divergence.report.figures import all_figures
@@ -65,7 +66,7 @@ def _trajectory_rows(analysis: Analysis):
         rel = {m: p.relative(m) for m in p.model}
         for i, step in enumerate(p.steps.tolist()):
             yield {"pair": p.name, "category": p.category, "step": step, "replicate": p.replicate,
-                   "rel_l2": float(p.rel_l2[i]), "probe_rel_diff": float(p.probe["probe_rel_diff"][i]),
+                   "rel_l2": float(p.rel_l2[i]), "probe_rel_diff": float(probe_values(p)[i]),
                    **{m: float(p.model[m][i]) for m in p.model}, **{f"relative_{m}": float(rel[m][i]) for m in rel}}
 
 

@@ -178,15 +178,17 @@ def test_degenerate_stores_give_a_report_not_a_traceback(tmp_path):
     assert any("layers hold NaN/inf" in w for w in report.summary["warnings"])
 
 
-def test_an_interval_that_does_not_hold_its_estimate_is_drawn(report, tmp_path):
+def test_an_interval_that_does_not_hold_its_estimate_is_drawn(tmp_path):
     import dataclasses
 
-    from divergence.analysis import Estimate
+    from divergence.analysis import Estimate, analyze
     from divergence.report.figures import growth_rates
+    from tests.analysis.synthetic import study_pairs
 
+    analysis = analyze(study_pairs(), n_boot=100)
     skewed = Estimate(value=5e-4, lo=1e-4, hi=2e-4, n_steps=10, n_layers=3, n_boot=100)  # estimate above its interval
-    growth = {key: {m: skewed for m in rates} for key, rates in report.analysis.growth.items()}
-    path = growth_rates(dataclasses.replace(report.analysis, growth=growth), tmp_path)
+    growth = {key: {m: skewed for m in rates} for key, rates in analysis.growth.items()}
+    path = growth_rates(dataclasses.replace(analysis, growth=growth), tmp_path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
