@@ -61,9 +61,11 @@ def _out_dir(args) -> Path:
 
 
 def print_report(report) -> None:
+    from divergence.report.content import notes
+
     for v in report.analysis.verdicts:
         print(v.headline)
-        for note in (*v.reasons, *v.caveats):
+        for note in notes(v):
             print(f"  - {note}")
     if not report.analysis.verdicts:
         print("No verdict: no pair under study (category optimization) among the inputs.")

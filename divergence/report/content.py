@@ -132,6 +132,11 @@ def estimates_table(analysis: Analysis) -> Table:
                  tuple(rows), align_left=3)
 
 
+def notes(v) -> list[str]:
+    """A verdict's reasons and caveats, less those its headline already says."""
+    return [n for n in (*v.reasons, *v.caveats) if n not in v.headline]
+
+
 def signed(value) -> str:
     return "–" if value is None or not math.isfinite(value) else f"{value:+.2f}"
 

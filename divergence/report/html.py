@@ -81,7 +81,7 @@ def _verdicts(analysis: Analysis) -> list[str]:
         parts = [f"<div class='verdict' style='border-color:{color}'>",
                  f"<div class='status' style='color:{color}'>{escape(v.status.replace('_', ' '))}</div>",
                  f"<div class='headline'>{escape(v.headline)}</div>"]
-        notes = list(v.reasons) + list(v.caveats)
+        notes = content.notes(v)
         if notes:
             parts.append("<ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
         out.append("".join(parts) + "</div>")

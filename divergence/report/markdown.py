@@ -16,7 +16,7 @@ def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path,
         lines += ["**No verdict**: no pair under study (category optimization) among the inputs.", ""]
     for v in analysis.verdicts:
         lines += [f"**{v.headline}**", ""]
-        lines += [f"- {note}" for note in (*v.reasons, *v.caveats)] + [""]
+        lines += [f"- {note}" for note in content.notes(v)] + [""]
     lines += [f"> Warning: {w}" for w in analysis.warnings] + ([""] if analysis.warnings else [])
     lines += ["## Dose ratio", "", _image(figures.get("log_e"), out_dir, "log E(t)"), ""]
     for v in analysis.verdicts:
