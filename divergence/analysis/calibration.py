@@ -38,6 +38,7 @@ from divergence.analysis.growth import ols_slope
 from divergence.analysis.replicates import pool, replicate_of
 from divergence.analysis.trajectories import PairData
 from divergence.analysis.verdict import judge
+from divergence.errors import UserInputError
 
 SLOPE_RANGE = (0.85, 1.15)
 MAX_HORIZON_SHIFT = 0.15
@@ -64,7 +65,8 @@ def evaluate(ladder: dict[float, list[PairData]], seed_pairs: list[PairData], ho
     """The content of ``calibration.json``: every criterion as {"value", "pass", ...}, per-dose estimates."""
     doses = sorted(e for e in ladder if e > 0 and ladder[e])
     if len(doses) < 3:
-        raise ValueError(f"calibration needs at least 3 non-zero doses, got {len(doses)}")
+        raise UserInputError(f"calibration needs at least 3 non-zero doses with runs, got {len(doses)}: "
+                             "train a ladder of doses (e.g. 1e-7 ... 1e-1)")
     anchor = doses[len(doses) // 2]
     last = min(int(p.steps[-1]) for e in doses for p in ladder[e] if len(p.steps))
     notes, used = [], []
@@ -163,21 +165,28 @@ def _slope(per_h: dict, truth: dict) -> dict:
     return {"value": first, "per_horizon": slopes, "pass": ok, "range": list(SLOPE_RANGE)}
 
 
-def _stability(per_h: dict, doses: list[float]) -> dict:
+def _unsaturated(per_h: dict) -> list[float]:
+    """Doses with an estimate at every horizon (a dose saturated before the window has none)."""
     results = list(per_h.values())
+    return [e for e in results[0] if all(math.isfinite(r[e]["pooled"].mean) for r in results)]
+
+
+def _stability(per_h: dict, doses: list[float]) -> dict:
+    results, used = list(per_h.values()), _unsaturated(per_h)
     if len(results) < 2:
         return {"value": None, "pass": False, "rule": "needs two distinct horizons within the runs"}
-    shifts = [abs(results[0][e]["pooled"].mean - results[-1][e]["pooled"].mean) for e in doses]
-    worst = max(shifts) if shifts and all(math.isfinite(s) for s in shifts) else math.nan
-    return {"value": None if not math.isfinite(worst) else worst, "pass": bool(worst <= MAX_HORIZON_SHIFT),
-            "max_dex": MAX_HORIZON_SHIFT}
+    shifts = [abs(results[0][e]["pooled"].mean - results[-1][e]["pooled"].mean) for e in used]
+    worst = max(shifts) if shifts else math.nan
+    return {"value": _num(worst), "pass": bool(len(used) >= 3 and worst <= MAX_HORIZON_SHIFT),
+            "max_dex": MAX_HORIZON_SHIFT, "doses": used, "saturated": [e for e in doses if e not in used]}
 
 
 def _recovery(per_h: dict, truth: dict) -> dict:
-    errors = [abs(r[e]["pooled"].mean - truth[e]) for r in per_h.values() for e in truth]
-    worst = max(errors) if all(math.isfinite(x) for x in errors) else math.nan
-    return {"value": None if not math.isfinite(worst) else worst, "pass": bool(worst <= MAX_RECOVERY_ERROR),
-            "max_dex": MAX_RECOVERY_ERROR}
+    used = _unsaturated(per_h)
+    errors = [abs(r[e]["pooled"].mean - truth[e]) for r in per_h.values() for e in used]
+    worst = max(errors) if errors else math.nan
+    return {"value": _num(worst), "pass": bool(len(used) >= 3 and worst <= MAX_RECOVERY_ERROR),
+            "max_dex": MAX_RECOVERY_ERROR, "doses": used}
 
 
 def _coverage(result: dict, truth: dict) -> dict:

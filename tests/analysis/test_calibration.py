@@ -71,3 +71,14 @@ def test_the_report_states_the_equivalent_dose_for_the_same_recipe(calibration):
     assert re.search(r"It perturbs training like a relative gradient noise of (9e-09|1e-08) per step\.$", v.headline)
     other = analyze(dose_study(horizon=300), n_boot=100, calibration=calibration).verdicts[0]
     assert other.equivalent_dose is None and any("another recipe" in c for c in other.caveats)
+
+
+def test_a_saturated_dose_is_left_out_and_too_few_doses_are_refused():
+    from divergence.errors import UserInputError
+
+    rungs = ladder(replicates=3, horizon=150)
+    rungs[0.5] = [dose_pair("grad-noise-0.5", "optimization", 0.5, replicate=r, horizon=150) for r in range(3)]
+    c = evaluate(rungs, seeds(3, 150), horizons=(100, 150))
+    assert c["criteria"]["horizon_stability"]["saturated"] == [0.5] and c["criteria"]["recovery"]["pass"]
+    with pytest.raises(UserInputError, match="at least 3 non-zero doses"):
+        evaluate({0.0: rungs[0.0], 1e-8: rungs[1e-8], 1e-7: rungs[1e-7]}, seeds(3, 150))
