@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from divergence.analysis import METRIC_LABELS, METRICS, Analysis, PairData, kind_table, top_layers
 from divergence.analysis.growth import Estimate
 
-ROLES = {"optimization": "under study", "precision": "upper bound", "seed": "reference", "control": "noise floor"}
+ROLES = {"optimization": "under study", "precision": "reference (the dose ratio's yardstick)",
+         "seed": "ceiling (phi) and outcome margin", "control": "noise floor"}
 PER = 1000  # growth rates per this many steps
 
 METHOD = [
@@ -134,7 +135,7 @@ def estimates_table(analysis: Analysis) -> Table:
 
 def notes(v) -> list[str]:
     """A verdict's reasons and caveats, less those its headline already says."""
-    return [n for n in (*v.reasons, *v.caveats) if n not in v.headline]
+    return [n for n in (*v.reasons, *v.caveats) if n.lower() not in v.headline.lower()]
 
 
 def signed(value) -> str:
