@@ -18,7 +18,9 @@ Unsaturated window U_r, function space (X, P and S carry the probe): t >= start,
 phi_X, phi_P < 0.1, and 1/2 <= g_X / g_P <= 2 (both growing alike). Weight space (no probe):
 t >= start, E_X, E_P > 0, g_X > 0 and g_P >= g_X / 2 (the reference still amplifies at least
 half as fast), and, with a seed pair, E_X, E_P < 0.1 E_S. Either way the window ends at the
-first step where a pair saturates (phi >= 0.1, or E >= 0.1 E_S).
+first step where a pair saturates (phi >= 0.1, or E >= 0.1 E_S). start = max(10, warm-up) for a
+recipe with LR warm-up; without one the first steps count (start = 1: with dense early tracking
+they hold the window on a recipe whose reference saturates within tens of steps).
 
     lr_r      = median over U_r of log10(E_X / E_P)            (the dose ratio, in dex)
     lr_r^F    = median over U_r of log10(F_X / F_P)            (its function-space twin)

@@ -197,7 +197,7 @@ def _status(dose: Pooled, result: Pooled, m: float, drift: float, seeds) -> tupl
 
 def _floor(study: list[PairData], controls: list[PairData]) -> tuple[float | None, str | None, str | None]:
     """(N, the floor sentence, a no-verdict reason) from the control pair(s)."""
-    noisy = [c for c in controls if not (noise_floor(c).exact and not np.any(c.rel_l2 != 0))]
+    noisy = [c for c in controls if len(c.steps) and not (noise_floor(c).exact and not np.any(c.rel_l2 != 0))]
     if not noisy:
         return None, None, None
     logs = []
