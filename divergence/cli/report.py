@@ -26,7 +26,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="where to write the report (default: DIR when one is given)")
     p.add_argument("--no-wandb", action="store_true", help="do not log the report to wandb")
     p.add_argument("--wandb-project", metavar="NAME", help="wandb project (default: $WANDB_PROJECT or divergence)")
-    p.add_argument("--bootstrap", type=int, default=2000, metavar="N", help="bootstrap replicates of the legacy slope ratios in the appendix (default 2000)")
+    p.add_argument("--bootstrap", type=int, default=2000, metavar="N",
+                   help="bootstrap replicates of the legacy slope ratios in the appendix (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap draws (default 0)")
     p.add_argument("--min-steps", type=int, default=5, metavar="N",
                    help="tracked steps the unsaturated window must hold in a replicate (default 5)")
