@@ -1,17 +1,23 @@
-"""The bounding analysis: pure functions from a pair run's records to trajectories, growth
-rates with bootstrap intervals, ratios between pairs and the verdict.
+"""The bounding analysis: pure functions from pair runs' records to a dose ratio per replicate,
+pooled over replicates, the outcome test, and the verdict (``METHOD.md``). The legacy growth
+rates (ratios of slopes) are kept for the report's appendix.
 
 Reads no files: ``divergence.report.inputs`` turns run folders into ``PairData``.
 """
 
+from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate, local_rates
 from divergence.analysis.growth import Estimate, Ratio, compare_growth, estimate_growth, growth_rate, layer_mean, ols_slope
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, top_layers
+from divergence.analysis.replicates import Pooled, group, pool
 from divergence.analysis.study import Analysis, analyze, to_summary
-from divergence.analysis.trajectories import METRIC_LABELS, METRICS, PairData, pair_from_records
-from divergence.analysis.verdict import MIN_STEPS, Verdict, judge
+from divergence.analysis.trajectories import METRIC_LABELS, METRICS, PROBE_KEYS, PairData, pair_from_records
+from divergence.analysis.verdict import STATUSES, Verdict, judge
+
+MIN_STEPS = MIN_WINDOW
 
 __all__ = [
-    "METRICS", "METRIC_LABELS", "MIN_STEPS", "Analysis", "Estimate", "NoiseFloor", "PairData", "Ratio", "Verdict",
-    "analyze", "compare_growth", "estimate_growth", "growth_rate", "judge", "kind_table", "layer_mean", "noise_floor",
-    "ols_slope", "pair_from_records", "to_summary", "top_layers",
+    "METRICS", "METRIC_LABELS", "MIN_STEPS", "MIN_WINDOW", "PROBE_KEYS", "STATUSES", "Analysis", "Estimate",
+    "NoiseFloor", "PairData", "Pooled", "Ratio", "Verdict", "WindowEstimate", "analyze", "compare_growth",
+    "estimate", "estimate_growth", "group", "growth_rate", "judge", "kind_table", "layer_mean", "local_rates",
+    "noise_floor", "ols_slope", "pair_from_records", "pool", "to_summary", "top_layers",
 ]

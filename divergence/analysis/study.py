@@ -1,121 +1,204 @@
-"""The whole analysis of a set of pair runs, and its plain-data form (``summary.json``).
+"""The whole analysis of a set of pair runs, and its plain-data form (``summary.json``, schema 2).
 
 Roles come from each pair's category: ``optimization`` pairs are under study (each gets a
-verdict), ``precision`` pairs are the upper bound, ``seed`` pairs the reference, ``control``
-pairs the noise floor.
+verdict), ``precision`` pairs are the reference P of the dose ratio, ``seed`` pairs the ceiling
+in function space and the scale of the outcome margin (never a rate), ``control`` pairs the
+noise floor. Runs of one pair name are its replicates.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from divergence.analysis.growth import CONFIDENCE, MIN_FIT_STEPS, N_BOOT, Estimate, estimate_growth, layer_mean
+from divergence.analysis import legacy, outcome
+from divergence.analysis.dose import MIN_WINDOW
+from divergence.analysis.growth import N_BOOT, Estimate, estimate_growth, layer_mean
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, nonfinite_layers, top_layers
+from divergence.analysis.replicates import Pooled, group
 from divergence.analysis.trajectories import METRICS, PairData
-from divergence.analysis.verdict import HEADLINE_METRIC, MIN_STEPS, Verdict, judge
+from divergence.analysis.verdict import METRIC, Verdict, headline, judge
 
-SCHEMA = 1
+SCHEMA = 2
+ORDER = ("optimization", "precision", "seed", "control")
 
 
 @dataclass(frozen=True)
 class Analysis:
     pairs: tuple[PairData, ...]
-    growth: dict[str, dict[str, Estimate]]  # pair -> metric -> growth rate g with CI
-    verdicts: tuple[Verdict, ...]  # one per pair under study
+    growth: dict[str, dict[str, Estimate]]  # pair key -> metric -> legacy growth rate g with CI
+    verdicts: tuple[Verdict, ...]  # one per pair (name) under study
     noise_floors: tuple[NoiseFloor, ...]
     warnings: tuple[str, ...]
     settings: dict
+    legacy: dict[str, list] = field(default_factory=dict)  # study name -> legacy.Ratio list
+    calibration: dict | None = None
 
     def by_category(self, category: str) -> list[PairData]:
         return [p for p in self.pairs if p.category == category]
 
+    def runs(self, name: str) -> list[PairData]:
+        return [p for p in self.pairs if p.name == name]
 
-def analyze(pairs: list[PairData], n_boot: int = N_BOOT, seed: int = 0, min_steps: int = MIN_STEPS) -> Analysis:
-    """Growth rates of every pair, a verdict for every pair under study, the noise floor."""
+
+def analyze(pairs: list[PairData], n_boot: int = N_BOOT, seed: int = 0, min_steps: int = MIN_WINDOW,
+            margin_factor: float = outcome.MARGIN_FACTOR, start: int | None = None,
+            calibration: dict | None = None) -> Analysis:
+    """A verdict for every pair under study, the noise floor, and the legacy slope ratios."""
     if not pairs:
         raise ValueError("analyze: no pairs to analyse")
-    order = ("optimization", "precision", "seed", "control")
-    pairs = sorted(pairs, key=lambda p: (order.index(p.category), p.name))  # study first, control last
-    role = {c: [p for p in pairs if p.category == c] for c in ("optimization", "precision", "seed", "control")}
-    floors = tuple(noise_floor(p) for p in role["control"])
-    growth = {p.name: {m: estimate_growth(p, m, n_boot, seed) for m in METRICS} for p in pairs}
-    unfinished = [p for p in pairs if not p.finished and p.category != "optimization"]
-    verdicts = tuple(
-        judge(p, role["precision"], role["seed"], list(floors), ([p] if not p.finished else []) + unfinished,
-              n_boot, seed, min_steps)
-        for p in role["optimization"]
-    )
-    settings = {"metrics": list(METRICS), "headline_metric": HEADLINE_METRIC, "confidence": CONFIDENCE,
-                "bootstrap_replicates": n_boot, "seed": seed, "min_steps": min_steps, "min_fit_steps": MIN_FIT_STEPS,
-                "growth_rate": "OLS slope over tracked steps of the numel-weighted mean of per-layer values "
-                               "(metric units per training step)",
-                "interval": "percentile, two-way bootstrap over layers and steps; ratios from the joint bootstrap"}
-    return Analysis(tuple(pairs), growth, verdicts, floors, tuple(_warnings(pairs, floors, role)), settings)
+    pairs = sorted(pairs, key=lambda p: (ORDER.index(p.category), p.name, p.replicate))  # study first
+    groups = group(pairs)
+    role = {c: [runs for runs in groups.values() if runs[0].category == c] for c in ORDER}
+    reference = role["precision"][0] if role["precision"] else []
+    seeds = role["seed"][0] if role["seed"] else []
+    controls = [p for runs in role["control"] for p in runs]
+    verdicts = []
+    for study in role["optimization"]:
+        v = judge(study, reference, seeds, controls, margin_factor, start, min_steps)
+        verdicts.append(_with_calibration(v, study, reference, calibration))
+    growth = {p.key: {m: estimate_growth(p, m, n_boot, seed) for m in METRICS} for p in pairs}
+    lowest = [runs[0] for runs in role["precision"] + role["seed"]]
+    legacy_ratios = {s[0].name: legacy.legacy_ratios(s[0], lowest, n_boot, seed) for s in role["optimization"]}
+    floors = tuple(noise_floor(p) for p in controls)
+    settings = {"metric": METRIC, "confidence": 0.95, "min_window": min_steps, "window_start": start,
+                "margin_factor": margin_factor, "max_drift_dex": 0.5, "bootstrap_replicates": n_boot, "seed": seed,
+                "reference": reference[0].name if reference else None,
+                "dose_ratio": "per replicate, median over the unsaturated window of log10(E_X/E_P), E = whole-model "
+                              "rel_l2; pooled mean over replicates with a t interval (R-1 degrees of freedom)",
+                "outcome": "mean over the last 10% of steps of (l_a - l_b) / l_b; margin = factor x the seed "
+                           "pair's spread over replicates"}
+    return Analysis(tuple(pairs), growth, tuple(verdicts), floors, tuple(_warnings(pairs, floors, role)), settings,
+                    legacy_ratios, calibration)
+
+
+def _with_calibration(v: Verdict, study, reference, calibration) -> Verdict:
+    """The studied pair's equivalent gradient-noise dose, when a calibration of this recipe exists."""
+    if calibration is None or not math.isfinite(v.dose.mean) or not v.dose_like or not reference:
+        return v
+    from divergence.analysis.calibration import equivalent_dose, place_reference, recipe_identity
+
+    if calibration.get("recipe", {}).get("id") != recipe_identity(study[0].recipe)["id"]:
+        return replace(v, caveats=v.caveats + ("the calibration given is for another recipe: no equivalent dose",))
+    calibration = place_reference(calibration, reference, v.window)
+    dose = equivalent_dose(calibration, v.dose.mean, reference[0].name)
+    if dose is None:
+        return v
+    v = replace(v, equivalent_dose=dose)
+    return replace(v, headline=headline(v, study[0].label, reference[0].label, _floor_text(v)))
+
+
+def _floor_text(v: Verdict) -> str | None:
+    return next((c for c in v.caveats if "run-to-run floor" in c), None)
 
 
 def _warnings(pairs: list[PairData], floors: tuple[NoiseFloor, ...], role: dict) -> list[str]:
     warnings = []
     if not role["optimization"]:
         warnings.append("no pair under study (category optimization): the report shows the pairs but gives no verdict")
+    if len(role["precision"]) > 1:
+        names = ", ".join(runs[0].name for runs in role["precision"][1:])
+        warnings.append(f"several precision pairs: the verdict uses {role['precision'][0][0].name}; {names} are "
+                        "shown but not used as the reference")
     for floor in floors:
         if not floor.exact:
             warnings.append(f"control pair {floor.pair} is not exactly zero (peak Wasserstein "
                             f"{floor.peak['wasserstein']:.3g}, max difference {floor.peak['max_abs_diff']:.3g})")
     for pair in pairs:
         if not len(pair.steps):
-            warnings.append(f"{pair.name}: no tracked steps in its metrics store")
+            warnings.append(f"{pair.key}: no tracked steps in its metrics store")
         bad = nonfinite_layers(pair)
         if bad:
-            warnings.append(f"{pair.name}: {len(bad)} layers hold NaN/inf at some step (first: {bad[0]}); "
-                            "they are left out of its growth rates")
+            warnings.append(f"{pair.key}: {len(bad)} layers hold NaN/inf at some step (first: {bad[0]}); "
+                            "they are left out of its legacy growth rates")
+        if pair.category != "optimization" and not pair.finished:
+            warnings.append(f"{pair.key} is unfinished (last step {pair.last_step} of {pair.max_steps})")
     layer_sets = {frozenset(p.layers) for p in pairs if p.layers}
     if len(layer_sets) > 1:
-        warnings.append("the pairs do not record the same layers; ratios use the layers both pairs recorded")
+        warnings.append("the pairs do not record the same layers; legacy ratios use the layers both pairs recorded")
     return warnings
 
 
 def to_summary(analysis: Analysis) -> dict:
-    """Every number behind the verdicts, as plain data (the layout of ``summary.json``)."""
+    """Every number behind the verdicts, as plain data (``summary.json``, schema 2)."""
     return {
         "schema": SCHEMA,
         "settings": analysis.settings,
-        "verdicts": [_verdict_dict(v) for v in analysis.verdicts],
+        "verdicts": [verdict_dict(v) for v in analysis.verdicts],
+        "legacy_slope_ratio": {"note": legacy.NOTE, "used_by_verdict": False,
+                               "ratios": {s: [legacy.ratio_dict(r) for r in rs] for s, rs in analysis.legacy.items()}},
         "noise_floor": [asdict(f) for f in analysis.noise_floors],
-        "pairs": {p.name: _pair_dict(p, analysis.growth[p.name]) for p in analysis.pairs},
+        "pairs": {p.key: _pair_dict(p, analysis.growth[p.key]) for p in analysis.pairs},
         "warnings": list(analysis.warnings),
+        "calibration": _calibration_dict(analysis.calibration),
     }
 
 
-def _verdict_dict(v: Verdict) -> dict:
+def verdict_dict(v: Verdict) -> dict:
+    """One entry of ``verdicts`` (the schema-2 contract)."""
+    usable = [e for e in v.estimates if e.usable]
     return {
         "study": v.study, "status": v.status, "headline": v.headline,
-        "reasons": list(v.reasons), "caveats": list(v.caveats),
-        "metrics": {m: {"status": mv.status, "sentence": mv.sentence, "reasons": list(mv.reasons),
-                        "ratios": [_ratio_dict(r) for r in mv.ratios]} for m, mv in v.metrics.items()},
+        "dose_ratio": {"reference": v.reference, "metric": METRIC, **_pooled(v.dose, "log10"),
+                       "window": list(v.window) if v.window else None},
+        "outcome": {**_pooled(v.outcome, "mean"), "margin": _num(v.margin), "source": v.outcome_source},
+        "reasons": list(v.reasons), "caveats": list(v.caveats), "indicative": v.indicative,
+        "function_space": {"metric": "probe_rel_diff", **_pooled(v.dose_function, "log10")},
+        "flatness": {"drift_dex": _num(v.drift), "max_drift_dex": 0.5, "dose_like": v.dose_like},
+        "lambda": {k: _num(np.mean([e.lam[k] for e in usable])) if usable else None for k in ("study", "reference")},
+        "t10": _phi_steps(v, "t10"), "t50": _phi_steps(v, "t50"),
+        "noise_floor_ratio": _num(v.floor), "equivalent_dose": v.equivalent_dose,
+        "outcome_per_replicate": {str(r): _num(d) for r, d in v.extra.get("outcome_per_replicate", {}).items()},
+        "per_replicate": [{"replicate": e.replicate, "space": e.space, "window": list(e.window) if e.window else None,
+                           "steps_in_window": e.n_window, "log10": _num(e.log10),
+                           "log10_function": _num(e.log10_function), "drift_dex": _num(e.drift),
+                           "lambda": {k: _num(x) for k, x in e.lam.items()}, "t10": e.t10, "t50": e.t50}
+                          for e in v.estimates],
     }
 
 
-def _ratio_dict(r) -> dict:
-    return {"reference": r.reference, "ratio": r.estimate.value, "lo": r.estimate.lo, "hi": r.estimate.hi,
-            "study_rate": r.study_rate, "reference_rate": r.reference_rate,
-            "reference_growing": r.reference_growing, "steps": r.estimate.n_steps, "layers": r.estimate.n_layers,
-            "replicates": r.estimate.n_boot}
+def _pooled(p: Pooled, key: str) -> dict:
+    return {key: _num(p.mean), "lo": _num(p.lo), "hi": _num(p.hi), "replicates": p.n}
+
+
+def _phi_steps(v: Verdict, which: str) -> dict:
+    """Per pair role: each replicate's first step with phi at the level (None: censored) and the median."""
+    out = {}
+    for role in ("study", "reference"):
+        steps = [getattr(e, which).get(role) for e in v.estimates]
+        reached = [s for s in steps if s is not None]
+        out[role] = {"per_replicate": steps, "median": float(np.median(reached)) if reached else None,
+                     "censored": len(steps) - len(reached)}
+    return out
+
+
+def _num(x):
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _calibration_dict(calibration: dict | None) -> dict | None:
+    if calibration is None:
+        return None
+    return {"recipe": calibration.get("recipe"), "line": calibration.get("line"),
+            "criteria": {k: c.get("pass") for k, c in (calibration.get("criteria") or {}).items()}}
 
 
 def _pair_dict(p: PairData, growth: dict[str, Estimate]) -> dict:
     n = len(p.steps)
     return {
+        "name": p.name, "replicate": p.replicate,
         "category": p.category, "description": p.description, "folder": p.folder, "arms": p.arms,
         "finished": p.finished, "last_step": p.last_step, "max_steps": p.max_steps,
-        "tracked_steps": n, "layers": len(p.layers),
+        "tracked_steps": n, "layers": len(p.layers), "probe": p.has_probe(),
         "growth_rate": {m: asdict(growth[m]) for m in METRICS},
         "model": {m: {"first": float(p.model[m][0]) if n else None, "final": float(p.model[m][-1]) if n else None,
                       "peak": float(np.nanmax(p.model[m])) if n and np.isfinite(p.model[m]).any() else None}
                   for m in METRICS},
-        # whole-model values, and the numel-weighted layer mean y(t) the growth rate is fitted to
-        "trajectory": {"step": p.steps.tolist(), **{m: p.model[m].tolist() for m in METRICS},
+        "trajectory": {"step": p.steps.tolist(), "rel_l2": p.rel_l2.tolist(),
+                       "probe_rel_diff": p.probe.get("probe_rel_diff", np.zeros(0)).tolist(),
+                       **{m: p.model[m].tolist() for m in METRICS},
                        **{f"layer_mean_{m}": layer_mean(p, m).tolist() for m in METRICS}},
         "top_layers": top_layers(p),
         "kinds": kind_table(p),

@@ -30,6 +30,8 @@ from divergence.metrics.grouping import summarize
 # distributions, and the elementwise maximum absolute difference.
 METRICS = ("wasserstein", "max_abs_diff")
 METRIC_LABELS = {"wasserstein": "Wasserstein distance", "max_abs_diff": "max difference"}
+# optional keys of a tracked step record: the function-space probe (F(t), and both arms' losses on it)
+PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")
 
 
 @dataclass(frozen=True)
@@ -54,11 +56,27 @@ class PairData:
     spikes: dict[str, np.ndarray]  # "a"/"b" -> (S,) bool, the trainer's loss-spike flags
     folder: str = ""
     arms: dict = field(default_factory=dict)
+    replicate: int = 0  # pair runs are identified by (name, replicate)
+    recipe: dict = field(default_factory=dict)  # the resolved base recipe from pair.json
+    # E(t): whole-model ||theta_a - theta_b|| / ||theta_b|| at the tracked steps, (T,)
+    rel_l2: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # the function-space probe at the tracked steps: PROBE_KEYS -> (T,), NaN where not recorded
+    probe: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         """What a person reads: the description, else the name."""
         return self.description or self.name
+
+    @property
+    def key(self) -> str:
+        """Unique among the inputs: the name, with the replicate when it is not 0."""
+        return self.name if self.replicate == 0 else f"{self.name}#{self.replicate}"
+
+    def has_probe(self) -> bool:
+        """Whether the store recorded the probe (``probe_rel_diff``) at any tracked step."""
+        values = self.probe.get("probe_rel_diff")
+        return values is not None and bool(np.isfinite(values).any())
 
     def relative(self, metric: str) -> np.ndarray:
         """R(t) = D(t) - D(t_1): growth of the whole-model metric since the first tracked step."""
@@ -73,8 +91,11 @@ class PairData:
         return np.isfinite(values).all(axis=1)
 
 
-def pair_from_records(info, step_records: list[dict], tensor_records, folder: str = "") -> PairData:
-    """Build a ``PairData`` from a ``PairInfo`` and the store's step and tensor records."""
+def pair_from_records(info, step_records: list[dict], tensor_records, folder: str = "",
+                      replicate: int | None = None) -> PairData:
+    """Build a ``PairData`` from a ``PairInfo`` and the store's step and tensor records.
+
+    ``replicate`` defaults to ``info.replicate`` (0 where pair.json has none)."""
     step_records = sorted(step_records, key=lambda r: r["step"])
     tracked = [r for r in step_records if r.get("tracked")]
     steps = np.array([r["step"] for r in tracked], dtype=np.int64)
@@ -93,6 +114,10 @@ def pair_from_records(info, step_records: list[dict], tensor_records, folder: st
         loss_steps=np.array([r["step"] for r in step_records], dtype=np.int64),
         loss={arm: np.array([_float(r.get(f"loss_{arm}")) for r in step_records]) for arm in "ab"},
         spikes={arm: np.array([bool(r.get(f"spike_{arm}")) for r in step_records], dtype=bool) for arm in "ab"},
+        replicate=int(getattr(info, "replicate", 0) or 0) if replicate is None else int(replicate),
+        recipe=dict(getattr(info, "recipe", None) or {}),
+        rel_l2=np.array([_model_value(r, by_step[r["step"]], "rel_l2") for r in tracked], dtype=float),
+        probe={k: np.array([_float(r.get(k)) for r in tracked]) for k in PROBE_KEYS},
     )
 
 

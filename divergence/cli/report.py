@@ -17,18 +17,23 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "report",
         help="the bounding verdict and its report (HTML, Markdown, JSON, figures) from pair runs",
-        description="Analyse finished pair runs: growth of the weight difference per pair, its ratio to the "
-        "low-precision and seed pairs with bootstrap intervals, and the verdict. Writes report.html, report.md, "
-        "summary.json and figures/ into --out, and logs them to wandb (offline unless wandb is configured).",
+        description="Analyse pair runs (replicates grouped by pair name): the dose ratio of each pair under study "
+        "against the low-precision pair, log10(E_X/E_P) over the unsaturated window pooled over replicates, the "
+        "outcome against the seed pair's spread, and the verdict. Writes report.html, report.md, summary.json and "
+        "figures/ into --out, and logs them to wandb (offline unless wandb is configured).",
     )
     p.add_argument("dirs", nargs="+", metavar="DIR", help="a pair run folder, or a folder of them (a study)")
     p.add_argument("--out", metavar="DIR", help="where to write the report (default: DIR when one is given)")
     p.add_argument("--no-wandb", action="store_true", help="do not log the report to wandb")
     p.add_argument("--wandb-project", metavar="NAME", help="wandb project (default: $WANDB_PROJECT or divergence)")
-    p.add_argument("--bootstrap", type=int, default=2000, metavar="N", help="bootstrap replicates (default 2000)")
+    p.add_argument("--bootstrap", type=int, default=2000, metavar="N",
+                   help="bootstrap replicates of the legacy slope ratios in the appendix (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap draws (default 0)")
     p.add_argument("--min-steps", type=int, default=5, metavar="N",
-                   help="tracked steps two pairs must share for a verdict (default 5)")
+                   help="tracked steps the unsaturated window must hold in a replicate (default 5)")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="calibration.json from divergence calibrate, to state equivalent gradient-noise doses "
+                        "(default: a calibration.json next to the inputs)")
     return p
 
 
@@ -37,10 +42,11 @@ def run(args) -> int:
     if args.bootstrap < 100:
         raise UserInputError(f"--bootstrap {args.bootstrap}: use at least 100 replicates for a 95% interval")
     if args.min_steps < 3:
-        raise UserInputError(f"--min-steps {args.min_steps}: a slope with an interval needs at least 3 steps")
+        raise UserInputError(f"--min-steps {args.min_steps}: a window needs at least 3 steps for a local rate")
     from divergence.report import build_report
 
-    report = build_report(args.dirs, out, n_boot=args.bootstrap, seed=args.seed, min_steps=args.min_steps)
+    report = build_report(args.dirs, out, n_boot=args.bootstrap, seed=args.seed, min_steps=args.min_steps,
+                          calibration=args.calibration)
     print_report(report)
     if not args.no_wandb:
         log_report_to_wandb(report, args.wandb_project)
@@ -56,9 +62,11 @@ def _out_dir(args) -> Path:
 
 
 def print_report(report) -> None:
+    from divergence.report.content import notes
+
     for v in report.analysis.verdicts:
         print(v.headline)
-        for note in (*v.reasons, *v.caveats):
+        for note in notes(v):
             print(f"  - {note}")
     if not report.analysis.verdicts:
         print("No verdict: no pair under study (category optimization) among the inputs.")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from divergence.analysis import MIN_STEPS, Analysis, analyze, to_summary
+from divergence.analysis.dose import probe_values
 from divergence.analysis.growth import N_BOOT
 from divergence.errors import UserInputError
 from divergence.report.figures import all_figures
@@ -17,6 +19,7 @@ from divergence.report.markdown import render_markdown
 from divergence.tables import write_csv, write_json
 
 FIGURES_DIR = "figures"
+CALIBRATION_FILE = "calibration.json"
 
 
 @dataclass
@@ -30,15 +33,19 @@ class Report:
 
 
 def build_report(inputs: list[str | Path], out: str | Path, n_boot: int = N_BOOT, seed: int = 0,
-                 min_steps: int = MIN_STEPS) -> Report:
-    """Read the pair runs under ``inputs``, analyse them and write the report into ``out``."""
+                 min_steps: int = MIN_STEPS, calibration: str | Path | None = None) -> Report:
+    """Read the pair runs under ``inputs``, analyse them and write the report into ``out``.
+
+    ``calibration``: a ``calibration.json`` (``divergence calibrate``); when None, one lying next to
+    the inputs (in an input folder or its parent) is used."""
     pairs = load_pairs(inputs)  # first: bad input must not leave an empty report folder behind
+    calibration_data = load_calibration(calibration, inputs)
     out = Path(out).resolve()
     try:
         (out / FIGURES_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UserInputError(f"{out}: cannot create the report folder: {err.strerror or err}") from None
-    analysis = analyze(pairs, n_boot=n_boot, seed=seed, min_steps=min_steps)
+    analysis = analyze(pairs, n_boot=n_boot, seed=seed, min_steps=min_steps, calibration=calibration_data)
     summary = to_summary(analysis)
     generated = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     summary["generated"] = generated
@@ -47,7 +54,8 @@ def build_report(inputs: list[str | Path], out: str | Path, n_boot: int = N_BOOT
     files = [out / "summary.json", out / "trajectories.csv", out / "report.md", out / "report.html"]
     write_json(files[0], summary)
     write_csv(files[1], _trajectory_rows(analysis), ("pair", "category", "step", "wasserstein", "max_abs_diff",
-                                                     "relative_wasserstein", "relative_max_abs_diff"))
+                                                     "relative_wasserstein", "relative_max_abs_diff", "replicate",
+                                                     "rel_l2", "probe_rel_diff"))
     _write_text(files[2], render_markdown(analysis, figures, out, generated))
     _write_text(files[3], render_html(analysis, figures, generated))
     return Report(analysis, summary, out, files, figures)
@@ -57,8 +65,31 @@ def _trajectory_rows(analysis: Analysis):
     for p in analysis.pairs:
         rel = {m: p.relative(m) for m in p.model}
         for i, step in enumerate(p.steps.tolist()):
-            yield {"pair": p.name, "category": p.category, "step": step,
+            yield {"pair": p.name, "category": p.category, "step": step, "replicate": p.replicate,
+                   "rel_l2": float(p.rel_l2[i]), "probe_rel_diff": float(probe_values(p)[i]),
                    **{m: float(p.model[m][i]) for m in p.model}, **{f"relative_{m}": float(rel[m][i]) for m in rel}}
+
+
+def load_calibration(path: str | Path | None, inputs: list[str | Path]) -> dict | None:
+    """The calibration to state equivalent doses with: ``path``, or ``calibration.json`` next to the inputs."""
+    if path is None:
+        found = [c for d in map(Path, inputs) for c in (d / CALIBRATION_FILE, d.parent / CALIBRATION_FILE)
+                 if c.is_file()]
+        if not found:
+            return None
+        path = found[0]
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserInputError(f"{path}: no such calibration file; write one with divergence calibrate") from None
+    except (OSError, ValueError) as err:
+        raise UserInputError(f"{path}: unreadable calibration ({err})") from None
+    missing = [k for k in ("recipe", "line", "anchor_curve", "criteria") if k not in data]
+    if not isinstance(data, dict) or missing:
+        raise UserInputError(f"{path}: not a calibration.json (missing {', '.join(missing) or 'everything'}); "
+                             "write one with divergence calibrate")
+    return data
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -12,27 +12,52 @@ from dataclasses import dataclass
 from divergence.analysis import METRIC_LABELS, METRICS, Analysis, PairData, kind_table, top_layers
 from divergence.analysis.growth import Estimate
 
-ROLES = {"optimization": "under study", "precision": "upper bound", "seed": "reference", "control": "noise floor"}
+ROLES = {"optimization": "under study", "precision": "reference (the dose ratio's yardstick)",
+         "seed": "ceiling (phi) and outcome margin", "control": "noise floor"}
 PER = 1000  # growth rates per this many steps
 
 METHOD = [
-    "Each pair trains two models that differ in one thing and compares their weights at tracked steps: "
-    "the 1-D Wasserstein distance between each tensor's value distributions and the maximum absolute "
-    "elementwise difference (as in Golden et al., \"Is Flash Attention Stable?\", 2024, Fig. 7).",
-    "Growth rate g: the least-squares slope, over the tracked steps, of y(t) = sum_l n_l D_l(t) / sum_l n_l, "
-    "the mean of the per-layer metric D_l weighted by each layer's element count n_l. For the Wasserstein "
-    "distance y(t) is the whole-model value. Relative growth is y(t) - y(t_1), the increase since the first "
-    "tracked step (the paper's Fig. 8); subtracting a constant leaves the slope unchanged.",
-    "Intervals: 95% percentile bootstrap that resamples layers and steps with replacement. A ratio "
-    "g_study / g_reference is fitted on the steps and layers both pairs recorded, and its interval comes "
-    "from the joint bootstrap (the same draws for both pairs). Consecutive steps are correlated, so "
-    "intervals are on the narrow side.",
-    "Verdict: bounded when the pair under study grows clearly slower than every low-precision pair (whole "
-    "interval below 1) and not clearly faster than a seed change (interval not above 1); not bounded when "
-    "it grows clearly faster than either; inconclusive when an interval against a low-precision pair holds 1 "
-    "or the set-up is incomplete (missing reference, non-zero control, unfinished run). The paper found "
-    "Flash Attention's drift comparable to or below a seed change and about 2-5x below FP16 vs FP32.",
+    "Each pair trains two models that differ in one thing, from the same initial weights and on the same "
+    "batches, and compares them at tracked steps. E(t) = ||theta_a - theta_b|| / ||theta_b|| (whole model); "
+    "F(t), when the probe is recorded, is the same for both arms' outputs on a fixed probe set evaluated in "
+    "the reference numerics; phi(t) = F(t) / F_seed(t) is the fraction of the way to a different-seed model.",
+    "Why not a ratio of slopes: two arms that differ by a small numeric change separate like a chaotic system. "
+    "Every pair's difference grows at the same exponential rate (the recipe's lambda) until it saturates near "
+    "the seed-to-seed level, the larger dose first, so E_X(t) / E_P(t) is the ratio of the per-step doses "
+    "while both grow, whatever the horizon, whereas a ratio of slopes drifts with the horizon and crosses 1.",
+    "Dose ratio: per replicate, the median of log10(E_X / E_P) over the unsaturated window (steps where phi < 0.1 "
+    "for both pairs and their local log-growth rates are within a factor 2; without the probe, where the "
+    "reference still grows at least half as fast as the pair under study); pooled as a mean over replicates "
+    "with a t interval. A drift above 0.5 dex across the window is 'not dose-like'. The function-space twin "
+    "uses F instead of E. lambda: slope of ln E over the window; t10 / t50: first step with phi >= 0.1 / 0.5.",
+    "Outcome: Delta = mean over the last 10% of steps of (l_a - l_b) / l_b (probe losses, else training losses "
+    "on the shared batches), against the margin m = 0.5 x the seed pair's spread of Delta over replicates.",
+    "Verdict: bounded when the dose ratio's interval lies below 0 (X perturbs less than low precision) and the "
+    "outcome interval lies within (-m, m); not bounded when the dose ratio's interval lies above 0 or the "
+    "outcome interval lies outside (-m, m); inconclusive otherwise, with the reason; no verdict without a "
+    "precision pair, with a window under 5 steps, or with a control pair (two identical arms) that differs as "
+    "much as the pair under study. A non-zero control smaller than that is the hardware's run-to-run floor, and "
+    "the pair is stated against it. One replicate gives point estimates only: preliminary.",
+    "Appendix: the first version's ratio of growth rates (least-squares slope of the raw metric over the whole "
+    "run, bootstrap over layers and steps) is kept for comparison. It depends on the horizon and the verdict "
+    "does not use it.",
 ]
+
+
+LOG_E_CAPTION = ("E(t) of every replicate of every pair, log scale; shaded: steps where the reference pair has "
+                 "saturated (phi >= 0.1). Before saturation all pairs grow at one rate: parallel lines.")
+DOSE_CAPTIONS = (
+    ("dose_ratio", "log10(E_X/E_P) over training per replicate; bold: the unsaturated window the estimate reads; "
+                   "black line and band: the pooled estimate and its 95% t interval."),
+    ("phi", "phi(t), the fraction of the way to a different-seed model, of the pair under study (red) and the "
+            "reference (orange) per replicate; vertical lines: t10 (dotted) and t50 (dashed)."),
+    ("outcome", "The outcome Delta per replicate against the seed margin (-m, m); the seed pair's own Delta "
+                "per replicate below it."),
+)
+LEGACY_NOTE = ("Horizon-dependent and unused by the verdict: the ratio of least-squares slopes of the raw metric "
+               "over the whole run, with a bootstrap over layers and steps, read on the lowest replicate. It "
+               "mixes the dose ratio with where each curve sits on its exponential, and drifts towards 1 once "
+               "the reference saturates.")
 
 
 @dataclass(frozen=True)
@@ -60,15 +85,15 @@ def rate(e: Estimate) -> str:
 
 
 def ratio_table(analysis: Analysis) -> Table:
+    """The legacy ratios of growth rates (appendix; horizon-dependent, unused by the verdict)."""
     rows = []
-    for v in analysis.verdicts:
-        for metric, mv in v.metrics.items():
-            for r in mv.ratios:
-                e = r.estimate
-                ci = f"{number(e.lo)} – {number(e.hi)}" if e.defined else "undefined"
-                rows.append((v.study, r.reference, METRIC_LABELS[metric], number(e.value), ci,
-                             number(r.study_rate * PER), number(r.reference_rate * PER), str(e.n_steps),
-                             str(e.n_layers)))
+    for study, ratios in analysis.legacy.items():
+        for r in ratios:
+            e = r.estimate
+            ci = f"{number(e.lo)} – {number(e.hi)}" if e.defined else "undefined"
+            rows.append((study, r.reference, METRIC_LABELS[r.metric], number(e.value), ci,
+                         number(r.study_rate * PER), number(r.reference_rate * PER), str(e.n_steps),
+                         str(e.n_layers)))
     return Table(("pair under study", "reference", "metric", "ratio of rates", "95% CI", f"g study /{PER} steps",
                   f"g reference /{PER} steps", "steps", "layers"), tuple(rows), align_left=3)
 
@@ -76,16 +101,73 @@ def ratio_table(analysis: Analysis) -> Table:
 def pairs_table(analysis: Analysis) -> Table:
     rows = []
     for p in analysis.pairs:
-        g = analysis.growth[p.name]
+        g = analysis.growth[p.key]
         n = len(p.steps)
-        rows.append((p.name, ROLES.get(p.category, p.category), p.label,
+        rows.append((p.name, str(p.replicate), ROLES.get(p.category, p.category), p.label,
                      "yes" if p.finished else f"no (step {p.last_step} of {p.max_steps})", str(n),
                      *(number(float(p.model[m][-1])) if n else "–" for m in METRICS),
                      *(rate(g[m]) for m in METRICS)))
-    columns = ("pair", "role", "description", "finished", "tracked steps",
+    columns = ("pair", "replicate", "role", "description", "finished", "tracked steps",
                *(f"final {METRIC_LABELS[m]}" for m in METRICS), *(f"g {METRIC_LABELS[m]} /{PER} steps (95% CI)"
                                                                    for m in METRICS))
-    return Table(columns, tuple(rows), align_left=4)
+    return Table(columns, tuple(rows), align_left=5)
+
+
+def estimates_table(analysis: Analysis) -> Table:
+    """Every estimate behind each verdict: one row per replicate, then the pooled row."""
+    rows = []
+    for v in analysis.verdicts:
+        deltas = v.extra.get("outcome_per_replicate", {})
+        for e in v.estimates:
+            window = f"{e.window[0]}-{e.window[1]}" if e.window else "–"
+            rows.append((v.study, str(e.replicate), e.space, window, str(e.n_window), signed(e.log10),
+                         signed(e.log10_function), signed(e.drift), number(e.lam.get("study")),
+                         number(e.lam.get("reference")), censored(e.t10.get("reference")),
+                         censored(e.t50.get("reference")), censored(e.t10.get("study")),
+                         number(deltas.get(e.replicate))))
+        window = f"{v.window[0]}-{v.window[1]}" if v.window else "–"
+        rows.append((v.study, f"pooled ({v.dose.n})", "", window, "", interval(v.dose), interval(v.dose_function),
+                     signed(v.drift), "", "", "", "", "", interval(v.outcome, signed=False)))
+    return Table(("pair under study", "replicate", "space", "window", "steps", "log10 E_X/E_P", "log10 F_X/F_P",
+                  "drift (dex)", "lambda X /step", "lambda P /step", "t10 P", "t50 P", "t10 X", "outcome Delta"),
+                 tuple(rows), align_left=3)
+
+
+def notes(v) -> list[str]:
+    """A verdict's reasons and caveats, less those its headline already says."""
+    return [n for n in (*v.reasons, *v.caveats) if n.lower() not in v.headline.lower()]
+
+
+def signed(value) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{value:+.2f}"
+
+
+def censored(step) -> str:
+    return "not reached" if step is None else str(step)
+
+
+def interval(p, signed: bool = True) -> str:
+    """A pooled value with its 95% t interval, or the point estimate alone (one replicate)."""
+    fmt = (lambda x: f"{x:+.2f}") if signed else number
+    if not math.isfinite(p.mean):
+        return "–"
+    return f"{fmt(p.mean)} ({fmt(p.lo)} – {fmt(p.hi)})" if p.interval else f"{fmt(p.mean)} (no interval)"
+
+
+def calibration_text(analysis: Analysis) -> list[str]:
+    """What the calibration says, when one was given."""
+    c = analysis.calibration
+    if c is None:
+        return []
+    criteria = c.get("criteria") or {}
+    failed = [k for k, v in criteria.items() if not v.get("pass")]
+    line = c.get("line") or {}
+    out = [f"Calibration ladder (recipe {c.get('recipe', {}).get('id')}): slope {number(line.get('slope'))} "
+           f"against log10 of the true dose ratio; " + ("every criterion passes." if not failed else
+                                                        f"failed criteria: {', '.join(failed)}.")]
+    out += [f"{v.study}: perturbs training like a relative gradient noise of {v.equivalent_dose:.1g} per step."
+            for v in analysis.verdicts if v.equivalent_dose is not None]
+    return out
 
 
 def top_layers_table(pair: PairData) -> Table:
@@ -107,6 +189,8 @@ def noise_floor_text(analysis: Analysis) -> list[str]:
     if not analysis.noise_floors:
         return ["No control pair: determinism was not checked, so part of each pair's drift may be "
                 "run-to-run noise."]
+    floors = [f"{v.study}: {number(v.floor)} times the control's difference (median over shared steps)."
+              for v in analysis.verdicts if v.floor is not None]
     out = []
     for f in analysis.noise_floors:
         if f.exact:
@@ -117,7 +201,7 @@ def noise_floor_text(analysis: Analysis) -> list[str]:
                        f"Wasserstein {number(f.peak['wasserstein'])}, peak max difference "
                        f"{number(f.peak['max_abs_diff'])}). This is the noise floor: drift at or below it "
                        "cannot be told apart from run-to-run nondeterminism.")
-    return out
+    return out + floors
 
 
 def all_zero(pair: PairData) -> bool:

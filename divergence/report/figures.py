@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 
 from divergence.analysis import METRIC_LABELS, METRICS, Analysis, PairData, layer_mean  # noqa: E402
+from divergence.report.dose_figures import dose_figures  # noqa: E402
 
 COLORS = {"optimization": "#d62728", "precision": "#ff7f0e", "seed": "#1f77b4", "control": "#7f7f7f"}
 STYLES = ("-", "--", ":", "-.")
@@ -28,6 +29,11 @@ DPI = 110
 def short_label(pair) -> str:
     """A legend-sized name: the description when it is short, else the pair's name."""
     return pair.label if len(pair.label) <= 48 else pair.name
+
+
+def run_label(pair) -> str:
+    """The legend name of one run: the pair's, with its replicate when there are several."""
+    return short_label(pair) + (f" (r{pair.replicate})" if pair.replicate else "")
 
 
 def file_stem(name: str) -> str:
@@ -43,13 +49,16 @@ def _finish(fig, path: Path) -> Path:
 
 
 def _style(pairs: list[PairData]) -> dict[str, dict]:
-    """Colour by role; line style tells apart several pairs of one role."""
+    """Colour by role; line style tells apart several pairs of one role (replicates share a style)."""
     seen: dict[str, int] = {}
+    names: dict[str, dict] = {}
     out = {}
     for p in pairs:
-        i = seen.get(p.category, 0)
-        seen[p.category] = i + 1
-        out[p.name] = {"color": COLORS.get(p.category, "black"), "linestyle": STYLES[i % len(STYLES)]}
+        if p.name not in names:
+            i = seen.get(p.category, 0)
+            seen[p.category] = i + 1
+            names[p.name] = {"color": COLORS.get(p.category, "black"), "linestyle": STYLES[i % len(STYLES)]}
+        out[p.name] = out[p.key] = names[p.name]
     return out
 
 
@@ -63,7 +72,7 @@ def trajectory(analysis: Analysis, metric: str, out_dir: Path) -> Path | None:
     for p in pairs:
         values = p.model[metric]
         positive = values > 0
-        label = f"{short_label(p)} [{p.category}]"
+        label = f"{run_label(p)} [{p.category}]"
         if not positive.any():
             ax.plot([], [], label=f"{label}: exactly 0, not drawn", **style[p.name])
             continue
@@ -87,11 +96,11 @@ def relative_growth(analysis: Analysis, metric: str, out_dir: Path) -> Path | No
     for p in pairs:
         y = layer_mean(p, metric)
         rel = y - y[0]
-        g = analysis.growth[p.name][metric]
+        g = analysis.growth[p.key][metric]
         rate = f"g = {g.value * 1000:.3g}/1k steps" if np.isfinite(g.value) else "g undefined"
         if g.defined:
             rate += f" ({g.lo * 1000:.3g}-{g.hi * 1000:.3g})"
-        ax.plot(p.steps, rel, marker="o", markersize=2.5, label=f"{short_label(p)}: {rate}", **style[p.name])
+        ax.plot(p.steps, rel, marker="o", markersize=2.5, label=f"{run_label(p)}: {rate}", **style[p.name])
         if np.isfinite(g.value):
             fit = g.value * (p.steps - p.steps.mean()) + rel.mean()  # the OLS line through the points
             ax.plot(p.steps, fit, color=style[p.name]["color"], alpha=0.45, linewidth=1,
@@ -106,23 +115,26 @@ def relative_growth(analysis: Analysis, metric: str, out_dir: Path) -> Path | No
 
 def growth_rates(analysis: Analysis, out_dir: Path) -> Path | None:
     """Growth rate g of every pair with its bootstrap interval, one panel per metric."""
-    pairs = [p for p in analysis.pairs if np.isfinite(analysis.growth[p.name]["wasserstein"].value)]
+    pairs = [p for p in analysis.pairs if np.isfinite(analysis.growth[p.key]["wasserstein"].value)]
     if not pairs:
         return None
     fig, axes = plt.subplots(1, len(METRICS), figsize=(11, 0.5 * len(pairs) + 1.8), sharey=True)
     ys = np.arange(len(pairs))[::-1]
     for ax, metric in zip(axes, METRICS):
         for y, p in zip(ys, pairs):
-            g = analysis.growth[p.name][metric]
-            err = [[g.value - g.lo], [g.hi - g.value]] if g.defined else None
-            ax.errorbar([g.value * 1000], [y], xerr=None if err is None else np.array(err) * 1000, fmt="o",
-                        color=COLORS.get(p.category, "black"), capsize=4)
+            g = analysis.growth[p.key][metric]
+            color = COLORS.get(p.category, "black")
+            if g.defined:  # drawn as a segment: a percentile interval need not contain its point estimate
+                ax.plot([g.lo * 1000, g.hi * 1000], [y, y], color=color, linewidth=1.5)
+                ax.plot([g.lo * 1000, g.hi * 1000], [y, y], color=color, linestyle="none", marker="|", markersize=9)
+            if np.isfinite(g.value):
+                ax.plot([g.value * 1000], [y], "o", color=color)
         ax.axvline(0, color="black", linewidth=0.6)
         ax.set_xlabel(f"g, {METRIC_LABELS[metric]} per 1k steps")
         ax.grid(True, axis="x", alpha=0.3)
     axes[0].set_yticks(ys)
-    axes[0].set_yticklabels([f"{short_label(p)} [{p.category}]" for p in pairs])
-    fig.suptitle("Growth rate of the weight difference (95% bootstrap interval)")
+    axes[0].set_yticklabels([f"{run_label(p)} [{p.category}]" for p in pairs])
+    fig.suptitle("Legacy: growth rate of the weight difference (95% bootstrap interval; horizon-dependent)")
     return _finish(fig, out_dir / "growth_rates.png")
 
 
@@ -181,7 +193,18 @@ def all_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
         figures[f"trajectory_{metric}"] = trajectory(analysis, metric, out_dir)
         figures[f"relative_{metric}"] = relative_growth(analysis, metric, out_dir)
     figures["growth_rates"] = growth_rates(analysis, out_dir)
-    for pair in analysis.pairs:
+    figures.update(dose_figures(analysis, out_dir))
+    for pair in shown_runs(analysis):
         figures[f"heatmap/{pair.name}"] = heatmap(pair, out_dir)
         figures[f"loss/{pair.name}"] = losses(pair, out_dir)
     return {k: v for k, v in figures.items() if v is not None}
+
+
+def shown_runs(analysis: Analysis) -> list[PairData]:
+    """One run per pair name (its lowest replicate) for the per-pair sections: layers and losses."""
+    seen, out = set(), []
+    for p in analysis.pairs:
+        if p.name not in seen:
+            seen.add(p.name)
+            out.append(p)
+    return out

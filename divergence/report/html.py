@@ -10,8 +10,10 @@ from divergence import __version__
 from divergence.analysis import METRIC_LABELS, METRICS, Analysis
 from divergence.report import content
 from divergence.report.content import Table
+from divergence.report.figures import shown_runs
 
-STATUS_COLORS = {"bounded": "#1a7f37", "not_bounded": "#cf222e", "inconclusive": "#9a6700", "no_verdict": "#57606a"}
+STATUS_COLORS = {"bounded": "#1a7f37", "not_bounded": "#cf222e", "inconclusive": "#9a6700", "no_verdict": "#57606a",
+                 "preliminary": "#0969da"}
 
 CSS = """
 body { font: 15px/1.5 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #1f2328; margin: 0;
@@ -40,21 +42,27 @@ def render_html(analysis: Analysis, figures: dict[str, Path], generated: str) ->
             f"{len(analysis.pairs)} pair runs</p>"]
     body += _verdicts(analysis)
     body += [f"<div class='warn'>{escape(w)}</div>" for w in analysis.warnings]
+    body += ["<h2>Dose ratio</h2>", _figure(figures.get("log_e"), content.LOG_E_CAPTION)]
+    for v in analysis.verdicts:
+        body += [_figure(figures.get(f"{kind}/{v.study}"), caption) for kind, caption in content.DOSE_CAPTIONS]
     if analysis.verdicts:
-        body += ["<h2>Ratios of growth rates</h2>", _table(content.ratio_table(analysis))]
+        body += ["<h3>Every estimate</h3>", _table(content.estimates_table(analysis))]
+    body += [f"<p>{escape(t)}</p>" for t in content.calibration_text(analysis)]
     body += ["<h2>Pairs</h2>", _table(content.pairs_table(analysis)), "<h3>Noise floor</h3>"]
     body += [f"<p>{escape(t)}</p>" for t in content.noise_floor_text(analysis)]
     body += ["<h2>Weight difference over training</h2>"]
     for metric in METRICS:
         body.append(_figure(figures.get(f"trajectory_{metric}"), f"Whole-model {METRIC_LABELS[metric]} per pair "
                             "(log scale; values of exactly 0 cannot be drawn on it)."))
-    body.append("<h2>Relative growth and growth rates</h2>")
+    for pair in shown_runs(analysis):
+        body += _pair_section(pair, figures)
+    body += ["<h2>Appendix: legacy ratio of growth rates</h2>", f"<p class='meta'>{escape(content.LEGACY_NOTE)}</p>"]
+    if analysis.verdicts:
+        body.append(_table(content.ratio_table(analysis)))
     for metric in METRICS:
         body.append(_figure(figures.get(f"relative_{metric}"), f"Increase of the layer-mean {METRIC_LABELS[metric]} "
                             "since the first tracked step; dashed: the least-squares fit whose slope is g."))
-    body.append(_figure(figures.get("growth_rates"), "Growth rate g of each pair with its 95% bootstrap interval."))
-    for pair in analysis.pairs:
-        body += _pair_section(pair, figures)
+    body.append(_figure(figures.get("growth_rates"), "Growth rate g of each run with its 95% bootstrap interval."))
     body += ["<h2>Method</h2>"] + [f"<p>{escape(t)}</p>" for t in content.METHOD]
     body.append("<p class='meta'>Every number above is in <code>summary.json</code> beside this file.</p>")
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
@@ -70,13 +78,10 @@ def _verdicts(analysis: Analysis) -> list[str]:
     out = []
     for v in analysis.verdicts:
         color = STATUS_COLORS[v.status]
-        other = [mv for m, mv in v.metrics.items() if m != "wasserstein" and mv.sentence]
         parts = [f"<div class='verdict' style='border-color:{color}'>",
                  f"<div class='status' style='color:{color}'>{escape(v.status.replace('_', ' '))}</div>",
                  f"<div class='headline'>{escape(v.headline)}</div>"]
-        parts += [f"<div>By {escape(METRIC_LABELS[mv.metric])} ({escape(mv.status.replace('_', ' '))}): "
-                  f"{escape(mv.sentence)}.</div>" for mv in other]
-        notes = list(v.reasons) + list(v.caveats)
+        notes = content.notes(v)
         if notes:
             parts.append("<ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
         out.append("".join(parts) + "</div>")

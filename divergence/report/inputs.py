@@ -7,6 +7,7 @@ runs trained in separate jobs or on other machines are reported on by copying th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from divergence.analysis import PairData, pair_from_records
@@ -36,14 +37,15 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
 
 
 def load_pairs(paths: list[str | Path]) -> list[PairData]:
-    """Read every pair run under ``paths``; pair names must be unique."""
+    """Read every pair run under ``paths``; (name, replicate) must be unique."""
     pairs, seen = [], {}
     for folder in find_runs(paths):
         pair = load_pair(folder)
-        if pair.name in seen:
-            raise UserInputError(f"{folder}: pair name {pair.name!r} is also used by {seen[pair.name]}; "
-                                 f"report on one of them, or rename one in its {PAIR_FILE}")
-        seen[pair.name] = folder
+        key = (pair.name, pair.replicate)
+        if key in seen:
+            raise UserInputError(f"{folder}: pair name {pair.name!r} replicate {pair.replicate} is also used by "
+                                 f"{seen[key]}; report on one of them, or set another 'replicate' in its {PAIR_FILE}")
+        seen[key] = folder
         pairs.append(pair)
     return pairs
 
@@ -55,10 +57,21 @@ def load_pair(folder: str | Path) -> PairData:
     if not store.exists():
         raise UserInputError(f"{store.path}: no metrics store here; was {folder} written by paired training?")
     try:
-        return pair_from_records(info, store.step_records(), store.tensor_records(), folder=str(folder))
+        return pair_from_records(info, store.step_records(), store.tensor_records(), folder=str(folder),
+                                 replicate=_replicate(folder, info))
     except (KeyError, TypeError) as err:
         raise UserInputError(f"{store.path}: a record lacks or mistypes the key {err}; "
                              "was it written by this version of divergence?") from None
+
+
+def _replicate(folder: Path, info: PairInfo) -> int:
+    """pair.json's ``replicate`` (0 when absent), read raw if this PairInfo predates the key."""
+    value = getattr(info, "replicate", None)
+    if value is None:
+        value = json.loads((folder / PAIR_FILE).read_text()).get("replicate", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UserInputError(f"{folder / PAIR_FILE}: 'replicate' is {value!r}; it must be an integer >= 0")
+    return value
 
 
 def _is_run(path: Path) -> bool:

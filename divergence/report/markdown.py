@@ -7,6 +7,7 @@ from pathlib import Path
 from divergence.analysis import METRIC_LABELS, METRICS, Analysis
 from divergence.report import content
 from divergence.report.content import Table
+from divergence.report.figures import shown_runs
 
 
 def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path, generated: str) -> str:
@@ -15,19 +16,20 @@ def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path,
         lines += ["**No verdict**: no pair under study (category optimization) among the inputs.", ""]
     for v in analysis.verdicts:
         lines += [f"**{v.headline}**", ""]
-        lines += [f"By {METRIC_LABELS[m]} ({mv.status.replace('_', ' ')}): {mv.sentence}." for m, mv in v.metrics.items()
-                  if m != "wasserstein" and mv.sentence]
-        lines += [f"- {note}" for note in (*v.reasons, *v.caveats)] + [""]
+        lines += [f"- {note}" for note in content.notes(v)] + [""]
     lines += [f"> Warning: {w}" for w in analysis.warnings] + ([""] if analysis.warnings else [])
+    lines += ["## Dose ratio", "", _image(figures.get("log_e"), out_dir, "log E(t)"), ""]
+    for v in analysis.verdicts:
+        lines += [_image(figures.get(f"{kind}/{v.study}"), out_dir, f"{kind} {v.study}") for kind, _ in
+                  content.DOSE_CAPTIONS] + [""]
     if analysis.verdicts:
-        lines += ["## Ratios of growth rates", "", _table(content.ratio_table(analysis)), ""]
+        lines += ["### Every estimate", "", _table(content.estimates_table(analysis)), ""]
+    lines += [*content.calibration_text(analysis), ""]
     lines += ["## Pairs", "", _table(content.pairs_table(analysis)), "", "### Noise floor", ""]
     lines += [*content.noise_floor_text(analysis), "", "## Weight difference over training", ""]
     lines += [_image(figures.get(f"trajectory_{m}"), out_dir, f"whole-model {METRIC_LABELS[m]}") for m in METRICS]
-    lines += ["", "## Relative growth and growth rates", ""]
-    lines += [_image(figures.get(f"relative_{m}"), out_dir, f"relative {METRIC_LABELS[m]}") for m in METRICS]
-    lines += [_image(figures.get("growth_rates"), out_dir, "growth rates"), ""]
-    for pair in analysis.pairs:
+    lines.append("")
+    for pair in shown_runs(analysis):
         lines += [f"## Pair {pair.name} ({content.ROLES.get(pair.category, pair.category)}: {pair.label})", "",
                   _image(figures.get(f"loss/{pair.name}"), out_dir, "loss"), "", content.spikes_text(pair), ""]
         if content.all_zero(pair):
@@ -36,6 +38,11 @@ def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path,
         lines += [_image(figures.get(f"heatmap/{pair.name}"), out_dir, "per-layer heatmap"), "",
                   "### Most divergent layers", "", _table(content.top_layers_table(pair)), "",
                   "### By kind of layer", "", _table(content.kinds_table(pair)), ""]
+    lines += ["## Appendix: legacy ratio of growth rates", "", f"_{content.LEGACY_NOTE}_", ""]
+    if analysis.verdicts:
+        lines += [_table(content.ratio_table(analysis)), ""]
+    lines += [_image(figures.get(f"relative_{m}"), out_dir, f"relative {METRIC_LABELS[m]}") for m in METRICS]
+    lines += [_image(figures.get("growth_rates"), out_dir, "growth rates"), ""]
     lines += ["## Method", ""] + [p + "\n" for p in content.METHOD]
     lines.append("Every number above is in `summary.json` beside this file.")
     return "\n".join(line for line in lines if line is not None) + "\n"

@@ -22,10 +22,14 @@ def flat_summary(summary: dict) -> dict[str, float | str]:
     for v in summary["verdicts"]:
         flat[f"verdict/{v['study']}/status"] = v["status"]
         flat[f"verdict/{v['study']}/headline"] = v["headline"]
-        for metric, mv in v["metrics"].items():
-            for r in mv["ratios"]:
-                for key in ("ratio", "lo", "hi"):
-                    flat[f"ratio/{v['study']}/{metric}/{r['reference']}/{key}"] = r[key]
+        for key in ("log10", "lo", "hi"):
+            flat[f"dose_ratio/{v['study']}/{key}"] = v["dose_ratio"][key]
+        for key in ("mean", "lo", "hi", "margin"):
+            flat[f"outcome/{v['study']}/{key}"] = v["outcome"][key]
+    for study, ratios in summary.get("legacy_slope_ratio", {}).get("ratios", {}).items():
+        for r in ratios:
+            for key in ("ratio", "lo", "hi"):
+                flat[f"legacy_ratio/{study}/{r['metric']}/{r['reference']}/{key}"] = r[key]
     for name, pair in summary["pairs"].items():
         for metric, g in pair["growth_rate"].items():
             for key in ("value", "lo", "hi"):

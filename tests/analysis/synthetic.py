@@ -10,6 +10,8 @@ so every layer's expected slope, and hence the pair's growth rate g, is r (per s
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -127,3 +129,136 @@ def _study_specs(study, precision, seed_rate, control, overrides):
         options = {"offset": 0.01 if category == "seed" else 0.0,  # different inits start apart
                    "seed": i, "description": description, "noise": 0.0 if category == "control" else 0.05}
         yield name, category, rate, options | overrides.get(name, {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Pair runs with a known dose (METHOD.md): shared exponential growth, then saturation.
+#
+# Pair p, replicate r, tracked step t >= 1 (E = 0 at step 0: both arms start from one init):
+#
+#     E_{p,r}(t) = u / (1 + u / E_sat),   u = eps_p * exp(lambda * t) * 10 ** (REP_DEX * z_{p,r}) * n_t
+#     F_{p,r}(t) = the same with scale K_F and saturation F_sat = 1 (the probe)
+#
+# z ~ N(0, 1) per pair and replicate (run-to-run variance), n_t lognormal per step. The seed pair
+# (different inits) sits at the seed level from step 0: E_S = E_sat, F_S = 1. So log10(E_X/E_P) =
+# log10(eps_X/eps_P) exactly while both are far below saturation, whatever the horizon.
+# The outcome: l_a = l_b (1 + OUTCOME * phi(t) * w_{p,r}), w ~ N(0, 1): a pair moves the final loss
+# in proportion to how far it has gone towards a different-seed model.
+# ---------------------------------------------------------------------------------------------
+
+LAMBDA = 0.02
+E_SAT = 1.0
+K_F = 2.0
+REP_DEX = 0.05
+STEP_DEX = 0.01
+OUTCOME = 0.02
+DOSE_LAYERS = LAYERS[:3]
+
+
+def dense_steps(horizon: int) -> list[int]:
+    """The default tracking schedule: every step to 20, every 5 to 100, then every 10."""
+    return sorted({*range(0, 21), *range(25, 101, 5), *range(110, horizon + 1, 10)} & set(range(horizon + 1)))
+
+
+def _curve(eps, steps, scale, sat, rng):
+    t = np.asarray(steps, dtype=float)
+    u = eps * scale * np.exp(LAMBDA * t) * 10 ** (STEP_DEX * rng.standard_normal(len(t)))
+    return np.where(t > 0, u / (1 + u / sat), 0.0)
+
+
+def dose_records(name, category, eps, *, replicate=0, horizon=400, probe=True, loss_every=5):
+    """(step records, tensor records) of one replicate; ``eps`` None gives a seed pair (saturated)."""
+    rng = np.random.default_rng([zlib_key(name), replicate])
+    amplitude, w = 10 ** (REP_DEX * rng.standard_normal()), rng.standard_normal()
+    steps = dense_steps(horizon)
+    if category == "seed":
+        e = E_SAT * 10 ** (STEP_DEX * rng.standard_normal(len(steps)))
+        f = 10 ** (STEP_DEX * rng.standard_normal(len(steps)))
+    else:
+        e = _curve(eps * amplitude, steps, 1.0, E_SAT, rng)
+        f = _curve(eps * amplitude, steps, K_F, 1.0, rng)
+    phi = dict(zip(steps, np.minimum(f, 1.0)))
+    step_records, tensors = [], []
+    for t in sorted(set(steps) | set(range(0, horizon + 1, loss_every))):
+        loss_b = 1.0 / (1 + 0.02 * t)
+        share = phi.get(t, phi[max(s for s in steps if s <= t)])
+        record = {"step": t, "tracked": t in phi, "loss_b": loss_b,
+                  "loss_a": loss_b * (1 + OUTCOME * share * w) if category != "control" or eps else loss_b,
+                  "spike_a": False, "spike_b": False}
+        if t in phi:
+            i = steps.index(t)
+            rows = [_tensor(n, k, numel, float(e[i]) * 0.01) | {"step": t} for n, k, numel in DOSE_LAYERS]
+            record.update(summarize(rows), rel_l2=float(e[i]), kinds={r["kind"]: summarize([r]) for r in rows})
+            if probe:
+                record.update(probe_rel_diff=float(f[i]), probe_loss_b=loss_b,
+                              probe_loss_a=loss_b * (1 + OUTCOME * share * w))
+            tensors += rows
+        step_records.append(record)
+    return step_records, tensors
+
+
+def zlib_key(name: str) -> int:
+    import zlib
+
+    return zlib.crc32(name.encode())
+
+
+FULL = 800  # every run is drawn to this step and cut at its horizon: one replicate, any horizon
+
+
+def dose_pair(name, category, eps, *, replicate=0, horizon=400, probe=True, recipe=None, description=None):
+    """One replicate of a pair with per-step dose ``eps``, in memory through the report's reader."""
+    from divergence.analysis.calibration import truncate
+
+    full = _full_pair(name, category, eps, replicate, probe, description)
+    recipe = dict(recipe or {})
+    return dataclasses.replace(truncate(full, horizon), last_step=horizon, max_steps=horizon, recipe=recipe)
+
+
+@functools.lru_cache(maxsize=256)
+def _full_pair(name, category, eps, replicate, probe, description):
+    steps, tensors = dose_records(name, category, eps, replicate=replicate, horizon=max(FULL, 0), probe=probe)
+    return pair_from_records(info(name, category, last_step=FULL, description=description), steps, tensors,
+                             replicate=replicate)
+
+
+DOSE_STUDY = (("flash-vs-baseline", "optimization", "flash vs baseline"),
+              ("bf16-vs-fp32", "precision", "bf16 vs fp32"),
+              ("seed-vs-seed", "seed", "seed 0 vs seed 1"),
+              ("control", "control", "control"))
+
+
+def _dose_specs(study, precision, control, replicates, seed):
+    """(name, category, description, eps, replicate) of the study design; None leaves a pair out."""
+    doses = {"optimization": study, "precision": precision, "seed": 0.0 if seed else None, "control": control}
+    for name, category, description in DOSE_STUDY:
+        if doses[category] is None:
+            continue
+        for r in range(1 if category == "control" else replicates):
+            yield name, category, description, doses[category], r
+
+
+def dose_study(*, study=1e-8, precision=1e-5, control=0.0, replicates=4, horizon=400, probe=True,
+               seed=True) -> list[PairData]:
+    """The study design with known doses; ``precision``/``control`` None or ``seed`` False leave a pair out."""
+    return [dose_pair(name, category, eps, replicate=r, horizon=horizon, probe=probe, description=description)
+            for name, category, description, eps, r in _dose_specs(study, precision, control, replicates, seed)]
+
+
+def write_dose_study(root, *, study=1e-8, precision=1e-5, control=0.0, replicates=4, horizon=200, probe=True,
+                     seed=True):
+    """The same pairs as run folders (metrics.jsonl + pair.json with ``replicate``) under ``root``."""
+    import json
+
+    for name, category, description, eps, r in _dose_specs(study, precision, control, replicates, seed):
+        folder = root / f"{name}-r{r}"
+        steps, tensors = dose_records(name, category, eps, replicate=r, horizon=FULL, probe=probe, loss_every=10)
+        steps = [record for record in steps if record["step"] <= horizon]
+        store = MetricsStore(folder).open_for_append()
+        for record in steps:
+            rows = [{k: v for k, v in t.items() if k != "step"} for t in tensors if t["step"] == record["step"]]
+            store.append_step(record["step"], rows, {k: v for k, v in record.items() if k != "step"})
+        info(name, category, last_step=horizon, description=description).write(folder)
+        data = json.loads((folder / "pair.json").read_text())
+        (folder / "pair.json").write_text(json.dumps(data | {"replicate": r}))
+    return root

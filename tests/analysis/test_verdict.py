@@ -1,133 +1,180 @@
-"""The verdict on clear data (right words, right direction) and on each ambiguous case."""
+"""The verdict on synthetic stores with a known dose ratio (METHOD.md): right number, right status,
+the same at every horizon; and every way a study cannot carry a verdict."""
 
+import dataclasses
+import math
 import re
 
+import numpy as np
 import pytest
 
-from divergence.analysis import analyze, noise_floor, to_summary
-from tests.analysis.synthetic import make_pair, study_pairs
+from divergence.analysis import analyze, to_summary
+from tests.analysis.synthetic import dose_study
 
-NUM = r"[0-9.]+"
+HORIZONS = (100, 200, 400, 800)
 
 
 def verdict(**kwargs):
-    analysis = analyze(study_pairs(**kwargs))
+    analysis = analyze(dose_study(**kwargs), n_boot=100)
     assert len(analysis.verdicts) == 1
     return analysis.verdicts[0]
 
 
-def test_bounded_sentence_matches_the_paper_form():
-    v = verdict(study=1e-4, precision=4e-4, seed_rate=1.25e-4)
-    assert v.status == "bounded" and v.reasons == () and v.caveats == ()
-    pattern = (rf"Bounded: flash vs baseline drifts ({NUM})x \(({NUM})-({NUM})\) slower than fp16 vs fp32 and "
-               rf"({NUM})x \(({NUM})-({NUM})\) the rate of a seed change, by Wasserstein distance\.")
-    match = re.fullmatch(pattern, v.headline)
-    assert match, v.headline
-    slower, lo, hi, seed, seed_lo, seed_hi = map(float, match.groups())
-    assert slower == pytest.approx(4.0, abs=0.3) and lo < 4 < hi  # 4x slower: 1 / (study / precision)
-    assert seed == pytest.approx(0.8, abs=0.05) and seed_lo < 0.8 < seed_hi
-    assert v.metrics["max_abs_diff"].status == "bounded"
-    assert v.metrics["max_abs_diff"].sentence.endswith("by max difference")
+@pytest.mark.parametrize("probe", [True, False], ids=["probe", "weight-space"])
+def test_recovers_the_dose_ratio_at_every_horizon_and_keeps_its_status(probe):
+    # flash injects 1000x less per step than bf16: log10 = -3 while both grow alike, at any horizon
+    verdicts = [verdict(study=1e-8, precision=1e-5, horizon=h, probe=probe) for h in HORIZONS]
+    for h, v in zip(HORIZONS, verdicts):
+        assert abs(v.dose.mean - (-3.0)) < 0.2, (h, v.dose)
+        assert v.dose.lo < -3.0 < v.dose.hi and v.dose.n == 4
+        assert v.status == "bounded", (h, v.headline)
+        assert {e.space for e in v.estimates} == {"function" if probe else "weight"}
+        assert v.outcome_source == ("probe" if probe else "training")
+    assert re.match(r"Bounded: flash vs baseline perturbs training 1\d\d\dx less than bf16 vs fp32 "
+                    r"\(log10 dose ratio -3\.\d\d, 95% CI -3\.\d\d to -[23]\.\d\d, 4 replicates", verdicts[0].headline)
 
 
-def test_study_faster_than_low_precision_is_not_bounded_and_says_faster():
-    v = verdict(study=8e-4, precision=2e-4, seed_rate=1e-3)
-    assert v.status == "not_bounded"
-    assert re.search(rf"drifts ({NUM})x \({NUM}-{NUM}\) faster than fp16 vs fp32", v.headline)
-    assert float(re.search(rf"drifts ({NUM})x", v.headline).group(1)) == pytest.approx(4.0, abs=0.3)
+def test_the_window_ends_where_the_reference_saturates():
+    # phi_P = K_F * 1e-5 * exp(0.02 t) reaches 0.1 at t = ln(5000) / 0.02 ~ 426
+    v = verdict(horizon=800)
+    assert all(400 <= e.window[1] <= 440 for e in v.estimates), [e.window for e in v.estimates]
+    assert all(e.t10["reference"] is not None and 410 <= e.t10["reference"] <= 450 for e in v.estimates)
+    # phi_X = K_F * 1e-8 * exp(0.02 t) reaches 0.1 only at ~771
+    assert all(e.t10["study"] is not None and 750 <= e.t10["study"] <= 800 for e in v.estimates)
+    assert all(e.t50["study"] is None for e in v.estimates)  # not reached by 800: censored
+    assert v.estimates[0].lam["reference"] == pytest.approx(0.02, rel=0.1)
 
 
-def test_study_clearly_faster_than_a_seed_change_is_not_bounded():
-    v = verdict(study=1e-4, precision=4e-4, seed_rate=2.5e-5)
-    assert v.status == "not_bounded"
-    assert re.search(rf"and ({NUM})x \(({NUM})-{NUM}\) the rate of a seed change", v.headline)
+@pytest.mark.parametrize("horizon", [100, 400])
+def test_a_pair_ten_times_above_the_precision_dose_is_not_bounded(horizon):
+    v = verdict(study=1e-4, precision=1e-5, horizon=horizon)
+    assert v.status == "not_bounded" and abs(v.dose.mean - 1.0) < 0.2 and v.dose.lo > 0
+    factor = float(re.search(r"perturbs training ([0-9.]+)x more than bf16 vs fp32", v.headline).group(1))
+    assert 10 ** 0.8 < factor < 10 ** 1.2
 
 
-def test_comparable_to_a_seed_change_is_still_bounded():
-    v = verdict(study=1e-4, precision=4e-4, seed_rate=1e-4)
-    ratio = v.metrics["wasserstein"].ratios[1].estimate
-    assert ratio.lo < 1 < ratio.hi and v.status == "bounded"
+def test_one_replicate_is_preliminary_with_what_the_point_estimates_say():
+    v = verdict(replicates=1)
+    assert v.status == "preliminary" and v.indicative == "bounded"
+    assert v.dose.lo is None and v.dose.hi is None and abs(v.dose.mean + 3) < 0.2
+    assert v.headline.startswith("Preliminary (single replicate, no interval): flash vs baseline perturbs")
+    assert "The point estimates alone read bounded" in v.headline
 
 
-def test_overlapping_intervals_are_inconclusive():
-    v = verdict(study=4e-4, precision=4.1e-4, seed_rate=1e-3)
-    assert v.status == "inconclusive"
-    assert v.headline.startswith("Inconclusive: flash vs baseline drifts")
-    assert "the rate of fp16 vs fp32 (no detectable difference) and" in v.headline
-    assert any("holds 1" in r for r in v.reasons)
+def test_a_control_larger_than_the_pair_gives_no_verdict():
+    v = verdict(study=1e-8, control=1e-7)
+    assert v.status == "no_verdict" and v.floor < 1
+    assert "control pair control (two identical arms) differs as much as or more than" in v.headline
 
 
-def test_too_few_tracked_steps_give_no_verdict():
-    names = ("flash-vs-baseline", "fp16-vs-fp32", "seed-vs-seed", "control")
-    v = verdict(overrides={name: {"steps": range(0, 31, 10)} for name in names})
-    assert v.status == "no_verdict"
-    assert v.headline.startswith("No verdict: only 4 tracked steps shared by flash-vs-baseline and fp16-vs-fp32")
+def test_a_smaller_non_zero_control_is_the_floor_the_pair_is_stated_against():
+    v = verdict(study=1e-8, control=1e-10)
+    assert v.status == "bounded"
+    n = float(re.search(r"deviation is ([0-9.e+]+) times the run-to-run floor of this hardware", v.headline).group(1))
+    assert 50 < n < 200 and v.floor == pytest.approx(n, rel=0.05)  # eps_X / eps_C = 100
 
 
-def test_control_not_zero_is_inconclusive_and_warned():
-    analysis = analyze(study_pairs(control=1e-6))
-    v = analysis.verdicts[0]
-    assert v.status == "inconclusive" and any("control pair control is not zero" in r for r in v.reasons)
-    assert not analysis.noise_floors[0].exact and analysis.noise_floors[0].first_nonzero_step == 10
-    assert any("not exactly zero" in w for w in analysis.warnings)
+def test_an_exact_control_says_nothing_about_a_floor():
+    v = verdict(control=0.0)
+    assert v.floor is None and "floor" not in v.headline
 
 
-def test_exact_control_is_the_noise_floor():
-    floor = noise_floor(make_pair("control", "control", 0.0, noise=0.0))
-    assert floor.exact and floor.peak == {"wasserstein": 0.0, "max_abs_diff": 0.0} and floor.first_nonzero_step is None
+def test_a_reference_saturated_from_the_start_gives_no_verdict_track_earlier():
+    v = verdict(precision=0.5, horizon=100)
+    assert v.status == "no_verdict" and "track earlier" in v.headline
 
 
-def test_missing_control_is_a_caveat_only():
-    v = verdict(control=None)
-    assert v.status == "bounded" and any("no control pair" in c for c in v.caveats)
+def test_no_precision_pair_gives_no_verdict():
+    v = verdict(precision=None)
+    assert v.status == "no_verdict" and "no precision pair" in v.headline
 
 
-@pytest.mark.parametrize("missing,reason", [("precision", "no precision pair"), ("seed_rate", "no seed pair")])
-def test_a_missing_reference_pair_is_inconclusive(missing, reason):
-    v = verdict(**{missing: None})
-    assert v.status == "inconclusive" and any(reason in r for r in v.reasons)
-    assert "drifts" in v.headline  # the comparison that can be made is still stated
+def test_a_ratio_that_drifts_is_not_dose_like():
+    pairs = dose_study(horizon=200)
+    pairs = [dataclasses.replace(p, rel_l2=p.rel_l2 * 10 ** (p.steps / 200)) if p.category == "optimization" else p
+             for p in pairs]  # X grows 0.0115/step faster than P: 1 dex across the window
+    v = analyze(pairs, n_boot=100).verdicts[0]
+    assert v.status == "inconclusive" and not v.dose_like
+    assert "is not dose-like" in v.headline and v.drift > 0.5
 
 
-def test_no_reference_pair_at_all_gives_no_verdict():
-    v = verdict(precision=None, seed_rate=None)
-    assert v.status == "no_verdict" and "no reference pair" in v.headline
+def test_an_outcome_outside_the_seed_margin_is_not_bounded():
+    pairs = dose_study(horizon=200)
+    pairs = [dataclasses.replace(p, probe=p.probe | {"probe_loss_a": p.probe["probe_loss_b"] * 1.05})
+             if p.category == "optimization" else p for p in pairs]
+    v = analyze(pairs, n_boot=100).verdicts[0]
+    assert v.dose.hi < 0 and v.outcome.mean == pytest.approx(0.05) and v.status == "not_bounded"
 
 
-def test_unfinished_runs_are_inconclusive():
-    v = verdict(overrides={"fp16-vs-fp32": {"finished": False, "max_steps": 1000}})
-    assert v.status == "inconclusive"
-    assert any("fp16-vs-fp32 is unfinished (last step 200 of 1000)" in r for r in v.reasons)
+def test_no_seed_pair_leaves_the_outcome_without_a_margin():
+    v = verdict(seed=False)
+    assert v.status == "inconclusive" and any("no seed pair" in r for r in v.reasons)
+    assert {e.space for e in v.estimates} == {"weight"}  # phi needs the seed pair's F
 
 
-def test_a_reference_that_does_not_grow_gives_no_verdict():
-    v = verdict(seed_rate=0.0)
-    assert v.status == "no_verdict" and "seed-vs-seed's Wasserstein distance does not clearly grow" in v.headline
+def test_function_space_twin_agrees_on_the_synthetic_stores():
+    v = verdict()
+    assert abs(v.dose_function.mean - v.dose.mean) < 0.1 and not any("disagree" in c for c in v.caveats)
+
+
+def test_summary_schema_2():
+    analysis = analyze(dose_study(horizon=200), n_boot=100)
+    summary = to_summary(analysis)
+    assert summary["schema"] == 2
+    v = summary["verdicts"][0]
+    assert {"status", "headline", "dose_ratio", "outcome", "reasons"} <= set(v)
+    assert set(v["dose_ratio"]) == {"reference", "metric", "log10", "lo", "hi", "replicates", "window"}
+    assert v["dose_ratio"]["reference"] == "bf16-vs-fp32" and v["dose_ratio"]["replicates"] == 4
+    assert v["dose_ratio"]["window"][0] >= 1 and v["dose_ratio"]["window"][1] <= 200
+    assert {"mean", "lo", "hi", "margin"} <= set(v["outcome"])
+    assert v["lambda"]["reference"] == pytest.approx(0.02, rel=0.1)
+    assert v["t10"]["study"]["censored"] == 4 and v["flatness"]["dose_like"] is True
+    assert summary["legacy_slope_ratio"]["used_by_verdict"] is False
+    assert "horizon-dependent" in summary["legacy_slope_ratio"]["note"]
+    assert summary["legacy_slope_ratio"]["ratios"]["flash-vs-baseline"][0]["reference"] == "bf16-vs-fp32"
+    assert "flash-vs-baseline#3" in summary["pairs"] and summary["pairs"]["flash-vs-baseline#3"]["replicate"] == 3
+
+
+def test_one_replicate_summary_has_no_interval():
+    v = to_summary(analyze(dose_study(replicates=1, horizon=100), n_boot=100))["verdicts"][0]
+    assert v["status"] == "preliminary" and v["dose_ratio"]["lo"] is None and math.isfinite(v["dose_ratio"]["log10"])
 
 
 def test_no_pair_under_study_gives_no_verdict_but_a_warning():
-    analysis = analyze(study_pairs(study=None))
+    pairs = [p for p in dose_study(horizon=100) if p.category != "optimization"]
+    analysis = analyze(pairs, n_boot=100)
     assert analysis.verdicts == () and any("no pair under study" in w for w in analysis.warnings)
 
 
-def test_summary_holds_every_number_of_the_verdict():
-    analysis = analyze(study_pairs())
-    summary = to_summary(analysis)
-    v = summary["verdicts"][0]
-    assert v["status"] == "bounded" and v["headline"] == analysis.verdicts[0].headline
-    ratio = v["metrics"]["wasserstein"]["ratios"][0]
-    assert ratio["reference"] == "fp16-vs-fp32" and ratio["lo"] < ratio["ratio"] < ratio["hi"]
-    assert ratio["ratio"] == pytest.approx(ratio["study_rate"] / ratio["reference_rate"])
-    g = summary["pairs"]["fp16-vs-fp32"]["growth_rate"]["wasserstein"]
-    assert g["value"] == pytest.approx(ratio["reference_rate"])
-    assert summary["pairs"]["control"]["top_layers"][0]["final_wasserstein"] == 0
-    assert summary["noise_floor"][0]["exact"] is True
-    assert summary["settings"]["bootstrap_replicates"] == 2000
+def test_replicates_are_common_random_numbers_across_horizons():
+    # the same replicate cut at a shorter horizon is the same run: the estimate only gains steps
+    short, long = verdict(horizon=100), verdict(horizon=400)
+    assert np.allclose([e.log10 for e in short.estimates], [e.log10 for e in long.estimates], atol=0.05)
 
 
-def test_a_study_pair_that_does_not_drift_at_all_is_bounded_in_words():
-    """Gradient checkpointing on CPU: the arms stay bitwise equal, so every ratio is exactly 0."""
-    v = verdict(study=0.0, precision=4e-4, seed_rate=1.25e-4)
+def test_a_pair_whose_arms_stay_bitwise_equal_is_bounded_in_words():
+    """Gradient checkpointing on CPU: E_X = 0 at every step, so log10(E_X/E_P) is -inf; said in words."""
+    pairs = [dataclasses.replace(p, rel_l2=p.rel_l2 * 0) if p.category == "optimization" else p
+             for p in dose_study(horizon=100)]
+    v = analyze(pairs, n_boot=100).verdicts[0]
+    assert v.status == "bounded" and "does not perturb training at all" in v.headline
+    assert to_summary(analyze(pairs, n_boot=100))["verdicts"][0]["dose_ratio"]["log10"] is None
+
+
+def test_a_reference_that_never_drifts_and_a_pair_that_does_not_grow_are_named():
+    pairs = dose_study(horizon=100)
+    zero_ref = [dataclasses.replace(p, rel_l2=p.rel_l2 * 0) if p.category == "precision" else p for p in pairs]
+    v = analyze(zero_ref, n_boot=100).verdicts[0]
+    assert v.status == "no_verdict" and "cannot serve as the yardstick" in v.headline
+    flat = [dataclasses.replace(p, rel_l2=np.full(len(p.steps), 1e-3)) if p.category == "optimization" else p
+            for p in pairs]
+    v = analyze(flat, n_boot=100).verdicts[0]
+    assert v.status == "no_verdict" and "does not grow over training" in v.headline
+
+
+def test_no_control_and_an_unfinished_run_are_caveats():
+    pairs = [dataclasses.replace(p, finished=False) if p.key == "flash-vs-baseline" else p
+             for p in dose_study(horizon=100, control=None)]
+    v = analyze(pairs, n_boot=100).verdicts[0]
     assert v.status == "bounded"
-    assert "drifts not at all, where fp16 vs fp32 does" in v.headline
-    assert "0x (0-0) the rate of a seed change" in v.headline
+    assert any("no control pair" in c for c in v.caveats) and any("is unfinished" in c for c in v.caveats)

@@ -1,6 +1,7 @@
 """``divergence report``: files written, input discovery, every bad-input path, wandb, the browser."""
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -9,21 +10,22 @@ import pytest
 from divergence.cli import main
 from divergence.report import build_report
 from divergence.report.wandb_log import flat_summary
-from tests.analysis.synthetic import write_pair, write_study
+from tests.analysis.synthetic import write_dose_study, write_pair
 from tests.report.browser import CHROMIUM, Browser
 
-N_FIGURES = 5 + 3 + 4  # 2 trajectories, 2 relative, rates; heatmaps of 3 pairs (the control is all 0); 4 losses
+# log E, dose ratio, phi, outcome; 2 trajectories, 2 relative, rates; heatmaps and losses of 4 pairs
+N_FIGURES = 4 + 5 + 4 + 4
 
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
-    root = tmp_path_factory.mktemp("study")
-    return write_study(root, overrides={"flash-vs-baseline": {"spikes": (37, 120)}})
+    # 3 replicates; a control that is not exactly zero, 100x below the pair under study
+    return write_dose_study(tmp_path_factory.mktemp("study"), replicates=3, horizon=120, control=1e-10)
 
 
 @pytest.fixture(scope="module")
 def report(study, tmp_path_factory):
-    return build_report([study], tmp_path_factory.mktemp("out"), n_boot=500)
+    return build_report([study], tmp_path_factory.mktemp("out"), n_boot=200)
 
 
 def test_report_files_and_summary(report):
@@ -31,18 +33,24 @@ def test_report_files_and_summary(report):
     for name in ("report.html", "report.md", "summary.json", "trajectories.csv"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["verdicts"][0]["status"] == "bounded"
-    assert set(summary["pairs"]) == {"flash-vs-baseline", "fp16-vs-fp32", "seed-vs-seed", "control"}
-    assert summary["pairs"]["flash-vs-baseline"]["spikes"] == {"a": [37, 120], "b": []}
+    assert summary["schema"] == 2
+    v = summary["verdicts"][0]
+    assert v["status"] == "bounded" and v["dose_ratio"]["replicates"] == 3
+    assert abs(v["dose_ratio"]["log10"] + 3) < 0.2 and v["dose_ratio"]["lo"] < -3 < v["dose_ratio"]["hi"]
+    assert "times the run-to-run floor of this hardware" in v["headline"]
+    assert {"flash-vs-baseline", "flash-vs-baseline#2", "bf16-vs-fp32#1", "control"} <= set(summary["pairs"])
     assert len(summary["figures"]) == N_FIGURES
     for path in summary["figures"].values():
         assert (out / path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "heatmap/control" not in summary["figures"]  # all zero: nothing to colour
+    rows = (out / "trajectories.csv").read_text().splitlines()
+    assert rows[0].endswith(",replicate,rel_l2,probe_rel_diff") and len(rows) > 10 * 13
 
 
 def test_markdown_links_every_figure_and_states_the_verdict(report):
     text = (report.out / "report.md").read_text()
     assert report.analysis.verdicts[0].headline in text
+    assert "### Every estimate" in text and "pooled (3)" in text
+    assert text.index("## Dose ratio") < text.index("## Appendix: legacy ratio of growth rates")
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert len(links) == N_FIGURES and all((report.out / link).is_file() for link in links)
 
@@ -85,26 +93,26 @@ def test_the_browser_check_catches_broken_pages(tmp_path):
 def test_cli_reports_a_study_folder(study, tmp_path, capsys):
     assert main(["report", str(study), "--out", str(tmp_path / "r"), "--no-wandb", "--bootstrap", "200"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Bounded: flash vs baseline drifts") and "report.html" in out
+    assert out.startswith("Bounded: flash vs baseline perturbs training") and "report.html" in out
     assert (tmp_path / "r" / "report.html").is_file() and not (tmp_path / "r" / "wandb").exists()
 
 
-def test_cli_takes_run_folders_copied_from_elsewhere(tmp_path, capsys):
-    # separate jobs: each pair run folder given directly, in different places
-    write_pair(tmp_path / "job1" / "fb", "flash-vs-baseline", "optimization", 1e-4)
-    write_pair(tmp_path / "job2" / "prec", "fp16-vs-fp32", "precision", 4e-4, seed=1)
-    args = ["report", str(tmp_path / "job1" / "fb"), str(tmp_path / "job2"), "--out", str(tmp_path / "r"),
-            "--no-wandb", "--bootstrap", "200"]
+def test_cli_takes_run_folders_copied_from_elsewhere(study, tmp_path, capsys):
+    # separate jobs: each pair run folder given directly; replicates of one pair grouped by name
+    runs = [study / f"{name}-r{r}" for name in ("flash-vs-baseline", "bf16-vs-fp32") for r in range(2)]
+    args = ["report", *map(str, runs), "--out", str(tmp_path / "r"), "--no-wandb", "--bootstrap", "200"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert out.startswith("Inconclusive: flash vs baseline drifts") and "no seed pair" in out
+    assert out.startswith("Inconclusive: flash vs baseline perturbs training") and "no seed pair" in out
+    assert "2 replicates" in out
 
 
 def test_cli_logs_to_wandb_offline_by_default(study, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
-    assert main(["report", str(study), "--out", str(tmp_path), "--bootstrap", "200"]) == 0
+    runs = [str(study / "flash-vs-baseline-r0"), str(study / "bf16-vs-fp32-r0")]  # two runs: few figures, fast
+    assert main(["report", *runs, "--out", str(tmp_path), "--bootstrap", "200"]) == 0
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and f"wandb: {runs[0]}" in capsys.readouterr().out
 
@@ -112,8 +120,9 @@ def test_cli_logs_to_wandb_offline_by_default(study, tmp_path, monkeypatch, caps
 def test_flat_summary_names_every_ratio(report):
     flat = flat_summary(report.summary)
     assert flat["verdict/flash-vs-baseline/status"] == "bounded"
-    assert flat["ratio/flash-vs-baseline/wasserstein/fp16-vs-fp32/ratio"] == pytest.approx(
-        report.summary["verdicts"][0]["metrics"]["wasserstein"]["ratios"][0]["ratio"])
+    assert flat["dose_ratio/flash-vs-baseline/log10"] == report.summary["verdicts"][0]["dose_ratio"]["log10"]
+    legacy = report.summary["legacy_slope_ratio"]["ratios"]["flash-vs-baseline"][0]
+    assert flat[f"legacy_ratio/flash-vs-baseline/{legacy['metric']}/bf16-vs-fp32/ratio"] == legacy["ratio"]
 
 
 def _bad_inputs(tmp_path: Path):
@@ -131,13 +140,20 @@ def _bad_inputs(tmp_path: Path):
     twins = tmp_path / "twins"
     write_pair(twins / "one", "same", "optimization", 1e-4)
     write_pair(twins / "two", "same", "precision", 1e-4)
+    bad_replicate = tmp_path / "bad-replicate"
+    write_pair(bad_replicate, "p", "optimization", 1e-4)
+    (bad_replicate / "pair.json").write_text(json.dumps(json.loads((bad_replicate / "pair.json").read_text())
+                                                        | {"replicate": -1}))
     return {
         "missing": ([str(tmp_path / "nowhere")], "not a folder"),
         "empty": ([str(empty)], "no pair runs here"),
         "no pair.json": ([str(no_info)], "pair.json: not found"),
         "unreadable pair.json": ([str(broken)], "pair.json: unreadable"),
         "no store": ([str(no_store)], "no metrics store here"),
-        "duplicate names": ([str(twins)], "pair name 'same' is also used by"),
+        "duplicate names": ([str(twins)], "pair name 'same' replicate 0 is also used by"),
+        "bad replicate": ([str(bad_replicate)], "'replicate' is -1; it must be an integer >= 0"),
+        "bad calibration": ([str(no_info.parent / "twins" / "one"), "--calibration", str(broken / "pair.json")],
+                            "unreadable calibration"),
         "two dirs, no --out": ([str(no_info), str(broken)], "say where the report goes with --out"),
     }
 
@@ -148,3 +164,49 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.startswith("divergence report: error: ") and err.count("\n") == 1, (case, err)
         assert message in err, (case, err)
+
+
+def test_degenerate_stores_give_a_report_not_a_traceback(tmp_path):
+    # a constant pair under study, a reference that is exactly zero, NaN layers, one replicate
+    study = write_pair(tmp_path / "s" / "flat", "flat", "optimization", 0.0, offset=0.3, nan_layer=2)
+    write_pair(tmp_path / "s" / "zero", "zero-ref", "precision", 0.0, noise=0.0)
+    write_pair(tmp_path / "s" / "seed", "seed", "seed", 1e-4, offset=0.01, nan_layer=0)
+    report = build_report([tmp_path / "s"], tmp_path / "out", n_boot=100)
+    v = report.summary["verdicts"][0]
+    assert v["status"] == "no_verdict" and "cannot serve as the yardstick" in v["headline"] and study.is_dir()
+    assert v["dose_ratio"]["log10"] is None and (report.out / "report.html").is_file()
+    assert any("layers hold NaN/inf" in w for w in report.summary["warnings"])
+
+
+def test_an_interval_that_does_not_hold_its_estimate_is_drawn(tmp_path):
+    import dataclasses
+
+    from divergence.analysis import Estimate, analyze
+    from divergence.report.figures import growth_rates
+    from tests.analysis.synthetic import study_pairs
+
+    analysis = analyze(study_pairs(), n_boot=100)
+    skewed = Estimate(value=5e-4, lo=1e-4, hi=2e-4, n_steps=10, n_layers=3, n_boot=100)  # estimate above its interval
+    growth = {key: {m: skewed for m in rates} for key, rates in analysis.growth.items()}
+    path = growth_rates(dataclasses.replace(analysis, growth=growth), tmp_path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_calibration_next_to_the_inputs_is_found_and_stated(study, tmp_path):
+    from divergence.analysis import analyze
+    from divergence.analysis.calibration import evaluate
+    from divergence.report.build import load_calibration
+    from divergence.report.inputs import load_pairs
+    from tests.analysis.synthetic import dose_pair
+
+    ladder = {eps: [dose_pair(f"grad-noise-{eps:g}", "optimization", eps, replicate=r, horizon=120) for r in range(3)]
+              for eps in (1e-9, 1e-8, 1e-7, 1e-6, 1e-5)}
+    seeds = [dose_pair("seed-vs-seed", "seed", 0.0, replicate=r, horizon=120) for r in range(3)]
+    (tmp_path / "calibration.json").write_text(json.dumps(evaluate(ladder, seeds, horizons=(60, 120))))
+    runs = tmp_path / "runs"
+    runs.symlink_to(study)
+    calibration = load_calibration(None, [runs])  # beside the study folder
+    assert calibration is not None and calibration == load_calibration(tmp_path / "calibration.json", [])
+    v = analyze(load_pairs([runs]), n_boot=100, calibration=calibration).verdicts[0]
+    assert v.equivalent_dose is not None and abs(math.log10(v.equivalent_dose) + 8) < 0.3
+    assert "It perturbs training like a relative gradient noise of" in v.headline

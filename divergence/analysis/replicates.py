@@ -1,0 +1,67 @@
+"""Replicates: pair runs grouped by name, and a mean over replicates with its t interval.
+
+Replicate r of every pair starts from the same weights and sees the same batches (common
+random numbers), so the replicates of one pair measure the run-to-run variance of a
+statistic, which a bootstrap over the layers and steps of one run cannot (``METHOD.md``).
+
+For R per-replicate values x_1..x_R: mean xbar, and the two-sided 95% t interval
+
+    xbar -/+ t_{0.975, R-1} * s / sqrt(R),     s the sample standard deviation (ddof 1)
+
+With one replicate there is no interval (lo = hi = None): a point estimate only.
+
+>>> p = pool([1.0, 2.0, 3.0])
+>>> p.mean, round(p.lo, 3), round(p.hi, 3)
+(2.0, -0.484, 4.484)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from divergence.analysis.trajectories import PairData
+
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Pooled:
+    mean: float
+    lo: float | None
+    hi: float | None
+    n: int
+    values: tuple[float, ...]
+
+    @property
+    def interval(self) -> bool:
+        return self.lo is not None and self.hi is not None
+
+
+def pool(values, confidence: float = CONFIDENCE) -> Pooled:
+    """Mean and t interval (R-1 degrees of freedom) of the finite ``values``."""
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if x.size == 0:
+        return Pooled(math.nan, None, None, 0, ())
+    mean = float(x.mean())
+    if x.size == 1:
+        return Pooled(mean, None, None, 1, (mean,))
+    half = float(stats.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    return Pooled(mean, mean - half, mean + half, int(x.size), tuple(map(float, x)))
+
+
+def group(pairs: list[PairData]) -> dict[str, list[PairData]]:
+    """name -> that pair's runs, ascending replicate (names repeat across replicates)."""
+    out: dict[str, list[PairData]] = defaultdict(list)
+    for p in pairs:
+        out[p.name].append(p)
+    return {name: sorted(runs, key=lambda p: p.replicate) for name, runs in out.items()}
+
+
+def replicate_of(runs: list[PairData], replicate: int) -> PairData | None:
+    """The run of ``runs`` with this replicate number, if any."""
+    return next((p for p in runs if p.replicate == replicate), None)

@@ -1,0 +1,150 @@
+"""The figures of the dose-ratio verdict, one function per figure (``METHOD.md``):
+
+- log E(t) per replicate of every pair, the reference's saturated region shaded;
+- log10(E_X / E_P)(t) per replicate, the window shaded and the pooled estimate with its interval;
+- phi(t) of X and P per replicate with the 0.1 / 0.5 levels and t10 / t50;
+- the outcome Delta per replicate against the seed margin (-m, m).
+
+Every function draws what is finite and skips the rest: a degenerate store (all zero, NaN,
+one replicate, no interval) gives a figure with less on it, or None, never an error.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from divergence.analysis import Analysis
+from divergence.analysis.dose import HALF_WAY, SATURATED
+from divergence.analysis.verdict import Verdict
+
+COLORS = {"optimization": "#d62728", "precision": "#ff7f0e", "seed": "#1f77b4", "control": "#7f7f7f"}
+DPI = 110
+
+
+def dose_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path | None]:
+    """Every dose-ratio figure, keyed for the HTML and wandb (``log_e``, ``dose_ratio/<study>``, ...)."""
+    from divergence.report.figures import file_stem
+
+    figures: dict[str, Path | None] = {"log_e": log_e(analysis, out_dir)}
+    for v in analysis.verdicts:
+        stem = file_stem(v.study)
+        figures[f"dose_ratio/{v.study}"] = dose_ratio(v, out_dir / f"dose_ratio_{stem}.png")
+        figures[f"phi/{v.study}"] = phi(v, out_dir / f"phi_{stem}.png")
+        figures[f"outcome/{v.study}"] = outcome(v, out_dir / f"outcome_{stem}.png")
+    return figures
+
+
+def _finish(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def log_e(analysis: Analysis, out_dir: Path) -> Path | None:
+    """E(t) of every run on a log scale (replicates as thin lines); shaded: the reference saturated."""
+    runs = [p for p in analysis.pairs if len(p.steps) and np.any(np.isfinite(p.rel_l2) & (p.rel_l2 > 0))]
+    if not runs:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    labelled = set()
+    for p in runs:
+        ok = np.isfinite(p.rel_l2) & (p.rel_l2 > 0)
+        label = None if p.name in labelled else f"{p.label} [{p.category}]"
+        labelled.add(p.name)
+        ax.plot(p.steps[ok], p.rel_l2[ok], color=COLORS.get(p.category, "black"), linewidth=1, alpha=0.8, label=label)
+    starts = [e.t10["reference"] for v in analysis.verdicts for e in v.estimates if e.t10.get("reference") is not None]
+    if starts:
+        ax.axvspan(min(starts), max(int(p.steps[-1]) for p in runs), color="#999999", alpha=0.15,
+                   label="reference saturated (phi >= 0.1)")
+    ax.set_yscale("log")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("E(t) = ||theta_a - theta_b|| / ||theta_b||")
+    ax.set_title("Whole-model relative weight difference, every replicate")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(fig, out_dir / "log_e.png")
+
+
+def dose_ratio(v: Verdict, path: Path) -> Path | None:
+    """log10(E_X / E_P)(t) per replicate; bold: the window; band: the pooled estimate and its interval."""
+    curves = [e for e in v.estimates if np.isfinite(e.log_ratio).any()]
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for e in curves:
+        ok = np.isfinite(e.log_ratio)
+        line, = ax.plot(e.steps[ok], e.log_ratio[ok], linewidth=0.8, alpha=0.5, label=f"replicate {e.replicate}")
+        inside = ok & e.in_window
+        ax.plot(e.steps[inside], e.log_ratio[inside], linewidth=2, color=line.get_color())
+    if v.window:
+        ax.axvspan(v.window[0], v.window[1], color="#2ca02c", alpha=0.08, label=f"window {v.window[0]}-{v.window[1]}")
+    if math.isfinite(v.dose.mean):
+        ax.axhline(v.dose.mean, color="black", linewidth=1.2, label=f"estimate {v.dose.mean:+.2f}")
+        if v.dose.interval:
+            ax.axhspan(v.dose.lo, v.dose.hi, color="black", alpha=0.1, label="95% t interval")
+    ax.axhline(0, color="#ff7f0e", linewidth=0.8, linestyle="--", label="as much as the reference")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("log10(E_X / E_P)")
+    ax.set_title(f"{v.study} against {v.reference}: the dose ratio over training")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return _finish(fig, path)
+
+
+def phi(v: Verdict, path: Path) -> Path | None:
+    """phi(t) = F / F_S of X (red) and P (orange) per replicate, with t10 and t50 marked."""
+    curves = [e for e in v.estimates if any(np.isfinite(e.phi.get(k, [])).any() for k in ("study", "reference"))]
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for role, color in (("study", COLORS["optimization"]), ("reference", COLORS["precision"])):
+        for i, e in enumerate(curves):
+            values = np.asarray(e.phi.get(role, []), dtype=float)
+            ok = np.isfinite(values) & (values > 0)
+            ax.plot(e.steps[ok], values[ok], color=color, linewidth=1, alpha=0.7,
+                    label=(v.study if role == "study" else v.reference) if i == 0 else None)
+            for level, which, style in ((SATURATED, e.t10, ":"), (HALF_WAY, e.t50, "--")):
+                if which.get(role) is not None:
+                    ax.axvline(which[role], color=color, linestyle=style, linewidth=0.8, alpha=0.6)
+    for level, name in ((SATURATED, "0.1 (t10)"), (HALF_WAY, "0.5 (t50)")):
+        ax.axhline(level, color="black", linewidth=0.6, linestyle=":" if level == SATURATED else "--", label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("training step")
+    space = "probe F / F_S" if curves[0].space == "function" else "weight space E / E_S"
+    ax.set_ylabel(f"phi ({space})")
+    ax.set_title("Fraction of the way to a different-seed model")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _finish(fig, path)
+
+
+def outcome(v: Verdict, path: Path) -> Path | None:
+    """Delta per replicate of X (and of the seed pair) against the margin (-m, m)."""
+    ours = {r: d for r, d in v.extra.get("outcome_per_replicate", {}).items() if math.isfinite(d)}
+    seeds = {r: d for r, d in v.extra.get("seed_outcome_per_replicate", {}).items() if math.isfinite(d)}
+    if not ours and not seeds:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    if math.isfinite(v.margin) and v.margin > 0:
+        ax.axvspan(-v.margin, v.margin, color="#2ca02c", alpha=0.12, label=f"seed margin +/-{v.margin:.2g}")
+    ax.plot(list(ours.values()), [1] * len(ours), "o", color=COLORS["optimization"], label=f"{v.study} per replicate")
+    ax.plot(list(seeds.values()), [0] * len(seeds), "o", color=COLORS["seed"], label="seed pair per replicate")
+    if math.isfinite(v.outcome.mean):
+        ax.plot([v.outcome.mean], [1.25], "D", color="black", label="mean (95% t interval)")
+        if v.outcome.interval:
+            ax.plot([v.outcome.lo, v.outcome.hi], [1.25, 1.25], color="black")
+    ax.axvline(0, color="black", linewidth=0.5)
+    ax.set_yticks([0, 1])
+    ax.set_yticklabels(["seed", v.study])
+    ax.set_ylim(-0.5, 1.6)
+    where = "probe loss" if v.outcome_source == "probe" else "training loss"
+    ax.set_xlabel(f"Delta = (l_a - l_b) / l_b, {where}, last 10% of steps")
+    ax.set_title("Outcome: where training ends up, against seed-to-seed spread")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper right")
+    return _finish(fig, path)

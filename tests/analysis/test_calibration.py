@@ -1,0 +1,84 @@
+"""calibration.evaluate on a synthetic ladder of known doses: it passes where the statistic is
+dose-like and fails where it is not; the equivalent dose of a studied pair."""
+
+import math
+import re
+
+import pytest
+
+from divergence.analysis import analyze
+from divergence.analysis.calibration import equivalent_dose, evaluate, place_reference, recipe_identity
+from tests.analysis.synthetic import dose_pair, dose_study
+
+DOSES = (0.0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5)
+RECIPE = {"model": {"seed": 3, "unet": {"block_out_channels": [32]}}, "train": {"max_steps": 300, "lr": 1e-3}}
+
+
+def ladder(dose_of=lambda eps: eps, replicates=4, horizon=300):
+    return {eps: [dose_pair(f"grad-noise-{eps:g}", "optimization", dose_of(eps), replicate=r, horizon=horizon,
+                            recipe=RECIPE) for r in range(replicates)] for eps in DOSES}
+
+
+def seeds(replicates=4, horizon=300):
+    return [dose_pair("seed-vs-seed", "seed", 0.0, replicate=r, horizon=horizon) for r in range(replicates)]
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    return evaluate(ladder(), seeds())
+
+
+def test_a_dose_like_ladder_passes_every_criterion(calibration):
+    criteria = calibration["criteria"]
+    assert set(criteria) == {"monotone", "slope", "horizon_stability", "recovery", "coverage", "synthetic_bounded",
+                             "synthetic_not_bounded"}
+    failed = {k: c for k, c in criteria.items() if not c["pass"]}
+    assert not failed and calibration["passed"]
+    assert 0.85 <= criteria["slope"]["value"] <= 1.15 and criteria["recovery"]["value"] <= 0.2
+    assert criteria["synthetic_bounded"]["value"] == {"100": "bounded", "300": "bounded"}
+    assert calibration["anchor_eps"] == 1e-7 and [d["eps"] for d in calibration["doses"]] == list(DOSES[1:])
+    assert calibration["reference_exact"] is True  # eps = 0: a and b identical
+    assert calibration["recipe"] == recipe_identity(RECIPE)
+
+
+def test_a_ladder_that_is_not_dose_like_fails(calibration):
+    # E grows like eps^0.5: ranks kept, but the slope is 0.5 and the ratios are not recovered
+    bad = evaluate(ladder(lambda eps: 1e-7 * (eps / 1e-7) ** 0.5), seeds())
+    assert bad["criteria"]["monotone"]["pass"]
+    assert not bad["criteria"]["slope"]["pass"] and bad["criteria"]["slope"]["value"] == pytest.approx(0.5, abs=0.1)
+    assert not bad["criteria"]["recovery"]["pass"] and not bad["passed"]
+
+
+def test_horizons_beyond_the_runs_are_evaluated_at_the_last_step():
+    short = evaluate(ladder(replicates=3, horizon=150), seeds(3, 150), horizons=(100, 300))
+    assert short["horizons_used"] == [100, 150] and "horizon 300 exceeds the runs' 150 steps" in short["notes"][0]
+
+
+def test_equivalent_dose_places_a_studied_pair_on_the_ladder(calibration):
+    # a reference P of dose 1e-5 and X at 1e-8: X perturbs like a gradient noise of ~1e-8
+    reference = [dose_pair("bf16-vs-fp32", "precision", 1e-5, replicate=r, horizon=300) for r in range(4)]
+    placed = place_reference(calibration, reference, (1, 200))
+    assert placed["references"]["bf16-vs-fp32"]["log10_vs_anchor"] == pytest.approx(2.0, abs=0.15)
+    eps = equivalent_dose(placed, -3.0, "bf16-vs-fp32")
+    assert abs(math.log10(eps) - (-8)) < 0.2
+    assert equivalent_dose(calibration, -3.0, "unknown-pair") is None
+
+
+def test_the_report_states_the_equivalent_dose_for_the_same_recipe(calibration):
+    pairs = [p.__class__(**{**p.__dict__, "recipe": RECIPE}) for p in dose_study(horizon=300)]
+    v = analyze(pairs, n_boot=100, calibration=calibration).verdicts[0]
+    assert abs(math.log10(v.equivalent_dose) - (-8)) < 0.25
+    assert re.search(r"It perturbs training like a relative gradient noise of (9e-09|1e-08) per step\.$", v.headline)
+    other = analyze(dose_study(horizon=300), n_boot=100, calibration=calibration).verdicts[0]
+    assert other.equivalent_dose is None and any("another recipe" in c for c in other.caveats)
+
+
+def test_a_saturated_dose_is_left_out_and_too_few_doses_are_refused():
+    from divergence.errors import UserInputError
+
+    rungs = ladder(replicates=3, horizon=150)
+    rungs[0.5] = [dose_pair("grad-noise-0.5", "optimization", 0.5, replicate=r, horizon=150) for r in range(3)]
+    c = evaluate(rungs, seeds(3, 150), horizons=(100, 150))
+    assert c["criteria"]["horizon_stability"]["saturated"] == [0.5] and c["criteria"]["recovery"]["pass"]
+    with pytest.raises(UserInputError, match="at least 3 non-zero doses"):
+        evaluate({0.0: rungs[0.0], 1e-8: rungs[1e-8], 1e-7: rungs[1e-7]}, seeds(3, 150))
