@@ -73,7 +73,7 @@ class ArmWriter:
         self.rank = global_rank() if rank is None else rank
         self.status: ArmStatus | None = None
         self.last_step = start_step
-        self._saved: int | None = None  # the step whose weights ``save`` wrote last
+        self.saved_step: int | None = None  # the step whose weights ``save`` wrote last
         if self.is_writer:
             ensure_pair_files(self.out, max_steps=max_steps, every=every, **pair)
             self._start(start_step)
@@ -96,7 +96,7 @@ class ArmWriter:
             if not weights_path(self.folder / CHECKPOINTS, 0).exists():
                 raise UserInputError(f"{self.folder}: no step-0 weights; call record(0, model) before the first "
                                      "training step, so the initial weights are saved")
-        if self.tracked(step) and self._saved != step:
+        if self.tracked(step) and self.saved_step != step:
             if model is None:
                 raise UserInputError(f"ArmWriter.record({step}, ...): step {step} is tracked; give the model "
                                      "(or its state dict)")
@@ -107,7 +107,7 @@ class ArmWriter:
 
     def save(self, step: int, tensors: dict) -> Path:
         """Write the weights file of ``step`` (atomically; any device, copied to the CPU)."""
-        self._saved = step
+        self.saved_step = step
         if not self.status.tensor_order:
             self.status.tensor_order = list(tensors)
             self.status.write(self.folder)
