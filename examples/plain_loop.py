@@ -1,11 +1,12 @@
 """Two arms of a plain PyTorch loop as two processes, written with ``ArmWriter``; ``divergence watch`` follows.
 
 The arms differ in one thing: arm a's AdamW runs its multi-tensor ``foreach`` implementation,
-arm b the per-tensor loop (the same math in another operation order). Each arm is its own
+arm b the single-kernel ``fused`` one (the same math in another operation order; on the CPU
+the per-tensor loop matches ``foreach`` bit for bit, ``fused`` does not). Each arm is its own
 process, as it would be its own job on a cluster; the watcher builds the pair's metrics store
 while they train.
 
-    python examples/plain_loop.py --out runs/adamw-foreach-vs-loop --steps 40
+    python examples/plain_loop.py --out runs/adamw-foreach-vs-fused --steps 40
     python examples/plain_loop.py --arm a --out DIR     # one arm alone (what the launcher runs)
 """
 
@@ -25,7 +26,7 @@ from divergence.writers import write_pair_files
 def train_arm(arm: str, out: str, steps: int, every: int) -> None:
     torch.manual_seed(0)  # the same initial weights in both arms
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GELU(), torch.nn.Conv2d(8, 3, 3, padding=1))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=arm == "a")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, **({"foreach": True} if arm == "a" else {"fused": True}))
     images = ShapesDataset(seed=0, num_examples=64, resolution=16)
     data = torch.stack([torch.from_numpy(np.asarray(images[i][0], dtype=np.float32) / 255).permute(2, 0, 1)
                         for i in range(len(images))])  # (64, 3, 16, 16)
@@ -46,7 +47,7 @@ def train_arm(arm: str, out: str, steps: int, every: int) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/adamw-foreach-vs-loop")
+    parser.add_argument("--out", default="runs/adamw-foreach-vs-fused")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--every", type=int, default=5)
     parser.add_argument("--arm", choices=("a", "b"), help="train this arm only")
@@ -55,8 +56,8 @@ def main(argv=None) -> int:
         train_arm(args.arm, args.out, args.steps, args.every)
         return 0
     # what the pair is (the arms would write a minimal pair.json themselves; watch needs it first)
-    write_pair_files(args.out, max_steps=args.steps, every=args.every, name="adamw-foreach-vs-loop",
-                     arms={"a": ["adamw=foreach"], "b": ["adamw=loop"]}, log={"wandb": False})  # CSV logs only
+    write_pair_files(args.out, max_steps=args.steps, every=args.every, name="adamw-foreach-vs-fused",
+                     arms={"a": ["adamw=foreach"], "b": ["adamw=fused"]}, log={"wandb": False})  # CSV logs only
     common = ["--out", args.out, "--steps", str(args.steps), "--every", str(args.every)]
     jobs = [subprocess.Popen([sys.executable, __file__, "--arm", arm, *common]) for arm in ("a", "b")]
     from divergence.cli import main as divergence_cli

@@ -31,6 +31,7 @@ def test_python_api_examples_run(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "report" / "report.html").is_file()
     assert namespace["pair"].steps.tolist() == [0, 5, 10, 15, 20]
     assert namespace["result"].summary["max_abs_diff"] > 0
+    assert namespace["pair"].model["max_abs_diff"][-1] > 0  # foreach vs fused AdamW
     printed = capsys.readouterr().out
     assert "report.html" in printed
 
