@@ -26,7 +26,8 @@ from divergence.writers import write_pair_files
 def train_arm(arm: str, out: str, steps: int, every: int) -> None:
     torch.manual_seed(0)  # the same initial weights in both arms
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GELU(), torch.nn.Conv2d(8, 3, 3, padding=1))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, **({"foreach": True} if arm == "a" else {"fused": True}))
+    kernel = {"a": "foreach", "b": "fused"}[arm]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, **{kernel: True})
     images = ShapesDataset(seed=0, num_examples=64, resolution=16)
     data = torch.stack([torch.from_numpy(np.asarray(images[i][0], dtype=np.float32) / 255).permute(2, 0, 1)
                         for i in range(len(images))])  # (64, 3, 16, 16)

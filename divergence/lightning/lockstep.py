@@ -105,7 +105,8 @@ class LockstepPair(pl.LightningModule):
         for arm in ARMS:
             set_rng_state(forked)
             losses[arm] = self._arm_step(arm, batch, batch_idx)
-        self._losses = {arm: float(self.trainer.strategy.reduce(loss, reduce_op="mean")) for arm, loss in losses.items()}
+        reduce = self.trainer.strategy.reduce  # the global loss: every rank's detectors see the same
+        self._losses = {arm: float(reduce(loss, reduce_op="mean")) for arm, loss in losses.items()}
         return None
 
     def _arm_step(self, arm: str, batch, batch_idx) -> torch.Tensor:

@@ -37,7 +37,8 @@ def test_python_api_examples_run(tmp_path, monkeypatch, capsys):
 
 
 def test_import_has_no_side_effects():
-    """Importing the package loads no torch; the metrics make no thread pool; figures leave matplotlib's backend alone."""
+    """``import divergence`` loads no torch; importing the metrics makes no thread pool; the report's
+    figures leave matplotlib's backend alone (before: a pool at import, ``matplotlib.use("Agg")``)."""
     code = (
         "import gc, sys, matplotlib; from concurrent.futures import ThreadPoolExecutor; matplotlib.use('pdf')\n"
         "import divergence; assert 'torch' not in sys.modules, 'torch imported'\n"

@@ -9,7 +9,6 @@ The stored records of a step equal ``compare_checkpoints`` of that step's two ch
 import json
 
 import lightning.pytorch as pl
-import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
@@ -18,7 +17,7 @@ from divergence.cli import main
 from divergence.report.inputs import load_pair
 from divergence.state_dicts import compare_checkpoints
 from divergence.store import MetricsStore
-from tests.byo.user_module import build, loader, trainer
+from tests.byo.user_module import build, loader
 
 
 def tiny_unet():

@@ -33,7 +33,8 @@ class Denoiser(pl.LightningModule):
 
     def configure_optimizers(self):
         opt = torch.optim.AdamW(self.parameters(), lr=self.lr)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 3), "interval": "step"}}
+        schedule = torch.optim.lr_scheduler.StepLR(opt, 3)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
 def loader(n: int = 64, batch: int = 8) -> DataLoader:
