@@ -109,3 +109,27 @@ def test_arm_logs_are_namespaced_and_bad_input_is_named(tmp_path):
     assert {"divergence/model/wasserstein", "divergence/kind/linear/max_abs_diff", "train/loss_a", "train/loss_b"} <= keys
     logged = [float(r["divergence/model/max_abs_diff"]) for r in rows if r["divergence/model/max_abs_diff"]]
     assert logged == [r["max_abs_diff"] for r in MetricsStore(tmp_path).step_records()]
+
+
+def test_lockstep_pair_resumes_from_a_checkpoint(tmp_path):
+    """Resumed from its step-2 checkpoint, the pair drops the stored steps after 2 and continues to the end."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    def fit(max_steps, ckpt_path=None):
+        pl.seed_everything(0, verbose=False)
+        pair = LockstepPair(build(0), build(0, approximate="tanh"), out=tmp_path / "pair", every=2)
+        saver = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=-1)
+        run = pl.Trainer(max_steps=max_steps, accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[saver])
+        run.fit(pair, loader(), ckpt_path=ckpt_path)
+        return run
+
+    fit(4)  # "crashes" after step 4
+    first = lines(tmp_path / "pair" / "metrics.jsonl")
+    resumed = fit(6, ckpt_path=tmp_path / "ckpt" / "epoch=0-step=2.ckpt")
+    assert resumed.global_step == 6
+    store = MetricsStore(tmp_path / "pair")
+    assert store.steps() == list(range(7))  # each step once: 3 and 4 were cut and computed again
+    kept = [r for r in lines(tmp_path / "pair" / "metrics.jsonl") if r["step"] <= 2]
+    assert kept == [r for r in first if r["step"] <= 2]
+    assert json.loads((tmp_path / "pair" / "pair.json").read_text())["finished"]
