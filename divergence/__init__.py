@@ -6,6 +6,62 @@ The package follows the data flow of a study::
            -> checkpoints and metrics store -> metrics -> loggers and report
 
 ``divergence.metrics`` holds the pure tensor functions everything else is built on.
+
+The Python API (see "Python API" in the README)::
+
+    import divergence
+    result = divergence.compare_state_dicts(model_a.state_dict(), model_b.state_dict())
+    writer = divergence.ArmWriter("runs/pair", "a", max_steps=1000)     # your own loop
+    pairs = divergence.load_pairs(["runs/pair"]); divergence.build_report(["runs/pair"], "report")
+
+Importing ``divergence`` loads nothing heavy: each name is imported on first use.
 """
 
+from __future__ import annotations
+
+import importlib
+
+from divergence.errors import CheckpointError, UserInputError
+
 __version__ = "0.1.0"
+
+# public name -> the module that defines it; imported on first access (PEP 562)
+_LAZY = {
+    # comparing two models' weights
+    "compare_state_dicts": "divergence.state_dicts",
+    "compare_checkpoints": "divergence.state_dicts",
+    "Comparison": "divergence.comparison",
+    # the metric functions (pure functions of two tensors)
+    "wasserstein": "divergence.metrics",
+    "max_abs_diff": "divergence.metrics",
+    "mean_abs_diff": "divergence.metrics",
+    "rms_diff": "divergence.metrics",
+    "rel_l2": "divergence.metrics",
+    "cosine": "divergence.metrics",
+    "compare_tensors": "divergence.metrics",
+    "METRICS": "divergence.metrics",
+    # writing a pair folder from your own training
+    "ArmWriter": "divergence.writers",
+    # reading pair folders, analysing them, reporting
+    "MetricsStore": "divergence.store",
+    "PairInfo": "divergence.store.pair_info",
+    "find_runs": "divergence.report.inputs",
+    "load_pair": "divergence.report.inputs",
+    "load_pairs": "divergence.report.inputs",
+    "analyze": "divergence.analysis",
+    "build_report": "divergence.report.build",
+}
+
+__all__ = ["CheckpointError", "UserInputError", "__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'divergence' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -23,6 +23,7 @@ Unequal sizes fall back to (1), computed in torch on the tensors' device.
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -30,7 +31,11 @@ import torch
 
 from divergence.metrics.tensors import as_tensor, float64_chunks, float64_sum
 
-_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="divergence-sort")
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    """The two sorting threads, started on the first CPU sort (importing starts no threads)."""
+    return ThreadPoolExecutor(max_workers=2, thread_name_prefix="divergence-sort")
 
 
 def wasserstein(a, b) -> float:
@@ -76,7 +81,7 @@ def sorted_pair(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.T
     a, b = _sortable(a), _sortable(b)
     if a.device.type != "cpu":
         return torch.sort(a).values, torch.sort(b).values
-    sa, sb = _POOL.map(np.sort, (a.numpy(), b.numpy()))
+    sa, sb = _pool().map(np.sort, (a.numpy(), b.numpy()))
     return torch.from_numpy(sa), torch.from_numpy(sb)
 
 

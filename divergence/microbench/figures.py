@@ -10,17 +10,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from divergence.microbench.select import (  # noqa: E402
+from divergence.microbench.select import (
     MANTISSA_BITS, kernels, one, precisions, reference_flash, where,
 )
 
 COLORS = {"bf16": "#d62728", "fp16": "#ff7f0e", "fp32": "#2ca02c", "fp64": "#1f77b4"}
 ACC_LABEL = {"none": "flash (all in format)", "fp32": "flash (fp32 accumulate)"}
+
+
+def _subplots(*grid, figsize, **kwargs):
+    """``pyplot.subplots`` without pyplot: no global backend is chosen or switched."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*grid, **kwargs)
 
 
 def _positive(value) -> float:
@@ -40,7 +43,6 @@ def _log_y(ax) -> None:
 def _finish(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -66,7 +68,7 @@ def fig3_formats(rows, recipe, out_dir: Path) -> Path | None:
     series.update({k: [one(rows, impl=k, precision=p, seq_len=seq) for p in names] for k in kernels(recipe)})
     if not any(r for rs in series.values() for r in rs):
         return None
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = _subplots(figsize=(8, 4.5))
     _bars(ax, names, series, "max_abs_diff_vs_baseline")
     _log_y(ax)
     ax.set_ylabel("max |output − baseline| (same format)")
@@ -83,7 +85,7 @@ def fig4_golden(rows, recipe, out_dir: Path) -> Path | None:
     bars.update({ACC_LABEL[a]: [reference_flash(rows, recipe, precision=p, seq_len=seq, accumulate=a) for p in names]
                  for a in recipe.sweep.accumulate})
     bars.update({k: [one(rows, impl=k, precision=p, seq_len=seq) for p in names] for k in kernels(recipe)})
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, axes = _subplots(1, 2, figsize=(12, 4.5))
     for ax, metric in zip(axes, ("max_abs_err", "mean_abs_err")):
         _bars(ax, names, bars, metric)
         _log_y(ax)
@@ -101,7 +103,7 @@ def fig5_seq_len(rows, recipe, out_dir: Path) -> Path | None:
     seqs = sorted(recipe.sweep.seq_lens)
     if "flash" not in recipe.sweep.impls:
         return None
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    fig, axes = _subplots(1, 3, figsize=(15, 4.6))
     for p in precisions(recipe):
         for acc in recipe.sweep.accumulate:
             rs = [reference_flash(rows, recipe, precision=p, seq_len=s, accumulate=acc) for s in seqs]
@@ -139,7 +141,7 @@ def fig6_tiles(rows, recipe, out_dir: Path) -> Path | None:
     tiles = where(rows, impl="flash", seq_len=seq)
     if not tiles:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, axes = _subplots(1, 2, figsize=(13, 4.8))
     _order_panel(axes[0], tiles, recipe, names)
     _area_panel(axes[1], tiles, recipe, names)
     fig.suptitle(f"Fig. 6 — tile shape and size (seq {seq}; max |flash − baseline|)")

@@ -1,0 +1,91 @@
+"""``divergence track A B --out PAIR``: a pair folder from two checkpoint series trained anywhere.
+
+A and B are folders of step-numbered checkpoints (``divergence.checkpoints.series``). Steps
+are matched by number; for each step both series have, the two checkpoints are compared
+(``divergence.comparison``) and the records appended to ``PAIR/metrics.jsonl`` with
+``divergence.training.records.comparison_records``, exactly as a tracker stores a tracked
+step (the losses are unknown: NaN). ``PAIR/pair.json`` describes the pair, so ``divergence
+report``, ``export`` and wandb logging work on it. Steps only one series has are listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "turn two checkpoint series trained anywhere into a pair folder with its metrics store"
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "track", help=HELP,
+        description=HELP + ". Series: accelerate/diffusers checkpoint-N/ folders (with --component unet), "
+        "Lightning *step=N*.ckpt files, step_N.safetensors files or save_pretrained folders.",
+    )
+    p.add_argument("a", help="folder of arm a's checkpoints")
+    p.add_argument("b", help="folder of arm b's checkpoints")
+    p.add_argument("--out", required=True, metavar="PAIR", help="pair folder to write (must not hold a store yet)")
+    p.add_argument("--component", default=None, metavar="NAME",
+                   help="the subfolder of each checkpoint folder holding the model (e.g. unet)")
+    p.add_argument("--name", default=None, help="the pair's name (default: the --out folder's name)")
+    p.add_argument("--category", default="optimization", choices=("optimization", "seed", "precision", "control"),
+                   help="what the arms differ in (default: optimization)")
+    p.add_argument("--map", action="append", metavar="PATTERN=REPLACEMENT", default=[],
+                   help="rename tensors (regex, applied to both sides); repeatable")
+    p.add_argument("--intersection", action="store_true", help="compare the tensors both checkpoints have")
+    p.add_argument("--device", default="cpu", help="where to compute (default: cpu)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from divergence.checkpoints.matching import parse_maps
+    from divergence.checkpoints.series import find_series
+    from divergence.errors import UserInputError
+    from divergence.store import MetricsStore
+
+    parse_maps(args.map)  # a bad rule fails before any work
+    series = {"a": find_series(args.a, args.component), "b": find_series(args.b, args.component)}
+    steps = sorted(series["a"].keys() & series["b"].keys())
+    for arm, other in (("a", "b"), ("b", "a")):
+        missing = sorted(series[arm].keys() - series[other].keys())
+        if missing:
+            print(f"divergence track: steps only in {arm} ({getattr(args, arm)}), skipped: {_steps(missing)}",
+                  file=sys.stderr)
+    if not steps:
+        raise UserInputError(f"{args.a} and {args.b}: no step in common (a: {_steps(list(series['a']))}; "
+                             f"b: {_steps(list(series['b']))})")
+    out = Path(args.out)
+    if MetricsStore(out).exists():
+        raise UserInputError(f"--out {out}: already holds a metrics store; choose a new folder or remove it")
+    _write_store(args, out, steps, series)
+    print(f"{out}: {len(steps)} steps compared ({_steps(steps)}); next: divergence report {out}")
+    return 0
+
+
+def _write_store(args, out, steps: list[int], series: dict) -> None:
+    from tqdm import tqdm
+
+    from divergence.comparison import compare_checkpoints
+    from divergence.store import MetricsStore
+    from divergence.tables import write_json
+    from divergence.training.records import comparison_records, loss_record
+    from divergence.writers.pair_files import write_pair_files
+
+    gaps = [b - a for a, b in zip(steps, steps[1:])]
+    info = write_pair_files(out, max_steps=max(steps[-1], 1), every=min(gaps) if gaps else 1, name=args.name,
+                            category=args.category, arms={"a": [str(args.a)], "b": [str(args.b)]})
+    store = MetricsStore(out).open_for_append()
+    for step in tqdm(steps, desc="track", unit="step", file=sys.stderr, disable=args.quiet or None):
+        result = compare_checkpoints(series["a"][step], series["b"][step], args.map, args.intersection, args.device)
+        tensors, summary = comparison_records(result)
+        store.append_step(step, tensors, {**loss_record(None, {}), **summary, "tracked": True})
+    info.update(finished=True, last_step=steps[-1])
+    write_json(out / "pair.json", info)
+
+
+def _steps(steps: list[int]) -> str:
+    shown = ", ".join(map(str, steps[:8]))
+    return shown + (f", ... ({len(steps)} in all)" if len(steps) > 8 else "")

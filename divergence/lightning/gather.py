@@ -1,0 +1,53 @@
+"""A module's full weights on global rank zero, under any strategy (FSDP shards included)."""
+
+from __future__ import annotations
+
+from divergence.errors import UserInputError
+
+
+def gather_state(trainer, pl_module, path: str = "") -> dict | None:
+    """``{name: tensor}`` of ``pl_module``'s submodule ``path`` ("" for the whole) on rank zero, else None.
+
+    Collective under FSDP (every rank must call it: the shards are gathered, offloaded to
+    CPU on rank zero); a local read of rank zero's replica otherwise. Names are relative to
+    the submodule, as ``submodule.state_dict()`` names them.
+    """
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    if isinstance(trainer.strategy, FSDPStrategy):
+        full = trainer.strategy.lightning_module_state_dict()
+        if not trainer.is_global_zero:
+            return None
+        module_path = _module_path(pl_module, submodule(pl_module, path))
+        prefix = f"{module_path}." if module_path else ""
+        return {k[len(prefix):]: v for k, v in full.items() if k.startswith(prefix)}
+    if not trainer.is_global_zero:
+        return None
+    return submodule(pl_module, path).state_dict()
+
+
+def submodule(pl_module, path: str):
+    if not path:
+        return pl_module
+    try:
+        return pl_module.get_submodule(path)
+    except AttributeError:
+        children = ", ".join(name for name, _ in pl_module.named_children()) or "none"
+        raise UserInputError(f"module={path!r}: {type(pl_module).__name__} has no submodule {path!r} "
+                             f"(its children: {children})") from None
+
+
+def _module_path(root, target) -> str:
+    for name, module in root.named_modules():
+        if module is target:
+            return name
+    raise UserInputError(f"{type(target).__name__} is not inside {type(root).__name__}")
+
+
+def max_steps(trainer) -> int:
+    """The run's number of optimizer steps: ``Trainer(max_steps=...)`` or the estimate from epochs."""
+    steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else trainer.estimated_stepping_batches
+    if steps == float("inf") or steps < 1:
+        raise UserInputError("the Trainer has no finite length: give Trainer(max_steps=N) or max_epochs "
+                             "with a sized dataloader, so both arms know their last step")
+    return int(steps)

@@ -1,0 +1,177 @@
+"""``LockstepPair``: two of your LightningModules trained side by side on the identical batch.
+
+::
+
+    pair = LockstepPair(MyModule(attention="flash"), MyModule(attention="baseline"),
+                        out="runs/flash-vs-baseline", every=10)
+    Trainer(max_steps=500).fit(pair, loader)
+
+Each optimizer step, for arm a then arm b: the global RNG state is set to the state saved
+before arm a's step (``divergence.lightning.rng``), the arm's own ``training_step`` computes
+its loss on the batch, gradients are cleared, ``manual_backward`` runs, the arm's own
+optimizers (from its own ``configure_optimizers``) step, and its step-interval LR schedulers
+step. Both arms see the same batch and draw the same noise, timesteps and dropout masks, so
+two copies of one module (a control pair) stay bitwise equal, and the pair tracker
+(``pair_tracker``) compares their weights at step 0, every ``every`` steps and the last step.
+
+What is used of your modules: ``training_step``, ``configure_optimizers`` and ``log`` (a
+module's ``self.log("loss", x)`` arrives as ``a/loss`` or ``b/loss``). Other hooks of theirs
+are not called, and Lightning's automatic-optimization options (``gradient_clip_val``,
+``accumulate_grad_batches``) do not apply: pass ``gradient_clip_val`` here. ``global_step``
+counts batches (each arm steps once per batch). A ``training_step`` must not change the
+batch in place: arm b gets the same objects after arm a.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.core.optimizer import do_nothing_closure
+
+from divergence.errors import UserInputError
+from divergence.lightning.arm_checkpoints import step_loss
+from divergence.lightning.gather import gather_state, max_steps, submodule
+from divergence.lightning.optimizers import split_optimizers
+from divergence.lightning.pair_tracker import PairTracker
+from divergence.lightning.rng import rng_state, set_rng_state
+from divergence.training.records import ARMS
+from divergence.writers.arm_writer import state_weights
+from divergence.writers.pair_files import DEFAULT_EVERY
+
+STATE_KEY = "divergence_pair_tracker"
+
+
+class LockstepPair(pl.LightningModule):
+    """Train ``module_a`` and ``module_b`` in lockstep and track how far apart their weights move.
+
+    Parameters
+    ----------
+    module_a, module_b : your LightningModules (automatic optimization), built with the same
+        architecture so their weights match by name.
+    out : the pair folder (``pair.json``, ``metrics.jsonl``).
+    every : compare the weights every ``every`` steps (and at 0 and the last step).
+    module : compare this submodule of each arm (``"unet"``); default the whole module.
+    gradient_clip_val : clip each arm's gradient norm to this before its optimizers step.
+    **pair : ``pair.json`` fields: ``name``, ``category``, ``arms``, ``description``,
+        ``replicate``, ``spike_factor``, ``spike_window``.
+    """
+
+    def __init__(self, module_a: pl.LightningModule, module_b: pl.LightningModule, out: str | Path,
+                 every: int = DEFAULT_EVERY, module: str | None = None, gradient_clip_val: float | None = None,
+                 **pair):
+        super().__init__()
+        for arm, m in (("a", module_a), ("b", module_b)):
+            if not isinstance(m, pl.LightningModule):
+                raise UserInputError(f"module_{arm}: a LightningModule is needed, got {type(m).__name__}")
+            if not m.automatic_optimization:
+                raise UserInputError(f"module_{arm}: {type(m).__name__} uses manual optimization; LockstepPair "
+                                     "steps each arm's optimizers itself and needs automatic_optimization=True")
+            submodule(m, module or "")
+        if module_a is module_b:
+            raise UserInputError("module_a and module_b are the same object; build two modules (a control pair "
+                                 "is two copies built from the same seed)")
+        self.automatic_optimization = False
+        self.module_a, self.module_b = module_a, module_b
+        self.compared = module or ""
+        self.gradient_clip_val = gradient_clip_val
+        self.tracker = PairTracker(out, every, pair)
+        self._optimizers: dict[str, list[int]] = {}
+        self._schedulers: dict[str, list[tuple[int, str]]] = {}
+        for arm in ARMS:
+            self.arm(arm).log = partial(self._arm_log, arm)
+            self.arm(arm).log_dict = partial(self._arm_log_dict, arm)
+
+    def arm(self, name: str) -> pl.LightningModule:
+        return self.module_a if name == "a" else self.module_b
+
+    # -- optimizers: each arm's own ----------------------------------------------------------
+    def configure_optimizers(self):
+        optimizers, schedulers = [], []
+        for arm in ARMS:
+            opts, scheds = split_optimizers(self.arm(arm).configure_optimizers(), f"module_{arm}")
+            self._optimizers[arm] = list(range(len(optimizers), len(optimizers) + len(opts)))
+            self._schedulers[arm] = [(len(schedulers) + i, interval) for i, (_, interval) in enumerate(scheds)]
+            optimizers += opts
+            schedulers += [s for s, _ in scheds]
+        return optimizers, schedulers
+
+    # -- one step: both arms on the batch, the RNG forked ------------------------------------------
+    def training_step(self, batch, batch_idx):
+        forked = rng_state()
+        losses = {}
+        for arm in ARMS:
+            set_rng_state(forked)
+            losses[arm] = self._arm_step(arm, batch, batch_idx)
+        reduce = self.trainer.strategy.reduce  # the global loss: every rank's detectors see the same
+        self._losses = {arm: float(reduce(loss, reduce_op="mean")) for arm, loss in losses.items()}
+        return None
+
+    def _arm_step(self, arm: str, batch, batch_idx) -> torch.Tensor:
+        output = self.arm(arm).training_step(batch, batch_idx)
+        loss = output.get("loss") if isinstance(output, dict) else output
+        step_loss(loss)  # a clear error when training_step returned no loss tensor
+        optimizers = _as_list(self.optimizers())
+        for i in self._optimizers[arm]:
+            optimizers[i].zero_grad()
+        self.manual_backward(loss)
+        for i in self._optimizers[arm]:
+            if self.gradient_clip_val is not None:
+                self.clip_gradients(optimizers[i], gradient_clip_val=self.gradient_clip_val)
+            self._optimizer_step(optimizers[i], counted=arm == "a" and i == self._optimizers["a"][0])
+        schedulers = _as_list(self.lr_schedulers())
+        for i, interval in self._schedulers[arm]:
+            if interval == "step":
+                schedulers[i].step()
+        return loss.detach().float()
+
+    def _optimizer_step(self, optimizer, counted: bool) -> None:
+        """Step; only one optimizer per batch goes through Lightning's counter, so global_step counts batches."""
+        if counted:
+            optimizer.step()
+        else:
+            self.trainer.strategy.optimizer_step(optimizer.optimizer, do_nothing_closure)
+
+    # -- tracking -------------------------------------------------------------------------------
+    def on_train_start(self) -> None:
+        self.tracker.start(self.trainer, max_steps(self.trainer), self._pair_weights)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        self.tracker.record(self.trainer, self.trainer.global_step, self._losses, self._pair_weights)
+
+    def on_train_epoch_end(self) -> None:
+        schedulers = _as_list(self.lr_schedulers())
+        for arm in ARMS:
+            for i, interval in self._schedulers[arm]:
+                if interval == "epoch":
+                    schedulers[i].step()
+
+    def on_train_end(self) -> None:
+        self.tracker.finish(self.trainer)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint[STATE_KEY] = self.tracker.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.tracker.load_state_dict(checkpoint.get(STATE_KEY, {}))
+
+    def _pair_weights(self):
+        """Both arms' weights on rank zero (collective under FSDP), None elsewhere."""
+        states = [gather_state(self.trainer, self, f"module_{arm}" + (f".{self.compared}" if self.compared else ""))
+                  for arm in ARMS]
+        return None if states[0] is None else tuple(state_weights(s) for s in states)
+
+    # -- the arms' own self.log calls, namespaced by arm ----------------------------------------
+    def _arm_log(self, arm: str, name: str, value, *args, **kwargs):
+        return self.log(f"{arm}/{name}", value, *args, **kwargs)
+
+    def _arm_log_dict(self, arm: str, dictionary: dict, *args, **kwargs):
+        return self.log_dict({f"{arm}/{k}": v for k, v in dictionary.items()}, *args, **kwargs)
+
+
+def _as_list(x) -> list:
+    if x is None:
+        return []
+    return list(x) if isinstance(x, (list, tuple)) else [x]

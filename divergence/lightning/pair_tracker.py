@@ -1,0 +1,80 @@
+"""The metrics store of a pair trained in one process: ``DIR/pair.json`` and ``DIR/metrics.jsonl``.
+
+Records are built with ``divergence.training.records`` (the functions the built-in lockstep
+tracker and ``divergence watch`` use), so a ``LockstepPair`` store has the same records as
+the store ``watch`` builds from the same two arms trained as separate jobs. The same numbers
+go to the Trainer's loggers under the keys of ``divergence.training.step_logging``:
+``divergence/model/<metric>``, ``divergence/kind/<kind>/<metric>``,
+``divergence/wasserstein/<module>``, ``train/loss_a``, ``train/loss_b``, ...
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable
+
+from divergence.errors import TrainingDiverged
+from divergence.store import MetricsStore
+from divergence.store.pair_info import FILENAME as PAIR_FILE
+from divergence.tables import write_json
+from divergence.training.records import ARMS, divergence_records, is_tracked, loss_record
+from divergence.training.spikes import SpikeDetector
+from divergence.training.step_logging import log_step
+from divergence.writers.pair_files import read_pair_json, tracking_schedule, write_pair_files
+
+
+class PairTracker:
+    def __init__(self, out: str | Path, every: int, pair: dict):
+        self.out, self.pair = Path(out), pair
+        self.schedule = tracking_schedule(every, pair.get("spike_factor", 3.0), pair.get("spike_window", 20))
+        self.spikes = {a: SpikeDetector(self.schedule["spike_factor"], self.schedule["spike_window"]) for a in ARMS}
+        self.store: MetricsStore | None = None
+        self.max_steps = 0
+
+    def tracked(self, step: int) -> bool:
+        return is_tracked(step, self.max_steps, self.schedule["every"], 0)
+
+    def start(self, trainer, max_steps: int, weights: Callable) -> None:
+        """Write ``pair.json``, open the store, drop steps after a resumed one; record step 0."""
+        self.max_steps, step = max_steps, trainer.global_step
+        if trainer.is_global_zero:
+            write_pair_files(self.out, max_steps=max_steps, every=self.schedule["every"], **self.pair)
+            self.store = MetricsStore(self.out).open_for_append()
+            self.store.truncate_after(step)
+        fresh = trainer.strategy.broadcast(self.store is None or self.store.last_step() is None)
+        if step == 0 and fresh:
+            self.record(trainer, 0, None, weights)
+
+    def record(self, trainer, step: int, losses: dict | None, weights: Callable) -> None:
+        """One step's records; ``losses`` already reduced over ranks; ``weights()`` is collective."""
+        record = loss_record(losses, self.spikes)  # every rank: the detectors stay identical
+        pair_weights = weights() if self.tracked(step) else None
+        if trainer.is_global_zero:
+            tensors: list[dict] = []
+            if pair_weights is not None:
+                tensors, summary = divergence_records(*pair_weights)
+                record.update(summary, tracked=True)
+            else:
+                record["tracked"] = False
+            self.store.append_step(step, tensors, record)
+            log_step(trainer.loggers, step, record, tensors, table=step == self.max_steps)
+        for arm, loss in (losses or {}).items():  # the same on every rank: a clean stop everywhere
+            if not math.isfinite(loss):
+                raise TrainingDiverged(f"arm {arm}: loss is {loss} at step {step} (recorded in {self.out}); "
+                                       "lower the learning rate or clip the gradients")
+
+    def finish(self, trainer) -> None:
+        if not trainer.is_global_zero or self.store is None:
+            return
+        info = read_pair_json(self.out)
+        info["last_step"] = self.store.last_step()
+        info["finished"] = info["last_step"] is not None and info["last_step"] >= self.max_steps
+        write_json(self.out / PAIR_FILE, info)
+
+    def state_dict(self) -> dict:
+        return {arm: d.state_dict() for arm, d in self.spikes.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for arm, detector in self.spikes.items():
+            detector.load_state_dict(state.get(arm, {}))
