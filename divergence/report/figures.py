@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import matplotlib
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
