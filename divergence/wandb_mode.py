@@ -60,8 +60,8 @@ def wandb_offline(env: dict | None = None) -> bool:
 
 def offline_notice(run_dir: str | Path) -> str:
     """The one line an offline run prints: why it is offline and how to upload it."""
-    return (f"wandb: offline (no WANDB_MODE, WANDB_API_KEY or `wandb login`); upload later with: "
-            f"wandb sync {run_dir}")
+    return (f"wandb: {run_dir} is an offline run (no WANDB_MODE, WANDB_API_KEY or `wandb login` credentials); "
+            f"upload it later with: wandb sync {run_dir}")
 
 
 @dataclass(frozen=True)

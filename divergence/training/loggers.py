@@ -126,7 +126,7 @@ def build_loggers(config: LogConfig, out: Path, run_name: str, identity: RunIden
 def finish_wandb(loggers, artifacts: bool = True) -> None:
     """Log the run's artifacts (``artifacts``) and close its wandb run (Lightning leaves it open,
     and the next WandbLogger in the same process, a study's next pair, would log into it)."""
-    from divergence.training.artifacts import log_run_artifacts
+    from divergence.wandb_artifacts import log_run_artifacts
 
     for logger in loggers:
         if isinstance(logger, WandbLogger) and logger._experiment is not None:

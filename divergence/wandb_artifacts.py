@@ -23,7 +23,6 @@ from pathlib import Path
 from divergence.errors import UserInputError
 from divergence.store import FILENAME as STORE_FILE
 from divergence.store.pair_info import PairInfo
-from divergence.training.weights import weights_path
 
 
 def artifact_slug(name: str) -> str:
@@ -61,6 +60,8 @@ def weights_artifact(folder: str | Path, run_name: str, step: int):
     import wandb
 
     folder = Path(folder)
+    from divergence.training.weights import weights_path
+
     target = weights_path("checkpoints", step).name
     files = sorted(p for p in folder.rglob(target) if p.parent.name == "checkpoints")
     if not files:
