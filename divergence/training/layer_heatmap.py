@@ -64,7 +64,7 @@ def heatmap_image(modules: list[str], steps: list[int], values: np.ndarray, metr
     positive = values[np.isfinite(values) & (values > 0)]
     floor = positive.min() if positive.size else 1e-12
     shown = np.log10(np.where(np.isfinite(values), np.maximum(values, floor), np.nan))
-    fig = Figure(figsize=(8, min(12, 2 + 0.15 * len(modules))), dpi=80)
+    fig = Figure(figsize=(8, min(12, 2 + 0.15 * len(modules))), dpi=80, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     image = ax.imshow(shown, aspect="auto", interpolation="nearest", cmap="viridis")
@@ -77,6 +77,5 @@ def heatmap_image(modules: list[str], steps: list[int], values: np.ndarray, metr
     else:
         ax.set_ylabel(f"{len(modules)} modules, in model order")
     ax.set_title(f"{metric} per module")
-    fig.tight_layout()
     fig.canvas.draw()
     return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()

@@ -27,8 +27,9 @@ from divergence.wandb_mode import offline_notice, wandb_offline, wandb_target
 __all__ = ["RunIdentity", "DivergenceWandbLogger", "build_loggers", "finish_wandb", "wandb_offline"]
 
 STEP_KEY = "trainer/global_step"
-# Families that Lightning logs itself (an arm's own loss, the attention deviation): globs.
-GLOB_SUMMARIES = {"train/*": "last", "attention/*": "max", "samples/*": "last"}
+# What Lightning logs itself (an arm's own train/loss, grad_norm, lr): a glob. Every key that
+# goes through ``step_logging.log_at_step`` is defined by name when first logged.
+GLOB_SUMMARIES = {"train/*": "last"}
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def pair_tags(name: str, category: str, labels: dict, replicate: int = 0, arm: s
     tags = [f"pair:{name}", f"category:{category}", f"replicate:{replicate or 0}"]
     for side, variants in labels.items():
         if arm in (None, side):
-            tags += [f"{side}:{label}" for label in variants] or [f"{side}:base"]
+            tags += [f"{side}:{label.split('(')[0]}" for label in variants] or [f"{side}:base"]  # no options
     if arm is not None:
         tags.append(f"arm:{arm}")
     return tuple(tags)
