@@ -53,3 +53,30 @@ def shadow_pair(tmp_path_factory):
     finally:
         torch.set_num_threads(threads)
     return out, printed.getvalue()
+
+
+# A summary.json of schema 2 (issue 10): each verdict with its dose ratio and outcome.
+SUMMARY = {
+    "settings": {"bootstrap_replicates": 200, "seed": 0},
+    "pairs": {"flash-vs-baseline": {"growth_rate": {}}},
+    "verdicts": [{
+        "study": "flash-vs-baseline", "status": "bounded", "headline": "Bounded: flash vs baseline ...",
+        "dose_ratio": {"reference": "bf16-vs-fp32", "metric": "rel_l2", "log10": -3.9, "lo": -4.2, "hi": -3.6,
+                       "replicates": 3, "window": [1, 40]},
+        "outcome": {"mean": 0.001, "lo": -0.002, "hi": 0.004, "margin": 0.01},
+    }],
+}
+
+
+@pytest.fixture(scope="session")
+def report_run(shadow_pair, tmp_path_factory):
+    """The report's offline wandb run over the shadow pair's folder: (report folder, where)."""
+    from divergence.report.wandb_log import log_report
+
+    tmp = tmp_path_factory.mktemp("report")
+    out = tmp / "report"
+    out.mkdir()
+    (out / "report.md").write_text("# report\n")
+    with no_credentials(tmp):
+        where = log_report(SUMMARY, {}, [out / "report.md"], out, None, [shadow_pair[0]])
+    return out, where
