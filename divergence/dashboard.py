@@ -52,7 +52,7 @@ def dashboard_sections() -> list[Section]:
         Section("Per kind", kinds),
         Section("Most divergent layers", (
             Panel("table", "top layers by wasserstein (last table step)", ("divergence/top_layers",)),
-            Panel("media", "layers x steps", ("divergence/heatmap/wasserstein", "divergence/heatmap/max_abs_diff")),
+            Panel("media", "layers x steps (wasserstein | max_abs_diff)", ("divergence/heatmap",)),
         )),
         Section("Losses and spikes", (
             Panel("line", "loss of both arms", ("train/loss_a", "train/loss_b")),

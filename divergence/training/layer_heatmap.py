@@ -1,10 +1,9 @@
 """Per-layer divergence over the tracked steps as one heatmap: layers (rows) x steps (columns).
 
-A thousand per-module line charts cannot be read; one image per metric can. The wandb run
-gets ``divergence/heatmap/<metric>`` at the table steps (checkpoint steps and the last step):
-row i is module i in model order, column j the j-th tracked step so far, the colour
-log10 of the module's value (``wasserstein`` or ``max_abs_diff``; zeros at the floor of the
-colour scale). The values are those of the metrics store (per-module aggregates of its tensor
+A thousand per-module line charts cannot be read; one image can. The wandb run gets
+``divergence/heatmap`` at the table steps (checkpoint steps and the last step): one panel per
+metric (``wasserstein``, ``max_abs_diff``), row i module i in model order, column j the j-th
+tracked step so far, the colour log10 of the module's value (zeros at the floor of the scale). The values are those of the metrics store (per-module aggregates of its tensor
 records, ``divergence.metrics.aggregate``), so the image can be recomputed from the store.
 """
 
@@ -56,26 +55,34 @@ class LayerHistory:
         return modules, steps, values
 
 
-def heatmap_image(modules: list[str], steps: list[int], values: np.ndarray, metric: str) -> np.ndarray:
-    """An RGB image (H, W, 3) uint8 of log10(values): rows modules, columns steps, with a colour bar."""
+def heatmap_image(history: LayerHistory) -> np.ndarray:
+    """An RGB image (H, W, 3) uint8: one panel per ``HEATMAP_METRICS`` entry, log10 colour,
+    rows modules in model order, columns tracked steps, each with its colour bar."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    modules, steps, _ = history.matrix(HEATMAP_METRICS[0])
+    fig = Figure(figsize=(12, min(12, 2 + 0.15 * len(modules))), dpi=72)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(HEATMAP_METRICS), sharey=True)
+    for ax, metric in zip(axes, HEATMAP_METRICS):
+        _panel(fig, ax, *history.matrix(metric), metric)
+    if len(modules) <= LABEL_ROWS:
+        axes[0].set_yticks(range(len(modules)), modules, fontsize=6)
+    else:
+        axes[0].set_ylabel(f"{len(modules)} modules, in model order")
+    fig.subplots_adjust(left=0.3 if len(modules) <= LABEL_ROWS else 0.08, right=0.97, wspace=0.25)
+    fig.canvas.draw()
+    return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+
+
+def _panel(fig, ax, modules: list[str], steps: list[int], values: np.ndarray, metric: str) -> None:
     positive = values[np.isfinite(values) & (values > 0)]
     floor = positive.min() if positive.size else 1e-12
     shown = np.log10(np.where(np.isfinite(values), np.maximum(values, floor), np.nan))
-    fig = Figure(figsize=(8, min(12, 2 + 0.15 * len(modules))), dpi=80, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
     image = ax.imshow(shown, aspect="auto", interpolation="nearest", cmap="viridis")
     fig.colorbar(image, ax=ax, label=f"log10 {metric}")
-    ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 10)).round().astype(int))
+    ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int))
     ax.set_xticks(ticks, [str(steps[t]) for t in ticks])
     ax.set_xlabel("step")
-    if len(modules) <= LABEL_ROWS:
-        ax.set_yticks(range(len(modules)), modules, fontsize=6)
-    else:
-        ax.set_ylabel(f"{len(modules)} modules, in model order")
     ax.set_title(f"{metric} per module")
-    fig.canvas.draw()
-    return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()

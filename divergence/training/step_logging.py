@@ -12,8 +12,9 @@ At the table steps (checkpoint steps and the last step), to wandb only:
 
     divergence/layers                     a Table of every module's values at this step
     divergence/top_layers                 a Table of the TOP_K modules of largest wasserstein
-    divergence/heatmap/<metric>           an image, layers x tracked steps so far (wasserstein,
-                                          max_abs_diff; divergence.training.layer_heatmap)
+    divergence/heatmap                    an image, layers x tracked steps so far, a panel for
+                                          wasserstein and one for max_abs_diff
+                                          (divergence.training.layer_heatmap)
 
 With ``log.per_layer_scalars`` (off by default: a thousand panels for an SD-1.5-sized model),
 also one scalar per module: ``divergence/wasserstein/<module>`` and
@@ -135,17 +136,16 @@ def _log_layers(logger, step: int, modules: list[dict], table: bool) -> None:
         return
     import wandb
 
-    from divergence.training.layer_heatmap import HEATMAP_METRICS, heatmap_image
+    from divergence.training.layer_heatmap import heatmap_image
 
     rows = [[r["group"], r.get("kind", ""), r["tensors"], r["numel"], *[r[m] for m in METRICS]] for r in modules]
     w = TABLE_COLUMNS.index("wasserstein")
     top = sorted(rows, key=lambda row: -row[w] if math.isfinite(row[w]) else math.inf)[:TOP_K]
     payload = {"divergence/layers": wandb.Table(columns=TABLE_COLUMNS, data=rows),
                "divergence/top_layers": wandb.Table(columns=TABLE_COLUMNS, data=top)}
-    for metric in HEATMAP_METRICS:
-        names, steps, values = history.matrix(metric)
-        payload[f"divergence/heatmap/{metric}"] = wandb.Image(
-            heatmap_image(names, steps, values, metric), caption=f"{metric}: {len(names)} modules x {len(steps)} steps")
+    modules_n, steps_n = len(history.matrix("wasserstein")[0]), len(history.steps)
+    payload["divergence/heatmap"] = wandb.Image(heatmap_image(history),
+                                                caption=f"{modules_n} modules x {steps_n} tracked steps")
     logger.experiment.log({**payload, STEP_KEY: step}, step=step)
 
 

@@ -15,7 +15,7 @@ def test_the_run_is_filed_with_group_job_type_tags_and_the_resolved_recipe(shado
             "b:attention=baseline", "nightly"} <= set(info["tags"]), info["tags"]
     config = info["config"]
     assert config["name"] == "flash-vs-baseline" and config["tracking"]["every"] == 1
-    assert config["recipes"]["a"]["train"]["max_steps"] == 3
+    assert config["recipes"]["a"]["train"]["max_steps"] == 2
     assert config["recipes"]["a"]["attention"]["name"] == "shadow"
 
 
@@ -47,8 +47,7 @@ def test_keys_are_sortable_and_per_layer_values_are_compact(shadow_pair):
     assert all(segment and not segment[0].isdigit() and segment.replace("_", "a").isalnum()
                for key in keys for segment in key.split("/") if key != "_step" and not key.startswith("_"))
     assert not any(k.startswith(("divergence/wasserstein/", "divergence/max_abs_diff/")) for k in keys)
-    assert {"divergence/top_layers", "divergence/heatmap/wasserstein", "divergence/heatmap/max_abs_diff",
-            "divergence/layers"} <= keys
+    assert {"divergence/top_layers", "divergence/heatmap", "divergence/layers"} <= keys
 
 
 def test_the_store_and_the_chosen_weights_are_artifacts(shadow_pair):
