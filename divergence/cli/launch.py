@@ -28,6 +28,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--partition", help="SLURM partition")
     p.add_argument("--time", help="SLURM time limit per job, e.g. 2-00:00:00")
     p.add_argument("--account", help="SLURM account")
+    p.add_argument("--group", help="wandb group of the arms and the comparator (default: the pair folder's name)")
     p.add_argument("--command", default="divergence", help="how the jobs call divergence (default: divergence)")
     p.add_argument("--dry-run", action="store_true", help="print the scripts; write and submit nothing")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides for both arms")
@@ -54,7 +55,7 @@ def run(args) -> int:
         recipe=Path(args.recipe).resolve(), out=out, name=pair.name, scheduler=args.scheduler, nodes=args.nodes,
         gpus_per_node=args.gpus_per_node, accelerator="cpu" if args.cpu else "gpu", strategy=args.strategy,
         comparator_gpus=args.comparator_gpus, overrides=tuple(args.overrides), command=args.command,
-        partition=args.partition, time=args.time, account=args.account,
+        partition=args.partition, time=args.time, account=args.account, group=args.group,
     )
     if args.dry_run:
         print(render(plan))

@@ -77,12 +77,14 @@ def print_report(report) -> None:
 
 def log_report_to_wandb(report, project: str | None) -> None:
     from divergence.report.wandb_log import log_report
+    from divergence.wandb_mode import offline_notice, wandb_offline
 
     try:
-        where = log_report(report.summary, report.figures, report.files, report.out, project)
+        folders = [p.folder for p in report.analysis.pairs if getattr(p, "folder", None)]
+        where = log_report(report.summary, report.figures, report.files, report.out, project, folders)
     except Exception as err:  # noqa: BLE001 - the report is written; wandb trouble must not hide it
         print(f"warning: logging to wandb failed ({type(err).__name__}: {err}); the report files are written. "
               "Use --no-wandb to skip wandb.", file=sys.stderr)
         return
     report.wandb = where
-    print(f"wandb: {where}")
+    print(offline_notice(where) if wandb_offline() else f"wandb: {where}")

@@ -1,10 +1,11 @@
 """The comparator's logs: exactly what the lockstep tracker sends its loggers, for the same steps.
 
 The loggers are the pair's own (``divergence.training.loggers.build_loggers`` on the pair
-folder: wandb offline unless configured, one run id in ``DIR/wandb-id`` so a restarted
-comparator continues the same wandb run; CSV under ``DIR/csv``), and the keys and tables are
+folder: the user's wandb settings first, one run id in ``DIR/wandb-id`` so a restarted
+comparator continues the same wandb run; CSV under ``DIR/csv``), filed as ``job_type``
+``comparator`` in the pair's group with the pair's tags, and the keys and tables are
 ``divergence.training.step_logging``'s, shared with the lockstep tracker so the two modes
-cannot drift apart.
+cannot drift apart. When the pair is complete, the store goes to wandb as an artifact.
 """
 
 from __future__ import annotations
@@ -16,22 +17,23 @@ from divergence.recipe.run import LogConfig
 
 class StepLogger:
     def __init__(self, out: Path, log: LogConfig, name: str, checkpoint_every: int, max_steps: int, hparams: dict):
-        from divergence.training.loggers import build_loggers
+        from divergence.training.loggers import RunIdentity, build_loggers
 
-        self.loggers = build_loggers(log, out, name)
+        self.loggers = build_loggers(log, out, name, RunIdentity.for_comparator(out, hparams))
         for logger in self.loggers:
             logger.log_hyperparams(hparams)
         self.checkpoint_every, self.max_steps = checkpoint_every, max_steps
+        self.complete = False
 
     def log(self, step: int, record: dict, tensors: list[dict]) -> None:
         from divergence.training.step_logging import is_table_step, log_step
 
         log_step(self.loggers, step, record, tensors, table=is_table_step(step, self.max_steps, self.checkpoint_every))
+        self.complete = self.complete or step >= self.max_steps
 
     def close(self) -> None:
-        from lightning.pytorch.loggers import WandbLogger
+        from divergence.training.loggers import finish_wandb
 
         for logger in self.loggers:
             logger.finalize("success")
-            if isinstance(logger, WandbLogger) and logger._experiment is not None:
-                logger.experiment.finish()
+        finish_wandb(self.loggers, artifacts=self.complete)

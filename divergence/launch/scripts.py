@@ -6,7 +6,9 @@ starting every task, ``train.num_nodes`` = ``--nodes``; Lightning reads the rank
 SLURM's environment. ``--signal=SIGUSR1@120`` with ``--requeue`` lets Lightning requeue a job
 about to hit its time limit; the requeued arm resumes from its ``last.ckpt`` and the
 comparator follows the new attempt. ``submit.sh`` submits the arms, then the comparator with
-``--dependency=after:A:B`` (it starts once both arms have started, and follows them).
+``--dependency=after:A:B`` (it starts once both arms have started, and follows them). Every
+script exports one ``WANDB_RUN_GROUP`` (``--group``, default the pair folder's name), so the
+three wandb runs land in one group.
 
 torchrun: ``torchrun --nnodes N --nproc-per-node G`` per arm. On one node the arms get
 disjoint GPUs (``CUDA_VISIBLE_DEVICES``) and their own rendezvous ports, and ``start.sh``
@@ -44,6 +46,11 @@ class LaunchPlan:
     account: str | None = None
     master_port: int = 29500
     extra_sbatch: tuple[str, ...] = field(default_factory=tuple)
+    group: str | None = None        # wandb group of the three jobs (default: the pair folder's name)
+
+    @property
+    def wandb_group(self) -> str:
+        return self.group or self.out.name
 
     def train_args(self, arm: str) -> list[str]:
         return ["train", "--recipe", str(self.recipe), "--arm", arm, "--out", str(self.out),
@@ -98,6 +105,7 @@ def _sbatch_arm(plan: LaunchPlan, arm: str) -> str:
         "#SBATCH --requeue",
         "set -euo pipefail",
         f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {plan.gpus_per_node} task(s), one per GPU",
+        _group_export(plan),
         f"srun {_command(plan, plan.train_args(arm))}",
         "",
     ]
@@ -107,7 +115,8 @@ def _sbatch_arm(plan: LaunchPlan, arm: str) -> str:
 def _sbatch_watch(plan: LaunchPlan) -> str:
     gpus = plan.comparator_gpus
     lines = _sbatch_header(plan, "watch", 1, 1, gpus, None)
-    lines += ["set -euo pipefail", f"# the comparator: follows both arms in {plan.out} until the pair is complete"]
+    lines += ["set -euo pipefail", f"# the comparator: follows both arms in {plan.out} until the pair is complete",
+              _group_export(plan)]
     if gpus > 1:
         # torchrun starts Python itself: `-m divergence`, whatever plan.command is
         lines.append(f"srun torchrun --standalone --nproc-per-node={gpus} -m divergence {_join(plan.watch_args())}")
@@ -143,7 +152,7 @@ def _torchrun_arm(plan: LaunchPlan, arm: str) -> str:
     index, g = ARMS.index(arm), plan.gpus_per_node
     port = plan.master_port + index
     lines = ["#!/bin/bash", "set -euo pipefail",
-             f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {g} process(es)"]
+             f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {g} process(es)", _group_export(plan)]
     if plan.accelerator == "gpu" and plan.nodes == 1:
         devices = ",".join(str(index * g + i) for i in range(g))
         lines.append(f"# one node holds both arms: arm {arm} takes GPUs {devices}")
@@ -156,7 +165,8 @@ def _torchrun_arm(plan: LaunchPlan, arm: str) -> str:
 
 def _torchrun_watch(plan: LaunchPlan) -> str:
     gpus = plan.comparator_gpus
-    lines = ["#!/bin/bash", "set -euo pipefail", f"# the comparator: follows both arms in {plan.out}"]
+    lines = ["#!/bin/bash", "set -euo pipefail", f"# the comparator: follows both arms in {plan.out}",
+             _group_export(plan)]
     if plan.accelerator == "gpu" and plan.nodes == 1:
         # it holds one tensor pair at a time per rank: sharing the arms' first GPUs costs them little
         devices = ",".join(str(i) for i in range(gpus))
@@ -190,6 +200,12 @@ def _start(plan: LaunchPlan) -> str:
 
 
 # -- helpers -------------------------------------------------------------------------------------
+def _group_export(plan: LaunchPlan) -> str:
+    """One wandb group for the three jobs; a WANDB_RUN_GROUP the user exported wins (and a
+    recipe's ``log.group`` wins over both, see ``divergence.wandb_mode``)."""
+    return f"export WANDB_RUN_GROUP=${{WANDB_RUN_GROUP:-{shlex.quote(plan.wandb_group)}}}"
+
+
 def _command(plan: LaunchPlan, args: list[str]) -> str:
     return f"{plan.command} {_join(args)}"
 

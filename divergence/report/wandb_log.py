@@ -1,8 +1,28 @@
 """Send the report to wandb: verdict numbers as run summary, figures, the HTML, the files.
 
-Offline unless the user configured wandb: with ``WANDB_MODE`` set wandb follows it, with
-``WANDB_API_KEY`` present it goes online; otherwise an offline run is written under
-``<out>/wandb`` for ``wandb sync`` (the same rule as the training loggers).
+Where it goes follows the user's wandb settings (``divergence.wandb_mode``, the same rule as
+training): ``WANDB_MODE``, else online with credentials (``WANDB_API_KEY`` or ``wandb login``),
+else offline under ``<out>/wandb`` (or ``$WANDB_DIR``) with one line naming the ``wandb sync``
+command. The run is ``job_type`` ``report`` in the study's group (``WANDB_RUN_GROUP``, else the
+study folder's name: the common parent of the pair folders, or the one pair folder's name).
+
+Summary keys (``flat_summary``), each path segment key-safe (``flash-vs-baseline`` ->
+``flash_vs_baseline``, see ``divergence.wandb_mode.key_part``) where marked <safe>:
+
+    report/status/<safe study>                       the verdict's status
+    report/dose_ratio/<safe study>/log10, lo, hi     the dose ratio (summary.json schema 2), and
+    report/dose_ratio/<safe study>/replicates        its window as window_start, window_end
+    report/outcome/<safe study>/mean, lo, hi, margin
+    verdict/<study>/status, verdict/<study>/headline, ratio/<study>/<metric>/<reference>/<key>,
+    growth/<pair>/<metric>/<key>                     the earlier keys, unchanged
+
+and the table ``report/dose_ratios`` (one row per verdict: study, reference, metric, log10, lo,
+hi, replicates, window_start, window_end) that the dashboard's dose-ratio panel shows.
+
+Lineage: the report ``use``s each pair folder's store artifact (``store-<pair>``, see
+``divergence.wandb_artifacts``), so wandb links the report to the runs it was computed from.
+wandb refuses ``use_artifact`` in an offline run; there the artifacts' names and digests go into
+the run's config under ``inputs`` instead.
 """
 
 from __future__ import annotations
@@ -11,9 +31,11 @@ import os
 from pathlib import Path
 
 from divergence.report.figures import file_stem
-from divergence.wandb_mode import wandb_init_mode
+from divergence.wandb_mode import DEFAULT_PROJECT, key_part, wandb_target
 
-DEFAULT_PROJECT = "divergence"
+DOSE_COLUMNS = ["study", "reference", "metric", "log10", "lo", "hi", "replicates", "window_start", "window_end"]
+
+__all__ = ["DEFAULT_PROJECT", "DOSE_COLUMNS", "flat_summary", "log_report", "report_group"]
 
 
 def flat_summary(summary: dict) -> dict[str, float | str]:
@@ -26,29 +48,76 @@ def flat_summary(summary: dict) -> dict[str, float | str]:
             flat[f"dose_ratio/{v['study']}/{key}"] = v["dose_ratio"][key]
         for key in ("mean", "lo", "hi", "margin"):
             flat[f"outcome/{v['study']}/{key}"] = v["outcome"][key]
+        flat.update(_report_keys(v))
     for study, ratios in summary.get("legacy_slope_ratio", {}).get("ratios", {}).items():
         for r in ratios:
             for key in ("ratio", "lo", "hi"):
                 flat[f"legacy_ratio/{study}/{r['metric']}/{r['reference']}/{key}"] = r[key]
     for name, pair in summary["pairs"].items():
-        for metric, g in pair["growth_rate"].items():
+        for metric, g in pair.get("growth_rate", {}).items():
             for key in ("value", "lo", "hi"):
                 flat[f"growth/{name}/{metric}/{key}"] = g[key]
     return {k: v for k, v in flat.items() if v is not None}
 
 
-def log_report(summary: dict, figures: dict[str, Path], files: list[Path], out_dir: Path, project: str | None) -> str:
+def _report_keys(verdict: dict) -> dict:
+    study = key_part(verdict["study"])
+    flat = {f"report/status/{study}": verdict["status"]}
+    dose = verdict.get("dose_ratio") or {}
+    for key in ("log10", "lo", "hi", "replicates"):
+        flat[f"report/dose_ratio/{study}/{key}"] = dose.get(key)
+    window = dose.get("window") or (None, None)
+    flat[f"report/dose_ratio/{study}/window_start"], flat[f"report/dose_ratio/{study}/window_end"] = window
+    for key in ("mean", "lo", "hi", "margin"):
+        flat[f"report/outcome/{study}/{key}"] = (verdict.get("outcome") or {}).get(key)
+    return flat
+
+
+def dose_rows(summary: dict) -> list[list]:
+    """One row of ``DOSE_COLUMNS`` per verdict that has a dose ratio."""
+    rows = []
+    for v in summary["verdicts"]:
+        dose = v.get("dose_ratio")
+        if dose:
+            window = dose.get("window") or (None, None)
+            rows.append([v["study"], dose.get("reference"), dose.get("metric"), dose.get("log10"), dose.get("lo"),
+                         dose.get("hi"), dose.get("replicates"), window[0], window[1]])
+    return rows
+
+
+def report_group(folders: list[str | Path], out_dir: Path) -> str:
+    """The study folder's name: the pair folders' common parent, or the one pair folder."""
+    paths = [Path(f).resolve() for f in folders]
+    if len(paths) == 1:
+        return paths[0].name
+    if paths:
+        return Path(os.path.commonpath(paths)).name or out_dir.name
+    return Path(out_dir).resolve().name
+
+
+def log_report(summary: dict, figures: dict[str, Path], files: list[Path], out_dir: Path, project: str | None,
+               folders: list[str | Path] = ()) -> str:
     """Log everything to one wandb run; return where it went (a local folder or a URL)."""
     import wandb
 
+    target = wandb_target(None, report_group(folders, out_dir), ("report",), out_dir)
+    offline = target.mode in ("offline", "dryrun")
+    inputs = _input_artifacts(folders)
+    config = dict(summary["settings"])
+    if offline:
+        config["inputs"] = {a.name: a.digest for a in inputs}
     run = wandb.init(
-        project=project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT, dir=str(out_dir), job_type="report",
-        name=f"report-{file_stem(out_dir.name)}", config=summary["settings"],
-        mode=wandb_init_mode(), settings=wandb.Settings(silent=True),
+        project=project or target.project, entity=target.entity, dir=target.dir, job_type="report",
+        group=target.group, tags=list(target.tags), name=f"report-{file_stem(out_dir.name)}", config=config,
+        mode=target.mode, settings=wandb.Settings(silent=True),
     )
     try:
+        if not offline:
+            for artifact in inputs:
+                run.use_artifact(artifact)  # same digest: the version the pair run logged
         run.summary.update(flat_summary(summary))
         payload = {f"report/{key}": wandb.Image(str(path)) for key, path in figures.items()}
+        payload["report/dose_ratios"] = wandb.Table(columns=DOSE_COLUMNS, data=dose_rows(summary))
         html = next((p for p in files if p.suffix == ".html"), None)
         if html is not None:
             payload["report/html"] = wandb.Html(html.read_text())
@@ -61,3 +130,9 @@ def log_report(summary: dict, figures: dict[str, Path], files: list[Path], out_d
     finally:
         run.finish()
     return str(where)
+
+
+def _input_artifacts(folders) -> list:
+    from divergence.wandb_artifacts import store_artifact
+
+    return [a for a in (store_artifact(f) for f in folders) if a is not None]

@@ -109,6 +109,7 @@ def _start(job: PairJob, overrides: list[str], parallel: int) -> PairJob:
     if parallel > 1:
         command.append("train.cpu_threads=1")  # pairs side by side: one core each, no oversubscription
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # each job its own wandb service
+    env.setdefault("WANDB_RUN_GROUP", job.out.parent.name)  # one wandb group: the study folder's name
     log = open(job.out.parent / "logs" / f"{job.pair.name}.log", "a")
     job.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     log.close()

@@ -41,7 +41,7 @@ from divergence.training.run import check_resume, flatten_keys, global_rank_zero
 # Keys of pair.yaml that may differ between the jobs of one pair folder: how each job runs,
 # not what it computes. Different world sizes are refused separately (they change the batches).
 PER_JOB_KEYS = ("train.accelerator", "train.devices", "train.num_nodes", "train.strategy", "train.cpu_threads",
-                "data.workers", "log.progress_bar")
+                "data.workers", "log.")
 
 
 class ArmRun(DiffusionRun):
@@ -93,7 +93,10 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
     _write_pair_files(out, pair)
     folder = out / arm
     first = [TrackedWeights(folder, pair.tracking.every, recipe.train.checkpoint_every), ArmProgress(folder, arm)]
-    return fit(module, recipe, folder, first_callbacks=first, callbacks=callbacks)
+    from divergence.training.loggers import RunIdentity
+
+    identity = RunIdentity.for_pair(pair, out, job_type="arm", arm=arm)
+    return fit(module, recipe, folder, first_callbacks=first, callbacks=callbacks, identity=identity)
 
 
 def check_arm_folder(out: Path, pair: PairRecipe, arm: str) -> None:

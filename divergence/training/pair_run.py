@@ -55,7 +55,10 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     recorders = {arm: r for arm, r in module.recorders.items() if r is not None}
     if recorders:
         callbacks = [*callbacks, AttentionOutputDeviation(out, recorders, pair.tracking.attention_every)]
-    trainer = fit(module, replace(pair.base, name=pair.name), out, first_callbacks=[tracker], callbacks=callbacks)
+    from divergence.training.loggers import RunIdentity
+
+    trainer = fit(module, replace(pair.base, name=pair.name), out, first_callbacks=[tracker], callbacks=callbacks,
+                  identity=RunIdentity.for_pair(pair, out))
     info.finished, info.last_step = trainer.global_step >= pair.base.train.max_steps, trainer.global_step
     if trainer.is_global_zero:
         info.write(out)

@@ -51,10 +51,12 @@ def train_run(recipe: RunRecipe, out: str | Path, callbacks: list | tuple = ()):
     return fit(module, recipe, out, callbacks=callbacks)
 
 
-def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=()):
+def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(), identity=None):
     """Fit ``module`` (one run or a pair) in the run folder ``out``, resuming from its last .ckpt.
 
-    ``recipe`` gives the hardware, cadence and logging. Callback order: ``first_callbacks``,
+    ``recipe`` gives the hardware, cadence and logging; ``identity`` (a
+    ``divergence.training.loggers.RunIdentity``) files the wandb run, by default as a run of its
+    own with ``recipe`` as config. Callback order: ``first_callbacks``,
     weights-only checkpoints, the resumable checkpoint, samples, ``callbacks``, progress bar.
     """
     import lightning as L
@@ -66,7 +68,7 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     from divergence.training.callbacks.weights import WeightCheckpoint
     from divergence.training.checkpoint_io import AtomicCheckpointIO
     from divergence.training.determinism import determinism
-    from divergence.training.loggers import build_loggers
+    from divergence.training.loggers import RunIdentity, build_loggers, finish_wandb
 
     train, log, every = recipe.train, recipe.log, recipe.train.checkpoint_every
     if global_rank_zero():
@@ -81,7 +83,7 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     trainer = L.Trainer(
         max_steps=train.max_steps, max_epochs=-1, precision="32-true",  # arms apply their own precision
         accelerator=train.accelerator, devices=train.devices, strategy=train.strategy, num_nodes=train.num_nodes,
-        logger=build_loggers(log, out, recipe.name) or False,
+        logger=build_loggers(log, out, recipe.name, identity or RunIdentity.for_run(recipe, out)) or False,
         callbacks=[*first_callbacks, *own, *callbacks, *([TQDMProgressBar()] if log.progress_bar else [])],
         enable_checkpointing=False, enable_progress_bar=log.progress_bar, enable_model_summary=log.progress_bar,
         log_every_n_steps=log.every_n_steps, default_root_dir=str(out), plugins=[AtomicCheckpointIO()],
@@ -89,22 +91,14 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     )
     last = out / "resume" / RESUME_NAME
     # loaded by AtomicCheckpointIO: weights_only, and only the globals our own resume state holds
+    finished = False
     try:
         with determinism(train):  # deterministic kernels and TF32 as the recipe says, restored after
             trainer.fit(module, ckpt_path=str(last) if last.is_file() else None, weights_only=True)
-    finally:
-        _finish_wandb(trainer)
+        finished = True
+    finally:  # close the wandb run (Lightning leaves it open); its artifacts only when it finished
+        finish_wandb(trainer.loggers, artifacts=finished)
     return trainer
-
-
-def _finish_wandb(trainer) -> None:
-    """Close this run's wandb run: Lightning leaves it open, and the next WandbLogger in the
-    same process (a study's next pair) would silently log into it."""
-    from lightning.pytorch.loggers import WandbLogger
-
-    for logger in trainer.loggers:
-        if isinstance(logger, WandbLogger) and logger._experiment is not None:
-            logger.experiment.finish()
 
 
 def check_run_folder(out: Path, recipe: RunRecipe) -> None:

@@ -66,13 +66,16 @@ def test_export_writes_the_pair_store_flat(tmp_path, capsys):
 def test_wandb_offline_run_holds_the_per_layer_keys(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    train_pair(pair_recipe("seed-vs-seed", "train.max_steps=2", "tracking.every=1", "log.wandb=true"), tmp_path)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))  # no credentials: offline
+    train_pair(pair_recipe("seed-vs-seed", "train.max_steps=2", "tracking.every=1", "log.wandb=true",
+                           "log.per_layer_scalars=true"), tmp_path)
     rows = wandb_history(tmp_path)
     keys = set().union(*rows)
     assert {"divergence/model/wasserstein", "divergence/model/max_abs_diff", "train/loss_a", "train/loss_b",
-            "divergence/wasserstein/unet.conv_in", "divergence/max_abs_diff/unet.conv_in",
+            "divergence/wasserstein/unet_conv_in", "divergence/max_abs_diff/unet_conv_in",
             "divergence/kind/attn_q/wasserstein"} <= keys
     assert any(k.startswith("divergence/layers") for k in keys)
+    assert any(k.startswith("divergence/heatmap/") for k in keys)
 
 
 def test_nonfinite_loss_is_recorded_then_stops_the_run(tmp_path, monkeypatch):

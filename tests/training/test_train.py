@@ -115,9 +115,10 @@ def test_wandb_writes_an_offline_run(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("env, offline", [({}, True), ({"WANDB_MODE": "online"}, False),
                                           ({"WANDB_API_KEY": "x" * 40}, False)])
-def test_wandb_is_online_only_when_the_user_configured_it(env, offline, monkeypatch):
+def test_wandb_is_online_only_when_the_user_configured_it(env, offline, monkeypatch, tmp_path):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))  # and no `wandb login` credentials
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert wandb_offline() is offline

@@ -6,7 +6,8 @@ primary's); the per-layer deviation ``|O_primary - O_secondary|`` accumulates in
 ``ShadowRecorder``. Every ``every`` steps this callback drains the recorders and logs, per
 layer, the max and mean absolute difference:
 
-    attention/<arm>/max_abs_diff/<layer>, attention/<arm>/mean_abs_diff/<layer>
+    attention/<arm>/max_abs_diff/<layer>, attention/<arm>/mean_abs_diff/<layer>   (<layer> key-safe:
+                                                         down_blocks.0.attn1 -> down_blocks_0_attn1)
     attention/<arm>/max_abs_diff/all                     the max over layers
 
 and appends one line per (step, arm, layer) to ``DIR/attention.jsonl``.
@@ -20,6 +21,8 @@ from pathlib import Path
 from lightning.pytorch.callbacks import Callback
 
 from divergence.atomic import write_atomic
+from divergence.training.step_logging import log_at_step
+from divergence.wandb_mode import key_part
 
 FILENAME = "attention.jsonl"
 
@@ -56,9 +59,9 @@ class AttentionOutputDeviation(Callback):
         for arm, layers in stats.items():
             if not layers:
                 continue
-            for layer, values in layers.items():
-                metrics[f"attention/{arm}/max_abs_diff/{layer}"] = values["max_abs_diff"]
-                metrics[f"attention/{arm}/mean_abs_diff/{layer}"] = values["mean_abs_diff"]
+            for layer, values in layers.items():  # layer paths made key-safe: dots become _
+                metrics[f"attention/{arm}/max_abs_diff/{key_part(layer)}"] = values["max_abs_diff"]
+                metrics[f"attention/{arm}/mean_abs_diff/{key_part(layer)}"] = values["mean_abs_diff"]
             metrics[f"attention/{arm}/max_abs_diff/all"] = max(v["max_abs_diff"] for v in layers.values())
         for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=step)
+            log_at_step(logger, metrics, step)  # wandb: its step set, each key defined (summary max/last)
