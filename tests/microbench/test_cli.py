@@ -33,10 +33,10 @@ def test_writes_the_csv_contract(quick_run):
 
 
 def test_writes_figures_and_reports(quick_run):
-    for name in ("fig3_formats", "fig4_golden", "fig5_seq_len", "fig6_tiles"):
+    for name in ("fig3_formats", "fig4_golden", "fig5_seq_len", "fig6_tiles", "fig7_input_scale"):
         assert (quick_run / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (quick_run / "index.html").read_text()
-    assert page.count("data:image/png;base64,") == 4  # self-contained
+    assert page.count("data:image/png;base64,") == 5  # self-contained
     start = page.index("data:image/png;base64,") + len("data:image/png;base64,")
     assert base64.b64decode(page[start : page.index("'", start)])[:4] == b"\x89PNG"
     summary = (quick_run / "summary.md").read_text()
@@ -65,6 +65,7 @@ def test_flags_narrow_the_sweep(tmp_path):
     (["--impl", "warp-attn"], "'warp-attn' is not one of"),
     (["--seq-len", "0"], "positive lengths"),
     (["--accumulate", "fp16"], "'fp16' is not one of"),
+    (["--input-dist", "normal:0"], "inputs.scales: 'normal:0': the std must be in"),
     (["--set", "inputs.heads=two"], "inputs.heads: expected an integer"),
     (["--recipe", "/nonexistent/microbench.yaml"], "recipe file not found"),
 ])
