@@ -52,7 +52,7 @@ class InputDist:
     def label(self) -> str:
         """Human-readable: ``N(0, 0.25²)`` or ``U(0, 1)``."""
         if self.family == "normal":
-            return f"N(0, {_num(self.b)}²)"
+            return "N(0, 1)" if self.b == 1 else f"N(0, {_num(self.b)}²)"
         return f"U({_num(self.a)}, {_num(self.b)})"
 
     @property
