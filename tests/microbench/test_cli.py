@@ -47,13 +47,16 @@ def test_writes_figures_and_reports(quick_run):
 
 def test_flags_narrow_the_sweep(tmp_path):
     code = main(["microbench", "--quick", "--no-progress", "--precision", "bf16", "--seq-len", "64", "--block-size",
-                 "8x16", "16", "--impl", "baseline", "flash", "--accumulate", "fp32", "--out", str(tmp_path)])
+                 "8x16", "16", "--impl", "baseline", "flash", "--accumulate", "fp32", "--input-dist", "normal:0.5",
+                 "--out", str(tmp_path)])
     assert code == 0
     with open(tmp_path / "results.csv") as f:
         rows = list(csv.DictReader(f))
     assert {r["precision"] for r in rows} == {"bf16"} and {r["seq_len"] for r in rows} == {"64"}
     assert {(r["block_q"], r["block_kv"]) for r in rows if r["block_order"] == "default"} == {("8", "16"), ("16", "16")}
     assert {r["accumulate"] for r in rows if r["impl"] == "flash"} == {"fp32"}
+    assert {r["input_dist"] for r in rows} == {"normal:1", "normal:0.5"}  # reference inputs, then the scale study
+    assert {r["block_order"] for r in rows if r["input_dist"] == "normal:0.5"} == {"", "default"}
 
 
 @pytest.mark.parametrize("argv,needle", [
