@@ -171,16 +171,15 @@ def report_markdown(results: dict) -> str:
     m = results.get("machine", {})
     lines = ["# divergence gpu-check", "",
              f"{m.get('gpu', '?')} x{m.get('gpus', '?')}, torch {m.get('torch', '?')}, CUDA {m.get('cuda', '?')}; "
-             f"written {results.get('created', '?')}. Numbers: `results.json`; logs: `parts/<name>/log.txt`.", "",
-             "| part | status | seconds | result | error |", "|---|---|---|---|---|"]
+             f"written {results.get('created', '?')}. Numbers: `results.json`; logs: `parts/<name>/log.txt`.", ""]
+    lines += [f"- kernel left out: {line}" for line in m.get("kernels_unavailable", [])]
+    lines += ["", "| part | status | seconds | result | error |", "|---|---|---|---|---|"]
     for p in results["parts"]:
         lines.append(f"| {p['name']} | {p['status']} | {p['seconds']:.0f} | "
                      f"{_cell(summaries.headline(p['name'], p.get('results') or {}))} | {_cell(p['error'])} |")
     for p in results["parts"]:
         lines += ["", f"## {p['name']}: {p['title']}", ""]
         lines += summaries.details(p["name"], p.get("results") or {}) or ["(no results)"]
-    for line in m.get("kernels_unavailable", []):
-        lines.append(f"- kernel left out: {line}")
     return "\n".join(lines) + "\n"
 
 

@@ -98,12 +98,14 @@ def test_report_and_json_from_fake_results(tmp_path):
                          rec("sd15", "failed", {}, "old error")]}
     now = [rec("sd15", "ok", SD15), rec("wasserstein", "ok", WASSERSTEIN),
            rec("control-deterministic", "failed", {}, "exit 2: unknown key 'train.deterministic' | fix")]
-    results = gpu_check.merge(earlier, now, {"gpu": "NVIDIA H100", "gpus": 1, "torch": "2.x", "cuda": "12.x"})
+    machine = {"gpu": "NVIDIA H100", "gpus": 1, "torch": "2.x", "cuda": "12.x",
+               "kernels_unavailable": ["flash-attn: the flash-attn package is not installed"]}
+    results = gpu_check.merge(earlier, now, machine)
     assert [p["name"] for p in results["parts"]] == ["wasserstein", "sd15", "control-deterministic", "study"]
     assert results["parts"][1]["status"] == "ok"  # this run's result replaces the earlier one
     json.loads(json.dumps(results))
     md = gpu_check.report_markdown(results)
-    assert "NVIDIA H100 x1" in md
+    assert "NVIDIA H100 x1" in md and "- kernel left out: flash-attn: the flash-attn package is not installed" in md
     assert "| sd15 | ok | 12 | arm 0.25 s/step (30 GiB); pair 0.50 s/step (55 GiB); tracking x1.080 (every 10)" in md
     assert "unknown key 'train.deterministic' \\| fix" in md  # a pipe cannot break the table
     assert "| 1e8 | 0.100 | 2.50 | 0.80 | 20.0 | 200x |" in md and "CUDA out of memory" in md
