@@ -13,7 +13,7 @@ TORCH_GPU ?= torch
 DEMO_DIR ?= demo
 PYTEST_ARGS ?=
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench gpu-check clean
 
 install: $(STAMP)
 
@@ -35,6 +35,15 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# On a CUDA machine: every GPU-only part once, into gpu-check/ (report.md, results.json). No pip,
+# no venv needed: the machine's own python3 and torch with this project on PYTHONPATH. Without a
+# GPU it prints one line and exits 0. Split over two calls: GPU_CHECK_ARGS="--parts study ddp-watch".
+GPU_CHECK_PY ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+GPU_CHECK_ARGS ?=
+
+gpu-check:
+	@PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_CHECK_PY) benchmarks/gpu_check.py --out gpu-check $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache

@@ -30,6 +30,9 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "sdpa-cudnn, flash-attn")
     p.add_argument("--accumulate", nargs="+", metavar="MODE",
                    help="flash accumulation: none (all in the input format, the paper's) and/or fp32 (kernel-faithful)")
+    p.add_argument("--input-dist", nargs="+", metavar="SPEC",
+                   help="distributions of the input-scale study: normal:STD (N(0, STD^2)) or uniform:LOW:HIGH, "
+                        "e.g. normal:0.25 normal:2 uniform:0:1")
     p.add_argument("--device", help="cpu or cuda")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any recipe key, e.g. --set inputs.heads=4 (repeatable)")
@@ -50,7 +53,7 @@ def _overrides(args) -> list[str]:
     """Command-line flags as recipe overrides; --set comes last and wins."""
     out = []
     flags = (("precision", "sweep.precisions"), ("seq_len", "sweep.seq_lens"), ("block_size", "tiles.block_sizes"),
-             ("impl", "sweep.impls"), ("accumulate", "sweep.accumulate"))
+             ("impl", "sweep.impls"), ("accumulate", "sweep.accumulate"), ("input_dist", "inputs.scales"))
     for attr, key in flags:
         values = getattr(args, attr)
         if values:

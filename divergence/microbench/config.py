@@ -1,12 +1,16 @@
 """The microbenchmark recipe: three small frozen sections, validated on construction.
 
 ``recipes/microbench.yaml`` holds the defaults below; command-line flags override single keys.
-The sweep runs two studies sharing one set of inputs:
+The sweep runs three studies:
 
 - *length* (Figures 3, 4, 5): every implementation at every precision and sequence length,
-  flash on the reference tile;
+  flash on the reference tile, on the reference inputs (``inputs.distribution``, ``inputs.std``);
 - *tiles* (Figure 6): the flash re-implementation at the reference sequence length, for every
-  tile (from an on-chip memory size, or given) and block order.
+  tile (from an on-chip memory size, or given) and block order, on the reference inputs;
+- *input scale* (Figure 7): baseline and flash (every accumulation mode) on every distribution
+  of ``inputs.scales``, at the lengths of ``sweep.scale_seq_lens``, in every format but fp64
+  (whose baseline is the golden value, so a ratio means nothing). Real kernels and the tile
+  study stay on the reference inputs: the scale study is about the flash/baseline ratio.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Union
 
 from divergence.attention.blocks import BLOCK_ORDERS, parse_block_size, tile_from_memory
+from divergence.microbench.scales import DEFAULT_SCALES, InputDist, legacy_dist, parse_dist
 from divergence.recipe.schema import apply_overrides, load_yaml, parse, require
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp64")
@@ -55,9 +60,12 @@ class InputsConfig:
     head_dim: int = 64
     """D, the head dimension (``d`` of the tile rule)."""
     distribution: Literal["normal", "uniform"] = "normal"
-    """``normal``: N(0, std^2); ``uniform``: U(-std, std)."""
+    """The reference inputs (length and tile studies): ``normal``: N(0, std^2); ``uniform``: U(-std, std)."""
     std: float = 1.0
-    """Spread of the distribution (the standard deviation, or the uniform half-width)."""
+    """Spread of the reference distribution (the standard deviation, or the uniform half-width)."""
+    scales: tuple[str, ...] = DEFAULT_SCALES
+    """Distributions of the input-scale study, ``normal:STD`` (N(0, STD^2)) or ``uniform:LOW:HIGH``
+    (U(LOW, HIGH)); see :mod:`divergence.microbench.scales`. Empty: no input-scale study."""
     seed: int = 0
     """Seed of the generator; the same seed gives the same Q, K, V."""
     causal: bool = False
@@ -67,6 +75,16 @@ class InputsConfig:
         for key in ("batch", "heads", "head_dim"):
             require(getattr(self, key) >= 1, f"inputs.{key}", f"must be at least 1, got {getattr(self, key)}")
         require(0 < self.std <= 100, "inputs.std", f"must be in (0, 100] so fp16 cannot overflow, got {self.std}")
+        specs = [parse_dist(s, "inputs.scales").spec for s in self.scales]
+        require(len(set(specs)) == len(specs), "inputs.scales", f"lists a distribution twice: {list(self.scales)}")
+
+    def reference_dist(self) -> InputDist:
+        """The inputs of the length and tile studies."""
+        return legacy_dist(self.distribution, self.std)
+
+    def scale_dists(self) -> list[InputDist]:
+        """The distributions of the input-scale study, in recipe order."""
+        return [parse_dist(s) for s in self.scales]
 
 
 @dataclass(frozen=True)
@@ -117,6 +135,9 @@ class SweepConfig:
     """Sequence lengths of the length study (queries and keys alike)."""
     reference_seq_len: int = 4096
     """The length of Figures 3, 4 and 6 and the findings table; one of seq_lens."""
+    scale_seq_lens: tuple[int, ...] = ()
+    """Lengths of the input-scale study, each one of seq_lens; empty: every swept length up to
+    reference_seq_len (the longest lengths cost minutes per distribution on a CPU)."""
     impls: tuple[str, ...] = ("baseline", "flash", "sdpa-flash", "sdpa-math")
     """baseline, flash (the re-implementation) and real kernels (sdpa, sdpa-flash, sdpa-math,
     sdpa-efficient, sdpa-cudnn, flash-attn); baseline always runs, as the reference."""
@@ -137,6 +158,14 @@ class SweepConfig:
         require(self.reference_seq_len in self.seq_lens, "sweep.reference_seq_len",
                 f"{self.reference_seq_len} is not one of sweep.seq_lens {list(self.seq_lens)}")
         require(self.device in DEVICES, "sweep.device", f"{self.device!r} is not one of {', '.join(DEVICES)}")
+        extra = [n for n in self.scale_seq_lens if n not in self.seq_lens]
+        require(not extra, "sweep.scale_seq_lens",
+                f"{extra[0] if extra else ''} is not one of sweep.seq_lens {list(self.seq_lens)}")
+
+    def scale_lengths(self) -> list[int]:
+        """The lengths of the input-scale study, shortest first."""
+        chosen = self.scale_seq_lens or [n for n in self.seq_lens if n <= self.reference_seq_len]
+        return sorted(set(chosen))
 
 
 @dataclass(frozen=True)

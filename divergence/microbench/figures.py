@@ -1,4 +1,4 @@
-"""The paper's Figures 3-6 as PNG files, one function per figure.
+"""The paper's Figures 3-6 as PNG files, one function per figure, and Figure 7 (input scale).
 
 Each function takes the sweep's rows and the recipe, writes one PNG into ``out_dir`` and returns
 its path (None when the sweep has no data for it). Deviations span many decades across number
@@ -12,8 +12,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from divergence.microbench import scale_findings
 from divergence.microbench.select import (
-    MANTISSA_BITS, kernels, one, precisions, reference_flash, where,
+    MANTISSA_BITS, kernels, one, precisions, reference_flash, reference_rows, where,
 )
 
 COLORS = {"bf16": "#d62728", "fp16": "#ff7f0e", "fp32": "#2ca02c", "fp64": "#1f77b4"}
@@ -187,9 +188,45 @@ def _area_panel(ax, tiles, recipe, names):
     ax.legend(fontsize=8)
 
 
+def fig7_input_scale(rows, recipe, out_dir: Path) -> Path | None:
+    """Fig. 7: flash's error over baseline's (max and mean |err| vs golden) against the input
+    distribution, at the longest length of the scale study; solid all-low, dashed fp32-acc."""
+    dists = sorted(scale_findings.scale_dists(recipe), key=lambda d: d.std)
+    lengths = recipe.sweep.scale_lengths()
+    if len(dists) < 2 or not lengths:
+        return None
+    seq = lengths[-1]
+    fig, axes = _subplots(1, 2, figsize=(13, 4.6))
+    drawn = False
+    for p, acc in scale_findings.columns(recipe):
+        cells = [scale_findings.cell(rows, recipe, d.spec, seq, p, acc) for d in dists]
+        if not any(cells):
+            continue
+        drawn = True
+        style = {"color": COLORS[p], "marker": "o", "linestyle": "-" if acc == "none" else "--"}
+        label = f"{p} {scale_findings.MODE[acc]}"
+        for ax, i in zip(axes, (0, 1)):
+            ax.plot(range(len(dists)), [_positive(c[i]) if c else float("nan") for c in cells], label=label, **style)
+    if not drawn:
+        return None
+    for ax, stat in zip(axes, ("max", "mean")):
+        ax.set_xticks(range(len(dists)))
+        ax.set_xticklabels([f"{d.label}\n(std {d.std:.3g})" for d in dists])
+        _log_y(ax)
+        ax.axhline(1.0, color="gray", linewidth=0.8)
+        ax.set_ylabel(f"flash / baseline ({stat} |err| vs fp64)")
+        ax.set_title(f"{stat} |err| ratio", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"Fig. 7 — flash/baseline error ratio against input scale (seq {seq}; sorted by input std)")
+    return _finish(fig, out_dir / "fig7_input_scale.png")
+
+
 FIGURES = (fig3_formats, fig4_golden, fig5_seq_len, fig6_tiles)
 
 
 def write_figures(rows, recipe, out_dir: Path) -> list[Path]:
-    """Every figure the sweep has data for."""
-    return [p for p in (f(rows, recipe, Path(out_dir)) for f in FIGURES) if p is not None]
+    """Every figure the sweep has data for: Figs. 3-6 on the reference inputs, Fig. 7 on all."""
+    ref = reference_rows(rows, recipe)
+    paths = [f(ref, recipe, Path(out_dir)) for f in FIGURES] + [fig7_input_scale(rows, recipe, Path(out_dir))]
+    return [p for p in paths if p is not None]

@@ -12,24 +12,30 @@ from __future__ import annotations
 import torch
 
 from divergence.microbench.config import InputsConfig
+from divergence.microbench.scales import InputDist
 
 _FP16_MIN_NORMAL = 2.0**-14
 
 
-def make_inputs(cfg: InputsConfig, seq_len: int, device: str = "cpu") -> tuple[torch.Tensor, ...]:
-    """``(q, k, v)``, each (B, H, seq_len, D) fp64 on ``device``; same cfg and seq_len, same values.
+def make_inputs(cfg: InputsConfig, seq_len: int, device: str = "cpu",
+                dist: InputDist | None = None) -> tuple[torch.Tensor, ...]:
+    """``(q, k, v)``, each (B, H, seq_len, D) fp64 on ``device``; same cfg, seq_len and dist,
+    same values. ``dist`` defaults to the reference distribution (``cfg.distribution``, ``cfg.std``).
 
     The generator is seeded with ``(cfg.seed, seq_len)`` so adding a length to a sweep does not
-    change the inputs of the others.
+    change the inputs of the others, and every distribution of one family transforms the same
+    draws (common random numbers): ``normal:0.25`` and ``normal:2`` differ by a power of two,
+    which bf16 represents exactly, so their inputs are scaled copies and only the scale differs.
     """
+    dist = dist or cfg.reference_dist()
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 1_000_003 + seq_len)
     shape = (cfg.batch, cfg.heads, seq_len, cfg.head_dim)
     out = []
     for _ in range(3):
-        if cfg.distribution == "normal":
-            x = torch.randn(shape, generator=gen, dtype=torch.float64) * cfg.std
+        if dist.family == "normal":
+            x = torch.randn(shape, generator=gen, dtype=torch.float64) * dist.b
         else:
-            x = (torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1) * cfg.std
+            x = dist.a + torch.rand(shape, generator=gen, dtype=torch.float64) * (dist.b - dist.a)
         x = x.to(torch.bfloat16).double()
         x = torch.where(x.abs() < _FP16_MIN_NORMAL, torch.zeros_like(x), x)
         out.append(x.to(device))

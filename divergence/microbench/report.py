@@ -13,7 +13,8 @@ import html
 import math
 from pathlib import Path
 
-from divergence.microbench import findings
+from divergence.microbench import findings, scale_findings
+from divergence.microbench.select import reference_rows
 from divergence.microbench.validation import COLUMNS as VALIDATION_COLUMNS
 
 
@@ -37,26 +38,39 @@ def write_reports(out_dir: Path, rows, checks, recipe, figures: list[Path], note
     return md, page
 
 
-def _sections(rows, checks, recipe, notes, seconds) -> list[tuple[str, list]]:
+def _sections(all_rows, checks, recipe, notes, seconds) -> list[tuple[str, list]]:
     i, s = recipe.inputs, recipe.sweep
+    rows = reference_rows(all_rows, recipe)  # the length and tile studies
     br, bc = recipe.tiles.reference_tile(i.head_dim)
     tile_from = (f"given as {recipe.tiles.block_sizes[0]}" if recipe.tiles.block_sizes
                  else f"Bc = ceil(M/4d), Br = min(Bc, d) with M = {recipe.tiles.memory}, d = {i.head_dim}")
     setup = [
-        f"Inputs: B={i.batch}, H={i.heads}, D={i.head_dim}, {i.distribution}(std {i.std}), seed {i.seed}, "
+        f"Inputs: B={i.batch}, H={i.heads}, D={i.head_dim}, reference {i.reference_dist().label}, seed {i.seed}, "
         f"{'causal' if i.causal else 'not causal'}; Q, K, V exact in every format (rounded to bf16 once).",
         f"Device {s.device}; formats {', '.join(s.precisions)}; sequence lengths {', '.join(map(str, s.seq_lens))}; "
         f"reference length {s.reference_seq_len}; reference tile {br}x{bc} ({tile_from}).",
         "Errors are against the fp64 golden value (baseline attention in fp64); "
         "'vs baseline' is against baseline attention in the same format.",
-        f"{len(rows)} runs in {seconds:.0f} s.",
+        f"{len(all_rows)} runs in {seconds:.0f} s.",
     ] + notes
-    out = [("Setup", setup), ("Findings", findings.headlines(rows, recipe))]
+    out = [("Setup", setup), ("Findings", findings.headlines(rows, recipe) + scale_findings.scale_lines(all_rows, recipe))]
     out.append((f"By number format (seq {s.reference_seq_len})", [findings.format_table(rows, recipe)]))
     out.append(("By sequence length", [findings.length_table(rows, recipe)]))
+    head, body = scale_findings.scale_table(all_rows, recipe)
+    if body:
+        out.append(("By input scale", _scale_text(recipe) + [(head, body)]))
     if checks:
         out.append(("Re-implementation vs PyTorch's CPU flash kernel", _validation_text(checks)))
     return out
+
+
+def _scale_text(recipe) -> list[str]:
+    dists = ", ".join(d.label for d in scale_findings.scale_dists(recipe))
+    return [f"Flash (reference tile) error over baseline error, both against the fp64 golden value on the same "
+            f"inputs: ×max = max |err| ratio, ×mean = mean |err| ratio. Inputs {dists}; Q, K, V share one draw per "
+            f"length (normal inputs are scaled copies). all-low: every operation stored in the format (the "
+            f"paper's); fp32-acc: kernel-faithful, fp32 S, m, l, O (FlashAttention-2). The baseline stores every "
+            f"operation in the format, so these ratios belong to (input scale, length, this baseline)."]
 
 
 def _validation_text(checks) -> list:

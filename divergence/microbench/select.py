@@ -18,6 +18,12 @@ def one(rows: list[dict], **match) -> dict | None:
     return found[0] if found else None
 
 
+def reference_rows(rows: list[dict], recipe: MicrobenchRecipe) -> list[dict]:
+    """The rows on the reference inputs: the length and tile studies (and those scale-study rows
+    that coincide with them)."""
+    return where(rows, input_dist=recipe.inputs.reference_dist().spec)
+
+
 def precisions(recipe: MicrobenchRecipe) -> list[str]:
     """The swept formats, coarsest first."""
     return [p for p in PRECISIONS if p in recipe.sweep.precisions]

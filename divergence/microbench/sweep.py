@@ -2,13 +2,14 @@
 
 Every row is measured against the fp64 golden value (``max_abs_err``, ...) and against the
 baseline in the same number format (``max_abs_diff_vs_baseline``, ...). Rows are grouped by
-sequence length so the inputs, the golden value and each format's baseline are computed once.
+input distribution and sequence length so the inputs, the golden value and each format's
+baseline are computed once.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from tqdm.auto import tqdm
@@ -20,6 +21,7 @@ from divergence.attention.tiled import flash_attention_tiled, num_rescalings
 from divergence.microbench.config import MicrobenchRecipe
 from divergence.microbench.inputs import make_inputs
 from divergence.microbench.metrics import error_stats
+from divergence.microbench.scales import InputDist, parse_dist
 from divergence.microbench.validation import compare_with_kernel
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
@@ -28,13 +30,15 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, 
 CONTRACT = ("impl", "precision", "accumulate", "seq_len", "head_dim", "block_q", "block_kv", "block_order",
             "max_abs_err", "mean_abs_err", "std_abs_err", "max_abs_diff_vs_baseline")
 EXTRA = ("max_rel_err", "mean_rel_err", "std_rel_err", "mean_abs_diff_vs_baseline", "std_abs_diff_vs_baseline",
-         "memory", "block_area", "rescalings", "batch", "heads", "causal", "distribution", "seed", "device", "seconds")
+         "memory", "block_area", "rescalings", "batch", "heads", "causal", "distribution", "seed", "device", "seconds",
+         "input_dist", "input_scale")
 COLUMNS = CONTRACT + EXTRA
 
 
 @dataclass(frozen=True)
 class Case:
-    """One run. ``block_q``/``block_kv`` are the tile actually used (after ``block_order``)."""
+    """One run. ``block_q``/``block_kv`` are the tile actually used (after ``block_order``);
+    ``input_dist`` is a distribution spec (:mod:`.scales`), empty for the reference inputs."""
 
     impl: str
     precision: str
@@ -44,24 +48,26 @@ class Case:
     block_kv: int | None = None
     block_order: str = ""
     memory: int | None = None
+    input_dist: str = ""
 
 
 def plan(recipe: MicrobenchRecipe) -> tuple[list[Case], list[str]]:
-    """The cases of both studies, without duplicates, and notes on tiles left out."""
+    """The cases of the three studies, without duplicates, and notes on tiles left out."""
     s, t, d = recipe.sweep, recipe.tiles, recipe.inputs.head_dim
     ref_tile = t.reference_tile(d)
     ref_memory = None if t.block_sizes else t.memory
+    ref = recipe.inputs.reference_dist().spec
     cases, notes = [], []
     for seq_len in sorted(s.seq_lens):
         for precision in s.precisions:
-            cases.append(Case("baseline", precision, seq_len))
+            cases.append(Case("baseline", precision, seq_len, input_dist=ref))
             for impl in s.impls:
                 if impl == "flash":
-                    cases += [Case("flash", precision, seq_len, acc, *ref_tile, "default", ref_memory)
+                    cases += [Case("flash", precision, seq_len, acc, *ref_tile, "default", ref_memory, ref)
                               for acc in accumulate_modes(s.accumulate, precision)]
                 elif impl != "baseline":
                     tile = cpu_flash_tile(seq_len) if impl == "sdpa-flash" and s.device == "cpu" else (None, None)
-                    cases.append(Case(impl, precision, seq_len, "kernel", *tile))
+                    cases.append(Case(impl, precision, seq_len, "kernel", *tile, input_dist=ref))
     if "flash" in s.impls:
         for memory, (br, bc) in t.study_tiles(d):
             if max(br, bc) > s.reference_seq_len:  # only memory-derived tiles get here
@@ -72,9 +78,24 @@ def plan(recipe: MicrobenchRecipe) -> tuple[list[Case], list[str]]:
                 tile = ordered_tile(br, bc, order)
                 if order != "default" and tile == (br, bc):
                     continue  # a square tile: swapping or squaring it is the same run
-                cases += [Case("flash", p, s.reference_seq_len, acc, *tile, order, memory)
+                cases += [Case("flash", p, s.reference_seq_len, acc, *tile, order, memory, ref)
                           for p in s.precisions for acc in accumulate_modes(s.accumulate, p)]
+    cases += _scale_cases(recipe, ref_tile, ref_memory)
     return list(dict.fromkeys(cases)), notes
+
+
+def _scale_cases(recipe: MicrobenchRecipe, ref_tile, ref_memory) -> list[Case]:
+    """The input-scale study: baseline and reference-tile flash, every mode, every format but fp64."""
+    s, out = recipe.sweep, []
+    formats = [p for p in s.precisions if p != "fp64"]
+    for dist in recipe.inputs.scale_dists():
+        for seq_len in s.scale_lengths():
+            for p in formats:
+                out.append(Case("baseline", p, seq_len, input_dist=dist.spec))
+                if "flash" in s.impls:
+                    out += [Case("flash", p, seq_len, acc, *ref_tile, "default", ref_memory, dist.spec)
+                            for acc in accumulate_modes(s.accumulate, p)]
+    return out
 
 
 def accumulate_modes(modes, precision: str) -> list[str]:
@@ -88,9 +109,13 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
     """Run every case: rows with :data:`COLUMNS`, and validation rows (sdpa-flash on CPU only)."""
     rows, checks = [], []
     bar = tqdm(total=len(cases), desc="microbench", unit="run", disable=not progress)
-    for seq_len in sorted({c.seq_len for c in cases}):
-        group = [c for c in cases if c.seq_len == seq_len]
-        q, k, v = make_inputs(recipe.inputs, seq_len, recipe.sweep.device)
+    ref = recipe.inputs.reference_dist()
+    cases = [c if c.input_dist else _with_dist(c, ref.spec) for c in cases]
+    groups = dict.fromkeys((c.seq_len, c.input_dist) for c in sorted(cases, key=lambda c: c.seq_len))
+    for seq_len, spec in groups:
+        group = [c for c in cases if (c.seq_len, c.input_dist) == (seq_len, spec)]
+        dist = ref if spec == ref.spec else parse_dist(spec)
+        q, k, v = make_inputs(recipe.inputs, seq_len, recipe.sweep.device, dist)
         golden = _attend_baseline(q, k, v, recipe)
         baselines = {}
         for case in group:
@@ -103,7 +128,7 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
             out = run_case(case, *inputs, causal=recipe.inputs.causal)
             _sync(recipe.sweep.device)
             seconds = time.perf_counter() - start
-            rows.append(_row(case, recipe, out, golden, baselines[case.precision], seconds))
+            rows.append(_row(case, recipe, dist, out, golden, baselines[case.precision], seconds))
             if case.impl == "sdpa-flash" and recipe.sweep.device == "cpu":
                 checks.append(compare_with_kernel(case.precision, out, *inputs, golden, baselines[case.precision],
                                                   causal=recipe.inputs.causal))
@@ -123,11 +148,15 @@ def run_case(case: Case, q, k, v, *, causal: bool) -> torch.Tensor:
     return get_kernel(case.impl)(q, k, v, causal=causal)
 
 
+def _with_dist(case: Case, spec: str) -> Case:
+    return replace(case, input_dist=spec)
+
+
 def _attend_baseline(q, k, v, recipe):
     return baseline_attention(q, k, v, causal=recipe.inputs.causal)
 
 
-def _row(case: Case, recipe: MicrobenchRecipe, out, golden, baseline, seconds) -> dict:
+def _row(case: Case, recipe: MicrobenchRecipe, dist: InputDist, out, golden, baseline, seconds) -> dict:
     vs_gold = error_stats(out, golden)
     vs_base = error_stats(out, baseline)
     tiled = case.block_q is not None
@@ -144,8 +173,9 @@ def _row(case: Case, recipe: MicrobenchRecipe, out, golden, baseline, seconds) -
         "memory": case.memory if case.memory is not None else "",
         "block_area": case.block_q * case.block_kv if tiled else "",
         "rescalings": num_rescalings(case.seq_len, case.block_kv) if tiled else "",
-        "batch": i.batch, "heads": i.heads, "causal": i.causal, "distribution": i.distribution,
+        "batch": i.batch, "heads": i.heads, "causal": i.causal, "distribution": dist.family,
         "seed": i.seed, "device": recipe.sweep.device, "seconds": round(seconds, 4),
+        "input_dist": dist.spec, "input_scale": dist.std,
     }
 
 

@@ -33,10 +33,10 @@ def test_writes_the_csv_contract(quick_run):
 
 
 def test_writes_figures_and_reports(quick_run):
-    for name in ("fig3_formats", "fig4_golden", "fig5_seq_len", "fig6_tiles"):
+    for name in ("fig3_formats", "fig4_golden", "fig5_seq_len", "fig6_tiles", "fig7_input_scale"):
         assert (quick_run / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (quick_run / "index.html").read_text()
-    assert page.count("data:image/png;base64,") == 4  # self-contained
+    assert page.count("data:image/png;base64,") == 5  # self-contained
     start = page.index("data:image/png;base64,") + len("data:image/png;base64,")
     assert base64.b64decode(page[start : page.index("'", start)])[:4] == b"\x89PNG"
     summary = (quick_run / "summary.md").read_text()
@@ -47,13 +47,16 @@ def test_writes_figures_and_reports(quick_run):
 
 def test_flags_narrow_the_sweep(tmp_path):
     code = main(["microbench", "--quick", "--no-progress", "--precision", "bf16", "--seq-len", "64", "--block-size",
-                 "8x16", "16", "--impl", "baseline", "flash", "--accumulate", "fp32", "--out", str(tmp_path)])
+                 "8x16", "16", "--impl", "baseline", "flash", "--accumulate", "fp32", "--input-dist", "normal:0.5",
+                 "--out", str(tmp_path)])
     assert code == 0
     with open(tmp_path / "results.csv") as f:
         rows = list(csv.DictReader(f))
     assert {r["precision"] for r in rows} == {"bf16"} and {r["seq_len"] for r in rows} == {"64"}
     assert {(r["block_q"], r["block_kv"]) for r in rows if r["block_order"] == "default"} == {("8", "16"), ("16", "16")}
     assert {r["accumulate"] for r in rows if r["impl"] == "flash"} == {"fp32"}
+    assert {r["input_dist"] for r in rows} == {"normal:1", "normal:0.5"}  # reference inputs, then the scale study
+    assert {r["block_order"] for r in rows if r["input_dist"] == "normal:0.5"} == {"", "default"}
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -65,6 +68,7 @@ def test_flags_narrow_the_sweep(tmp_path):
     (["--impl", "warp-attn"], "'warp-attn' is not one of"),
     (["--seq-len", "0"], "positive lengths"),
     (["--accumulate", "fp16"], "'fp16' is not one of"),
+    (["--input-dist", "normal:0"], "inputs.scales: 'normal:0': the std must be in"),
     (["--set", "inputs.heads=two"], "inputs.heads: expected an integer"),
     (["--recipe", "/nonexistent/microbench.yaml"], "recipe file not found"),
 ])
