@@ -77,7 +77,7 @@ class PairFolder:
         self.max_steps, self.checkpoint_every = self.recipe.train.max_steps, self.recipe.train.checkpoint_every
 
     def tracked(self, step: int) -> bool:
-        return is_tracked(step, self.max_steps, self.tracking.every, self.checkpoint_every)
+        return is_tracked(step, self.max_steps, self.tracking, self.checkpoint_every)
 
 
 class Comparator:

@@ -102,6 +102,9 @@ class TrainConfig:
     # torch intra-op CPU threads (0: torch's default, one per core). On a shared machine fewer
     # threads than cores can be much faster. Bitwise comparisons on the CPU need equal settings.
     cpu_threads: int = 0
+    # Calibration: multiply every gradient elementwise by (1 + grad_noise * xi), xi ~ N(0, 1),
+    # after unscaling and before clipping (the ``grad-noise`` variant; null: off). 0 is bitwise off.
+    grad_noise: float | None = None
 
     def __post_init__(self):
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
@@ -116,6 +119,8 @@ class TrainConfig:
         require(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
         require(self.devices >= 1 and self.num_nodes >= 1, "devices", "devices and num_nodes must be >= 1")
         require(self.cpu_threads >= 0, "cpu_threads", "must be >= 0 (0: torch's default)")
+        require(self.grad_noise is None or 0 <= self.grad_noise < float("inf"), "grad_noise",
+                f"must be a finite number >= 0 or null, got {self.grad_noise}")
 
 
 @dataclass(frozen=True)

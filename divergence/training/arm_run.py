@@ -30,10 +30,10 @@ import yaml
 from divergence.errors import TrainingDiverged, UserInputError
 from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.store.arm_status import ArmStatus
-from divergence.store.pair_info import FILENAME as PAIR_INFO_FILE, PairInfo
+from divergence.store.pair_info import FILENAME as PAIR_INFO_FILE
 from divergence.training.module import DiffusionRun, check_step
 from divergence.training.pair import check_shared_inputs, pair_config
-from divergence.training.pair_run import PAIR_FILE
+from divergence.training.pair_run import PAIR_FILE, added_later, pair_info
 from divergence.training.run import flatten_keys
 
 # Keys of pair.yaml that may differ between the jobs of one pair folder: how each job runs,
@@ -90,7 +90,7 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
     module = ArmRun(pair, arm)  # builds the arm: bad variants fail before any file is written
     _write_pair_files(out, pair)
     folder = out / arm
-    first = [TrackedWeights(folder, pair.tracking.every, recipe.train.checkpoint_every), ArmProgress(folder, arm)]
+    first = [TrackedWeights(folder, pair.tracking, recipe.train.checkpoint_every), ArmProgress(folder, arm)]
     return fit(module, recipe, folder, first_callbacks=first, callbacks=callbacks)
 
 
@@ -132,7 +132,7 @@ def _check_same_pair(out: Path, pair: PairRecipe) -> None:
     saved, now = flatten_keys(yaml.safe_load(saved_path.read_text()) or {}), flatten_keys(pair_config(pair))
     for key in sorted(set(saved) | set(now)):
         per_job = key.split(".", 2)[-1].startswith(PER_JOB_KEYS)
-        if saved.get(key) != now.get(key) and not per_job:
+        if saved.get(key) != now.get(key) and not per_job and not added_later(saved, key):
             raise UserInputError(
                 f"--out {out}: its {PAIR_FILE} has {key} = {saved.get(key)!r}, this command {now.get(key)!r}; "
                 "both arms and the comparator of a folder must train the same pair")
@@ -147,5 +147,4 @@ def _write_pair_files(out: Path, pair: PairRecipe) -> None:
         tmp.write_text(yaml.safe_dump(config, sort_keys=False))
         os.replace(tmp, out / PAIR_FILE)
     if not (out / PAIR_INFO_FILE).is_file():
-        PairInfo(name=pair.name, category=pair.category, arms=pair.labels(), description=pair.summary_line(),
-                 max_steps=pair.base.train.max_steps, recipe=config["recipes"]["a"]).write(out)
+        pair_info(pair).write(out)
