@@ -16,7 +16,7 @@ from divergence import __version__
 from divergence.errors import UserInputError
 
 # Subcommand modules under divergence.cli, in the order `--help` lists them.
-COMMANDS = ("compare", "microbench", "train", "export", "study", "report", "watch", "launch")
+COMMANDS = ("compare", "microbench", "train", "export", "study", "calibrate", "report", "watch", "launch")
 
 EXIT_USAGE = 2
 
