@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
         if args.replicate < 0:
             raise UserInputError(f"--replicate {args.replicate}: must be >= 0")
         if args.recipe is None or not is_pair_recipe(args.recipe):
-            raise UserInputError(f"--replicate {args.replicate}: needs a pair recipe (--recipe recipes/pairs/NAME.yaml)")
+            raise UserInputError(f"--replicate {args.replicate}: needs a pair recipe "
+                                 "(--recipe recipes/pairs/NAME.yaml)")
         overrides.append(f"replicate={args.replicate}")
     if args.arm is not None:
         if args.recipe is None or not is_pair_recipe(args.recipe):
