@@ -56,9 +56,10 @@ def run(args) -> int:
     jobs = prepare_jobs(calibration.study, out, pair_overrides)
     parallel = _parallel(args.jobs, calibration.study.jobs, device, len(jobs))
     horizons = _horizons(calibration.horizons, min(j.max_steps for j in jobs))
-    print(f"calibration {calibration.study.name}: doses {', '.join(f'{d:g}' for d in calibration.doses)} and "
-          f"{', '.join(p.name for p in calibration.study.pairs if p.role != 'ladder')}, "
-          f"{calibration.study.replicates} replicate(s): {len(jobs)} pair runs, {parallel} at a time, into {out}")
+    references = [p.name for p in calibration.study.pairs if p.role != "ladder"]
+    print(f"calibration {calibration.study.name}: doses {', '.join(f'{d:g}' for d in calibration.doses)}"
+          f"{' beside ' + ', '.join(references) if references else ''}, {calibration.study.replicates} "
+          f"replicate(s): {len(jobs)} pair runs, {parallel} at a time, into {out}")
     try:
         run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet)
     except PairFailed as err:
