@@ -17,11 +17,11 @@ RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 def test_shipped_ladder_spans_the_references_doses():
     calibration = load_calibration(RECIPES / "calibration.yaml")
     doses = calibration.doses
-    assert len(doses) >= 5 and doses[0] <= 1e-7 and doses[-1] >= 1e-1
+    assert len(doses) >= 5 and doses[0] <= 1e-6 and doses[-1] >= 1.0
     pairs = calibration.study.pairs
     ladder = [p for p in pairs if p.role == "ladder"]
-    assert [p.name for p in ladder] == [ladder_name(eps) for eps in doses] and ladder[0].name == "grad-noise-1e-07"
-    assert ladder[0].recipe["arms"] == {"a": [{"grad-noise": 1e-7}], "b": []}
+    assert [p.name for p in ladder] == [ladder_name(eps) for eps in doses] and ladder[0].name == "grad-noise-1e-06"
+    assert ladder[0].recipe["arms"] == {"a": [{"grad-noise": 1e-6}], "b": []}
     assert {p.role for p in pairs} == {"ladder", "seed", "precision"} and calibration.horizons == (100, 300)
 
 
