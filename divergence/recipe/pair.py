@@ -8,7 +8,7 @@
     arms:
       a: [{attention: sdpa-flash}]
       b: [{attention: baseline}]
-    tracking: {every: 10}           # after the dense early schedule, see TrackingConfig
+    tracking: {every: 10}           # plus the dense early schedule, see TrackingConfig
     replicate: 0                    # optional: which replicate (seeds), see replicate_seed
 
 Each arm's run recipe is the base with its variants' overrides applied, validated like any
@@ -38,7 +38,7 @@ from divergence.recipe.schema import apply_overrides, load_yaml, parse, require,
 ARMS = ("a", "b")
 PAIR_KEYS = {"name", "description", "base", "recipe", "control", "arms", "tracking", "replicate"}
 PAIR_OVERRIDE_PREFIXES = ("tracking.", "arms.", "control", "name", "description", "replicate")
-# The default dense early schedule: every step to 20, every 5 steps to 100, then tracking.every.
+# The default dense early schedule: every step to 20, every 5th step to 100 (then tracking.every).
 DENSE_DEFAULT = ((20, 1), (100, 5))
 
 
@@ -81,11 +81,12 @@ class ProbeConfig:
 class TrackingConfig:
     """How the divergence between the arms is measured and flagged while they train."""
 
-    # Compare the two arms' weights every N steps after the dense schedule (and always at step
-    # 0, at checkpoint steps and at the last step).
+    # Compare the two arms' weights every N steps (and always at step 0, at checkpoint steps, at
+    # the last step and on the dense early schedule).
     every: int = 10
-    # Dense early tracking: [[until, every], ...] with increasing ``until``; a step up to the
-    # first ``until`` is tracked every first ``every`` steps, and so on; [] turns it off.
+    # Dense early tracking on top of ``every``: [[until, every], ...] with increasing ``until``; a
+    # step up to the first ``until`` is also tracked every first ``every`` steps, and so on;
+    # [] turns it off. Decided by divergence.training.records.is_tracked.
     dense: tuple[tuple[int, int], ...] = DENSE_DEFAULT
     # Compare on this device: ``auto`` is where the weights live.
     device: str = "auto"
