@@ -68,7 +68,7 @@ def test_tiny_study_end_to_end_then_resume_skips_finished_pairs(tmp_path, capsys
     for name in summary["pairs"]:
         info = json.loads((out / name / "r0" / "pair.json").read_text())
         assert info["finished"] and info["last_step"] == 6 and info["replicate"] == 0
-        assert info["tracking"]["probe"]["size"] == 64
+        assert info["tracking"]["probe"]["size"] == 4 and info["tracking"]["dense"] == [[20, 1], [100, 5]]
     stamps = {p: (out / p / "r0" / "metrics.jsonl").stat().st_mtime_ns for p in summary["pairs"]}
     assert main(["study", "--out", str(out), "--jobs", "2", "--replicates", "1", *QUICK]) == 0  # nothing to train
     assert stamps == {p: (out / p / "r0" / "metrics.jsonl").stat().st_mtime_ns for p in summary["pairs"]}
