@@ -67,8 +67,6 @@ def write_csv(path: str | Path, rows: Iterable[dict], columns: Sequence[str]) ->
                 writer.writerow([_csv_cell(row.get(c)) for c in columns])
     except OSError as err:
         raise UserInputError(f"{path}: cannot write: {err.strerror or err}") from None
-    finally:
-        tmp.unlink(missing_ok=True)  # gone after os.replace; removed on any failure or interrupt
 
 
 def _csv_cell(value):
@@ -88,8 +86,6 @@ def _atomic_write(path: str | Path, text: str) -> None:
             f.write(text)
     except OSError as err:
         raise UserInputError(f"{path}: cannot write: {err.strerror or err}") from None
-    finally:
-        tmp.unlink(missing_ok=True)  # gone after os.replace; removed on any failure or interrupt
 
 
 def _check_folder(path: str | Path) -> Path:

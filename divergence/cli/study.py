@@ -14,15 +14,18 @@ def register(subparsers) -> argparse.ArgumentParser:
         "pairs are not trained again; an interrupted study resumes.",
     )
     p.add_argument("--recipe", default=None, help="study recipe (default: recipes/study.yaml)")
-    p.add_argument("--out", required=True, help="study folder: one subfolder per pair, the report at its top")
+    p.add_argument("--out", required=True, help="study folder: OUT/<pair>/r<replicate> per pair run, the report "
+                   "at its top")
     p.add_argument("--max-steps", type=int, help="override train.max_steps for every pair")
+    p.add_argument("--replicates", type=int, help="replicates of every pair but the control (default: the "
+                   "recipe's replicates)")
     p.add_argument("--jobs", type=int, help="pairs trained at once (default: the recipe's jobs; auto = 2 on a "
                    "CPU with 2+ cores, 1 on a GPU)")
     p.add_argument("--no-wandb", action="store_true", help="do not log the report to wandb")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="overrides for every pair (train.lr=1e-4) or the study (base=sd15.yaml, "
-                   "study=pairs/fused-adamw.yaml, references.precision=pairs/fp16-vs-fp32.yaml)")
+                   "study=pairs/fused-adamw.yaml, references.precision=pairs/fp16-vs-fp32.yaml, replicates=5)")
     return p
 
 
@@ -37,16 +40,20 @@ def run(args) -> int:
 
     if args.max_steps is not None and args.max_steps < 1:
         raise UserInputError(f"--max-steps {args.max_steps}: must be >= 1")
+    if args.replicates is not None and args.replicates < 1:
+        raise UserInputError(f"--replicates {args.replicates}: must be >= 1")
     device = _device_type()
-    study = load_study(args.recipe or _default_recipe(), args.overrides, device)
+    study_overrides = [*args.overrides, *([f"replicates={args.replicates}"] if args.replicates is not None else [])]
+    study = load_study(args.recipe or _default_recipe(), study_overrides, device)
     pair_overrides = [o for o in args.overrides if not o.startswith(STUDY_OVERRIDES)]
     if args.max_steps is not None:
         pair_overrides.append(f"train.max_steps={args.max_steps}")
     out = Path(args.out)
     jobs = prepare_jobs(study, out, pair_overrides)
     parallel = _parallel(args.jobs, study.jobs, device, len(jobs))
-    print(f"study {study.name}: {len(jobs)} pairs ({', '.join(j.pair.name for j in jobs)}), "
-          f"{parallel} at a time, into {out}")
+    names = list(dict.fromkeys(j.pair.name for j in jobs))
+    print(f"study {study.name}: {len(names)} pairs ({', '.join(names)}), {study.replicates} replicate(s) "
+          f"(the control once): {len(jobs)} pair runs, {parallel} at a time, into {out}")
     for job in jobs:
         if job.pair.note:
             print(f"note: {job.pair.name}: {job.pair.note}")
@@ -55,7 +62,7 @@ def run(args) -> int:
     except PairFailed as err:
         print(f"divergence study: error: {err}", file=sys.stderr)
         return 2 if err.exit_code == 2 else 1
-    report = build_report([out], out)
+    report = build_report([job.out for job in jobs], out)  # this study's runs: OUT/<pair>/r<replicate>
     print_report(report)
     if not args.no_wandb:
         log_report_to_wandb(report, None)

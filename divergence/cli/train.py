@@ -18,6 +18,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                         "job (any strategy, devices, nodes); `divergence watch OUT` compares the arms as they go")
     parser.add_argument("--max-steps", type=int, help="override train.max_steps")
     parser.add_argument("--checkpoint-every", type=int, help="override train.checkpoint_every")
+    parser.add_argument("--replicate", type=int, metavar="N", help="with a pair recipe: train replicate N (its data, "
+                        "init and probe seeds derived from N the same way for every pair; 0 is the recipe's seeds)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. train.lr=1e-4")
     return parser
 
@@ -33,6 +35,13 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"train.max_steps={args.max_steps}")
     if args.checkpoint_every is not None:
         overrides.append(f"train.checkpoint_every={args.checkpoint_every}")
+    if args.replicate is not None:
+        if args.replicate < 0:
+            raise UserInputError(f"--replicate {args.replicate}: must be >= 0")
+        if args.recipe is None or not is_pair_recipe(args.recipe):
+            raise UserInputError(f"--replicate {args.replicate}: needs a pair recipe "
+                                 "(--recipe recipes/pairs/NAME.yaml)")
+        overrides.append(f"replicate={args.replicate}")
     if args.arm is not None:
         if args.recipe is None or not is_pair_recipe(args.recipe):
             raise UserInputError(f"--arm {args.arm}: needs a pair recipe (--recipe recipes/pairs/NAME.yaml)")

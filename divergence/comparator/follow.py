@@ -16,6 +16,11 @@ in ``DIR/watch.json``.
 
 Under torchrun, rank 0 plans and writes; every rank measures its share of each checkpoint
 pair (``divergence.comparator.distributed``).
+
+The function-space probe (``tracking.probe``) runs on rank 0 at every tracked step, as in
+lockstep: both arms' weights files are loaded into two models built from the pair's recipe and
+evaluated on the same probe set with ``divergence.training.probe`` (fp32, baseline attention), so
+the store gets ``probe_rel_diff, probe_loss_a, probe_loss_b`` equal to the lockstep tracker's.
 """
 
 from __future__ import annotations
@@ -78,7 +83,7 @@ class PairFolder:
         self.max_steps, self.checkpoint_every = self.recipe.train.max_steps, self.recipe.train.checkpoint_every
 
     def tracked(self, step: int) -> bool:
-        return is_tracked(step, self.max_steps, self.tracking.every, self.checkpoint_every)
+        return is_tracked(step, self.max_steps, self.tracking, self.checkpoint_every)
 
 
 class Comparator:
@@ -105,6 +110,7 @@ class Comparator:
         self.spikes = self._replay_spikes()
         self.attempts = self._read_state()
         self.logger = self._logger() if log else None
+        self.probe = FileProbe(self.pair, device) if self.pair.tracking.probe.enabled else None
         self.bar = _progress_bar(self.pair, len(self.store.steps())) if progress else None
         self._idle_since, self._progress = time.monotonic(), None
         self._fatal: str | None = None  # a permanent error found while measuring: stop every rank
@@ -229,6 +235,11 @@ class Comparator:
         if task.tracked:
             tensors, summary = comparison_records(result)
             record.update(summary, tracked=True)
+            if self.probe is not None:
+                try:
+                    record.update(self.probe.record(task.paths))
+                except CheckpointError:
+                    return False  # an arm replaced a file mid-read: retried next poll
         else:
             record["tracked"] = False
         self.store.append_step(task.step, tensors, record)
@@ -294,6 +305,55 @@ class Comparator:
     def _show_waiting(self, step: int, statuses: dict) -> None:
         if self.bar is not None:
             self.bar.set_postfix_str(f"waiting for step {step} ({_arms_line(statuses)})")
+
+
+class FileProbe:
+    """The function-space probe over two arms' weights files (built lazily: models, then the probe set)."""
+
+    def __init__(self, pair: PairFolder, device):
+        self.pair, self.device = pair, device
+        self._arms = self._probe = None
+
+    def record(self, paths: dict) -> dict:
+        if self._probe is None:
+            self._build()
+        for arm, model in self._arms.items():
+            _load_weights(model, paths[arm])
+        return self._probe.record(self._arms["a"], self._arms["b"])
+
+    def _build(self) -> None:
+        import torch
+
+        from divergence.recipe.pair import replicate_seed
+        from divergence.training.arm import Arm
+        from divergence.training.inputs import Inputs
+        from divergence.training.probe import FunctionProbe
+
+        recipes = {arm: parse(RunRecipe, self.pair.config["recipes"][arm], f"recipes.{arm}") for arm in ARMS}
+        inputs = Inputs(recipes["a"])
+        device = torch.device(self.device)
+        self._arms = {arm: Arm(recipes[arm], inputs.tokenizer, name=f"{self.pair.name}.{arm}").to(device)
+                      for arm in ARMS}
+        inputs.to(device)
+        seed = replicate_seed(self.pair.tracking.probe.seed, int(self.pair.config.get("replicate", 0)))
+        self._probe = FunctionProbe(inputs, self.pair.tracking.probe, seed)
+
+
+def _load_weights(arm, path: str) -> None:
+    """Copy a weights file (``unet.*``, ``text_encoder.*``) into ``arm``'s networks, every key required."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        weights = load_file(path, device=str(next(arm.parameters()).device))
+    except (OSError, SafetensorError) as err:
+        raise CheckpointError(f"{path}: unreadable ({err})") from None
+    for prefix, network in (("unet.", arm.unet), ("text_encoder.", arm.text_encoder)):
+        state = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+        try:
+            network.load_state_dict(state, strict=True)
+        except RuntimeError as err:
+            raise UserInputError(f"{path}: does not fit the pair's {prefix.rstrip('.')} ({str(err)[:200]})") from None
 
 
 def _progress_bar(pair: PairFolder, done: int):

@@ -8,19 +8,27 @@
     arms:
       a: [{attention: sdpa-flash}]
       b: [{attention: baseline}]
-    tracking: {every: 10}
+    tracking: {every: 10}           # plus the dense early schedule, see TrackingConfig
+    replicate: 0                    # optional: which replicate (seeds), see replicate_seed
 
 Each arm's run recipe is the base with its variants' overrides applied, validated like any
 run recipe. Arms that end up identical are an error unless ``control: true`` (the harness's
 own zero check). Command-line ``key=value`` overrides go to the pair for ``tracking.*``, ``arms.*``,
-``control`` and ``name``, and to the base recipe (both arms) otherwise.
+``control``, ``name`` and ``replicate``, and to the base recipe (both arms) otherwise.
+
+Replicates: ``replicate: N`` derives the data seed, every arm's init seed and the probe seed
+from N with ``replicate_seed``, the same way for every pair, so replicate N of two different
+pairs are common random numbers (same initial weights, same batches, same probe set), and a
+seed pair's arm b keeps a different init seed from arm a in every replicate. Replicate 0
+keeps the recipe's seeds unchanged (runs made before replicates existed are replicate 0).
+
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -30,18 +38,60 @@ from divergence.recipe.schema import apply_overrides, load_yaml, parse, require,
 from divergence.recipe.yaml_safe import short
 
 ARMS = ("a", "b")
-PAIR_KEYS = {"name", "description", "base", "recipe", "control", "arms", "tracking"}
+PAIR_KEYS = {"name", "description", "base", "recipe", "control", "arms", "tracking", "replicate"}
 # A pair name names a folder: no separators, no leading dot.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-PAIR_OVERRIDE_PREFIXES = ("tracking.", "arms.", "control", "name", "description")
+PAIR_OVERRIDE_PREFIXES = ("tracking.", "arms.", "control", "name", "description", "replicate")
+# The default dense early schedule: every step to 20, every 5th step to 100 (then tracking.every).
+DENSE_DEFAULT = ((20, 1), (100, 5))
+
+
+def replicate_seed(seed: int, replicate: int) -> int:
+    """The seed replicate ``replicate`` uses where the recipe says ``seed``.
+
+    Replicate 0 is the recipe itself; replicate r > 0 hashes (seed, r), so distinct recipe seeds
+    stay distinct in every replicate (a seed pair's arms 0 and 1 become two fresh, different
+    seeds) and equal recipe seeds stay equal (both arms of a flash pair, and every pair's arm
+    a, start from one init).
+
+    >>> replicate_seed(7, 0), replicate_seed(0, 1) == replicate_seed(0, 1) != replicate_seed(1, 1)
+    (7, True)
+    """
+    from divergence.data.sampling import derive_seed
+
+    return seed if replicate == 0 else derive_seed("replicate", seed, replicate) % 2**31
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """The function-space probe: a fixed set of inputs both arms are evaluated on at tracked steps."""
+
+    # Evaluate both arms on the probe at every tracked step (fp32, baseline attention, no autocast).
+    enabled: bool = True
+    # Items (image, noise, timestep, caption) in the probe set.
+    size: int = 64
+    # Seed of the probe set (replicate r uses replicate_seed(seed, r)).
+    seed: int = 0
+    # Items per forward pass (bounds the probe's memory; the result does not depend on it).
+    batch_size: int = 64
+
+    def __post_init__(self):
+        require(self.size >= 1, "size", f"must be >= 1, got {self.size}")
+        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
 
 
 @dataclass(frozen=True)
 class TrackingConfig:
     """How the divergence between the arms is measured and flagged while they train."""
 
-    # Compare the two arms' weights every N steps (and always at checkpoint steps and the last).
+    # Compare the two arms' weights every N steps (and always at step 0, at checkpoint steps, at
+    # the last step and on the dense early schedule).
     every: int = 10
+    # Dense early tracking on top of ``every``: [[until, every], ...] with increasing ``until``; a
+    # step up to the first ``until`` is also tracked every first ``every`` steps, and so on;
+    # [] turns it off. Decided by divergence.training.records.is_tracked.
+    dense: tuple[tuple[int, int], ...] = DENSE_DEFAULT
     # Compare on this device: ``auto`` is where the weights live.
     device: str = "auto"
     # A loss above spike_factor x its running median over spike_window steps is a spike.
@@ -50,9 +100,15 @@ class TrackingConfig:
     spike_window: int = 20
     # With the shadow attention variant: log attention-output deviation every N steps.
     attention_every: int = 10
+    # The function-space probe (its keys in the store: probe_rel_diff, probe_loss_a, probe_loss_b).
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
 
     def __post_init__(self):
         require(self.every >= 1, "every", f"must be >= 1, got {self.every}")
+        ends = [until for until, _ in self.dense] if all(len(d) == 2 for d in self.dense) else None
+        require(ends is not None and ends == sorted(set(ends)) and all(e >= 1 for d in self.dense for e in d),
+                "dense", f"expected [[until, every], ...] with increasing until >= 1 and every >= 1, "
+                f"got {[list(d) for d in self.dense]}")
         require(self.spike_factor > 1, "spike_factor", f"must be > 1, got {self.spike_factor}")
         require(self.spike_window >= 3, "spike_window", f"must be >= 3, got {self.spike_window}")
         require(self.attention_every >= 1, "attention_every", f"must be >= 1, got {self.attention_every}")
@@ -69,6 +125,12 @@ class PairRecipe:
     control: bool = False
     description: str = ""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    replicate: int = 0
+
+    @property
+    def probe_seed(self) -> int:
+        """The probe set's seed in this replicate."""
+        return replicate_seed(self.tracking.probe.seed, self.replicate)
 
     @property
     def category(self) -> str:
@@ -104,15 +166,27 @@ def load_pair_recipe(path: str | Path, overrides: Iterable[str] = ()) -> PairRec
     name = pair_name(data.get("name", path.stem), f"{path}: name")
     base_data = _base_data(path, data)
     base_data = apply_overrides(base_data, [o for o in overrides if o not in pair_overrides])
-    base = parse(RunRecipe, base_data)
+    replicate = data.get("replicate", 0)
+    if isinstance(replicate, bool) or not isinstance(replicate, int) or replicate < 0:
+        raise RecipeError(f"{path}: replicate: expected a non-negative integer, got {replicate!r}")
+    base = with_replicate(parse(RunRecipe, base_data), replicate)
     arms = {arm: tuple(parse_variant(spec, f"arms.{arm}[{i}]") for i, spec in enumerate(_arm_list(data, arm)))
             for arm in ARMS}
-    arm_recipes = {arm: _arm_recipe(base_data, arms[arm], f"{name}.{arm}") for arm in ARMS}
+    arm_recipes = {arm: with_replicate(_arm_recipe(base_data, arms[arm], f"{name}.{arm}"), replicate) for arm in ARMS}
     control = _bool(data.get("control", False), "control")
     _check_arms(arm_recipes, control)
     tracking = parse(TrackingConfig, data.get("tracking"), "tracking")
-    return PairRecipe(name=name, base=base, arms=arms, arm_recipes=arm_recipes, control=control,
-                      description=str(data.get("description", "")), tracking=tracking)
+    return PairRecipe(name=name, base=base, arms=arms, arm_recipes=arm_recipes,
+                      control=control, description=str(data.get("description", "")), tracking=tracking,
+                      replicate=replicate)
+
+
+def with_replicate(recipe: RunRecipe, replicate: int) -> RunRecipe:
+    """``recipe`` with its data seed and init seed mapped through ``replicate_seed``."""
+    if replicate == 0:
+        return recipe
+    return replace(recipe, model=replace(recipe.model, seed=replicate_seed(recipe.model.seed, replicate)),
+                   data=replace(recipe.data, seed=replicate_seed(recipe.data.seed, replicate)))
 
 
 def _base_data(path: Path, data: dict) -> dict:

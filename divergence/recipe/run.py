@@ -110,6 +110,9 @@ class TrainConfig:
     # TensorFloat-32 tensor-core math for fp32 matmuls and convolutions on CUDA (10 mantissa bits
     # instead of 23); off unless set, e.g. by the tf32 variant. No effect on a CPU.
     tf32: bool = False
+    # Calibration: multiply every gradient elementwise by (1 + grad_noise * xi), xi ~ N(0, 1),
+    # after unscaling and before clipping (the ``grad-noise`` variant; null: off). 0 is bitwise off.
+    grad_noise: float | None = None
 
     def __post_init__(self):
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
@@ -126,6 +129,8 @@ class TrainConfig:
         require(self.devices >= 1 and self.num_nodes >= 1, "devices", "devices and num_nodes must be >= 1")
         require(self.cpu_threads >= 0, "cpu_threads", "must be >= 0 (0: torch's default)")
         check_strategy(self.strategy)
+        require(self.grad_noise is None or 0 <= self.grad_noise < float("inf"), "grad_noise",
+                f"must be a finite number >= 0 or null, got {self.grad_noise}")
 
 
 @dataclass(frozen=True)

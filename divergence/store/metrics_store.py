@@ -15,7 +15,17 @@ Record schema of a paired run (what the report relies on):
 - step record, every training step: ``step, tracked`` (bool: tensors were compared at this
   step), ``tensors`` (count), ``loss_a, loss_b, loss_diff``, ``spike_a, spike_b`` (bool);
   when tracked, also the whole-model summary under the metric names (see
-  ``divergence.metrics.summarize``) and ``kinds``: ``{kind: {metric: value}}``.
+  ``divergence.metrics.summarize``; ``rel_l2`` is E(t) = ||theta_a - theta_b|| / ||theta_a||) and
+  ``kinds``: ``{kind: {metric: value}}``; when tracked and the pair's function-space probe is on
+  (``tracking.probe``, ``divergence.training.probe``), also ``probe_rel_diff`` (F(t) =
+  ||out_a(Q) - out_b(Q)|| / ||out_b(Q)|| on the fixed probe set Q, both arms in fp32 with baseline
+  attention and no autocast), ``probe_loss_a`` and ``probe_loss_b`` (each arm's diffusion loss on
+  Q). Stores written before the probe existed, or with it off, lack the three keys.
+
+Which steps are tracked is ``divergence.training.records.is_tracked``: step 0, densely early
+(every step to 20, every 5th to 100 by default: ``tracking.dense``), then every
+``tracking.every`` steps, every checkpoint step and the last step; ``pair.json`` holds the
+schedule under ``tracking`` and the run's ``replicate``.
 
 Steps only move forward: appending a step at or below the last committed one is an error
 (no duplicates); ``truncate_after(step)`` drops later steps when a run resumes from an

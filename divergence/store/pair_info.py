@@ -11,7 +11,13 @@ Keys (a contract between training and the report):
   (``attention=sdpa-flash``);
 - ``description``: one line a person reads (``sdpa-flash vs baseline attention``);
 - ``max_steps``, ``finished`` (bool), ``last_step`` (int or null);
-- ``recipe``: the resolved base recipe as plain data.
+- ``recipe``: the resolved base recipe as plain data (arm a's, with its replicate's seeds);
+- ``replicate``: which replicate of the pair this run is (int, 0 when absent: runs made before
+  replicates existed). Replicate r of every pair of a study shares its initial weights, batches
+  and probe set; (``name``, ``replicate``) is unique among a study's runs;
+- ``tracking``: the pair's tracking schedule as plain data (``every``, ``dense`` as
+  ``[[until, every], ...]``, ``probe`` ``{enabled, size, seed, batch_size}``, ...); ``{}`` when
+  absent.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ class PairInfo:
     finished: bool = False
     last_step: int | None = None
     recipe: dict = field(default_factory=dict)
+    replicate: int = 0
+    tracking: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.category not in CATEGORIES:

@@ -11,12 +11,19 @@
       precision: auto                      # the upper bound; auto: fp16-vs-fp32 on a GPU, bf16 on a CPU
       control: pairs/control.yaml          # the harness's zero check
     tracking: {every: 10}
+    replicates: 3                          # replicates of every pair but the control (one suffices)
     jobs: auto
 
 Every pair is rewritten onto the study's base (its own ``base`` and ``recipe`` are replaced,
 its arms and name kept), so the pairs differ only in their arms. ``precision: auto`` picks
 fp16-vs-fp32, the paper's pair, where fp16 is fast (a CUDA GPU); on a CPU, whose fp16 autocast
 runs 10-20x slower than fp32 here, it picks bf16-vs-fp32, and the report says so.
+
+Replicate r of every pair trains with the pair recipe's ``replicate: r`` (see
+``divergence.recipe.pair.replicate_seed``): the pairs of one replicate start from the same
+weights and see the same batches and probe set, so they are common random numbers, and the
+replicates give the run-to-run uncertainty. The control is trained once (replicate 0): it must
+be exactly zero, which one run shows.
 """
 
 from __future__ import annotations
@@ -30,9 +37,9 @@ from divergence.recipe.pair import existing_file, pair_name
 from divergence.recipe.schema import apply_overrides, load_yaml
 from divergence.recipe.yaml_safe import short
 
-STUDY_KEYS = {"name", "description", "base", "recipe", "study", "references", "tracking", "jobs"}
+STUDY_KEYS = {"name", "description", "base", "recipe", "study", "references", "tracking", "jobs", "replicates"}
 # Command-line KEY=VALUE overrides that change the study itself; every other one goes to each pair.
-STUDY_OVERRIDES = ("base=", "study=", "study.", "references.", "jobs=", "name=")
+STUDY_OVERRIDES = ("base=", "study=", "study.", "references.", "jobs=", "name=", "replicates=")
 REFERENCE_ROLES = ("seed", "precision", "control")
 PRECISION_AUTO = {"cuda": "pairs/fp16-vs-fp32.yaml", "cpu": "pairs/bf16-vs-fp32.yaml"}
 
@@ -46,6 +53,11 @@ class StudyPair:
     recipe: dict  # a pair recipe as plain data, ``base`` an absolute path
     note: str = ""
 
+    @property
+    def single(self) -> bool:
+        """Trained once whatever the study's replicates (the control: exactly zero is one run's fact)."""
+        return self.role == "control"
+
 
 @dataclass(frozen=True)
 class Study:
@@ -53,6 +65,7 @@ class Study:
     pairs: tuple[StudyPair, ...]
     jobs: int | str
     source: Path
+    replicates: int = 1
 
 
 def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "cpu") -> Study:
@@ -85,7 +98,10 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
     jobs = data.get("jobs", "auto")
     if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise RecipeError(f"{path}: jobs: expected auto or a positive integer, got {short(jobs)}")
-    return Study(str(data.get("name", path.stem)), tuple(pairs), jobs, path)
+    replicates = data.get("replicates", 1)
+    if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:
+        raise RecipeError(f"{path}: replicates: expected a positive integer, got {short(replicates)}")
+    return Study(str(data.get("name", path.stem)), tuple(pairs), jobs, path, replicates)
 
 
 def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "") -> StudyPair:

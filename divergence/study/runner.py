@@ -1,7 +1,9 @@
-"""Train a study's pairs: each pair a ``divergence train`` child process, ``jobs`` at a time.
+"""Train a study's pairs: each pair run a ``divergence train`` child process, ``jobs`` at a time.
 
-Each pair trains into ``DIR/<pair name>/`` with its own log in ``DIR/logs/<pair name>.log``.
-A pair whose ``pair.json`` says it finished the requested steps is not trained again; any
+Replicate r of a pair trains into ``DIR/<pair name>/r<r>/`` from ``DIR/recipes/<pair name>-r<r>.yaml``
+(the pair recipe with ``replicate: r``), with its own log in ``DIR/logs/<pair name>-r<r>.log``;
+(pair name, replicate) is unique. A pair run whose ``pair.json`` says it finished the requested
+steps is not trained again; any
 other resumes from its last checkpoint (that is what ``divergence train`` does on an
 existing folder), so an interrupted study picks up where it stopped. Progress is a bar per
 pair and one overall, read from the pairs' metrics stores.
@@ -43,6 +45,12 @@ class PairJob:
     max_steps: int
     process: subprocess.Popen | None = None
     skipped: bool = False
+    replicate: int = 0
+
+    @property
+    def label(self) -> str:
+        """``<pair name>-r<replicate>``: names its recipe, its log and its progress bar."""
+        return f"{self.pair.name}-r{self.replicate}"
 
     def done_steps(self) -> int:
         store = MetricsStore(self.out)
@@ -60,27 +68,37 @@ class PairJob:
 
 
 def prepare_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
-    """Write each pair's resolved recipe into ``DIR/recipes/`` and validate it before any training."""
+    """One job per (pair, replicate): write its recipe into ``DIR/recipes/`` and validate it before
+    any training. Replicate-major order, so the first replicate of every pair finishes first."""
     (out / "recipes").mkdir(parents=True, exist_ok=True)
     jobs = []
-    for pair in study.pairs:
-        path = out / "recipes" / f"{pair.name}.yaml"
-        path.write_text(yaml.safe_dump(pair.recipe, sort_keys=False))
-        resolved = load_pair_recipe(path, overrides)  # a bad recipe fails here, not in a child
-        jobs.append(PairJob(pair, path, out / pair.name, resolved.base.train.max_steps))
+    for replicate in range(study.replicates):
+        for pair in study.pairs:
+            if replicate and pair.single:
+                continue
+            path = out / "recipes" / f"{pair.name}-r{replicate}.yaml"
+            path.write_text(yaml.safe_dump({**pair.recipe, "replicate": replicate}, sort_keys=False))
+            resolved = load_pair_recipe(path, overrides)  # a bad recipe fails here, not in a child
+            jobs.append(PairJob(pair, path, run_folder(out, pair.name, replicate), resolved.base.train.max_steps,
+                                replicate=replicate))
     return jobs
+
+
+def run_folder(out: Path, name: str, replicate: int) -> Path:
+    """Where replicate ``replicate`` of pair ``name`` trains: ``out/<name>/r<replicate>``."""
+    return out / name / f"r{replicate}"
 
 
 def run_jobs(jobs: list[PairJob], overrides: list[str], parallel: int, show_progress: bool = True) -> None:
     """Train every unfinished pair, ``parallel`` at a time; raise PairFailed naming a failed pair."""
     from tqdm import tqdm
 
-    (jobs[0].out.parent / "logs").mkdir(exist_ok=True)
+    _log_path(jobs[0]).parent.mkdir(parents=True, exist_ok=True)
     for job in jobs:
         job.skipped = job.finished()
     total = sum(j.max_steps for j in jobs)
-    bars = {j.pair.name: tqdm(total=j.max_steps, desc=f"{j.pair.name:<22}", position=i + 1, leave=True,
-                              disable=not show_progress, unit="step") for i, j in enumerate(jobs)}
+    bars = {j.label: tqdm(total=j.max_steps, desc=f"{j.label:<22}", position=i + 1, leave=True,
+                          disable=not show_progress, unit="step") for i, j in enumerate(jobs)}
     overall = tqdm(total=total, desc=f"{'study':<22}", position=0, leave=True, disable=not show_progress, unit="step")
     waiting = [j for j in jobs if not j.skipped]
     running: list[PairJob] = []
@@ -110,7 +128,8 @@ def _start(job: PairJob, overrides: list[str], parallel: int) -> PairJob:
         command.append("train.cpu_threads=1")  # pairs side by side: one core each, no oversubscription
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # each job its own wandb service
     env.setdefault("WANDB_RUN_GROUP", job.out.parent.name)  # one wandb group: the study folder's name
-    log = open(job.out.parent / "logs" / f"{job.pair.name}.log", "a")
+    job.out.mkdir(parents=True, exist_ok=True)
+    log = open(_log_path(job), "a")
     job.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     log.close()
     return job
@@ -120,7 +139,7 @@ def _update(jobs: list[PairJob], bars: dict, overall) -> None:
     done = 0
     for job in jobs:
         steps = job.max_steps if job.skipped else min(job.done_steps(), job.max_steps)
-        bar = bars[job.pair.name]
+        bar = bars[job.label]
         bar.update(steps - bar.n)
         done += steps
     overall.update(done - overall.n)
@@ -130,7 +149,12 @@ def _check_exit(job: PairJob) -> None:
     code = job.process.returncode
     if code == 0:
         return
-    log = job.out.parent / "logs" / f"{job.pair.name}.log"
+    log = _log_path(job)
     lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
     last = lines[-1] if lines else "(no output)"
-    raise PairFailed(f"pair {job.pair.name} failed (exit {code}): {last} [full log: {log}]", code)
+    raise PairFailed(f"pair {job.pair.name} (replicate {job.replicate}) failed (exit {code}): {last} "
+                     f"[full log: {log}]", code)
+
+
+def _log_path(job: PairJob) -> Path:
+    return job.recipe_path.parent.parent / "logs" / f"{job.label}.log"

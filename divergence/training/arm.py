@@ -94,7 +94,7 @@ class Arm(torch.nn.Module):
     def training_step(
         self, inputs: DiffusionInputs, *, backward: Callable[[torch.Tensor], None] | None = None
     ) -> StepOutput:
-        """Forward, backward, unscale and clip, optimizer step, LR step.
+        """Forward, backward, unscale, (grad-noise), clip, optimizer step, LR step.
 
         ``backward`` runs the backward pass of the (scaled) loss; a LightningModule passes its
         ``manual_backward`` so distributed strategies see it. Default: ``loss.backward()``.
@@ -104,8 +104,10 @@ class Arm(torch.nn.Module):
         loss = F.mse_loss(self.predict(inputs).float(), inputs.target.float())
         (backward or torch.Tensor.backward)(scaler.scale(loss))
         scaler.unscale_(opt)
-        clip = self.recipe.train.grad_clip
         params = self.trainable_parameters()
+        if self.recipe.train.grad_noise is not None:
+            multiply_grad_noise(params, self.recipe.train.grad_noise, self.recipe.data.seed, inputs.step)
+        clip = self.recipe.train.grad_clip
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else float("inf"))
         lr, scale = opt.param_groups[0]["lr"], float(scaler.get_scale()) if scaler.is_enabled() else 1.0
         scaler.step(opt)
@@ -140,3 +142,23 @@ class Arm(torch.nn.Module):
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
         if state.get("scaler"):  # an empty dict when the scaler was disabled
             self.policy.scaler.load_state_dict(state["scaler"])
+
+
+def multiply_grad_noise(params: list[torch.nn.Parameter], eps: float, data_seed: int, step: int) -> None:
+    """The calibration dose: ``g <- g * (1 + eps * xi)`` for every gradient, ``xi ~ N(0, 1)`` in fp32.
+
+    A relative gradient noise of known size ``eps`` per step (METHOD.md, "Calibration"). ``xi``
+    comes from one CPU generator per step seeded by (data seed, eps, step), drawn parameter by
+    parameter in order, so the dose is reproducible, identical on any device and across a
+    resume, and independent between replicates (whose data seeds differ). ``eps = 0`` multiplies
+    by exactly 1.0: bitwise the reference arm. Gradients that are None are skipped (no draw).
+    """
+    from divergence.data.sampling import derive_seed
+
+    generator = torch.Generator().manual_seed(derive_seed("grad-noise", data_seed, repr(float(eps)), step))
+    for param in params:
+        if param.grad is None:
+            continue
+        xi = torch.randn(param.grad.shape, generator=generator, dtype=torch.float32)
+        factor = xi.mul_(eps).add_(1.0).to(device=param.grad.device, dtype=param.grad.dtype)
+        param.grad.mul_(factor)

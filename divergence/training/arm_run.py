@@ -32,10 +32,10 @@ from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.recipe.yaml_safe import read_yaml
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
-from divergence.store.pair_info import FILENAME as PAIR_INFO_FILE, PairInfo
+from divergence.store.pair_info import FILENAME as PAIR_INFO_FILE
 from divergence.training.module import DiffusionRun, check_step
 from divergence.training.pair import check_shared_inputs, pair_config
-from divergence.training.pair_run import PAIR_FILE
+from divergence.training.pair_run import PAIR_FILE, added_later, pair_info
 from divergence.training.run import check_resume, flatten_keys, global_rank_zero, writable_folder
 
 # Keys of pair.yaml that may differ between the jobs of one pair folder: how each job runs,
@@ -92,7 +92,7 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
     module = ArmRun(pair, arm)  # builds the arm: bad variants fail before any file is written
     _write_pair_files(out, pair)
     folder = out / arm
-    first = [TrackedWeights(folder, pair.tracking.every, recipe.train.checkpoint_every), ArmProgress(folder, arm)]
+    first = [TrackedWeights(folder, pair.tracking, recipe.train.checkpoint_every), ArmProgress(folder, arm)]
     from divergence.training.loggers import RunIdentity
 
     identity = RunIdentity.for_pair(pair, out, job_type="arm", arm=arm)
@@ -139,7 +139,7 @@ def _check_same_pair(out: Path, pair: PairRecipe) -> None:
     saved, now = flatten_keys(read_yaml(saved_path) or {}), flatten_keys(pair_config(pair))
     for key in sorted(set(saved) | set(now)):
         per_job = key.split(".", 2)[-1].startswith(PER_JOB_KEYS)
-        if saved.get(key) != now.get(key) and not per_job:
+        if saved.get(key) != now.get(key) and not per_job and not added_later(saved, key):
             raise UserInputError(
                 f"--out {out}: its {PAIR_FILE} has {key} = {saved.get(key)!r}, this command {now.get(key)!r}; "
                 "both arms and the comparator of a folder must train the same pair")
@@ -155,5 +155,4 @@ def _write_pair_files(out: Path, pair: PairRecipe) -> None:
     if not (out / PAIR_FILE).is_file():
         write_atomic(out / PAIR_FILE, yaml.safe_dump(config, sort_keys=False))
     if not (out / PAIR_INFO_FILE).is_file():
-        PairInfo(name=pair.name, category=pair.category, arms=pair.labels(), description=pair.summary_line(),
-                 max_steps=pair.base.train.max_steps, recipe=config["recipes"]["a"]).write(out)
+        pair_info(pair).write(out)

@@ -99,7 +99,7 @@ def shadow_recorder(recipe):
 
 def pair_config(pair: PairRecipe) -> dict:
     """The resolved pair as plain data: name, arms' variants and both arms' recipes."""
-    return {"name": pair.name, "category": pair.category, "control": pair.control,
+    return {"name": pair.name, "category": pair.category, "control": pair.control, "replicate": pair.replicate,
             "arms": pair.labels(), "tracking": to_dict(pair.tracking),
             "recipes": {arm: to_dict(pair.arm_recipes[arm]) for arm in ARMS}}
 

@@ -45,13 +45,12 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     out = Path(out)
     check_pair_folder(out, pair)
     module = PairRun(pair)  # builds both arms: bad variants fail before any file is written
-    info = PairInfo(name=pair.name, category=pair.category, arms=pair.labels(), description=pair.summary_line(),
-                    max_steps=pair.base.train.max_steps, recipe=pair_config(pair)["recipes"]["a"])
+    info = pair_info(pair)
     if global_rank_zero():
         writable_folder(out)
         write_atomic(out / PAIR_FILE, yaml.safe_dump(pair_config(pair), sort_keys=False))
         info.write(out)
-    tracker = DivergenceTracker(out, pair.tracking, pair.base.train.checkpoint_every)
+    tracker = DivergenceTracker(out, pair.tracking, pair.base.train.checkpoint_every, probe=pair_probe(pair, module))
     recorders = {arm: r for arm, r in module.recorders.items() if r is not None}
     if recorders:
         callbacks = [*callbacks, AttentionOutputDeviation(out, recorders, pair.tracking.attention_every)]
@@ -63,6 +62,31 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     if trainer.is_global_zero:
         info.write(out)
     return trainer
+
+
+def pair_info(pair: PairRecipe) -> PairInfo:
+    """The ``pair.json`` of a pair that starts training (``finished`` false)."""
+    from divergence.recipe.schema import to_dict
+    from divergence.training.pair import pair_config
+
+    return PairInfo(name=pair.name, category=pair.category, arms=pair.labels(), description=pair.summary_line(),
+                    max_steps=pair.base.train.max_steps, recipe=pair_config(pair)["recipes"]["a"],
+                    replicate=pair.replicate, tracking=to_dict(pair.tracking))
+
+
+def pair_probe(pair: PairRecipe, module):
+    """The tracker's probe function over a ``PairRun``'s arms, or None when the probe is off."""
+    if not pair.tracking.probe.enabled:
+        return None
+    from divergence.training.probe import FunctionProbe
+
+    probe = FunctionProbe(module.inputs, pair.tracking.probe, pair.probe_seed)
+    return lambda pl_module: probe.record(pl_module.arms["a"], pl_module.arms["b"])
+
+
+def added_later(saved: dict, key: str) -> bool:
+    """A key that pair files written before replicates and the probe lack (read as its default)."""
+    return key not in saved and (key == "replicate" or key.startswith(("tracking.dense", "tracking.probe")))
 
 
 def check_pair_folder(out: Path, pair: PairRecipe) -> None:
@@ -83,6 +107,6 @@ def check_pair_folder(out: Path, pair: PairRecipe) -> None:
     saved, now = flatten_keys(read_yaml(saved_path) or {}), flatten_keys(pair_config(pair))
     for key in sorted(set(saved) | set(now)):
         resumable = key.split(".", 2)[-1].startswith(RESUMABLE_CHANGES) or key.startswith("tracking.")
-        if saved.get(key) != now.get(key) and not resumable:
+        if saved.get(key) != now.get(key) and not resumable and not added_later(saved, key):
             raise UserInputError(f"--out {out}: holds a pair whose {key} = {saved.get(key)!r}, now {now.get(key)!r}; "
                                  "resume with the same recipe or choose a new --out")

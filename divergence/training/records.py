@@ -18,10 +18,25 @@ ARMS = ("a", "b")
 SUMMARY_KEYS = (*METRICS, "numel", "tensors_nonfinite", "nonfinite_a", "nonfinite_b")
 
 
-def is_tracked(step: int, max_steps: int, every: int, checkpoint_every: int) -> bool:
-    """Weights are compared at step 0, every ``every`` steps, at checkpoint steps and the last."""
+def is_tracked(step: int, max_steps: int, tracking, checkpoint_every: int) -> bool:
+    """Whether the arms are compared at ``step``: the one rule of the lockstep tracker, the
+    separate arm's tracked weights and the comparator that follows separate arms.
+
+    Tracked: step 0, every ``tracking.every`` steps, the dense early schedule on top
+    (``tracking.dense``: ``[[20, 1], [100, 5]]`` by default: every step up to 20, every 5th up
+    to 100; it adds steps, never removes one), every checkpoint step and the last step.
+
+    >>> from divergence.recipe.pair import TrackingConfig
+    >>> [s for s in range(131) if is_tracked(s, 130, TrackingConfig(every=10), 0)][18:]
+    [18, 19, 20, 25, 30, 35, 40, 45, 50, 55, 60, 65, 70, 75, 80, 85, 90, 95, 100, 110, 120, 130]
+    """
     at_checkpoint = bool(checkpoint_every) and step % checkpoint_every == 0
-    return step == 0 or step % every == 0 or at_checkpoint or step == max_steps
+    if step == 0 or at_checkpoint or step == max_steps or step % tracking.every == 0:
+        return True
+    for until, every in tracking.dense:
+        if step <= until:
+            return step % every == 0
+    return False
 
 
 def loss_record(losses: dict[str, float] | None, detectors: dict[str, SpikeDetector]) -> dict:

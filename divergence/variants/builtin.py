@@ -6,12 +6,16 @@
 - ``precision``: the training precision (the paper's upper bound, FP16 vs FP32);
 - ``gradient-checkpointing``: recompute UNet activations in the backward pass;
 - ``adamw-impl``: the AdamW implementation (``foreach``, ``fused``, ``loop``), a fused-kernel
-  optimization of the kind the paper names as future work.
+  optimization of the kind the paper names as future work;
 - ``tf32``: TensorFloat-32 matmuls and convolutions for the arm (``train.tf32``), the CUDA
-  speed-up people ask this exact question about; a no-op on a CPU.
+  speed-up people ask this exact question about; a no-op on a CPU;
+- ``grad-noise``: a known dose for calibration, every gradient multiplied by ``1 + eps * xi``
+  (``divergence calibrate``).
 """
 
 from __future__ import annotations
+
+import math
 
 from divergence.recipe.run import PRECISIONS
 from divergence.variants.registry import Variant, register
@@ -139,3 +143,28 @@ class TF32(Variant):
             state = numerics_state()
         if (state["tf32_matmul"], state["tf32_cudnn"]) != (self.value, self.value):
             raise RuntimeError(f"tf32 variant {self.value} but the arm's step would run with {state}")
+
+
+@register
+class GradNoise(Variant):
+    name = "grad-noise"
+    help = "calibration dose eps: every gradient multiplied elementwise by (1 + eps * xi), xi ~ N(0, 1)"
+    default = 0.0
+
+    def validate(self):
+        value = self.value
+        if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            self.fail(f"expected a finite relative dose eps >= 0, e.g. 1e-4, got {self.value!r}")
+        self.value = float(value)
+
+    def overrides(self):
+        return {"train.grad_noise": self.value}
+
+    def verify(self, arm):
+        if arm.recipe.train.grad_noise != self.value:
+            raise RuntimeError(f"grad-noise {self.value} but the arm trains with {arm.recipe.train.grad_noise}")

@@ -7,7 +7,7 @@ from divergence.recipe.pair import load_pair_recipe
 from tests.training.tiny import FAST
 
 PAIRS = Path(__file__).resolve().parents[2] / "recipes" / "pairs"
-PAIR_FAST = (*FAST, "sample.enabled=false", "train.cpu_threads=1")
+PAIR_FAST = (*FAST, "sample.enabled=false", "train.cpu_threads=1", "tracking.probe.size=4")
 
 
 def pair_recipe(name: str, *overrides: str):

@@ -53,7 +53,7 @@ def test_flash_vs_baseline_drifts_apart_and_compare_reproduces_it(tmp_path, caps
 
 
 def test_export_writes_the_pair_store_flat(tmp_path, capsys):
-    train_pair(pair_recipe("seed-vs-seed", "train.max_steps=3", "tracking.every=2"), tmp_path)
+    train_pair(pair_recipe("seed-vs-seed", "train.max_steps=3", "tracking.every=2", "tracking.dense=[]"), tmp_path)
     assert main(["export", str(tmp_path), "--csv", str(tmp_path / "m.csv")]) == 0
     lines = (tmp_path / "m.csv").read_text().splitlines()
     header = lines[0].split(",")

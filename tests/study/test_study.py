@@ -10,7 +10,8 @@ from divergence.errors import RecipeError
 from divergence.study import load_study
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-QUICK = ["--max-steps", "6", "--no-wandb", "--quiet", "tracking.every=1", "train.batch_size=2", "sample.enabled=false"]
+QUICK = ["--max-steps", "6", "--no-wandb", "--quiet", "tracking.every=1", "tracking.probe.size=4", "train.batch_size=2",
+         "sample.enabled=false"]
 
 
 def test_default_study_resolves_every_pair_onto_one_base():
@@ -18,7 +19,7 @@ def test_default_study_resolves_every_pair_onto_one_base():
     assert [(p.role, p.name) for p in study.pairs] == [
         ("study", "flash-vs-baseline"), ("seed", "seed-vs-seed"), ("precision", "bf16-vs-fp32"), ("control", "control")]
     assert len({p.recipe["base"] for p in study.pairs}) == 1
-    assert all(p.recipe["recipe"]["train"]["max_steps"] == 200 for p in study.pairs)
+    assert len({p.recipe["recipe"]["train"]["max_steps"] for p in study.pairs}) == 1 and study.replicates >= 3
     assert "stand-in" in study.pairs[2].recipe["description"] and study.pairs[2].note
 
 
@@ -42,6 +43,7 @@ def test_inline_study_pair_and_overrides():
         ("base: {r}/tiny.yaml\nstudy: 3", "expected a pair recipe file"),
         ("base: {r}/tiny.yaml\nstudy: {r}/pairs/control.yaml\nreferences: {{noise: x}}", "references"),
         ("base: {r}/tiny.yaml\nstudy: {r}/pairs/control.yaml\njobs: 0", "jobs"),
+        ("base: {r}/tiny.yaml\nstudy: {r}/pairs/control.yaml\nreplicates: 0", "replicates: expected a positive"),
         ("base: {r}/tiny.yaml\nstudy: {r}/pairs/seed-vs-seed.yaml\nreferences: {{seed: {r}/pairs/seed-vs-seed.yaml}}",
          "two pairs share a name"),
     ],
@@ -56,7 +58,7 @@ def test_bad_study_recipes(tmp_path, text, message):
 
 def test_tiny_study_end_to_end_then_resume_skips_finished_pairs(tmp_path, capsys):
     out = tmp_path / "study"
-    assert main(["study", "--out", str(out), "--jobs", "2", *QUICK]) == 0
+    assert main(["study", "--out", str(out), "--jobs", "2", "--replicates", "1", *QUICK]) == 0
     printed = capsys.readouterr().out
     assert "flash attention" in printed and "report:" in printed
     summary = json.loads((out / "summary.json").read_text())
@@ -64,15 +66,31 @@ def test_tiny_study_end_to_end_then_resume_skips_finished_pairs(tmp_path, capsys
     assert summary["verdicts"][0]["study"] == "flash-vs-baseline"
     assert (out / "report.html").is_file() and list((out / "figures").glob("*.png"))
     for name in summary["pairs"]:
-        info = json.loads((out / name / "pair.json").read_text())
-        assert info["finished"] and info["last_step"] == 6
-    stamps = {p: (out / p / "metrics.jsonl").stat().st_mtime_ns for p in summary["pairs"]}
-    assert main(["study", "--out", str(out), "--jobs", "2", *QUICK]) == 0  # nothing left to train
-    assert stamps == {p: (out / p / "metrics.jsonl").stat().st_mtime_ns for p in summary["pairs"]}
+        info = json.loads((out / name / "r0" / "pair.json").read_text())
+        assert info["finished"] and info["last_step"] == 6 and info["replicate"] == 0
+        assert info["tracking"]["probe"]["size"] == 4 and info["tracking"]["dense"] == [[20, 1], [100, 5]]
+    stamps = {p: (out / p / "r0" / "metrics.jsonl").stat().st_mtime_ns for p in summary["pairs"]}
+    assert main(["study", "--out", str(out), "--jobs", "2", "--replicates", "1", *QUICK]) == 0  # nothing to train
+    assert stamps == {p: (out / p / "r0" / "metrics.jsonl").stat().st_mtime_ns for p in summary["pairs"]}
+
+
+def test_replicates_lay_out_one_folder_per_pair_and_replicate(tmp_path):
+    from divergence.study import prepare_jobs
+
+    study = load_study(RECIPES / "study.yaml", ["replicates=3"])
+    jobs = prepare_jobs(study, tmp_path, ["train.max_steps=2"])
+    runs = sorted(str(j.out.relative_to(tmp_path)) for j in jobs)
+    assert runs == sorted([f"{name}/r{r}" for name in ("flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32")
+                           for r in range(3)] + ["control/r0"])
+    assert len({j.recipe_path for j in jobs}) == len(jobs) == 10
+    from divergence.recipe.pair import load_pair_recipe
+
+    seeds = {(j.pair.name, j.replicate): load_pair_recipe(j.recipe_path).arm_recipes["a"].data.seed for j in jobs}
+    assert seeds[("flash-vs-baseline", 2)] == seeds[("bf16-vs-fp32", 2)] != seeds[("flash-vs-baseline", 1)]
 
 
 def test_a_bad_override_fails_before_any_training(tmp_path, capsys):
     code = main(["study", "--out", str(tmp_path / "s"), *QUICK, "train.lr=-1"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "train.lr" in err
-    assert not list((tmp_path / "s").glob("*/metrics.jsonl"))
+    assert not list((tmp_path / "s").glob("*/*/metrics.jsonl"))

@@ -1,9 +1,11 @@
 """The divergence callback: how far apart the two arms' weights are, step by step.
 
-At every step it records both arms' losses (and flags spikes); every ``tracking.every``
-steps, at every checkpoint step, at step 0 (the initial weights) and at the last step, it
-also compares the arms' current weights tensor by tensor with ``divergence.metrics``, on
-the device where they live, and aggregates per module, per kind and whole model. Records go
+At every step it records both arms' losses (and flags spikes); at every tracked step
+(``divergence.training.records.is_tracked``: step 0, the dense early schedule, every
+``tracking.every`` steps, checkpoint steps and the last step) it also compares the arms'
+current weights tensor by tensor with ``divergence.metrics``, on the device where they live,
+aggregates per module, per kind and whole model, and, given a ``probe`` function, adds what it
+returns (the function-space probe's ``probe_rel_diff, probe_loss_a, probe_loss_b``). Records go
 to the metrics store (``DIR/metrics.jsonl``) and the same numbers to every Lightning logger,
 with the keys of ``divergence.training.step_logging`` (shared with the comparator that
 follows separate-job arms): ``divergence/model/<metric>``, ``divergence/wasserstein/<module>``,
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Callable
 
 from lightning.pytorch.callbacks import Callback
 
@@ -36,8 +39,10 @@ from divergence.training.step_logging import is_table_step, log_step
 class DivergenceTracker(Callback):
     """Compares ``pl_module.arms['a']`` with ``pl_module.arms['b']``; reads ``pl_module.last_outputs``."""
 
-    def __init__(self, out: str | Path, tracking: TrackingConfig, checkpoint_every: int = 0):
-        self.out, self.tracking, self.checkpoint_every = Path(out), tracking, checkpoint_every
+    def __init__(self, out: str | Path, tracking: TrackingConfig, checkpoint_every: int = 0,
+                 probe: Callable[[object], dict] | None = None):
+        """``probe(pl_module) -> {key: float}``: extra step-record keys at tracked steps (rank zero)."""
+        self.out, self.tracking, self.checkpoint_every, self.probe = Path(out), tracking, checkpoint_every, probe
         self.spikes = {arm: SpikeDetector(tracking.spike_factor, tracking.spike_window) for arm in ARMS}
         self.store: MetricsStore | None = None
 
@@ -68,10 +73,12 @@ class DivergenceTracker(Callback):
         if not trainer.is_global_zero:
             return  # rank zero compares, writes and logs
         tensors: list[dict] = []
-        if is_tracked(step, trainer.max_steps, self.tracking.every, self.checkpoint_every):
+        if is_tracked(step, trainer.max_steps, self.tracking, self.checkpoint_every):
             device = None if self.tracking.device == "auto" else self.tracking.device
             tensors, summary = divergence_records(pl_module.arms["a"].weights(), pl_module.arms["b"].weights(), device)
             record.update(summary, tracked=True)
+            if self.probe is not None:
+                record.update(self.probe(pl_module))
         else:
             record["tracked"] = False
         self.store.append_step(step, tensors, record)

@@ -3,8 +3,8 @@
 An arm trained as its own job (``divergence train --arm``) cannot hand its weights to the
 other arm in memory; a comparator (``divergence watch``) reads them from files instead. So
 the arm writes ``<root>/checkpoints/step_NNNNNN.safetensors`` at exactly the steps the
-lockstep tracker compares (``divergence.training.records.is_tracked``: step 0, every
-``tracking.every`` steps, checkpoint steps and the last), each file atomically (temporary
+lockstep tracker compares (``divergence.training.records.is_tracked``: step 0, the dense
+early schedule, every ``tracking.every`` steps, checkpoint steps and the last), each file atomically (temporary
 name, then ``os.replace``: a reader sees a complete file or none).
 
 Under FSDP the weights are sharded across ranks: every rank takes part in gathering the full
@@ -29,9 +29,10 @@ NETWORKS = ("unet.", "text_encoder.")
 
 
 class TrackedWeights(WeightCheckpoint):
-    def __init__(self, root: str | Path, tracking_every: int, checkpoint_every: int):
+    def __init__(self, root: str | Path, tracking, checkpoint_every: int):
+        """``tracking``: the pair's ``TrackingConfig`` (its ``every`` and ``dense`` schedule)."""
         super().__init__(root, checkpoint_every)
-        self.tracking_every = tracking_every
+        self.tracking = tracking
 
     def on_train_start(self, trainer, pl_module) -> None:
         if self._tracked(trainer, trainer.global_step):  # also after a crash between files
@@ -45,7 +46,7 @@ class TrackedWeights(WeightCheckpoint):
         self._save(trainer, pl_module, overwrite=False)
 
     def _tracked(self, trainer, step: int) -> bool:
-        return is_tracked(step, trainer.max_steps, self.tracking_every, self.every)
+        return is_tracked(step, trainer.max_steps, self.tracking, self.every)
 
     def _save(self, trainer, pl_module, overwrite: bool = True) -> None:
         step, arms = trainer.global_step, pl_module.checkpoint_arms()

@@ -1,0 +1,104 @@
+"""A calibration recipe: a ladder of known doses (``grad-noise`` pairs) beside the seed and precision
+references, trained like a study's pairs.
+
+::
+
+    name: calibration
+    base: tiny.yaml
+    recipe: {train: {max_steps: 300}}
+    doses: [1.0e-7, 1.0e-6, 1.0e-5, 1.0e-4, 1.0e-3, 1.0e-2, 1.0e-1]
+    references: {seed: pairs/seed-vs-seed.yaml, precision: auto}
+    horizons: [100, 300]
+    replicates: 3
+    tracking: {every: 10}
+    jobs: auto
+
+Dose ``eps`` is the pair ``grad-noise-<eps>`` with arms ``{"a": ["grad-noise=<eps>"], "b": []}``
+(category ``optimization``): arm a multiplies every gradient elementwise by ``1 + eps * xi``
+(``divergence.training.arm.multiply_grad_noise``). Every pair is put on the recipe's base like a
+study's pairs (``divergence.study.config``), and replicate r of every pair shares its initial
+weights and batches. Doses written ``1e-7`` (YAML 1.1 reads that as a string) are accepted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from divergence.errors import RecipeError
+from divergence.recipe.schema import apply_overrides, load_yaml
+from divergence.study.config import PRECISION_AUTO, Study, StudyPair, _existing, _pair
+
+CALIBRATION_KEYS = {"name", "description", "base", "recipe", "doses", "references", "horizons", "replicates",
+                    "tracking", "jobs"}
+CALIBRATION_OVERRIDES = ("base=", "doses=", "references.", "horizons=", "replicates=", "jobs=", "name=")
+LADDER_ROLE = "ladder"
+REFERENCE_ROLES = ("seed", "precision")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    study: Study  # the ladder pairs (role "ladder") and the references, with replicates and jobs
+    doses: tuple[float, ...]
+    horizons: tuple[int, ...]
+
+
+def ladder_name(eps: float) -> str:
+    """``grad-noise-1e-07``: the pair name of dose ``eps`` (its arm a's label is ``grad-noise=1e-07``)."""
+    return f"grad-noise-{float(eps)}"
+
+
+def load_calibration(path: str | Path, overrides: list[str] = (), device_type: str = "cpu") -> Calibration:
+    """Read a calibration recipe; every problem is a RecipeError naming the key."""
+    path = Path(path)
+    data = apply_overrides(load_yaml(path), [o for o in overrides if o.startswith(CALIBRATION_OVERRIDES)])
+    unknown = sorted(set(data) - CALIBRATION_KEYS)
+    if unknown:
+        raise RecipeError(f"{path}: unknown key {unknown[0]!r}; a calibration recipe has "
+                          f"{', '.join(sorted(CALIBRATION_KEYS))}")
+    if "base" not in data:
+        raise RecipeError(f"{path}: missing key 'base' (the run recipe every pair trains, e.g. base: tiny.yaml)")
+    base = _existing(path.parent / str(data["base"]), "base", path)
+    shared = {"base": str(base), "recipe": data.get("recipe") or {}, "tracking": data.get("tracking") or {}}
+    doses = _doses(data.get("doses"), path)
+    pairs = [_pair(LADDER_ROLE, {"name": ladder_name(eps), "arms": {"a": [{"grad-noise": eps}], "b": []},
+                                 "description": f"relative gradient noise {eps:g} vs none"}, path, shared)
+             for eps in doses]
+    references = data.get("references") or {}
+    if not isinstance(references, dict) or set(references) - set(REFERENCE_ROLES):
+        raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(REFERENCE_ROLES)}")
+    for role in REFERENCE_ROLES:
+        spec = references.get(role)
+        if spec == "auto" and role == "precision":
+            spec = PRECISION_AUTO["cuda" if device_type == "cuda" else "cpu"]
+        if spec:
+            pairs.append(_pair(role, spec, path, shared))
+    horizons = data.get("horizons", [100, 300])
+    if not isinstance(horizons, list) or not horizons or any(
+            isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in horizons):
+        raise RecipeError(f"{path}: horizons: expected a list of positive step counts, got {horizons!r}")
+    replicates, jobs = data.get("replicates", 3), data.get("jobs", "auto")
+    if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:
+        raise RecipeError(f"{path}: replicates: expected a positive integer, got {replicates!r}")
+    if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise RecipeError(f"{path}: jobs: expected auto or a positive integer, got {jobs!r}")
+    study = Study(str(data.get("name", path.stem)), tuple(pairs), jobs, path, replicates)
+    return Calibration(study, doses, tuple(sorted(set(horizons))))
+
+
+def _doses(value, path: Path) -> tuple[float, ...]:
+    if not isinstance(value, list) or not value:
+        raise RecipeError(f"{path}: doses: expected a list of relative doses eps > 0, e.g. [1.0e-6, 1.0e-4]")
+    doses = []
+    for i, item in enumerate(value):
+        try:
+            eps = float(item) if not isinstance(item, bool) else math.nan
+        except (TypeError, ValueError):
+            eps = math.nan
+        if not (math.isfinite(eps) and eps > 0):
+            raise RecipeError(f"{path}: doses[{i}]: expected a finite dose > 0, got {item!r}")
+        doses.append(eps)
+    if len(set(doses)) != len(doses):
+        raise RecipeError(f"{path}: doses: {doses} repeats a dose")
+    return tuple(sorted(doses))

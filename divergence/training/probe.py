@@ -1,0 +1,124 @@
+"""The function-space probe: both arms evaluated on one fixed input set in the reference numerics.
+
+Weight-space distance says how far apart two models are as parameter vectors; the probe says
+how differently they compute. A fixed probe set Q of ``size`` items (image, noise, timestep,
+caption), drawn once from the probe seed exactly as training batches are drawn (the recipe's
+dataset, caption dropout, noise and timestep streams), is run through each arm's UNet and text
+encoder in the reference numerics: fp32, baseline attention on every attention module, no
+autocast, no gradients, eval mode. At every tracked step the store gets::
+
+    probe_rel_diff = ||out_a(Q) - out_b(Q)|| / ||out_b(Q)||      (float64, Frobenius over Q)
+    probe_loss_a   = mean((out_a(Q) - target(Q))^2)               (the diffusion loss on Q)
+    probe_loss_b   = mean((out_b(Q) - target(Q))^2)
+
+so F(t) = probe_rel_diff is the function-space twin of the whole-model ``rel_l2`` (METHOD.md,
+"The statistic"), and the probe losses give the outcome without the arms' own numerics in it.
+
+The evaluation must not change training: it swaps the arm's attention processors for baseline
+ones and puts its modules in eval mode, then restores every processor object and every
+module's training flag exactly (``verify_attention`` checks the processors); it reads no
+global RNG and writes no weights, so a run with the probe is bitwise the run without it.
+Weights are used as they are: an arm whose weights are not fp32 is refused (autocast arms keep
+fp32 weights, so every shipped precision qualifies).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+
+import torch
+
+from divergence.data.batches import StepBatches
+from divergence.recipe.pair import ProbeConfig
+from divergence.training.inputs import DiffusionInputs, Inputs
+
+PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")
+
+
+class FunctionProbe:
+    """A fixed probe set of ``config.size`` items from ``seed``, evaluated on two arms at once."""
+
+    def __init__(self, inputs: Inputs, config: ProbeConfig, seed: int):
+        self.inputs, self.config, self.seed = inputs, config, seed
+        self._probe: DiffusionInputs | None = None  # prepared on the arms' device at first use
+        self._baseline = None
+
+    def record(self, arm_a, arm_b) -> dict[str, float]:
+        """``probe_rel_diff, probe_loss_a, probe_loss_b`` of the two arms' current weights."""
+        probe = self._inputs(next(arm_b.parameters()).device)
+        out_a, out_b = self.evaluate(arm_a, probe), self.evaluate(arm_b, probe)
+        diff = torch.linalg.vector_norm((out_a - out_b).double())
+        norm_b = torch.linalg.vector_norm(out_b.double())
+        target = probe.target.double()
+        return {
+            "probe_rel_diff": float(diff / norm_b) if norm_b > 0 else float("nan"),
+            "probe_loss_a": float(torch.mean((out_a.double() - target) ** 2)),
+            "probe_loss_b": float(torch.mean((out_b.double() - target) ** 2)),
+        }
+
+    @torch.no_grad()
+    def evaluate(self, arm, probe: DiffusionInputs) -> torch.Tensor:
+        """The arm's prediction on the probe, (size, C, h, w) float32, in the reference numerics."""
+        outputs = []
+        with reference_numerics(arm, self._baseline_processor()):
+            for start in range(0, probe.noisy.shape[0], self.config.batch_size):
+                part = slice(start, start + self.config.batch_size)
+                context = arm.text_encoder(probe.input_ids[part])[0]  # (b, L, hidden)
+                outputs.append(arm.unet(probe.noisy[part], probe.timesteps[part],
+                                        encoder_hidden_states=context).sample.float())
+        return torch.cat(outputs)
+
+    def _inputs(self, device: torch.device) -> DiffusionInputs:
+        if self._probe is None or self._probe.noisy.device != device:
+            self._probe = probe_inputs(self.inputs, self.config.size, self.seed, device)
+        return self._probe
+
+    def _baseline_processor(self):
+        if self._baseline is None:
+            from divergence.attention.processor import KernelAttnProcessor
+
+            self._baseline = KernelAttnProcessor("baseline")
+        return self._baseline
+
+
+def probe_inputs(inputs: Inputs, size: int, seed: int, device) -> DiffusionInputs:
+    """The probe set: ``size`` items drawn like one training batch, from the recipe's dataset, with
+    example order, caption dropout, noise and timesteps from the seed ``derive_seed("probe", seed)``
+    (never a training batch's streams, whatever the data seed)."""
+    from divergence.data.sampling import derive_seed
+
+    batches = inputs.batches
+    config = replace(batches.config, seed=derive_seed("probe", seed) % 2**31)
+    draws = StepBatches(batches.dataset, batches.tokenize, config, size,
+                        batches.latent_shape, batches.num_train_timesteps, batches.latent_space)
+    with torch.no_grad():
+        return inputs.prepare(draws.batch(0).to(device))
+
+
+@contextlib.contextmanager
+def reference_numerics(arm, baseline):
+    """Inside: every attention module of ``arm.unet`` runs ``baseline``, all modules in eval mode,
+    autocast off. After: the arm's own processors and training flags, exactly as before."""
+    from divergence.models.attention import attention_modules, verify_attention
+
+    bad = sorted({p.dtype for p in arm.parameters() if p.dtype != torch.float32}, key=str)
+    if bad:
+        raise RuntimeError(f"probe: arm {arm.name} holds {bad[0]} weights; the probe evaluates fp32 weights "
+                           "(set tracking.probe.enabled=false for this pair)")
+    modules = attention_modules(arm.unet)
+    saved = {name: module.processor for name, module in modules.items()}
+    modes = [(module, module.training) for module in arm.modules()]
+    device = next(arm.parameters()).device.type
+    try:
+        for module in modules.values():
+            module.set_processor(baseline)
+        arm.eval()
+        with torch.autocast(device, enabled=False):
+            yield
+    finally:
+        for name, module in modules.items():
+            module.set_processor(saved[name])
+        for module, training in modes:
+            module.training = training
+        verify_attention(arm.unet, saved)

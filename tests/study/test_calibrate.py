@@ -1,0 +1,59 @@
+"""``divergence calibrate``: the grad-noise ladder trained with replicates and handed to the analysis."""
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from divergence.cli import main
+from divergence.errors import RecipeError
+from divergence.study.calibration import ladder_name, load_calibration
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+
+
+def test_shipped_ladder_spans_the_references_doses():
+    calibration = load_calibration(RECIPES / "calibration.yaml")
+    doses = calibration.doses
+    assert len(doses) >= 5 and doses[0] <= 1e-6 and doses[-1] >= 1.0
+    pairs = calibration.study.pairs
+    ladder = [p for p in pairs if p.role == "ladder"]
+    assert [p.name for p in ladder] == [ladder_name(eps) for eps in doses] and ladder[0].name == "grad-noise-1e-06"
+    assert ladder[0].recipe["arms"] == {"a": [{"grad-noise": 1e-6}], "b": []}
+    assert {p.role for p in pairs} == {"ladder", "seed", "precision"} and calibration.horizons == (100, 300)
+
+
+@pytest.mark.parametrize("text,message", [("doses: [0.1, -1]", "doses[1]"), ("doses: []", "doses:"),
+                                          ("doses: [1e-3]\nhorizons: [0]", "horizons"), ("flavour: 1", "unknown key")])
+def test_bad_calibration_recipes(tmp_path, text, message):
+    path = tmp_path / "calibration.yaml"
+    path.write_text(f"base: {RECIPES}/tiny.yaml\n{text}\n")
+    with pytest.raises(RecipeError, match=None) as err:
+        load_calibration(path)
+    assert message in str(err.value)
+
+
+def test_calibrate_trains_the_ladder_and_calls_evaluate(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def evaluate(ladder, seed_pairs, horizons=(100, 300)):  # a stand-in recording what it was given
+        calls.append((ladder, seed_pairs, horizons))
+        return {"doses": sorted(ladder), "replicates": [len(v) for _, v in sorted(ladder.items())]}
+
+    monkeypatch.setitem(sys.modules, "divergence.analysis.calibration",
+                        types.SimpleNamespace(evaluate=evaluate))
+    out = tmp_path / "cal"
+    args = ["calibrate", "--out", str(out), "--max-steps", "3", "--replicates", "2", "--jobs", "2", "--quiet",
+            "doses=[1.0e-4,1.0e-2]", "references.precision=null", "horizons=[2,3]", "train.batch_size=2",
+            "tracking.probe.size=2", "sample.enabled=false", "log.wandb=false"]
+    assert main(args) == 0
+    (ladder, seed_pairs, horizons), = calls
+    assert sorted(ladder) == [1e-4, 1e-2] and horizons == (2, 3)
+    assert all(len(runs) == 2 for runs in ladder.values()) and len(seed_pairs) == 2
+    run = ladder[1e-2][1]
+    assert run.name == "grad-noise-0.01" and Path(run.folder) == (out / "grad-noise-0.01" / "r1").resolve()
+    assert json.loads((out / "grad-noise-0.01" / "r1" / "pair.json").read_text())["arms"] == {
+        "a": ["grad-noise=0.01"], "b": []}
+    assert json.loads((out / "calibration.json").read_text()) == {"doses": [1e-4, 1e-2], "replicates": [2, 2]}
