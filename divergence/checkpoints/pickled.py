@@ -56,18 +56,24 @@ _ZIP_MAGIC, _PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
 def load_pickled(path: str | Path, prefix: str = "") -> InMemorySource:
     """The state dict inside a pickled checkpoint, as a tensor source."""
     path = Path(path)
+    return InMemorySource(path, find_state_dict(load_checked(path), path), prefix)
+
+
+def load_checked(path: str | Path):
+    """The whole object of a pickled checkpoint, loaded weights-only after every check above
+    (declared sizes against the storage present, no global beyond the inert ones)."""
+    path = Path(path)
     size = check_path(path, folder_ok=False).st_size
     if _kind(path) == "zip":
         data, records = _archive(path)
         allowed = _inert_globals(data)
         _check_sizes(path, find_state_dict(_meta_load(path, data, records, allowed), path), size)
-        state = find_state_dict(_safe_load(path, True, allowed, data), path)
-    else:
-        head = _head(path, LEGACY_SCAN)
-        allowed = _inert_globals(head)
-        state = find_state_dict(_safe_load(path, False, allowed, head), path)
-        _check_sizes(path, state, size)
-    return InMemorySource(path, state, prefix)
+        return _safe_load(path, True, allowed, data)
+    head = _head(path, LEGACY_SCAN)
+    allowed = _inert_globals(head)
+    obj = _safe_load(path, False, allowed, head)
+    _check_sizes(path, find_state_dict(obj, path), size)
+    return obj
 
 
 def _kind(path: Path) -> str:

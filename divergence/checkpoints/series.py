@@ -66,10 +66,10 @@ def step_of(entry: Path) -> int | None:
 
 
 def _stored_global_step(path: Path) -> int | None:
-    from divergence.checkpoints.pickled import _safe_load
+    from divergence.checkpoints.pickled import load_checked
 
     try:
-        obj = _safe_load(path)
+        obj = load_checked(path)
     except CheckpointError:
         return None
     step = obj.get("global_step") if isinstance(obj, dict) else None

@@ -110,7 +110,7 @@ class Comparator:
         self.spikes = self._replay_spikes()
         self.attempts = self._read_state()
         self.logger = self._logger() if log else None
-        self.probe = FileProbe(self.pair, device) if self.pair.tracking.probe.enabled else None
+        self.probe = FileProbe(self.pair, self.device) if self.pair.tracking.probe.enabled else None
         self.bar = _progress_bar(self.pair, len(self.store.steps())) if progress else None
         self._idle_since, self._progress = time.monotonic(), None
         self._fatal: str | None = None  # a permanent error found while measuring: stop every rank

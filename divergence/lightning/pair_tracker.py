@@ -21,19 +21,21 @@ from divergence.tables import write_json
 from divergence.training.records import ARMS, divergence_records, is_tracked, loss_record
 from divergence.training.spikes import SpikeDetector
 from divergence.training.step_logging import log_step
-from divergence.writers.pair_files import read_pair_json, tracking_schedule, write_pair_files
+from divergence.recipe.pair import DENSE_DEFAULT
+from divergence.writers.pair_files import read_pair_json, schedule_config, tracking_schedule, write_pair_files
 
 
 class PairTracker:
     def __init__(self, out: str | Path, every: int, pair: dict):
         self.out, self.pair = Path(out), pair
-        self.schedule = tracking_schedule(every, pair.get("spike_factor", 3.0), pair.get("spike_window", 20))
+        self.schedule = tracking_schedule(every, pair.get("spike_factor", 3.0), pair.get("spike_window", 20),
+                                          pair.get("dense", DENSE_DEFAULT))
         self.spikes = {a: SpikeDetector(self.schedule["spike_factor"], self.schedule["spike_window"]) for a in ARMS}
         self.store: MetricsStore | None = None
         self.max_steps = 0
 
     def tracked(self, step: int) -> bool:
-        return is_tracked(step, self.max_steps, self.schedule["every"], 0)
+        return is_tracked(step, self.max_steps, schedule_config(self.schedule), 0)
 
     def start(self, trainer, max_steps: int, weights: Callable) -> None:
         """Write ``pair.json``, open the store, drop steps after a resumed one; record step 0."""

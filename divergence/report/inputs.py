@@ -1,8 +1,9 @@
 """Find pair run folders and read them into ``PairData``.
 
 A pair run folder holds ``pair.json`` and ``metrics.jsonl`` (written by paired training). The
-report takes such folders, or folders whose direct subfolders are such folders (a study), so
-runs trained in separate jobs or on other machines are reported on by copying them in.
+report takes such folders, or folders that hold them one or two levels down (a study:
+``OUT/<pair>/`` for one replicate, ``OUT/<pair>/r<k>/`` for several), so runs trained in
+separate jobs or on other machines are reported on by copying them in.
 """
 
 from __future__ import annotations
@@ -27,13 +28,24 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
         if _is_run(path):
             runs.append(path)
             continue
-        found = sorted(p for p in path.iterdir() if p.is_dir() and _is_run(p))
+        found = _runs_below(path)
         if not found:
             raise UserInputError(f"{path}: no pair runs here (expected {PAIR_FILE} and {STORE_FILE} in it "
                                  "or in its subfolders); point at the folder paired training wrote")
         runs.extend(found)
     unique = list(dict.fromkeys(p.resolve() for p in runs))
     return unique
+
+
+def _runs_below(folder: Path) -> list[Path]:
+    """Run folders directly under ``folder``, or one level further (a study's replicates)."""
+    found = []
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+        if _is_run(sub):
+            found.append(sub)
+        else:
+            found.extend(sorted(p for p in sub.iterdir() if p.is_dir() and _is_run(p)))
+    return found
 
 
 def load_pairs(paths: list[str | Path]) -> list[PairData]:

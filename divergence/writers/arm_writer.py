@@ -41,7 +41,8 @@ from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
 from divergence.training.records import ARMS, is_tracked
 from divergence.training.weights import save_weights, weights_path
-from divergence.writers.pair_files import DEFAULT_EVERY, ensure_pair_files
+from divergence.recipe.pair import DENSE_DEFAULT
+from divergence.writers.pair_files import DEFAULT_EVERY, ensure_pair_files, schedule_config, tracking_schedule
 
 CHECKPOINTS = "checkpoints"
 
@@ -74,8 +75,10 @@ class ArmWriter:
         self.status: ArmStatus | None = None
         self.last_step = start_step
         self.saved_step: int | None = None  # the step whose weights ``save`` wrote last
+        self.schedule = schedule_config(tracking_schedule(every, dense=pair.get("dense", DENSE_DEFAULT)))
         if self.is_writer:
-            ensure_pair_files(self.out, max_steps=max_steps, every=every, **pair)
+            saved = ensure_pair_files(self.out, max_steps=max_steps, every=every, **pair)
+            self.schedule = schedule_config(saved.get("tracking") or {"every": every})
             self._start(start_step)
 
     @property
@@ -84,7 +87,7 @@ class ArmWriter:
 
     def tracked(self, step: int) -> bool:
         """Whether the weights of ``step`` are saved (and compared)."""
-        return is_tracked(step, self.max_steps, self.every, 0)
+        return is_tracked(step, self.max_steps, self.schedule, 0)
 
     def record(self, step: int, model=None, loss=None) -> None:
         """The loss of optimizer step ``step`` (none at step 0) and, at tracked steps, ``model``'s weights."""

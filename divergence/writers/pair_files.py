@@ -17,11 +17,12 @@ for a model we did not build.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 
-from divergence.errors import UserInputError
+from divergence.atomic import write_atomic
+from divergence.errors import RecipeError, UserInputError
+from divergence.recipe.pair import DENSE_DEFAULT, TrackingConfig
 from divergence.store.pair_info import CATEGORIES, FILENAME, PairInfo
 from divergence.tables import write_json
 
@@ -31,21 +32,36 @@ DEFAULT_EVERY = 10
 SPIKE_FACTOR, SPIKE_WINDOW = 3.0, 20
 
 
-def tracking_schedule(every: int, spike_factor: float = SPIKE_FACTOR, spike_window: int = SPIKE_WINDOW) -> dict:
-    """The ``tracking`` dict of ``pair.json``; the arguments checked as the recipe checks them."""
+def tracking_schedule(every: int, spike_factor: float = SPIKE_FACTOR, spike_window: int = SPIKE_WINDOW,
+                      dense=DENSE_DEFAULT) -> dict:
+    """The ``tracking`` dict of ``pair.json``; the arguments checked as the recipe checks them.
+
+    ``dense`` is the early schedule on top of ``every`` (``[[until, every], ...]``; default every
+    step to 20 and every 5th to 100, where the dose ratio of ``METHOD.md`` is read; ``[]``: off).
+    """
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
         raise UserInputError(f"every={every!r}: must be an integer >= 1 (compare the arms every N steps)")
     if not spike_factor > 1:
         raise UserInputError(f"spike_factor={spike_factor!r}: must be > 1")
     if not isinstance(spike_window, int) or spike_window < 3:
         raise UserInputError(f"spike_window={spike_window!r}: must be an integer >= 3")
-    return {"every": every, "checkpoint_every": 0, "spike_factor": float(spike_factor), "spike_window": spike_window}
+    schedule_config({"every": every, "dense": dense})  # checks dense
+    return {"every": every, "dense": [list(d) for d in dense], "checkpoint_every": 0,
+            "spike_factor": float(spike_factor), "spike_window": spike_window}
+
+
+def schedule_config(tracking: dict) -> TrackingConfig:
+    """The schedule of a ``tracking`` dict as ``is_tracked`` takes it (older folders: no dense)."""
+    try:
+        return TrackingConfig(every=tracking["every"], dense=tuple(tuple(d) for d in tracking.get("dense", ())))
+    except (RecipeError, TypeError, ValueError) as err:
+        raise UserInputError(f"dense={tracking.get('dense')!r}: {err}") from None
 
 
 def write_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EVERY, name: str | None = None,
                      category: str = "optimization", arms: dict | None = None, description: str = "",
                      replicate: int = 0, spike_factor: float = SPIKE_FACTOR, spike_window: int = SPIKE_WINDOW,
-                     log: dict | None = None) -> dict:
+                     dense=DENSE_DEFAULT, log: dict | None = None) -> dict:
     """Write ``pair.json`` and ``pair.yaml`` into ``out`` (created); return ``pair.json``'s content.
 
     ``name`` defaults to the folder's name; ``arms`` to ``{"a": ["a"], "b": ["b"]}`` (each
@@ -60,7 +76,7 @@ def write_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EV
     if not isinstance(replicate, int) or replicate < 0:
         raise UserInputError(f"replicate={replicate!r}: must be an integer >= 0")
     arms = _arm_labels(arms)
-    tracking = tracking_schedule(every, spike_factor, spike_window)
+    tracking = tracking_schedule(every, spike_factor, spike_window, dense)
     name = name or out.resolve().name
     info = PairInfo(name=name, category=category, arms=arms, description=description or " vs ".join(
         ", ".join(arms[a]) for a in ("a", "b")), max_steps=max_steps)
@@ -120,9 +136,8 @@ def _write_recipe(out: Path, name: str, max_steps: int, tracking: dict, log: dic
     recipe = {"name": name, "train": {"max_steps": max_steps, "checkpoint_every": tracking["checkpoint_every"]},
               "log": dict(log)}
     config = {"name": name, "contract": CONTRACT,
-              "tracking": {k: tracking[k] for k in ("every", "spike_factor", "spike_window")},
+              # no probe: it evaluates models divergence builds, not the user's
+              "tracking": {**{k: tracking[k] for k in ("every", "dense", "spike_factor", "spike_window")},
+                           "probe": {"enabled": False}},
               "recipes": {"a": recipe}}
-    path = out / RECIPE_FILE
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    os.replace(tmp, path)
+    write_atomic(out / RECIPE_FILE, yaml.safe_dump(config, sort_keys=False))

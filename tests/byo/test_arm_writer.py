@@ -29,7 +29,7 @@ def train(out, arm: str, lr: float, steps: int = STEPS, start_step: int = 0, mod
     model = model or net()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     data = torch.Generator().manual_seed(1)
-    writer = ArmWriter(out, arm, max_steps=steps, every=2, start_step=start_step, name="sgd-lr")
+    writer = ArmWriter(out, arm, max_steps=steps, every=2, start_step=start_step, name="sgd-lr", dense=[])
     if start_step == 0:
         writer.record(0, model)
     for step in range(1, steps + 1):

@@ -31,6 +31,6 @@ def test_plain_loop_as_two_processes_and_watch(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     store = MetricsStore(tmp_path)
     assert store.steps() == list(range(7))
-    assert [r["step"] for r in store.step_records() if r["tracked"]] == [0, 3, 6]
+    assert [r["step"] for r in store.step_records() if r["tracked"]] == list(range(7))  # dense early schedule
     assert store.step_records()[-1]["max_abs_diff"] > 0  # foreach vs fused AdamW differ in the last bits
     assert (tmp_path / "csv" / "metrics.csv").is_file()  # watch's logs

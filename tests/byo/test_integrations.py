@@ -34,7 +34,7 @@ def arm_trainer(tmp_path, arm: str, lr: float, logging_steps: int = 1):
     args = TrainingArguments(output_dir=str(tmp_path / f"hf-{arm}"), max_steps=STEPS, per_device_train_batch_size=4,
                              learning_rate=lr, logging_steps=logging_steps, report_to=[], save_strategy="no",
                              use_cpu=True, seed=0, disable_tqdm=True)
-    callback = ArmWriterCallback(tmp_path / "pair", arm, every=2, name="gpt2-lr")
+    callback = ArmWriterCallback(tmp_path / "pair", arm, every=2, name="gpt2-lr", dense=[])
     return Trainer(model=model, args=args, train_dataset=data, callbacks=[callback])
 
 
@@ -65,7 +65,7 @@ def handler_loop(out, arm: str, lr: float, logging_steps: int = 1):
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    handler = CallbackHandler([ArmWriterCallback(out, arm, every=2, name="gpt2-lr")], model, None, optimizer, None)
+    handler = CallbackHandler([ArmWriterCallback(out, arm, every=2, name="gpt2-lr", dense=[])], model, None, optimizer, None)
     args = SimpleNamespace(logging_steps=logging_steps, logging_strategy="steps")  # TrainingArguments needs accelerate
     state, control = TrainerState(max_steps=STEPS, is_world_process_zero=True), TrainerControl()
     handler.on_train_begin(args, state, control)

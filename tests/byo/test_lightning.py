@@ -39,11 +39,11 @@ def stores(tmp_path_factory):
     for arm, approximate in ARMS.items():
         pl.seed_everything(0, verbose=False)
         module = build(0, approximate=approximate)
-        trainer(STEPS, [ArmCheckpoints(root / "separate", arm, every=EVERY, name="gelu")]).fit(module, loader())
+        trainer(STEPS, [ArmCheckpoints(root / "separate", arm, every=EVERY, name="gelu", dense=[])]).fit(module, loader())
     assert Comparator(root / "separate", log=False, progress=False).run(poll=0.05, timeout=10) == 0
     pl.seed_everything(0, verbose=False)
     pair = LockstepPair(build(0, approximate="none"), build(0, approximate="tanh"), out=root / "lockstep",
-                        every=EVERY, name="gelu")
+                        every=EVERY, name="gelu", dense=[])
     trainer(STEPS).fit(pair, loader())
     return root / "separate", root / "lockstep"
 

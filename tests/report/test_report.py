@@ -210,3 +210,17 @@ def test_a_calibration_next_to_the_inputs_is_found_and_stated(study, tmp_path):
     v = analyze(load_pairs([runs]), n_boot=100, calibration=calibration).verdicts[0]
     assert v.equivalent_dose is not None and abs(math.log10(v.equivalent_dose) + 8) < 0.3
     assert "It perturbs training like a relative gradient noise of" in v.headline
+
+
+def test_a_study_laid_out_as_pair_and_replicate_folders_is_found(study, tmp_path, capsys):
+    # divergence study writes OUT/<pair>/r<k>/ when it trains replicates: two levels down
+    import shutil
+
+    nested = tmp_path / "study"
+    for run in sorted(p for p in study.iterdir() if p.is_dir()):
+        name, _, replicate = run.name.rpartition("-r")
+        shutil.copytree(run, nested / name / f"r{replicate}")
+    assert main(["report", str(nested), "--out", str(tmp_path / "r"), "--no-wandb", "--bootstrap", "200"]) == 0
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["verdicts"][0]["dose_ratio"]["replicates"] == 3
+    assert capsys.readouterr().out.startswith("Bounded:")

@@ -187,7 +187,7 @@ def test_an_immutable_out_is_one_line(tmp_path, capsys):
     _immutable(folder)
     try:
         for out in (folder, folder / "run"):
-            assert main(["train", "--out", str(out), *PAIR_FAST, "train.max_steps=1"]) == 2
+            assert main(["train", "--out", str(out), *[o for o in PAIR_FAST if not o.startswith("tracking.")], "train.max_steps=1"]) == 2
             _one_line(capsys, f"--out {out}: cannot write there", "choose a folder you can write to")
         assert list(folder.iterdir()) == []
     finally:
