@@ -37,7 +37,8 @@ def offline() -> bool:
 
 
 def load_pretrained(cls, source: Pretrained, key: str, what: str, **kwargs):
-    """``cls.from_pretrained`` for the recipe section ``key`` (e.g. ``model.unet``).
+    """``cls.from_pretrained`` for the recipe section ``key`` (e.g. ``model.unet``), in training
+    mode like a freshly built part (``from_pretrained`` returns it in eval mode).
 
     ``what`` says what the folder should hold, for the error message; ``kwargs`` go to
     ``from_pretrained`` (e.g. ``torch_dtype``)."""
@@ -47,7 +48,7 @@ def load_pretrained(cls, source: Pretrained, key: str, what: str, **kwargs):
         if source.revision is not None:
             options["revision"] = source.revision
         try:
-            return cls.from_pretrained(path, local_files_only=offline(), **options, **kwargs)
+            return cls.from_pretrained(path, local_files_only=offline(), **options, **kwargs).train()
         except (OSError, ValueError) as err:
             hint = ("HF_HUB_OFFLINE is set, so only the local hub cache was read; unset it to download"
                     if offline() else "check the id, revision, subfolder and variant")
@@ -55,7 +56,7 @@ def load_pretrained(cls, source: Pretrained, key: str, what: str, **kwargs):
             raise UserInputError(f"{key}.path {path!r}: cannot load {what} from the hub ({reason}); {hint}") from None
     folder = local_folder(path, f"{key}.path", what, source.subfolder)
     try:
-        return cls.from_pretrained(str(Path(path).expanduser()), local_files_only=True, **options, **kwargs)
+        return cls.from_pretrained(str(Path(path).expanduser()), local_files_only=True, **options, **kwargs).train()
     except (OSError, ValueError) as err:
         reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
         raise UserInputError(f"{key}.path {path!r}: cannot load {what} from {folder} ({reason}); "
