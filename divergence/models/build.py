@@ -131,17 +131,20 @@ def check_local_paths(model: ModelConfig, data_source: str, data_path: str | Non
 
     Hub ids (``org/name``) are not local folders: ``divergence.models.pretrained`` loads them."""
     denoiser = model.unet if model.denoiser == "unet" else model.transformer
-    wanted = [
-        ("model.tokenizer.path", model.tokenizer.path if model.tokenizer.kind == "clip" else None,
-         "a CLIP tokenizer folder (vocab.json, merges.txt, ...)"),
+    parts = [  # model parts may name a hub id instead of a folder
         (f"model.{model.denoiser}.path", denoiser.path, f"a {model.denoiser} folder (config.json + weights)"),
         ("model.text_encoder.path", model.text_encoder.path, "a CLIPTextModel folder (config.json + weights)"),
         ("model.vae.path", model.vae.path if model.vae is not None else None,
          "an AutoencoderKL folder (config.json + weights)"),
+    ]
+    wanted = [
+        ("model.tokenizer.path", model.tokenizer.path if model.tokenizer.kind == "clip" else None,
+         "a CLIP tokenizer folder (vocab.json, merges.txt, ...)"),
+        *[(key, path, what) for key, path, what in parts if path is None or not is_hub_id(path)],
         ("data.path", data_path if data_source != "shapes" else None, f"the {data_source} data"),
     ]
     missing = [f"{key} {path!r} should hold {what}" for key, path, what in wanted
-               if path is not None and not is_hub_id(path) and not Path(path).expanduser().exists()]
+               if path is not None and not Path(path).expanduser().exists()]
     if missing:
         raise UserInputError(f"local files missing: {'; '.join(missing)}. "
                              "Put them there or override those keys, e.g. data.path=...")

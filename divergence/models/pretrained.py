@@ -9,6 +9,8 @@ Every part's recipe section (``model.unet``, ``model.transformer``, ``model.text
   where only the local hub cache is read (``local_files_only=True``);
 - anything else (a path that does not exist): one ``UserInputError`` naming the recipe key.
 
+A missing relative path of the form ``a/b`` reads as a hub id; write ``./a/b`` for a folder.
+
 Both arms of a pair load the same files, so they start from bitwise the same weights.
 """
 
