@@ -149,3 +149,24 @@ def test_plain_processors_on_pixart():
 def test_bad_transformer_recipes_name_the_key(override, key):
     with pytest.raises(RecipeError, match=key.replace(".", r"\.")):
         tiny_recipe("model.denoiser=transformer", override)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gradient_checkpointing_reaches_the_transformer(kind):
+    arm, inputs = _arm(kind, "model.gradient_checkpointing=true")
+    assert arm.unet.is_gradient_checkpointing and arm.unet.transformer.is_gradient_checkpointing
+    assert torch.isfinite(arm.training_step(inputs.prepare(inputs.batches.batch(0))).loss)
+
+
+def test_shipped_dit_pair_and_study_recipes_load():
+    from pathlib import Path
+
+    from divergence.recipe.pair import load_pair_recipe
+    from divergence.study.config import load_study
+
+    recipes = Path(__file__).resolve().parents[2] / "recipes"
+    pair = load_pair_recipe(recipes / "pairs" / "dit-flash-vs-baseline.yaml")
+    assert pair.name == "dit-flash-vs-baseline"
+    study = load_study(recipes / "study-dit.yaml")
+    assert [p.role for p in study.pairs][0] == "study" and study.pairs[0].name == "dit-flash-vs-baseline"
+    assert all(p.recipe["base"].endswith("tiny-dit.yaml") for p in study.pairs)
