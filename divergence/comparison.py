@@ -49,6 +49,9 @@ def compare_checkpoints(
     match = match_tensors(a, b, maps, intersection, exclude)
     comparison = compare_sources(a, b, match, device, progress, include_buffers)
     comparison.summary.update(a=str(path_a), b=str(path_b))
+    notes = {s.metadata.get("lora") for s in (a, b)} - {None}
+    if notes:  # LoRA adapters: say what was compared (divergence.checkpoints.lora)
+        comparison.summary["lora"] = notes.pop()
     return comparison
 
 

@@ -9,6 +9,7 @@ One idea per module, in the order a reader needs them:
 - ``kernels``: real kernels (SDPA backends, the ``flash-attn`` package, ``tiled``) registered by name
   with device and dtype checks;
 - ``processor``: a diffusers attention processor that calls any registered kernel;
+- ``joint``: the same for SD3's joint (image + caption) attention;
 - ``shadow``: a processor that runs two kernels on identical inputs and records their deviation.
 
 Every function takes tensors shaped ``(B, H, L, D)``: batch, heads, sequence length, head dim.

@@ -23,6 +23,7 @@ import threading
 
 import torch
 
+from divergence.attention.joint import KernelJointAttnProcessor
 from divergence.attention.kernels import Kernel
 from divergence.attention.processor import KernelAttnProcessor
 
@@ -98,3 +99,8 @@ class ShadowAttnProcessor(KernelAttnProcessor):
             self.recorder.record(self.layer_name, out, other)
         self.calls += 1
         return out
+
+
+class ShadowJointAttnProcessor(ShadowAttnProcessor, KernelJointAttnProcessor):
+    """:class:`ShadowAttnProcessor` for SD3 joint attention: the joint (image + caption) query,
+    key and value go to both kernels; ``__call__`` is :class:`KernelJointAttnProcessor`'s."""

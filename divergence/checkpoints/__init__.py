@@ -6,6 +6,8 @@
 - a ``.safetensors`` file;
 - a folder written by ``save_pretrained`` (diffusers or transformers, sharded included) or
   a diffusers pipeline folder;
+- a peft LoRA adapter folder (``adapter_config.json``), read as each layer's effective weight
+  change ``(alpha/r) B A`` named ``<module>.lora_delta`` (see ``lora``);
 - torch ``.pt`` / ``.pth`` / ``.bin`` state dicts and Lightning ``.ckpt`` files (weights
   under ``state_dict``), loaded with ``weights_only=True``: never arbitrary unpickling.
 
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from divergence.checkpoints.files import check_path
 from divergence.checkpoints.folder import open_folder
+from divergence.checkpoints.lora import is_adapter_folder, open_adapter
 from divergence.checkpoints.matching import Match, match_tensors
 from divergence.checkpoints.pickled import load_pickled
 from divergence.checkpoints.safetensors_file import SafetensorsFile
@@ -34,7 +37,7 @@ def open_checkpoint(path: str | Path) -> TensorSource:
     """Open any supported checkpoint; raise ``CheckpointError`` naming the file if it cannot be."""
     path = Path(path)
     if stat.S_ISDIR(check_path(path).st_mode):
-        return open_folder(path)
+        return open_adapter(path) if is_adapter_folder(path) else open_folder(path)
     if path.suffix == ".safetensors":
         return SafetensorsFile(path)
     if path.suffix in PICKLE_SUFFIXES:

@@ -160,6 +160,8 @@ def _print_summary(result) -> None:
     s = result.summary
     print()
     print(f"model: {s['tensors']} tensors, {s['numel']:,} values compared")
+    if s.get("lora"):
+        print(f"  {s['lora']}")
     for metric in METRIC_CHOICES:
         print(f"  {metric:<14} {format_value(s[metric])}")
     for side in ("a", "b"):

@@ -37,12 +37,15 @@ KINDS = ("attn_q", "attn_k", "attn_v", "attn_qkv", "attn_out", "linear", "conv",
 
 # Module names (last path component, trailing list indices dropped) of attention projections
 # in diffusers, transformers (CLIP, BERT, GPT-2, LLaMA), torch.nn.MultiheadAttention and timm.
+# Joint attention (SD3's MMDiT, Flux) projects the caption stream with ``add_*_proj`` and
+# ``to_add_out``: the same roles, so the same kinds. A LoRA record ``<module>.lora_delta``
+# (divergence.checkpoints.lora) takes its module's kind.
 _ATTENTION = {
-    "attn_q": {"to_q", "q_proj", "query", "q", "wq", "q_lin"},
-    "attn_k": {"to_k", "k_proj", "key", "k", "wk", "k_lin"},
-    "attn_v": {"to_v", "v_proj", "value", "v", "wv", "v_lin"},
-    "attn_qkv": {"qkv", "c_attn", "qkv_proj", "wqkv", "in_proj", "to_qkv"},
-    "attn_out": {"to_out", "out_proj", "o_proj", "wo", "out_lin", "c_proj_attn"},
+    "attn_q": {"to_q", "q_proj", "query", "q", "wq", "q_lin", "add_q_proj"},
+    "attn_k": {"to_k", "k_proj", "key", "k", "wk", "k_lin", "add_k_proj"},
+    "attn_v": {"to_v", "v_proj", "value", "v", "wv", "v_lin", "add_v_proj"},
+    "attn_qkv": {"qkv", "c_attn", "qkv_proj", "wqkv", "in_proj", "to_qkv", "to_added_qkv"},
+    "attn_out": {"to_out", "out_proj", "o_proj", "wo", "out_lin", "c_proj_attn", "to_add_out"},
 }
 _NORM = re.compile(r"(^|_)(norm|ln|bn|layernorm|layer_norm|group_norm|batchnorm)(_|\d|$)|norm\d*$", re.I)
 _INDEX = re.compile(r"^\d+$")

@@ -1,11 +1,18 @@
 """Apply an attention variant, by name, to ONE model, then verify every attention module took it.
 
 diffusers' ``set_attention_backend`` changes a process-wide default and skips processors it does
-not know, so two models in one process can silently share a kernel. Here instead each diffusers
-``Attention`` module of the given model gets a processor calling the named kernel from
-``divergence.attention``, and ``verify_attention`` fails loudly if any module holds another
-processor. The variant applies to the denoiser: the text encoder keeps one fixed implementation
-in every arm (see ``divergence.models.build``).
+not know, so two models in one process can silently share a kernel. Here instead each attention
+module of the given model gets a processor calling the named kernel from ``divergence.attention``,
+and ``verify_attention`` fails loudly if any module holds another processor. The variant applies
+to the denoiser: the text encoder keeps one fixed implementation in every arm (see
+``divergence.models.build``).
+
+Attention modules are found by their processor interface (``processor`` and ``set_processor``),
+not by class, so UNet, PixArt and SD3 attention are all found. The processor a module gets
+follows the math its current processor does: plain (self or cross) attention gets
+``KernelAttnProcessor``, SD3's joint attention (``JointAttnProcessor2_0``) gets
+``KernelJointAttnProcessor``; any other processor (Flux's ``FluxAttnProcessor``, with rotary
+embeddings) is an error naming the module, never a silent swap to different math.
 """
 
 from __future__ import annotations
@@ -18,11 +25,38 @@ from divergence.recipe.model import AttentionConfig
 SHADOW = "shadow"
 
 
-def attention_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    """Every diffusers ``Attention`` module of ``model``, by qualified name."""
-    from diffusers.models.attention_processor import Attention
+PLAIN, JOINT = "plain", "joint"
 
-    return {name: m for name, m in model.named_modules() if isinstance(m, Attention)}
+
+def attention_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """Every module of ``model`` with a swappable attention processor, by qualified name."""
+    return {name: m for name, m in model.named_modules()
+            if callable(getattr(m, "set_processor", None)) and hasattr(m, "processor")}
+
+
+def attention_form(module: torch.nn.Module, name: str) -> str:
+    """``plain`` or ``joint``: the attention math the module's current processor computes."""
+    from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0, JointAttnProcessor2_0
+
+    from divergence.attention.joint import KernelJointAttnProcessor
+    from divergence.attention.processor import KernelAttnProcessor
+
+    processor = module.processor
+    if isinstance(processor, (JointAttnProcessor2_0, KernelJointAttnProcessor)):
+        return JOINT
+    if isinstance(processor, (AttnProcessor, AttnProcessor2_0, KernelAttnProcessor)):
+        return PLAIN
+    raise UserInputError(
+        f"attention module {name!r} uses {type(processor).__name__}, which divergence has no kernel "
+        "processor for (it supports diffusers' AttnProcessor2_0 and JointAttnProcessor2_0: UNet, PixArt, SD3)"
+    )
+
+
+def head_dim(model: torch.nn.Module) -> int:
+    """The smallest attention head width among ``model``'s attention modules (64 if it has none)."""
+    dims = [m.inner_dim // m.heads for m in attention_modules(model).values()
+            if getattr(m, "inner_dim", None) and getattr(m, "heads", None)]
+    return min(dims, default=64)
 
 
 def build_kernels(config: AttentionConfig) -> list:
@@ -64,10 +98,11 @@ def apply_attention(model: torch.nn.Module, config: AttentionConfig, recorder=No
     if not modules:
         raise UserInputError(
             f"attention.name {config.name!r}: the model has no attention modules to apply it to; "
-            "use cross-attention blocks in model.unet.down_block_types / up_block_types"
+            "use cross-attention blocks in model.unet.down_block_types / up_block_types, or a transformer"
         )
     kernels = build_kernels(config)
-    processors = {name: _processor(config, kernels, recorder, name) for name in modules}
+    forms = {name: attention_form(module, name) for name, module in modules.items()}
+    processors = {name: _processor(config, kernels, recorder, name, forms[name]) for name in modules}
     for name, module in modules.items():
         module.set_processor(processors[name])
     verify_attention(model, processors)
@@ -88,12 +123,13 @@ def verify_attention(model: torch.nn.Module, expected: dict[str, object]) -> Non
         )
 
 
-def _processor(config: AttentionConfig, kernels: list, recorder, layer_name: str):
-    if config.name == SHADOW:
-        from divergence.attention.shadow import ShadowAttnProcessor
-
-        every = int(config.options.get("every", 1))
-        return ShadowAttnProcessor(kernels[0], kernels[1], every=every, recorder=recorder, layer_name=layer_name)
+def _processor(config: AttentionConfig, kernels: list, recorder, layer_name: str, form: str = PLAIN):
+    from divergence.attention.joint import KernelJointAttnProcessor
     from divergence.attention.processor import KernelAttnProcessor
+    from divergence.attention.shadow import ShadowAttnProcessor, ShadowJointAttnProcessor
 
-    return KernelAttnProcessor(kernels[0])
+    if config.name == SHADOW:
+        shadow = ShadowJointAttnProcessor if form == JOINT else ShadowAttnProcessor
+        every = int(config.options.get("every", 1))
+        return shadow(kernels[0], kernels[1], every=every, recorder=recorder, layer_name=layer_name)
+    return (KernelJointAttnProcessor if form == JOINT else KernelAttnProcessor)(kernels[0])

@@ -3,8 +3,9 @@
 Random weights come from ``model.seed`` alone: each network is built on the CPU inside
 ``torch.random.fork_rng`` with its own derived seed, so initialization neither reads nor
 disturbs the global RNG, and a GPU run starts from the same weights as a CPU run.
-Pretrained parts load from local folders only (nothing downloads); a missing folder is a
-``UserInputError`` that says what to put where.
+Pretrained parts load from a local folder or a hub id (``divergence.models.pretrained``); a
+missing folder is a ``UserInputError`` that says what to put where. The transformer denoisers
+are built in ``divergence.models.denoiser``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from divergence.data.sampling import derive_seed
 from divergence.errors import UserInputError
+from divergence.models.pretrained import is_hub_id, load_pretrained
 from divergence.recipe.model import ModelConfig, NoiseConfig, TextEncoderConfig, UNetConfig, VAEConfig
 
 
@@ -31,6 +33,11 @@ def build_unet(config: UNetConfig, channels: int, sample_size: int, cross_attent
     """A ``UNet2DConditionModel`` denoising ``channels``-channel images of side ``sample_size``."""
     from diffusers import UNet2DConditionModel
 
+    if config.path is not None:
+        unet = load_pretrained(UNet2DConditionModel, config, "model.unet",
+                               "a UNet2DConditionModel folder (config.json + diffusion_pytorch_model.safetensors)")
+        check_fits(unet.config, channels, cross_attention_dim, "model.unet", "cross_attention_dim")
+        return unet
     with seeded(seed, "unet"):
         return UNet2DConditionModel(
             sample_size=sample_size,
@@ -52,10 +59,9 @@ def build_text_encoder(config: TextEncoderConfig, tokenizer, seed: int):
     from transformers import CLIPTextConfig, CLIPTextModel
 
     if config.path is not None:
-        folder = _local_folder(config.path, "model.text_encoder.path",
-                               "a CLIPTextModel folder (config.json + model.safetensors), e.g. the "
-                               "'text_encoder' folder of Stable Diffusion 1.5")
-        model = CLIPTextModel.from_pretrained(str(folder), local_files_only=True)
+        model = load_pretrained(CLIPTextModel, config, "model.text_encoder",
+                                "a CLIPTextModel folder (config.json + model.safetensors), e.g. the "
+                                "'text_encoder' folder of Stable Diffusion 1.5")
     else:
         te_config = CLIPTextConfig(
             vocab_size=tokenizer.vocab_size,
@@ -88,10 +94,9 @@ def build_vae(config: VAEConfig, seed: int):
     from diffusers import AutoencoderKL
 
     if config.path is not None:
-        folder = _local_folder(config.path, "model.vae.path",
-                               "an AutoencoderKL folder (config.json + diffusion_pytorch_model.safetensors), "
-                               "e.g. the 'vae' folder of Stable Diffusion 1.5")
-        vae = AutoencoderKL.from_pretrained(str(folder), local_files_only=True)
+        vae = load_pretrained(AutoencoderKL, config, "model.vae",
+                              "an AutoencoderKL folder (config.json + diffusion_pytorch_model.safetensors), "
+                              "e.g. the 'vae' folder of Stable Diffusion 1.5")
     else:
         levels = len(config.block_out_channels)
         with seeded(seed, "vae"):
@@ -122,25 +127,35 @@ def build_noise_scheduler(config: NoiseConfig):
 
 
 def check_local_paths(model: ModelConfig, data_source: str, data_path: str | None) -> None:
-    """One error listing every local folder the recipe names but the disk lacks, before any work."""
-    wanted = [
-        ("model.tokenizer.path", model.tokenizer.path if model.tokenizer.kind == "clip" else None,
-         "a CLIP tokenizer folder (vocab.json, merges.txt, ...)"),
+    """One error listing every local folder the recipe names but the disk lacks, before any work.
+
+    Hub ids (``org/name``) are not local folders: ``divergence.models.pretrained`` loads them."""
+    denoiser = model.unet if model.denoiser == "unet" else model.transformer
+    parts = [  # model parts may name a hub id instead of a folder
+        (f"model.{model.denoiser}.path", denoiser.path, f"a {model.denoiser} folder (config.json + weights)"),
         ("model.text_encoder.path", model.text_encoder.path, "a CLIPTextModel folder (config.json + weights)"),
         ("model.vae.path", model.vae.path if model.vae is not None else None,
          "an AutoencoderKL folder (config.json + weights)"),
+    ]
+    wanted = [
+        ("model.tokenizer.path", model.tokenizer.path if model.tokenizer.kind == "clip" else None,
+         "a CLIP tokenizer folder (vocab.json, merges.txt, ...)"),
+        *[(key, path, what) for key, path, what in parts if path is None or not is_hub_id(path)],
         ("data.path", data_path if data_source != "shapes" else None, f"the {data_source} data"),
     ]
     missing = [f"{key} {path!r} should hold {what}" for key, path, what in wanted
                if path is not None and not Path(path).expanduser().exists()]
     if missing:
-        raise UserInputError(f"local files missing (nothing is downloaded): {'; '.join(missing)}. "
+        raise UserInputError(f"local files missing: {'; '.join(missing)}. "
                              "Put them there or override those keys, e.g. data.path=...")
 
 
-def _local_folder(path: str, key: str, what: str) -> Path:
-    folder = Path(path).expanduser()
-    if not (folder / "config.json").is_file():
-        raise UserInputError(f"{key} {path!r}: no config.json there; put {what} at that path, "
-                             f"or override {key}=... (nothing is downloaded)")
-    return folder
+def check_fits(config, channels: int, context_dim: int, key: str, context_key: str) -> None:
+    """A pretrained denoiser must take the codec's channels (and, for a UNet, the text width)."""
+    if config.in_channels != channels:
+        raise UserInputError(f"{key}.path: the pretrained model takes {config.in_channels} input channels but the "
+                             f"codec gives {channels}; set model.vae to match (pixel space is 3 channels)")
+    got = getattr(config, context_key, None) if context_key else None
+    if got is not None and got != context_dim:
+        raise UserInputError(f"{key}.path: the pretrained UNet cross-attends to width {got} but the text encoder "
+                             f"gives {context_dim}; use a matching model.text_encoder")

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from divergence.models.denoiser import denoise
 from divergence.recipe.run import SampleConfig
 
 
@@ -43,10 +44,10 @@ def generate(unet, text_encoder, tokenize, noise_scheduler, config: SampleConfig
     ids = tokenize(prompts + [""] * len(prompts)).to(device)
     guided = config.guidance_scale > 1.0
     with autocast():
-        context = text_encoder(ids if guided else ids[: len(prompts)])[0]
+        text = text_encoder(ids if guided else ids[: len(prompts)])  # (hidden states, pooled)
         for t in sampler.timesteps:
             model_in = torch.cat([x, x]) if guided else x
-            out = unet(sampler.scale_model_input(model_in, t), t, encoder_hidden_states=context).sample.float()
+            out = denoise(unet, sampler.scale_model_input(model_in, t), t, text).float()
             if guided:
                 cond, uncond = out.chunk(2)
                 out = uncond + config.guidance_scale * (cond - uncond)

@@ -2,6 +2,11 @@
 
 Block-type names are diffusers' own registered names (not class paths); everything else is numbers.
 Cross-section checks (a UNet that fits the data resolution) live in ``divergence.recipe.run``.
+
+Every model part (UNet, transformer, text encoder, VAE) can start from pretrained weights:
+``path`` is a local folder written by ``save_pretrained`` or a Hugging Face hub id
+(``org/name``), with ``revision``, ``subfolder`` and ``variant`` as ``from_pretrained`` takes
+them (see ``divergence.models.pretrained``).
 """
 
 from __future__ import annotations
@@ -13,11 +18,38 @@ from divergence.recipe.schema import require
 
 DOWN_BLOCKS = ("CrossAttnDownBlock2D", "DownBlock2D")
 UP_BLOCKS = ("CrossAttnUpBlock2D", "UpBlock2D")
+DENOISERS = ("unet", "transformer")
+TRANSFORMER_KINDS = ("pixart", "sd3")
 
 
 @dataclass(frozen=True)
-class UNetConfig:
-    """The denoiser, a diffusers ``UNet2DConditionModel``; channels in and out follow the codec."""
+class Pretrained:
+    """Where a part's pretrained weights come from; ``path: null`` builds it from the recipe's numbers."""
+
+    # A local folder written by ``save_pretrained``, or a hub id such as ``org/name``; a hub id
+    # downloads unless HF_HUB_OFFLINE=1 (then only the local hub cache is read).
+    path: str | None = None
+    # Hub revision (branch, tag or commit); null: the default branch.
+    revision: str | None = None
+    # Folder inside ``path`` holding this part, e.g. ``unet`` or ``transformer`` of a pipeline.
+    subfolder: str | None = None
+    # Weight-file variant, e.g. ``fp16`` (``diffusion_pytorch_model.fp16.safetensors``).
+    variant: str | None = None
+
+    def __post_init__(self):
+        for key in ("path", "revision", "subfolder", "variant"):
+            value = getattr(self, key)
+            require(value is None or (isinstance(value, str) and value.strip() != ""), key,
+                    f"must be a non-empty string or null, got {value!r}")
+        require(self.path is not None or (self.revision, self.subfolder, self.variant) == (None, None, None),
+                "path", "is null, so revision, subfolder and variant have nothing to apply to; set path")
+
+
+@dataclass(frozen=True)
+class UNetConfig(Pretrained):
+    """The denoiser, a diffusers ``UNet2DConditionModel``; channels in and out follow the codec.
+
+    With ``path`` set, the architecture numbers below are ignored: the folder's config wins."""
 
     # Channels of each resolution level, from the input resolution down.
     block_out_channels: tuple[int, ...] = (32, 48, 64)
@@ -36,6 +68,7 @@ class UNetConfig:
     norm_num_groups: int = 8
 
     def __post_init__(self):
+        super().__post_init__()
         levels = len(self.block_out_channels)
         require(levels >= 1, "block_out_channels", "needs at least one level")
         require(all(c > 0 for c in self.block_out_channels), "block_out_channels", "must be positive")
@@ -75,12 +108,59 @@ class TokenizerConfig:
 
 
 @dataclass(frozen=True)
-class TextEncoderConfig:
-    """The caption encoder, a transformers ``CLIPTextModel``."""
+class TransformerConfig(Pretrained):
+    """A diffusion transformer denoiser (``model.denoiser: transformer``) on patches of the image.
 
-    # Local folder with a pretrained CLIPTextModel (config.json + weights); null builds one from
-    # the numbers below with random weights (seeded by model.seed).
-    path: str | None = None
+    ``pixart``: diffusers ``PixArtTransformer2DModel`` (self-attention, cross-attention to the
+    caption, adaLN-single timestep conditioning); ``sd3``: ``SD3Transformer2DModel`` (MMDiT joint
+    attention over caption + image tokens, conditioned on the pooled caption embedding).
+    With ``path`` set, the numbers below are ignored: the folder's config wins."""
+
+    kind: Literal["pixart", "sd3"] = "pixart"
+    # Transformer blocks.
+    num_layers: int = 2
+    # Attention heads per block.
+    attention_heads: int = 4
+    # Width of each head; the model width is attention_heads x head_dim.
+    head_dim: int = 16
+    # Side of the square patches the image is cut into (tokens = (side / patch_size)^2).
+    patch_size: int = 2
+
+    def __post_init__(self):
+        super().__post_init__()
+        require(self.kind in TRANSFORMER_KINDS, "kind", f"{self.kind!r} is not one of {', '.join(TRANSFORMER_KINDS)}")
+        for key in ("num_layers", "attention_heads", "head_dim", "patch_size"):
+            require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """LoRA adapters (peft) on the denoiser's attention projections; everything else is frozen.
+
+    A LoRA layer computes ``W x + (alpha / rank) B A x``; what is tracked and compared is the
+    effective change ``delta_W = (alpha / rank) B A`` per layer (Hu et al., 2021, eq. 3), never the
+    factors, which are not unique: ``(B R)(R^-1 A) = B A`` for any invertible ``R``."""
+
+    # Rank r of each adapter (A: r x in, B: out x r).
+    rank: int = 4
+    # Scale numerator: delta_W = (alpha / rank) B A.
+    alpha: float = 4.0
+    # Module names (last path component) that get an adapter: diffusers' attention projections.
+    targets: tuple[str, ...] = ("to_q", "to_k", "to_v", "to_out.0")
+
+    def __post_init__(self):
+        require(self.rank >= 1, "rank", f"must be >= 1, got {self.rank}")
+        require(self.alpha > 0, "alpha", f"must be > 0, got {self.alpha}")
+        require(len(self.targets) >= 1 and all(isinstance(t, str) and t.strip() for t in self.targets),
+                "targets", f"must list module names such as to_q, got {list(self.targets)}")
+
+
+@dataclass(frozen=True)
+class TextEncoderConfig(Pretrained):
+    """The caption encoder, a transformers ``CLIPTextModel``. With ``path`` set (a pretrained
+    CLIPTextModel folder or hub id) the numbers below are ignored; null builds one from them with
+    random weights (seeded by model.seed)."""
+
     # Width of the token embeddings, which the UNet cross-attends to.
     hidden_size: int = 64
     # Transformer layers.
@@ -93,6 +173,7 @@ class TextEncoderConfig:
     train: bool = True
 
     def __post_init__(self):
+        super().__post_init__()
         for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
             require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
         require(self.hidden_size % self.num_heads == 0, "num_heads",
@@ -100,12 +181,11 @@ class TextEncoderConfig:
 
 
 @dataclass(frozen=True)
-class VAEConfig:
-    """A frozen diffusers ``AutoencoderKL``: the model then trains in its latent space."""
+class VAEConfig(Pretrained):
+    """A frozen diffusers ``AutoencoderKL``: the model then trains in its latent space. With
+    ``path`` set (a pretrained AutoencoderKL folder or hub id) the numbers below are ignored; null
+    builds one from them with random weights (for smoke tests and timing only)."""
 
-    # Local folder with a pretrained AutoencoderKL (config.json + weights); null builds one from
-    # the numbers below with random weights (for smoke tests and timing only).
-    path: str | None = None
     # Channels of each encoder level when built from numbers; downsampling is 2**(levels-1).
     block_out_channels: tuple[int, ...] = (128, 256, 512, 512)
     # Channels of the latent image (the UNet's input and output).
@@ -114,6 +194,7 @@ class VAEConfig:
     scaling_factor: float = 0.18215
 
     def __post_init__(self):
+        super().__post_init__()
         require(len(self.block_out_channels) >= 1, "block_out_channels", "needs at least one level")
         require(self.latent_channels >= 1, "latent_channels", "must be >= 1")
         require(self.scaling_factor > 0, "scaling_factor", "must be > 0")
@@ -121,18 +202,27 @@ class VAEConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The model an arm trains: UNet + text encoder, optionally in a VAE's latent space."""
+    """The model an arm trains: a denoiser (UNet or transformer) + text encoder, optionally in a
+    VAE's latent space, optionally through LoRA adapters."""
 
     # Seed of the weight initialization, independent of data.seed: two runs that differ only
     # here start from different weights and see the same data.
     seed: int = 0
+    # The denoiser: ``unet`` (model.unet) or ``transformer`` (model.transformer).
+    denoiser: Literal["unet", "transformer"] = "unet"
     unet: UNetConfig = field(default_factory=UNetConfig)
+    transformer: TransformerConfig = field(default_factory=TransformerConfig)
+    # null: train every denoiser weight; a mapping: train LoRA adapters only (see LoraConfig).
+    lora: LoraConfig | None = None
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)
     # null: pixel space (the UNet sees RGB in [-1, 1]).
     vae: VAEConfig | None = None
-    # Recompute the UNet's activations in the backward pass instead of storing them.
+    # Recompute the denoiser's activations in the backward pass instead of storing them.
     gradient_checkpointing: bool = False
+
+    def __post_init__(self):
+        require(self.denoiser in DENOISERS, "denoiser", f"{self.denoiser!r} is not one of {', '.join(DENOISERS)}")
 
 
 @dataclass(frozen=True)

@@ -219,10 +219,13 @@ class RunRecipe:
     def __post_init__(self):
         unet, vae = self.model.unet, self.model.vae
         down = 2 ** (len(vae.block_out_channels) - 1) if vae is not None else 1
-        levels = 2 ** (len(unet.block_out_channels) - 1)
+        if self.model.denoiser == "transformer":
+            levels, what = self.model.transformer.patch_size, "transformer patch_size"
+        else:
+            levels, what = 2 ** (len(unet.block_out_channels) - 1), "UNet downsampling"
         require(self.data.resolution % (down * levels) == 0, "data.resolution",
                 f"{self.data.resolution} must be a multiple of {down * levels} "
-                f"(VAE downsampling {down} x UNet downsampling {levels})")
+                f"(VAE downsampling {down} x {what} {levels})")
         check_memory(self)
 
 

@@ -21,8 +21,10 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from divergence.models.attention import apply_attention, check_attention
-from divergence.models.build import build_text_encoder, build_unet
+from divergence.models.attention import apply_attention, check_attention, head_dim
+from divergence.models.build import build_text_encoder
+from divergence.models.denoiser import build_denoiser, denoise
+from divergence.models.lora import apply_lora, tracked_weights
 from divergence.recipe.run import RunRecipe, latent_shape
 from divergence.training.determinism import with_arm_numerics
 from divergence.training.inputs import DiffusionInputs
@@ -50,7 +52,10 @@ class Arm(torch.nn.Module):
         seed = recipe.model.seed
         self.text_encoder = build_text_encoder(recipe.model.text_encoder, tokenizer, seed)
         channels, side, _ = latent_shape(recipe)
-        self.unet = build_unet(recipe.model.unet, channels, side, self.text_encoder.config.hidden_size, seed)
+        # the denoiser (a UNet or a transformer) keeps the attribute name ``unet``: checkpoint keys
+        self.unet = build_denoiser(recipe.model, channels, side, self.text_encoder.config.hidden_size, seed,
+                                   recipe.data.resolution)
+        apply_lora(self.unet, recipe.model.lora, seed)
         if recipe.model.gradient_checkpointing:
             self.unet.enable_gradient_checkpointing()
         self.processors = apply_attention(self.unet, recipe.attention, recorder)
@@ -69,9 +74,7 @@ class Arm(torch.nn.Module):
     def setup(self, device: torch.device) -> None:
         """Choose the precision policy for ``device`` and check the attention variant runs there."""
         self.policy = PrecisionPolicy(self.recipe.train.precision, device)
-        unet = self.recipe.model.unet
-        head_dim = min(unet.block_out_channels) // unet.attention_heads
-        check_attention(self.recipe.attention, torch.device(device), self.policy.compute_dtype, head_dim)
+        check_attention(self.recipe.attention, torch.device(device), self.policy.compute_dtype, head_dim(self.unet))
 
     def configure_optimizers(self) -> None:
         """Build optimizer and LR schedule over the (already placed) weights; apply a resumed state."""
@@ -87,8 +90,8 @@ class Arm(torch.nn.Module):
         """The UNet's prediction (B, C, h, w) under this arm's autocast."""
         with self.policy.autocast():
             with torch.set_grad_enabled(torch.is_grad_enabled() and self.train_text_encoder):
-                context = self.text_encoder(inputs.input_ids)[0]  # (B, L, hidden)
-            return self.unet(inputs.noisy, inputs.timesteps, encoder_hidden_states=context).sample
+                text = self.text_encoder(inputs.input_ids)  # (B, L, hidden) and pooled (B, hidden)
+            return denoise(self.unet, inputs.noisy, inputs.timesteps, text)
 
     @with_arm_numerics  # TF32 as this arm's recipe says, for its step only
     def training_step(
@@ -118,7 +121,7 @@ class Arm(torch.nn.Module):
 
     def weights(self) -> dict[str, torch.Tensor]:
         """Every weight by checkpoint key: ``unet.<name>`` and ``text_encoder.<name>``."""
-        out = {f"unet.{k}": v for k, v in self.unet.state_dict().items()}
+        out = {f"unet.{k}": v for k, v in tracked_weights(self.unet).items()}
         out.update({f"text_encoder.{k}": v for k, v in self.text_encoder.state_dict().items()})
         return out
 
