@@ -121,12 +121,14 @@ def test_study_submission_chains_every_pair_then_the_report(tmp_path, monkeypatc
     lines = calls.read_text().splitlines()
     assert len(lines) == 4 * 3 + 1  # 4 pair runs x (2 arms + comparator), then the report
     for i in range(0, 12, 3):
-        assert "--dependency=after:%d:%d " % (101 + i, 102 + i) in lines[i + 2] and lines[i + 2].endswith("watch.sbatch")
+        assert f"--dependency=after:{101 + i}:{102 + i} " in lines[i + 2]
+        assert lines[i + 2].endswith("watch.sbatch")
     assert lines[-1].startswith("--parsable --dependency=afterok:" + ":".join(str(101 + i) for i in range(12)))
     assert lines[-1].endswith("report.sbatch")
     assert "report: job 113" in capfd.readouterr().out
     recipe = yaml.safe_load((out / "recipes/seed-vs-seed-r0.yaml").read_text())
-    assert recipe["replicate"] == 0 and "train.max_steps=50" in (out / "seed-vs-seed/r0/launch/arm-a.sbatch").read_text()
+    assert recipe["replicate"] == 0
+    assert "train.max_steps=50" in (out / "seed-vs-seed/r0/launch/arm-a.sbatch").read_text()
     assert (out / "seed-vs-seed/r0/logs").is_dir() and (out / "logs").is_dir()
 
 
