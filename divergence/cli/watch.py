@@ -1,5 +1,6 @@
 """``divergence watch DIR``: follow the two arm jobs of a pair and write its metrics store.
 
+Started before the arms have created ``DIR``, it waits for them (``divergence.comparator.wait``).
 Exit codes: 0 the pair is complete (both arms finished, every step stored), 1 ``--timeout``
 seconds passed without progress (no step stored, no new loss, no arm status change), 2 bad
 input (an unreadable store or loss file, checkpoints of the two arms that cannot be matched).
@@ -33,6 +34,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    import sys
     from pathlib import Path
 
     from divergence.errors import UserInputError
@@ -41,9 +43,15 @@ def run(args) -> int:
         raise UserInputError(f"--poll {args.poll:g}: must be > 0 seconds")
     if args.timeout is not None and args.timeout <= 0:
         raise UserInputError(f"--timeout {args.timeout:g}: must be > 0 seconds")
-    if not Path(args.dir).is_dir():
-        raise UserInputError(f"{args.dir}: no such folder; start the arms first (divergence train --arm a --out DIR)")
+    if Path(args.dir).exists() and not Path(args.dir).is_dir():
+        raise UserInputError(f"{args.dir}: not a folder; give the pair folder the arms train into")
     from divergence.comparator.follow import Comparator
+    from divergence.comparator.wait import wait_for_pair
+
+    if not wait_for_pair(args.dir, args.poll, args.timeout):
+        print(f"divergence watch: timed out: {args.dir} holds no started pair after {args.timeout:g} s; "
+              "start the arms (divergence train --recipe PAIR --arm a --out DIR)", file=sys.stderr)
+        return 1
     from divergence.comparator.ranks import ranks_from_environment
 
     ranks, device = ranks_from_environment(args.device)

@@ -12,7 +12,8 @@ and rebuilds the spike detectors from the stored losses (they saw exactly those)
 that restarts from an earlier checkpoint (a new ``attempt`` in its status, ``start_step`` G)
 recomputes the steps after G, so the comparator drops its records after G and follows the
 new attempt, as the lockstep tracker does on resume. The attempts it has followed are kept
-in ``DIR/watch.json``.
+in ``DIR/watch.json``. With ``tracking.keep`` it deletes the weights files of compared and
+stored steps (``divergence.comparator.retention``).
 
 Under torchrun, rank 0 plans and writes; every rank measures its share of each checkpoint
 pair (``divergence.comparator.distributed``).
@@ -36,6 +37,7 @@ import yaml
 from divergence.comparator.distributed import compare_files
 from divergence.comparator.feeds import ArmFeed, unchanged
 from divergence.comparator.ranks import Ranks
+from divergence.comparator.retention import Retention
 from divergence.errors import CheckpointError, UserInputError
 from divergence.recipe.pair import ARMS, TrackingConfig
 from divergence.recipe.run import RunRecipe
@@ -107,6 +109,8 @@ class Comparator:
         for feed in self.feeds.values():
             feed.loss_file.check()
         self.store = MetricsStore(self.out).open_for_append()
+        self.retention = Retention.for_pair(self.out, self.pair)
+        self.retention.recover(self.store.last_step())  # a deletion cut short by a kill
         self.spikes = self._replay_spikes()
         self.attempts = self._read_state()
         self.logger = self._logger() if log else None
@@ -242,7 +246,10 @@ class Comparator:
                     return False  # an arm replaced a file mid-read: retried next poll
         else:
             record["tracked"] = False
+        if task.tracked:  # tracking.keep: what this step's commit makes deletable, noted first
+            self.retention.note(task.step, task.paths, task.taken)
         self.store.append_step(task.step, tensors, record)
+        self.retention.release(task.step)  # only now that the store holds the step
         if self.logger is not None:
             self.logger.log(task.step, record, tensors)
         self._show_step(task.step, record)

@@ -4,8 +4,15 @@ SLURM (Lightning's conventions, https://lightning.ai/docs/pytorch/stable/cluster
 one task per GPU (``--ntasks-per-node`` = ``--gres=gpu:G`` = ``train.devices``), ``srun``
 starting every task, ``train.num_nodes`` = ``--nodes``; Lightning reads the ranks from
 SLURM's environment. ``--signal=SIGUSR1@120`` with ``--requeue`` lets Lightning requeue a job
-about to hit its time limit; the requeued arm resumes from its ``last.ckpt`` and the
-comparator follows the new attempt. ``submit.sh`` submits the arms, then the comparator with
+about to hit its time limit; the requeued arm resumes from the newest of its ``last.ckpt`` and
+the ``hpc_ckpt_N.ckpt`` Lightning writes on that signal, and the comparator follows the new
+attempt. The comparator job is requeueable too: its batch shell gets the signal (``B:USR1``),
+requeues the job and stops ``watch``, which resumes from its store when it starts again; on
+SIGTERM (preemption, ``scancel``) it stops ``watch`` and exits cleanly. With
+``comparator_cpu`` it asks for no GPU and compares on CPU. ``--cpus-per-task``, ``--mem``,
+free ``#SBATCH`` lines and a pyxis ``--container-image`` (on every ``srun``, with the pair
+folder and the recipe's folder mounted at the same paths) apply to every job.
+``submit.sh`` submits the arms, then the comparator with
 ``--dependency=after:A:B`` (it starts once both arms have started, and follows them). Every
 script exports one ``WANDB_RUN_GROUP`` (``--group``, default the pair folder's name), so the
 three wandb runs land in one group.
@@ -47,6 +54,10 @@ class LaunchPlan:
     master_port: int = 29500
     extra_sbatch: tuple[str, ...] = field(default_factory=tuple)
     group: str | None = None        # wandb group of the three jobs (default: the pair folder's name)
+    comparator_cpu: bool = False    # the comparator job asks for no GPU and compares on CPU
+    cpus_per_task: int | None = None  # SLURM --cpus-per-task of every job
+    mem: str | None = None          # SLURM --mem of every job (per node), e.g. 200G
+    container_image: str | None = None  # pyxis/enroot image every srun runs in
 
     @property
     def wandb_group(self) -> str:
@@ -58,8 +69,12 @@ class LaunchPlan:
                 f"train.num_nodes={self.nodes}", f"train.strategy={self.strategy}", *self.overrides]
 
     def watch_args(self) -> list[str]:
-        device = "cuda" if self.accelerator == "gpu" else "cpu"
+        device = "cuda" if self.accelerator == "gpu" and not self.comparator_cpu else "cpu"
         return ["watch", str(self.out), "--poll", "30", "--device", device]
+
+    @property
+    def watch_gpus(self) -> bool:
+        return self.accelerator == "gpu" and not self.comparator_cpu
 
     @property
     def launch_dir(self) -> Path:
@@ -83,15 +98,15 @@ def _slurm(plan: LaunchPlan) -> dict[str, str]:
     return scripts
 
 
-def _sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int, cpus: int | None) -> list[str]:
+def _sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int) -> list[str]:
+    """``gpus`` 0: a job that asks for no GPU."""
     lines = ["#!/bin/bash", f"#SBATCH --job-name={plan.name}-{job}", f"#SBATCH --nodes={nodes}",
              f"#SBATCH --ntasks-per-node={tasks}"]
-    if plan.accelerator == "gpu":
+    if gpus:
         lines.append(f"#SBATCH --gres=gpu:{gpus}")
-    if cpus:
-        lines.append(f"#SBATCH --cpus-per-task={cpus}")
     lines.append(f"#SBATCH --output={plan.log_dir}/{job}-%j.out")
-    for option, value in (("partition", plan.partition), ("time", plan.time), ("account", plan.account)):
+    for option, value in (("cpus-per-task", plan.cpus_per_task), ("mem", plan.mem), ("partition", plan.partition),
+                          ("time", plan.time), ("account", plan.account)):
         if value:
             lines.append(f"#SBATCH --{option}={value}")
     lines += [f"#SBATCH {option}" for option in plan.extra_sbatch]
@@ -99,29 +114,44 @@ def _sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int
 
 
 def _sbatch_arm(plan: LaunchPlan, arm: str) -> str:
-    lines = _sbatch_header(plan, f"arm-{arm}", plan.nodes, plan.gpus_per_node, plan.gpus_per_node, None)
+    gpus = plan.gpus_per_node if plan.accelerator == "gpu" else 0
+    lines = _sbatch_header(plan, f"arm-{arm}", plan.nodes, plan.gpus_per_node, gpus)
     lines += [
         "#SBATCH --signal=SIGUSR1@120  # Lightning saves and requeues before the time limit",
         "#SBATCH --requeue",
         "set -euo pipefail",
         f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {plan.gpus_per_node} task(s), one per GPU",
         _group_export(plan),
-        f"srun {_command(plan, plan.train_args(arm))}",
+        f"{srun_prefix(plan)} {_command(plan, plan.train_args(arm))}",
         "",
     ]
     return "\n".join(lines)
 
 
 def _sbatch_watch(plan: LaunchPlan) -> str:
-    gpus = plan.comparator_gpus
-    lines = _sbatch_header(plan, "watch", 1, 1, gpus, None)
-    lines += ["set -euo pipefail", f"# the comparator: follows both arms in {plan.out} until the pair is complete",
+    ranks = plan.comparator_gpus
+    lines = _sbatch_header(plan, "watch", 1, 1, ranks if plan.watch_gpus else 0)
+    lines += ["#SBATCH --signal=B:USR1@120",
+              "#SBATCH --requeue",
+              "set -euo pipefail", f"# the comparator: follows both arms in {plan.out} until the pair is complete.",
+              "# USR1 (to this shell, 120 s before the time limit): requeue the job and stop watch; TERM: stop it.",
+              "# Started again, watch continues from its store (and waits for the arms' folder if need be).",
               _group_export(plan)]
-    if gpus > 1:
+    if ranks > 1:
         # torchrun starts Python itself: `-m divergence`, whatever plan.command is
-        lines.append(f"srun torchrun --standalone --nproc-per-node={gpus} -m divergence {_join(plan.watch_args())}")
+        command = f"torchrun --standalone --nproc-per-node={ranks} -m divergence {_join(plan.watch_args())}"
     else:
-        lines.append(f"srun {_command(plan, plan.watch_args())}")
+        command = _command(plan, plan.watch_args())
+    lines += [
+        'stop() { kill -TERM "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; exit 0; }',
+        "trap 'echo \"requeueing job $SLURM_JOB_ID\"; scontrol requeue \"$SLURM_JOB_ID\"; stop' USR1",
+        "trap stop TERM",
+        f"{srun_prefix(plan)} {command} &",
+        "child=$!",
+        "status=0",
+        'wait "$child" || status=$?',
+        'exit "$status"',
+    ]
     return "\n".join(lines + [""])
 
 
@@ -167,7 +197,7 @@ def _torchrun_watch(plan: LaunchPlan) -> str:
     gpus = plan.comparator_gpus
     lines = ["#!/bin/bash", "set -euo pipefail", f"# the comparator: follows both arms in {plan.out}",
              _group_export(plan)]
-    if plan.accelerator == "gpu" and plan.nodes == 1:
+    if plan.watch_gpus and plan.nodes == 1:
         # it holds one tensor pair at a time per rank: sharing the arms' first GPUs costs them little
         devices = ",".join(str(i) for i in range(gpus))
         lines.append(f"export CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES_WATCH:-{devices}}}")
@@ -200,6 +230,15 @@ def _start(plan: LaunchPlan) -> str:
 
 
 # -- helpers -------------------------------------------------------------------------------------
+def srun_prefix(plan: LaunchPlan) -> str:
+    """``srun``, in the container when one is given (pyxis), the folders the job reads and writes
+    mounted at the same paths."""
+    if not plan.container_image:
+        return "srun"
+    mounts = ",".join(f"{p}:{p}" for p in dict.fromkeys((str(plan.out), str(plan.recipe.parent))))
+    return f"srun --container-image={shlex.quote(plan.container_image)} --container-mounts={shlex.quote(mounts)}"
+
+
 def _group_export(plan: LaunchPlan) -> str:
     """One wandb group for the three jobs; a WANDB_RUN_GROUP the user exported wins (and a
     recipe's ``log.group`` wins over both, see ``divergence.wandb_mode``)."""

@@ -102,9 +102,14 @@ class TrackingConfig:
     attention_every: int = 10
     # The function-space probe (its keys in the store: probe_rel_diff, probe_loss_a, probe_loss_b).
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    # Separate arm jobs: once a tracked step is compared and stored, ``divergence watch`` deletes
+    # both arms' weights files of it but every keep-th tracked step's and the last's
+    # (divergence.comparator.retention); 0 or null keeps them all.
+    keep: int | None = None
 
     def __post_init__(self):
         require(self.every >= 1, "every", f"must be >= 1, got {self.every}")
+        require(self.keep is None or self.keep >= 0, "keep", f"must be >= 0 or null, got {self.keep}")
         ends = [until for until, _ in self.dense] if all(len(d) == 2 for d in self.dense) else None
         require(ends is not None and ends == sorted(set(ends)) and all(e >= 1 for d in self.dense for e in d),
                 "dense", f"expected [[until, every], ...] with increasing until >= 1 and every >= 1, "

@@ -5,6 +5,7 @@ Layout of ``<out>``::
     recipe.yaml                       the resolved recipe
     checkpoints/step_NNNNNN.safetensors   weights-only checkpoints (divergence compare reads these)
     resume/last.ckpt                  full training state; running the same command again resumes
+    resume/hpc_ckpt_N.ckpt            the same, written on SLURM's requeue signal (the newest of the two resumes)
     samples/step_NNNNNN.png           image grids for the recipe's prompts
     csv/metrics.csv, wandb/, tensorboard/   logs
 
@@ -63,7 +64,8 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     import torch
     from lightning.pytorch.callbacks import TQDMProgressBar
 
-    from divergence.training.callbacks.resume import RESUME_NAME, ResumeCheckpoint
+    from divergence.training.callbacks.requeue import SlurmRequeue
+    from divergence.training.callbacks.resume import ResumeCheckpoint
     from divergence.training.callbacks.samples import SampleGrid
     from divergence.training.callbacks.weights import WeightCheckpoint
     from divergence.training.checkpoint_io import AtomicCheckpointIO
@@ -84,17 +86,19 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
         max_steps=train.max_steps, max_epochs=-1, precision="32-true",  # arms apply their own precision
         accelerator=train.accelerator, devices=train.devices, strategy=train.strategy, num_nodes=train.num_nodes,
         logger=build_loggers(log, out, recipe.name, identity or RunIdentity.for_run(recipe, out)) or False,
-        callbacks=[*first_callbacks, *own, *callbacks, *([TQDMProgressBar()] if log.progress_bar else [])],
+        callbacks=[*first_callbacks, *own, *callbacks, SlurmRequeue(),  # last: after every record of a step
+                   *([TQDMProgressBar()] if log.progress_bar else [])],
         enable_checkpointing=False, enable_progress_bar=log.progress_bar, enable_model_summary=log.progress_bar,
-        log_every_n_steps=log.every_n_steps, default_root_dir=str(out), plugins=[AtomicCheckpointIO()],
+        log_every_n_steps=log.every_n_steps, plugins=[AtomicCheckpointIO()],
+        default_root_dir=str(out / "resume"),  # where Lightning writes hpc_ckpt_N.ckpt on SLURM's requeue signal
         use_distributed_sampler=False, num_sanity_val_steps=0,
     )
-    last = out / "resume" / RESUME_NAME
+    start = resume_from(out)
     # loaded by AtomicCheckpointIO: weights_only, and only the globals our own resume state holds
     finished = False
     try:
         with determinism(train):  # deterministic kernels and TF32 as the recipe says, restored after
-            trainer.fit(module, ckpt_path=str(last) if last.is_file() else None, weights_only=True)
+            trainer.fit(module, ckpt_path=str(start) if start else None, weights_only=True)
         finished = True
     finally:  # close the wandb run (Lightning leaves it open); its artifacts only when it finished
         finish_wandb(trainer.loggers, artifacts=finished)
@@ -122,12 +126,27 @@ def check_run_folder(out: Path, recipe: RunRecipe) -> None:
 
 def check_resume(out: Path) -> None:
     """The folder's resume state loads without running code, before anything is written or run."""
-    from divergence.training.callbacks.resume import RESUME_NAME
+    from divergence.training.callbacks.resume import RESUME_NAME, resume_file
     from divergence.training.checkpoint_io import check_resume_file
 
     last = out / "resume" / RESUME_NAME
-    if last.exists() or last.is_symlink():
-        check_resume_file(last)
+    for path in {resume_file(out / "resume"), last if last.exists() or last.is_symlink() else None} - {None}:
+        check_resume_file(path)
+
+
+def resume_from(out: Path) -> Path | None:
+    """The state ``fit`` resumes from: the newest of ``resume/last.ckpt`` and Lightning's
+    ``resume/hpc_ckpt_N.ckpt`` (``resume_file``); rank zero removes the HPC checkpoints it
+    supersedes. Checked against the weights-only allow-list before it is returned."""
+    from divergence.training.callbacks.resume import drop_superseded, resume_file
+    from divergence.training.checkpoint_io import check_resume_file
+
+    start = resume_file(out / "resume")
+    if start is not None:
+        check_resume_file(start)
+        if global_rank_zero():
+            drop_superseded(out / "resume", start)
+    return start
 
 
 def global_rank_zero() -> bool:

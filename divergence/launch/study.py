@@ -1,0 +1,144 @@
+"""``divergence launch --study``: every pair run of a study as separate SLURM jobs, then its report.
+
+Each (pair, replicate) of the study (``divergence.study``: the control once, every other pair
+``replicates`` times) gets its recipe in ``OUT/recipes/<pair>-r<r>.yaml`` and its pair folder
+``OUT/<pair>/r<r>``, as ``divergence study`` lays them out, and the scripts of a separate-job
+pair there (``divergence.launch.scripts``: both arms and the comparator). ``OUT/launch/submit.sh``
+submits every pair (each comparator ``after`` its two arms have started) and then
+``OUT/launch/report.sbatch`` (``divergence report OUT`` on one CPU task) with
+``--dependency=afterok`` on every job of every pair: it runs once all have succeeded.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from divergence.launch.scripts import LaunchPlan, build_scripts, srun_prefix
+from divergence.recipe.pair import load_pair_recipe
+from divergence.study.config import Study
+from divergence.study.runner import run_folder
+
+JOBS = ("arm-a", "arm-b", "watch")
+
+
+@dataclass(frozen=True)
+class StudyLaunch:
+    study: Study
+    out: Path
+    plans: tuple[LaunchPlan, ...]   # one per (pair, replicate), in the study runner's order
+    recipes: dict                   # {recipe path: recipe text} to write before submitting
+    template: LaunchPlan            # the cluster options every job shares (report job included)
+
+    @property
+    def launch_dir(self) -> Path:
+        return self.out / "launch"
+
+
+def plan_study(study: Study, out: Path, overrides: list[str], template: LaunchPlan) -> StudyLaunch:
+    """Plans for every pair run; each recipe is validated now (written to a scratch folder),
+    so a bad one fails here, not in a job hours later."""
+    plans, recipes = [], {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for replicate in range(study.replicates):
+            for pair in study.pairs:
+                if replicate and pair.single:
+                    continue
+                label = f"{pair.name}-r{replicate}"
+                text = yaml.safe_dump({**pair.recipe, "replicate": replicate}, sort_keys=False)
+                (Path(scratch) / f"{label}.yaml").write_text(text)
+                load_pair_recipe(Path(scratch) / f"{label}.yaml", overrides)
+                path = out / "recipes" / f"{label}.yaml"
+                recipes[path] = text
+                plans.append(replace(template, recipe=path, out=run_folder(out, pair.name, replicate),
+                                     name=f"{study.name}-{label}", overrides=tuple(overrides),
+                                     group=template.group or out.name))
+    return StudyLaunch(study, out, tuple(plans), recipes, template)
+
+
+def build_study_scripts(launch: StudyLaunch) -> dict[Path, str]:
+    """``{path: text}``: every pair's scripts, the report job and the study's ``submit.sh`` (last)."""
+    scripts = {}
+    for plan in launch.plans:
+        scripts.update({plan.launch_dir / name: text for name, text in build_scripts(plan).items()
+                        if name != "submit.sh"})
+    scripts[launch.launch_dir / "report.sbatch"] = _report(launch)
+    scripts[launch.launch_dir / "submit.sh"] = _submit(launch)
+    return scripts
+
+
+def job_table(launch: StudyLaunch) -> str:
+    """One line per job: its name, its script and what it waits for (what ``--dry-run`` prints first)."""
+    rows = []
+    for plan in launch.plans:
+        arms = f"{plan.name}-arm-a, {plan.name}-arm-b"
+        for job in JOBS:
+            waits = f"after (started): {arms}" if job == "watch" else "-"
+            rows.append((f"{plan.name}-{job}", str(plan.launch_dir / _file(job)), waits))
+    rows.append((f"{launch.study.name}-report", str(launch.launch_dir / "report.sbatch"),
+                 f"afterok (succeeded): all {len(launch.plans) * len(JOBS)} jobs above"))
+    width = max(len(r[0]) for r in rows)
+    head = (f"# study {launch.study.name}: {len(launch.plans)} pair runs ({launch.study.replicates} replicate(s), "
+            f"the control once), {len(rows)} jobs, into {launch.out}")
+    return "\n".join([head, *(f"{name:<{width}}  {script}  waits for: {waits}" for name, script, waits in rows)])
+
+
+def _file(job: str) -> str:
+    return f"{job}.sbatch"
+
+
+def _report(launch: StudyLaunch) -> str:
+    plan = replace(launch.template, out=launch.out, recipe=launch.out / "recipes" / "-", name=launch.study.name,
+                   group=launch.template.group or launch.out.name)
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={launch.study.name}-report", "#SBATCH --nodes=1",
+             "#SBATCH --ntasks-per-node=1", f"#SBATCH --output={launch.out}/logs/report-%j.out"]
+    for option, value in (("cpus-per-task", plan.cpus_per_task), ("mem", plan.mem), ("partition", plan.partition),
+                          ("time", plan.time), ("account", plan.account)):
+        if value:
+            lines.append(f"#SBATCH --{option}={value}")
+    lines += [f"#SBATCH {option}" for option in plan.extra_sbatch]
+    lines += ["set -euo pipefail", f"# the study's report, once every pair run in {launch.out} has finished",
+              f"export WANDB_RUN_GROUP=${{WANDB_RUN_GROUP:-{shlex.quote(plan.wandb_group)}}}",
+              f"{srun_prefix(plan)} {plan.command} report {shlex.quote(str(launch.out))}", ""]
+    return "\n".join(lines)
+
+
+def _submit(launch: StudyLaunch) -> str:
+    logs = {shlex.quote(str(p.log_dir)) for p in launch.plans} | {shlex.quote(str(launch.out / "logs"))}
+    lines = ["#!/bin/bash", f"# Submits every pair run of study {launch.study.name}, then its report "
+             "once all of them have succeeded.", "set -euo pipefail", f"mkdir -p {' '.join(sorted(logs))}",
+             "all=''"]
+    for plan in launch.plans:  # sbatch --parsable prints ID or ID;CLUSTER
+        here = shlex.quote(str(plan.launch_dir))
+        lines += [f"a=$(sbatch --parsable {here}/arm-a.sbatch); a=${{a%%;*}}",
+                  f"b=$(sbatch --parsable {here}/arm-b.sbatch); b=${{b%%;*}}",
+                  f"w=$(sbatch --parsable --dependency=after:$a:$b {here}/watch.sbatch); w=${{w%%;*}}",
+                  'all="$all:$a:$b:$w"',
+                  f'echo "{plan.name}: arm a $a, arm b $b, comparator $w"']
+    report = shlex.quote(str(launch.launch_dir / "report.sbatch"))
+    lines += [f"r=$(sbatch --parsable --dependency=afterok$all {report}); r=${{r%%;*}}",
+              'echo "report: job $r (after every job above has succeeded)"', ""]
+    return "\n".join(lines)
+
+
+def render_study(launch: StudyLaunch) -> str:
+    """The job table, then the study's own scripts (each pair's scripts are those of ``launch --recipe``)."""
+    scripts = build_study_scripts(launch)
+    own = [launch.launch_dir / "report.sbatch", launch.launch_dir / "submit.sh"]
+    return "\n".join([job_table(launch), "", *(f"# ==> {p} <==\n{scripts[p]}" for p in own)])
+
+
+def write_study(launch: StudyLaunch) -> Path:
+    """The recipes and every script; the path of ``submit.sh``."""
+    for path, text in {**launch.recipes, **build_study_scripts(launch)}.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        if path.suffix in (".sh", ".sbatch"):
+            path.chmod(0o755)
+    for folder in {p.log_dir for p in launch.plans}:
+        folder.mkdir(parents=True, exist_ok=True)
+    return launch.launch_dir / "submit.sh"
