@@ -35,8 +35,8 @@ from divergence.store import MetricsStore
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs
 from divergence.training.probe import FunctionProbe
-from divergence.training.records import divergence_records, is_tracked, loss_record
-from divergence.training.spikes import SpikeDetector
+from divergence.tracking.records import divergence_records, is_tracked, loss_record
+from divergence.tracking.spikes import SpikeDetector
 
 PAIRS = Path(__file__).resolve().parents[1] / "recipes" / "pairs"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from divergence.errors import UserInputError
 from divergence.store import FILENAME as STORE_FILE
-from divergence.store.pair_info import PairInfo
+from divergence.pairfolder.pair_json import PairInfo
 
 
 def artifact_slug(name: str) -> str:
@@ -60,7 +60,7 @@ def weights_artifact(folder: str | Path, run_name: str, step: int):
     import wandb
 
     folder = Path(folder)
-    from divergence.training.weights import weights_path
+    from divergence.pairfolder.weights_file import weights_path
 
     target = weights_path("checkpoints", step).name
     files = sorted(p for p in folder.rglob(target) if p.parent.name == "checkpoints")

@@ -3,7 +3,7 @@
 The comparator only ever takes a checkpoint whose writer says it is complete: the exact name
 ``step_NNNNNN.safetensors``, metadata naming the step asked for, and the completion marker
 ``save_weights`` records in it (the data's length and CRC-32, see
-``divergence.training.weights``) matching the bytes there. A file being copied in, preallocated
+``divergence.pairfolder.weights_file``) matching the bytes there. A file being copied in, preallocated
 at full size and then filled, or rewritten in place fails the marker and is "not there yet",
 looked at again at the next poll; it is never read half-written. The identity of the file taken
 (inode, size, mtime) is kept, so a file replaced while it was being compared is noticed.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
-from divergence.training.weights import completed, identity, weights_path
+from divergence.pairfolder.weights_file import completed, identity, weights_path
 
 
 class ArmFeed:

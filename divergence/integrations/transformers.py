@@ -24,7 +24,7 @@ from transformers import TrainerCallback
 
 from divergence.errors import UserInputError
 from divergence.writers.arm_writer import ArmWriter
-from divergence.writers.pair_files import DEFAULT_EVERY
+from divergence.pairfolder.pair_json import DEFAULT_EVERY
 
 
 class ArmWriterCallback(TrainerCallback):

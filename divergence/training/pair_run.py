@@ -28,7 +28,7 @@ from divergence.errors import UserInputError
 from divergence.recipe.pair import PairRecipe
 from divergence.recipe.yaml_safe import read_yaml
 from divergence.store import MetricsStore
-from divergence.store.pair_info import PairInfo
+from divergence.pairfolder.pair_json import PairInfo
 from divergence.training.run import (RESUMABLE_CHANGES, check_resume, flatten_keys, global_rank_zero,
                                      writable_folder)
 

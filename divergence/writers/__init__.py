@@ -9,6 +9,6 @@ Lightning users take ``divergence.lightning``; the transformers Trainer
 """
 
 from divergence.writers.arm_writer import ArmWriter
-from divergence.writers.pair_files import CONTRACT, ensure_pair_files, write_pair_files
+from divergence.pairfolder.pair_json import CONTRACT, ensure_pair_files, write_pair_files
 
 __all__ = ["CONTRACT", "ArmWriter", "ensure_pair_files", "write_pair_files"]
