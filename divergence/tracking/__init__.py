@@ -10,5 +10,5 @@ are identical record for record:
 - ``step_logging``: the logging keys and how a step goes to the loggers;
 - ``layer_heatmap``: the layers x steps heatmap logged at table steps.
 
-It imports nothing from ``divergence.training``.
+It imports nothing from the training package.
 """
