@@ -49,7 +49,7 @@ def test_watch_bad_input(tmp_path, capsys):
     assert main(["watch", str(tmp_path / "nowhere")]) == 2
     _one_line_error(capsys, "no such folder")
     assert main(["watch", str(tmp_path)]) == 2
-    _one_line_error(capsys, "no pair.yaml")
+    _one_line_error(capsys, "no pair.json")
     assert main(["watch", str(tmp_path), "--poll", "0"]) == 2
     _one_line_error(capsys, "--poll 0: must be > 0")
 
