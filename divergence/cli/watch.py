@@ -43,6 +43,13 @@ def run(args) -> int:
         raise UserInputError(f"--timeout {args.timeout:g}: must be > 0 seconds")
     if not Path(args.dir).is_dir():
         raise UserInputError(f"{args.dir}: no such folder; start the arms first (divergence train --arm a --out DIR)")
+    if not args.no_log:
+        from divergence.extras import MissingExtra, require
+
+        try:
+            require("train", "lightning")  # the loggers are Lightning's (CSV, wandb, TensorBoard)
+        except MissingExtra as err:
+            raise MissingExtra(f"{err}; or pass --no-log (the store only)") from None
     from divergence.comparator.follow import Comparator
     from divergence.comparator.ranks import ranks_from_environment
 
