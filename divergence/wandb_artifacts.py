@@ -60,10 +60,10 @@ def weights_artifact(folder: str | Path, run_name: str, step: int):
     import wandb
 
     folder = Path(folder)
-    from divergence.pairfolder.weights_file import weights_path
+    from divergence.pairfolder.layout import CHECKPOINTS, weights_path
 
-    target = weights_path("checkpoints", step).name
-    files = sorted(p for p in folder.rglob(target) if p.parent.name == "checkpoints")
+    target = weights_path(CHECKPOINTS, step).name
+    files = sorted(p for p in folder.rglob(target) if p.parent.name == CHECKPOINTS)
     if not files:
         return None
     artifact = wandb.Artifact(f"weights-{artifact_slug(run_name)}-step{step}", type="model", metadata={"step": step})

@@ -70,6 +70,7 @@ def _write_store(args, out, steps: list[int], series: dict) -> None:
 
     from divergence.comparison import compare_checkpoints
     from divergence.store import MetricsStore
+    from divergence.pairfolder.layout import PAIR_JSON
     from divergence.tables import write_json
     from divergence.tracking.records import comparison_records, loss_record
     from divergence.pairfolder.pair_json import write_pair_files
@@ -83,7 +84,7 @@ def _write_store(args, out, steps: list[int], series: dict) -> None:
         tensors, summary = comparison_records(result)
         store.append_step(step, tensors, {**loss_record(None, {}), **summary, "tracked": True})
     info.update(finished=True, last_step=steps[-1])
-    write_json(out / "pair.json", info)
+    write_json(out / PAIR_JSON, info)
 
 
 def _steps(steps: list[int]) -> str:

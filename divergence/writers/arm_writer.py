@@ -42,9 +42,9 @@ from divergence.store.losses import LossFile
 from divergence.tracking.records import ARMS, is_tracked
 from divergence.pairfolder.weights_file import save_weights, weights_path
 from divergence.recipe.pair import DENSE_DEFAULT
+from divergence.pairfolder.layout import CHECKPOINTS
 from divergence.pairfolder.pair_json import DEFAULT_EVERY, ensure_pair_files, schedule_config, tracking_schedule
 
-CHECKPOINTS = "checkpoints"
 
 
 class ArmWriter:
