@@ -132,3 +132,13 @@ def test_watch_runs_with_the_training_package_blocked(tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert MetricsStore(tmp_path).last_step() == 4
+
+
+def test_watch_logs_with_the_log_section_of_pair_json(tmp_path):
+    _train(tmp_path, "a", 0.1, log={"wandb": False})
+    _train(tmp_path, "b", 0.2)
+    assert json.loads((tmp_path / PAIR_JSON).read_text())["log"] == {"wandb": False}
+    assert Comparator(tmp_path, log=True, progress=False).run(poll=0.02, timeout=20) == 0
+    assert not (tmp_path / "wandb").exists()  # wandb off, as pair.json says
+    logged = [p.read_text() for p in (tmp_path / "csv").rglob("metrics.csv")]
+    assert logged and "divergence/model/wasserstein" in logged[0]
