@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 from divergence.errors import UserInputError
-from divergence.store import FILENAME as STORE_FILE
 from divergence.pairfolder.pair_json import PairInfo
+from divergence.store import FILENAME as STORE_FILE
 
 
 def artifact_slug(name: str) -> str:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.store.arm_status import ArmStatus
-from divergence.store.losses import LossFile
 from divergence.pairfolder.layout import CHECKPOINTS
 from divergence.pairfolder.weights_file import completed, identity, weights_path
+from divergence.store.arm_status import ArmStatus
+from divergence.store.losses import LossFile
 
 
 class ArmFeed:

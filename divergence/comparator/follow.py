@@ -40,8 +40,8 @@ from divergence.errors import CheckpointError, UserInputError
 from divergence.pairfolder.layout import ARMS, WATCH_STATE
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.pairfolder.schedule import PairSchedule, read_schedule
-from divergence.tracking.records import comparison_records, loss_record
 from divergence.store import MetricsStore
+from divergence.tracking.records import comparison_records, loss_record
 from divergence.tracking.spikes import SpikeDetector
 
 STATE_FILE = WATCH_STATE

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Callable
 
 from divergence.errors import TrainingDiverged
-from divergence.store import MetricsStore
 from divergence.pairfolder.pair_json import FILENAME as PAIR_FILE
+from divergence.pairfolder.pair_json import read_pair_json, schedule_config, tracking_schedule, write_pair_files
+from divergence.recipe.pair import DENSE_DEFAULT
+from divergence.store import MetricsStore
 from divergence.tables import write_json
 from divergence.tracking.records import ARMS, divergence_records, is_tracked, loss_record
 from divergence.tracking.spikes import SpikeDetector
 from divergence.tracking.step_logging import log_step
-from divergence.recipe.pair import DENSE_DEFAULT
-from divergence.pairfolder.pair_json import read_pair_json, schedule_config, tracking_schedule, write_pair_files
 
 
 class PairTracker:

@@ -21,9 +21,9 @@ import json
 import os
 from pathlib import Path
 
-from divergence.pairfolder.layout import LOSSES
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
+from divergence.pairfolder.layout import LOSSES
 from divergence.store.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
 
 FILENAME = LOSSES

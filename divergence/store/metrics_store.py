@@ -47,9 +47,9 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from divergence.pairfolder.layout import METRICS
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
+from divergence.pairfolder.layout import METRICS
 from divergence.store.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
 
 FILENAME = METRICS

@@ -8,7 +8,7 @@ Lightning users take ``divergence.lightning``; the transformers Trainer
 ``divergence.integrations.transformers``.
 """
 
-from divergence.writers.arm_writer import ArmWriter
 from divergence.pairfolder.pair_json import CONTRACT, ensure_pair_files, write_pair_files
+from divergence.writers.arm_writer import ArmWriter
 
 __all__ = ["CONTRACT", "ArmWriter", "ensure_pair_files", "write_pair_files"]

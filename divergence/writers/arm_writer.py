@@ -37,13 +37,13 @@ from typing import Callable
 import torch
 
 from divergence.errors import UserInputError
+from divergence.pairfolder.layout import CHECKPOINTS
+from divergence.pairfolder.pair_json import DEFAULT_EVERY, ensure_pair_files, schedule_config, tracking_schedule
+from divergence.pairfolder.weights_file import save_weights, weights_path
+from divergence.recipe.pair import DENSE_DEFAULT
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
 from divergence.tracking.records import ARMS, is_tracked
-from divergence.pairfolder.weights_file import save_weights, weights_path
-from divergence.recipe.pair import DENSE_DEFAULT
-from divergence.pairfolder.layout import CHECKPOINTS
-from divergence.pairfolder.pair_json import DEFAULT_EVERY, ensure_pair_files, schedule_config, tracking_schedule
 
 
 
