@@ -1,6 +1,6 @@
 # Two commands do all set-up: `make demo` and `make test`. Both create .venv when it is
 # missing, install torch (the CPU build on a machine without an NVIDIA GPU, so no CUDA
-# packages are pulled), then the package with its test extras.
+# packages are pulled), then the package with every extra and the test extras.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	else \
 		echo "installing $(TORCH_CPU) (no NVIDIA GPU: CPU build)"; $(PY) -m pip install -q "$(TORCH_CPU)"; \
 	fi
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[all,dev]'
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -32,11 +32,11 @@ import torch
 
 from divergence.recipe.pair import load_pair_recipe
 from divergence.store import MetricsStore
+from divergence.tracking.records import divergence_records, is_tracked, loss_record
+from divergence.tracking.spikes import SpikeDetector
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs
 from divergence.training.probe import FunctionProbe
-from divergence.training.records import divergence_records, is_tracked, loss_record
-from divergence.training.spikes import SpikeDetector
 
 PAIRS = Path(__file__).resolve().parents[1] / "recipes" / "pairs"
 

@@ -108,7 +108,7 @@ def sd15_part(batch: int, steps: int, device: str = "cuda", recipe_path: Path | 
     from divergence.recipe.run import load_run_recipe
     from divergence.training.arm import Arm
     from divergence.training.inputs import Inputs
-    from divergence.training.records import divergence_records
+    from divergence.tracking.records import divergence_records
 
     recipe = load_run_recipe(recipe_path or ROOT / "recipes" / "sd15.yaml", list(overrides) + [f"train.batch_size={batch}"])
     device = torch.device(device)

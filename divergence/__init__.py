@@ -44,7 +44,7 @@ _LAZY = {
     "ArmWriter": "divergence.writers",
     # reading pair folders, analysing them, reporting
     "MetricsStore": "divergence.store",
-    "PairInfo": "divergence.store.pair_info",
+    "PairInfo": "divergence.pairfolder.pair_json",
     "find_runs": "divergence.report.inputs",
     "load_pair": "divergence.report.inputs",
     "load_pairs": "divergence.report.inputs",

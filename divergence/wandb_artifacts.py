@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 from divergence.errors import UserInputError
+from divergence.pairfolder.pair_json import PairInfo
 from divergence.store import FILENAME as STORE_FILE
-from divergence.store.pair_info import PairInfo
 
 
 def artifact_slug(name: str) -> str:
@@ -60,10 +60,10 @@ def weights_artifact(folder: str | Path, run_name: str, step: int):
     import wandb
 
     folder = Path(folder)
-    from divergence.training.weights import weights_path
+    from divergence.pairfolder.layout import CHECKPOINTS, weights_path
 
-    target = weights_path("checkpoints", step).name
-    files = sorted(p for p in folder.rglob(target) if p.parent.name == "checkpoints")
+    target = weights_path(CHECKPOINTS, step).name
+    files = sorted(p for p in folder.rglob(target) if p.parent.name == CHECKPOINTS)
     if not files:
         return None
     artifact = wandb.Artifact(f"weights-{artifact_slug(run_name)}-step{step}", type="model", metadata={"step": step})

@@ -51,6 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     except UserInputError as err:
         print(f"divergence {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except ImportError as err:  # an optional package a command did not check for first
+        from divergence.extras import missing_extra
+
+        missing = missing_extra(err)
+        if missing is None:
+            raise
+        print(f"divergence {args.command}: error: {missing}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"divergence {args.command}: interrupted", file=sys.stderr)
         return 130

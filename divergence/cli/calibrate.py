@@ -38,6 +38,9 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from pathlib import Path
 
+    from divergence.extras import require
+
+    require("train", "lightning", "diffusers", "transformers")
     from divergence.cli.study import _device_type, _parallel
     from divergence.errors import UserInputError
     from divergence.study import PairFailed, prepare_jobs, run_jobs
@@ -101,4 +104,4 @@ def _horizons(horizons: tuple[int, ...], max_steps: int) -> tuple[int, ...]:
 def _default_recipe():
     from pathlib import Path
 
-    return Path(__file__).resolve().parents[2] / "recipes" / "calibration.yaml"
+    return Path(__file__).resolve().parents[1] / "recipes" / "calibration.yaml"

@@ -36,11 +36,10 @@ def run(args) -> int:
     for flag, value, env in (("--entity", args.entity, "WANDB_ENTITY"), ("--project", args.project, "WANDB_PROJECT")):
         if not value:
             raise UserInputError(f"{flag} is missing: give {flag} NAME (or set {env})")
-    try:
-        from divergence.dashboard import WORKSPACE_NAME, build_workspace, workspace_spec
-    except ImportError as err:
-        raise UserInputError(f"the wandb-workspaces package is not installed ({err}); "
-                             "pip install wandb-workspaces") from None
+    from divergence.extras import require
+
+    require("wandb", "wandb", "wandb_workspaces")
+    from divergence.dashboard import WORKSPACE_NAME, build_workspace, workspace_spec
     workspace = build_workspace(args.entity, args.project, args.group, args.name or WORKSPACE_NAME)
     if args.dry_run:
         print(json.dumps(workspace_spec(workspace), indent=1))

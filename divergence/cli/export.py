@@ -21,6 +21,10 @@ def run(args) -> int:
 
     if not (args.csv or args.parquet):
         raise UserInputError("nothing to write: give --csv PATH and/or --parquet PATH")
+    if args.parquet:
+        from divergence.extras import require
+
+        require("parquet", "pyarrow")
     store = MetricsStore(args.dir)
     store.steps()  # a clear error when DIR holds no store
     for path, writer in ((args.csv, export_csv), (args.parquet, export_parquet)):

@@ -73,6 +73,9 @@ def run(args) -> int:
 
     import yaml
 
+    from divergence.extras import require
+
+    require("report", "matplotlib")  # the figures
     from divergence.microbench.config import load_recipe
     from divergence.microbench.figures import write_figures
     from divergence.microbench.preflight import check_kernels, reference_seq_len_override

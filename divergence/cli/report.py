@@ -38,6 +38,9 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    from divergence.extras import require
+
+    require("report", "matplotlib", "scipy")
     out = _out_dir(args)
     if args.bootstrap < 100:
         raise UserInputError(f"--bootstrap {args.bootstrap}: use at least 100 replicates for a 95% interval")

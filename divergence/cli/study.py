@@ -32,6 +32,10 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from pathlib import Path
 
+    from divergence.extras import require
+
+    require("train", "lightning", "diffusers", "transformers")
+    require("report", "matplotlib", "scipy")
     from divergence.cli.report import log_report_to_wandb, print_report
     from divergence.errors import UserInputError
     from divergence.report import build_report
@@ -72,7 +76,7 @@ def run(args) -> int:
 def _default_recipe():
     from pathlib import Path
 
-    return Path(__file__).resolve().parents[2] / "recipes" / "study.yaml"
+    return Path(__file__).resolve().parents[1] / "recipes" / "study.yaml"
 
 
 def _device_type() -> str:

@@ -3,7 +3,7 @@
 A and B are folders of step-numbered checkpoints (``divergence.checkpoints.series``). Steps
 are matched by number; for each step both series have, the two checkpoints are compared
 (``divergence.comparison``) and the records appended to ``PAIR/metrics.jsonl`` with
-``divergence.training.records.comparison_records``, exactly as a tracker stores a tracked
+``divergence.tracking.records.comparison_records``, exactly as a tracker stores a tracked
 step (the losses are unknown: NaN). ``PAIR/pair.json`` describes the pair, so ``divergence
 report``, ``export`` and wandb logging work on it. Steps only one series has are listed.
 """
@@ -70,9 +70,10 @@ def _write_store(args, out, steps: list[int], series: dict) -> None:
 
     from divergence.comparison import compare_checkpoints
     from divergence.store import MetricsStore
+    from divergence.pairfolder.layout import PAIR_JSON
     from divergence.tables import write_json
-    from divergence.training.records import comparison_records, loss_record
-    from divergence.writers.pair_files import write_pair_files
+    from divergence.tracking.records import comparison_records, loss_record
+    from divergence.pairfolder.pair_json import write_pair_files
 
     gaps = [b - a for a, b in zip(steps, steps[1:])]
     info = write_pair_files(out, max_steps=max(steps[-1], 1), every=min(gaps) if gaps else 1, name=args.name,
@@ -83,7 +84,7 @@ def _write_store(args, out, steps: list[int], series: dict) -> None:
         tensors, summary = comparison_records(result)
         store.append_step(step, tensors, {**loss_record(None, {}), **summary, "tracked": True})
     info.update(finished=True, last_step=steps[-1])
-    write_json(out / "pair.json", info)
+    write_json(out / PAIR_JSON, info)
 
 
 def _steps(steps: list[int]) -> str:

@@ -26,6 +26,9 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from divergence.errors import UserInputError
+    from divergence.extras import require
+
+    require("train", "lightning", "diffusers", "transformers")
     from divergence.recipe.pair import is_pair_recipe, load_pair_recipe
     from divergence.recipe.run import RunRecipe, load_run_recipe
     from divergence.recipe.schema import apply_overrides, parse

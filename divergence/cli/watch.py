@@ -45,6 +45,13 @@ def run(args) -> int:
         raise UserInputError(f"--timeout {args.timeout:g}: must be > 0 seconds")
     if Path(args.dir).exists() and not Path(args.dir).is_dir():
         raise UserInputError(f"{args.dir}: not a folder; give the pair folder the arms train into")
+    if not args.no_log:
+        from divergence.extras import MissingExtra, require
+
+        try:
+            require("train", "lightning")  # the loggers are Lightning's (CSV, wandb, TensorBoard)
+        except MissingExtra as err:
+            raise MissingExtra(f"{err}; or pass --no-log (the store only)") from None
     from divergence.comparator.follow import Comparator
     from divergence.comparator.wait import wait_for_pair
 

@@ -3,7 +3,7 @@
 The comparator only ever takes a checkpoint whose writer says it is complete: the exact name
 ``step_NNNNNN.safetensors``, metadata naming the step asked for, and the completion marker
 ``save_weights`` records in it (the data's length and CRC-32, see
-``divergence.training.weights``) matching the bytes there. A file being copied in, preallocated
+``divergence.pairfolder.weights_file``) matching the bytes there. A file being copied in, preallocated
 at full size and then filled, or rewritten in place fails the marker and is "not there yet",
 looked at again at the next poll; it is never read half-written. The identity of the file taken
 (inode, size, mtime) is kept, so a file replaced while it was being compared is noticed.
@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from divergence.pairfolder.layout import CHECKPOINTS
+from divergence.pairfolder.weights_file import completed, identity, weights_path
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
-from divergence.training.weights import completed, identity, weights_path
 
 
 class ArmFeed:
@@ -31,7 +32,7 @@ class ArmFeed:
 
     def checkpoint(self, step: int) -> tuple[Path, tuple] | None:
         """The complete weights file of ``step`` and its identity, or None while it is not complete."""
-        path = weights_path(self.folder / "checkpoints", step)
+        path = weights_path(self.folder / CHECKPOINTS, step)
         found = completed(path, step)
         return None if found is None else (path, found)
 

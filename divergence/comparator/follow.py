@@ -2,7 +2,7 @@
 
 For each step in order it waits until both arms have written what the lockstep tracker
 would have had in memory at that step (both losses; at a tracked step also both complete
-weights files), then builds the step's records with ``divergence.training.records`` (so the
+weights files), then builds the step's records with ``divergence.tracking.records`` (so the
 store equals the lockstep store record for record), appends them and logs them. It stops
 when the store holds the last step and both arms report ``finished``.
 
@@ -18,9 +18,11 @@ stored steps (``divergence.comparator.retention``).
 Under torchrun, rank 0 plans and writes; every rank measures its share of each checkpoint
 pair (``divergence.comparator.distributed``).
 
-The function-space probe (``tracking.probe``) runs on rank 0 at every tracked step, as in
-lockstep: both arms' weights files are loaded into two models built from the pair's recipe and
-evaluated on the same probe set with ``divergence.training.probe`` (fp32, baseline attention), so
+It reads only the pair-folder contract (``divergence.pairfolder``: the schedule from ``pair.json``)
+and imports nothing from the training package. The function-space probe (``tracking.probe``)
+runs on rank 0 at every tracked step of a pair the built-in trainer trains (``pair.yaml`` present),
+as in lockstep: both arms' weights files are loaded into two models built from the pair's recipe
+and evaluated on the same probe set (``divergence.watch_parts.FileProbe``, fp32, baseline attention), so
 the store gets ``probe_rel_diff, probe_loss_a, probe_loss_b`` equal to the lockstep tracker's.
 """
 
@@ -32,23 +34,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from divergence.comparator.distributed import compare_files
 from divergence.comparator.feeds import ArmFeed, unchanged
 from divergence.comparator.ranks import Ranks
 from divergence.comparator.retention import Retention
 from divergence.errors import CheckpointError, UserInputError
-from divergence.recipe.pair import ARMS, TrackingConfig
-from divergence.recipe.run import RunRecipe
-from divergence.recipe.schema import parse
+from divergence.pairfolder.layout import ARMS, WATCH_STATE
+from divergence.pairfolder.pair_json import PairInfo
+from divergence.pairfolder.schedule import PairSchedule, read_schedule
 from divergence.store import MetricsStore
-from divergence.store.pair_info import PairInfo
-from divergence.training.pair_run import PAIR_FILE
-from divergence.training.records import comparison_records, is_tracked, loss_record
-from divergence.training.spikes import SpikeDetector
+from divergence.tracking.records import comparison_records, loss_record
+from divergence.tracking.spikes import SpikeDetector
 
-STATE_FILE = "watch.json"
+STATE_FILE = WATCH_STATE
 EXIT_TIMEOUT, EXIT_USAGE = 1, 2
 
 
@@ -67,32 +65,11 @@ class Task:
     code: int = 0  # exit code of a "stop"
 
 
-class PairFolder:
-    """The pair a folder trains, read from its ``pair.yaml``."""
-
-    def __init__(self, out: Path):
-        path = out / PAIR_FILE
-        if not path.is_file():
-            raise UserInputError(f"{out}: no {PAIR_FILE}; start the arms first "
-                                 f"(divergence train --recipe PAIR --arm a --out {out})")
-        self.config = yaml.safe_load(path.read_text()) or {}
-        try:
-            self.name = self.config["name"]
-            self.tracking = parse(TrackingConfig, self.config.get("tracking"), "tracking")
-            self.recipe = parse(RunRecipe, self.config["recipes"]["a"])
-        except (KeyError, TypeError) as err:
-            raise UserInputError(f"{path}: not a pair file (missing {err})") from None
-        self.max_steps, self.checkpoint_every = self.recipe.train.max_steps, self.recipe.train.checkpoint_every
-
-    def tracked(self, step: int) -> bool:
-        return is_tracked(step, self.max_steps, self.tracking, self.checkpoint_every)
-
-
 class Comparator:
     def __init__(self, out: str | Path, ranks: Ranks | None = None, device="cpu", log: bool = True,
                  progress: bool = True):
         self.out, self.ranks, self.device = Path(out), ranks or Ranks(), device
-        self.pair = PairFolder(self.out)
+        self.pair = read_schedule(self.out)
         failed = None
         if self.ranks.is_zero:  # the other ranks only measure
             try:
@@ -114,7 +91,7 @@ class Comparator:
         self.spikes = self._replay_spikes()
         self.attempts = self._read_state()
         self.logger = self._logger() if log else None
-        self.probe = FileProbe(self.pair, self.device) if self.pair.tracking.probe.enabled else None
+        self.probe = _probe(self.pair, self.device) if self.pair.tracking.probe.enabled else None
         self.bar = _progress_bar(self.pair, len(self.store.steps())) if progress else None
         self._idle_since, self._progress = time.monotonic(), None
         self._fatal: str | None = None  # a permanent error found while measuring: stop every rank
@@ -281,11 +258,11 @@ class Comparator:
         write_json(self.out / STATE_FILE, {"attempts": self.attempts})
 
     def _logger(self):
-        from divergence.comparator.logs import StepLogger
+        from divergence.watch_parts import StepLogger
 
         pair = self.pair
-        return StepLogger(self.out, pair.recipe.log, pair.name, pair.checkpoint_every,
-                          pair.max_steps, pair.config)
+        return StepLogger(self.out, pair.log, pair.name, pair.checkpoint_every, pair.max_steps,
+                          pair.recipe_config or pair.info)
 
     def _finish(self) -> None:
         if not self.ranks.is_zero:
@@ -314,56 +291,15 @@ class Comparator:
             self.bar.set_postfix_str(f"waiting for step {step} ({_arms_line(statuses)})")
 
 
-class FileProbe:
-    """The function-space probe over two arms' weights files (built lazily: models, then the probe set)."""
+def _probe(pair: PairSchedule, device):
+    """The function-space probe over the arms' weights files: only for a pair the built-in trainer
+    trains (``pair.yaml`` present; ``read_schedule`` disables the probe otherwise)."""
+    from divergence.watch_parts import FileProbe
 
-    def __init__(self, pair: PairFolder, device):
-        self.pair, self.device = pair, device
-        self._arms = self._probe = None
-
-    def record(self, paths: dict) -> dict:
-        if self._probe is None:
-            self._build()
-        for arm, model in self._arms.items():
-            _load_weights(model, paths[arm])
-        return self._probe.record(self._arms["a"], self._arms["b"])
-
-    def _build(self) -> None:
-        import torch
-
-        from divergence.recipe.pair import replicate_seed
-        from divergence.training.arm import Arm
-        from divergence.training.inputs import Inputs
-        from divergence.training.probe import FunctionProbe
-
-        recipes = {arm: parse(RunRecipe, self.pair.config["recipes"][arm], f"recipes.{arm}") for arm in ARMS}
-        inputs = Inputs(recipes["a"])
-        device = torch.device(self.device)
-        self._arms = {arm: Arm(recipes[arm], inputs.tokenizer, name=f"{self.pair.name}.{arm}").to(device)
-                      for arm in ARMS}
-        inputs.to(device)
-        seed = replicate_seed(self.pair.tracking.probe.seed, int(self.pair.config.get("replicate", 0)))
-        self._probe = FunctionProbe(inputs, self.pair.tracking.probe, seed)
+    return FileProbe(pair, device)
 
 
-def _load_weights(arm, path: str) -> None:
-    """Copy a weights file (``unet.*``, ``text_encoder.*``) into ``arm``'s networks, every key required."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        weights = load_file(path, device=str(next(arm.parameters()).device))
-    except (OSError, SafetensorError) as err:
-        raise CheckpointError(f"{path}: unreadable ({err})") from None
-    for prefix, network in (("unet.", arm.unet), ("text_encoder.", arm.text_encoder)):
-        state = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
-        try:
-            network.load_state_dict(state, strict=True)
-        except RuntimeError as err:
-            raise UserInputError(f"{path}: does not fit the pair's {prefix.rstrip('.')} ({str(err)[:200]})") from None
-
-
-def _progress_bar(pair: PairFolder, done: int):
+def _progress_bar(pair: PairSchedule, done: int):
     from tqdm import tqdm
 
     return tqdm(total=pair.max_steps + 1, initial=done, desc=f"watch {pair.name}", unit="step",

@@ -23,8 +23,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from divergence.errors import UserInputError
+from divergence.pairfolder.pair_json import DEFAULT_EVERY
 from divergence.writers.arm_writer import ArmWriter
-from divergence.writers.pair_files import DEFAULT_EVERY
 
 
 class ArmWriterCallback(TrainerCallback):

@@ -29,8 +29,8 @@ from lightning.pytorch.callbacks import Callback
 
 from divergence.errors import UserInputError
 from divergence.lightning.gather import gather_state, max_steps, submodule
+from divergence.pairfolder.pair_json import DEFAULT_EVERY
 from divergence.writers.arm_writer import ArmWriter
-from divergence.writers.pair_files import DEFAULT_EVERY
 
 
 def step_loss(outputs) -> torch.Tensor:

@@ -37,9 +37,9 @@ from divergence.lightning.gather import gather_state, max_steps, submodule
 from divergence.lightning.optimizers import split_optimizers
 from divergence.lightning.pair_tracker import PairTracker
 from divergence.lightning.rng import rng_state, set_rng_state
-from divergence.training.records import ARMS
+from divergence.pairfolder.pair_json import DEFAULT_EVERY
+from divergence.tracking.records import ARMS
 from divergence.writers.arm_writer import state_weights
-from divergence.writers.pair_files import DEFAULT_EVERY
 
 STATE_KEY = "divergence_pair_tracker"
 

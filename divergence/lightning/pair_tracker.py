@@ -1,9 +1,9 @@
 """The metrics store of a pair trained in one process: ``DIR/pair.json`` and ``DIR/metrics.jsonl``.
 
-Records are built with ``divergence.training.records`` (the functions the built-in lockstep
+Records are built with ``divergence.tracking.records`` (the functions the built-in lockstep
 tracker and ``divergence watch`` use), so a ``LockstepPair`` store has the same records as
 the store ``watch`` builds from the same two arms trained as separate jobs. The same numbers
-go to the Trainer's loggers under the keys of ``divergence.training.step_logging``:
+go to the Trainer's loggers under the keys of ``divergence.tracking.step_logging``:
 ``divergence/model/<metric>``, ``divergence/kind/<kind>/<metric>``,
 ``divergence/wasserstein/<module>``, ``train/loss_a``, ``train/loss_b``, ...
 """
@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Callable
 
 from divergence.errors import TrainingDiverged
-from divergence.store import MetricsStore
-from divergence.store.pair_info import FILENAME as PAIR_FILE
-from divergence.tables import write_json
-from divergence.training.records import ARMS, divergence_records, is_tracked, loss_record
-from divergence.training.spikes import SpikeDetector
-from divergence.training.step_logging import log_step
+from divergence.pairfolder.pair_json import FILENAME as PAIR_FILE
+from divergence.pairfolder.pair_json import read_pair_json, schedule_config, tracking_schedule, write_pair_files
 from divergence.recipe.pair import DENSE_DEFAULT
-from divergence.writers.pair_files import read_pair_json, schedule_config, tracking_schedule, write_pair_files
+from divergence.store import MetricsStore
+from divergence.tables import write_json
+from divergence.tracking.records import ARMS, divergence_records, is_tracked, loss_record
+from divergence.tracking.spikes import SpikeDetector
+from divergence.tracking.step_logging import log_step
 
 
 class PairTracker:

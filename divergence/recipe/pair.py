@@ -90,7 +90,7 @@ class TrackingConfig:
     every: int = 10
     # Dense early tracking on top of ``every``: [[until, every], ...] with increasing ``until``; a
     # step up to the first ``until`` is also tracked every first ``every`` steps, and so on;
-    # [] turns it off. Decided by divergence.training.records.is_tracked.
+    # [] turns it off. Decided by divergence.tracking.records.is_tracked.
     dense: tuple[tuple[int, int], ...] = DENSE_DEFAULT
     # Compare on this device: ``auto`` is where the weights live.
     device: str = "auto"

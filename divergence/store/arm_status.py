@@ -20,9 +20,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from divergence.pairfolder.layout import STATUS
 from divergence.tables import write_json
 
-FILENAME = "status.json"
+FILENAME = STATUS
 STATES = ("running", "finished", "failed")
 
 

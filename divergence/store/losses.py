@@ -23,9 +23,10 @@ from pathlib import Path
 
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
+from divergence.pairfolder.layout import LOSSES
 from divergence.store.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
 
-FILENAME = "losses.jsonl"
+FILENAME = LOSSES
 
 
 class LossFile:

@@ -21,9 +21,9 @@ from pathlib import Path
 import yaml
 
 from divergence.errors import UserInputError
+from divergence.pairfolder.pair_json import PairInfo
 from divergence.recipe.pair import load_pair_recipe
 from divergence.store import MetricsStore
-from divergence.store.pair_info import PairInfo
 from divergence.study.config import Study, StudyPair
 
 POLL_SECONDS = 1.0

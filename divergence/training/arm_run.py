@@ -32,7 +32,7 @@ from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.recipe.yaml_safe import read_yaml
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
-from divergence.store.pair_info import FILENAME as PAIR_INFO_FILE
+from divergence.pairfolder.pair_json import FILENAME as PAIR_INFO_FILE
 from divergence.training.module import DiffusionRun, check_step
 from divergence.training.pair import check_shared_inputs, pair_config
 from divergence.training.pair_run import PAIR_FILE, added_later, pair_info

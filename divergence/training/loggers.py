@@ -51,7 +51,7 @@ class RunIdentity:
     @classmethod
     def for_comparator(cls, out: Path, config: dict) -> "RunIdentity":
         """The comparator of the pair folder ``out`` (its pair.json names the pair)."""
-        from divergence.store.pair_info import PairInfo
+        from divergence.pairfolder.pair_json import PairInfo
 
         info = PairInfo.read(out)
         tags = pair_tags(info.name, info.category, info.arms, getattr(info, "replicate", config.get("replicate", 0)))

@@ -25,14 +25,13 @@ import yaml
 
 from divergence.atomic import write_atomic
 from divergence.errors import UserInputError
+from divergence.pairfolder.layout import PAIR_RECIPE as PAIR_FILE
 from divergence.recipe.pair import PairRecipe
 from divergence.recipe.yaml_safe import read_yaml
 from divergence.store import MetricsStore
-from divergence.store.pair_info import PairInfo
+from divergence.pairfolder.pair_json import PairInfo
 from divergence.training.run import (RESUMABLE_CHANGES, check_resume, flatten_keys, global_rank_zero,
                                      writable_folder)
-
-PAIR_FILE = "pair.yaml"
 
 
 def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):

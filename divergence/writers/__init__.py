@@ -1,6 +1,6 @@
 """Writers of the pair-folder contract (``docs/pair-folder.md``) for training loops of any kind.
 
-- ``pair_files``: ``pair.json`` (and the ``pair.yaml`` that ``divergence watch`` reads today);
+- ``write_pair_files``: ``pair.json`` (defined in ``divergence.pairfolder``, the contract);
 - ``ArmWriter``: one arm's side (weights at tracked steps, ``losses.jsonl``, ``status.json``)
   from a plain PyTorch, accelerate or diffusers loop.
 
@@ -8,7 +8,7 @@ Lightning users take ``divergence.lightning``; the transformers Trainer
 ``divergence.integrations.transformers``.
 """
 
+from divergence.pairfolder.pair_json import CONTRACT, ensure_pair_files, write_pair_files
 from divergence.writers.arm_writer import ArmWriter
-from divergence.writers.pair_files import CONTRACT, ensure_pair_files, write_pair_files
 
 __all__ = ["CONTRACT", "ArmWriter", "ensure_pair_files", "write_pair_files"]

@@ -14,7 +14,7 @@ Arm ``b`` runs the same loop (another process, another machine) into the same fo
 
 What it writes (``docs/pair-folder.md``): ``<out>/<arm>/losses.jsonl`` (one line per step),
 ``<out>/<arm>/checkpoints/step_NNNNNN.safetensors`` at the tracked steps (step 0, every
-``every`` steps, the last: ``divergence.training.records.is_tracked``), each file written
+``every`` steps, the last: ``divergence.tracking.records.is_tracked``), each file written
 under a temporary name and renamed, and ``<out>/<arm>/status.json``. The first arm to start
 writes ``<out>/pair.json`` when it is missing.
 
@@ -37,14 +37,14 @@ from typing import Callable
 import torch
 
 from divergence.errors import UserInputError
+from divergence.pairfolder.layout import CHECKPOINTS
+from divergence.pairfolder.pair_json import DEFAULT_EVERY, ensure_pair_files, schedule_config, tracking_schedule
+from divergence.pairfolder.weights_file import save_weights, weights_path
+from divergence.recipe.pair import DENSE_DEFAULT
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
-from divergence.training.records import ARMS, is_tracked
-from divergence.training.weights import save_weights, weights_path
-from divergence.recipe.pair import DENSE_DEFAULT
-from divergence.writers.pair_files import DEFAULT_EVERY, ensure_pair_files, schedule_config, tracking_schedule
+from divergence.tracking.records import ARMS, is_tracked
 
-CHECKPOINTS = "checkpoints"
 
 
 class ArmWriter:

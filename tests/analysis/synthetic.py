@@ -18,8 +18,8 @@ import numpy as np
 
 from divergence.analysis import PairData, pair_from_records
 from divergence.metrics.grouping import summarize
+from divergence.pairfolder.pair_json import PairInfo
 from divergence.store import MetricsStore
-from divergence.store.pair_info import PairInfo
 
 # (tensor name, kind, numel): one of each kind the report groups by
 LAYERS = (

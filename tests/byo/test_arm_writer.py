@@ -13,7 +13,7 @@ import torch
 from divergence.comparator.follow import Comparator
 from divergence.errors import UserInputError
 from divergence.store import MetricsStore
-from divergence.training.records import divergence_records
+from divergence.tracking.records import divergence_records
 from divergence.writers import ArmWriter
 from divergence.writers.arm_writer import state_weights
 

@@ -14,9 +14,9 @@ from safetensors.torch import load_file, save_file
 from divergence.cli import main
 from divergence.comparator.follow import Comparator
 from divergence.errors import CheckpointError, UserInputError
+from divergence.pairfolder.weights_file import read_metadata, save_weights
 from divergence.store import MetricsStore
 from divergence.training.checkpoint_io import RESUME_GLOBALS, AtomicCheckpointIO, _pickle_globals, load_resume_state
-from divergence.training.weights import read_metadata, save_weights
 from tests.pairs.helpers import PAIR_FAST, PAIRS
 
 from .conftest import STEPS

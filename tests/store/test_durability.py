@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from divergence.pairfolder.pair_json import PairInfo
+from divergence.pairfolder.weights_file import save_weights
 from divergence.store.arm_status import ArmStatus
-from divergence.store.pair_info import PairInfo
 from divergence.tables import write_csv, write_json
 from divergence.training.checkpoint_io import AtomicCheckpointIO, load_resume_state
-from divergence.training.weights import save_weights
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="resolves descriptors via /proc")
 

@@ -5,7 +5,7 @@ import pytest
 from divergence.errors import RecipeError
 from divergence.recipe.pair import TrackingConfig
 from divergence.recipe.schema import parse
-from divergence.training.records import is_tracked
+from divergence.tracking.records import is_tracked
 
 
 def _tracked(tracking, max_steps=300, checkpoint_every=0):

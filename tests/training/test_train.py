@@ -11,10 +11,10 @@ from safetensors.torch import load_file
 
 from divergence.checkpoints import open_checkpoint
 from divergence.cli import main
+from divergence.pairfolder.weights_file import read_metadata
 from divergence.recipe.schema import to_dict
 from divergence.training.loggers import wandb_offline
 from divergence.training.run import train_run
-from divergence.training.weights import read_metadata
 from tests.training.tiny import FAST, tiny_recipe
 
 

@@ -21,10 +21,9 @@ from pathlib import Path
 from lightning.pytorch.callbacks import Callback
 
 from divergence.atomic import write_atomic
-from divergence.training.step_logging import log_at_step
+from divergence.pairfolder.layout import ATTENTION as FILENAME
+from divergence.tracking.step_logging import log_at_step
 from divergence.wandb_mode import key_part
-
-FILENAME = "attention.jsonl"
 
 
 class AttentionOutputDeviation(Callback):

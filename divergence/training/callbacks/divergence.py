@@ -30,9 +30,9 @@ from lightning.pytorch.callbacks import Callback
 from divergence.errors import TrainingDiverged
 from divergence.recipe.pair import TrackingConfig
 from divergence.store import MetricsStore
-from divergence.training.records import ARMS, divergence_records, is_tracked, loss_record
-from divergence.training.spikes import SpikeDetector
-from divergence.training.step_logging import is_table_step, log_step
+from divergence.tracking.records import ARMS, divergence_records, is_tracked, loss_record
+from divergence.tracking.spikes import SpikeDetector
+from divergence.tracking.step_logging import is_table_step, log_step
 
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from divergence.recipe.schema import to_dict
 from divergence.training.callbacks.weights import WeightCheckpoint
-from divergence.training.records import is_tracked
-from divergence.training.weights import save_weights, weights_path
+from divergence.tracking.records import is_tracked
+from divergence.pairfolder.weights_file import save_weights, weights_path
 
 NETWORKS = ("unet.", "text_encoder.")
 

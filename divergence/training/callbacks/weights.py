@@ -7,7 +7,7 @@ from pathlib import Path
 from lightning.pytorch.callbacks import Callback
 
 from divergence.recipe.schema import to_dict
-from divergence.training.weights import save_weights, weights_path
+from divergence.pairfolder.weights_file import save_weights, weights_path
 
 
 class WeightCheckpoint(Callback):

@@ -1,0 +1,186 @@
+"""``PAIR/pair.json``: what a pair is, in model-agnostic terms; every reader of a pair folder needs it.
+
+Keys (``docs/pair-folder.md``; ``PairInfo`` holds them):
+
+- ``contract``: the version of the folder layout (``CONTRACT``; read with a default of 1);
+- ``name``: the pair's name (``flash-vs-baseline``);
+- ``category``: what the two arms differ in, which decides its role in a bounding study:
+  ``control`` (nothing), ``seed`` (weight-init seed only), ``precision`` (training precision
+  only), ``optimization`` (anything else: the pair under study);
+- ``arms``: ``{"a": [variant, ...], "b": [...]}``, each variant a short string
+  (``attention=sdpa-flash``);
+- ``description``: one line a person reads (``sdpa-flash vs baseline attention``);
+- ``max_steps``, ``finished`` (bool), ``last_step`` (int or null);
+- ``recipe``: the built-in trainer's resolved base recipe as plain data (arm a's, with its
+  replicate's seeds); ``{}`` for any other training;
+- ``replicate``: which replicate of the pair this run is (int, 0 when absent). Replicate r of
+  every pair of a study shares its initial weights, batches and probe set;
+- ``tracking``: the comparison schedule (``every``, ``dense`` as ``[[until, every], ...]``,
+  ``checkpoint_every``, the spike rule ``spike_factor``/``spike_window``; the built-in trainer
+  adds ``probe`` and ``attention_every``); ``{}`` when absent;
+- ``log`` (optional): the ``log`` section ``divergence watch`` sends its logs with.
+
+Keys this version does not know are kept when ``PairInfo`` rewrites the file (``extra``), so a
+reader that marks a pair finished never drops what a newer writer put there.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from divergence.errors import RecipeError, UserInputError
+from divergence.pairfolder.layout import CONTRACT, PAIR_JSON
+from divergence.recipe.pair import DENSE_DEFAULT, TrackingConfig
+from divergence.tables import write_json
+
+FILENAME = PAIR_JSON
+CATEGORIES = ("optimization", "seed", "precision", "control")
+DEFAULT_EVERY = 10
+SPIKE_FACTOR, SPIKE_WINDOW = 3.0, 20
+
+
+@dataclass
+class PairInfo:
+    name: str
+    category: str
+    arms: dict[str, list[str]]
+    description: str = ""
+    max_steps: int = 0
+    finished: bool = False
+    last_step: int | None = None
+    recipe: dict = field(default_factory=dict)
+    replicate: int = 0
+    tracking: dict = field(default_factory=dict)
+    contract: int = CONTRACT
+    # keys of pair.json this version does not know (``log``, a newer writer's): written back as read
+    extra: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.category not in CATEGORIES:
+            raise ValueError(f"pair category {self.category!r} is not one of {', '.join(CATEGORIES)}")
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        extra = data.pop("extra")
+        return {"contract": data.pop("contract"), **data, **{k: v for k, v in extra.items() if k not in data}}
+
+    def write(self, folder: str | Path) -> None:
+        write_json(Path(folder) / FILENAME, self.to_json())
+
+    @classmethod
+    def read(cls, folder: str | Path) -> "PairInfo":
+        path = Path(folder) / FILENAME
+        data = read_pair_json(folder)
+        known = {f.name for f in fields(cls)} - {"extra"}
+        try:
+            return cls(**{k: data[k] for k in data if k in known},
+                       extra={k: v for k, v in data.items() if k not in known})
+        except (TypeError, ValueError) as err:
+            raise UserInputError(f"{path}: {err}") from None
+
+
+def read_pair_json(out: str | Path) -> dict:
+    """``pair.json`` as plain data, with ``contract`` defaulting to 1 (folders written before it)."""
+    path = Path(out) / FILENAME
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserInputError(f"{path}: not found; is {out} a pair folder (docs/pair-folder.md)?") from None
+    except (OSError, ValueError) as err:
+        raise UserInputError(f"{path}: unreadable ({err})") from None
+    if not isinstance(data, dict):
+        raise UserInputError(f"{path}: not a JSON object")
+    data.setdefault("contract", 1)
+    if not isinstance(data["contract"], int) or data["contract"] > CONTRACT:
+        raise UserInputError(f"{path}: contract {data['contract']!r} is newer than this divergence reads "
+                             f"({CONTRACT}); upgrade divergence")
+    return data
+
+
+def tracking_schedule(every: int, spike_factor: float = SPIKE_FACTOR, spike_window: int = SPIKE_WINDOW,
+                      dense=DENSE_DEFAULT, checkpoint_every: int = 0) -> dict:
+    """The ``tracking`` dict of ``pair.json``; the arguments checked as the recipe checks them.
+
+    ``dense`` is the early schedule on top of ``every`` (``[[until, every], ...]``; default every
+    step to 20 and every 5th to 100, where the dose ratio of ``METHOD.md`` is read; ``[]``: off).
+    """
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        raise UserInputError(f"every={every!r}: must be an integer >= 1 (compare the arms every N steps)")
+    if not spike_factor > 1:
+        raise UserInputError(f"spike_factor={spike_factor!r}: must be > 1")
+    if not isinstance(spike_window, int) or spike_window < 3:
+        raise UserInputError(f"spike_window={spike_window!r}: must be an integer >= 3")
+    if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
+        raise UserInputError(f"checkpoint_every={checkpoint_every!r}: must be an integer >= 0 (0: none)")
+    schedule_config({"every": every, "dense": dense})  # checks dense
+    return {"every": every, "dense": [list(d) for d in dense], "checkpoint_every": checkpoint_every,
+            "spike_factor": float(spike_factor), "spike_window": spike_window}
+
+
+def schedule_config(tracking: dict) -> TrackingConfig:
+    """The schedule of a ``tracking`` dict as ``is_tracked`` takes it (older folders: no dense)."""
+    try:
+        return TrackingConfig(every=tracking["every"], dense=tuple(tuple(d) for d in tracking.get("dense", ())))
+    except (RecipeError, TypeError, ValueError) as err:
+        raise UserInputError(f"dense={tracking.get('dense')!r}: {err}") from None
+
+
+def write_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EVERY, name: str | None = None,
+                     category: str = "optimization", arms: dict | None = None, description: str = "",
+                     replicate: int = 0, spike_factor: float = SPIKE_FACTOR, spike_window: int = SPIKE_WINDOW,
+                     dense=DENSE_DEFAULT, log: dict | None = None) -> dict:
+    """Write ``pair.json`` into ``out`` (created); return its content.
+
+    ``name`` defaults to the folder's name; ``arms`` to ``{"a": ["a"], "b": ["b"]}`` (each
+    arm's list of short labels, e.g. ``["attention=flash"]``); ``log``: the ``log`` section
+    ``divergence watch`` sends its logs with (``{"wandb": false}`` for CSV only).
+    """
+    out = Path(out)
+    if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+        raise UserInputError(f"max_steps={max_steps!r}: must be an integer >= 1 (the arms' number of optimizer steps)")
+    if category not in CATEGORIES:
+        raise UserInputError(f"category={category!r}: must be one of {', '.join(CATEGORIES)}")
+    if not isinstance(replicate, int) or replicate < 0:
+        raise UserInputError(f"replicate={replicate!r}: must be an integer >= 0")
+    if log is not None and not isinstance(log, dict):
+        raise UserInputError(f"log={log!r}: must be a dict, the recipe's log section (e.g. {{'wandb': False}})")
+    arms = _arm_labels(arms)
+    info = PairInfo(name=name or out.resolve().name, category=category, arms=arms,
+                    description=description or " vs ".join(", ".join(arms[a]) for a in ("a", "b")),
+                    max_steps=max_steps, replicate=replicate,
+                    tracking=tracking_schedule(every, spike_factor, spike_window, dense),
+                    extra={"log": dict(log)} if log else {})
+    out.mkdir(parents=True, exist_ok=True)
+    info.write(out)
+    return info.to_json()
+
+
+def ensure_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EVERY, **kwargs) -> dict:
+    """The folder's ``pair.json``, written by ``write_pair_files`` when missing.
+
+    The arm that starts first writes it; the other finds it and must agree on ``max_steps``
+    and ``every`` (the arms of a pair take the same number of steps and are compared at the
+    same steps).
+    """
+    path = Path(out) / FILENAME
+    if not path.is_file():
+        return write_pair_files(out, max_steps=max_steps, every=every, **kwargs)
+    existing = read_pair_json(out)
+    schedule = existing.get("tracking") or {}
+    for key, now, saved in (("max_steps", max_steps, existing.get("max_steps")),
+                            ("every", every, schedule.get("every", every))):
+        if saved != now:
+            raise UserInputError(f"{path}: the pair has {key}={saved!r}, this arm {key}={now!r}; "
+                                 "train both arms with the same value, or use a new folder")
+    return existing
+
+
+def _arm_labels(arms) -> dict:
+    if arms is None:
+        return {"a": ["a"], "b": ["b"]}
+    if not isinstance(arms, dict) or set(arms) != {"a", "b"}:
+        raise UserInputError(f"arms={arms!r}: must be a dict with keys 'a' and 'b', e.g. "
+                             "{'a': ['attention=flash'], 'b': ['attention=baseline']}")
+    return {arm: [arms[arm]] if isinstance(arms[arm], str) else [str(v) for v in arms[arm]] for arm in ("a", "b")}

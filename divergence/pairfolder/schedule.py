@@ -1,0 +1,110 @@
+"""What a reader of a pair folder needs to follow it: the pair's length and comparison schedule.
+
+Read from ``pair.json`` alone (``max_steps``, ``tracking``, ``log``; the built-in trainer's
+``recipe.train.checkpoint_every`` and ``recipe.log`` where its folders keep them), so
+``divergence watch`` follows a pair trained by any code. Folders written before ``pair.json``
+held ``tracking`` fall back to ``pair.yaml``, the built-in trainer's resolved pair recipe.
+``pair.yaml`` is also what the function-space probe builds its models from: without it (a pair
+trained by someone else's code) there is no probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from divergence.errors import UserInputError
+from divergence.pairfolder.layout import PAIR_JSON, PAIR_RECIPE
+from divergence.pairfolder.pair_json import read_pair_json
+from divergence.recipe.pair import ProbeConfig, TrackingConfig
+from divergence.recipe.run import LogConfig
+from divergence.recipe.schema import parse
+
+_TRACKING_KEYS = {f.name for f in fields(TrackingConfig)}
+
+
+@dataclass(frozen=True)
+class PairSchedule:
+    """The pair of a folder as its readers follow it."""
+
+    name: str
+    max_steps: int
+    checkpoint_every: int
+    tracking: TrackingConfig  # every, dense, the spike rule; probe enabled only with a pair.yaml
+    log: LogConfig
+    replicate: int
+    info: dict  # pair.json as read
+    recipe_config: dict | None  # pair.yaml as read (None: absent), what the probe builds models from
+
+    def tracked(self, step: int) -> bool:
+        from divergence.tracking.records import is_tracked
+
+        return is_tracked(step, self.max_steps, self.tracking, self.checkpoint_every)
+
+
+def read_schedule(out: str | Path) -> PairSchedule:
+    """The ``PairSchedule`` of pair folder ``out``; a ``UserInputError`` naming the file and key."""
+    out = Path(out)
+    if not (out / PAIR_JSON).is_file() and not (out / PAIR_RECIPE).is_file():
+        raise UserInputError(f"{out}: no {PAIR_JSON}; start the arms first (they write it), "
+                             f"e.g. divergence train --recipe PAIR --arm a --out {out}")
+    config = _read_recipe(out)
+    info = read_pair_json(out) if (out / PAIR_JSON).is_file() else {}
+    tracking = info.get("tracking") or {}
+    if "every" in tracking:
+        return _from_pair_json(out, info, config)
+    if config is None:
+        raise UserInputError(f"{out / PAIR_JSON}: no tracking.every, and no {PAIR_RECIPE} to read it from; "
+                             "write pair.json with divergence.writers.write_pair_files")
+    return _from_recipe(out, info, config)
+
+
+def _from_pair_json(out: Path, info: dict, config: dict | None) -> PairSchedule:
+    path = out / PAIR_JSON
+    tracking, recipe = info["tracking"], info.get("recipe") or {}
+    train = recipe.get("train") or {}
+    try:
+        parsed = parse(TrackingConfig, {k: v for k, v in tracking.items() if k in _TRACKING_KEYS}, "tracking")
+        checkpoint_every = int(tracking.get("checkpoint_every", train.get("checkpoint_every", 0)) or 0)
+        log = parse(LogConfig, info.get("log", recipe.get("log")), "log")
+        max_steps = int(info["max_steps"])
+        name = str(info["name"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise UserInputError(f"{path}: {err}") from None
+    return _schedule(name, max_steps, checkpoint_every, parsed, log, info, config)
+
+
+def _from_recipe(out: Path, info: dict, config: dict) -> PairSchedule:
+    """A folder of an older version: the schedule in ``pair.yaml`` (``recipes.a.train``)."""
+    from divergence.recipe.run import RunRecipe
+
+    try:
+        parsed = parse(TrackingConfig, config.get("tracking"), "tracking")
+        recipe = parse(RunRecipe, config["recipes"]["a"])
+        name = config["name"]
+    except (KeyError, TypeError) as err:
+        raise UserInputError(f"{out / PAIR_RECIPE}: not a pair file (missing {err})") from None
+    return _schedule(name, recipe.train.max_steps, recipe.train.checkpoint_every, parsed, recipe.log,
+                     info or {"name": name}, config)
+
+
+def _schedule(name, max_steps, checkpoint_every, tracking, log, info, config) -> PairSchedule:
+    if config is None and tracking.probe.enabled:  # the probe builds our models from pair.yaml
+        tracking = replace(tracking, probe=ProbeConfig(enabled=False))
+    replicate = int(info.get("replicate", (config or {}).get("replicate", 0)) or 0)
+    return PairSchedule(name, max_steps, checkpoint_every, tracking, log, replicate, info, config)
+
+
+def _read_recipe(out: Path) -> dict | None:
+    import yaml
+
+    path = out / PAIR_RECIPE
+    if not path.is_file():
+        return None
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise UserInputError(f"{path}: unreadable ({err})") from None
+    if not isinstance(config, dict):
+        raise UserInputError(f"{path}: not a pair file (a mapping)")
+    return config

@@ -1,0 +1,162 @@
+"""What a pair's loggers receive at a step: the same keys from lockstep training and the comparator.
+
+    divergence/model/<metric>             whole-model summary, each of the six metrics
+    divergence/kind/<kind>/<metric>       per kind of layer (attn_q, conv, norm, ...), wasserstein
+                                          and max_abs_diff
+    divergence/probe/<key>                the function-space probe, when the step record has it
+                                          (probe_rel_diff, probe_loss_a, probe_loss_b)
+    train/loss_a, train/loss_b, train/loss_diff, train/spike_a, train/spike_b
+    trainer/global_step                   the step axis of every key above
+
+At the table steps (checkpoint steps and the last step), to wandb only:
+
+    divergence/layers                     a Table of every module's values at this step
+    divergence/top_layers                 a Table of the TOP_K modules of largest wasserstein
+    divergence/heatmap                    an image, layers x tracked steps so far, a panel for
+                                          wasserstein and one for max_abs_diff
+                                          (divergence.tracking.layer_heatmap)
+
+With ``log.per_layer_scalars`` (off by default: a thousand panels for an SD-1.5-sized model),
+also one scalar per module: ``divergence/wasserstein/<module>`` and
+``divergence/max_abs_diff/<module>``, the module path made key-safe (``down_blocks.0.attn1`` ->
+``down_blocks_0_attn1``; see ``divergence.wandb_mode.key_part``).
+
+wandb summaries (``define_keys``): ``max`` for spikes and every ``max_abs_diff`` key, ``last``
+for the rest; every key on the step axis ``trainer/global_step``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from divergence.metrics import METRICS, aggregate
+from divergence.wandb_mode import key_part
+
+TABLE_COLUMNS = ["module", "kind", "tensors", "numel", *METRICS]
+LOSS_KEYS = ("loss_a", "loss_b", "loss_diff", "spike_a", "spike_b")
+PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")
+KIND_METRICS = ("wasserstein", "max_abs_diff")
+TOP_K = 20
+STEP_KEY = "trainer/global_step"
+
+
+def is_table_step(step: int, max_steps: int, checkpoint_every: int) -> bool:
+    """The per-module tables go out at checkpoint steps and the last step (tables are heavy)."""
+    return step == max_steps or bool(checkpoint_every and step % checkpoint_every == 0)
+
+
+def summary_of(key: str) -> str:
+    """``max`` for a spike flag or a max difference (the worst is what matters), else ``last``."""
+    return "max" if key.startswith("train/spike_") or key.endswith("max_abs_diff") or "/max_abs_diff/" in key \
+        else "last"
+
+
+def step_metrics(record: dict) -> dict[str, float]:
+    """The scalar keys of one step record (losses always; divergence keys at tracked steps)."""
+    metrics = {f"train/{k}": float(record[k]) for k in LOSS_KEYS
+               if not (isinstance(record[k], float) and math.isnan(record[k]))}
+    if record.get("tracked"):
+        metrics.update({f"divergence/model/{m}": record[m] for m in METRICS})
+        for kind, values in record["kinds"].items():
+            metrics.update({f"divergence/kind/{key_part(kind)}/{m}": values[m] for m in KIND_METRICS})
+        metrics.update({f"divergence/probe/{k}": float(record[k]) for k in PROBE_KEYS
+                        if isinstance(record.get(k), (int, float)) and math.isfinite(record[k])})
+    return metrics
+
+
+def log_step(loggers, step: int, record: dict, tensors: list[dict], table: bool = False) -> None:
+    """Send one step's store records (``record`` and its ``tensors``) to every logger."""
+    if not loggers:
+        return
+    metrics = step_metrics(record)
+    modules = module_rows(tensors) if record.get("tracked") else []
+    per_layer = {}
+    for row in modules:
+        name = key_part(row["group"])
+        per_layer[f"divergence/wasserstein/{name}"] = row["wasserstein"]
+        per_layer[f"divergence/max_abs_diff/{name}"] = row["max_abs_diff"]
+    for logger in loggers:
+        log_config = getattr(logger, "log_config", None)
+        extra = per_layer if getattr(log_config, "per_layer_scalars", False) else {}
+        log_at_step(logger, {**metrics, **extra}, step)
+        if modules:
+            _log_layers(logger, step, modules, table)
+
+
+def module_rows(tensors: list[dict]) -> list[dict]:
+    """Per-module aggregates of a step's tensor records, each with its weight's ``kind``."""
+    modules = aggregate([dict(r, name=r["tensor"]) for r in tensors], "module")
+    kind_of = {r["module"] or "(root)": r["kind"] for r in tensors if r["tensor"].endswith("weight")}
+    for row in modules:
+        row["kind"] = kind_of.get(row["group"], "")
+    return modules
+
+
+def log_at_step(logger, metrics: dict, step: int) -> None:
+    """Log ``metrics`` at training step ``step``; to wandb with its own step set to ``step``.
+
+    wandb keeps a run's steps strictly increasing and ignores a step at or below the last
+    one it has: when a killed run resumes from an earlier checkpoint and logs the steps after
+    it again, the ones wandb already holds are dropped and the ones lost with the crash are
+    filled in, so each step is in wandb exactly once. (Lightning's WandbLogger logs without
+    a wandb step, which would append the re-logged steps as duplicates.)
+    """
+    from lightning.pytorch.loggers import WandbLogger
+
+    if isinstance(logger, WandbLogger):
+        run = logger.experiment
+        define_keys(logger, run, metrics)
+        run.log({**metrics, STEP_KEY: step}, step=step)
+    else:
+        logger.log_metrics(metrics, step=step)
+
+
+def define_keys(logger, run, metrics: dict) -> None:
+    """``define_metric`` each key not yet defined for this run: the step axis and its summary."""
+    defined = logger.__dict__.setdefault("defined_keys", set())
+    if not hasattr(run, "define_metric"):
+        return
+    if STEP_KEY not in defined:
+        run.define_metric(STEP_KEY)
+        defined.add(STEP_KEY)
+    for key in metrics.keys() - defined:
+        run.define_metric(key, step_metric=STEP_KEY, summary=summary_of(key))
+        defined.add(key)
+
+
+def _log_layers(logger, step: int, modules: list[dict], table: bool) -> None:
+    """wandb only: feed the heatmap history; at table steps, the tables and the heatmaps."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    if not isinstance(logger, WandbLogger):
+        return
+    history = _history(logger, step)
+    history.add(step, modules)
+    if not table:
+        return
+    import wandb
+
+    from divergence.tracking.layer_heatmap import heatmap_image
+
+    rows = [[r["group"], r.get("kind", ""), r["tensors"], r["numel"], *[r[m] for m in METRICS]] for r in modules]
+    w = TABLE_COLUMNS.index("wasserstein")
+    top = sorted(rows, key=lambda row: -row[w] if math.isfinite(row[w]) else math.inf)[:TOP_K]
+    payload = {"divergence/layers": wandb.Table(columns=TABLE_COLUMNS, data=rows),
+               "divergence/top_layers": wandb.Table(columns=TABLE_COLUMNS, data=top)}
+    modules_n, steps_n = len(history.matrix("wasserstein")[0]), len(history.steps)
+    payload["divergence/heatmap"] = wandb.Image(heatmap_image(history),
+                                                caption=f"{modules_n} modules x {steps_n} tracked steps")
+    logger.experiment.log({**payload, STEP_KEY: step}, step=step)
+
+
+def _history(logger, step: int):
+    """The logger's layer history, seeded from the store the first time (a resumed run)."""
+    from divergence.tracking.layer_heatmap import LayerHistory
+
+    history = logger.__dict__.get("layer_history")
+    if history is None:
+        history = logger.__dict__["layer_history"] = LayerHistory()
+        store_dir = getattr(logger, "store_dir", None)
+        if store_dir is not None:
+            history.seed(store_dir, before=step)
+    return history
