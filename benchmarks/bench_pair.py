@@ -11,8 +11,10 @@
 3. Probe cost: one function-space probe evaluation of both arms (``tracking.probe.size`` items,
    fp32, baseline attention) and one whole-model weight comparison, each over one pair step,
    timed side by side; then what they add at the default cadence (``is_tracked``: dense early,
-   then every ``tracking.every``) over runs of several lengths: tracked steps x cost / (steps x
-   pair step). Target for the probe: <= 10% of pair step time.
+   then every ``tracking.every``; the probe at the tracked steps ``probe_due`` picks, every
+   ``tracking.probe.every`` steps, beside the probe at every tracked step, ``every: 1``) over runs
+   of several lengths: evaluations x cost / (steps x pair step). Target for the probe: <= 10% of
+   pair step time.
 
 Rounds alternate the variants so drift in machine load hits all of them; medians are printed.
 ``--clock cpu`` times this process's CPU time instead of wall time: with one torch thread it
@@ -34,7 +36,7 @@ from divergence.recipe.pair import load_pair_recipe
 from divergence.store import MetricsStore
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs
-from divergence.training.probe import FunctionProbe
+from divergence.training.probe import FunctionProbe, probe_due
 from divergence.training.records import divergence_records, is_tracked, loss_record
 from divergence.training.spikes import SpikeDetector
 
@@ -131,12 +133,16 @@ def main() -> None:
     probe_ratio, compare_ratio = med["probe (both arms)"] / med["pair"], med["weight comparison"] / med["pair"]
     print(f"probe: one evaluation ({pair.tracking.probe.size} items, both arms) / one pair step = {probe_ratio:.2f}; "
           f"weight comparison / pair step = {compare_ratio:.2f}")
-    dense = [list(d) for d in pair.tracking.dense]
+    dense, config = [list(d) for d in pair.tracking.dense], pair.tracking.probe
+    print(f"default cadence: tracked on dense {dense}, then every {every}; probe at tracked steps every "
+          f"{config.every} (and the last), beside every tracked step (probe every 1)   (probe target <= 10%)")
     for steps in sorted({100, 200, 500, 2000, max_steps}):
-        count = sum(is_tracked(s, steps, pair.tracking, ckpt) for s in range(1, steps + 1))
-        print(f"  default cadence (dense {dense}, then every {every}) over {steps:>4} steps: {count:>3} tracked; "
-              f"probe adds {count * probe_ratio / steps:6.1%}, weight comparison {count * compare_ratio / steps:6.1%}"
-              f" of pair step time   (probe target <= 10%)")
+        tracked_steps = [s for s in range(steps + 1) if is_tracked(s, steps, pair.tracking, ckpt)]
+        probed = sum(probe_due(s, steps, config) for s in tracked_steps)
+        count = len(tracked_steps)
+        print(f"  over {steps:>4} steps: {count:>3} tracked, weight comparison adds {count * compare_ratio / steps:6.1%}; "
+              f"probe every 1: {count:>3} evaluations, adds {count * probe_ratio / steps:6.1%}; "
+              f"every {config.every}: {probed:>3}, adds {probed * probe_ratio / steps:6.1%}")
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ in ``DIR/watch.json``.
 Under torchrun, rank 0 plans and writes; every rank measures its share of each checkpoint
 pair (``divergence.comparator.distributed``).
 
-The function-space probe (``tracking.probe``) runs on rank 0 at every tracked step, as in
-lockstep: both arms' weights files are loaded into two models built from the pair's recipe and
+The function-space probe (``tracking.probe``) runs on rank 0 at the tracked steps
+``divergence.training.probe.probe_due`` picks, as in lockstep: both arms' weights files are loaded into two models built from the pair's recipe and
 evaluated on the same probe set with ``divergence.training.probe`` (fp32, baseline attention), so
 the store gets ``probe_rel_diff, probe_loss_a, probe_loss_b`` equal to the lockstep tracker's.
 """
@@ -235,7 +235,7 @@ class Comparator:
         if task.tracked:
             tensors, summary = comparison_records(result)
             record.update(summary, tracked=True)
-            if self.probe is not None:
+            if self.probe is not None and self.probe.due(task.step):
                 try:
                     record.update(self.probe.record(task.paths))
                 except CheckpointError:
@@ -313,6 +313,11 @@ class FileProbe:
     def __init__(self, pair: PairFolder, device):
         self.pair, self.device = pair, device
         self._arms = self._probe = None
+
+    def due(self, step: int) -> bool:
+        from divergence.training.probe import probe_due
+
+        return probe_due(step, self.pair.max_steps, self.pair.tracking.probe)
 
     def record(self, paths: dict) -> dict:
         if self._probe is None:

@@ -14,6 +14,15 @@ autocast, no gradients, eval mode. At every tracked step the store gets::
 so F(t) = probe_rel_diff is the function-space twin of the whole-model ``rel_l2`` (METHOD.md,
 "The statistic"), and the probe losses give the outcome without the arms' own numerics in it.
 
+Cadence (``probe_due``): at tracked steps that are multiples of ``tracking.probe.every`` (20 by
+default) and at the last step. One evaluation (64 items, two forward passes in fp32 with
+baseline attention) costs about 1.5 pair steps of the tiny recipe (batch 16, forward and
+backward): its cost is the forward passes themselves (profile: convolutions ~30%, baseline
+attention ~40%, text encoder ~4%), so at every tracked step of the dense schedule it would add
+40-60% to a run; every 20 steps it adds ~8% (``benchmarks/bench_pair.py``). The trade: the
+window's saturation test (phi < 0.1) and the function-space twin lr^F are read at probed steps
+only (``divergence.analysis.dose``); ``every: 1`` probes every tracked step.
+
 The evaluation must not change training: it swaps the arm's attention processors for baseline
 ones and puts its modules in eval mode, then restores every processor object and every
 module's training flag exactly (``verify_attention`` checks the processors); it reads no
@@ -34,6 +43,15 @@ from divergence.recipe.pair import ProbeConfig
 from divergence.training.inputs import DiffusionInputs, Inputs
 
 PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")
+
+
+def probe_due(step: int, max_steps: int, config: ProbeConfig) -> bool:
+    """Whether a tracked ``step`` gets the probe: multiples of ``config.every`` and the last step.
+
+    >>> [s for s in range(0, 51, 5) if probe_due(s, 50, ProbeConfig(every=20))]
+    [0, 20, 40, 50]
+    """
+    return config.enabled and (step % config.every == 0 or step == max_steps)
 
 
 class FunctionProbe:
