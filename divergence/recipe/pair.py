@@ -66,14 +66,14 @@ def replicate_seed(seed: int, replicate: int) -> int:
 class ProbeConfig:
     """The function-space probe: a fixed set of inputs both arms are evaluated on at tracked steps."""
 
-    # Evaluate both arms on the probe at every tracked step (fp32, baseline attention, no autocast).
+    # Evaluate both arms on the probe at the tracked steps ``every`` picks (fp32, baseline attention, no autocast).
     enabled: bool = True
     # Items (image, noise, timestep, caption) in the probe set.
     size: int = 64
     # Seed of the probe set (replicate r uses replicate_seed(seed, r)).
     seed: int = 0
     # Items per forward pass (bounds the probe's memory). 16 keeps the baseline attention's score
-    # matrices in cache: 15-25% faster than 64 on CPU, bitwise the same outputs on the tiny recipe.
+    # matrices small: 2-20% faster than 64 on CPU, bitwise the same outputs on the tiny recipe.
     batch_size: int = 16
     # Evaluate at tracked steps that are multiples of ``every`` (and at the last step); 1: at every
     # tracked step. One evaluation of 64 items costs ~1.5 pair steps on the tiny recipe, so 20 keeps
