@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--probes", type=int, default=2, help="probe evaluations per timed stage")
     parser.add_argument("--before-batch", type=int, default=64, help="probe batch size of the 'before' "
-                        "variant timed beside the configured probe (the default before it was 16)")
+                        "variant timed beside the configured probe (64: the default until it became 16)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall time, or this process's "
                         "CPU time (one thread: robust to other load)")
     parser.add_argument("overrides", nargs="*")
