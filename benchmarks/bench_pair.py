@@ -11,8 +11,10 @@
 3. Probe cost: one function-space probe evaluation of both arms (``tracking.probe.size`` items,
    fp32, baseline attention) and one whole-model weight comparison, each over one pair step,
    timed side by side; then what they add at the default cadence (``is_tracked``: dense early,
-   then every ``tracking.every``) over runs of several lengths: tracked steps x cost / (steps x
-   pair step). Target for the probe: <= 10% of pair step time.
+   then every ``tracking.every``; the probe at the tracked steps ``probe_due`` picks, every
+   ``tracking.probe.every`` steps, beside "before": the probe at every tracked step in forward
+   passes of ``--before-batch`` items, timed in the same rounds) over runs of several lengths:
+   evaluations x cost / (steps x pair step). Target for the probe: <= 10% of pair step time.
 
 Rounds alternate the variants so drift in machine load hits all of them; medians are printed.
 ``--clock cpu`` times this process's CPU time instead of wall time: with one torch thread it
@@ -32,7 +34,7 @@ import torch
 
 from divergence.recipe.pair import load_pair_recipe
 from divergence.store import MetricsStore
-from divergence.tracking.records import divergence_records, is_tracked, loss_record
+from divergence.tracking.records import divergence_records, is_tracked, loss_record, probe_due
 from divergence.tracking.spikes import SpikeDetector
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs
@@ -69,6 +71,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--probes", type=int, default=2, help="probe evaluations per timed stage")
+    parser.add_argument("--before-batch", type=int, default=64, help="probe batch size of the 'before' "
+                        "variant timed beside the configured probe (64: the default until it became 16)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall time, or this process's "
                         "CPU time (one thread: robust to other load)")
     parser.add_argument("overrides", nargs="*")
@@ -92,6 +96,7 @@ def main() -> None:
     every, ckpt, max_steps = pair.tracking.every, pair.base.train.checkpoint_every, pair.base.train.max_steps
     sparse = replace(pair.tracking, dense=())
     probe = FunctionProbe(inputs, pair.tracking.probe, pair.probe_seed)
+    before = FunctionProbe(inputs, replace(pair.tracking.probe, batch_size=args.before_batch), pair.probe_seed)
 
     def tracked(step):
         outputs = lockstep(step)
@@ -105,18 +110,22 @@ def main() -> None:
     def probed(step):
         probe.record(arms["a"], arms["b"])
 
+    def probed_before(step):
+        before.record(arms["a"], arms["b"])
+
     def compared(step):
         divergence_records(arms["a"].weights(), arms["b"].weights())
 
     timed(lockstep, 3, 0)  # burn-in
-    probed(0)
+    probed(0), probed_before(0)
     results = {"a alone": [], "b alone": [], "pair": [], "pair + tracking": [], "probe (both arms)": [],
-               "weight comparison": []}
+               "probe before": [], "weight comparison": []}
     start = 3
     for _ in range(args.rounds):
         for label, fn, steps in (("a alone", alone("a"), args.steps), ("b alone", alone("b"), args.steps),
                                  ("pair", lockstep, args.steps), ("pair + tracking", tracked, args.steps),
-                                 ("probe (both arms)", probed, args.probes), ("weight comparison", compared, 2)):
+                                 ("probe (both arms)", probed, args.probes),
+                                 ("probe before", probed_before, args.probes), ("weight comparison", compared, 2)):
             results[label].append(timed(fn, steps, start))
             start += steps
     med = {k: statistics.median(v) for k, v in results.items()}
@@ -129,14 +138,21 @@ def main() -> None:
     print(f"lockstep: pair / (a alone + b alone) = {ratio:.3f}   (target <= 1.05)")
     print(f"tracking: with / without, every {every} steps = {overhead:.3f}   (target <= 1.03)")
     probe_ratio, compare_ratio = med["probe (both arms)"] / med["pair"], med["weight comparison"] / med["pair"]
-    print(f"probe: one evaluation ({pair.tracking.probe.size} items, both arms) / one pair step = {probe_ratio:.2f}; "
-          f"weight comparison / pair step = {compare_ratio:.2f}")
-    dense = [list(d) for d in pair.tracking.dense]
+    before_ratio = med["probe before"] / med["pair"]
+    size, batch = pair.tracking.probe.size, pair.tracking.probe.batch_size
+    print(f"probe: one evaluation ({size} items, both arms) / one pair step = {probe_ratio:.2f} at batch {batch}, "
+          f"{before_ratio:.2f} at batch {args.before_batch} (before); weight comparison / pair step = {compare_ratio:.2f}")
+    dense, config = [list(d) for d in pair.tracking.dense], pair.tracking.probe
+    print(f"default cadence: tracked on dense {dense}, then every {every}; before: probe at every tracked step, "
+          f"batch {args.before_batch}; after: at tracked steps every {config.every} (and the last), batch {batch}"
+          f"   (probe target <= 10%)")
     for steps in sorted({100, 200, 500, 2000, max_steps}):
-        count = sum(is_tracked(s, steps, pair.tracking, ckpt) for s in range(1, steps + 1))
-        print(f"  default cadence (dense {dense}, then every {every}) over {steps:>4} steps: {count:>3} tracked; "
-              f"probe adds {count * probe_ratio / steps:6.1%}, weight comparison {count * compare_ratio / steps:6.1%}"
-              f" of pair step time   (probe target <= 10%)")
+        tracked_steps = [s for s in range(steps + 1) if is_tracked(s, steps, pair.tracking, ckpt)]
+        probed = sum(probe_due(s, steps, config) for s in tracked_steps)
+        count = len(tracked_steps)
+        print(f"  over {steps:>4} steps: {count:>3} tracked, weight comparison adds {count * compare_ratio / steps:6.1%}; "
+              f"probe before: {count:>3} evaluations, adds {count * before_ratio / steps:6.1%}; "
+              f"after: {probed:>3}, adds {probed * probe_ratio / steps:6.1%}")
 
 
 if __name__ == "__main__":

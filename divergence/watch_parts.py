@@ -56,6 +56,12 @@ class FileProbe:
         self.pair, self.device = pair, device
         self._arms = self._probe = None
 
+    def due(self, step: int) -> bool:
+        """The lockstep tracker's rule (``probe_due``), so both stores hold the same probe steps."""
+        from divergence.tracking.records import probe_due
+
+        return probe_due(step, self.pair.max_steps, self.pair.tracking.probe)
+
     def record(self, paths: dict) -> dict:
         if self._probe is None:
             self._build()

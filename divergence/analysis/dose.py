@@ -15,7 +15,10 @@ replicate r, at their shared tracked steps t:
     g(t)     local log-growth rate: OLS slope of ln E over the tracked steps i-2..i+2
 
 Unsaturated window U_r, function space (X, P and S carry the probe): t >= start, E_X, E_P > 0,
-phi_X, phi_P < 0.1, and 1/2 <= g_X / g_P <= 2 (both growing alike). Weight space (no probe):
+phi_X, phi_P < 0.1, and 1/2 <= g_X / g_P <= 2 (both growing alike). The probe runs at a subset of
+the tracked steps (``tracking.probe.every``); a tracked step without it takes phi from the next
+probed step (``next_probed``), and lr^F is the median over the window's probed steps (NaN with
+fewer than ``min_window`` of them). Weight space (no probe):
 t >= start, E_X, E_P > 0, g_X > 0 and g_P >= g_X / 2 (the reference still amplifies at least
 half as fast), and, with a seed pair, E_X, E_P < 0.1 E_S. Either way the window ends at the
 first step where a pair saturates (phi >= 0.1, or E >= 0.1 E_S). start = max(10, warm-up) for a
@@ -116,7 +119,9 @@ def estimate(study: PairData, reference: PairData, seed: PairData | None, start:
         log_ratio = np.log10(e_x / e_p)
     g_x, g_p = local_rates(steps, e_x), local_rates(steps, e_p)
     alike = _alike(g_x, g_p, space)
-    saturated = (phi_x >= SATURATED) | (phi_p >= SATURATED)  # NaN phi (no seed pair): never saturated
+    # NaN phi (no seed pair): never saturated; a step between probes takes the next probe's phi
+    seen_x, seen_p = (next_probed(phi_x), next_probed(phi_p)) if space == "function" else (phi_x, phi_p)
+    saturated = (seen_x >= SATURATED) | (seen_p >= SATURATED)
     ends = np.flatnonzero(saturated)
     before = np.arange(len(steps)) < (ends[0] if ends.size else len(steps))
     keep = (steps >= start) & (e_x > 0) & (e_p > 0) & np.isfinite(log_ratio) & alike & before
@@ -128,6 +133,24 @@ def _alike(g_x: np.ndarray, g_p: np.ndarray, space: str) -> np.ndarray:
         if space == "function":
             return (g_x > 0) & (g_p > 0) & (g_x / g_p <= RATE_FACTOR) & (g_p / g_x <= RATE_FACTOR)
         return (g_x > 0) & (g_p >= g_x / RATE_FACTOR)
+
+
+def next_probed(phi: np.ndarray) -> np.ndarray:
+    """phi at each step, or where it is NaN (no probe there) the value at the next step that has
+    one: phi grows until saturation, so a step between two probes is counted as saturated when the
+    later probe is (the window ends at the last probe below 0.1, never after the crossing).
+
+    >>> next_probed(np.array([0.01, np.nan, np.nan, 0.2, np.nan]))
+    array([0.01, 0.2 , 0.2 , 0.2 ,  nan])
+    """
+    out = np.array(phi, dtype=float)
+    later = np.nan
+    for i in range(len(out) - 1, -1, -1):
+        if np.isfinite(out[i]):
+            later = out[i]
+        else:
+            out[i] = later
+    return out
 
 
 def probe_values(pair: PairData) -> np.ndarray:

@@ -20,9 +20,10 @@ pair (``divergence.comparator.distributed``).
 
 It reads only the pair-folder contract (``divergence.pairfolder``: the schedule from ``pair.json``)
 and imports nothing from the training package. The function-space probe (``tracking.probe``)
-runs on rank 0 at every tracked step of a pair the built-in trainer trains (``pair.yaml`` present),
-as in lockstep: both arms' weights files are loaded into two models built from the pair's recipe
-and evaluated on the same probe set (``divergence.watch_parts.FileProbe``, fp32, baseline attention), so
+runs on rank 0 at the tracked steps ``probe_due`` picks (as in lockstep) of a pair the built-in
+trainer trains (``pair.yaml`` present): both arms' weights files are loaded into two models built
+from the pair's recipe and evaluated on the same probe set (``divergence.watch_parts.FileProbe``,
+fp32, baseline attention), so
 the store gets ``probe_rel_diff, probe_loss_a, probe_loss_b`` equal to the lockstep tracker's.
 """
 
@@ -216,7 +217,7 @@ class Comparator:
         if task.tracked:
             tensors, summary = comparison_records(result)
             record.update(summary, tracked=True)
-            if self.probe is not None:
+            if self.probe is not None and self.probe.due(task.step):
                 try:
                     record.update(self.probe.record(task.paths))
                 except CheckpointError:

@@ -39,6 +39,17 @@ def is_tracked(step: int, max_steps: int, tracking, checkpoint_every: int) -> bo
     return False
 
 
+def probe_due(step: int, max_steps: int, config) -> bool:
+    """Whether a tracked ``step`` gets the function-space probe (``config``: the recipe's
+    ``tracking.probe``): multiples of ``config.every`` and the last step.
+
+    >>> from divergence.recipe.pair import ProbeConfig
+    >>> [s for s in range(0, 51, 5) if probe_due(s, 50, ProbeConfig(every=20))]
+    [0, 20, 40, 50]
+    """
+    return config.enabled and (step % config.every == 0 or step == max_steps)
+
+
 def loss_record(losses: dict[str, float] | None, detectors: dict[str, SpikeDetector]) -> dict:
     """``loss_a, loss_b, loss_diff, spike_a, spike_b`` (NaN losses and no spikes at step 0)."""
     if losses is None:

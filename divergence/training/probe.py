@@ -14,6 +14,15 @@ autocast, no gradients, eval mode. At every tracked step the store gets::
 so F(t) = probe_rel_diff is the function-space twin of the whole-model ``rel_l2`` (METHOD.md,
 "The statistic"), and the probe losses give the outcome without the arms' own numerics in it.
 
+Cadence (``probe_due``): at tracked steps that are multiples of ``tracking.probe.every`` (20 by
+default) and at the last step. One evaluation (64 items, two forward passes in fp32 with
+baseline attention) costs about 1.6 pair steps of the tiny recipe (batch 16, forward and
+backward): its cost is the forward passes themselves (profile: convolutions ~30%, baseline
+attention ~40%, text encoder ~4%), so at every tracked step of the dense schedule it would add
+19-61% to a run (2000 to 100 steps); every 20 steps it adds 8-10% (``benchmarks/bench_pair.py``).
+The trade: the window's saturation test (phi < 0.1) and the function-space twin lr^F are read
+at probed steps only (``divergence.analysis.dose``); ``every: 1`` probes every tracked step.
+
 The evaluation must not change training: it swaps the arm's attention processors for baseline
 ones and puts its modules in eval mode, then restores every processor object and every
 module's training flag exactly (``verify_attention`` checks the processors); it reads no

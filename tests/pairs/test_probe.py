@@ -1,4 +1,5 @@
-"""The function-space probe: its keys at tracked steps, exactly zero on the control, and no effect on training."""
+"""The function-space probe: its keys at the tracked steps it is due, exactly zero on the control, and no
+effect on training."""
 
 import math
 
@@ -9,7 +10,8 @@ from divergence.training.pair_run import train_pair
 
 from .helpers import pair_recipe, step_records
 
-SMALL = ("train.max_steps=3", "tracking.probe.size=4", "tracking.dense=[]", "tracking.every=2")
+SMALL = ("train.max_steps=3", "tracking.probe.size=4", "tracking.dense=[]", "tracking.every=2",
+         "tracking.probe.every=1")
 PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")
 
 
@@ -23,6 +25,15 @@ def test_control_pair_probe_is_exactly_zero(tmp_path):
             assert record["probe_loss_a"] == record["probe_loss_b"] > 0, step
         else:
             assert not set(PROBE_KEYS) & set(record), step
+
+
+def test_probe_runs_at_tracked_multiples_of_its_every_and_at_the_last_step(tmp_path):
+    train_pair(pair_recipe("control", "train.max_steps=5", "tracking.dense=[]", "tracking.every=1",
+                           "tracking.probe.every=2"), tmp_path)
+    steps = step_records(tmp_path)
+    assert all(steps[s]["tracked"] for s in range(6))
+    assert [s for s, r in steps.items() if "probe_rel_diff" in r] == [0, 2, 4, 5]
+    assert all(steps[s]["probe_rel_diff"] == 0.0 for s in (0, 2, 4, 5))
 
 
 def test_probe_does_not_change_training_and_sees_the_flash_kernel(tmp_path):

@@ -4,8 +4,9 @@ At every step it records both arms' losses (and flags spikes); at every tracked 
 (``divergence.training.records.is_tracked``: step 0, the dense early schedule, every
 ``tracking.every`` steps, checkpoint steps and the last step) it also compares the arms'
 current weights tensor by tensor with ``divergence.metrics``, on the device where they live,
-aggregates per module, per kind and whole model, and, given a ``probe`` function, adds what it
-returns (the function-space probe's ``probe_rel_diff, probe_loss_a, probe_loss_b``). Records go
+aggregates per module, per kind and whole model, and, given a ``probe`` function, at the tracked
+steps ``divergence.training.probe.probe_due`` picks, adds what it returns (the function-space
+probe's ``probe_rel_diff, probe_loss_a, probe_loss_b``). Records go
 to the metrics store (``DIR/metrics.jsonl``) and the same numbers to every Lightning logger,
 with the keys of ``divergence.training.step_logging`` (shared with the comparator that
 follows separate-job arms): ``divergence/model/<metric>``, ``divergence/wasserstein/<module>``,
@@ -30,10 +31,9 @@ from lightning.pytorch.callbacks import Callback
 from divergence.errors import TrainingDiverged
 from divergence.recipe.pair import TrackingConfig
 from divergence.store import MetricsStore
-from divergence.tracking.records import ARMS, divergence_records, is_tracked, loss_record
+from divergence.tracking.records import ARMS, divergence_records, is_tracked, loss_record, probe_due
 from divergence.tracking.spikes import SpikeDetector
 from divergence.tracking.step_logging import is_table_step, log_step
-
 
 
 class DivergenceTracker(Callback):
@@ -77,7 +77,7 @@ class DivergenceTracker(Callback):
             device = None if self.tracking.device == "auto" else self.tracking.device
             tensors, summary = divergence_records(pl_module.arms["a"].weights(), pl_module.arms["b"].weights(), device)
             record.update(summary, tracked=True)
-            if self.probe is not None:
+            if self.probe is not None and probe_due(step, trainer.max_steps, self.tracking.probe):
                 record.update(self.probe(pl_module))
         else:
             record["tracked"] = False
