@@ -82,10 +82,10 @@ def judge(study: list[PairData], reference: list[PairData], seeds: list[PairData
     name, label = study[0].name, study[0].label
     if not reference:
         return _no_verdict(name, None, "no precision pair (category precision, e.g. bf16 vs fp32) among the "
-                                       "inputs: it is the yardstick of the dose ratio; add one")
+                                       "inputs: it is the yardstick of the dose ratio; add one", label=label)
     floor, floor_text, blocked = _floor(study, controls)
     if blocked:
-        return _no_verdict(name, reference[0].name, blocked, floor=floor)
+        return _no_verdict(name, reference[0].name, blocked, floor=floor, label=label)
     estimates, caveats = _estimates(study, reference, seeds, start, min_window)
     caveats += _setup_caveats(study, controls)
     usable = [e for e in estimates if e.usable]
@@ -93,7 +93,7 @@ def judge(study: list[PairData], reference: list[PairData], seeds: list[PairData
         return _no_drift(study, reference, caveats)
     if not usable:
         return _no_verdict(name, reference[0].name, _why_no_window(study, reference, estimates, min_window),
-                           floor=floor)
+                           floor=floor, label=label)
     dose, dose_f = pool([e.log10 for e in usable]), pool([e.log10_function for e in usable])
     where = outcome.source(study + seeds)
     deltas = {p.replicate: outcome.delta(p, where) for p in study if p.replicate in {e.replicate for e in usable}}
@@ -228,8 +228,8 @@ def _disagreement(dose: Pooled, dose_f: Pooled) -> str | None:
     return None
 
 
-def _no_verdict(name, reference, reason, floor=None) -> Verdict:
-    return Verdict(name, reference, "no_verdict", f"No verdict: {reason}.", (reason,), floor=floor)
+def _no_verdict(name, reference, reason, floor=None, label: str | None = None) -> Verdict:
+    return Verdict(name, reference, "no_verdict", f"No verdict for {label or name}: {reason}.", (reason,), floor=floor)
 
 
 def _with_headline(v: Verdict, label: str, ref_label: str, floor_text: str | None) -> Verdict:
@@ -240,7 +240,7 @@ def headline(v: Verdict, label: str, ref_label: str, floor_text: str | None = No
     """One paragraph a person reads: status, dose ratio with its interval, outcome, floor, equivalent dose."""
     word = STATUS_WORDS[v.status]
     if v.status == "no_verdict":
-        return f"{word}: {v.reasons[0]}."
+        return f"{word} for {label}: {v.reasons[0]}."
     span = f"window steps {v.window[0]}-{v.window[1]}"
     if not v.dose_like:
         text = (f"{word}: {label} vs {ref_label} is not dose-like: log10(E_X/E_P) drifts by {v.drift:+.2f} dex "
