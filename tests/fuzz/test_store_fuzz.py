@@ -23,6 +23,7 @@ from divergence.cli import main
 from divergence.store import MetricsStore
 from divergence.store.losses import LossFile
 from divergence.training.pair import pair_config
+from divergence.training.pair_run import pair_info
 from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe
 
 STEPS = ("train.max_steps=4", "train.checkpoint_every=2", "tracking.every=3")
@@ -47,20 +48,24 @@ def _losses(folder: Path) -> None:
 
 @pytest.fixture
 def lockstep(tmp_path):
-    """A lockstep pair folder as a run leaves it: pair.yaml, resume/, the store."""
+    """A lockstep pair folder as a run leaves it: pair.yaml, pair.json, resume/, the store."""
     out = tmp_path / "lockstep"
     (out / "resume").mkdir(parents=True)
-    (out / "pair.yaml").write_text(json.dumps(pair_config(pair_recipe("seed-vs-seed", *STEPS))))
+    pair = pair_recipe("seed-vs-seed", *STEPS)
+    (out / "pair.yaml").write_text(json.dumps(pair_config(pair)))
+    pair_info(pair).write(out)
     _store(out)
     return out
 
 
 @pytest.fixture
 def arms(tmp_path):
-    """A separate-job pair folder: pair.yaml and each arm's losses."""
+    """A separate-job pair folder: pair.yaml, pair.json and each arm's losses."""
     out = tmp_path / "arms"
     out.mkdir()
-    (out / "pair.yaml").write_text(json.dumps(pair_config(pair_recipe("seed-vs-seed", *STEPS))))
+    pair = pair_recipe("seed-vs-seed", *STEPS)
+    (out / "pair.yaml").write_text(json.dumps(pair_config(pair)))
+    pair_info(pair).write(out)
     for arm in "ab":
         _losses(out / arm)
     return out
