@@ -3,7 +3,7 @@
 A scheduler may start the comparator before either arm has run a line (``submit.sh`` starts it
 once both arm jobs have *started*; a requeued comparator may start before a requeued arm), so
 ``watch`` waits for the folder and its pair files instead of failing. The arm that starts first
-writes ``pair.yaml`` and then ``pair.json`` (each atomically, ``divergence.training.arm_run``):
+writes ``pair.yaml`` and then ``pair.json`` (each atomically, by the arm that starts first):
 once ``pair.json`` exists, both do.
 """
 

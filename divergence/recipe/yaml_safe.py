@@ -119,12 +119,16 @@ def read_yaml_value(text: str, where: str) -> Any:
 
 
 def short(value: Any, limit: int = MAX_VALUE_CHARS, text: bool = False) -> str:
-    """``value`` for an error message: its repr (or ``str`` with ``text``), at most ``limit`` characters."""
+    """``value`` for an error message: its repr (or ``str`` with ``text``), at most ``limit`` characters;
+    a longer one keeps its start and its end (a path's file name), joined by ``...``."""
     try:
         out = str(value) if text else _REPR.repr(value)
     except ValueError:  # an int beyond Python's 4300-digit str limit
         out = f"<{type(value).__name__}>"
-    return out if len(out) <= limit else out[: limit - 3] + "..."
+    if len(out) <= limit:
+        return out
+    head = (limit - 3) // 2
+    return out[:head] + "..." + out[len(out) - (limit - 3 - head):]
 
 
 def _load(text: str) -> Any:

@@ -30,7 +30,7 @@ def test_cluster_options_reach_every_job(tmp_path, capsys):
         for line in ("#SBATCH --cpus-per-task=12", "#SBATCH --mem=200G", "#SBATCH --constraint=h100",
                      "#SBATCH --exclusive", "#SBATCH --requeue",
                      f"srun --container-image=/img/div.sqsh --container-mounts={tmp_path / 'run'}:{tmp_path / 'run'},"
-                     f"{PAIRS}:{PAIRS} divergence "):
+                     f"{PAIRS.resolve()}:{PAIRS.resolve()} divergence "):
             assert line in text, (name, line)
     watch, arm = scripts[str(tmp_path / "run/launch/watch.sbatch")], scripts[str(tmp_path / "run/launch/arm-a.sbatch")]
     assert "--gres" not in watch and "--device cpu" in watch and "#SBATCH --signal=B:USR1@120" in watch
