@@ -39,6 +39,7 @@ from dataclasses import replace
 import torch
 
 from divergence.data.batches import StepBatches
+from divergence.models.denoiser import denoise
 from divergence.recipe.pair import ProbeConfig
 from divergence.training.inputs import DiffusionInputs, Inputs
 
@@ -70,12 +71,11 @@ class FunctionProbe:
     def evaluate(self, arm, probe: DiffusionInputs) -> torch.Tensor:
         """The arm's prediction on the probe, (size, C, h, w) float32, in the reference numerics."""
         outputs = []
-        with reference_numerics(arm, self._baseline_processor()):
+        with reference_numerics(arm, self._baseline_for):
             for start in range(0, probe.noisy.shape[0], self.config.batch_size):
                 part = slice(start, start + self.config.batch_size)
-                context = arm.text_encoder(probe.input_ids[part])[0]  # (b, L, hidden)
-                outputs.append(arm.unet(probe.noisy[part], probe.timesteps[part],
-                                        encoder_hidden_states=context).sample.float())
+                text = arm.text_encoder(probe.input_ids[part])  # (b, L, hidden) and pooled (b, hidden)
+                outputs.append(denoise(arm.unet, probe.noisy[part], probe.timesteps[part], text).float())
         return torch.cat(outputs)
 
     def _inputs(self, device: torch.device) -> DiffusionInputs:
@@ -83,12 +83,16 @@ class FunctionProbe:
             self._probe = probe_inputs(self.inputs, self.config.size, self.seed, device)
         return self._probe
 
-    def _baseline_processor(self):
-        if self._baseline is None:
-            from divergence.attention.processor import KernelAttnProcessor
+    def _baseline_for(self, module):
+        """Baseline attention in the module's form: joint (SD3: image + caption) or plain."""
+        from divergence.attention.joint import KernelJointAttnProcessor
+        from divergence.attention.processor import KernelAttnProcessor
 
-            self._baseline = KernelAttnProcessor("baseline")
-        return self._baseline
+        joint = isinstance(module.processor, KernelJointAttnProcessor) or type(module.processor).__name__ == \
+            "JointAttnProcessor2_0"
+        if self._baseline is None:
+            self._baseline = {False: KernelAttnProcessor("baseline"), True: KernelJointAttnProcessor("baseline")}
+        return self._baseline[joint]
 
 
 def probe_inputs(inputs: Inputs, size: int, seed: int, device) -> DiffusionInputs:
@@ -106,8 +110,8 @@ def probe_inputs(inputs: Inputs, size: int, seed: int, device) -> DiffusionInput
 
 
 @contextlib.contextmanager
-def reference_numerics(arm, baseline):
-    """Inside: every attention module of ``arm.unet`` runs ``baseline``, all modules in eval mode,
+def reference_numerics(arm, baseline_for):
+    """Inside: every attention module of ``arm.unet`` runs ``baseline_for(module)``, all modules in eval mode,
     autocast off. After: the arm's own processors and training flags, exactly as before."""
     from divergence.models.attention import attention_modules, verify_attention
 
@@ -121,7 +125,7 @@ def reference_numerics(arm, baseline):
     device = next(arm.parameters()).device.type
     try:
         for module in modules.values():
-            module.set_processor(baseline)
+            module.set_processor(baseline_for(module))
         arm.eval()
         with torch.autocast(device, enabled=False):
             yield
