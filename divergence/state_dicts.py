@@ -18,8 +18,6 @@ from pathlib import Path
 
 from divergence.errors import CheckpointError, UserInputError
 
-_SHOW = 5
-
 
 def compare_state_dicts(a: dict, b: dict, maps=None, intersection: bool = False, device=None):
     """Compare two ``{name: tensor}`` dicts (``model.state_dict()``) tensor by tensor.
@@ -94,18 +92,11 @@ def _tensors(state: dict) -> dict:
 
 
 def _check_complete(match, a, b) -> None:
-    problems = []
-    if match.only_a:
-        problems.append(f"{len(match.only_a)} only in {a.path} ({_first(match.only_a)})")
-    if match.only_b:
-        problems.append(f"{len(match.only_b)} only in {b.path} ({_first(match.only_b)})")
-    if match.shape_mismatch:
-        shown = ", ".join(f"{n} {list(sa)} vs {list(sb)}" for n, sa, sb in match.shape_mismatch[:_SHOW])
-        problems.append(f"{len(match.shape_mismatch)} with different shapes ({shown})")
+    from divergence.checkpoints.matching import mismatch_problems
+
+    problems = mismatch_problems(match, a, b)
     if problems:
         raise CheckpointError("the two sides do not match: " + "; ".join(problems) + ". Pass maps={PATTERN: "
                               "REPLACEMENT} for renamed tensors, or intersection=True to compare the common ones")
 
 
-def _first(names: list[str]) -> str:
-    return ", ".join(names[:_SHOW]) + (f", ... {len(names) - _SHOW} more" if len(names) > _SHOW else "")

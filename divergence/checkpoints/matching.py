@@ -165,7 +165,8 @@ def _apply_maps(names: dict, rules, source: TensorSource) -> dict:
     return renamed
 
 
-def _raise_on_mismatch(match: Match, a: TensorSource, b: TensorSource) -> None:
+def mismatch_problems(match: Match, a: TensorSource, b: TensorSource) -> list[str]:
+    """What keeps two sides from matching: names only one side has, shapes that differ (first few named)."""
     problems = []
     if match.only_a:
         problems.append(f"{len(match.only_a)} only in {a.path} ({_first(match.only_a)})")
@@ -174,6 +175,11 @@ def _raise_on_mismatch(match: Match, a: TensorSource, b: TensorSource) -> None:
     if match.shape_mismatch:
         shown = ", ".join(f"{n} {list(sa)} vs {list(sb)}" for n, sa, sb in match.shape_mismatch[:_SHOW])
         problems.append(f"{len(match.shape_mismatch)} with different shapes ({shown})")
+    return problems
+
+
+def _raise_on_mismatch(match: Match, a: TensorSource, b: TensorSource) -> None:
+    problems = mismatch_problems(match, a, b)
     if problems:
         raise CheckpointError(
             "the checkpoints do not match: " + "; ".join(problems)
