@@ -49,13 +49,13 @@ def run(args: argparse.Namespace) -> int:
         if args.recipe is None or not is_pair_recipe(args.recipe):
             raise UserInputError(f"--arm {args.arm}: needs a pair recipe (--recipe recipes/pairs/NAME.yaml)")
         pair = load_pair_recipe(args.recipe, overrides)  # a bad recipe fails before torch is imported
-        from divergence.training.arm_run import train_arm
+        from divergence.training.separate_arm import train_arm
 
         train_arm(pair, args.arm, args.out)
         return 0
     if args.recipe is not None and is_pair_recipe(args.recipe):
         pair = load_pair_recipe(args.recipe, overrides)
-        from divergence.training.pair_run import train_pair
+        from divergence.training.lockstep import train_pair
 
         train_pair(pair, args.out)
         return 0
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         recipe = parse(RunRecipe, apply_overrides({}, overrides))
 
-    from divergence.training.run import train_run
+    from divergence.training.single import train_run
 
     train_run(recipe, args.out)
     return 0

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from divergence.store.pair_info import FILENAME as PAIR_INFO_FILE
+from divergence.pairfolder.pair_json import FILENAME as PAIR_INFO_FILE
 
 
 def pair_started(out: Path) -> bool:

@@ -1,6 +1,6 @@
 """The recipe of one training run: model, attention, noise, data, training, samples, logging.
 
-A run recipe is what one arm of a pair trains; a pair recipe (``divergence.training.pair``) is a
+A run recipe is what one arm of a pair trains; a pair recipe (``divergence.recipe.pair``) is a
 base run recipe plus the variants that make its two arms differ. ``load_run_recipe`` reads the
 YAML, applies ``key=value`` overrides and validates everything before any work starts.
 """

@@ -10,7 +10,7 @@ or pair folder's name), ``job_type`` ``arm``, ``pair``, ``comparator`` (and ``re
 ``divergence.report.wandb_log``), tags naming the pair, its category, replicate and variants,
 and the resolved recipe as the run's config. ``define_metric`` gives every key the step axis
 ``trainer/global_step`` and a summary: ``max`` for spikes and max differences, ``last`` for the
-rest (``divergence.training.step_logging.define_keys``).
+rest (``divergence.tracking.step_logging.define_keys``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class RunIdentity:
 
     @classmethod
     def for_pair(cls, pair, out: Path, job_type: str = "pair", arm: str | None = None) -> "RunIdentity":
-        from divergence.training.pair import pair_config
+        from divergence.training.pair_setup import pair_config
 
         tags = pair_tags(pair.name, pair.category, pair.labels(), getattr(pair, "replicate", 0), arm)
         return cls(job_type, Path(out).resolve().name, tags, pair_config(pair))
@@ -139,7 +139,7 @@ def finish_wandb(loggers, artifacts: bool = True) -> None:
 def _wandb_id(out: Path) -> str:
     """The run's wandb id, made and kept by global rank zero (the only rank that logs to wandb)."""
     from divergence.atomic import write_atomic
-    from divergence.training.run import global_rank_zero
+    from divergence.training.fit import global_rank_zero
 
     path = out / "wandb-id"
     if path.is_file():

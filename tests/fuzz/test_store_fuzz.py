@@ -22,8 +22,7 @@ import torch
 from divergence.cli import main
 from divergence.store import MetricsStore
 from divergence.store.losses import LossFile
-from divergence.training.pair import pair_config
-from divergence.training.pair_run import pair_info
+from divergence.training.pair_setup import pair_config, pair_info
 from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe
 
 STEPS = ("train.max_steps=4", "train.checkpoint_every=2", "tracking.every=3")

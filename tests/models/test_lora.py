@@ -94,7 +94,7 @@ def test_targets_that_match_nothing_name_the_key():
 
 
 def test_store_records_of_a_lora_pair_are_per_effective_change(tmp_path):
-    from divergence.training.pair_run import train_pair
+    from divergence.training.lockstep import train_pair
     from tests.pairs.helpers import pair_recipe, step_records, store_lines
 
     train_pair(pair_recipe("control", "train.max_steps=2", "tracking.every=1", *BACKBONES["sd3"], LORA), tmp_path)

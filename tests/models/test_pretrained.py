@@ -11,7 +11,7 @@ from divergence.models.denoiser import build_transformer
 from divergence.recipe.model import ModelConfig, TransformerConfig, UNetConfig
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs
-from divergence.training.pair_run import train_pair
+from divergence.training.lockstep import train_pair
 from tests.pairs.helpers import pair_recipe
 from tests.training.tiny import tiny_recipe
 

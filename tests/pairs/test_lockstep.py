@@ -9,7 +9,7 @@ import torch
 from divergence.checkpoints import open_checkpoint
 from divergence.cli import main
 from divergence.errors import TrainingDiverged
-from divergence.training.pair_run import train_pair
+from divergence.training.lockstep import train_pair
 
 from .helpers import pair_recipe, step_records, store_lines, wandb_history
 

@@ -6,7 +6,7 @@ import math
 import torch
 
 from divergence.checkpoints import open_checkpoint
-from divergence.training.pair_run import train_pair
+from divergence.training.lockstep import train_pair
 
 from .helpers import pair_recipe, step_records
 

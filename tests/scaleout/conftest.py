@@ -4,8 +4,8 @@ import shutil
 
 import pytest
 
-from divergence.training.arm_run import train_arm
-from divergence.training.pair_run import train_pair
+from divergence.training.separate_arm import train_arm
+from divergence.training.lockstep import train_pair
 from tests.pairs.helpers import pair_recipe
 from tests.training.tiny import one_torch_thread  # noqa: F401  (autouse: tiny models, one thread)
 

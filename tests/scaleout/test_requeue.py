@@ -14,7 +14,7 @@ from divergence.training.checkpoint_io import load_resume_state
 DRIVER = textwrap.dedent("""
     import os, signal, sys
     from lightning.pytorch.callbacks import Callback
-    from divergence.training.run import train_run
+    from divergence.training.single import train_run
     from tests.training.tiny import tiny_recipe
 
     out, signal_at = sys.argv[1], int(sys.argv[2])

@@ -10,7 +10,7 @@ from divergence.cli import main
 from divergence.comparator.follow import Comparator
 from divergence.store import MetricsStore
 from divergence.store.arm_status import ArmStatus
-from divergence.training.arm_run import train_arm
+from divergence.training.separate_arm import train_arm
 
 from .conftest import seed_pair
 

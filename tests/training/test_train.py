@@ -14,7 +14,7 @@ from divergence.cli import main
 from divergence.pairfolder.weights_file import read_metadata
 from divergence.recipe.schema import to_dict
 from divergence.training.loggers import wandb_offline
-from divergence.training.run import train_run
+from divergence.training.single import train_run
 from tests.training.tiny import FAST, tiny_recipe
 
 

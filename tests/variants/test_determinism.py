@@ -9,8 +9,8 @@ from lightning.pytorch.callbacks import Callback
 from divergence.errors import RecipeError, UserInputError
 from divergence.recipe.schema import to_dict
 from divergence.training.determinism import CUBLAS_VAR, arm_numerics, determinism, numerics_state
-from divergence.training.pair_run import train_pair
-from divergence.training.run import flatten_keys
+from divergence.training.lockstep import train_pair
+from divergence.training.folder_check import flatten_keys
 from divergence.variants import parse_variant
 from tests.pairs.helpers import pair_recipe, step_records
 

@@ -36,7 +36,7 @@ def shadow_pair(tmp_path_factory):
     """(pair folder, what the run printed)."""
     import torch
 
-    from divergence.training.pair_run import train_pair
+    from divergence.training.lockstep import train_pair
     from tests.pairs.helpers import pair_recipe
 
     tmp = tmp_path_factory.mktemp("wandb")

@@ -28,7 +28,7 @@ STEP_FILE = re.compile(r"^step_(\d+)\.safetensors$")
 
 
 class ArmProgress(Callback):
-    """For ``pl_module`` with ``last_output`` (the arm's ``StepOutput``) and ``tensor_order``."""
+    """For an ``ArmsModule`` holding arm ``arm``: its ``step_losses`` (averaged over ranks) and ``tensor_order``."""
 
     def __init__(self, folder: str | Path, arm: str):
         self.folder, self.arm = Path(folder), arm
@@ -43,13 +43,13 @@ class ArmProgress(Callback):
         previous = ArmStatus.read(self.folder)
         self.status = ArmStatus(
             arm=self.arm, attempt=previous.attempt + 1 if previous else 1, start_step=start,
-            max_steps=trainer.max_steps, world_size=trainer.world_size, tensor_order=list(pl_module.tensor_order),
+            max_steps=trainer.max_steps, world_size=trainer.world_size, tensor_order=list(pl_module.tensor_order[self.arm]),
         )
         self.status.write(self.folder)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.is_global_zero:
-            self.losses.append(trainer.global_step, float(pl_module.last_output.loss))
+            self.losses.append(trainer.global_step, pl_module.step_losses[self.arm])
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._end(trainer, "finished")

@@ -1,14 +1,14 @@
 """The divergence callback: how far apart the two arms' weights are, step by step.
 
 At every step it records both arms' losses (and flags spikes); at every tracked step
-(``divergence.training.records.is_tracked``: step 0, the dense early schedule, every
+(``divergence.tracking.records.is_tracked``: step 0, the dense early schedule, every
 ``tracking.every`` steps, checkpoint steps and the last step) it also compares the arms'
 current weights tensor by tensor with ``divergence.metrics``, on the device where they live,
 aggregates per module, per kind and whole model, and, given a ``probe`` function, at the tracked
-steps ``divergence.training.probe.probe_due`` picks, adds what it returns (the function-space
+steps ``divergence.tracking.records.probe_due`` picks, adds what it returns (the function-space
 probe's ``probe_rel_diff, probe_loss_a, probe_loss_b``). Records go
 to the metrics store (``DIR/metrics.jsonl``) and the same numbers to every Lightning logger,
-with the keys of ``divergence.training.step_logging`` (shared with the comparator that
+with the keys of ``divergence.tracking.step_logging`` (shared with the comparator that
 follows separate-job arms): ``divergence/model/<metric>``, ``divergence/wasserstein/<module>``,
 ``divergence/max_abs_diff/<module>``, ``divergence/kind/<kind>/<metric>``, ``train/loss_a``...
 
@@ -17,18 +17,17 @@ the store (they are recomputed, bitwise the same on CPU) and the spike detectors
 comes back with the checkpoint; wandb gets the re-logged steps with its own step set, and
 keeps the ones it already holds (see ``log_at_step``). This callback must run before the
 resume checkpoint is written at a step, so the saved state includes that step
-(``train_pair`` passes it to ``fit`` as a first callback).
+(``train_pair`` passes it to ``fit`` as a first callback). The losses are each arm's loss
+averaged over ranks, so under DDP the detectors see the global loss, identically on every rank.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Callable
 
 from lightning.pytorch.callbacks import Callback
 
-from divergence.errors import TrainingDiverged
 from divergence.recipe.pair import TrackingConfig
 from divergence.store import MetricsStore
 from divergence.tracking.records import ARMS, divergence_records, is_tracked, loss_record, probe_due
@@ -37,7 +36,10 @@ from divergence.tracking.step_logging import is_table_step, log_step
 
 
 class DivergenceTracker(Callback):
-    """Compares ``pl_module.arms['a']`` with ``pl_module.arms['b']``; reads ``pl_module.last_outputs``."""
+    """Compares ``pl_module.arms['a']`` with ``pl_module.arms['b']``; reads ``pl_module.step_losses``.
+
+    A non-finite loss is recorded here (as a spike); the module then stops the run on every rank.
+    """
 
     def __init__(self, out: str | Path, tracking: TrackingConfig, checkpoint_every: int = 0,
                  probe: Callable[[object], dict] | None = None):
@@ -54,10 +56,10 @@ class DivergenceTracker(Callback):
 
         if trainer.global_step == 0 and (self.store is None or self.store.last_step() is None):
             # step 0: the initial weights (a seed pair differs here already, a control does not)
-            self._record(trainer, pl_module, 0, outputs=None)
+            self._record(trainer, pl_module, 0, losses=None)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._record(trainer, pl_module, trainer.global_step, pl_module.last_outputs)
+        self._record(trainer, pl_module, trainer.global_step, pl_module.step_losses)
 
     def state_dict(self) -> dict:
         return {arm: detector.state_dict() for arm, detector in self.spikes.items()}
@@ -67,9 +69,9 @@ class DivergenceTracker(Callback):
             detector.load_state_dict(state_dict.get(arm, {}))
 
     # -- helpers ----------------------------------------------------------------------------
-    def _record(self, trainer, pl_module, step: int, outputs) -> None:
-        losses = None if outputs is None else {arm: float(outputs[arm].loss) for arm in ARMS}
-        record = loss_record(losses, self.spikes)  # every rank: the detectors' state stays identical
+    def _record(self, trainer, pl_module, step: int, losses: dict[str, float] | None) -> None:
+        """``losses``: every arm's loss averaged over all ranks (``ArmsModule.step_losses``)."""
+        record = loss_record(losses, self.spikes)  # every rank, on the global loss: the detectors stay identical
         if not trainer.is_global_zero:
             return  # rank zero compares, writes and logs
         tensors: list[dict] = []
@@ -84,15 +86,3 @@ class DivergenceTracker(Callback):
         self.store.append_step(step, tensors, record)
         table = is_table_step(step, trainer.max_steps, self.checkpoint_every)
         log_step(trainer.loggers, step, record, tensors, table=table)
-        _stop_if_diverged(pl_module, step, losses)
-
-
-def _stop_if_diverged(pl_module, step: int, losses: dict | None) -> None:
-    """A non-finite loss is recorded (as a spike) and then stops the run, unless the arm's fp16
-    loss scaler handles it by skipping the step."""
-    for arm, loss in (losses or {}).items():
-        if not math.isfinite(loss) and pl_module.arms[arm].policy.name != "16-mixed":
-            raise TrainingDiverged(
-                f"arm {arm}: loss is {loss} at step {step} (recorded in the store); lower train.lr, "
-                "set train.grad_clip, or train in 16-mixed with loss scaling"
-            )

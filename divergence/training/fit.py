@@ -1,55 +1,18 @@
-"""``divergence train`` for one run: folder layout, resume, Trainer, fit.
+"""One fit for every kind of run: the Trainer, its loggers and callbacks, resume, determinism.
 
-Layout of ``<out>``::
-
-    recipe.yaml                       the resolved recipe
-    checkpoints/step_NNNNNN.safetensors   weights-only checkpoints (divergence compare reads these)
-    resume/last.ckpt                  full training state; running the same command again resumes
-    resume/hpc_ckpt_N.ckpt            the same, written on SLURM's requeue signal (the newest of the two resumes)
-    samples/step_NNNNNN.png           image grids for the recipe's prompts
-    csv/metrics.csv, wandb/, tensorboard/   logs
-
-Running again on an existing ``<out>`` resumes from ``resume/last.ckpt`` when the recipe matches
-the saved one (``train.max_steps`` and logging/sampling cadence may change: that is how a run is
-extended); a different recipe is an error rather than a silently mixed run.
+``fit`` trains an ``ArmsModule`` (a single run, a lockstep pair or one separate arm) in a run
+folder, resuming from ``<out>/resume/last.ckpt`` (or SLURM's newer ``hpc_ckpt_N.ckpt``) when it exists; ``train_run``, ``train_pair``
+and ``train_arm`` (``training.single``, ``training.lockstep``, ``training.separate_arm``) check
+the folder, build the module and the callbacks of their kind, and call it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
-from divergence.atomic import temp_path, write_atomic
+from divergence.atomic import temp_path
 from divergence.errors import UserInputError
 from divergence.recipe.run import RunRecipe
-from divergence.recipe.schema import to_dict
-from divergence.recipe.yaml_safe import read_yaml
-
-# Keys that may differ between a run folder's recipe and the command resuming it.
-RESUMABLE_CHANGES = ("train.max_steps", "train.checkpoint_every", "train.cpu_threads", "data.workers", "log.",
-                     "sample.every", "sample.enabled")
-
-
-def train_run(recipe: RunRecipe, out: str | Path, callbacks: list | tuple = ()):
-    """Train (or resume) the run in ``out``; returns the finished ``lightning.Trainer``.
-
-    ``callbacks`` are added after the run's own (weights, resume, samples).
-    """
-    from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
-    from divergence.training.module import DiffusionRun
-    from divergence.training.pair import shadow_recorder
-
-    out = Path(out)
-    check_run_folder(out, recipe)
-    recorder = shadow_recorder(recipe)
-    module = DiffusionRun(recipe, recorder)  # builds everything: bad paths and variants fail before any file
-    if global_rank_zero():
-        writable_folder(out)
-        write_atomic(out / "recipe.yaml", yaml.safe_dump(to_dict(recipe), sort_keys=False))
-    if recorder is not None:  # the shadow variant: log its attention-output deviation
-        callbacks = [*callbacks, AttentionOutputDeviation(out, {"run": recorder}, recipe.log.every_n_steps)]
-    return fit(module, recipe, out, callbacks=callbacks)
 
 
 def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(), identity=None):
@@ -67,7 +30,7 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     from divergence.training.callbacks.requeue import SlurmRequeue
     from divergence.training.callbacks.resume import ResumeCheckpoint
     from divergence.training.callbacks.samples import SampleGrid
-    from divergence.training.callbacks.weights import WeightCheckpoint
+    from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
     from divergence.training.checkpoint_io import AtomicCheckpointIO
     from divergence.training.determinism import determinism
     from divergence.training.loggers import RunIdentity, build_loggers, finish_wandb
@@ -105,35 +68,6 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     return trainer
 
 
-def check_run_folder(out: Path, recipe: RunRecipe) -> None:
-    """Refuse to resume a folder trained with a different recipe, naming the first differing key,
-    or whose resume state is unusable (``check_resume``)."""
-    saved_path = out / "recipe.yaml"
-    if out.exists() and not out.is_dir():
-        raise UserInputError(f"--out {out}: exists and is not a folder")
-    check_resume(out)
-    trained = (out / "resume").is_dir() or (out / "checkpoints").is_dir()
-    if not saved_path.is_file() or not trained:
-        return
-    saved, now = flatten_keys(read_yaml(saved_path) or {}), flatten_keys(to_dict(recipe))
-    for key in sorted(set(saved) | set(now)):
-        if saved.get(key) != now.get(key) and not key.startswith(RESUMABLE_CHANGES):
-            raise UserInputError(
-                f"--out {out}: holds a run whose recipe has {key} = {saved.get(key)!r}, now "
-                f"{now.get(key)!r}; resume with the same recipe or choose a new --out"
-            )
-
-
-def check_resume(out: Path) -> None:
-    """The folder's resume state loads without running code, before anything is written or run."""
-    from divergence.training.callbacks.resume import RESUME_NAME, resume_file
-    from divergence.training.checkpoint_io import check_resume_file
-
-    last = out / "resume" / RESUME_NAME
-    for path in {resume_file(out / "resume"), last if last.exists() or last.is_symlink() else None} - {None}:
-        check_resume_file(path)
-
-
 def resume_from(out: Path) -> Path | None:
     """The state ``fit`` resumes from: the newest of ``resume/last.ckpt`` and Lightning's
     ``resume/hpc_ckpt_N.ckpt`` (``resume_file``); rank zero removes the HPC checkpoints it
@@ -168,14 +102,3 @@ def writable_folder(out: Path) -> None:
     except OSError as err:
         raise UserInputError(f"--out {out}: cannot write there ({err.strerror or err}); "
                              "choose a folder you can write to") from None
-
-
-def flatten_keys(data: dict, prefix: str = "") -> dict:
-    """``{"train": {"lr": 1}}`` -> ``{"train.lr": 1}`` (attention ``options`` stay one value)."""
-    flat = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value and key != "options":
-            flat.update(flatten_keys(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat

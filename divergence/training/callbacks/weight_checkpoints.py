@@ -1,17 +1,16 @@
-"""Weights-only checkpoints at every step a pair's divergence is measured, for a separate arm job.
+"""Weights-only safetensors of every arm: ``<root>/<prefix>/checkpoints/step_NNNNNN.safetensors``.
 
-An arm trained as its own job (``divergence train --arm``) cannot hand its weights to the
-other arm in memory; a comparator (``divergence watch``) reads them from files instead. So
-the arm writes ``<root>/checkpoints/step_NNNNNN.safetensors`` at exactly the steps the
-lockstep tracker compares (``divergence.training.records.is_tracked``: step 0, the dense
-early schedule, every ``tracking.every`` steps, checkpoint steps and the last), each file atomically (temporary
-name, then ``os.replace``: a reader sees a complete file or none).
+One callback for every kind of run. Which steps: step 0 (the initial weights), every
+``checkpoint_every`` steps and the last step; given a pair's ``tracking`` (a separate arm, whose
+comparator reads its weights from files), also every step the lockstep tracker compares
+(``divergence.tracking.records.is_tracked``: the dense early schedule and every
+``tracking.every`` steps). Steps count completed optimizer steps. Each file is written
+atomically (temporary name, then ``os.replace``: a reader sees a complete file or none); a
+step's file that exists is kept when training starts again at that step.
 
-Under FSDP the weights are sharded across ranks: every rank takes part in gathering the full
-state dict (``strategy.lightning_module_state_dict``, offloaded to CPU on rank zero), and
-rank zero writes it. Under DDP and on one device, rank zero writes its own replica.
-
-Given to ``fit`` it replaces the run's default ``WeightCheckpoint``; it must come before the
+Ranks: under FSDP the weights are sharded, so every rank takes part in gathering the full state
+dict (``strategy.lightning_module_state_dict``, offloaded to CPU on rank zero) and rank zero
+writes it; under DDP and on one device rank zero writes its own replica. Must come before the
 resumable checkpoint in the callback list, so a step's weights exist before a ``last.ckpt``
 that resumes after that step.
 """
@@ -20,19 +19,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.recipe.schema import to_dict
-from divergence.training.callbacks.weights import WeightCheckpoint
-from divergence.tracking.records import is_tracked
+from lightning.pytorch.callbacks import Callback
+
 from divergence.pairfolder.weights_file import save_weights, weights_path
+from divergence.recipe.schema import to_dict
+from divergence.tracking.records import is_tracked
 
 NETWORKS = ("unet.", "text_encoder.")
 
 
-class TrackedWeights(WeightCheckpoint):
-    def __init__(self, root: str | Path, tracking, checkpoint_every: int):
-        """``tracking``: the pair's ``TrackingConfig`` (its ``every`` and ``dense`` schedule)."""
-        super().__init__(root, checkpoint_every)
-        self.tracking = tracking
+class WeightCheckpoint(Callback):
+    """Saves each arm of ``pl_module.checkpoint_arms()`` (``{prefix: Arm}``) to ``root/prefix/checkpoints``."""
+
+    def __init__(self, root: str | Path, checkpoint_every: int, tracking=None):
+        """``tracking``: a pair's ``TrackingConfig`` (its ``every`` and ``dense`` schedule), or None."""
+        self.root, self.every, self.tracking = Path(root), checkpoint_every, tracking
 
     def on_train_start(self, trainer, pl_module) -> None:
         if self._tracked(trainer, trainer.global_step):  # also after a crash between files
@@ -46,7 +47,9 @@ class TrackedWeights(WeightCheckpoint):
         self._save(trainer, pl_module, overwrite=False)
 
     def _tracked(self, trainer, step: int) -> bool:
-        return is_tracked(step, trainer.max_steps, self.tracking, self.every)
+        if self.tracking is not None:
+            return is_tracked(step, trainer.max_steps, self.tracking, self.every)
+        return step == 0 or step == trainer.max_steps or bool(self.every and step % self.every == 0)
 
     def _save(self, trainer, pl_module, overwrite: bool = True) -> None:
         step, arms = trainer.global_step, pl_module.checkpoint_arms()

@@ -1,0 +1,155 @@
+"""The one LightningModule of the built-in trainer: arms ``{name: Arm}`` stepping on one ``Inputs``.
+
+A single run is one arm (``{"run": Arm}``), a lockstep pair two (``{"a": .., "b": ..}``), one arm
+of a separate-job pair one (``{"a": Arm}`` or ``{"b": Arm}``). At every step the batch (images,
+captions, noise, timesteps) is prepared once, in fp32 and outside any autocast, and every arm
+trains on it with its own optimizer, LR schedule, precision policy and attention. Nothing an arm
+computes reads a global RNG, so each arm computes bitwise what it would alone: a pair's divergence
+is the variants' doing, not the harness's (``recipes/pairs/control.yaml`` checks it).
+
+Manual optimization: each arm does forward, backward (through ``manual_backward``), unscaling,
+clipping and its optimizer and LR steps itself; the module then ticks one ``StepCounter`` so
+Lightning's ``global_step`` counts batches. The DataLoader serves ``StepBatch(step)`` from the
+restored ``global_step`` on, and every batch is checked against it: a resumed run sees exactly the
+inputs an uninterrupted one saw.
+
+Ranks. ``step_losses`` holds every arm's loss averaged over all ranks (one all-reduce per step,
+the identity on one process): what the loggers, ``losses.jsonl`` and the spike detectors get, so
+every rank holds the same numbers. The non-finite-loss rule is decided once, after the callbacks
+stored the step, and reduced across ranks, so every rank stops together with ``TrainingDiverged``
+(one line, no traceback) unless an arm's fp16 loss scaler absorbs the step by skipping it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from divergence.data.batches import StepBatch
+from divergence.errors import TrainingDiverged
+from divergence.recipe.run import RunRecipe
+from divergence.training.arm import Arm, StepOutput
+from divergence.training.inputs import Inputs
+from divergence.training.optim import StepCounter
+
+STATE_KEY = "divergence"
+LOSS_SCALED = "16-mixed"  # the precision whose loss scaler skips a step with non-finite gradients
+
+
+class ArmsModule(L.LightningModule):
+    """Arms trained in lockstep on the identical inputs, each with its own optimizer and precision.
+
+    ``recipes``: ``{name: RunRecipe}`` (they must agree on what decides the inputs: the first
+    one's data, noise and batch size feed every arm); ``folders``: ``{name: prefix}``, where the
+    arm's files go below the run folder (``""``: the folder itself); ``labels``: ``{name: label}``
+    names in weights files and logs; ``config``: the resolved recipe(s), saved in the .ckpt and the
+    loggers' config under ``config_key``; ``variants``: ``{name: (Variant, ...)}`` to verify after
+    the optimizers exist; ``recorders``: ``{name: ShadowRecorder or None}``.
+    """
+
+    def __init__(self, recipes: dict[str, RunRecipe], *, folders: dict[str, str], labels: dict[str, str],
+                 config: dict, config_key: str = "recipe", variants: dict | None = None,
+                 recorders: dict | None = None):
+        super().__init__()
+        self.automatic_optimization = False
+        self.recipes, self.folders, self.config, self.config_key = recipes, folders, config, config_key
+        self.variants, self.recorders = variants or {}, recorders or {}
+        self.save_hyperparameters(config)  # to every logger's config and into the .ckpt
+        first = next(iter(recipes.values()))
+        self.inputs = Inputs(first)
+        self.workers = first.data.workers
+        self.arms = torch.nn.ModuleDict({
+            name: Arm(recipe, self.inputs.tokenizer, name=labels[name], recorder=self.recorders.get(name))
+            for name, recipe in recipes.items()})
+        self.tensor_order = {name: list(arm.weights()) for name, arm in self.arms.items()}  # before any wrapping
+        self.last_outputs: dict[str, StepOutput] | None = None  # this rank's
+        self.step_losses: dict[str, float] | None = None       # averaged over ranks
+
+    def checkpoint_arms(self) -> dict[str, Arm]:
+        """Arms by folder prefix (weights go to ``<out>/<prefix>/checkpoints``)."""
+        return {self.folders[name]: arm for name, arm in self.arms.items()}
+
+    def setup(self, stage: str) -> None:
+        device = self.trainer.strategy.root_device
+        for arm in self.arms.values():
+            arm.setup(device)
+        self.inputs.to(device)
+
+    def configure_optimizers(self):
+        for name, arm in self.arms.items():
+            arm.configure_optimizers()
+            for variant in self.variants.get(name, ()):
+                variant.verify(arm)
+        return StepCounter()
+
+    def train_dataloader(self) -> DataLoader:
+        return step_dataloader(self.trainer, self.inputs, self.workers)
+
+    def transfer_batch_to_device(self, batch: StepBatch, device: torch.device, dataloader_idx: int) -> StepBatch:
+        return batch.to(device)
+
+    def training_step(self, batch: StepBatch, batch_idx: int) -> torch.Tensor:
+        check_step(batch, self.global_step)
+        inputs = self.inputs.prepare(batch)  # once, for every arm
+        self.last_outputs = {name: arm.training_step(inputs, backward=self.manual_backward)
+                             for name, arm in self.arms.items()}
+        self.optimizers().step()  # one tick of global_step (see StepCounter)
+        local = torch.stack([out.loss.float() for out in self.last_outputs.values()])
+        mean = self.trainer.strategy.reduce(local, reduce_op="mean")  # the global loss of each arm
+        self.step_losses = dict(zip(self.last_outputs, mean.tolist()))
+        self._log_step()
+        return next(iter(self.last_outputs.values())).loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        # after the callbacks stored this step's loss, records and weights: nothing measured is lost
+        bad = [name for name, loss in self.step_losses.items()
+               if not math.isfinite(loss) and self.arms[name].policy.name != LOSS_SCALED]
+        if self.trainer.strategy.reduce_boolean_decision(bool(bad), all=False):
+            name = bad[0] if bad else next(iter(self.step_losses))
+            what = f"arm {name}" if len(self.arms) > 1 or name in ("a", "b") else f"run {self.arms[name].name}"
+            raise TrainingDiverged(
+                f"{what}: loss is {self.step_losses[name]} at step {self.global_step} (recorded); lower "
+                "train.lr, set train.grad_clip, or train in 16-mixed with loss scaling")
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint[STATE_KEY] = {self.config_key: self.config, "arms": {
+            self.folders[name]: arm.train_state_dict() for name, arm in self.arms.items()}}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        saved = checkpoint[STATE_KEY]["arms"]
+        for name, arm in self.arms.items():
+            arm.load_train_state_dict(saved[self.folders[name]])
+        rename_single_arm_keys(checkpoint["state_dict"], next(iter(self.arms)) if len(self.arms) == 1 else None)
+
+    def _log_step(self) -> None:
+        if len(self.arms) == 1:  # a single run or a separate arm: its own train/* series
+            (name, out), = self.last_outputs.items()
+            self.log("train/loss", self.step_losses[name], prog_bar=True)
+            self.log_dict({"train/grad_norm": out.grad_norm, "train/lr": out.lr, "train/loss_scale": out.loss_scale})
+        else:  # a pair: the tracker logs train/loss_<arm>; the progress bar shows them too
+            self.log_dict({f"loss_{name}": loss for name, loss in self.step_losses.items()},
+                          prog_bar=True, logger=False)
+
+
+def rename_single_arm_keys(state_dict: dict, name: str | None) -> None:
+    """Resume state written before the arms were one ``ModuleDict``: ``arm.<key>`` -> ``arms.<name>.<key>``."""
+    if name is None:
+        return
+    for key in [k for k in state_dict if k.startswith("arm.")]:
+        state_dict[f"arms.{name}.{key[4:]}"] = state_dict.pop(key)
+
+
+def step_dataloader(trainer, inputs: Inputs, workers: int) -> DataLoader:
+    """Batches of steps ``global_step, global_step + 1, ...`` (Lightning calls ``train_dataloader``
+    after restoring a checkpoint, so a resumed run starts at the right step)."""
+    stream = inputs.stream(trainer.global_step, trainer.global_rank, trainer.world_size)
+    return DataLoader(stream, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
+
+
+def check_step(batch: StepBatch, global_step: int) -> None:
+    """The batch must be the one of the step being trained (a resume or loader bug otherwise)."""
+    if batch.step != global_step:
+        raise RuntimeError(f"data loader served the batch of step {batch.step} at global step {global_step}")

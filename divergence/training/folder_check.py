@@ -1,0 +1,144 @@
+"""May this folder be trained (or resumed) by this command? One check for runs, pairs and arms.
+
+Before anything is built or written, ``check_folder`` refuses, in one line naming the folder and
+the first differing key: a path that is not a folder; a folder of another kind (a single run, a
+lockstep pair, separate arms); resume state or records that do not read (``check_resume``,
+the metrics store, ``losses.jsonl``); and a saved recipe (``recipe.yaml`` or ``pair.yaml``)
+that differs from the command's in a key that changes what is computed.
+
+Keys that may differ: those a resumed run may change (``train.max_steps`` extends a run; the
+cadence of checkpoints, samples and logs; threads and workers), the tracking of a lockstep
+pair (the tracker's own), and for separate arms how each job runs (devices, strategy). A key
+absent from an older folder's saved recipe is no change when its current value is the key's
+default (the folder was written before the key existed, and read as its default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from divergence.errors import UserInputError
+from divergence.recipe.yaml_safe import read_yaml
+
+# Keys of a run recipe that may differ between a folder and the command resuming it.
+RESUMABLE_CHANGES = ("train.max_steps", "train.checkpoint_every", "train.cpu_threads", "data.workers", "log.",
+                     "sample.every", "sample.enabled")
+# Keys of pair.yaml that may differ between the jobs of one pair folder: how each job runs,
+# not what it computes. Different world sizes are refused separately (they change the batches).
+PER_JOB_KEYS = ("train.accelerator", "train.devices", "train.num_nodes", "train.strategy", "train.cpu_threads",
+                "data.workers", "log.")
+
+
+@dataclass(frozen=True)
+class FolderKind:
+    """What a folder holds: its saved recipe file, what may change, and how to name it."""
+
+    saved: str              # recipe.yaml or pair.yaml
+    changeable: tuple       # prefixes of run-recipe keys that may change
+    what: str               # "a run", "a pair", ...
+    tracking_changes: bool  # tracking.* may change (the lockstep tracker reads it as it goes)
+    fix: str = "resume with the same recipe or choose a new --out"
+
+
+RUN = FolderKind("recipe.yaml", RESUMABLE_CHANGES, "a run", False)
+LOCKSTEP = FolderKind("pair.yaml", RESUMABLE_CHANGES, "a pair", True)
+SEPARATE = FolderKind("pair.yaml", PER_JOB_KEYS, "separate arms of a pair", False,
+                      "both arms and the comparator of a folder must train the same pair")
+
+
+def check_folder(out: Path, kind: FolderKind, config: dict, *, arm: str | None = None) -> None:
+    """Refuse ``out`` for this command (see the module docstring); ``config``: what the command
+    would save (``to_dict(recipe)`` or ``pair_config(pair)``); ``arm``: the separate arm trained."""
+    from divergence.store import MetricsStore
+    from divergence.store.losses import LossFile
+
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"--out {out}: exists and is not a folder")
+    if kind is not RUN and (out / "recipe.yaml").is_file():
+        raise UserInputError(f"--out {out}: holds a single run, not a pair; choose a new --out")
+    if kind is SEPARATE and (out / "resume").is_dir():
+        raise UserInputError(f"--out {out}: holds a lockstep pair run; train separate arms in a new --out")
+    check_resume(out / arm if arm else out)
+    if kind is LOCKSTEP and MetricsStore(out).exists():
+        MetricsStore(out).check()  # resuming cuts the store: every line of it must read first
+    if arm:
+        LossFile(out / arm).check()  # a resumed arm cuts it: every line of it must read first
+    saved_path = out / kind.saved
+    trained = {RUN: (out / "resume").is_dir() or (out / "checkpoints").is_dir(),
+               LOCKSTEP: (out / "resume").is_dir(), SEPARATE: True}[kind]
+    if saved_path.is_file() and trained:
+        key, old, new = first_change(read_yaml(saved_path) or {}, config, kind)
+        if key is not None:
+            raise UserInputError(f"--out {out}: its {kind.saved} ({kind.what}) has {key} = {old!r}, this command "
+                                 f"{new!r}; {kind.fix}")
+
+
+def first_change(saved: dict, now: dict, kind: FolderKind) -> tuple:
+    """``(key, saved value, current value)`` of the first key that may not change, or ``(None,) * 3``."""
+    saved, now = flatten_keys(saved), flatten_keys(now)
+    for key in sorted(set(saved) | set(now)):
+        if saved.get(key) == now.get(key) or _may_change(key, kind):
+            continue
+        if key not in saved and key in now and now[key] == default_of(key, kind.saved):
+            continue  # written before the key existed: read as its default
+        return key, saved.get(key), now.get(key)
+    return None, None, None
+
+
+def _may_change(key: str, kind: FolderKind) -> bool:
+    if kind.tracking_changes and key.startswith("tracking."):
+        return True
+    recipe_key = key.split(".", 2)[-1] if key.startswith("recipes.") else key
+    return recipe_key.startswith(kind.changeable)
+
+
+_MISSING = object()
+
+
+def default_of(key: str, saved: str):
+    """The default of a flattened key of ``recipe.yaml`` or ``pair.yaml`` (a sentinel if none)."""
+    defaults = _run_defaults()
+    if saved == "recipe.yaml":
+        return defaults.get(key, _MISSING)
+    if key.startswith("recipes."):
+        return defaults.get(key.split(".", 2)[-1], _MISSING)
+    return _pair_defaults().get(key, _MISSING)
+
+
+@lru_cache(maxsize=1)
+def _run_defaults() -> dict:
+    from divergence.recipe.run import RunRecipe
+    from divergence.recipe.schema import to_dict
+
+    return flatten_keys(to_dict(RunRecipe()))
+
+
+@lru_cache(maxsize=1)
+def _pair_defaults() -> dict:
+    from divergence.recipe.pair import TrackingConfig
+    from divergence.recipe.schema import to_dict
+
+    return {"replicate": 0, "control": False, **flatten_keys({"tracking": to_dict(TrackingConfig())})}
+
+
+def check_resume(out: Path) -> None:
+    """The folder's resume state loads without running code, before anything is written or run."""
+    from divergence.training.callbacks.resume import RESUME_NAME, resume_file
+    from divergence.training.checkpoint_io import check_resume_file
+
+    last = out / "resume" / RESUME_NAME
+    for path in {resume_file(out / "resume"), last if last.exists() or last.is_symlink() else None} - {None}:
+        check_resume_file(path)
+
+
+def flatten_keys(data: dict, prefix: str = "") -> dict:
+    """``{"train": {"lr": 1}}`` -> ``{"train.lr": 1}`` (attention ``options`` stay one value)."""
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value and key != "options":
+            flat.update(flatten_keys(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

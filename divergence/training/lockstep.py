@@ -1,0 +1,63 @@
+"""``divergence train`` for a pair recipe: both arms in lockstep in one job, tracked, resumable.
+
+Layout of ``<out>``::
+
+    pair.yaml                              the resolved pair (both arms' recipes)
+    pair.json                              what the pair compares (read by the report)
+    metrics.jsonl                          the metrics store: per (step, tensor) records
+    a/checkpoints/step_NNNNNN.safetensors  arm a's weights-only checkpoints
+    b/checkpoints/step_NNNNNN.safetensors  arm b's, at the same steps
+    a/samples/, b/samples/                 image grids of each arm
+    resume/last.ckpt                       both arms' full training state
+    csv/metrics.csv, wandb/, tensorboard/  logs
+
+Running the same command again resumes from ``resume/last.ckpt``: the store drops the steps
+after that checkpoint and the run recomputes them, so the final weights and the metrics
+series equal those of an uninterrupted run (bitwise on CPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from divergence.recipe.pair import PairRecipe
+from divergence.training.pair_setup import PAIR_FILE, pair_info  # noqa: F401  (PAIR_FILE: importers)
+
+
+def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
+    """Train (or resume) the pair in ``out``; returns the finished ``lightning.Trainer``."""
+    from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
+    from divergence.training.callbacks.divergence import DivergenceTracker
+    from divergence.training.fit import fit, global_rank_zero, writable_folder
+    from divergence.training.folder_check import LOCKSTEP, check_folder
+    from divergence.training.loggers import RunIdentity
+    from divergence.training.pair_setup import pair_config, pair_module, write_pair_files
+
+    out = Path(out)
+    check_folder(out, LOCKSTEP, pair_config(pair))
+    module = pair_module(pair)  # builds both arms: bad variants fail before any file is written
+    if global_rank_zero():
+        writable_folder(out)
+        write_pair_files(out, pair, keep=False)
+    tracker = DivergenceTracker(out, pair.tracking, pair.base.train.checkpoint_every, probe=pair_probe(pair, module))
+    recorders = {arm: r for arm, r in module.recorders.items() if r is not None}
+    if recorders:
+        callbacks = [*callbacks, AttentionOutputDeviation(out, recorders, pair.tracking.attention_every)]
+    trainer = fit(module, replace(pair.base, name=pair.name), out, first_callbacks=[tracker], callbacks=callbacks,
+                  identity=RunIdentity.for_pair(pair, out))
+    info = pair_info(pair)
+    info.finished, info.last_step = trainer.global_step >= pair.base.train.max_steps, trainer.global_step
+    if trainer.is_global_zero:
+        info.write(out)
+    return trainer
+
+
+def pair_probe(pair: PairRecipe, module):
+    """The tracker's probe function over the module's arms, or None when the probe is off."""
+    if not pair.tracking.probe.enabled:
+        return None
+    from divergence.training.probe import FunctionProbe
+
+    probe = FunctionProbe(module.inputs, pair.tracking.probe, pair.probe_seed)
+    return lambda pl_module: probe.record(pl_module.arms["a"], pl_module.arms["b"])

@@ -1,0 +1,88 @@
+"""What a pair recipe makes before training: its arms' module, ``pair.yaml``, ``pair.json``.
+
+Shared by the lockstep pair (``training.lockstep``) and a separate arm (``training.separate_arm``):
+the resolved pair as plain data (``pair.yaml``, the loggers' config), the model-agnostic
+``pair.json`` (``divergence.pairfolder.pair_json``), the check that both arms read identical inputs,
+and the ``ArmsModule`` over some of the pair's arms.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from divergence.atomic import write_atomic
+from divergence.errors import RecipeError
+from divergence.pairfolder.layout import PAIR_RECIPE
+from divergence.pairfolder.pair_json import FILENAME as PAIR_INFO_FILE
+from divergence.pairfolder.pair_json import PairInfo
+from divergence.recipe.pair import ARMS, PairRecipe
+from divergence.recipe.schema import to_dict
+
+# Recipe sections that decide the inputs: both arms must agree on them to share one batch.
+SHARED_INPUTS = ("data", "noise", "model.tokenizer", "model.vae", "train.batch_size", "train.max_steps")
+PAIR_FILE = PAIR_RECIPE
+
+
+def pair_module(pair: PairRecipe, arms: tuple[str, ...] = ARMS):
+    """The ``ArmsModule`` of ``arms`` of ``pair``: both in lockstep (files under ``a/``, ``b/``),
+    or one separate arm (files in its own folder); builds everything, so bad variants fail here."""
+    from divergence.training.arms_module import ArmsModule
+
+    check_shared_inputs(pair)
+    folders = {arm: arm if len(arms) > 1 else "" for arm in arms}
+    recorders = {arm: shadow_recorder(pair.arm_recipes[arm]) for arm in arms}
+    config, key = (pair_config(pair), "pair") if len(arms) > 1 else (to_dict(pair.arm_recipes[arms[0]]), "recipe")
+    return ArmsModule({arm: pair.arm_recipes[arm] for arm in arms}, folders=folders,
+                      labels={arm: f"{pair.name}.{arm}" for arm in arms}, config=config, config_key=key,
+                      variants={arm: pair.arms[arm] for arm in arms}, recorders=recorders)
+
+
+def pair_info(pair: PairRecipe) -> PairInfo:
+    """The ``pair.json`` of a pair that starts training (``finished`` false)."""
+    return PairInfo(name=pair.name, category=pair.category, arms=pair.labels(), description=pair.summary_line(),
+                    max_steps=pair.base.train.max_steps, recipe=pair_config(pair)["recipes"]["a"],
+                    replicate=pair.replicate, tracking=to_dict(pair.tracking))
+
+
+def write_pair_files(out: Path, pair: PairRecipe, *, keep: bool) -> None:
+    """``pair.yaml`` and ``pair.json`` (atomic: separate arms may race); ``keep``: leave files a
+    first job wrote. Call on global rank zero only."""
+    if not (keep and (out / PAIR_FILE).is_file()):
+        write_atomic(out / PAIR_FILE, yaml.safe_dump(pair_config(pair), sort_keys=False))
+    if not (keep and (out / PAIR_INFO_FILE).is_file()):
+        pair_info(pair).write(out)
+
+
+def shadow_recorder(recipe):
+    """A ShadowRecorder for a recipe on the ``shadow`` attention variant, else None."""
+    from divergence.models.attention import SHADOW
+
+    if recipe.attention.name != SHADOW:
+        return None
+    from divergence.attention.shadow import ShadowRecorder
+
+    return ShadowRecorder()
+
+
+def pair_config(pair: PairRecipe) -> dict:
+    """The resolved pair as plain data: name, arms' variants and both arms' recipes."""
+    return {"name": pair.name, "category": pair.category, "control": pair.control, "replicate": pair.replicate,
+            "arms": pair.labels(), "tracking": to_dict(pair.tracking),
+            "recipes": {arm: to_dict(pair.arm_recipes[arm]) for arm in ARMS}}
+
+
+def check_shared_inputs(pair: PairRecipe) -> None:
+    """Both arms must read identical inputs; a variant that changes them breaks the pairing."""
+    a, b = (to_dict(pair.arm_recipes[arm]) for arm in ARMS)
+    for key in SHARED_INPUTS:
+        if _get(a, key) != _get(b, key):
+            raise RecipeError(f"arms differ in {key}, which decides the shared inputs; a pair must train on "
+                              "identical batches (change it in the base recipe for both arms)")
+
+
+def _get(data: dict, dotted: str):
+    for part in dotted.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data

@@ -1,0 +1,79 @@
+"""``divergence train --arm a|b``: one arm of a pair trained as its own (multi-GPU) job.
+
+Real studies outgrow one process: each arm alone may need several GPUs or nodes, and the two
+arms run as separate jobs (any Lightning strategy: DDP, FSDP, several nodes, SLURM). Inputs
+are a pure function of (data seed, global step, rank), so two separate arms see what a
+lockstep pair sees; a comparator (``divergence watch DIR``) follows both and writes the same
+metrics store the lockstep tracker writes. Layout of ``DIR`` (the lockstep layout, with each
+arm's own training state under its folder)::
+
+    pair.yaml, pair.json                     written by the first arm to start
+    metrics.jsonl, wandb/, csv/            the comparator's (the lockstep tracker's in lockstep mode)
+    <arm>/checkpoints/step_NNNNNN.safetensors   at every step the tracker compares
+    <arm>/losses.jsonl                       the loss of every step (divergence.store.losses)
+    <arm>/status.json                        running / finished / failed (divergence.store.arm_status)
+    <arm>/resume/last.ckpt                   the arm's full training state; the same command resumes
+    <arm>/samples/, <arm>/csv/, <arm>/wandb/ the arm's samples and logs
+
+On one CPU process, an arm here computes bitwise what it computes in lockstep: same weights
+files byte for byte, same losses, hence the same store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from divergence.errors import UserInputError
+from divergence.recipe.pair import ARMS, PairRecipe
+from divergence.store.arm_status import ArmStatus
+
+
+def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tuple = ()):
+    """Train (or resume) arm ``arm`` of ``pair`` in ``out/<arm>``; returns the finished Trainer."""
+    from divergence.training.callbacks.arm_progress import ArmProgress
+    from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
+    from divergence.training.fit import fit, global_rank_zero, writable_folder
+    from divergence.training.loggers import RunIdentity
+    from divergence.training.pair_setup import pair_module, write_pair_files
+
+    if arm not in ARMS:
+        raise UserInputError(f"--arm {arm!r}: must be one of {', '.join(ARMS)}")
+    out = Path(out)
+    recipe = pair.arm_recipes[arm]
+    check_arm_folder(out, pair, arm)
+    module = pair_module(pair, (arm,))  # builds the arm: bad variants fail before any file is written
+    if global_rank_zero():  # whichever arm starts first writes the pair's files
+        writable_folder(out)
+        write_pair_files(out, pair, keep=True)
+    folder = out / arm
+    first = [WeightCheckpoint(folder, recipe.train.checkpoint_every, pair.tracking), ArmProgress(folder, arm)]
+    identity = RunIdentity.for_pair(pair, out, job_type="arm", arm=arm)
+    return fit(module, recipe, folder, first_callbacks=first, callbacks=callbacks, identity=identity)
+
+
+def check_arm_folder(out: Path, pair: PairRecipe, arm: str) -> None:
+    """The folder holds nothing, or this pair's separate-job run; the other arm trains alike."""
+    from divergence.training.folder_check import SEPARATE, check_folder
+    from divergence.training.pair_setup import pair_config
+
+    check_folder(out, SEPARATE, pair_config(pair), arm=arm)
+    train = pair.arm_recipes[arm].train
+    if train.strategy.startswith("fsdp"):
+        _check_fsdp(pair.arm_recipes[arm])
+    other = ArmStatus.read(out / ARMS[1 - ARMS.index(arm)])
+    world_size = train.devices * train.num_nodes
+    if other is not None and other.world_size != world_size:
+        raise UserInputError(
+            f"arm {arm}: {world_size} ranks (train.devices x train.num_nodes), but the other arm trains on "
+            f"{other.world_size}; both arms need the same world size, or their batches differ")
+
+
+def _check_fsdp(recipe) -> None:
+    """What the arm cannot do on sharded weights yet: fail now, with the fix, not after hours."""
+    if recipe.train.accelerator == "cpu":
+        raise UserInputError("train.strategy=fsdp needs GPUs (Lightning's FSDP); use train.strategy=ddp on CPUs")
+    if recipe.sample.enabled:
+        raise UserInputError("train.strategy=fsdp: sampling does not run on sharded weights; add sample.enabled=false")
+    if recipe.train.grad_clip is not None:
+        raise UserInputError("train.strategy=fsdp: the arm would clip by the norm of its own shard, not the global "
+                             "norm; add train.grad_clip=null (or train with train.strategy=ddp)")
