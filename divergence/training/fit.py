@@ -47,7 +47,8 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
         own.append(SampleGrid(out, recipe.sample))
     trainer = L.Trainer(
         max_steps=train.max_steps, max_epochs=-1, precision="32-true",  # arms apply their own precision
-        accelerator=train.accelerator, devices=train.devices, strategy=train.strategy, num_nodes=train.num_nodes,
+        accelerator=train.accelerator, devices=train.devices, strategy=strategy_for(module, train.strategy),
+        num_nodes=train.num_nodes,
         logger=build_loggers(log, out, recipe.name, identity or RunIdentity.for_run(recipe, out)) or False,
         callbacks=[*first_callbacks, *own, *callbacks, SlurmRequeue(),  # last: after every record of a step
                    *([TQDMProgressBar()] if log.progress_bar else [])],
@@ -81,6 +82,15 @@ def resume_from(out: Path) -> Path | None:
         if global_rank_zero():
             drop_superseded(out / "resume", start)
     return start
+
+
+def strategy_for(module, strategy: str) -> str:
+    """Lightning's strategy for ``module``: several arms under DDP step with one backward each, and
+    each backward leaves the other arms' weights unused, so DDP must look for unused parameters
+    (Lightning's manual optimization then marks them at every ``manual_backward``)."""
+    if strategy == "ddp" and len(getattr(module, "arms", ())) > 1:
+        return "ddp_find_unused_parameters_true"
+    return strategy
 
 
 def global_rank_zero() -> bool:

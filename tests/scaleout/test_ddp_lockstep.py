@@ -1,0 +1,88 @@
+"""A lockstep pair under DDP: 2 gloo processes on CPU, against the 1-process pair.
+
+What can equal the 1-process pair, and what cannot: inputs are a pure function of (data seed,
+step, rank) and ``train.batch_size`` is per rank, so with 2 ranks each step trains on a global
+batch of twice the size, whose second half (rank 1's indices, noise and timesteps) the
+1-process pair never draws. From step 1 on the weights differ by construction, not by float
+rounding. What must equal: the initial weights (step 0) exactly, and the store's layout (steps,
+tracked steps, tensors). What DDP itself must keep: a control pair's two arms stay exactly
+equal at every step (both arms' gradients averaged over the ranks alike, both fed the same
+global loss), and a NaN on one rank stops both ranks with one line, no hang.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from safetensors.torch import load_file as _load
+
+from tests.pairs.helpers import PAIR_FAST, PAIRS, store_lines
+
+from .conftest import STEPS
+
+TIMEOUT = 240  # seconds: a hang (one rank waiting in a collective) fails the test instead of the suite
+
+
+def load_file(path) -> dict:
+    """Tensors as nested lists: comparable with ``==``."""
+    return {key: value.tolist() for key, value in _load(path).items()}
+
+
+def launch(out, *options, recipe="seed-vs-seed"):
+    """Start 2 ranks of ``divergence train`` on a lockstep pair; ``[(returncode, stderr)]`` by rank."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["--recipe", str(PAIRS / f"{recipe}.yaml"), "--out", str(out), *PAIR_FAST, *STEPS,
+            "train.strategy=ddp", "train.devices=2"]
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, PYTHONPATH=os.getcwd(), OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), WORLD_SIZE="2", LOCAL_RANK=str(rank), RANK=str(rank), NODE_RANK="0")
+        procs.append(subprocess.Popen([sys.executable, "-m", "tests.scaleout.ddp_train", *options, "--", *args],
+                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    try:
+        errors = [p.communicate(timeout=TIMEOUT)[1] for p in procs]
+        return [(p.returncode, err) for p, err in zip(procs, errors)]
+    finally:
+        for p in procs:
+            p.kill()
+
+
+@pytest.mark.slow
+def test_a_ddp_control_pair_stays_exactly_zero_and_starts_where_one_process_starts(trained, tmp_path):
+    out = tmp_path / "ddp"
+    (rc0, err0), (rc1, err1) = launch(out, recipe="control")
+    assert rc0 == 0 and rc1 == 0, (err0[-3000:], err1[-3000:])
+    ddp, single = (store_lines(path) for path in (out, trained / "lockstep"))  # single: seed-vs-seed, 1 process
+    ddp_steps, single_steps = ({r["step"]: r for r in lines if r["type"] == "step"} for lines in (ddp, single))
+    assert list(ddp_steps) == list(single_steps) == [0, 1, 2, 3, 4]
+    assert [r["tracked"] for r in ddp_steps.values()] == [r["tracked"] for r in single_steps.values()]
+    tensors = [[(r["step"], r["tensor"]) for r in lines if r["type"] == "tensor"] for lines in (ddp, single)]
+    assert tensors[0] == tensors[1]
+    for step, record in ddp_steps.items():
+        assert step == 0 or (record["loss_a"] == record["loss_b"] and record["loss_a"] > 0)
+        assert not record["tracked"] or (record["max_abs_diff"] == 0.0 and record["rel_l2"] == 0.0)
+    first, last = (f"step_{s:06d}.safetensors" for s in (0, 4))
+    ddp_a, single_a = (path / "a/checkpoints" for path in (out, trained / "lockstep"))
+    assert load_file(ddp_a / first) == load_file(single_a / first)  # arm a: model seed 0 in both recipes
+    assert load_file(ddp_a / last) != load_file(single_a / last)    # a global batch of 2 x batch_size
+    assert json.loads((out / "pair.json").read_text())["finished"] is True
+
+
+@pytest.mark.slow
+def test_a_nan_on_one_rank_stops_both_ranks_with_one_line(tmp_path):
+    out = tmp_path / "nan"
+    results = launch(out, "--nan-on-rank", "1", "--nan-at-step", "1")  # rank 0's own loss stays finite
+    for rank, (code, err) in enumerate(results):
+        assert code == 2, (rank, err[-3000:])
+        lines = [line for line in err.splitlines() if "divergence train: error:" in line]
+        assert len(lines) == 1 and "arm a: loss is nan at step 2" in lines[0], (rank, err[-3000:])
+        assert "Traceback" not in err, (rank, err[-3000:])
+    steps = [r for r in store_lines(out) if r["type"] == "step"]
+    assert [r["step"] for r in steps] == [0, 1, 2]  # the NaN step is recorded, then both ranks stop
+    assert steps[-1]["spike_a"] and not steps[-1]["spike_b"]
