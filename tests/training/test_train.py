@@ -131,3 +131,23 @@ def test_trains_on_an_image_folder(tmp_path):
     recipe = tiny_recipe("train.max_steps=2", "data.source=imagefolder", f"data.path={tmp_path / 'images'}",
                          "sample.enabled=false", "log.csv=false")
     assert train_run(recipe, tmp_path / "run").global_step == 2
+
+
+def test_a_nonfinite_loss_stops_a_run_in_one_line_after_recording_the_step(tmp_path, capsys, monkeypatch):
+    from divergence.training import arm as arm_module
+
+    original = arm_module.Arm.training_step
+
+    def poisoned(self, inputs, **kwargs):
+        out = original(self, inputs, **kwargs)
+        if inputs.step == 1:
+            out.loss = torch.tensor(float("inf"))
+        return out
+
+    monkeypatch.setattr(arm_module.Arm, "training_step", poisoned)
+    args = ["train", "--out", str(tmp_path), "--max-steps", "4", *FAST, "sample.enabled=false",
+            "train.checkpoint_every=1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "divergence train: error: run tiny: loss is inf at step 2" in err and "Traceback" not in err
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir())[-1] == "step_000002.safetensors"

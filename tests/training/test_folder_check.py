@@ -1,0 +1,70 @@
+"""The one "may this folder be trained by this command" check, on written folders (no training)."""
+
+import pytest
+import yaml
+
+from divergence.errors import UserInputError
+from divergence.recipe.schema import to_dict
+from divergence.training.folder_check import LOCKSTEP, RUN, SEPARATE, check_folder, first_change
+from divergence.training.pair_setup import pair_config
+from tests.pairs.helpers import pair_recipe
+from tests.training.tiny import tiny_recipe
+
+
+def _older(config: dict, *dotted: str) -> dict:
+    """``config`` as a folder written before the keys ``dotted`` existed (they are left out)."""
+    out = yaml.safe_load(yaml.safe_dump(config))
+    for key in dotted:
+        *parents, last = key.split(".")
+        node = out
+        for part in parents:
+            node = node[part]
+        del node[last]
+    return out
+
+
+def _run_folder(tmp_path, saved: dict):
+    (tmp_path / "checkpoints").mkdir(parents=True)
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(saved))
+    return tmp_path
+
+
+def test_a_key_an_older_folder_lacks_is_no_change_at_its_default():
+    now = to_dict(tiny_recipe())
+    older = _older(now, "train.deterministic", "train.tf32", "train.grad_noise", "log.project")
+    assert first_change(older, now, RUN) == (None, None, None)
+    changed = to_dict(tiny_recipe("train.tf32=true"))
+    assert first_change(older, changed, RUN) == ("train.tf32", None, True)  # not the default: a change
+
+
+def test_pair_keys_added_later_are_read_as_defaults_in_every_kind():
+    pair = pair_recipe("seed-vs-seed")
+    now = pair_config(pair)
+    older = _older(now, "replicate", "tracking.dense", "recipes.a.train.tf32", "recipes.b.train.tf32")
+    for kind in (LOCKSTEP, SEPARATE):
+        assert first_change(older, now, kind) == (None, None, None)
+    probe_off = _older(now, "tracking.probe")  # tests shrink the probe: size 4 is not the default
+    assert first_change(probe_off, now, SEPARATE)[0] == "tracking.probe.size"
+    replicate = pair_config(pair_recipe("seed-vs-seed", "replicate=2"))
+    assert first_change(older, replicate, SEPARATE)[0] == "recipes.a.data.seed"
+
+
+def test_what_may_change_depends_on_the_kind():
+    pair = pair_config(pair_recipe("seed-vs-seed"))
+    more_steps = pair_config(pair_recipe("seed-vs-seed", "train.max_steps=999"))
+    assert first_change(pair, more_steps, LOCKSTEP) == (None, None, None)  # extending a lockstep pair
+    assert first_change(pair, more_steps, SEPARATE)[0] == "recipes.a.train.max_steps"
+    devices = pair_config(pair_recipe("seed-vs-seed", "train.devices=2"))
+    assert first_change(pair, devices, SEPARATE) == (None, None, None)  # how one job runs
+    assert first_change(pair, devices, LOCKSTEP)[0] == "recipes.a.train.devices"
+
+
+def test_a_run_folder_with_another_recipe_is_refused_in_one_line(tmp_path):
+    out = _run_folder(tmp_path / "run", to_dict(tiny_recipe()))
+    check_folder(out, RUN, to_dict(tiny_recipe("train.max_steps=99")))  # extending: fine
+    with pytest.raises(UserInputError, match=r"recipe.yaml \(a run\) has train.lr = 0.001, this command 0.5"):
+        check_folder(out, RUN, to_dict(tiny_recipe("train.lr=0.5")))
+    with pytest.raises(UserInputError, match="holds a single run, not a pair"):
+        check_folder(out, LOCKSTEP, pair_config(pair_recipe("seed-vs-seed")))
+    with pytest.raises(UserInputError, match="holds a single run, not a pair"):
+        check_folder(out, SEPARATE, pair_config(pair_recipe("seed-vs-seed")), arm="a")
