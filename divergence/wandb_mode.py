@@ -58,10 +58,12 @@ def wandb_offline(env: dict | None = None) -> bool:
     return wandb_init_mode(env) in ("offline", "dryrun")
 
 
-def offline_notice(run_dir: str | Path) -> str:
+def offline_notice(run_dir: str | Path, env: dict | None = None) -> str:
     """The one line an offline run prints: why it is offline and how to upload it."""
-    return (f"wandb: {run_dir} is an offline run (no WANDB_MODE, WANDB_API_KEY or `wandb login` credentials); "
-            f"upload it later with: wandb sync {run_dir}")
+    env = os.environ if env is None else env
+    why = (f"WANDB_MODE={env['WANDB_MODE']}" if env.get("WANDB_MODE")
+           else "no WANDB_MODE, WANDB_API_KEY or `wandb login` credentials")
+    return f"wandb: {run_dir} is an offline run ({why}); upload it later with: wandb sync {run_dir}"
 
 
 @dataclass(frozen=True)

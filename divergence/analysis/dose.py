@@ -15,15 +15,21 @@ replicate r, at their shared tracked steps t:
     g(t)     local log-growth rate: OLS slope of ln E over the tracked steps i-2..i+2
 
 Unsaturated window U_r, function space (X, P and S carry the probe): t >= start, E_X, E_P > 0,
-phi_X, phi_P < 0.1, and 1/2 <= g_X / g_P <= 2 (both growing alike). The probe runs at a subset of
-the tracked steps (``tracking.probe.every``); a tracked step without it takes phi from the next
-probed step (``next_probed``), and lr^F is the median over the window's probed steps (NaN with
-fewer than ``min_window`` of them). Weight space (no probe):
-t >= start, E_X, E_P > 0, g_X > 0 and g_P >= g_X / 2 (the reference still amplifies at least
-half as fast), and, with a seed pair, E_X, E_P < 0.1 E_S. Either way the window ends at the
-first step where a pair saturates (phi >= 0.1, or E >= 0.1 E_S). start = max(10, warm-up) for a
-recipe with LR warm-up; without one the first steps count (start = 1: with dense early tracking
-they hold the window on a recipe whose reference saturates within tens of steps).
+and 1/2 <= g_X / g_P <= 2 (both growing alike); weight space (no probe): t >= start, E_X, E_P > 0,
+g_X > 0 and g_P >= g_X / 2 (the reference still amplifies at least half as fast). Either way the
+window ends at the first step where a pair's weights saturate, E >= 0.1 E_S (with a seed pair).
+start = max(10, warm-up) for a recipe with LR warm-up; without one the first steps count (start =
+1: with dense early tracking they hold the window on a recipe whose reference saturates within
+tens of steps). lr^F is the median over the window's probed steps (``tracking.probe.every``; NaN
+with fewer than ``min_window`` of them).
+
+Saturation is read in weight space, where the statistic is, and not from phi = F / F_S as
+METHOD.md first wrote it. Measured on the tiny recipe (``make demo``, 3 replicates): the seed
+pair's function distance F_S falls from 1.4 to 0.3 over 30 steps as both seeds learn the same
+data, so phi_P of bf16-vs-fp32 passes 0.1 by step 10 through its shrinking denominator, while
+its weights are 1-2% of a seed change (E_P / E_S = 0.007-0.026), both pairs' local growth rates
+agree within 10% and log10(E_X / E_P) stays within 0.02 dex over steps 14-30. phi still gives
+t10 and t50 (how far each pair has gone towards a different-seed model) and the outcome's scale.
 
     lr_r      = median over U_r of log10(E_X / E_P)            (the dose ratio, in dex)
     lr_r^F    = median over U_r of log10(F_X / F_P)            (its function-space twin)
@@ -43,7 +49,7 @@ Example: X injects 1000x less per step than P and both grow at the same rate:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -78,6 +84,7 @@ class WindowEstimate:
     in_window: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     min_window: int = MIN_WINDOW
     phi: dict[str, np.ndarray] = field(default_factory=dict)  # "study"/"reference" -> phi at ``steps``
+    saturated_at: int | None = None  # first shared step with E_X or E_P >= 0.1 E_S (None: not reached)
 
     @property
     def usable(self) -> bool:
@@ -114,18 +121,18 @@ def estimate(study: PairData, reference: PairData, seed: PairData | None, start:
     f_x, f_p = probe_values(study)[i_x], probe_values(reference)[i_p]
     f_s, e_s = seed_at(seed, steps)
     space = "function" if np.isfinite(f_x).any() and np.isfinite(f_p).any() and np.isfinite(f_s).any() else "weight"
+    g_x, g_p = local_rates(steps, e_x), local_rates(steps, e_p)
+    alike = _alike(g_x, g_p, space)
     with np.errstate(divide="ignore", invalid="ignore"):
         phi_x, phi_p = (f_x / f_s, f_p / f_s) if space == "function" else (e_x / e_s, e_p / e_s)
         log_ratio = np.log10(e_x / e_p)
-    g_x, g_p = local_rates(steps, e_x), local_rates(steps, e_p)
-    alike = _alike(g_x, g_p, space)
-    # NaN phi (no seed pair): never saturated; a step between probes takes the next probe's phi
-    seen_x, seen_p = (next_probed(phi_x), next_probed(phi_p)) if space == "function" else (phi_x, phi_p)
-    saturated = (seen_x >= SATURATED) | (seen_p >= SATURATED)
+        # E / E_S, NaN without a seed pair: never saturated
+        saturated = (e_x / e_s >= SATURATED) | (e_p / e_s >= SATURATED)
     ends = np.flatnonzero(saturated)
     before = np.arange(len(steps)) < (ends[0] if ends.size else len(steps))
     keep = (steps >= start) & (e_x > 0) & (e_p > 0) & np.isfinite(log_ratio) & alike & before
-    return _summarise(study, steps, keep, log_ratio, e_x, e_p, f_x, f_p, phi_x, phi_p, space, max(2, min_window))
+    result = _summarise(study, steps, keep, log_ratio, e_x, e_p, f_x, f_p, phi_x, phi_p, space, max(2, min_window))
+    return replace(result, saturated_at=int(steps[ends[0]]) if ends.size else None)
 
 
 def _alike(g_x: np.ndarray, g_p: np.ndarray, space: str) -> np.ndarray:
@@ -133,24 +140,6 @@ def _alike(g_x: np.ndarray, g_p: np.ndarray, space: str) -> np.ndarray:
         if space == "function":
             return (g_x > 0) & (g_p > 0) & (g_x / g_p <= RATE_FACTOR) & (g_p / g_x <= RATE_FACTOR)
         return (g_x > 0) & (g_p >= g_x / RATE_FACTOR)
-
-
-def next_probed(phi: np.ndarray) -> np.ndarray:
-    """phi at each step, or where it is NaN (no probe there) the value at the next step that has
-    one: phi grows until saturation, so a step between two probes is counted as saturated when the
-    later probe is (the window ends at the last probe below 0.1, never after the crossing).
-
-    >>> next_probed(np.array([0.01, np.nan, np.nan, 0.2, np.nan]))
-    array([0.01, 0.2 , 0.2 , 0.2 ,  nan])
-    """
-    out = np.array(phi, dtype=float)
-    later = np.nan
-    for i in range(len(out) - 1, -1, -1):
-        if np.isfinite(out[i]):
-            later = out[i]
-        else:
-            out[i] = later
-    return out
 
 
 def probe_values(pair: PairData) -> np.ndarray:

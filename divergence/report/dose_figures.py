@@ -56,10 +56,10 @@ def log_e(analysis: Analysis, out_dir: Path) -> Path | None:
         label = None if p.name in labelled else f"{p.label} [{p.category}]"
         labelled.add(p.name)
         ax.plot(p.steps[ok], p.rel_l2[ok], color=COLORS.get(p.category, "black"), linewidth=1, alpha=0.8, label=label)
-    starts = [e.t10["reference"] for v in analysis.verdicts for e in v.estimates if e.t10.get("reference") is not None]
+    starts = [e.saturated_at for v in analysis.verdicts for e in v.estimates if e.saturated_at is not None]
     if starts:
         ax.axvspan(min(starts), max(int(p.steps[-1]) for p in runs), color="#999999", alpha=0.15,
-                   label="reference saturated (phi >= 0.1)")
+                   label="saturated (E >= 0.1 E_seed)")
     ax.set_yscale("log")
     ax.set_xlabel("training step")
     ax.set_ylabel("E(t) = ||theta_a - theta_b|| / ||theta_b||")

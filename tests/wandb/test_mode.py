@@ -7,7 +7,8 @@ only read the environment and files).
 import pytest
 
 from divergence.recipe.run import LogConfig
-from divergence.wandb_mode import has_credentials, key_part, wandb_init_mode, wandb_offline, wandb_target
+from divergence.wandb_mode import (has_credentials, key_part, offline_notice, wandb_init_mode, wandb_offline,
+                                   wandb_target)
 
 
 def _netrc(tmp_path, host="api.wandb.ai", password="k" * 40):
@@ -37,6 +38,12 @@ def test_the_mode_follows_the_users_settings(tmp_path, files, env, mode):
         env["NETRC"] = str(_netrc(tmp_path / "elsewhere", files["netrc"]))
     assert wandb_init_mode(env) == mode
     assert wandb_offline(env) is (mode == "offline")
+
+
+def test_the_offline_notice_gives_the_reason_that_applies():
+    assert "(WANDB_MODE=offline)" in offline_notice("runs/x", {"WANDB_MODE": "offline"})
+    assert "(no WANDB_MODE, WANDB_API_KEY" in offline_notice("runs/x", {})
+    assert offline_notice("runs/x", {}).endswith("upload it later with: wandb sync runs/x")
 
 
 def test_an_unreadable_netrc_means_no_credentials(tmp_path):
