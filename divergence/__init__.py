@@ -30,7 +30,7 @@ _LAZY = {
     # comparing two models' weights
     "compare_state_dicts": "divergence.state_dicts",
     "compare_checkpoints": "divergence.state_dicts",
-    "Comparison": "divergence.comparison",
+    "Comparison": "divergence.checkpoints.compare",
     # the metric functions (pure functions of two tensors)
     "wasserstein": "divergence.metrics",
     "max_abs_diff": "divergence.metrics",

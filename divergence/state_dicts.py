@@ -1,6 +1,6 @@
 """``compare_state_dicts`` and ``compare_checkpoints`` for Python callers: any two models' weights.
 
-The engine is ``divergence.comparison`` (what ``divergence compare`` runs); these wrappers
+The engine is ``divergence.checkpoints.compare`` (what ``divergence compare`` runs); these wrappers
 take name maps and ``intersection`` as arguments and say what to pass in Python, not which
 command-line flag to use, when the two sides do not match.
 
@@ -34,7 +34,7 @@ def compare_state_dicts(a: dict, b: dict, maps=None, intersection: bool = False,
 
     Returns
     -------
-    divergence.comparison.Comparison: ``records`` (one dict per tensor: the metrics, ``module``,
+    divergence.checkpoints.compare.Comparison: ``records`` (one dict per tensor: the metrics, ``module``,
     ``kind``), ``summary`` (whole model) and ``skipped``.
     """
     from divergence.checkpoints.source import InMemorySource
@@ -58,7 +58,7 @@ def compare_checkpoints(path_a: str | Path, path_b: str | Path, maps=None, inter
 
 def _compare(source_a, source_b, maps, intersection: bool, device):
     from divergence.checkpoints import match_tensors
-    from divergence.comparison import compare_sources
+    from divergence.checkpoints.compare import compare_sources
 
     match = match_tensors(source_a, source_b, compile_maps(maps), intersection=True)
     if not intersection:

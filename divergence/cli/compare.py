@@ -68,7 +68,7 @@ def run(args) -> int:
     import torch
     from tqdm import tqdm
 
-    from divergence.comparison import compare_checkpoints
+    from divergence.checkpoints.compare import compare_checkpoints
 
     device = _device(args.device, torch)
     progress = None if args.quiet else (lambda items: tqdm(items, desc="comparing", unit="tensor", file=sys.stderr, leave=False, disable=None))

@@ -2,7 +2,7 @@
 
 A and B are folders of step-numbered checkpoints (``divergence.checkpoints.series``). Steps
 are matched by number; for each step both series have, the two checkpoints are compared
-(``divergence.comparison``) and the records appended to ``PAIR/metrics.jsonl`` with
+(``divergence.checkpoints.compare``) and the records appended to ``PAIR/metrics.jsonl`` with
 ``divergence.tracking.records.comparison_records``, exactly as a tracker stores a tracked
 step (the losses are unknown: NaN). ``PAIR/pair.json`` describes the pair, so ``divergence
 report``, ``export`` and wandb logging work on it. Steps only one series has are listed.
@@ -68,7 +68,7 @@ def run(args) -> int:
 def _write_store(args, out, steps: list[int], series: dict) -> None:
     from tqdm import tqdm
 
-    from divergence.comparison import compare_checkpoints
+    from divergence.checkpoints.compare import compare_checkpoints
     from divergence.store import MetricsStore
     from divergence.pairfolder.layout import PAIR_JSON
     from divergence.tables import write_json

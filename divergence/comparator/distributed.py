@@ -3,7 +3,7 @@
 The matched tensors are divided among the ranks by size (largest first, each to the rank
 holding the fewest elements so far: a greedy balance of the work, which is about linear in
 the elements). Every rank opens both files itself and streams its own tensors through
-``divergence.comparison.compare_sources`` on its own device, so a rank holds at most one
+``divergence.checkpoints.compare.compare_sources`` on its own device, so a rank holds at most one
 pair of its tensors at a time: peak memory per rank is about the largest pair it is given,
 never the model. Rank 0 gathers the records, puts them back in match order, and recomputes
 the layer kinds from all shapes (a bias's kind follows its module's weight, which may have
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from divergence.checkpoints import Match, TensorSource, match_tensors, open_checkpoint
 from divergence.comparator.ranks import Ranks
-from divergence.comparison import Comparison, compare_sources
+from divergence.checkpoints.compare import Comparison, compare_sources
 from divergence.errors import CheckpointError
 from divergence.metrics import classify_kinds, summarize
 

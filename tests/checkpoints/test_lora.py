@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 
 from divergence.checkpoints import open_checkpoint
 from divergence.cli import main
-from divergence.comparison import compare_checkpoints
+from divergence.checkpoints.compare import compare_checkpoints
 from divergence.errors import CheckpointError
 from divergence.metrics import compare_tensors
 from divergence.models.denoiser import build_transformer

@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from divergence.comparison import compare_state_dicts
+from divergence.checkpoints.compare import compare_state_dicts
 from divergence.errors import RecipeError
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs

@@ -8,7 +8,7 @@ from divergence.attention.joint import KernelJointAttnProcessor
 from divergence.attention.kernels import available_kernels, get_kernel
 from divergence.attention.processor import KernelAttnProcessor
 from divergence.attention.shadow import ShadowJointAttnProcessor, ShadowRecorder
-from divergence.comparison import compare_state_dicts
+from divergence.checkpoints.compare import compare_state_dicts
 from divergence.errors import RecipeError, UserInputError
 from divergence.metrics import classify_kinds
 from divergence.models.attention import apply_attention, attention_modules

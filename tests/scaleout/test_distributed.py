@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 
 from divergence.comparator.distributed import assign, compare_files
 from divergence.comparator.ranks import Ranks
-from divergence.comparison import compare_checkpoints
+from divergence.checkpoints.compare import compare_checkpoints
 from divergence.store.arm_status import ArmStatus
 from tests.pairs.helpers import PAIR_FAST, PAIRS
 
