@@ -7,6 +7,7 @@ are, such as a study folder; runs trained elsewhere and copied in work the same.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -82,6 +83,7 @@ def log_report_to_wandb(report, project: str | None) -> None:
     from divergence.report.wandb_log import log_report
     from divergence.wandb_mode import offline_notice, wandb_offline
 
+    offline, mode_env = wandb_offline(), dict(os.environ)  # before wandb.init, which sets WANDB_MODE itself
     try:
         folders = [p.folder for p in report.analysis.pairs if getattr(p, "folder", None)]
         where = log_report(report.summary, report.figures, report.files, report.out, project, folders)
@@ -90,4 +92,4 @@ def log_report_to_wandb(report, project: str | None) -> None:
               "Use --no-wandb to skip wandb.", file=sys.stderr)
         return
     report.wandb = where
-    print(offline_notice(where) if wandb_offline() else f"wandb: {where}")
+    print(offline_notice(where, mode_env) if offline else f"wandb: {where}")

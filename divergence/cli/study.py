@@ -58,9 +58,8 @@ def run(args) -> int:
     names = list(dict.fromkeys(j.pair.name for j in jobs))
     print(f"study {study.name}: {len(names)} pairs ({', '.join(names)}), {study.replicates} replicate(s) "
           f"(the control once): {len(jobs)} pair runs, {parallel} at a time, into {out}")
-    for job in jobs:
-        if job.pair.note:
-            print(f"note: {job.pair.name}: {job.pair.note}")
+    for name, note in dict.fromkeys((j.pair.name, j.pair.note) for j in jobs if j.pair.note):  # once per pair
+        print(f"note: {name}: {note}")
     try:
         run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet)
     except PairFailed as err:

@@ -15,6 +15,7 @@ rest (``divergence.tracking.step_logging.define_keys``).
 
 from __future__ import annotations
 
+import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +88,8 @@ class DivergenceWandbLogger(WandbLogger):
         super().__init__(*args, **kwargs)
         self.log_config, self.store_dir = log_config, Path(store_dir)
         self.defined_keys: set[str] = set()
+        # what decided the mode, read before wandb.init (which sets WANDB_MODE itself)
+        self.mode_env = {k: os.environ[k] for k in ("WANDB_MODE",) if os.environ.get(k)}
 
     @property
     def experiment(self):
@@ -96,7 +99,7 @@ class DivergenceWandbLogger(WandbLogger):
             for glob, summary in GLOB_SUMMARIES.items():
                 run.define_metric(glob, step_metric=STEP_KEY, summary=summary)
             if run.settings.mode in ("offline", "dryrun") or getattr(run, "offline", False):
-                print(offline_notice(Path(run.dir).parent), flush=True)
+                print(offline_notice(Path(run.dir).parent, self.mode_env), flush=True)
         return run
 
 

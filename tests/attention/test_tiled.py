@@ -119,12 +119,17 @@ def test_agrees_with_pytorch_cpu_flash_kernel(dtype, l, causal):
     assert _max(ours, gold) <= 2 * _max(kernel, gold) + 1e-6
 
 
-def test_sixteen_k_tokens_take_seconds():
-    import time
-    q, k, v = (torch.randn(1, 1, 16384, 64).bfloat16() for _ in range(3))
-    start = time.perf_counter()
-    flash_attention_tiled(q, k, v, block_q=64, block_kv=256)
-    assert time.perf_counter() - start < 30  # about 1 s alone on 2 cores
+def test_sixteen_k_tokens_run_in_blocks_and_match_the_softmax_rows():
+    # 16k tokens never form the 16k x 16k score matrix (about 1 s on 2 cores; its speed is
+    # benchmarked in benchmarks/, not timed here): a few output rows against softmax(q k^T) v in fp64
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 16384, 64, generator=g).bfloat16() for _ in range(3))
+    out = flash_attention_tiled(q, k, v, block_q=64, block_kv=256)
+    rows = torch.tensor([0, 4097, 16383])
+    scores = (q[0, 0, rows].double() @ k[0, 0].double().T) / 8.0  # 1 / sqrt(64)
+    expected = torch.softmax(scores, dim=-1) @ v[0, 0].double()
+    assert out.shape == q.shape and torch.isfinite(out.float()).all()
+    assert torch.allclose(out[0, 0, rows].double(), expected, atol=2e-2, rtol=0)  # bf16 output rounding
 
 
 def test_bad_arguments_raise_user_errors():
