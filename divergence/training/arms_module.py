@@ -96,7 +96,8 @@ class ArmsModule(L.LightningModule):
 
     def training_step(self, batch: StepBatch, batch_idx: int) -> torch.Tensor:
         check_step(batch, self.global_step)
-        inputs = self.inputs.prepare_step(batch)  # once, for every arm: the step's micro-batches
+        micro = self.inputs.prepare_step(batch)  # once, for every arm: the step's micro-batches
+        inputs = micro[0] if len(micro) == 1 else micro
         self.last_outputs = {name: arm.training_step(inputs, backward=self.manual_backward)
                              for name, arm in self.arms.items()}
         self.optimizers().step()  # one tick of global_step (see StepCounter)
