@@ -38,7 +38,7 @@ class DataConfig:
     # The folder (imagefolder), or a folder of .tar shards / one .tar file (webdataset).
     path: str | None = None
     # Seed of data order, caption dropout, crops, noise and timesteps: inputs are a pure
-    # function of (seed, global step, rank), whatever the model seed, precision or attention.
+    # function of (seed, global step), whatever the model seed, precision or attention.
     seed: int = 0
     # Side of the square training images, in pixels.
     resolution: int = 32

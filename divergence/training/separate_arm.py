@@ -2,7 +2,8 @@
 
 Real studies outgrow one process: each arm alone may need several GPUs or nodes, and the two
 arms run as separate jobs (any Lightning strategy: DDP, FSDP, several nodes, SLURM). Inputs
-are a pure function of (data seed, global step, rank), so two separate arms see what a
+are a pure function of (data seed, global step) and each rank takes its slice of the global batch,
+so two separate arms (on any world sizes with the same global batch) see what a
 lockstep pair sees; a comparator (``divergence watch DIR``) follows both and writes the same
 metrics store the lockstep tracker writes. Layout of ``DIR`` (the lockstep layout, with each
 arm's own training state under its folder)::
