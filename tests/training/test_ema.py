@@ -81,3 +81,8 @@ def test_checkpoints_hold_both_and_resume_is_bitwise(tmp_path):
     raw = {k for k in last if not k.startswith("ema.")}
     assert {k for k in last if k.startswith("ema.")} == {f"ema.{k}" for k in raw if "position_ids" not in k}
     assert not torch.equal(last["ema.unet.conv_in.weight"], last["unet.conv_in.weight"])
+
+
+def test_ema_of_sharded_weights_is_refused():
+    with pytest.raises(RecipeError, match="train.ema: EMA of weights sharded by train.strategy=fsdp"):
+        tiny_recipe("train.ema={decay: 0.9}", "train.strategy=fsdp")
