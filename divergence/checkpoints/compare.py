@@ -6,6 +6,9 @@ peak memory is about the largest pair of tensors, not the two models.
 
 Every tensor compared has a record; integer and bool buffers are left out of the
 whole-model summary unless ``include_buffers`` (see ``divergence.metrics.grouping``).
+The summary is per key family (``divergence.checkpoints.families``): the raw weights' at the
+top level, as always, and with EMA tensors (``ema.<name>``) their own under ``summary["ema"]``,
+so the EMA never mixes into the raw weights' whole-model numbers.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Callable
 import torch
 
 from divergence.checkpoints import Match, TensorSource, match_tensors, open_checkpoint
+from divergence.checkpoints.families import by_family
 from divergence.checkpoints.source import InMemorySource
 from divergence.errors import CheckpointError
 from divergence.metrics import classify_kinds, compare_tensors, module_of, summarize
@@ -94,7 +98,7 @@ def compare_sources(a: TensorSource, b: TensorSource, match: Match, device="cpu"
         record.update(compare_tensors(ta, tb))
         records.append(record)
         del ta, tb
-    summary = summarize(records, include_buffers)
+    summary = summarize_by_family(records, include_buffers)
     summary.update(
         matched=len(match.pairs),
         skipped=len(match.skipped),
@@ -102,3 +106,12 @@ def compare_sources(a: TensorSource, b: TensorSource, match: Match, device="cpu"
         stripped_prefix_b=match.stripped_b,
     )
     return Comparison(records, summary, match.skipped)
+
+
+def summarize_by_family(records: list[dict], include_buffers: bool = False) -> dict:
+    """The raw weights' whole-model summary, plus ``"ema"``: the EMA tensors' own, when there are any."""
+    families = by_family(records)
+    summary = summarize(families.get("weights", []), include_buffers)
+    if "ema" in families:
+        summary["ema"] = summarize(families["ema"], include_buffers)
+    return summary

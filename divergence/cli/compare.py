@@ -159,11 +159,16 @@ def _print_summary(result) -> None:
 
     s = result.summary
     print()
-    print(f"model: {s['tensors']} tensors, {s['numel']:,} values compared")
+    raw = " of the raw weights (the EMA under ema.* is summarized below, apart)" if "ema" in s else ""
+    print(f"model: {s['tensors']} tensors, {s['numel']:,} values compared{raw}")
     if s.get("lora"):
         print(f"  {s['lora']}")
     for metric in METRIC_CHOICES:
         print(f"  {metric:<14} {format_value(s[metric])}")
+    if "ema" in s:
+        print(f"ema: {s['ema']['tensors']} EMA tensors (ema.*), {s['ema']['numel']:,} values compared")
+        for metric in METRIC_CHOICES:
+            print(f"  {metric:<14} {format_value(s['ema'][metric])}")
     for side in ("a", "b"):
         if s[f"stripped_prefix_{side}"]:
             print(f"  matched after stripping {s[f'stripped_prefix_{side}']!r} from {side.upper()}")

@@ -21,10 +21,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from divergence.checkpoints import Match, TensorSource, match_tensors, open_checkpoint
+from divergence.checkpoints.compare import Comparison, compare_sources, summarize_by_family
 from divergence.comparator.ranks import Ranks
-from divergence.checkpoints.compare import Comparison, compare_sources
 from divergence.errors import CheckpointError
-from divergence.metrics import classify_kinds, summarize
+from divergence.metrics import classify_kinds
 
 
 def assign(sizes: list[int], world_size: int) -> list[int]:
@@ -84,7 +84,7 @@ def _assemble(parts: list | None, a: TensorSource, match: Match) -> Comparison |
     by_name = {record["name"]: record for part in parts for record in part}
     kinds = classify_kinds({name: a.info(name_a).shape for name, name_a, _ in match.pairs})
     records = [dict(by_name[name], kind=kinds[name]) for name, _, _ in match.pairs]
-    summary = summarize(records)
+    summary = summarize_by_family(records)
     summary.update(matched=len(match.pairs), skipped=len(match.skipped),
                    stripped_prefix_a=match.stripped_a, stripped_prefix_b=match.stripped_b)
     return Comparison(records, summary, match.skipped)

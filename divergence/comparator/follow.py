@@ -44,6 +44,7 @@ from divergence.pairfolder.layout import ARMS, WATCH_STATE
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.pairfolder.schedule import PairSchedule, read_schedule
 from divergence.store import MetricsStore
+from divergence.store.arm_status import batch_mismatch
 from divergence.tracking.records import comparison_records, loss_record
 from divergence.tracking.spikes import SpikeDetector
 
@@ -187,9 +188,9 @@ class Comparator:
             changed = True
         if changed:
             self._write_state()
-        worlds = {s.world_size for s in statuses.values() if s is not None}
-        if len(worlds) > 1:
-            raise UserInputError(f"{self.out}: the arms train on different world sizes ({_arms_line(statuses)}); "
+        mismatch = batch_mismatch(statuses)
+        if mismatch is not None:
+            raise UserInputError(f"{self.out}: the arms train on {mismatch}; "
                                  "their batches differ, so they are not a pair")
 
     # -- every rank: measure; rank 0: record -----------------------------------------------------

@@ -1,6 +1,6 @@
 """Training data: datasets of (image, caption) and the step-indexed batches built from them.
 
-- ``sampling``: every random draw about inputs as a pure function of (seed, step, rank);
+- ``sampling``: every random draw about inputs as a pure function of (seed, step);
 - ``shapes``: the embedded procedurally generated captioned-shapes dataset;
 - ``folders``: an image folder with ``metadata.jsonl``, and WebDataset ``.tar`` shards;
 - ``batches``: the ``StepBatch`` of one step and the stream a DataLoader serves.

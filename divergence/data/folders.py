@@ -1,7 +1,7 @@
 """Real data: an image folder with ``metadata.jsonl``, and WebDataset ``.tar`` shards.
 
 Both are random-access (``dataset[i] -> (PIL RGB image, caption)``) so that data order can be a
-pure function of (seed, step, rank) rather than of a stream's position.
+pure function of (seed, step) rather than of a stream's position.
 
 - Image folder, the convention of diffusers' text-to-image examples: ``metadata.jsonl`` holds
   one JSON object per line with ``file_name`` (relative to the folder) and a caption column

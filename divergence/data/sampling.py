@@ -1,4 +1,4 @@
-"""Everything random about inputs, as a pure function of (data seed, global step, rank).
+"""Everything random about inputs, as a pure function of (data seed, global step).
 
 Two runs that share a data seed must see bitwise identical batches, noise and timesteps whatever
 their model seed, precision or attention, and a resumed run must see what an uninterrupted one
@@ -8,7 +8,9 @@ run sees the same numbers as a CPU run).
 
 Data order is epoch-wise without replacement: the ``p``-th example of the run, counting across
 steps and ranks, is ``perm_e[p mod N]`` with ``e = p // N`` and ``perm_e`` a permutation seeded
-by ``(seed, e)``. Each rank takes its own slice of every global batch.
+by ``(seed, e)``. Each rank takes its own slice of every global batch (``batch_indices`` with the
+rank's ``batch_size x accumulate`` examples is that slice); the batch's random draws are made
+for the whole global batch from the rank-0 stream and sliced (``divergence.data.batches``).
 """
 
 from __future__ import annotations

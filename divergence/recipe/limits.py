@@ -12,7 +12,8 @@ never a guess; passing the check does not promise the run fits (activations cost
   the prediction (4 tensors of C x H x W) and the UNet's first feature map (c0 x H x W), plus
   with a VAE the RGB image and the encoder's first feature map at full resolution;
 - the weights: one 3x3 convolution per UNet level (9 c_l^2) and the text encoder's layers
-  (4 h^2 + 2 h i each) and position table, with gradient and AdamW's two moments (x4) when trained;
+  (4 h^2 + 2 h i each) and position table, with gradient and AdamW's two moments (x4) when trained,
+  and one more fp32 copy of the trained ones with ``train.ema`` (x5);
 - a sample grid (per_prompt x prompts images, x2 with guidance), the epoch permutation of the
   shapes dataset (8 bytes an example) and the noise schedule (about 20 bytes a timestep).
 """
@@ -57,10 +58,11 @@ def memory_floors(recipe) -> list[tuple[str, int, int, str]]:
     unet_params = sum(9 * c * c for c in model.unet.block_out_channels)
     text_params = text.num_layers * (4 * text.hidden_size ** 2 + 2 * text.hidden_size * text.intermediate_size) \
         + model.tokenizer.max_length * text.hidden_size
-    weights = 4 * FP32 * unet_params + (4 if text.train else 1) * FP32 * text_params
+    trained = 4 + (train.ema is not None)  # weights, gradients, AdamW's two moments (and the EMA)
+    weights = trained * FP32 * unet_params + (trained if text.train else 1) * FP32 * text_params
     floors = [
         ("model", 1, weights, "model (one 3x3 convolution per UNet level and the text encoder's layers, "
-                              "with gradients and AdamW state)"),
+                              "with gradients and AdamW state" + (" and the EMA)" if train.ema else ")")),
         ("train.batch_size", train.batch_size, example,
          f"examples of {shape} (inputs, noise, prediction and the UNet's first {c0}-channel feature map, fp32)"),
         ("noise.num_train_timesteps", recipe.noise.num_train_timesteps, 20, "timesteps of the noise schedule"),

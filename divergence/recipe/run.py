@@ -16,6 +16,9 @@ from divergence.recipe.model import AttentionConfig, ModelConfig, NoiseConfig
 from divergence.recipe.schema import apply_overrides, load_yaml, parse, require
 
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
+# ``diffusers.optimization.get_scheduler``'s names (SchedulerType) that need no extra rules
+LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial")
+POLYNOMIAL_LR_END = 1e-7  # get_polynomial_decay_schedule_with_warmup's lr_end (get_scheduler passes none)
 
 DEFAULT_PROMPTS = (
     "a large red circle in the centre",
@@ -35,7 +38,7 @@ class DataConfig:
     # The folder (imagefolder), or a folder of .tar shards / one .tar file (webdataset).
     path: str | None = None
     # Seed of data order, caption dropout, crops, noise and timesteps: inputs are a pure
-    # function of (seed, global step, rank), whatever the model seed, precision or attention.
+    # function of (seed, global step), whatever the model seed, precision or attention.
     seed: int = 0
     # Side of the square training images, in pixels.
     resolution: int = 32
@@ -64,6 +67,38 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
+class EMAConfig:
+    """An exponential moving average of the trainable weights, as ``diffusers.training_utils.EMAModel``.
+
+    After every optimizer step ``s`` (counted from 1): ``ema <- ema - (1 - d_s) (ema - w)`` with
+    ``n = max(0, s - update_after_step - 1)``, ``d_s = 0`` when ``n = 0``, else
+    ``clip(1 - (1 + n / inv_gamma)^-power if use_warmup else (1 + n) / (10 + n), min_decay, decay)``.
+    """
+
+    # The largest decay (EMAModel's decay; diffusers' scripts: 0.9999).
+    decay: float = 0.9999
+    # The smallest decay once updating (EMAModel's min_decay).
+    min_decay: float = 0.0
+    # Optimizer steps before the average starts moving (it copies the weights until then).
+    update_after_step: int = 0
+    # Warm-up 1 - (1 + n / inv_gamma)^-power instead of (1 + n) / (10 + n) (EMAModel's use_ema_warmup).
+    use_warmup: bool = False
+    # Inverse multiplicative factor of the warm-up.
+    inv_gamma: float = 1.0
+    # Exponent of the warm-up (2/3 for runs of a million steps, 3/4 for shorter ones).
+    power: float = 2 / 3
+    # torch._foreach updates (diffusers' --foreach_ema): faster, the same math in another order.
+    foreach: bool = False
+
+    def __post_init__(self):
+        require(0.0 <= self.min_decay <= self.decay <= 1.0, "decay",
+                f"need 0 <= min_decay <= decay <= 1, got min_decay={self.min_decay}, decay={self.decay}")
+        require(self.update_after_step >= 0, "update_after_step", "must be >= 0")
+        require(0 < self.inv_gamma < float("inf"), "inv_gamma", f"must be a finite number > 0, got {self.inv_gamma}")
+        require(0 < self.power < float("inf"), "power", f"must be a finite number > 0, got {self.power}")
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Optimization and the hardware it runs on."""
 
@@ -81,10 +116,20 @@ class TrainConfig:
     eps: float = 1e-8
     # AdamW decoupled weight decay.
     weight_decay: float = 0.01
-    # LR after warmup: constant, or cosine / linear decay to zero at max_steps.
-    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
-    # Steps of linear LR warmup from zero.
+    # Micro-batches per optimizer step (gradient accumulation): the global batch is
+    # batch_size x devices x num_nodes x accumulate, and what it holds depends on the step only.
+    accumulate: int = 1
+    # LR schedule, by ``diffusers.optimization.get_scheduler``'s names: constant (no warm-up),
+    # constant_with_warmup, linear, cosine, cosine_with_restarts, polynomial (to 1e-7).
+    lr_schedule: Literal[LR_SCHEDULES] = "constant"
+    # Steps of linear LR warm-up from zero (get_scheduler's num_warmup_steps).
     warmup_steps: int = 0
+    # Hard restarts of cosine_with_restarts (get_scheduler's num_cycles, diffusers' --lr_num_cycles).
+    lr_num_cycles: int = 1
+    # Power of the polynomial decay (get_scheduler's power, diffusers' --lr_power).
+    lr_power: float = 1.0
+    # Exponential moving average of the trainable weights (diffusers' EMAModel); null: off.
+    ema: EMAConfig | None = None
     # AdamW implementation: torch's default choice, the per-tensor ``loop``, the multi-tensor
     # ``foreach``, or the single-kernel ``fused`` (same math, different operation order).
     adamw_impl: Literal["default", "loop", "foreach", "fused"] = "default"
@@ -123,7 +168,8 @@ class TrainConfig:
                 f"must be two numbers in [0, 1), got {list(self.betas)}")
         require(self.eps > 0, "eps", "must be > 0")
         require(self.weight_decay >= 0, "weight_decay", "must be >= 0")
-        require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
+        require(self.accumulate >= 1, "accumulate", f"must be an integer >= 1, got {self.accumulate}")
+        self._check_lr_schedule()
         require(self.grad_clip is None or self.grad_clip > 0, "grad_clip", "must be > 0 or null")
         require(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
         require(self.devices >= 1 and self.num_nodes >= 1, "devices", "devices and num_nodes must be >= 1")
@@ -131,6 +177,21 @@ class TrainConfig:
         check_strategy(self.strategy)
         require(self.grad_noise is None or 0 <= self.grad_noise < float("inf"), "grad_noise",
                 f"must be a finite number >= 0 or null, got {self.grad_noise}")
+        require(self.ema is None or not self.strategy.lower().startswith(("fsdp", "deepspeed")), "ema",
+                f"EMA of weights sharded by train.strategy={self.strategy} is not supported; use ddp or set ema: null")
+
+    def _check_lr_schedule(self) -> None:
+        require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
+        # diffusers' ``constant`` ignores num_warmup_steps: refuse rather than silently drop the warm-up
+        require(self.lr_schedule != "constant" or self.warmup_steps == 0, "lr_schedule",
+                f"constant ignores warmup_steps={self.warmup_steps} (as diffusers' get_scheduler does); use "
+                "lr_schedule: constant_with_warmup, or warmup_steps: 0")
+        require(self.lr_num_cycles >= 1, "lr_num_cycles", f"must be >= 1, got {self.lr_num_cycles}")
+        require(0 < self.lr_power < float("inf"), "lr_power", f"must be a finite number > 0, got {self.lr_power}")
+        if self.lr_schedule == "polynomial":
+            require(self.lr > POLYNOMIAL_LR_END, "lr", f"polynomial decays to {POLYNOMIAL_LR_END}; lr must be above it")
+            require(self.warmup_steps < self.max_steps, "warmup_steps",
+                    f"polynomial needs warmup_steps < max_steps ({self.max_steps}), got {self.warmup_steps}")
 
 
 @dataclass(frozen=True)
@@ -226,6 +287,8 @@ class RunRecipe:
         require(self.data.resolution % (down * levels) == 0, "data.resolution",
                 f"{self.data.resolution} must be a multiple of {down * levels} "
                 f"(VAE downsampling {down} x {what} {levels})")
+        require(self.train.ema is None or self.model.lora is None, "train.ema",
+                "an EMA of LoRA factors is not an EMA of the weight change B A; train LoRA with ema: null")
         check_memory(self)
 
 

@@ -8,8 +8,10 @@ fails). Keys (a contract between the arm jobs and ``divergence watch``):
 - ``start_step``: the global step this attempt started from (0, or the resumed checkpoint's);
   files of later steps left by an earlier attempt were removed before this was written;
 - ``last_step``: the last completed step when the attempt ended (null while running);
-- ``max_steps``, ``world_size``: the arm's length and its number of ranks (both arms must
-  train with the same world size, or their batches differ);
+- ``max_steps``, ``world_size``: the arm's length and its number of ranks;
+- ``global_batch``: examples per optimizer step, ``batch_size x world_size x accumulate``; both
+  arms must train on the same global batch, or they see different examples (null in a status
+  written before it existed, or by a writer that does not know it: then the world sizes must agree);
 - ``tensor_order``: the arm's weight names in module order, the order in which the lockstep
   tracker stores a step's tensor records (checkpoint files sort their names).
 """
@@ -36,6 +38,7 @@ class ArmStatus:
     last_step: int | None = None
     max_steps: int = 0
     world_size: int = 1
+    global_batch: int | None = None
     tensor_order: list[str] = field(default_factory=list)
 
     def __post_init__(self):
@@ -57,3 +60,22 @@ class ArmStatus:
         except (OSError, ValueError):
             return None
         return cls(**{k: data[k] for k in data if k in cls.__dataclass_fields__})
+
+
+def batch_mismatch(statuses: dict[str, "ArmStatus | None"]) -> str | None:
+    """What keeps the arms' batches from being the same, in words; None when they agree.
+
+    The global batch decides what an optimizer step trains on (``divergence.data.batches``);
+    where an arm did not record it, the world sizes must agree (the rule before accumulation).
+    """
+    known = {arm: s for arm, s in statuses.items() if s is not None}
+    if len(known) < 2:
+        return None
+    if all(s.global_batch is not None for s in known.values()):
+        if len({s.global_batch for s in known.values()}) > 1:
+            return "different global batches (" + ", ".join(
+                f"arm {arm}: {s.global_batch}" for arm, s in known.items()) + ")"
+        return None
+    if len({s.world_size for s in known.values()}) > 1:
+        return "different world sizes (" + ", ".join(f"arm {arm}: {s.world_size}" for arm, s in known.items()) + ")"
+    return None

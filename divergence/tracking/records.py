@@ -5,17 +5,26 @@ arm jobs both use these functions, so their stores are identical record for reco
 
 Step convention: step ``N`` is the state after ``N`` optimizer steps (step 0: the initial
 weights); ``loss_a``/``loss_b`` at step ``N`` are the losses of the N-th step (NaN at 0).
+
+Families: every compared tensor has a record, EMA tensors (``ema.unet.<name>``, with
+``train.ema``) included. The step's whole-model summary (``SUMMARY_KEYS`` and ``kinds``) covers
+the raw weights only, exactly as without EMA; the EMA family has its own beside it, the same
+keys prefixed ``ema_`` (``ema_wasserstein`` ... ``ema_cosine``, ``ema_numel``,
+``ema_tensors_nonfinite``, ``ema_nonfinite_a``, ``ema_nonfinite_b``, ``ema_kinds``), present only
+when the weights hold an EMA.
 """
 
 from __future__ import annotations
 
 import math
 
+from divergence.checkpoints.families import by_family
 from divergence.metrics import METRICS, aggregate
 from divergence.pairfolder.layout import ARMS
 from divergence.tracking.spikes import SpikeDetector
 
 SUMMARY_KEYS = (*METRICS, "numel", "tensors_nonfinite", "nonfinite_a", "nonfinite_b")
+EMA_KEY = "ema_"  # prefix of the EMA family's summary keys in a step record
 
 
 def is_tracked(step: int, max_steps: int, tracking, checkpoint_every: int) -> bool:
@@ -70,6 +79,15 @@ def divergence_records(weights_a: dict, weights_b: dict, device=None) -> tuple[l
 def comparison_records(result) -> tuple[list[dict], dict]:
     """``divergence_records`` of a finished ``Comparison`` (e.g. of two checkpoint files)."""
     tensors = [{"tensor": r["name"], **{k: v for k, v in r.items() if k != "name"}} for r in result.records]
-    kinds = {row["group"]: {m: row[m] for m in METRICS} for row in aggregate(result.records, "kind")}
+    families = by_family(result.records)
     summary = {k: result.summary[k] for k in SUMMARY_KEYS}
-    return tensors, dict(summary, kinds=kinds)
+    summary["kinds"] = _kinds(families.get("weights", []))
+    if "ema" in families:
+        summary.update({EMA_KEY + k: result.summary["ema"][k] for k in SUMMARY_KEYS})
+        summary[EMA_KEY + "kinds"] = _kinds(families["ema"])
+    return tensors, summary
+
+
+def _kinds(records: list[dict]) -> dict:
+    """``{kind: {metric: value}}`` of one family's records."""
+    return {row["group"]: {m: row[m] for m in METRICS} for row in aggregate(records, "kind")}

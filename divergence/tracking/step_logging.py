@@ -1,6 +1,7 @@
 """What a pair's loggers receive at a step: the same keys from lockstep training and the comparator.
 
     divergence/model/<metric>             whole-model summary, each of the six metrics
+    divergence/ema/<metric>               the EMA weights' summary (``ema_<metric>``), with train.ema
     divergence/kind/<kind>/<metric>       per kind of layer (attn_q, conv, norm, ...), wasserstein
                                           and max_abs_diff
     divergence/probe/<key>                the function-space probe, when the step record has it
@@ -57,6 +58,7 @@ def step_metrics(record: dict) -> dict[str, float]:
                if not (isinstance(record[k], float) and math.isnan(record[k]))}
     if record.get("tracked"):
         metrics.update({f"divergence/model/{m}": record[m] for m in METRICS})
+        metrics.update({f"divergence/ema/{m}": record[f"ema_{m}"] for m in METRICS if f"ema_{m}" in record})
         for kind, values in record["kinds"].items():
             metrics.update({f"divergence/kind/{key_part(kind)}/{m}": values[m] for m in KIND_METRICS})
         metrics.update({f"divergence/probe/{k}": float(record[k]) for k in PROBE_KEYS

@@ -10,13 +10,18 @@ Lifecycle, as a LightningModule drives it::
     arm = Arm(recipe, tokenizer)        # build on CPU from model.seed, apply the attention variant
     arm.setup(device)                   # fail now if device/dtype cannot run the variant
     arm.configure_optimizers()          # after Lightning moved the weights to the device
-    out = arm.training_step(inputs, backward=module.manual_backward)
+    out = arm.training_step(micro_batches, backward=module.manual_backward)  # one optimizer step
+
+Gradient accumulation (``train.accumulate = k``): one optimizer step takes the step's ``k``
+micro-batches, each loss divided by ``k`` before its backward, so the gradient is the mean over
+the ``k x batch_size`` examples, as one batch of that size gives (up to summation order);
+unscaling, grad-noise, clipping, the optimizer, LR and EMA steps happen once per optimizer step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +32,7 @@ from divergence.models.denoiser import build_denoiser, denoise
 from divergence.models.lora import apply_lora, tracked_weights
 from divergence.recipe.run import RunRecipe, latent_shape
 from divergence.training.determinism import with_arm_numerics
+from divergence.training.ema import ArmEMA
 from divergence.training.inputs import DiffusionInputs
 from divergence.training.optim import build_lr_schedule, build_optimizer
 from divergence.training.precision import PrecisionPolicy
@@ -36,7 +42,7 @@ from divergence.training.precision import PrecisionPolicy
 class StepOutput:
     """What one optimizer step of an arm reports (detached scalars)."""
 
-    loss: torch.Tensor       # () float32: mean squared error of the prediction
+    loss: torch.Tensor       # () float32: mean squared error of the prediction (mean over micro-batches)
     grad_norm: torch.Tensor  # () float32: global gradient norm after unscaling, before clipping
     lr: float                # learning rate used at this step
     loss_scale: float        # fp16 loss scale used at this step (1.0 when not scaling)
@@ -63,6 +69,8 @@ class Arm(torch.nn.Module):
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler = None
         self._pending_state: dict | None = None
+        # the EMA starts from the initial weights (its shadows follow them to the device later)
+        self.ema = ArmEMA(self._ema_parameters(), recipe.train.ema) if recipe.train.ema is not None else None
 
     @property
     def train_text_encoder(self) -> bool:
@@ -70,6 +78,10 @@ class Arm(torch.nn.Module):
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
+
+    def _ema_parameters(self) -> dict[str, torch.nn.Parameter]:
+        """The trainable parameters by checkpoint key (``unet.<name>``, ``text_encoder.<name>``)."""
+        return {name: p for name, p in self.named_parameters() if p.requires_grad}
 
     def setup(self, device: torch.device) -> None:
         """Choose the precision policy for ``device`` and check the attention variant runs there."""
@@ -82,6 +94,8 @@ class Arm(torch.nn.Module):
             self.setup(next(self.parameters()).device)
         self.optimizer = build_optimizer(self.trainable_parameters(), self.recipe.train)
         self.lr_scheduler = build_lr_schedule(self.optimizer, self.recipe.train)
+        if self.ema is not None:
+            self.ema.to(next(self.parameters()).device)
         if self._pending_state is not None:
             self._apply_train_state(self._pending_state)
             self._pending_state = None
@@ -95,21 +109,24 @@ class Arm(torch.nn.Module):
 
     @with_arm_numerics  # TF32 as this arm's recipe says, for its step only
     def training_step(
-        self, inputs: DiffusionInputs, *, backward: Callable[[torch.Tensor], None] | None = None
+        self, inputs: DiffusionInputs | Sequence[DiffusionInputs], *,
+        backward: Callable[[torch.Tensor], None] | None = None,
     ) -> StepOutput:
-        """Forward, backward, unscale, (grad-noise), clip, optimizer step, LR step.
+        """One optimizer step on one batch or its micro-batches: forward and backward of each,
+        then unscale, (grad-noise), clip, optimizer step, LR step, EMA step.
 
         ``backward`` runs the backward pass of the (scaled) loss; a LightningModule passes its
         ``manual_backward`` so distributed strategies see it. Default: ``loss.backward()``.
         """
+        micro = [inputs] if isinstance(inputs, DiffusionInputs) else list(inputs)
         opt, scaler = self.optimizer, self.policy.scaler
         opt.zero_grad(set_to_none=True)
-        loss = F.mse_loss(self.predict(inputs).float(), inputs.target.float())
-        (backward or torch.Tensor.backward)(scaler.scale(loss))
+        losses = [self._accumulate(batch, len(micro), backward) for batch in micro]
+        loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
         scaler.unscale_(opt)
         params = self.trainable_parameters()
         if self.recipe.train.grad_noise is not None:
-            multiply_grad_noise(params, self.recipe.train.grad_noise, self.recipe.data.seed, inputs.step)
+            multiply_grad_noise(params, self.recipe.train.grad_noise, self.recipe.data.seed, micro[0].step)
         clip = self.recipe.train.grad_clip
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else float("inf"))
         lr, scale = opt.param_groups[0]["lr"], float(scaler.get_scale()) if scaler.is_enabled() else 1.0
@@ -117,21 +134,35 @@ class Arm(torch.nn.Module):
         scaler.update()
         skipped = scaler.is_enabled() and float(scaler.get_scale()) < scale
         self.lr_scheduler.step()
-        return StepOutput(loss.detach(), grad_norm.detach().float(), lr, scale, skipped)
+        if self.ema is not None:
+            self.ema.step(list(self._ema_parameters().values()))
+        return StepOutput(loss, grad_norm.detach().float(), lr, scale, skipped)
+
+    def _accumulate(self, inputs: DiffusionInputs, k: int, backward) -> torch.Tensor:
+        """Forward and backward of one of ``k`` micro-batches (loss / k: gradients add up to the mean)."""
+        loss = F.mse_loss(self.predict(inputs).float(), inputs.target.float())
+        (backward or torch.Tensor.backward)(self.policy.scaler.scale(loss / k if k > 1 else loss))
+        return loss.detach()
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """Every weight by checkpoint key: ``unet.<name>`` and ``text_encoder.<name>``."""
+        """Every weight by checkpoint key: ``unet.<name>`` and ``text_encoder.<name>``, then with
+        ``train.ema`` the EMA of the trainable ones, ``ema.unet.<name>``, ``ema.text_encoder.<name>``."""
         out = {f"unet.{k}": v for k, v in tracked_weights(self.unet).items()}
         out.update({f"text_encoder.{k}": v for k, v in self.text_encoder.state_dict().items()})
+        if self.ema is not None:
+            out.update(self.ema.weights())
         return out
 
     def train_state_dict(self) -> dict:
-        """Optimizer, LR schedule and loss-scaler state (the weights are in ``state_dict``)."""
-        return {
+        """Optimizer, LR schedule, loss-scaler and EMA state (the weights are in ``state_dict``)."""
+        state = {
             "optimizer": self.optimizer.state_dict(),
             "lr_scheduler": self.lr_scheduler.state_dict(),
             "scaler": self.policy.scaler.state_dict(),
         }
+        if self.ema is not None:
+            state["ema"] = self.ema.state_dict()
+        return state
 
     def load_train_state_dict(self, state: dict) -> None:
         """Restore ``train_state_dict``; before ``configure_optimizers`` it is applied there."""
@@ -145,6 +176,8 @@ class Arm(torch.nn.Module):
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
         if state.get("scaler"):  # an empty dict when the scaler was disabled
             self.policy.scaler.load_state_dict(state["scaler"])
+        if self.ema is not None:
+            self.ema.load_state_dict(state["ema"], next(self.parameters()).device)
 
 
 def multiply_grad_noise(params: list[torch.nn.Parameter], eps: float, data_seed: int, step: int) -> None:

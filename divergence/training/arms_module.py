@@ -7,9 +7,12 @@ trains on it with its own optimizer, LR schedule, precision policy and attention
 computes reads a global RNG, so each arm computes bitwise what it would alone: a pair's divergence
 is the variants' doing, not the harness's (``recipes/pairs/control.yaml`` checks it).
 
-Manual optimization: each arm does forward, backward (through ``manual_backward``), unscaling,
-clipping and its optimizer and LR steps itself; the module then ticks one ``StepCounter`` so
-Lightning's ``global_step`` counts batches. The DataLoader serves ``StepBatch(step)`` from the
+Manual optimization: each arm does forward and backward (through ``manual_backward``) of each of
+the step's ``train.accumulate`` micro-batches, then unscaling, clipping and its optimizer, LR and
+EMA steps itself; the module then ticks one ``StepCounter`` so Lightning's ``global_step`` counts
+optimizer steps. Under DDP every micro-batch's backward all-reduces (no ``no_sync``): the sum of
+rank-averaged micro-gradients is the average of the sums, so the step is the same, at k
+all-reduces a step. The DataLoader serves ``StepBatch(step)`` from the
 restored ``global_step`` on, and every batch is checked against it: a resumed run sees exactly the
 inputs an uninterrupted one saw.
 
@@ -93,7 +96,8 @@ class ArmsModule(L.LightningModule):
 
     def training_step(self, batch: StepBatch, batch_idx: int) -> torch.Tensor:
         check_step(batch, self.global_step)
-        inputs = self.inputs.prepare(batch)  # once, for every arm
+        micro = self.inputs.prepare_step(batch)  # once, for every arm: the step's micro-batches
+        inputs = micro[0] if len(micro) == 1 else micro
         self.last_outputs = {name: arm.training_step(inputs, backward=self.manual_backward)
                              for name, arm in self.arms.items()}
         self.optimizers().step()  # one tick of global_step (see StepCounter)

@@ -8,7 +8,7 @@ that differs from the command's in a key that changes what is computed.
 
 Keys that may differ: those a resumed run may change (``train.max_steps`` extends a run; the
 cadence of checkpoints, samples and logs; threads and workers), the tracking of a lockstep
-pair (the tracker's own), and for separate arms how each job runs (devices, strategy). A key
+pair (the tracker's own), and for separate arms how each job runs (devices, strategy, accumulate). A key
 absent from an older folder's saved recipe is no change when its current value is the key's
 default (the folder was written before the key existed, and read as its default).
 """
@@ -26,9 +26,10 @@ from divergence.recipe.yaml_safe import read_yaml
 RESUMABLE_CHANGES = ("train.max_steps", "train.checkpoint_every", "train.cpu_threads", "data.workers", "log.",
                      "sample.every", "sample.enabled")
 # Keys of pair.yaml that may differ between the jobs of one pair folder: how each job runs,
-# not what it computes. Different world sizes are refused separately (they change the batches).
+# not what it computes. Different global batches (batch_size x devices x num_nodes x accumulate)
+# are refused separately (``separate_arm.check_arm_folder``): they change the batches.
 PER_JOB_KEYS = ("train.accelerator", "train.devices", "train.num_nodes", "train.strategy", "train.cpu_threads",
-                "data.workers", "log.")
+                "train.accumulate", "data.workers", "log.")
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ class Inputs:
         self.latent_shape = latent_shape(recipe)
         self.batches = StepBatches(
             build_dataset(recipe.data), self.tokenizer, recipe.data, recipe.train.batch_size,
-            self.latent_shape, recipe.noise.num_train_timesteps, self.codec.latent_space,
+            self.latent_shape, recipe.noise.num_train_timesteps, self.codec.latent_space, recipe.train.accumulate,
         )
 
     def stream(self, start: int, rank: int = 0, world_size: int = 1) -> StepStream:
@@ -58,6 +58,11 @@ class Inputs:
     def to(self, device: torch.device) -> "Inputs":
         self.codec.to(device)
         return self
+
+    def prepare_step(self, batch: StepBatch) -> list[DiffusionInputs]:
+        """The step's micro-batches (``train.accumulate`` of them), each encoded, noised and targeted."""
+        count = self.recipe.train.accumulate
+        return [self.prepare(batch.micro(index, count)) for index in range(count)]
 
     def prepare(self, batch: StepBatch) -> DiffusionInputs:
         """Encode, noise and target a batch already on the training device."""

@@ -3,13 +3,12 @@
 Lightning counts ``global_step`` in manual optimization by calls of ``LightningOptimizer.step``.
 Arms step their own optimizers through their loss scalers (which may skip an overflowing fp16
 step), so that count would depend on the arms and their precisions. Instead the module hands
-Lightning one ``StepCounter`` and ticks it once per batch: ``global_step`` is the number of
-batches trained, for one arm or two.
+Lightning one ``StepCounter`` and ticks it once per optimizer step (one step's batch, all its
+``train.accumulate`` micro-batches): ``global_step`` is the number of optimizer steps, for one
+arm or two.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -37,15 +36,29 @@ def build_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
 
 
 def build_lr_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig):
-    """Linear warmup from zero over ``warmup_steps``, then constant, cosine or linear decay to zero."""
-    warmup, total, kind = config.warmup_steps, config.max_steps, config.lr_schedule
+    """``diffusers.optimization.get_scheduler`` as diffusers' training scripts call it.
 
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        if kind == "constant":
-            return 1.0
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        return 0.5 * (1 + math.cos(math.pi * progress)) if kind == "cosine" else 1.0 - progress
+    ``train.lr_schedule`` is the scheduler's name, ``train.warmup_steps`` its
+    ``num_warmup_steps``, ``train.lr_num_cycles`` and ``train.lr_power`` its ``num_cycles``
+    (hard restarts of ``cosine_with_restarts``) and ``power`` (``polynomial``); all return a
+    ``LambdaLR`` whose factor at optimizer step ``s`` (``W`` warm-up steps, ``T`` training steps,
+    ``p = (s - W) / max(1, T - W)``) is, after ``s / max(1, W)`` while ``s < W``:
 
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    - ``constant``: 1 (no warm-up at all); ``constant_with_warmup``: 1;
+    - ``linear``: ``max(0, (T - s) / max(1, T - W))``;
+    - ``cosine``: ``max(0, (1 + cos(pi p)) / 2)``;
+    - ``cosine_with_restarts``: ``max(0, (1 + cos(pi ((c p) mod 1))) / 2)``, 0 once ``p >= 1``;
+    - ``polynomial``: ``((lr - 1e-7) (1 - p)^power + 1e-7) / lr``.
+
+    ``num_training_steps`` is ``train.max_steps``, not ``max_steps x num_processes`` as in
+    diffusers' accelerate scripts: there the scheduler is stepped by ``accelerator.prepare``'s
+    wrapper once per process per optimizer step, so it counts ``num_processes`` ticks a step;
+    here every rank steps its own scheduler exactly once per optimizer step (after the last
+    micro-batch of an accumulated step), so the schedule spans ``max_steps`` ticks. Warm-up
+    starts from an LR of exactly 0 at step 0, as diffusers' does.
+    """
+    from diffusers.optimization import get_scheduler
+
+    return get_scheduler(config.lr_schedule, optimizer, num_warmup_steps=config.warmup_steps,
+                         num_training_steps=config.max_steps, num_cycles=config.lr_num_cycles,
+                         power=config.lr_power)

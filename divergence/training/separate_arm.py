@@ -2,7 +2,8 @@
 
 Real studies outgrow one process: each arm alone may need several GPUs or nodes, and the two
 arms run as separate jobs (any Lightning strategy: DDP, FSDP, several nodes, SLURM). Inputs
-are a pure function of (data seed, global step, rank), so two separate arms see what a
+are a pure function of (data seed, global step) and each rank takes its slice of the global batch,
+so two separate arms (on any world sizes with the same global batch) see what a
 lockstep pair sees; a comparator (``divergence watch DIR``) follows both and writes the same
 metrics store the lockstep tracker writes. Layout of ``DIR`` (the lockstep layout, with each
 arm's own training state under its folder)::
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from divergence.errors import UserInputError
 from divergence.recipe.pair import ARMS, PairRecipe
-from divergence.store.arm_status import ArmStatus
+from divergence.store.arm_status import ArmStatus, batch_mismatch
 
 
 def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tuple = ()):
@@ -46,7 +47,9 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
         writable_folder(out)
         write_pair_files(out, pair, keep=True)
     folder = out / arm
-    first = [WeightCheckpoint(folder, recipe.train.checkpoint_every, pair.tracking), ArmProgress(folder, arm)]
+    per_rank = recipe.train.batch_size * recipe.train.accumulate
+    first = [WeightCheckpoint(folder, recipe.train.checkpoint_every, pair.tracking),
+             ArmProgress(folder, arm, per_rank)]
     identity = RunIdentity.for_pair(pair, out, job_type="arm", arm=arm)
     return fit(module, recipe, folder, first_callbacks=first, callbacks=callbacks, identity=identity)
 
@@ -62,10 +65,21 @@ def check_arm_folder(out: Path, pair: PairRecipe, arm: str) -> None:
         _check_fsdp(pair.arm_recipes[arm])
     other = ArmStatus.read(out / ARMS[1 - ARMS.index(arm)])
     world_size = train.devices * train.num_nodes
-    if other is not None and other.world_size != world_size:
+    mine = ArmStatus(arm, world_size=world_size, global_batch=global_batch(train, world_size))
+    if other is not None and batch_mismatch({arm: mine, other.arm: other}) is not None:
+        if other.global_batch is None:  # written before global batches were recorded
+            raise UserInputError(
+                f"arm {arm}: {world_size} ranks (train.devices x train.num_nodes), but the other arm trains on "
+                f"{other.world_size}; both arms need the same world size, or their batches differ")
         raise UserInputError(
-            f"arm {arm}: {world_size} ranks (train.devices x train.num_nodes), but the other arm trains on "
-            f"{other.world_size}; both arms need the same world size, or their batches differ")
+            f"arm {arm}: global batch {mine.global_batch} (train.batch_size {train.batch_size} x {world_size} ranks x "
+            f"train.accumulate {train.accumulate}), but the other arm's is {other.global_batch}; both arms need the "
+            "same global batch, or they train on different examples")
+
+
+def global_batch(train, world_size: int) -> int:
+    """Examples per optimizer step: ``batch_size x world_size x accumulate``."""
+    return train.batch_size * world_size * train.accumulate
 
 
 def _check_fsdp(recipe) -> None:

@@ -64,3 +64,14 @@ def test_short_bounds_any_value():
     assert len(short("x" * 10 ** 6)) <= 80
     assert len(short(list(range(10 ** 5)))) <= 80
     assert short("abc") == "'abc'"
+
+
+def test_ema_adds_one_fp32_copy_of_the_trained_weights():
+    def model_floor(*overrides):
+        return {key: unit for key, _, unit, _ in memory_floors(recipe(*overrides))}["model"]
+
+    # weights, gradients and AdamW's two moments (x4), plus the EMA (x5); frozen text encoder: x1
+    assert model_floor("train.ema={decay: 0.99}") * 4 == model_floor() * 5
+    frozen = ("model.text_encoder={train: false}",)
+    assert model_floor(*frozen, "train.ema={decay: 0.99}") > model_floor(*frozen)
+    assert model_floor(*frozen, "train.ema={decay: 0.99}") * 4 < model_floor(*frozen) * 5

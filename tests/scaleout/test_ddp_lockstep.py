@@ -1,13 +1,15 @@
 """A lockstep pair under DDP: 2 gloo processes on CPU, against the 1-process pair.
 
-What can equal the 1-process pair, and what cannot: inputs are a pure function of (data seed,
-step, rank) and ``train.batch_size`` is per rank, so with 2 ranks each step trains on a global
-batch of twice the size, whose second half (rank 1's indices, noise and timesteps) the
-1-process pair never draws. From step 1 on the weights differ by construction, not by float
-rounding. What must equal: the initial weights (step 0) exactly, and the store's layout (steps,
-tracked steps, tensors). What DDP itself must keep: a control pair's two arms stay exactly
-equal at every step (both arms' gradients averaged over the ranks alike, both fed the same
-global loss), and a NaN on one rank stops both ranks with one line, no hang.
+What can equal the 1-process pair, and what cannot: a step's global batch is
+``batch_size x world_size x accumulate`` examples drawn from (data seed, step) alone, rank r
+taking its slice, so with 2 ranks each step trains on twice the 1-process batch: from step 1 on
+the weights differ from that pair's by construction, not by float rounding. What must equal:
+the initial weights (step 0) exactly, the store's layout (steps, tracked steps, tensors), and
+the 1-process pair accumulating 2 micro-batches (the same examples and draws), up to summation
+order (DDP sums the ranks' averaged gradients; accumulation the micro-batches' in one process).
+What DDP itself must keep: a control pair's two arms stay exactly equal at every step (both
+arms' gradients averaged over the ranks alike, both fed the same global loss), and a NaN on one
+rank stops both ranks with one line, no hang.
 """
 
 import json
@@ -20,7 +22,8 @@ import pytest
 
 from safetensors.torch import load_file as _load
 
-from tests.pairs.helpers import PAIR_FAST, PAIRS, store_lines
+from divergence.training.lockstep import train_pair
+from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe, store_lines
 
 from .conftest import STEPS
 
@@ -72,6 +75,12 @@ def test_a_ddp_control_pair_stays_exactly_zero_and_starts_where_one_process_star
     assert load_file(ddp_a / first) == load_file(single_a / first)  # arm a: model seed 0 in both recipes
     assert load_file(ddp_a / last) != load_file(single_a / last)    # a global batch of 2 x batch_size
     assert json.loads((out / "pair.json").read_text())["finished"] is True
+    accumulated = tmp_path / "accumulated"  # 1 process, 2 micro-batches: the global batch of 2 ranks
+    train_pair(pair_recipe("control", *STEPS, "train.accumulate=2"), accumulated)
+    start, ddp_w, acc_w = (_load(path) for path in (ddp_a / first, ddp_a / last, accumulated / "a/checkpoints" / last))
+    diff = sum(float(((ddp_w[k] - acc_w[k]).double() ** 2).sum()) for k in start)
+    moved = sum(float(((ddp_w[k] - start[k]).double() ** 2).sum()) for k in start)
+    assert (diff / moved) ** 0.5 < 1e-4  # fp32 summation order only (tests/training/test_accumulate.py)
 
 
 @pytest.mark.slow

@@ -31,9 +31,24 @@ def test_arm_refuses_a_lockstep_folder_and_a_different_pair(trained, tmp_path, c
     _one_line_error(capsys, "train.lr = 0.001", "must train the same pair")
 
 
-def test_arm_refuses_a_world_size_other_than_the_other_arms(trained, tmp_path, capsys):
+def test_arm_refuses_a_global_batch_other_than_the_other_arms(trained, tmp_path, capsys):
     shutil.copytree(trained / "arms", tmp_path / "arms")
     shutil.rmtree(tmp_path / "arms" / "b")
+    assert ArmStatus.read(tmp_path / "arms/a").global_batch == 2
+    train = ["train", "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--arm", "b", "--out", str(tmp_path / "arms")]
+    assert main([*train, *PAIR_FAST, *STEPS, "train.devices=2"]) == 2
+    _one_line_error(capsys, "arm b: global batch 4 (train.batch_size 2 x 2 ranks x train.accumulate 1)",
+                    "the other arm's is 2")
+    assert main([*train, *PAIR_FAST, *STEPS, "train.accumulate=3"]) == 2
+    _one_line_error(capsys, "arm b: global batch 6", "the other arm's is 2")
+
+
+def test_arm_with_an_old_status_needs_the_same_world_size(trained, tmp_path, capsys):
+    shutil.copytree(trained / "arms", tmp_path / "arms")
+    shutil.rmtree(tmp_path / "arms" / "b")
+    status = ArmStatus.read(tmp_path / "arms/a")
+    status.global_batch = None  # written before global batches were recorded
+    status.write(tmp_path / "arms/a")
     train = ["train", "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--arm", "b", "--out", str(tmp_path / "arms")]
     assert main([*train, *PAIR_FAST, *STEPS, "train.devices=2"]) == 2
     _one_line_error(capsys, "arm b: 2 ranks", "the other arm trains on 1")
@@ -56,7 +71,25 @@ def test_watch_bad_input(tmp_path, capsys):
 def test_watch_stops_when_the_arms_train_on_different_world_sizes(trained, tmp_path, capsys):
     shutil.copytree(trained / "arms", tmp_path / "arms")
     status = ArmStatus.read(tmp_path / "arms/b")
-    status.world_size = 4
+    status.world_size, status.global_batch = 4, 8
     status.write(tmp_path / "arms/b")
     assert Comparator(tmp_path / "arms", log=False, progress=False).run(poll=0.01, timeout=5) == 2
-    _one_line_error(capsys, "different world sizes")
+    _one_line_error(capsys, "different global batches (arm a: 2, arm b: 8)")
+
+
+def test_watch_accepts_world_sizes_that_differ_at_one_global_batch(trained, tmp_path, capsys):
+    """(2 ranks, accumulate 1) and (1 rank, accumulate 2) train on the same examples."""
+    shutil.copytree(trained / "arms", tmp_path / "arms")
+    status = ArmStatus.read(tmp_path / "arms/b")
+    status.world_size = 2
+    status.write(tmp_path / "arms/b")
+    assert Comparator(tmp_path / "arms", log=False, progress=False).run(poll=0.01, timeout=60) == 0
+
+
+def test_watch_compares_world_sizes_where_a_status_has_no_global_batch(trained, tmp_path, capsys):
+    shutil.copytree(trained / "arms", tmp_path / "arms")
+    status = ArmStatus.read(tmp_path / "arms/b")
+    status.world_size, status.global_batch = 4, None
+    status.write(tmp_path / "arms/b")
+    assert Comparator(tmp_path / "arms", log=False, progress=False).run(poll=0.01, timeout=5) == 2
+    _one_line_error(capsys, "different world sizes (arm a: 1, arm b: 4)")

@@ -110,3 +110,18 @@ def test_an_arm_resumed_after_a_crash_cleans_up_and_the_pair_still_matches_locks
     assert (status.attempt, status.start_step, status.state) == (2, 2, "finished")
     assert _watch(arms, timeout=30) == 0
     assert (arms / "metrics.jsonl").read_bytes() == (trained / "lockstep/metrics.jsonl").read_bytes()
+
+
+def test_ema_and_accumulation_give_the_lockstep_store_bitwise(tmp_path):
+    """EMA records (ema.* tensors, ema_* summaries) from files equal the lockstep tracker's."""
+    from divergence.training.lockstep import train_pair
+
+    extra = ("train.ema={decay: 0.5}", "train.accumulate=2", "tracking.probe.enabled=false")
+    train_pair(seed_pair(*extra), tmp_path / "lockstep")
+    for arm in "ab":
+        train_arm(seed_pair(*extra), arm, tmp_path / "arms")
+    assert ArmStatus.read(tmp_path / "arms/a").global_batch == 4
+    assert main(["watch", str(tmp_path / "arms"), "--poll", "0.01", "--timeout", "30", "--quiet"]) == 0
+    store = (tmp_path / "arms/metrics.jsonl").read_bytes()
+    assert store == (tmp_path / "lockstep/metrics.jsonl").read_bytes()
+    assert b'"ema_rel_l2"' in store and b'"tensor":"ema.unet.conv_in.weight"' in store

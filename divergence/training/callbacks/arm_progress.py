@@ -30,8 +30,10 @@ STEP_FILE = re.compile(r"^step_(\d+)\.safetensors$")
 class ArmProgress(Callback):
     """For an ``ArmsModule`` holding arm ``arm``: its ``step_losses`` (averaged over ranks) and ``tensor_order``."""
 
-    def __init__(self, folder: str | Path, arm: str):
-        self.folder, self.arm = Path(folder), arm
+    def __init__(self, folder: str | Path, arm: str, per_rank_batch: int | None = None):
+        """``per_rank_batch``: examples per optimizer step on one rank (``batch_size x accumulate``);
+        the status records ``global_batch`` = that x the world size (null when not given)."""
+        self.folder, self.arm, self.per_rank_batch = Path(folder), arm, per_rank_batch
         self.losses = LossFile(self.folder)
         self.status: ArmStatus | None = None
 
@@ -44,6 +46,7 @@ class ArmProgress(Callback):
         self.status = ArmStatus(
             arm=self.arm, attempt=previous.attempt + 1 if previous else 1, start_step=start,
             max_steps=trainer.max_steps, world_size=trainer.world_size, tensor_order=list(pl_module.tensor_order[self.arm]),
+            global_batch=self.per_rank_batch * trainer.world_size if self.per_rank_batch else None,
         )
         self.status.write(self.folder)
 
