@@ -17,7 +17,10 @@ replicate r, at their shared tracked steps t:
 Unsaturated window U_r, function space (X, P and S carry the probe): t >= start, E_X, E_P > 0,
 and 1/2 <= g_X / g_P <= 2 (both growing alike); weight space (no probe): t >= start, E_X, E_P > 0,
 g_X > 0 and g_P >= g_X / 2 (the reference still amplifies at least half as fast). Either way the
-window ends at the first step where a pair's weights saturate, E >= 0.1 E_S (with a seed pair).
+window is the first stretch of tracked steps where these hold, with at most 2 failing steps in a
+row inside it (``first_run``: once one pair stops growing like the other, the shared regime is
+over, even if later both crawl at similar rates), and it ends at the first step where a pair's weights saturate, E >= 0.1 E_S
+(with a seed pair).
 start = max(10, warm-up) for a recipe with LR warm-up; without one the first steps count (start =
 1: with dense early tracking they hold the window on a recipe whose reference saturates within
 tens of steps). lr^F is the median over the window's probed steps (``tracking.probe.every``; NaN
@@ -62,6 +65,7 @@ RATE_FACTOR = 2.0  # local log-growth rates "alike": within this factor of each 
 DEFAULT_START = 10  # first step of the window for recipes with LR warm-up
 MIN_WINDOW = 5
 NEIGHBOURS = 2  # the local growth rate fits ln E over i-2..i+2
+MAX_GAP = 2  # failing tracked steps in a row that a window stretch survives (see first_run)
 
 
 @dataclass(frozen=True)
@@ -130,9 +134,41 @@ def estimate(study: PairData, reference: PairData, seed: PairData | None, start:
         saturated = (e_x / e_s >= SATURATED) | (e_p / e_s >= SATURATED)
     ends = np.flatnonzero(saturated)
     before = np.arange(len(steps)) < (ends[0] if ends.size else len(steps))
-    keep = (steps >= start) & (e_x > 0) & (e_p > 0) & np.isfinite(log_ratio) & alike & before
+    keep = first_run((steps >= start) & (e_x > 0) & (e_p > 0) & np.isfinite(log_ratio) & alike & before,
+                     max(2, min_window))
     result = _summarise(study, steps, keep, log_ratio, e_x, e_p, f_x, f_p, phi_x, phi_p, space, max(2, min_window))
     return replace(result, saturated_at=int(steps[ends[0]]) if ends.size else None)
+
+
+def first_run(ok: np.ndarray, min_length: int, max_gap: int = MAX_GAP) -> np.ndarray:
+    """The steps of the first stretch of ``ok`` holding at least ``min_length`` True steps (else
+    of the stretch holding the most), a stretch ending at more than ``max_gap`` False in a row.
+
+    The shared exponential regime is one stretch of training: once a pair stops growing like the
+    other (the larger dose leaves it first), a later step where both crawl at similar rates is
+    not back in it. Up to ``max_gap`` failing steps inside a stretch (noise in a local rate) are
+    left out of it without ending it.
+
+    >>> first_run(np.array([1, 0, 0, 0, 1, 1, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1], dtype=bool), 4).astype(int)
+    array([0, 0, 0, 0, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0])
+    """
+    stretches, current, gap = [], [], 0
+    for i, value in enumerate(ok):
+        if value:
+            current.append(i)
+            gap = 0
+        elif current:
+            gap += 1
+            if gap > max_gap:
+                stretches.append(current)
+                current, gap = [], 0
+    if current:
+        stretches.append(current)
+    out = np.zeros(len(ok), dtype=bool)
+    if stretches:
+        chosen = next((c for c in stretches if len(c) >= min_length), max(stretches, key=len))
+        out[chosen] = True
+    return out
 
 
 def _alike(g_x: np.ndarray, g_p: np.ndarray, space: str) -> np.ndarray:

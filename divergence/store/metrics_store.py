@@ -130,6 +130,30 @@ class MetricsStore:
     def steps(self) -> list[int]:
         return [r["step"] for r in self.step_records()]
 
+    def tail_step(self, windows: tuple[int, ...] = (1 << 18, 1 << 22)) -> int | None:
+        """The step of the last step record within the file's last bytes, for progress display.
+
+        Reads the last ``windows[0]`` bytes (then ``windows[1]`` if a block is longer than
+        that) instead of parsing the whole store, which grows by a block of tensor records per
+        tracked step; None when there is no file or no step record there. Not a validated read:
+        records come from ``step_records``.
+        """
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return None
+        for window in windows:
+            with open(self.path, "rb") as f:
+                f.seek(max(0, size - window))
+                lines = f.read().split(b"\n")[:-1]  # the piece after the last newline is not a line
+            for line in reversed(lines[1:] if size > window else lines):  # the first may be cut
+                record = _json_or_none(line)
+                if isinstance(record, dict) and record.get("type") == "step" and isinstance(record.get("step"), int):
+                    return record["step"]
+            if size <= window:
+                return None
+        return None
+
     def step_records(self) -> list[dict]:
         return [r for _, r in self._committed_blocks()]
 
@@ -207,3 +231,10 @@ def _dumps(record: dict) -> str:
     # NaN and Infinity are written as Python's json writes them (JSON5 tokens), so a
     # rel_l2 of inf or a NaN metric reads back exactly, not as null
     return json.dumps(record, separators=(",", ":"), allow_nan=True)
+
+
+def _json_or_none(line: bytes):
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None

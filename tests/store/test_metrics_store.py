@@ -50,6 +50,21 @@ def test_torn_tail_is_ignored_then_cut(tmp_path):
     assert [(r["step"], r["wasserstein"]) for r in reopened.tensor_records()] == [(0, 0.0), (1, 1.0)]
 
 
+def test_tail_step_reads_the_last_step_record_from_the_end_of_the_file(tmp_path):
+    store = MetricsStore(tmp_path)
+    assert store.tail_step() is None  # no file yet
+    store = store.open_for_append()
+    for step in range(5):
+        store.append_step(step, [_tensor(f"t{i}", 0.1 * step) for i in range(50)], {"loss_a": 1.0})
+    block = store.path.stat().st_size // 5
+    with open(store.path, "a") as f:  # a step in flight: its tensor records (as long as a block), a torn line
+        f.write("".join(f'{{"type":"tensor","step":5,"tensor":"t{i}","wasserstein":1}}\n' for i in range(50)))
+        f.write('{"type":"st')
+    assert store.tail_step() == store.last_step() == 4
+    assert store.tail_step(windows=(block // 4, 3 * block)) == 4  # found in the second, longer window
+    assert store.tail_step(windows=(block // 4,)) is None  # no step record within the bytes read
+
+
 def test_truncate_after_for_resume(tmp_path):
     store = MetricsStore(tmp_path).open_for_append()
     for step in (0, 10, 20, 30):
