@@ -45,7 +45,10 @@ MAX_HORIZON_SHIFT = 0.15
 MAX_RECOVERY_ERROR = 0.2
 MIN_COVERAGE = 0.85
 _VOLATILE = {"max_steps", "checkpoint_every", "accelerator", "devices", "num_nodes", "strategy", "cpu_threads",
-             "seed", "replicate", "tracking", "log", "sample", "name", "output", "variants", "workers"}
+             "seed", "replicate", "tracking", "log", "sample", "name", "output", "variants", "workers",
+             # what the arms' variants set (pair.json holds arm a's recipe: the ladder's has grad_noise, a
+             # flash pair's its attention, a precision pair's its precision): the base recipe decides
+             "attention", "grad_noise", "precision", "tf32", "adamw_impl"}
 
 
 def recipe_identity(recipe: dict) -> dict:

@@ -84,13 +84,15 @@ def evaluate_ladder(jobs, doses, horizons: tuple[int, ...]) -> dict:
 
     by_name = {ladder_name(eps): eps for eps in doses}
     ladder: dict[float, list] = {eps: [] for eps in doses}
-    seed_pairs = []
+    seed_pairs, references = [], {}
     for job in jobs:
         if job.pair.role == LADDER_ROLE:
             ladder[by_name[job.pair.name]].append(load_pair(job.out))
         elif job.pair.role == "seed":
             seed_pairs.append(load_pair(job.out))
-    return evaluate(ladder, seed_pairs, horizons=horizons)
+        else:  # the precision reference: placed on the ladder (its equivalent dose)
+            references.setdefault(job.pair.name, []).append(load_pair(job.out))
+    return evaluate(ladder, seed_pairs, horizons=horizons, references=references)
 
 
 def _horizons(horizons: tuple[int, ...], max_steps: int) -> tuple[int, ...]:

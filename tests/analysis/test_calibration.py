@@ -73,6 +73,13 @@ def test_the_report_states_the_equivalent_dose_for_the_same_recipe(calibration):
     assert other.equivalent_dose is None and any("another recipe" in c for c in other.caveats)
 
 
+def test_the_recipe_identity_leaves_out_what_the_arms_variants_set():
+    ladder_arm = {**RECIPE, "train": {**RECIPE["train"], "grad_noise": 1e-3}}
+    flash_arm = {**RECIPE, "attention": {"name": "sdpa-flash"}, "train": {**RECIPE["train"], "precision": "bf16-mixed"}}
+    assert recipe_identity(ladder_arm) == recipe_identity(flash_arm) == recipe_identity(RECIPE)
+    assert recipe_identity({**RECIPE, "train": {**RECIPE["train"], "lr": 1e-4}}) != recipe_identity(RECIPE)
+
+
 def test_a_saturated_dose_is_left_out_and_too_few_doses_are_refused():
     from divergence.errors import UserInputError
 

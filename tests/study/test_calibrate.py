@@ -38,8 +38,8 @@ def test_bad_calibration_recipes(tmp_path, text, message):
 def test_calibrate_trains_the_ladder_and_calls_evaluate(tmp_path, monkeypatch, capsys):
     calls = []
 
-    def evaluate(ladder, seed_pairs, horizons=(100, 300)):  # a stand-in recording what it was given
-        calls.append((ladder, seed_pairs, horizons))
+    def evaluate(ladder, seed_pairs, horizons=(100, 300), references=None):  # a stand-in recording its inputs
+        calls.append((ladder, seed_pairs, horizons, references))
         return {"doses": sorted(ladder), "replicates": [len(v) for _, v in sorted(ladder.items())]}
 
     monkeypatch.setitem(sys.modules, "divergence.analysis.calibration",
@@ -49,8 +49,8 @@ def test_calibrate_trains_the_ladder_and_calls_evaluate(tmp_path, monkeypatch, c
             "doses=[1.0e-4,1.0e-2]", "references.precision=null", "horizons=[2,3]", "train.batch_size=2",
             "tracking.probe.size=2", "sample.enabled=false", "log.wandb=false"]
     assert main(args) == 0
-    (ladder, seed_pairs, horizons), = calls
-    assert sorted(ladder) == [1e-4, 1e-2] and horizons == (2, 3)
+    (ladder, seed_pairs, horizons, references), = calls
+    assert sorted(ladder) == [1e-4, 1e-2] and horizons == (2, 3) and references == {}  # precision=null
     assert all(len(runs) == 2 for runs in ladder.values()) and len(seed_pairs) == 2
     run = ladder[1e-2][1]
     assert run.name == "grad-noise-0.01" and Path(run.folder) == (out / "grad-noise-0.01" / "r1").resolve()
