@@ -25,9 +25,10 @@ METHOD = [
     "Every pair's difference grows at the same exponential rate (the recipe's lambda) until it saturates near "
     "the seed-to-seed level, the larger dose first, so E_X(t) / E_P(t) is the ratio of the per-step doses "
     "while both grow, whatever the horizon, whereas a ratio of slopes drifts with the horizon and crosses 1.",
-    "Dose ratio: per replicate, the median of log10(E_X / E_P) over the unsaturated window (steps before either "
-    "pair's E reaches 0.1 E_seed where their local log-growth rates are within a factor 2; without the probe, "
-    "where the reference still grows at least half as fast as the pair under study); pooled as a mean over replicates "
+    "Dose ratio: per replicate, the median of log10(E_X / E_P) over the unsaturated window (the first stretch "
+    "of steps, before either pair's E reaches 0.1 E_seed, where their local log-growth rates are within a "
+    "factor 2; without the probe, where the reference still grows at least half as fast as the pair under "
+    "study); pooled as a mean over replicates "
     "with a t interval. A drift above 0.5 dex across the window is 'not dose-like'. The function-space twin "
     "uses F instead of E. lambda: slope of ln E over the window; t10 / t50: first step with phi >= 0.1 / 0.5.",
     "Outcome: Delta = mean over the last 10% of steps of (l_a - l_b) / l_b (probe losses, else training losses "
