@@ -10,7 +10,7 @@ from divergence.models.attention import attention_modules, verify_attention
 from divergence.recipe.model import AttentionConfig
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs
-from tests.training.tiny import tiny_recipe
+from tests.training.tiny import ready_arm, tiny_recipe
 
 CPU = torch.device("cpu")
 # The tiny UNet's smallest head dim: 32 channels / 4 heads.
@@ -19,13 +19,7 @@ CPU_KERNELS = available_kernels("cpu", torch.float32, head_dim=8)
 ATTENTION_MODULES = 14
 
 
-def _arm(*overrides, recorder=None):
-    recipe = tiny_recipe(*overrides)
-    inputs = Inputs(recipe)
-    arm = Arm(recipe, inputs.tokenizer, recorder=recorder)
-    arm.setup(CPU)
-    arm.configure_optimizers()
-    return arm, inputs
+_arm = ready_arm
 
 
 def test_cpu_runs_the_portable_kernels():

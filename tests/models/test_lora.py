@@ -6,9 +6,7 @@ import torch
 
 from divergence.checkpoints.compare import compare_state_dicts
 from divergence.errors import RecipeError
-from divergence.training.arm import Arm
-from divergence.training.inputs import Inputs
-from tests.training.tiny import tiny_recipe
+from tests.training.tiny import ready_arm, tiny_recipe
 
 LORA = "model.lora={rank: 2, alpha: 4, targets: [to_q, to_k, to_v, to_out.0, add_q_proj, to_add_out]}"
 BACKBONES = {
@@ -18,12 +16,7 @@ BACKBONES = {
 
 
 def _arm(backbone, *overrides):
-    recipe = tiny_recipe(*BACKBONES[backbone], "model.text_encoder.train=false", *overrides)
-    inputs = Inputs(recipe)
-    arm = Arm(recipe, inputs.tokenizer)
-    arm.setup(torch.device("cpu"))
-    arm.configure_optimizers()
-    return arm, inputs
+    return ready_arm(*BACKBONES[backbone], "model.text_encoder.train=false", *overrides)
 
 
 def _merged_minus_base(arm) -> dict[str, torch.Tensor]:

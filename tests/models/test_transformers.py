@@ -14,11 +14,8 @@ from divergence.metrics import classify_kinds
 from divergence.models.attention import apply_attention, attention_modules
 from divergence.models.denoiser import TransformerDenoiser
 from divergence.recipe.model import AttentionConfig
-from divergence.training.arm import Arm
-from divergence.training.inputs import Inputs
-from tests.training.tiny import tiny_recipe
+from tests.training.tiny import ready_arm, tiny_recipe
 
-CPU = torch.device("cpu")
 CPU_KERNELS = available_kernels("cpu", torch.float32, head_dim=16)
 KINDS = ("pixart", "sd3")
 # Tiny defaults, 2 blocks: PixArt has a self- (attn1) and a cross-attention (attn2) per block;
@@ -27,12 +24,7 @@ MODULES = {"pixart": 4, "sd3": 2}
 
 
 def _arm(kind, *overrides, recorder=None):
-    recipe = tiny_recipe("model.denoiser=transformer", f"model.transformer.kind={kind}", *overrides)
-    inputs = Inputs(recipe)
-    arm = Arm(recipe, inputs.tokenizer, recorder=recorder)
-    arm.setup(CPU)
-    arm.configure_optimizers()
-    return arm, inputs
+    return ready_arm("model.denoiser=transformer", f"model.transformer.kind={kind}", *overrides, recorder=recorder)
 
 
 def test_cpu_runs_the_portable_kernels():

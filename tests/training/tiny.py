@@ -23,3 +23,16 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def ready_arm(*overrides: str, recorder=None):
+    """``(Arm, Inputs)`` of ``tiny_recipe(*overrides)``, set up on the CPU with its optimizer built."""
+    from divergence.training.arm import Arm
+    from divergence.training.inputs import Inputs
+
+    recipe = tiny_recipe(*overrides)
+    inputs = Inputs(recipe)
+    arm = Arm(recipe, inputs.tokenizer, recorder=recorder)
+    arm.setup(torch.device("cpu"))
+    arm.configure_optimizers()
+    return arm, inputs
