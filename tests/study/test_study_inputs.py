@@ -1,6 +1,7 @@
 """Bad study and calibration input: one line naming the key and the value, nothing written (issue 24)."""
 
 import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -8,7 +9,7 @@ import yaml
 from divergence.cli import main
 from tests.scaleout import launch_stubs
 
-from .test_study import RECIPES
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 def _one_line(capsys, *fragments):
