@@ -18,6 +18,7 @@ Sections, top to bottom:
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 
 WORKSPACE_NAME = "divergence"
@@ -75,14 +76,49 @@ def build_workspace(entity: str, project: str, group: str | None = None, name: s
     import wandb_workspaces.workspaces as ws
 
     runset = ws.RunsetSettings(
-        filters=f"Group = '{group}'" if group else "",
+        filters=group_filter(group) if group else "",
         pinned_columns=["summary:divergence/model/wasserstein", "summary:divergence/model/max_abs_diff",
                         "summary:divergence/model/rel_l2"],
     )
     sections = [ws.Section(name=s.name, is_open=True, panels=[_panel(p) for p in s.panels])
                 for s in dashboard_sections()]
-    return ws.Workspace(entity=entity, project=project, name=name + (f" - {group}" if group else ""),
-                        sections=sections, runset_settings=runset)
+    return ws.Workspace(entity=entity, project=project, name=view_name(name, group), sections=sections,
+                        runset_settings=runset)
+
+
+def group_filter(group: str) -> str:
+    """The runset filter on ``group``: a Python string literal, quotes escaped (wandb_workspaces
+    parses the expression with ``ast``); a group it would change (it rewrites ``=``, ``<`` and
+    ``>`` even inside strings) is a UserInputError, not a filter on another group."""
+    import warnings
+
+    import wandb_workspaces.expr as wandb_expr
+
+    from divergence.errors import UserInputError
+
+    text = f"Group = {group!r}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its note that it rewrote '<'
+        parsed = wandb_expr.expr_to_filters(text).value
+    if parsed != group:
+        raise UserInputError(f"--group {group!r}: wandb_workspaces cannot filter on a group holding '=', '<' or '>' "
+                             f"(it would show group {parsed!r}); open the workspace without --group and filter there")
+    return text
+
+
+def view_name(name: str, group: str | None) -> str:
+    """``name - group``, without the characters wandb refuses in a view's name (symbols such as
+    ``= + | $ ^`` and emoji: Unicode categories S* and Cs); UserInputError if ``name`` holds one."""
+    from divergence.errors import UserInputError
+
+    if not _displayable(name):
+        raise UserInputError(f"--name {name!r}: wandb refuses symbols and emoji (such as = + | $ ^) in a view's name")
+    shown = "".join(c for c in group or "" if _displayable(c))
+    return name + (f" - {shown}" if shown else "")
+
+
+def _displayable(text: str) -> bool:
+    return not any(unicodedata.category(c).startswith(("S", "Cs")) for c in text)
 
 
 def workspace_spec(workspace) -> dict:

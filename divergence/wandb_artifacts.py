@@ -16,18 +16,20 @@ digests in its config instead.
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
 from divergence.errors import UserInputError
 from divergence.pairfolder.pair_json import PairInfo
+from divergence.recipe.names import NAME, file_stem
 from divergence.store import FILENAME as STORE_FILE
 
 
 def artifact_slug(name: str) -> str:
-    """wandb artifact names allow letters, digits, ``-``, ``_`` and ``.``."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    """wandb artifact names allow letters, digits, ``-``, ``_`` and ``.``: a name that follows the
+    name rule as it is, any other with its hash (``divergence.recipe.names.file_stem``), so two
+    names never share an artifact."""
+    return name if NAME.fullmatch(name) else file_stem(name)
 
 
 def store_artifact_name(folder: str | Path) -> str | None:

@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure and bound the weight divergence a training optimization causes.",
     )
     parser.add_argument("--version", action="version", version=f"divergence {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    # dest: not "command", which `launch --command` sets too
+    subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
     subparsers.required = True
     for name in COMMANDS:
         module = importlib.import_module(f"divergence.cli.{name}")
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except UserInputError as err:
-        print(f"divergence {args.command}: error: {err}", file=sys.stderr)
+        print(f"divergence {args.subcommand}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except ImportError as err:  # an optional package a command did not check for first
         from divergence.extras import missing_extra
@@ -57,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         missing = missing_extra(err)
         if missing is None:
             raise
-        print(f"divergence {args.command}: error: {missing}", file=sys.stderr)
+        print(f"divergence {args.subcommand}: error: {missing}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print(f"divergence {args.command}: interrupted", file=sys.stderr)
+        print(f"divergence {args.subcommand}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -43,8 +43,10 @@ def run(args) -> int:
     require("train", "lightning", "diffusers", "transformers")
     from divergence.cli.study import _device_type, _parallel
     from divergence.errors import UserInputError
-    from divergence.study import PairFailed, prepare_jobs, run_jobs
+    from divergence.study import PairFailed, run_jobs
     from divergence.study.calibration import CALIBRATION_OVERRIDES, load_calibration
+    from divergence.study.lock import study_lock
+    from divergence.study.runner import plan_jobs, write_recipes
 
     for flag, value in (("--max-steps", args.max_steps), ("--replicates", args.replicates)):
         if value is not None and value < 1:
@@ -56,22 +58,24 @@ def run(args) -> int:
     if args.max_steps is not None:
         pair_overrides.append(f"train.max_steps={args.max_steps}")
     out = Path(args.out)
-    jobs = prepare_jobs(calibration.study, out, pair_overrides)
+    jobs = plan_jobs(calibration.study, out, pair_overrides)  # every recipe checked; nothing written yet
     parallel = _parallel(args.jobs, calibration.study.jobs, device, len(jobs))
     horizons = _horizons(calibration.horizons, min(j.max_steps for j in jobs))
     references = [p.name for p in calibration.study.pairs if p.role != "ladder"]
-    print(f"calibration {calibration.study.name}: doses {', '.join(f'{d:g}' for d in calibration.doses)}"
-          f"{' beside ' + ', '.join(references) if references else ''}, {calibration.study.replicates} "
-          f"replicate(s): {len(jobs)} pair runs, {parallel} at a time, into {out}")
-    try:
-        run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet)
-    except PairFailed as err:
-        print(f"divergence calibrate: error: {err}", file=sys.stderr)
-        return 2 if err.exit_code == 2 else 1
-    result = evaluate_ladder(jobs, calibration.doses, horizons)
-    from divergence.tables import write_json
+    with study_lock(out):  # one study or calibration in a folder at a time
+        print(f"calibration {calibration.study.name}: doses {', '.join(f'{d:g}' for d in calibration.doses)}"
+              f"{' beside ' + ', '.join(references) if references else ''}, {calibration.study.replicates} "
+              f"replicate(s): {len(jobs)} pair runs, {parallel} at a time, into {out}")
+        write_recipes(jobs)
+        try:
+            run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet)
+        except PairFailed as err:
+            print(f"divergence calibrate: error: {err}", file=sys.stderr)
+            return 2 if err.exit_code == 2 else 1
+        result = evaluate_ladder(jobs, calibration.doses, horizons)
+        from divergence.tables import write_json
 
-    write_json(out / "calibration.json", result)
+        write_json(out / "calibration.json", result)
     print(f"calibration: {out / 'calibration.json'}")
     return 0
 

@@ -17,7 +17,8 @@ HELP = "write and submit (SLURM) or start (torchrun) the jobs of a pair or of a 
 OWN_SBATCH = {"job-name": None, "nodes": "--nodes", "ntasks-per-node": "--gpus-per-node", "gres": "--gpus-per-node",
               "output": None, "signal": None, "requeue": None, "dependency": None, "cpus-per-task": "--cpus-per-task",
               "mem": "--mem", "partition": "--partition", "time": "--time", "account": "--account"}
-SBATCH_OPTION = re.compile(r"^([A-Za-z][A-Za-z0-9-]*)(=[^\s#]+)?$")
+# --sbatch KEY[=VALUE]: VALUE as divergence.launch.scripts.SBATCH_VALUE allows
+SBATCH_OPTION = re.compile(r"([A-Za-z][A-Za-z0-9-]*)(=(?!-)[\w.:,+=@/%&|\[\]*!~^()-]+)?")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -89,9 +90,10 @@ def _check_numbers(args) -> None:
         raise UserInputError(f"--container-image: needs --scheduler slurm (pyxis); with torchrun, start the "
                              "container yourself (docker/README.md)")
     for option in args.sbatch:
-        match = SBATCH_OPTION.match(option.removeprefix("--"))
+        match = SBATCH_OPTION.fullmatch(option.removeprefix("--"))
         if match is None:
-            raise UserInputError(f"--sbatch {option!r}: expected KEY=VALUE (or KEY), e.g. constraint=a100")
+            raise UserInputError(f"--sbatch {option!r}: expected KEY=VALUE (or KEY), e.g. constraint=a100, the "
+                                 "value without spaces, quotes or newlines")
         if match.group(1) in OWN_SBATCH:
             use = OWN_SBATCH[match.group(1)]
             raise UserInputError(f"--sbatch {option}: launch sets --{match.group(1)} itself"

@@ -39,8 +39,10 @@ def run(args) -> int:
     from divergence.cli.report import log_report_to_wandb, print_report
     from divergence.errors import UserInputError
     from divergence.report import build_report
-    from divergence.study import PairFailed, load_study, prepare_jobs, run_jobs
+    from divergence.study import PairFailed, load_study, run_jobs
     from divergence.study.config import STUDY_OVERRIDES
+    from divergence.study.lock import study_lock
+    from divergence.study.runner import plan_jobs, write_recipes
 
     if args.max_steps is not None and args.max_steps < 1:
         raise UserInputError(f"--max-steps {args.max_steps}: must be >= 1")
@@ -53,19 +55,21 @@ def run(args) -> int:
     if args.max_steps is not None:
         pair_overrides.append(f"train.max_steps={args.max_steps}")
     out = Path(args.out)
-    jobs = prepare_jobs(study, out, pair_overrides)
+    jobs = plan_jobs(study, out, pair_overrides)  # every recipe checked; nothing written yet
     parallel = _parallel(args.jobs, study.jobs, device, len(jobs))
     names = list(dict.fromkeys(j.pair.name for j in jobs))
-    print(f"study {study.name}: {len(names)} pairs ({', '.join(names)}), {study.replicates} replicate(s) "
-          f"(the control once): {len(jobs)} pair runs, {parallel} at a time, into {out}")
-    for name, note in dict.fromkeys((j.pair.name, j.pair.note) for j in jobs if j.pair.note):  # once per pair
-        print(f"note: {name}: {note}")
-    try:
-        run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet)
-    except PairFailed as err:
-        print(f"divergence study: error: {err}", file=sys.stderr)
-        return 2 if err.exit_code == 2 else 1
-    report = build_report([job.out for job in jobs], out)  # this study's runs: OUT/<pair>/r<replicate>
+    with study_lock(out):  # one study in a folder at a time
+        print(f"study {study.name}: {len(names)} pairs ({', '.join(names)}), {study.replicates} replicate(s) "
+              f"(the control once): {len(jobs)} pair runs, {parallel} at a time, into {out}")
+        for name, note in dict.fromkeys((j.pair.name, j.pair.note) for j in jobs if j.pair.note):  # once per pair
+            print(f"note: {name}: {note}")
+        write_recipes(jobs)
+        try:
+            run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet)
+        except PairFailed as err:
+            print(f"divergence study: error: {err}", file=sys.stderr)
+            return 2 if err.exit_code == 2 else 1
+        report = build_report([job.out for job in jobs], out)  # this study's runs: OUT/<pair>/r<replicate>
     print_report(report)
     if not args.no_wandb:
         log_report_to_wandb(report, None)

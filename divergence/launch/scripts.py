@@ -17,6 +17,12 @@ folder and the recipe's folder mounted at the same paths) apply to every job.
 script exports one ``WANDB_RUN_GROUP`` (``--group``, default the pair folder's name), so the
 three wandb runs land in one group.
 
+Nothing reaches a script raw: every shell word is quoted (``shlex.quote``, ``--command`` split
+into words and each quoted), comments and ``echo`` lines hold only names that follow
+``divergence.recipe.names``' rule, and a value written into an ``#SBATCH`` line (which sbatch
+reads itself: a newline would end the header, a quote change how it splits) must follow
+``SBATCH_VALUE``; ``LaunchPlan`` refuses anything else on construction, naming the flag.
+
 torchrun: ``torchrun --nnodes N --nproc-per-node G`` per arm. On one node the arms get
 disjoint GPUs (``CUDA_VISIBLE_DEVICES``) and their own rendezvous ports, and ``start.sh``
 runs both arms and the comparator there; on several nodes each arm script runs on each of
@@ -25,12 +31,23 @@ its nodes with ``NODE_RANK`` and ``MASTER_ADDR`` set.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from divergence.errors import UserInputError
+from divergence.recipe.names import check_name
+from divergence.recipe.yaml_safe import short
+
 ARMS = ("a", "b")
 SCHEDULERS = ("slurm", "torchrun")
+# What a value in an #SBATCH line may hold: what SLURM's values use (partitions, times, memory,
+# constraints such as a100&nvlink, node lists such as node[01-04], paths), and nothing that ends
+# the line or changes how sbatch splits it (whitespace, quotes, backslash, #).
+SBATCH_VALUE = re.compile(r"[\w.:,+=@/%&|\[\]*!~^()-]+")
+SBATCH_ALLOWED = "letters, digits and . : , + = @ / % & | [ ] * ! ~ ^ ( ) -"
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -58,6 +75,38 @@ class LaunchPlan:
     cpus_per_task: int | None = None  # SLURM --cpus-per-task of every job
     mem: str | None = None          # SLURM --mem of every job (per node), e.g. 200G
     container_image: str | None = None  # pyxis/enroot image every srun runs in
+
+    def __post_init__(self):
+        for flag, value in (("--partition", self.partition), ("--time", self.time), ("--account", self.account),
+                            ("--mem", self.mem), ("job name", self.name)):
+            if value is not None:
+                sbatch_value(value, flag)
+        for option in self.extra_sbatch:
+            for part in option.removeprefix("--").split("=", 1):
+                sbatch_value(part, "--sbatch")
+        if self.group is not None:
+            check_name(self.group, "--group", "wandb group", "the jobs' wandb group")
+        for flag, value in (("--out", str(self.out)), ("--recipe", str(self.recipe)),
+                            ("--container-image", self.container_image or ""), ("--strategy", self.strategy),
+                            ("--command", self.command)):
+            if CONTROL.search(value):
+                raise UserInputError(f"{flag} {short(value)}: holds a control character (a newline?); "
+                                     "a value written into a job script may not")
+        if self.scheduler == "slurm":
+            sbatch_value(str(self.log_dir), "--out")  # in every #SBATCH --output= line
+        self.command_words  # noqa: B018 - refuses a --command that is not words
+
+    @property
+    def command_words(self) -> list[str]:
+        """``command`` as the words it stands for (``python -m divergence``): each is quoted in a script."""
+        try:
+            words = shlex.split(self.command)
+        except ValueError as err:
+            raise UserInputError(f"--command {short(self.command)}: {err}; give the words of a command, "
+                                 "e.g. 'python -m divergence'") from None
+        if not words:
+            raise UserInputError("--command is empty; give how the jobs call divergence, e.g. 'python -m divergence'")
+        return words
 
     @property
     def wandb_group(self) -> str:
@@ -98,8 +147,9 @@ def _slurm(plan: LaunchPlan) -> dict[str, str]:
     return scripts
 
 
-def _sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int) -> list[str]:
-    """``gpus`` 0: a job that asks for no GPU."""
+def sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int) -> list[str]:
+    """The ``#SBATCH`` lines of job ``job``; ``gpus`` 0: a job that asks for no GPU. Every value in
+    them passed ``SBATCH_VALUE`` when the plan was made."""
     lines = ["#!/bin/bash", f"#SBATCH --job-name={plan.name}-{job}", f"#SBATCH --nodes={nodes}",
              f"#SBATCH --ntasks-per-node={tasks}"]
     if gpus:
@@ -115,14 +165,14 @@ def _sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int
 
 def _sbatch_arm(plan: LaunchPlan, arm: str) -> str:
     gpus = plan.gpus_per_node if plan.accelerator == "gpu" else 0
-    lines = _sbatch_header(plan, f"arm-{arm}", plan.nodes, plan.gpus_per_node, gpus)
+    lines = sbatch_header(plan, f"arm-{arm}", plan.nodes, plan.gpus_per_node, gpus)
     lines += [
         "#SBATCH --signal=SIGUSR1@120  # Lightning saves and requeues before the time limit",
         "#SBATCH --requeue",
         "set -euo pipefail",
         f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {plan.gpus_per_node} task(s), one per GPU",
         _group_export(plan),
-        f"{srun_prefix(plan)} {_command(plan, plan.train_args(arm))}",
+        f"{srun_prefix(plan)} {command_line(plan, plan.train_args(arm))}",
         "",
     ]
     return "\n".join(lines)
@@ -130,10 +180,10 @@ def _sbatch_arm(plan: LaunchPlan, arm: str) -> str:
 
 def _sbatch_watch(plan: LaunchPlan) -> str:
     ranks = plan.comparator_gpus
-    lines = _sbatch_header(plan, "watch", 1, 1, ranks if plan.watch_gpus else 0)
+    lines = sbatch_header(plan, "watch", 1, 1, ranks if plan.watch_gpus else 0)
     lines += ["#SBATCH --signal=B:USR1@120",
               "#SBATCH --requeue",
-              "set -euo pipefail", f"# the comparator: follows both arms in {plan.out} until the pair is complete.",
+              "set -euo pipefail", "# the comparator: follows both arms in the pair folder until the pair is complete.",
               "# USR1 (to this shell, 120 s before the time limit): requeue the job and stop watch; TERM: stop it.",
               "# Started again, watch continues from its store (and waits for the arms' folder if need be).",
               _group_export(plan)]
@@ -141,7 +191,7 @@ def _sbatch_watch(plan: LaunchPlan) -> str:
         # torchrun starts Python itself: `-m divergence`, whatever plan.command is
         command = f"torchrun --standalone --nproc-per-node={ranks} -m divergence {_join(plan.watch_args())}"
     else:
-        command = _command(plan, plan.watch_args())
+        command = command_line(plan, plan.watch_args())
     lines += [
         'stop() { kill -TERM "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; exit 0; }',
         "trap 'echo \"requeueing job $SLURM_JOB_ID\"; scontrol requeue \"$SLURM_JOB_ID\"; stop' USR1",
@@ -195,7 +245,7 @@ def _torchrun_arm(plan: LaunchPlan, arm: str) -> str:
 
 def _torchrun_watch(plan: LaunchPlan) -> str:
     gpus = plan.comparator_gpus
-    lines = ["#!/bin/bash", "set -euo pipefail", f"# the comparator: follows both arms in {plan.out}",
+    lines = ["#!/bin/bash", "set -euo pipefail", "# the comparator: follows both arms in the pair folder",
              _group_export(plan)]
     if plan.watch_gpus and plan.nodes == 1:
         # it holds one tensor pair at a time per rank: sharing the arms' first GPUs costs them little
@@ -204,7 +254,7 @@ def _torchrun_watch(plan: LaunchPlan) -> str:
     if gpus > 1:
         lines.append(f"exec torchrun --standalone --nproc-per-node={gpus} -m divergence {_join(plan.watch_args())}")
     else:
-        lines.append(f"exec {_command(plan, plan.watch_args())}")
+        lines.append(f"exec {command_line(plan, plan.watch_args())}")
     return "\n".join(lines + [""])
 
 
@@ -230,6 +280,14 @@ def _start(plan: LaunchPlan) -> str:
 
 
 # -- helpers -------------------------------------------------------------------------------------
+def sbatch_value(value: str, flag: str) -> str:
+    """``value`` if it may stand in an ``#SBATCH`` line, else a one-line error naming ``flag``."""
+    if not SBATCH_VALUE.fullmatch(value) or value.startswith("-"):
+        raise UserInputError(f"{flag} {short(value)}: cannot stand in an #SBATCH line; use {SBATCH_ALLOWED} "
+                             "(no spaces, quotes or newlines, no leading '-')")
+    return value
+
+
 def srun_prefix(plan: LaunchPlan) -> str:
     """``srun``, in the container when one is given (pyxis), the folders the job reads and writes
     mounted at the same paths."""
@@ -245,8 +303,8 @@ def _group_export(plan: LaunchPlan) -> str:
     return f"export WANDB_RUN_GROUP=${{WANDB_RUN_GROUP:-{shlex.quote(plan.wandb_group)}}}"
 
 
-def _command(plan: LaunchPlan, args: list[str]) -> str:
-    return f"{plan.command} {_join(args)}"
+def command_line(plan: LaunchPlan, args: list[str]) -> str:
+    return _join([*plan.command_words, *args])
 
 
 def _join(args: list[str]) -> str:

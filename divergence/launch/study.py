@@ -12,16 +12,12 @@ submits every pair (each comparator ``after`` its two arms have started) and the
 from __future__ import annotations
 
 import shlex
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
-from divergence.launch.scripts import LaunchPlan, build_scripts, srun_prefix
-from divergence.recipe.pair import load_pair_recipe
+from divergence.launch.scripts import LaunchPlan, build_scripts, command_line, sbatch_header, srun_prefix
 from divergence.study.config import Study
-from divergence.study.runner import run_folder
+from divergence.study.runner import plan_jobs
 
 JOBS = ("arm-a", "arm-b", "watch")
 
@@ -40,24 +36,12 @@ class StudyLaunch:
 
 
 def plan_study(study: Study, out: Path, overrides: list[str], template: LaunchPlan) -> StudyLaunch:
-    """Plans for every pair run; each recipe is validated now (written to a scratch folder),
+    """Plans for every pair run; each recipe is validated now (``divergence.study.runner.plan_jobs``),
     so a bad one fails here, not in a job hours later."""
-    plans, recipes = [], {}
-    with tempfile.TemporaryDirectory() as scratch:
-        for replicate in range(study.replicates):
-            for pair in study.pairs:
-                if replicate and pair.single:
-                    continue
-                label = f"{pair.name}-r{replicate}"
-                text = yaml.safe_dump({**pair.recipe, "replicate": replicate}, sort_keys=False)
-                (Path(scratch) / f"{label}.yaml").write_text(text)
-                load_pair_recipe(Path(scratch) / f"{label}.yaml", overrides)
-                path = out / "recipes" / f"{label}.yaml"
-                recipes[path] = text
-                plans.append(replace(template, recipe=path, out=run_folder(out, pair.name, replicate),
-                                     name=f"{study.name}-{label}", overrides=tuple(overrides),
-                                     group=template.group or out.name))
-    return StudyLaunch(study, out, tuple(plans), recipes, template)
+    jobs = plan_jobs(study, out, overrides)
+    plans = tuple(replace(template, recipe=job.recipe_path, out=job.out, name=f"{study.name}-{job.label}",
+                          overrides=tuple(overrides), group=template.group or out.name) for job in jobs)
+    return StudyLaunch(study, out, plans, {job.recipe_path: job.recipe_text for job in jobs}, template)
 
 
 def build_study_scripts(launch: StudyLaunch) -> dict[Path, str]:
@@ -94,16 +78,10 @@ def _file(job: str) -> str:
 def _report(launch: StudyLaunch) -> str:
     plan = replace(launch.template, out=launch.out, recipe=launch.out / "recipes" / "-", name=launch.study.name,
                    group=launch.template.group or launch.out.name)
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={launch.study.name}-report", "#SBATCH --nodes=1",
-             "#SBATCH --ntasks-per-node=1", f"#SBATCH --output={launch.out}/logs/report-%j.out"]
-    for option, value in (("cpus-per-task", plan.cpus_per_task), ("mem", plan.mem), ("partition", plan.partition),
-                          ("time", plan.time), ("account", plan.account)):
-        if value:
-            lines.append(f"#SBATCH --{option}={value}")
-    lines += [f"#SBATCH {option}" for option in plan.extra_sbatch]
-    lines += ["set -euo pipefail", f"# the study's report, once every pair run in {launch.out} has finished",
+    lines = sbatch_header(plan, "report", 1, 1, 0)  # its log: OUT/logs/report-%j.out
+    lines += ["set -euo pipefail", "# the study's report, once every pair run of the study folder has finished",
               f"export WANDB_RUN_GROUP=${{WANDB_RUN_GROUP:-{shlex.quote(plan.wandb_group)}}}",
-              f"{srun_prefix(plan)} {plan.command} report {shlex.quote(str(launch.out))}", ""]
+              f"{srun_prefix(plan)} {command_line(plan, ['report', str(launch.out)])}", ""]
     return "\n".join(lines)
 
 
@@ -118,7 +96,7 @@ def _submit(launch: StudyLaunch) -> str:
                   f"b=$(sbatch --parsable {here}/arm-b.sbatch); b=${{b%%;*}}",
                   f"w=$(sbatch --parsable --dependency=after:$a:$b {here}/watch.sbatch); w=${{w%%;*}}",
                   'all="$all:$a:$b:$w"',
-                  f'echo "{plan.name}: arm a $a, arm b $b, comparator $w"']
+                  f'echo {shlex.quote(plan.name + ":")} "arm a $a, arm b $b, comparator $w"']
     report = shlex.quote(str(launch.launch_dir / "report.sbatch"))
     lines += [f"r=$(sbatch --parsable --dependency=afterok$all {report}); r=${{r%%;*}}",
               'echo "report: job $r (after every job above has succeeded)"', ""]

@@ -27,20 +27,18 @@ keeps the recipe's seeds unchanged (runs made before replicates existed are repl
 from __future__ import annotations
 
 import copy
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
 from divergence.errors import RecipeError
+from divergence.recipe.names import check_name
 from divergence.recipe.run import RunRecipe
 from divergence.recipe.schema import apply_overrides, load_yaml, parse, require, to_dict
 from divergence.recipe.yaml_safe import short
 
 ARMS = ("a", "b")
 PAIR_KEYS = {"name", "description", "base", "recipe", "control", "arms", "tracking", "replicate"}
-# A pair name names a folder: no separators, no leading dot.
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 PAIR_OVERRIDE_PREFIXES = ("tracking.", "arms.", "control", "name", "description", "replicate")
 # The default dense early schedule: every step to 20, every 5th step to 100 (then tracking.every).
 DENSE_DEFAULT = ((20, 1), (100, 5))
@@ -278,11 +276,8 @@ def existing_file(path: Path) -> Path | None:
 
 
 def pair_name(value, key: str) -> str:
-    """A pair's name, which names folders (``<study>/<name>/``): letters, digits, ``.``, ``_``, ``-``."""
-    if not isinstance(value, str) or not NAME.fullmatch(value):
-        raise RecipeError(f"{key}: {short(value)} is not a usable pair name; use 1-100 letters, digits, '.', '_' "
-                          "or '-', starting with a letter or digit (it names the pair's folder)")
-    return value
+    """A pair's name, which names folders (``<study>/<name>/``) and jobs: ``divergence.recipe.names``' rule."""
+    return check_name(value, key, "pair name", "the pair's folder and its jobs")
 
 
 def _merge(base: dict, extra: dict) -> dict:

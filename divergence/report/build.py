@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,11 +46,16 @@ def build_report(inputs: list[str | Path], out: str | Path, n_boot: int = N_BOOT
         (out / FIGURES_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UserInputError(f"{out}: cannot create the report folder: {err.strerror or err}") from None
+    for folder in (out, out / FIGURES_DIR):  # now, not after the analysis
+        _check_writable(folder)
     analysis = analyze(pairs, n_boot=n_boot, seed=seed, min_steps=min_steps, calibration=calibration_data)
     summary = to_summary(analysis)
     generated = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     summary["generated"] = generated
-    figures = all_figures(analysis, out / FIGURES_DIR)
+    try:
+        figures = all_figures(analysis, out / FIGURES_DIR)
+    except OSError as err:  # a figure file that cannot be replaced, a full disk
+        raise UserInputError(f"{err.filename or out / FIGURES_DIR}: cannot write: {err.strerror or err}") from None
     summary["figures"] = {k: p.relative_to(out).as_posix() for k, p in figures.items()}
     files = [out / "summary.json", out / "trajectories.csv", out / "report.md", out / "report.html"]
     write_json(files[0], summary)
@@ -90,6 +96,15 @@ def load_calibration(path: str | Path | None, inputs: list[str | Path]) -> dict 
         raise UserInputError(f"{path}: not a calibration.json (missing {', '.join(missing) or 'everything'}); "
                              "write one with divergence calibrate")
     return data
+
+
+def _check_writable(folder: Path) -> None:
+    """One line if ``folder`` takes no new file (read-only, immutable, full), before any work."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise UserInputError(f"{folder}: cannot write the report there: {err.strerror or err}") from None
 
 
 def _write_text(path: Path, text: str) -> None:

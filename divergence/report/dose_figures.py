@@ -27,7 +27,7 @@ DPI = 110
 
 def dose_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path | None]:
     """Every dose-ratio figure, keyed for the HTML and wandb (``log_e``, ``dose_ratio/<study>``, ...)."""
-    from divergence.report.figures import file_stem
+    from divergence.recipe.names import file_stem
 
     figures: dict[str, Path | None] = {"log_e": log_e(analysis, out_dir)}
     for v in analysis.verdicts:

@@ -7,7 +7,6 @@ orange, seed blue, control grey.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
 from divergence.analysis import METRIC_LABELS, METRICS, Analysis, PairData, layer_mean
+from divergence.recipe.names import file_stem  # every figure named after a pair: one name, one file
 
 COLORS = {"optimization": "#d62728", "precision": "#ff7f0e", "seed": "#1f77b4", "control": "#7f7f7f"}
 STYLES = ("-", "--", ":", "-.")
@@ -37,11 +37,6 @@ def short_label(pair) -> str:
 def run_label(pair) -> str:
     """The legend name of one run: the pair's, with its replicate when there are several."""
     return short_label(pair) + (f" (r{pair.replicate})" if pair.replicate else "")
-
-
-def file_stem(name: str) -> str:
-    """A pair name made safe for a file name."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 def _finish(fig, path: Path) -> Path:

@@ -15,6 +15,8 @@ from typing import BinaryIO, Iterator
 
 from divergence.errors import UserInputError
 
+STEP_LIMIT = 1 << 63  # steps are int64 wherever they are computed on (numpy, Parquet)
+
 
 class UnreadableLine(ValueError):
     """A complete line that is not a record of its file; the message says why."""
@@ -44,9 +46,12 @@ def parse_object(raw: bytes) -> dict:
 
 
 def require_step(record: dict) -> int:
+    """The record's step: an integer in [0, 2**63), as the analysis and Parquet hold it (int64)."""
     step = record.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise UnreadableLine(f"its step {step!r} is not a non-negative integer")
+    if step >= STEP_LIMIT:
+        raise UnreadableLine(f"its step {step} does not fit in a 64-bit integer")
     return step
 
 

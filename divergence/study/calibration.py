@@ -28,12 +28,15 @@ from pathlib import Path
 
 from divergence.errors import RecipeError
 from divergence.recipe.schema import apply_overrides, load_yaml
-from divergence.study.config import PRECISION_AUTO, Study, StudyPair, _existing, _pair
+from divergence.study.config import PRECISION_AUTO, Study, StudyPair, _existing, _pair, study_name
 
 CALIBRATION_KEYS = {"name", "description", "base", "recipe", "doses", "references", "horizons", "replicates",
                     "tracking", "jobs"}
 CALIBRATION_OVERRIDES = ("base=", "doses=", "references.", "horizons=", "replicates=", "jobs=", "name=")
 LADDER_ROLE = "ladder"
+# Doses stay below 1e16: from there Python writes 1e+16, and a '+' may not be in the pair's name
+# (grad-noise-<eps>); a relative noise far above 1 drowns the gradient anyway.
+MAX_DOSE = 1e16
 REFERENCE_ROLES = ("seed", "precision")
 
 
@@ -63,8 +66,8 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
     shared = {"base": str(base), "recipe": data.get("recipe") or {}, "tracking": data.get("tracking") or {}}
     doses = _doses(data.get("doses"), path)
     pairs = [_pair(LADDER_ROLE, {"name": ladder_name(eps), "arms": {"a": [{"grad-noise": eps}], "b": []},
-                                 "description": f"relative gradient noise {eps:g} vs none"}, path, shared)
-             for eps in doses]
+                                 "description": f"relative gradient noise {eps:g} vs none"}, path, shared,
+                   key=f"doses ({eps:g})") for eps in doses]
     references = data.get("references") or {}
     if not isinstance(references, dict) or set(references) - set(REFERENCE_ROLES):
         raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(REFERENCE_ROLES)}")
@@ -83,7 +86,7 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
         raise RecipeError(f"{path}: replicates: expected a positive integer, got {replicates!r}")
     if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise RecipeError(f"{path}: jobs: expected auto or a positive integer, got {jobs!r}")
-    study = Study(str(data.get("name", path.stem)), tuple(pairs), jobs, path, replicates)
+    study = Study(study_name(data, path), tuple(pairs), jobs, path, replicates)
     return Calibration(study, doses, tuple(sorted(set(horizons))))
 
 
@@ -96,8 +99,8 @@ def _doses(value, path: Path) -> tuple[float, ...]:
             eps = float(item) if not isinstance(item, bool) else math.nan
         except (TypeError, ValueError):
             eps = math.nan
-        if not (math.isfinite(eps) and eps > 0):
-            raise RecipeError(f"{path}: doses[{i}]: expected a finite dose > 0, got {item!r}")
+        if not (math.isfinite(eps) and 0 < eps < MAX_DOSE):
+            raise RecipeError(f"{path}: doses[{i}]: expected a finite dose 0 < eps < {MAX_DOSE:g}, got {item!r}")
         doses.append(eps)
     if len(set(doses)) != len(doses):
         raise RecipeError(f"{path}: doses: {doses} repeats a dose")

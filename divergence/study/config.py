@@ -29,11 +29,13 @@ be exactly zero, which one run shows.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from divergence.errors import RecipeError
-from divergence.recipe.pair import existing_file, pair_name
+from divergence.recipe.names import check_name
+from divergence.recipe.pair import PAIR_KEYS, existing_file, pair_name
 from divergence.recipe.schema import apply_overrides, load_yaml
 from divergence.recipe.yaml_safe import short
 
@@ -52,6 +54,8 @@ class StudyPair:
     name: str
     recipe: dict  # a pair recipe as plain data, ``base`` an absolute path
     note: str = ""
+    key: str = ""   # where the study recipe gives it: ``study``, ``references.seed``, ``doses (1e-05)``
+    file: str = ""  # the pair file it names there, if any
 
     @property
     def single(self) -> bool:
@@ -101,11 +105,17 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
     replicates = data.get("replicates", 1)
     if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:
         raise RecipeError(f"{path}: replicates: expected a positive integer, got {short(replicates)}")
-    return Study(str(data.get("name", path.stem)), tuple(pairs), jobs, path, replicates)
+    return Study(study_name(data, path), tuple(pairs), jobs, path, replicates)
 
 
-def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "") -> StudyPair:
-    key = "study" if role == "study" else f"references.{role}"
+def study_name(data: dict, path: Path) -> str:
+    """The recipe's ``name`` (default: the file's stem), held to the one name rule: it names the
+    study's folder (``runs/<name>``) and, through ``launch --study``, every SLURM job."""
+    return check_name(data.get("name", path.stem), f"{path}: name", "study name", "the study's folder and its jobs")
+
+
+def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "", key: str | None = None) -> StudyPair:
+    key = key or ("study" if role == "study" else f"references.{role}")
     if isinstance(spec, str):
         pair_path = _existing(study_path.parent / spec, key, study_path)
         data = load_yaml(pair_path)
@@ -120,7 +130,18 @@ def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "") -> St
                   tracking={**(data.get("tracking") or {}), **shared["tracking"]})
     if note:
         recipe["description"] = f"{data.get('description', data['name'])} (stand-in for fp16 vs fp32 on a CPU)"
-    return StudyPair(role, pair_name(data["name"], f"{study_path}: {key}: name"), recipe, note)
+    return StudyPair(role, pair_name(data["name"], f"{study_path}: {key}: name"), recipe, note, key,
+                     spec if isinstance(spec, str) else "")
+
+
+def in_study(message: str, pair: StudyPair, study: Study) -> str:
+    """A pair recipe's error said where the study recipe gives the pair: ``arms.a[0]: ...`` of the
+    inline study pair is ``study.yaml: study.arms.a[0]: ...``; of a pair file,
+    ``study.yaml: references.seed (pairs/seed-vs-seed.yaml): arms.a[0]: ...``."""
+    root = re.split(r"[.\[:]", message, maxsplit=1)[0]
+    if pair.file:
+        return f"{study.source}: {pair.key} ({pair.file}): {message}"
+    return f"{study.source}: {pair.key}{'.' if root in PAIR_KEYS else ': '}{message}"
 
 
 def _existing(path: Path, key: str, study_path: Path) -> Path:

@@ -14,19 +14,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from divergence.errors import UserInputError
+from divergence.errors import RecipeError, UserInputError
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.recipe.pair import load_pair_recipe
 from divergence.store import MetricsStore
-from divergence.study.config import Study, StudyPair
+from divergence.study.config import Study, StudyPair, in_study
+from divergence.study.lock import signals_raise
 
 POLL_SECONDS = 1.0
+# A stopped study waits this long for its children to exit (Lightning stops at a step's end), then kills them.
+STOP_SECONDS = 20.0
 
 
 class PairFailed(Exception):
@@ -46,6 +50,7 @@ class PairJob:
     process: subprocess.Popen | None = None
     skipped: bool = False
     replicate: int = 0
+    recipe_text: str = ""
 
     @property
     def label(self) -> str:
@@ -66,20 +71,39 @@ class PairJob:
 
 
 def prepare_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
-    """One job per (pair, replicate): write its recipe into ``DIR/recipes/`` and validate it before
-    any training. Replicate-major order, so the first replicate of every pair finishes first."""
-    (out / "recipes").mkdir(parents=True, exist_ok=True)
-    jobs = []
-    for replicate in range(study.replicates):
-        for pair in study.pairs:
-            if replicate and pair.single:
-                continue
-            path = out / "recipes" / f"{pair.name}-r{replicate}.yaml"
-            path.write_text(yaml.safe_dump({**pair.recipe, "replicate": replicate}, sort_keys=False))
-            resolved = load_pair_recipe(path, overrides)  # a bad recipe fails here, not in a child
-            jobs.append(PairJob(pair, path, run_folder(out, pair.name, replicate), resolved.base.train.max_steps,
-                                replicate=replicate))
+    """One job per (pair, replicate), its recipe written into ``DIR/recipes/``; every recipe is
+    validated before anything is written (``plan_jobs``)."""
+    jobs = plan_jobs(study, out, overrides)
+    write_recipes(jobs)
     return jobs
+
+
+def plan_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
+    """One job per (pair, replicate), replicate-major (the first replicate of every pair finishes
+    first). Each recipe is read back from a scratch folder, so a bad one fails here, naming its key
+    in the study recipe, and nothing is written under ``out``."""
+    jobs = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for replicate in range(study.replicates):
+            for pair in study.pairs:
+                if replicate and pair.single:
+                    continue
+                text = yaml.safe_dump({**pair.recipe, "replicate": replicate}, sort_keys=False)
+                checked = Path(scratch) / f"{pair.name}-r{replicate}.yaml"
+                checked.write_text(text)
+                try:
+                    resolved = load_pair_recipe(checked, overrides)
+                except RecipeError as err:
+                    raise RecipeError(in_study(str(err).replace(f"{checked}: ", ""), pair, study)) from None
+                jobs.append(PairJob(pair, out / "recipes" / checked.name, run_folder(out, pair.name, replicate),
+                                    resolved.base.train.max_steps, replicate=replicate, recipe_text=text))
+    return jobs
+
+
+def write_recipes(jobs: list[PairJob]) -> None:
+    for job in jobs:
+        job.recipe_path.parent.mkdir(parents=True, exist_ok=True)
+        job.recipe_path.write_text(job.recipe_text)
 
 
 def run_folder(out: Path, name: str, replicate: int) -> Path:
@@ -101,22 +125,37 @@ def run_jobs(jobs: list[PairJob], overrides: list[str], parallel: int, show_prog
     waiting = [j for j in jobs if not j.skipped]
     running: list[PairJob] = []
     try:
-        while waiting or running:
-            while waiting and len(running) < parallel:
-                running.append(_start(waiting.pop(0), overrides, parallel))
-            time.sleep(POLL_SECONDS)
+        with signals_raise():  # SIGTERM and SIGHUP, like Ctrl-C, reach the except below
+            while waiting or running:
+                while waiting and len(running) < parallel:
+                    running.append(_start(waiting.pop(0), overrides, parallel))
+                time.sleep(POLL_SECONDS)
+                _update(jobs, bars, overall)
+                for job in [j for j in running if j.process.poll() is not None]:
+                    running.remove(job)
+                    _check_exit(job)
             _update(jobs, bars, overall)
-            for job in [j for j in running if j.process.poll() is not None]:
-                running.remove(job)
-                _check_exit(job)
-        _update(jobs, bars, overall)
     except BaseException:
-        for job in running:
-            job.process.terminate()
+        _end([j.process for j in running])
         raise
     finally:
         for bar in (*bars.values(), overall):
             bar.close()
+
+
+def _end(processes: list[subprocess.Popen]) -> None:
+    """Stop every child: SIGTERM (its store is committed step by step), SIGKILL for those still
+    running after ``STOP_SECONDS``, and reap them all, so none outlives the study."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_SECONDS
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _start(job: PairJob, overrides: list[str], parallel: int) -> PairJob:

@@ -225,7 +225,9 @@ STUDIES = {
     "strategy-empty": (_study(recipe={"train": {"strategy": ""}}), "train.strategy"),
     "huge-batch": (_study(recipe={"train": {"batch_size": 10 ** 8}}), "train.batch_size"),
     "inline-name-escapes": (_study(study={"name": "../x", "arms": {"a": ["tf32"], "b": []}}), "name"),
-    "inline-unknown-variant": (_study(study={"name": "x", "arms": {"a": ["nope"], "b": []}}), "arms.a[0]"),
+    "inline-unknown-variant": (_study(study={"name": "x", "arms": {"a": ["nope"], "b": []}}), "study.arms.a[0]"),
+    "name-null": (_study(name=None), "name"),
+    "name-shell": (_study(name="s$(touch x)"), "name"),
 }
 
 
@@ -237,7 +239,7 @@ def test_malformed_study_recipe_is_one_line(case, tmp_path, capsys):
     out = tmp_path / "study"
     code, err, seconds = run_cli(["study", "--recipe", str(path), "--out", str(out), "--no-wandb", "--quiet"], capsys)
     assert_one_line(code, err, seconds, key)
-    assert not list(out.glob("*/metrics.jsonl"))  # no pair trained
+    assert not out.exists()  # nothing trained, nothing written (not even OUT/recipes)
 
 
 def test_microbench_recipe_refuses_a_bomb(tmp_path, capsys):

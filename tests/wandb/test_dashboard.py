@@ -3,6 +3,8 @@
 import json
 import re
 
+import pytest
+
 from divergence.cli import main
 from divergence.dashboard import dashboard_sections
 
@@ -35,6 +37,26 @@ def test_the_spec_holds_every_section_over_the_group(capsys):
     assert (spec["entity"], spec["project"]) == ("team", "proj")
     [runset] = spec["spec"]["section"]["runSets"]
     assert any(f.get("value") == "study-x" and f["key"]["name"] == "group" for f in runset["filters"]["filters"])
+
+
+@pytest.mark.parametrize("group", ["bob's", 'say "hi"', "back\\slash", "two\nlines", "x' or Group != '", "b+c$|^"])
+def test_any_group_is_filtered_on_exactly(group, capsys):
+    """A group with quotes used to be pasted into the filter expression: a traceback (issue 24)."""
+    [runset] = _spec(capsys, "--group", group)["spec"]["section"]["runSets"]
+    assert [(f["key"]["name"], f["op"], f["value"]) for f in runset["filters"]["filters"]] == [("group", "=", group)]
+
+
+@pytest.mark.parametrize("group", ["a=b", "x<y", "x>y"])
+def test_a_group_wandb_would_filter_as_another_is_one_line(group, capsys):
+    assert main(["dashboard", "--entity", "team", "--project", "proj", "--group", group, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"divergence dashboard: error: --group {group!r}") and err.count("\n") == 1, err
+
+
+def test_a_view_name_wandb_refuses_is_one_line(capsys):
+    assert main(["dashboard", "--entity", "team", "--project", "proj", "--name", "a=b", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("divergence dashboard: error: --name 'a=b'") and err.count("\n") == 1, err
 
 
 def test_the_spec_names_only_keys_the_runs_log(capsys, shadow_pair, report_run):

@@ -1,0 +1,73 @@
+"""One study at a time in a study folder, and no ``train`` child left behind when it is stopped.
+
+``study_lock``: ``divergence study`` and ``divergence calibrate`` hold an exclusive
+``fcntl.flock`` on ``OUT/.study.lock`` while they write and train there, so a second one on the
+same folder is refused (naming the holder's pid, which the holder writes into the file) instead
+of training the same pair folders twice at once. The kernel drops the lock when its holder exits,
+however it exits (SIGKILL, a crash, a power cut of the node), so it never stays stuck.
+
+``signals_raise``: SIGTERM and SIGHUP (a scheduler's stop, a closed terminal) raise ``Stopped``
+like Ctrl-C raises KeyboardInterrupt, so the code on the way out (``runner.run_jobs``) ends the
+children it started; the default action would end the study at once and leave them training.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from divergence.errors import UserInputError
+
+LOCK_FILE = ".study.lock"
+SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(KeyboardInterrupt):
+    """The study was sent SIGTERM or SIGHUP; handled like Ctrl-C (its children are ended)."""
+
+
+@contextmanager
+def study_lock(out: Path) -> Iterator[None]:
+    """Hold ``out``'s study lock (creating ``out``); a one-line UserInputError if another process holds it."""
+    path = Path(out) / LOCK_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise UserInputError(f"{out}: cannot use it as a study folder: {err.strerror or err}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            raise UserInputError(f"{out}: another study or calibration (pid {holder or 'unknown'}) is training in "
+                                 "this folder; wait for it to end or stop it, or give another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # drops the lock
+
+
+@contextmanager
+def signals_raise() -> Iterator[None]:
+    """Inside: SIGTERM and SIGHUP raise ``Stopped``. Only the main thread can set handlers; elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, _frame):
+        raise Stopped(f"stopped by {signal.Signals(signum).name}")
+
+    previous = {s: signal.signal(s, stop) for s in SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -1,0 +1,141 @@
+"""A stopped study ends its ``train`` children; a study folder takes one study at a time (issue 24).
+
+The studies here are real (``python -m divergence study`` in a subprocess, its children real
+``divergence train`` processes); they are stopped or killed while their children start.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from divergence.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "recipes"
+QUICK = ["--no-wandb", "--quiet", "--replicates", "1", "tracking.every=1", "tracking.probe.size=4",
+         "train.batch_size=2", "sample.enabled=false"]
+
+
+def _study_recipe(tmp_path, *references) -> Path:
+    """A study of fused AdamW, with the named reference pairs (each one more child)."""
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "small", "base": str(RECIPES / "tiny.yaml"), "study": str(RECIPES / "pairs" / "fused-adamw.yaml"),
+        "references": {role: str(RECIPES / "pairs" / f"{pair}.yaml") for role, pair in references}}))
+    return path
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter (R, S, Z, ...), None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    return _state(pid) not in (None, "Z", "X")
+
+
+def _train_children(pid: int) -> list[int]:
+    """Live children of ``pid`` running ``divergence train``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == pid and b"train" in command and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def _start_study(recipe: Path, out: Path, *extra: str) -> tuple[subprocess.Popen, list[int]]:
+    """A study in a subprocess, once it has started ``len(references) + 1`` children; its children's pids."""
+    process = subprocess.Popen([sys.executable, "-m", "divergence", "study", "--recipe", str(recipe), "--out",
+                                str(out), *QUICK, *extra], cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    wanted = len(yaml.safe_load(recipe.read_text())["references"]) + 1
+    while time.monotonic() < deadline:
+        children = _train_children(process.pid)
+        if len(children) >= wanted:
+            return process, children
+        assert process.poll() is None, process.stderr.read()
+        time.sleep(0.2)
+    process.kill()
+    raise AssertionError("the study started no train child in 180 s")
+
+
+def _gone(pids: list[int], seconds: float) -> list[int]:
+    """Those of ``pids`` still alive after up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    _gone(pids, 30)
+
+
+def test_sigterm_ends_every_train_child(tmp_path):
+    recipe = _study_recipe(tmp_path, ("control", "control"))
+    process, children = _start_study(recipe, tmp_path / "out", "--jobs", "2", "--max-steps", "500")
+    try:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        survivors = _gone(children, 5)
+        assert not survivors, f"train children {survivors} outlived the study"
+        assert "interrupted" in process.stderr.read()
+    finally:
+        _kill([process.pid, *children])
+
+
+def test_a_second_study_on_the_folder_is_refused_until_the_first_is_killed(tmp_path, capsys):
+    recipe, out = _study_recipe(tmp_path), tmp_path / "out"
+    first, children = _start_study(recipe, out, "--max-steps", "3")
+    try:
+        assert main(["study", "--recipe", str(recipe), "--out", str(out), "--max-steps", "3", *QUICK]) == 2
+        assert main(["calibrate", "--out", str(out), "--quiet", "--max-steps", "3", "doses=[1.0e-4]",
+                     "references.precision=null", "train.batch_size=2", "sample.enabled=false"]) == 2
+        errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+        assert len(errors) == 2
+        for err in errors:
+            assert f"{out}: another study or calibration (pid {first.pid}) is training in this folder" in err, err
+        first.kill()  # SIGKILL: no code of the study runs; the kernel drops its lock
+        first.wait(timeout=30)
+    finally:
+        _kill([first.pid, *children])  # its orphans: the test's own cleanup
+    second, children = _start_study(recipe, out, "--max-steps", "3")  # it got the lock: it trains
+    try:
+        assert (out / ".study.lock").read_text() == f"{second.pid}\n"
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=60)
+        _kill([second.pid, *children])
+
+
+def test_the_lock_names_its_holder_and_is_free_once_released(tmp_path):
+    from divergence.errors import UserInputError
+    from divergence.study.lock import study_lock
+
+    with study_lock(tmp_path):
+        try:
+            with study_lock(tmp_path):
+                raise AssertionError("a second holder was let in")
+        except UserInputError as err:
+            assert f"(pid {os.getpid()})" in str(err)
+    with study_lock(tmp_path):  # released on the way out
+        pass
