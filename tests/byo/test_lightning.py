@@ -236,3 +236,22 @@ def test_a_training_step_without_a_loss_is_named(tmp_path):
             as err:
         trainer(2, [ArmCheckpoints(tmp_path, "a")]).fit(NoLoss(None), loader())
     assert "returned dict" not in str(err.value)  # the issue's words for a None
+
+
+def test_a_control_pair_with_an_empty_tensor_is_exactly_zero(tmp_path):
+    """The issue's case: a 0-element tensor was counted as NaN/inf, and a bitwise-identical control
+    pair was reported "not exactly zero"."""
+    from divergence.analysis.layers import noise_floor
+    from divergence.report.inputs import load_pair
+
+    arms = []
+    for _ in "ab":
+        module = build(0)
+        module.register_buffer("empty", torch.zeros(0, 4))
+        arms.append(module)
+    pl.seed_everything(0, verbose=False)
+    trainer(2).fit(LockstepPair(*arms, out=tmp_path, every=1, category="control", dense=[]), loader())
+    empty = [r for r in MetricsStore(tmp_path).tensor_records() if r["tensor"] == "empty"]
+    assert len(empty) == 3 and all(r["max_abs_diff"] == 0.0 and r["nonfinite_a"] == 0 for r in empty)
+    assert all(r["tensors_nonfinite"] == 0 for r in MetricsStore(tmp_path).step_records())
+    assert noise_floor(load_pair(tmp_path)).exact
