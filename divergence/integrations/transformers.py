@@ -114,7 +114,8 @@ def _step_nonfinite(losses: list[torch.Tensor], device) -> float | None:
     their mean has. Under ``torch.distributed`` the three flags are summed over processes
     (every process calls this once per step).
     """
-    flags = torch.zeros(3, dtype=torch.float64, device=losses[0].device if losses else device)
+    device = device if device is not None else losses[0].device if losses else "cpu"  # one device on every rank
+    flags = torch.zeros(3, dtype=torch.float64, device=device)
     for loss in losses:
         flags += torch.stack([loss.isnan(), loss == math.inf, loss == -math.inf]).to(flags)
     if torch.distributed.is_available() and torch.distributed.is_initialized():

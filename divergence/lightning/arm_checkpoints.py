@@ -40,6 +40,7 @@ from lightning.pytorch.callbacks import Callback
 
 from divergence.errors import UserInputError
 from divergence.lightning.gather import gather_state, max_steps, submodule
+from divergence.pairfolder.arm_steps import check_loss
 from divergence.pairfolder.pair_json import DEFAULT_EVERY
 from divergence.writers.arm_writer import ArmWriter
 
@@ -99,7 +100,9 @@ class ArmCheckpoints(Callback):
             self.writer.record(0)  # its weights are saved: step 0 is recorded
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._losses.append(self.loss_of(outputs))
+        loss = self.loss_of(outputs)
+        check_loss(loss, "ArmCheckpoints: the loss of a batch")  # one value: a vector is not averaged away
+        self._losses.append(torch.as_tensor(loss, dtype=torch.float32).reshape(()))
         step = trainer.global_step
         if step == self._step:
             return  # a micro-batch of a step still accumulating gradients

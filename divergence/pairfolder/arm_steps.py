@@ -76,6 +76,19 @@ def loss_value(loss, where: str) -> float:
     >>> loss_value(float("inf"), "record")
     inf
     """
+    check_loss(loss, where)
+    if hasattr(loss, "detach"):
+        loss = loss.detach()
+    try:
+        return float(loss.item() if hasattr(loss, "item") else loss)
+    except (TypeError, ValueError):
+        raise UserInputError(f"{where}: loss {loss!r} ({type(loss).__name__}) is not a number; give the step's "
+                             "loss (a float or a one-element tensor)") from None
+
+
+def check_loss(loss, where: str) -> None:
+    """``loss`` could be a step's loss: a real number or one element (checked without reading a
+    tensor's value, so without a device sync); else a one-line ``UserInputError``."""
     if isinstance(loss, bool) or loss is None or isinstance(loss, (str, bytes)):
         raise UserInputError(f"{where}: loss {loss!r} ({type(loss).__name__}) is not a number; give the step's "
                              "loss (a float or a one-element tensor)")
@@ -83,15 +96,8 @@ def loss_value(loss, where: str) -> float:
     if shape is not None and math.prod(shape) != 1:
         raise UserInputError(f"{where}: loss is a {type(loss).__name__} of shape {tuple(shape)}; give the step's "
                              "mean loss (a float or a one-element tensor), e.g. loss.mean()")
-    if hasattr(loss, "detach"):
-        loss = loss.detach()
     if getattr(loss, "is_complex", lambda: False)():
         raise UserInputError(f"{where}: loss {loss!r} is complex; give a real number")
-    try:
-        return float(loss.item() if hasattr(loss, "item") else loss)
-    except (TypeError, ValueError):
-        raise UserInputError(f"{where}: loss {loss!r} ({type(loss).__name__}) is not a number; give the step's "
-                             "loss (a float or a one-element tensor)") from None
 
 
 def check_tensor_names(names, first: list[str], step: int, where: str) -> None:

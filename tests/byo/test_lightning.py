@@ -23,7 +23,7 @@ from divergence.errors import UserInputError
 from divergence.lightning import ArmCheckpoints, LockstepPair
 from divergence.report.build import build_report
 from divergence.store import MetricsStore
-from tests.byo.user_module import build, loader, trainer
+from tests.byo.user_module import Denoiser, build, loader, trainer
 
 STEPS, EVERY = 7, 3
 ARMS = {"a": "none", "b": "tanh"}  # exact vs tanh-approximated GELU
@@ -255,3 +255,18 @@ def test_a_control_pair_with_an_empty_tensor_is_exactly_zero(tmp_path):
     assert len(empty) == 3 and all(r["max_abs_diff"] == 0.0 and r["nonfinite_a"] == 0 for r in empty)
     assert all(r["tensors_nonfinite"] == 0 for r in MetricsStore(tmp_path).step_records())
     assert noise_floor(load_pair(tmp_path)).exact
+
+
+def test_a_vector_loss_is_named_not_averaged(tmp_path):
+    """The issue's case: a vector loss was a raw ValueError in ArmWriter; through ArmCheckpoints'
+    ``loss=`` it was averaged silently. Both are one line naming what was given."""
+    class PerSample(Denoiser):
+        def training_step(self, batch, batch_idx):
+            (x,) = batch
+            per_sample = (self(x) - x).pow(2).mean(1)  # (B,)
+            return {"loss": per_sample.mean(), "per_sample": per_sample}
+
+    callback = ArmCheckpoints(tmp_path, "a", loss=lambda out: out["per_sample"])
+    with pytest.raises(UserInputError, match=r"the loss of a batch: loss is a Tensor of shape \(8,\)"):
+        trainer(2, [callback]).fit(PerSample(), loader())
+    assert json.loads((tmp_path / "a" / "status.json").read_text())["state"] == "failed"
