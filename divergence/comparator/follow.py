@@ -102,6 +102,7 @@ class Comparator:
         self.probe = _probe(self.pair, self.device) if self.pair.tracking.probe.enabled else None
         self.bar = _progress_bar(self.pair, len(self.store.steps())) if progress else None
         self._idle_since, self._progress = time.monotonic(), None
+        self._stall_seen: tuple | None = None  # a step that cannot come, seen on the last look
         self._fatal: str | None = None  # a permanent error found while measuring: stop every rank
 
     def run(self, poll: float = 5.0, timeout: float | None = None) -> int:
@@ -144,7 +145,7 @@ class Comparator:
                 return Task("done")
         else:
             task = self._ready(step, statuses)
-            why = stall(self.out, step, self.pair, statuses, self.feeds) if task is None else None
+            why = self._stalled(step, statuses) if task is None else None
             if why is not None:
                 return Task("stop", message=why, code=EXIT_USAGE)
         self._note_progress(last, statuses)
@@ -155,6 +156,15 @@ class Comparator:
             return task
         self._show_waiting(step, statuses)
         return Task("wait")
+
+    def _stalled(self, step: int, statuses: dict) -> str | None:
+        """Why ``step`` can never come, once seen on two looks in a row with the same statuses: a
+        restarting arm cuts its old files before it writes its new status, so one look may fall
+        between the two (``divergence.comparator.stalls``)."""
+        why = stall(self.out, step, self.pair, statuses, self.feeds)
+        seen = None if why is None else (step, why, _marks(statuses))
+        confirmed, self._stall_seen = seen is not None and seen == self._stall_seen, seen
+        return why if confirmed else None
 
     def _nothing_to_follow(self, last: int) -> Task:
         """A store without arm folders: complete (done), or a one-process pair's that ended early."""
@@ -167,8 +177,7 @@ class Comparator:
     def _note_progress(self, last: int | None, statuses: dict) -> None:
         """Restart the ``--timeout`` clock when a step was stored or an arm moved on; a step that
         is retried over and over is no progress."""
-        mark = (last, tuple((s.state, s.attempt, s.last_step) if s else None for s in statuses.values()),
-                tuple(len(feed.loss_file.losses) for feed in self.feeds.values()))
+        mark = (last, _marks(statuses), tuple(len(feed.loss_file.losses) for feed in self.feeds.values()))
         if mark != self._progress:
             self._progress, self._idle_since = mark, time.monotonic()
 
@@ -325,6 +334,11 @@ def _progress_bar(pair: PairSchedule, done: int):
 
     return tqdm(total=pair.max_steps // pair.stride + 1, initial=done, desc=f"watch {pair.name}", unit="step",
                 file=sys.stderr, dynamic_ncols=True)
+
+
+def _marks(statuses: dict) -> tuple:
+    """What changes when an arm moves on: its state, attempt and last step."""
+    return tuple((s.state, s.attempt, s.last_step) if s else None for s in statuses.values())
 
 
 def _arms_line(statuses: dict) -> str:

@@ -15,7 +15,9 @@
 
 An arm's status is written after its last records, so once it reads ``finished`` or ``failed``
 every loss and weights file it will ever write is there: the verdict cannot be premature. An
-arm still ``running`` (or restarted: a new ``attempt``) is waited for, as before.
+arm still ``running`` (or restarted: a new ``attempt``) is waited for, as before. A restarting
+arm cuts its old records before it writes its new status, so the comparator acts on a stall
+only when two looks in a row find it with the same statuses (``Comparator._stalled``).
 """
 
 from __future__ import annotations

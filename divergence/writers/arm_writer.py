@@ -48,7 +48,9 @@ import torch
 from divergence.errors import UserInputError
 from divergence.pairfolder.arm_lock import ArmLock
 from divergence.pairfolder.arm_records import claim_arm_folder, drop_after
-from divergence.pairfolder.arm_steps import check_step, check_stride, check_tensor_names, loss_value, tracked_with_stride
+from divergence.pairfolder.arm_steps import (
+    check_loss, check_step, check_stride, check_tensor_names, loss_value, tracked_with_stride,
+)
 from divergence.pairfolder.layout import CHECKPOINTS
 from divergence.pairfolder.pair_json import (
     DEFAULT_EVERY, check_pair_files, schedule_config, tracking_schedule, write_pair_files,
@@ -130,7 +132,8 @@ class ArmWriter:
         if step > 0:
             if loss is None:
                 raise UserInputError(f"{where}: give the step's loss (a float or a 0-d tensor)")
-            value = loss_value(loss, where)
+            check_loss(loss, where)
+            value = loss_value(loss, where) if self.is_writer else None  # read (a device sync) where written
         if self.is_writer:
             if self.tracked(step) and self.saved_step != step:
                 if model is None:

@@ -100,3 +100,24 @@ def test_a_store_without_arm_folders_is_done_or_one_line(tmp_path, capsys):
     code, err, took = watch(cut, capsys)
     assert code == 2 and took < BOUND and len(err) == 1
     assert "no arm folders (a/, b/) to follow, and its store ends at step 0 of 4" in err[0]
+
+
+def test_a_restart_caught_between_its_cut_and_its_status_is_not_a_stall(tmp_path):
+    """A restarting arm cuts its later records, then writes its new status: a look between the two
+    sees an ended arm with a gap. Only a stall seen twice with the same statuses stops watch."""
+    from divergence.comparator.follow import Comparator
+
+    write_pair_files(tmp_path, max_steps=3, every=1, dense=[], log={"wandb": False})
+    own_writer(tmp_path, "a", [1], [0, 1], state="failed", last_step=3)  # losses 2, 3 just cut
+    own_writer(tmp_path, "b", [1, 2, 3], [0, 1, 2, 3])
+    comparator = Comparator(tmp_path, log=False, progress=False)
+    for _ in range(2):  # steps 0 and 1 are there
+        task = comparator._plan(None)
+        assert task.kind == "step" and comparator._take(task)
+    assert comparator._plan(None).kind == "wait"  # step 2: the gap, seen once, not yet acted on
+    ArmStatus("a", attempt=2, start_step=1, max_steps=3).write(tmp_path / "a")  # the restart's new status
+    assert comparator._plan(None).kind == "wait"  # running: waited for
+    ArmStatus("a", state="failed", attempt=2, start_step=1, last_step=1, max_steps=3).write(tmp_path / "a")
+    assert comparator._plan(None).kind == "wait"
+    stop = comparator._plan(None)
+    assert stop.kind == "stop" and stop.code == 2 and "arm a failed at step 1, before step 2" in stop.message
