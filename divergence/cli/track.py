@@ -6,6 +6,12 @@ are matched by number; for each step both series have, the two checkpoints are c
 ``divergence.tracking.records.comparison_records``, exactly as a tracker stores a tracked
 step (the losses are unknown: NaN). ``PAIR/pair.json`` describes the pair, so ``divergence
 report``, ``export`` and wandb logging work on it. Steps only one series has are listed.
+
+Nothing is written before the inputs are checked (``--out`` a folder, or a path that can become
+one, holding no store; the series' steps within int64), and the pair folder is built in a
+hidden staging folder beside it and moved into place at the end: a failure mid-way (a
+checkpoint that cannot be read or matched) names the step and both files, and leaves no
+half-written pair folder.
 """
 
 from __future__ import annotations
@@ -44,10 +50,11 @@ def run(args) -> int:
     from divergence.checkpoints.matching import parse_maps
     from divergence.checkpoints.series import find_series
     from divergence.errors import UserInputError
-    from divergence.store import MetricsStore
 
     parse_maps(args.map)  # a bad rule fails before any work
+    out = _check_out(Path(args.out))
     series = {"a": find_series(args.a, args.component), "b": find_series(args.b, args.component)}
+    _check_steps(series)
     steps = sorted(series["a"].keys() & series["b"].keys())
     for arm, other in (("a", "b"), ("b", "a")):
         missing = sorted(series[arm].keys() - series[other].keys())
@@ -57,34 +64,113 @@ def run(args) -> int:
     if not steps:
         raise UserInputError(f"{args.a} and {args.b}: no step in common (a: {_steps(list(series['a']))}; "
                              f"b: {_steps(list(series['b']))})")
-    out = Path(args.out)
-    if MetricsStore(out).exists():
-        raise UserInputError(f"--out {out}: already holds a metrics store; choose a new folder or remove it")
     _write_store(args, out, steps, series)
     print(f"{out}: {len(steps)} steps compared ({_steps(steps)}); next: divergence report {out}")
     return 0
 
 
+def _check_out(out):
+    """``--out`` can hold a new pair folder: a folder without a store, or a path under folders only."""
+    from divergence.errors import UserInputError
+    from divergence.store import MetricsStore
+
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"--out {out}: exists and is not a folder; give a folder for the pair")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserInputError(f"--out {out}: {parent} is a file, not a folder")
+            break
+    if MetricsStore(out).exists():
+        raise UserInputError(f"--out {out}: already holds a metrics store; choose a new folder or remove it")
+    return out
+
+
+def _check_steps(series: dict) -> None:
+    from divergence.errors import UserInputError
+    from divergence.pairfolder.arm_steps import MAX_STEP
+
+    for found in series.values():
+        for step, path in found.items():
+            if step > MAX_STEP:
+                raise UserInputError(f"{path}: step {step} does not fit in 64 bits (the store's steps are int64); "
+                                     "rename it with its real step")
+
+
 def _write_store(args, out, steps: list[int], series: dict) -> None:
+    """Build the pair folder in a staging folder, then move it into place (see the module docstring)."""
+    import shutil
+
+    staging = _staging(out)
+    try:
+        _build(args, staging, out, steps, series)
+        _publish(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _build(args, folder, out, steps: list[int], series: dict) -> None:
     from tqdm import tqdm
 
     from divergence.checkpoints.compare import compare_checkpoints
-    from divergence.store import MetricsStore
+    from divergence.errors import UserInputError
     from divergence.pairfolder.layout import PAIR_JSON
+    from divergence.pairfolder.pair_json import write_pair_files
+    from divergence.store import MetricsStore
     from divergence.tables import write_json
     from divergence.tracking.records import comparison_records, loss_record
-    from divergence.pairfolder.pair_json import write_pair_files
 
     gaps = [b - a for a, b in zip(steps, steps[1:])]
-    info = write_pair_files(out, max_steps=max(steps[-1], 1), every=min(gaps) if gaps else 1, name=args.name,
-                            category=args.category, arms={"a": [str(args.a)], "b": [str(args.b)]})
-    store = MetricsStore(out).open_for_append()
+    info = write_pair_files(folder, max_steps=max(steps[-1], 1), every=min(gaps) if gaps else 1,
+                            name=args.name or out.resolve().name, category=args.category,
+                            arms={"a": [str(args.a)], "b": [str(args.b)]})
+    store = MetricsStore(folder).open_for_append()
     for step in tqdm(steps, desc="track", unit="step", file=sys.stderr, disable=args.quiet or None):
-        result = compare_checkpoints(series["a"][step], series["b"][step], args.map, args.intersection, args.device)
+        a, b = series["a"][step], series["b"][step]
+        try:
+            result = compare_checkpoints(a, b, args.map, args.intersection, args.device)
+        except UserInputError as err:
+            raise UserInputError(f"step {step} ({a} vs {b}): {err}; nothing was written to {out}") from None
         tensors, summary = comparison_records(result)
         store.append_step(step, tensors, {**loss_record(None, {}), **summary, "tracked": True})
     info.update(finished=True, last_step=steps[-1])
-    write_json(out / PAIR_JSON, info)
+    write_json(folder / PAIR_JSON, info)
+
+
+def _staging(out):
+    """A new hidden folder on ``out``'s file system: inside ``out`` when it exists, else beside it."""
+    import os
+
+    from divergence.errors import UserInputError
+
+    try:
+        if out.is_dir():
+            staging = out / f".track-{os.getpid()}"
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            staging = out.parent / f".{out.name}.track-{os.getpid()}"
+        staging.mkdir()
+    except OSError as err:
+        raise UserInputError(f"--out {out}: cannot write there ({err.strerror or err}); choose a folder you can "
+                             "write to") from None
+    return staging
+
+
+def _publish(staging, out) -> None:
+    """Move the built pair into ``out``: one rename when ``out`` is new, else the store, then
+    ``pair.json`` (each rename atomic; ``pair.json`` last, since readers start from it)."""
+    import os
+
+    from divergence.atomic import fsync_folder
+    from divergence.pairfolder.layout import METRICS, PAIR_JSON
+
+    if staging.parent != out:
+        os.replace(staging, out)
+        fsync_folder(out.parent)
+        return
+    for name in (METRICS, PAIR_JSON):
+        os.replace(staging / name, out / name)
+    fsync_folder(out)
 
 
 def _steps(steps: list[int]) -> str:

@@ -3,7 +3,9 @@
 Started before the arms have created ``DIR``, it waits for them (``divergence.comparator.wait``).
 Exit codes: 0 the pair is complete (both arms finished, every step stored), 1 ``--timeout``
 seconds passed without progress (no step stored, no new loss, no arm status change), 2 bad
-input (an unreadable store or loss file, checkpoints of the two arms that cannot be matched).
+input (an unreadable store or loss file, checkpoints of the two arms that cannot be matched) or
+a step that can never come: an arm that finished or failed before it, or with a gap where it
+should be, or a folder without arm folders (``divergence.comparator.stalls``).
 Under ``torchrun`` the checkpoint pairs are divided among the ranks (gloo on CPU, NCCL on GPUs).
 """
 

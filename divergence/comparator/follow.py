@@ -18,6 +18,11 @@ stored steps (``divergence.comparator.retention``).
 Under torchrun, rank 0 plans and writes; every rank measures its share of each checkpoint
 pair (``divergence.comparator.distributed``).
 
+A step that can never come (an arm ended before it, or with a gap where it should be; no arm
+folders at all) is stated in one line and exit code 2 (``divergence.comparator.stalls``); arms
+that are running are waited for. Arms that record every ``tracking.stride``-th step are followed
+at those steps.
+
 It reads only the pair-folder contract (``divergence.pairfolder``: the schedule from ``pair.json``)
 and imports nothing from the training package. The function-space probe (``tracking.probe``)
 runs on rank 0 at the tracked steps ``probe_due`` picks (as in lockstep) of a pair the built-in
@@ -39,6 +44,7 @@ from divergence.comparator.distributed import compare_files
 from divergence.comparator.feeds import ArmFeed, unchanged
 from divergence.comparator.ranks import Ranks
 from divergence.comparator.retention import Retention
+from divergence.comparator.stalls import ENDED, armless, stall
 from divergence.errors import CheckpointError, UserInputError
 from divergence.pairfolder.layout import ARMS, WATCH_STATE
 from divergence.pairfolder.pair_json import PairInfo
@@ -96,6 +102,7 @@ class Comparator:
         self.probe = _probe(self.pair, self.device) if self.pair.tracking.probe.enabled else None
         self.bar = _progress_bar(self.pair, len(self.store.steps())) if progress else None
         self._idle_since, self._progress = time.monotonic(), None
+        self._stall_seen: tuple | None = None  # a step that cannot come, seen on the last look
         self._fatal: str | None = None  # a permanent error found while measuring: stop every rank
 
     def run(self, poll: float = 5.0, timeout: float | None = None) -> int:
@@ -130,12 +137,17 @@ class Comparator:
         statuses = {arm: feed.status() for arm, feed in self.feeds.items()}
         self._follow_restarts(statuses)
         last = self.store.last_step()
-        step, task = (0 if last is None else last + 1), None
+        step, task = self.pair.next_step(last), None
+        if last is not None and armless(self.out):
+            return self._nothing_to_follow(last)
         if step > self.pair.max_steps:
-            if all(s is not None and s.finished for s in statuses.values()):
+            if all(s is not None and s.state in ENDED for s in statuses.values()):
                 return Task("done")
         else:
             task = self._ready(step, statuses)
+            why = self._stalled(step, statuses) if task is None else None
+            if why is not None:
+                return Task("stop", message=why, code=EXIT_USAGE)
         self._note_progress(last, statuses)
         if timeout is not None and time.monotonic() - self._idle_since > timeout:
             return Task("stop", message=f"timed out: no progress for {timeout:g} s at step {step} "
@@ -145,11 +157,27 @@ class Comparator:
         self._show_waiting(step, statuses)
         return Task("wait")
 
+    def _stalled(self, step: int, statuses: dict) -> str | None:
+        """Why ``step`` can never come, once seen on two looks in a row with the same statuses: a
+        restarting arm cuts its old files before it writes its new status, so one look may fall
+        between the two (``divergence.comparator.stalls``)."""
+        why = stall(self.out, step, self.pair, statuses, self.feeds)
+        seen = None if why is None else (step, why, _marks(statuses))
+        confirmed, self._stall_seen = seen is not None and seen == self._stall_seen, seen
+        return why if confirmed else None
+
+    def _nothing_to_follow(self, last: int) -> Task:
+        """A store without arm folders: complete (done), or a one-process pair's that ended early."""
+        if last >= self.pair.max_steps:
+            return Task("done")
+        return Task("stop", code=EXIT_USAGE, message=(
+            f"{self.out}: no arm folders (a/, b/) to follow, and its store ends at step {last} of "
+            f"{self.pair.max_steps}: a pair trained in one process or built by divergence track, not arm jobs"))
+
     def _note_progress(self, last: int | None, statuses: dict) -> None:
         """Restart the ``--timeout`` clock when a step was stored or an arm moved on; a step that
         is retried over and over is no progress."""
-        mark = (last, tuple((s.state, s.attempt, s.last_step) if s else None for s in statuses.values()),
-                tuple(len(feed.loss_file.losses) for feed in self.feeds.values()))
+        mark = (last, _marks(statuses), tuple(len(feed.loss_file.losses) for feed in self.feeds.values()))
         if mark != self._progress:
             self._progress, self._idle_since = mark, time.monotonic()
 
@@ -304,8 +332,13 @@ def _probe(pair: PairSchedule, device):
 def _progress_bar(pair: PairSchedule, done: int):
     from tqdm import tqdm
 
-    return tqdm(total=pair.max_steps + 1, initial=done, desc=f"watch {pair.name}", unit="step",
+    return tqdm(total=pair.max_steps // pair.stride + 1, initial=done, desc=f"watch {pair.name}", unit="step",
                 file=sys.stderr, dynamic_ncols=True)
+
+
+def _marks(statuses: dict) -> tuple:
+    """What changes when an arm moves on: its state, attempt and last step."""
+    return tuple((s.state, s.attempt, s.last_step) if s else None for s in statuses.values())
 
 
 def _arms_line(statuses: dict) -> str:

@@ -17,6 +17,17 @@ rank zero writes. A run resumed from a checkpoint at step G starts a new attempt
 
 Put it before a ``ModelCheckpoint`` in the callback list, so a step's weights exist before
 a resumable checkpoint of that step does.
+
+A fresh ``fit`` (global step 0) into an arm folder that holds records of later steps is refused
+(a re-run would cut them): resume the Trainer from its checkpoint (``fit(ckpt_path=...)``), or
+pass ``resume=True`` to train the arm again from step 0.
+
+Steps are Lightning's ``global_step``. A module with manual optimization moves it once per
+optimizer step: with k optimizers each stepped once per batch, the arm records steps 0, k, 2k,
+... (``stride`` k in ``pair.json``'s ``tracking``, read by ``divergence watch``), ``max_steps`` must
+be a multiple of k, and a weights file is saved at the first recorded step at or after each
+scheduled one (``divergence.pairfolder.arm_steps.tracked_with_stride``). A batch that moves
+``global_step`` by anything else (an optimizer skipped) is refused in one line.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ from lightning.pytorch.callbacks import Callback
 
 from divergence.errors import UserInputError
 from divergence.lightning.gather import gather_state, max_steps, submodule
+from divergence.pairfolder.arm_steps import check_loss
 from divergence.pairfolder.pair_json import DEFAULT_EVERY
 from divergence.writers.arm_writer import ArmWriter
 
@@ -37,9 +49,18 @@ def step_loss(outputs) -> torch.Tensor:
     """The loss in what ``training_step`` returned: the tensor itself or its ``"loss"`` entry."""
     loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
     if not isinstance(loss, torch.Tensor):
-        raise UserInputError(f"ArmCheckpoints: training_step returned {type(outputs).__name__}, not a loss "
-                             "tensor or a dict with 'loss'; pass loss=<function of the output>")
+        raise UserInputError(f"ArmCheckpoints: training_step returned {_described(outputs)}, not a loss tensor or a "
+                             "dict with 'loss'; return the loss, or pass loss=<function of the output>")
     return loss.detach().float()
+
+
+def _described(outputs) -> str:
+    """What ``training_step`` returned, in words (Lightning hands ``{}`` on for a returned None)."""
+    if isinstance(outputs, dict):
+        if not outputs:
+            return "nothing (None, which Lightning passes on as {}, so it skipped the step)"
+        return "a dict without a 'loss' tensor (keys: " + ", ".join(map(str, list(outputs)[:5])) + ")"
+    return f"a {type(outputs).__name__}"
 
 
 class ArmCheckpoints(Callback):
@@ -52,14 +73,15 @@ class ArmCheckpoints(Callback):
     every : compare the arms' weights every ``every`` optimizer steps (and at 0 and the last).
     module : the submodule whose weights are compared (``"unet"``); default the whole module.
     loss : ``training_step output -> loss tensor``; default ``step_loss``.
+    resume : train the arm again from step 0 into an arm folder that holds its records.
     **pair : ``pair.json`` fields for the arm that starts first (``name``, ``category``,
         ``arms``, ``description``, ``replicate``, ``log``); see ``write_pair_files``.
     """
 
     def __init__(self, out: str | Path, arm: str, every: int = DEFAULT_EVERY, module: str | None = None,
-                 loss: Callable | None = None, **pair):
+                 loss: Callable | None = None, resume: bool = False, **pair):
         self.out, self.arm, self.every, self.module = Path(out), arm, every, module or ""
-        self.loss_of, self.pair = loss or step_loss, pair
+        self.loss_of, self.resume, self.pair = loss or step_loss, resume, pair
         self.writer: ArmWriter | None = None
         self._losses: list[torch.Tensor] = []
         self._step = 0
@@ -68,21 +90,28 @@ class ArmCheckpoints(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         submodule(pl_module, self.module)  # a wrong name fails before any file is written
         self._step = trainer.global_step
-        self.writer = ArmWriter(self.out, self.arm, max_steps=max_steps(trainer), every=self.every,
-                                start_step=self._step, rank=trainer.global_rank, **self.pair)
+        stride = 1 if pl_module.automatic_optimization else max(1, len(trainer.optimizers))
+        self.writer = _on_every_rank(trainer, lambda: _Writer(
+            self.out, self.arm, max_steps=max_steps(trainer, stride), every=self.every, start_step=self._step,
+            resume=self.resume, stride=stride, rank=trainer.global_rank, **self.pair))
         if self.writer.tracked(self._step):  # step 0, or the resumed step (its file may have been cut)
             self._save(trainer, pl_module, self._step)
+        if self._step == 0:
+            self.writer.record(0)  # its weights are saved: step 0 is recorded
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._losses.append(self.loss_of(outputs))
+        loss = self.loss_of(outputs)
+        check_loss(loss, "ArmCheckpoints: the loss of a batch")  # one value: a vector is not averaged away
+        self._losses.append(torch.as_tensor(loss, dtype=torch.float32).reshape(()))
         step = trainer.global_step
         if step == self._step:
             return  # a micro-batch of a step still accumulating gradients
         loss = trainer.strategy.reduce(torch.stack(self._losses).mean(), reduce_op="mean")  # every rank
         self._losses, self._step = [], step
+        self.writer.check(step, f"ArmCheckpoints: global_step {step} after a batch")  # before any file is written
         if self.writer.tracked(step):
             self._save(trainer, pl_module, step)
-        self.writer.record(step, None, float(loss))
+        self.writer.record(step, None, loss)
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.writer.finish()
@@ -96,3 +125,20 @@ class ArmCheckpoints(Callback):
         weights = gather_state(trainer, pl_module, self.module)  # collective under FSDP
         if weights is not None:
             self.writer.save(step, self.writer.weights(weights))
+
+
+class _Writer(ArmWriter):
+    how_to_resume = "resume the Trainer from its checkpoint (trainer.fit(module, data, ckpt_path=...))"
+
+
+def _on_every_rank(trainer, build: Callable):
+    """``build()`` (which checks and writes on rank 0 only); its one-line error raised on every rank."""
+    result, error = None, None
+    try:
+        result = build()
+    except UserInputError as err:
+        error = str(err)
+    error = trainer.strategy.broadcast(error)
+    if error is not None:
+        raise UserInputError(error)
+    return result

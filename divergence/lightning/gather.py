@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from divergence.errors import UserInputError
 
 
@@ -44,10 +46,19 @@ def _module_path(root, target) -> str:
     raise UserInputError(f"{type(target).__name__} is not inside {type(root).__name__}")
 
 
-def max_steps(trainer) -> int:
-    """The run's number of optimizer steps: ``Trainer(max_steps=...)`` or the estimate from epochs."""
-    steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else trainer.estimated_stepping_batches
-    if steps == float("inf") or steps < 1:
+def max_steps(trainer, per_batch: int = 1) -> int:
+    """The run's last step: ``Trainer(max_steps=...)`` or the end of its epochs, whichever comes first.
+
+    ``per_batch``: how far ``global_step`` moves per batch (1; a manual-optimization module that
+    steps each of its k optimizers once per batch moves it by k). ``Trainer(max_steps=10,
+    max_epochs=1)`` on 4 batches ends at step 4, so 4 is the pair's last step, not 10.
+    """
+    steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else math.inf
+    epochs, batches = trainer.max_epochs, trainer.num_training_batches
+    if epochs is not None and epochs >= 0 and batches != math.inf:
+        epoch_steps = math.ceil(batches / trainer.accumulate_grad_batches) * max(epochs, 1) * per_batch
+        steps = min(steps, epoch_steps)
+    if steps == math.inf or steps < 1:
         raise UserInputError("the Trainer has no finite length: give Trainer(max_steps=N) or max_epochs "
                              "with a sized dataloader, so both arms know their last step")
     return int(steps)

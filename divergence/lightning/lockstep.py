@@ -20,6 +20,12 @@ are not called, and Lightning's automatic-optimization options (``gradient_clip_
 ``accumulate_grad_batches``) do not apply: pass ``gradient_clip_val`` here. ``global_step``
 counts batches (each arm steps once per batch). A ``training_step`` must not change the
 batch in place: arm b gets the same objects after arm a.
+
+``out`` holds one pair. A folder whose ``pair.json`` names another pair is refused; so is a
+fresh ``fit`` into a folder whose store already holds steps (it would cut them), unless
+``resume=True`` says to train the pair again from step 0 (its stored steps are replaced). To
+continue a pair, resume the Trainer from its checkpoint (``fit(pair, data, ckpt_path=...)``):
+the stored steps after the checkpoint's step are dropped and computed again.
 """
 
 from __future__ import annotations
@@ -55,13 +61,14 @@ class LockstepPair(pl.LightningModule):
     every : compare the weights every ``every`` steps (and at 0 and the last step).
     module : compare this submodule of each arm (``"unet"``); default the whole module.
     gradient_clip_val : clip each arm's gradient norm to this before its optimizers step.
+    resume : train the pair again from step 0 into a folder whose store holds its steps.
     **pair : ``pair.json`` fields: ``name``, ``category``, ``arms``, ``description``,
         ``replicate``, ``spike_factor``, ``spike_window``.
     """
 
     def __init__(self, module_a: pl.LightningModule, module_b: pl.LightningModule, out: str | Path,
                  every: int = DEFAULT_EVERY, module: str | None = None, gradient_clip_val: float | None = None,
-                 **pair):
+                 resume: bool = False, **pair):
         super().__init__()
         for arm, m in (("a", module_a), ("b", module_b)):
             if not isinstance(m, pl.LightningModule):
@@ -77,7 +84,7 @@ class LockstepPair(pl.LightningModule):
         self.module_a, self.module_b = module_a, module_b
         self.compared = module or ""
         self.gradient_clip_val = gradient_clip_val
-        self.tracker = PairTracker(out, every, pair)
+        self.tracker = PairTracker(out, every, pair, resume=resume)
         self._optimizers: dict[str, list[int]] = {}
         self._schedulers: dict[str, list[tuple[int, str]]] = {}
         for arm in ARMS:

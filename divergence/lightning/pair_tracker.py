@@ -6,6 +6,12 @@ the store ``watch`` builds from the same two arms trained as separate jobs. The 
 go to the Trainer's loggers under the keys of ``divergence.tracking.step_logging``:
 ``divergence/model/<metric>``, ``divergence/kind/<kind>/<metric>``,
 ``divergence/wasserstein/<module>``, ``train/loss_a``, ``train/loss_b``, ...
+
+A folder holds one pair: one whose ``pair.json`` names another pair (a given ``name``,
+``category``, ``arms`` or ``replicate`` differs) is refused, and so is a fresh run (global step 0)
+into a folder whose store holds steps, unless ``resume`` says to train the pair again from step 0
+(its stored steps are then replaced). A Trainer resumed from a checkpoint at step G continues
+the pair: the stored steps after G are dropped and computed again.
 """
 
 from __future__ import annotations
@@ -14,9 +20,12 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from divergence.errors import TrainingDiverged
+from divergence.errors import TrainingDiverged, UserInputError
+from divergence.pairfolder.arm_steps import check_tensor_names
 from divergence.pairfolder.pair_json import FILENAME as PAIR_FILE
-from divergence.pairfolder.pair_json import read_pair_json, schedule_config, tracking_schedule, write_pair_files
+from divergence.pairfolder.pair_json import (
+    IDENTITY, check_same_pair, read_pair_json, schedule_config, tracking_schedule, write_pair_files,
+)
 from divergence.recipe.pair import DENSE_DEFAULT
 from divergence.store import MetricsStore
 from divergence.tables import write_json
@@ -26,32 +35,57 @@ from divergence.tracking.step_logging import log_step
 
 
 class PairTracker:
-    def __init__(self, out: str | Path, every: int, pair: dict):
-        self.out, self.pair = Path(out), pair
+    def __init__(self, out: str | Path, every: int, pair: dict, resume: bool = False):
+        self.out, self.pair, self.resume = Path(out), pair, resume
         self.schedule = tracking_schedule(every, pair.get("spike_factor", 3.0), pair.get("spike_window", 20),
                                           pair.get("dense", DENSE_DEFAULT))
         self.spikes = {a: SpikeDetector(self.schedule["spike_factor"], self.schedule["spike_window"]) for a in ARMS}
         self.store: MetricsStore | None = None
         self.max_steps = 0
+        self.names: list[str] | None = None  # the tensors of the first tracked step compared here
 
     def tracked(self, step: int) -> bool:
         return is_tracked(step, self.max_steps, schedule_config(self.schedule), 0)
 
     def start(self, trainer, max_steps: int, weights: Callable) -> None:
-        """Write ``pair.json``, open the store, drop steps after a resumed one; record step 0."""
+        """Check the folder, write ``pair.json``, open the store, drop steps after a resumed one; record step 0."""
         self.max_steps, step = max_steps, trainer.global_step
+        error = None
         if trainer.is_global_zero:
-            write_pair_files(self.out, max_steps=max_steps, every=self.schedule["every"], **self.pair)
-            self.store = MetricsStore(self.out).open_for_append()
-            self.store.truncate_after(step)
+            try:
+                self._open(step)
+            except UserInputError as err:
+                error = str(err)
+        error = trainer.strategy.broadcast(error)  # every rank stops, not only rank 0
+        if error is not None:
+            raise UserInputError(error)
         fresh = trainer.strategy.broadcast(self.store is None or self.store.last_step() is None)
         if step == 0 and fresh:
             self.record(trainer, 0, None, weights)
+
+    def _open(self, step: int) -> None:
+        """Rank 0: refuse another pair's folder, or a re-run over stored steps; then write and cut."""
+        saved = read_pair_json(self.out) if (self.out / PAIR_FILE).is_file() else None
+        if saved is not None:
+            check_same_pair(self.out, saved, self.pair)
+        store = MetricsStore(self.out)
+        last = store.last_step() if store.exists() else None  # every line read: an unreadable one is an error
+        if last is not None and step == 0 and not self.resume:
+            raise UserInputError(
+                f"{self.out}: already holds pair {(saved or {}).get('name')!r} with steps 0 to {last} stored; a new "
+                "run would cut them. To continue it, resume the Trainer from its checkpoint (trainer.fit(pair, data, "
+                "ckpt_path=...)); to train it again from step 0, pass LockstepPair(..., resume=True); or choose a "
+                "new out folder")
+        kept = {k: saved[k] for k in (*IDENTITY, "description", "log") if k in saved} if saved else {}
+        write_pair_files(self.out, max_steps=self.max_steps, every=self.schedule["every"], **{**kept, **self.pair})
+        self.store = store.open_for_append()
+        self.store.truncate_after(step if step > 0 else -1)  # from step 0 (resume=True): every step again
 
     def record(self, trainer, step: int, losses: dict | None, weights: Callable) -> None:
         """One step's records; ``losses`` already reduced over ranks; ``weights()`` is collective."""
         record = loss_record(losses, self.spikes)  # every rank: the detectors stay identical
         pair_weights = weights() if self.tracked(step) else None
+        self._check_names(trainer, step, pair_weights)
         if trainer.is_global_zero:
             tensors: list[dict] = []
             if pair_weights is not None:
@@ -65,6 +99,22 @@ class PairTracker:
             if not math.isfinite(loss):
                 raise TrainingDiverged(f"arm {arm}: loss is {loss} at step {step} (recorded in {self.out}); "
                                        "lower the learning rate or clip the gradients")
+
+    def _check_names(self, trainer, step: int, pair_weights) -> None:
+        """The tracked steps compare the tensors of the first one (every rank hears of a change)."""
+        if not self.tracked(step):
+            return
+        error = None
+        if trainer.is_global_zero:
+            names = list(pair_weights[0])
+            self.names = self.names or names
+            try:
+                check_tensor_names(names, self.names, step, str(self.out))
+            except UserInputError as err:
+                error = str(err)
+        error = trainer.strategy.broadcast(error)
+        if error is not None:
+            raise UserInputError(error)
 
     def finish(self, trainer) -> None:
         if not trainer.is_global_zero or self.store is None:

@@ -12,7 +12,9 @@ exact functions of the per-tensor records, with N_t the tensor's element count:
     cosine         sum_t <a_t, b_t> / sqrt(sum_t ||a_t||^2 sum_t ||b_t||^2)
 
 Records with non-finite metrics (a NaN or inf in either tensor) are left out of the sums
-and counted in ``tensors_nonfinite``, so they never poison an aggregate silently.
+and counted in ``tensors_nonfinite``, so they never poison an aggregate silently. Empty
+tensors (N_t = 0) weigh nothing; a group of empty tensors alone has the empty pair's values
+(every difference 0, cosine 1: ``divergence.metrics.pair.compare_tensors``).
 
 Integer and bool tensors on both sides (``num_batches_tracked``, ``position_ids``, masks)
 are buffers, not weights: a step counter that differs by 1000 would otherwise be the whole
@@ -133,8 +135,10 @@ def summarize(records: Iterable[dict], include_buffers: bool = False) -> dict:
         "nonfinite_b": sum(r["nonfinite_b"] for r in records),
     }
     n = sum(r["numel"] for r in finite)
-    if not finite or n == 0:
+    if not finite:
         return out | {m: math.nan for m in METRICS}
+    if n == 0:  # empty tensors only: nothing differs
+        return out | {m: 0.0 for m in METRICS} | {"cosine": 1.0}
     sq_diff = math.fsum(r["numel"] * r["rms_diff"] ** 2 for r in finite)
     sq_a = math.fsum(r["norm_a"] ** 2 for r in finite)
     sq_b = math.fsum(r["norm_b"] ** 2 for r in finite)

@@ -54,6 +54,11 @@ def compare_tensors(a, b) -> dict:
     (count of NaN/inf values) and ``norm_a``/``norm_b`` (L2 norms, which let aggregates such
     as a global rel_l2 be exact). A pair holding any non-finite value gets NaN metrics: no
     finite number would be honest, and aggregates skip such pairs and count them instead.
+
+    An empty pair (0 elements, e.g. a ``(0, 3)`` buffer) holds no value that differs: every
+    difference is 0 (``wasserstein``, ``max_abs_diff``, ``mean_abs_diff``, ``rms_diff``,
+    ``rel_l2``), ``cosine`` is 1 and both norms 0, the values of two equal all-zero tensors.
+    It weighs nothing in the numel-weighted aggregates, so it changes none of them.
     """
     a, b = as_tensor(a), as_tensor(b)
     check_same_shape(a, b, "compare_tensors")
@@ -61,8 +66,11 @@ def compare_tensors(a, b) -> dict:
         raise ValueError(f"compare_tensors: cannot compare {a.dtype} with {b.dtype} (one is complex)")
     a, b = comparable(a), comparable(b).to(a.device)
     record = {"numel": a.numel(), "nonfinite_a": count_nonfinite(a), "nonfinite_b": count_nonfinite(b)}
-    if record["nonfinite_a"] or record["nonfinite_b"] or a.numel() == 0:
+    if record["nonfinite_a"] or record["nonfinite_b"]:
         record.update({m: NAN for m in METRICS}, norm_a=NAN, norm_b=NAN)
+        return record
+    if a.numel() == 0:
+        record.update({m: 0.0 for m in METRICS}, cosine=1.0, norm_a=0.0, norm_b=0.0)
         return record
     sums = difference_sums(a, b)
     record.update(

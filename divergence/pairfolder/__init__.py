@@ -7,6 +7,9 @@ One package owns every file name and format of a run, pair and arm folder:
 - ``pair_json``: ``pair.json`` (``PairInfo``, ``write_pair_files``, ``read_pair_json``);
 - ``schedule``: what a reader follows a pair by (``read_schedule``: max_steps, tracking schedule);
 - ``weights_file``: ``checkpoints/step_NNNNNN.safetensors`` (``save_weights``, ``completed``);
+- the rules every arm writer shares: ``arm_steps`` (each step an integer, once, in order, within
+  ``max_steps``; the loss a number; the same tensors at every tracked step; ``stride``),
+  ``arm_records`` (a re-run refused, a restart's cut) and ``arm_lock`` (one writer per arm);
 - the metrics store, ``losses.jsonl`` and ``status.json`` readers and writers live in
   ``divergence.store`` (``MetricsStore``, ``LossFile``, ``ArmStatus``), re-exported here.
 

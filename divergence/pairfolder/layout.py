@@ -12,6 +12,7 @@
         checkpoints/           CHECKPOINTS    step_NNNNNN.safetensors (weights_name)
         losses.jsonl           LOSSES         one loss per optimizer step (divergence.store.losses)
         status.json            STATUS         running / finished / failed (divergence.store.arm_status)
+        writer.lock            WRITER_LOCK    held by the one process writing the arm (divergence.pairfolder.arm_lock)
 
 A run folder (one arm trained alone) holds ``recipe.yaml`` (RUN_RECIPE) and ``checkpoints/``.
 """
@@ -31,6 +32,7 @@ WATCH_STATE = "watch.json"
 CHECKPOINTS = "checkpoints"
 LOSSES = "losses.jsonl"
 STATUS = "status.json"
+WRITER_LOCK = "writer.lock"
 
 
 def weights_name(step: int) -> str:
@@ -41,3 +43,11 @@ def weights_name(step: int) -> str:
 def weights_path(directory: str | Path, step: int) -> Path:
     """``directory/step_NNNNNN.safetensors`` (``directory``: an arm's or run's ``checkpoints/``)."""
     return Path(directory) / weights_name(step)
+
+
+def weights_step(name: str) -> int | None:
+    """The step of a weights file name (``step_000120.safetensors`` -> 120), None for any other name."""
+    digits = name.removeprefix("step_").removesuffix(".safetensors")
+    if not name.startswith("step_") or not name.endswith(".safetensors") or not digits.isascii() or not digits.isdigit():
+        return None
+    return int(digits)

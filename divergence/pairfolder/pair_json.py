@@ -130,15 +130,19 @@ def schedule_config(tracking: dict) -> TrackingConfig:
 def write_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EVERY, name: str | None = None,
                      category: str = "optimization", arms: dict | None = None, description: str = "",
                      replicate: int = 0, spike_factor: float = SPIKE_FACTOR, spike_window: int = SPIKE_WINDOW,
-                     dense=DENSE_DEFAULT, log: dict | None = None) -> dict:
+                     dense=DENSE_DEFAULT, log: dict | None = None, stride: int = 1) -> dict:
     """Write ``pair.json`` into ``out`` (created); return its content.
 
     ``name`` defaults to the folder's name; ``arms`` to ``{"a": ["a"], "b": ["b"]}`` (each
     arm's list of short labels, e.g. ``["attention=flash"]``); ``log``: the ``log`` section
-    ``divergence watch`` sends its logs with (``{"wandb": false}`` for CSV only).
+    ``divergence watch`` sends its logs with (``{"wandb": false}`` for CSV only); ``stride``:
+    the arms record every ``stride``-th step (``tracking.stride``, written when not 1; see
+    ``divergence.pairfolder.arm_steps``).
     """
+    from divergence.pairfolder.arm_steps import MAX_STEP, check_stride
+
     out = Path(out)
-    if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+    if not isinstance(max_steps, int) or isinstance(max_steps, bool) or not 1 <= max_steps <= MAX_STEP:
         raise UserInputError(f"max_steps={max_steps!r}: must be an integer >= 1 (the arms' number of optimizer steps)")
     if category not in CATEGORIES:
         raise UserInputError(f"category={category!r}: must be one of {', '.join(CATEGORIES)}")
@@ -146,11 +150,13 @@ def write_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EV
         raise UserInputError(f"replicate={replicate!r}: must be an integer >= 0")
     if log is not None and not isinstance(log, dict):
         raise UserInputError(f"log={log!r}: must be a dict, the recipe's log section (e.g. {{'wandb': False}})")
+    tracking = tracking_schedule(every, spike_factor, spike_window, dense)
+    if check_stride(stride, max_steps, "pair.json") > 1:
+        tracking["stride"] = stride
     arms = _arm_labels(arms)
     info = PairInfo(name=name or out.resolve().name, category=category, arms=arms,
                     description=description or " vs ".join(", ".join(arms[a]) for a in ("a", "b")),
-                    max_steps=max_steps, replicate=replicate,
-                    tracking=tracking_schedule(every, spike_factor, spike_window, dense),
+                    max_steps=max_steps, replicate=replicate, tracking=tracking,
                     extra={"log": dict(log)} if log else {})
     out.mkdir(parents=True, exist_ok=True)
     info.write(out)
@@ -160,21 +166,51 @@ def write_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EV
 def ensure_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EVERY, **kwargs) -> dict:
     """The folder's ``pair.json``, written by ``write_pair_files`` when missing.
 
-    The arm that starts first writes it; the other finds it and must agree on ``max_steps``
-    and ``every`` (the arms of a pair take the same number of steps and are compared at the
-    same steps).
+    The arm that starts first writes it; the other finds it and must agree on ``max_steps``,
+    ``every`` and ``stride`` (the arms of a pair take the same steps and are compared at the
+    same ones), and on the pair's identity where it gives one (``check_same_pair``).
     """
+    existing = check_pair_files(out, max_steps=max_steps, every=every, **kwargs)
+    return existing if existing is not None else write_pair_files(out, max_steps=max_steps, every=every, **kwargs)
+
+
+def check_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EVERY, stride: int = 1,
+                     **kwargs) -> dict | None:
+    """``pair.json`` of ``out`` when it describes this pair, None when there is none; otherwise a
+    ``UserInputError`` (another pair, or another length or schedule). Reads only."""
     path = Path(out) / FILENAME
     if not path.is_file():
-        return write_pair_files(out, max_steps=max_steps, every=every, **kwargs)
+        return None
     existing = read_pair_json(out)
+    check_same_pair(out, existing, kwargs)
     schedule = existing.get("tracking") or {}
     for key, now, saved in (("max_steps", max_steps, existing.get("max_steps")),
-                            ("every", every, schedule.get("every", every))):
+                            ("every", every, schedule.get("every", every)),
+                            ("stride", stride, schedule.get("stride", 1))):
         if saved != now:
             raise UserInputError(f"{path}: the pair has {key}={saved!r}, this arm {key}={now!r}; "
                                  "train both arms with the same value, or use a new folder")
     return existing
+
+
+IDENTITY = ("name", "category", "arms", "replicate")  # what makes two pair.json the same pair
+
+
+def check_same_pair(out: str | Path, saved: dict, given: dict) -> None:
+    """Refuse folder ``out`` whose ``pair.json`` (``saved``) names another pair than ``given``.
+
+    Only the identity keys given (not None) are compared: a writer that names no pair joins
+    the one there. One folder holds one pair: a second pair written into it would mix its
+    records with the first's.
+    """
+    wanted = {k: given[k] for k in IDENTITY if given.get(k) is not None}
+    if "arms" in wanted:
+        wanted["arms"] = _arm_labels(wanted["arms"])
+    for key, value in wanted.items():
+        if saved.get(key, 0 if key == "replicate" else None) != value:
+            raise UserInputError(f"{Path(out) / FILENAME}: holds pair {saved.get('name')!r} with {key} "
+                                 f"{saved.get(key)!r}, not {value!r}: one pair per folder; write this pair into a "
+                                 f"new folder (or give the same {key} to continue that pair)")
 
 
 def _arm_labels(arms) -> dict:

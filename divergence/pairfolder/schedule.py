@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from divergence.errors import UserInputError
+from divergence.pairfolder.arm_steps import check_stride
 from divergence.pairfolder.layout import PAIR_JSON, PAIR_RECIPE
 from divergence.pairfolder.pair_json import read_pair_json
 from divergence.recipe.pair import ProbeConfig, TrackingConfig
@@ -35,11 +36,18 @@ class PairSchedule:
     replicate: int
     info: dict  # pair.json as read
     recipe_config: dict | None  # pair.yaml as read (None: absent), what the probe builds models from
+    stride: int = 1  # the arms record every stride-th step (tracking.stride; divergence.pairfolder.arm_steps)
 
     def tracked(self, step: int) -> bool:
+        from divergence.pairfolder.arm_steps import tracked_with_stride
         from divergence.tracking.records import is_tracked
 
-        return is_tracked(step, self.max_steps, self.tracking, self.checkpoint_every)
+        return tracked_with_stride(step, self.stride, lambda t: is_tracked(t, self.max_steps, self.tracking,
+                                                                            self.checkpoint_every))
+
+    def next_step(self, last: int | None) -> int:
+        """The step recorded after ``last`` (None: nothing yet, so step 0)."""
+        return 0 if last is None else last + self.stride
 
 
 def read_schedule(out: str | Path) -> PairSchedule:
@@ -69,9 +77,10 @@ def _from_pair_json(out: Path, info: dict, config: dict | None) -> PairSchedule:
         log = parse(LogConfig, info.get("log", recipe.get("log")), "log")
         max_steps = int(info["max_steps"])
         name = str(info["name"])
+        stride = check_stride(tracking.get("stride", 1), max_steps, "tracking.stride")
     except (KeyError, TypeError, ValueError) as err:
         raise UserInputError(f"{path}: {err}") from None
-    return _schedule(name, max_steps, checkpoint_every, parsed, log, info, config)
+    return replace(_schedule(name, max_steps, checkpoint_every, parsed, log, info, config), stride=stride)
 
 
 def _from_recipe(out: Path, info: dict, config: dict) -> PairSchedule:

@@ -31,6 +31,7 @@ from divergence.store.arm_status import ArmStatus, batch_mismatch
 
 def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tuple = ()):
     """Train (or resume) arm ``arm`` of ``pair`` in ``out/<arm>``; returns the finished Trainer."""
+    from divergence.pairfolder.arm_lock import ArmLock
     from divergence.training.callbacks.arm_progress import ArmProgress
     from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
     from divergence.training.fit import fit, global_rank_zero, writable_folder
@@ -43,15 +44,21 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
     recipe = pair.arm_recipes[arm]
     check_arm_folder(out, pair, arm)
     module = pair_module(pair, (arm,))  # builds the arm: bad variants fail before any file is written
+    folder, lock = out / arm, None
     if global_rank_zero():  # whichever arm starts first writes the pair's files
         writable_folder(out)
-        write_pair_files(out, pair, keep=True)
-    folder = out / arm
-    per_rank = recipe.train.batch_size * recipe.train.accumulate
-    first = [WeightCheckpoint(folder, recipe.train.checkpoint_every, pair.tracking),
-             ArmProgress(folder, arm, per_rank)]
-    identity = RunIdentity.for_pair(pair, out, job_type="arm", arm=arm)
-    return fit(module, recipe, folder, first_callbacks=first, callbacks=callbacks, identity=identity)
+        lock = ArmLock(folder)  # one writer per arm (divergence.pairfolder.arm_lock), held while it trains
+    try:
+        if lock is not None:
+            write_pair_files(out, pair, keep=True)
+        per_rank = recipe.train.batch_size * recipe.train.accumulate
+        first = [WeightCheckpoint(folder, recipe.train.checkpoint_every, pair.tracking),
+                 ArmProgress(folder, arm, per_rank)]
+        identity = RunIdentity.for_pair(pair, out, job_type="arm", arm=arm)
+        return fit(module, recipe, folder, first_callbacks=first, callbacks=callbacks, identity=identity)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def check_arm_folder(out: Path, pair: PairRecipe, arm: str) -> None:

@@ -25,7 +25,16 @@ gather the full state dict yourself (every rank) and pass it as ``model``.
 
 Restarted from a checkpoint at step G, pass ``start_step=G``: the losses and weights files
 after G are removed (the arm computes them again) and ``status.json`` counts a new attempt,
-which ``divergence watch`` follows.
+which ``divergence watch`` follows. Started at step 0 into an arm folder that already holds
+later records (a re-run), it refuses, unless ``resume=True`` says to train the arm again from
+step 0 (its records are then replaced).
+
+What is checked (``divergence.pairfolder``, the rules every arm writer shares): one writer per
+arm at a time (``<arm>/writer.lock``, refused naming the holder's pid; a crashed writer's lock
+is released by the OS), a folder of another pair (``pair.json`` with another name, category,
+arms or replicate) is refused, each step is an integer recorded once and in order from 0 to
+``max_steps`` (``arm_steps.check_step``), the loss is a number (NaN and infinities are stored
+as such), and the weights of every tracked step hold the tensors of the first.
 """
 
 from __future__ import annotations
@@ -37,14 +46,20 @@ from typing import Callable
 import torch
 
 from divergence.errors import UserInputError
+from divergence.pairfolder.arm_lock import ArmLock
+from divergence.pairfolder.arm_records import claim_arm_folder, drop_after
+from divergence.pairfolder.arm_steps import (
+    check_loss, check_step, check_stride, check_tensor_names, loss_value, tracked_with_stride,
+)
 from divergence.pairfolder.layout import CHECKPOINTS
-from divergence.pairfolder.pair_json import DEFAULT_EVERY, ensure_pair_files, schedule_config, tracking_schedule
+from divergence.pairfolder.pair_json import (
+    DEFAULT_EVERY, check_pair_files, schedule_config, tracking_schedule, write_pair_files,
+)
 from divergence.pairfolder.weights_file import save_weights, weights_path
 from divergence.recipe.pair import DENSE_DEFAULT
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
 from divergence.tracking.records import ARMS, is_tracked
-
 
 
 class ArmWriter:
@@ -57,15 +72,25 @@ class ArmWriter:
     max_steps : the arm's number of optimizer steps (both arms the same).
     every : compare the arms' weights every ``every`` steps (and at step 0 and the last).
     start_step : the step this process resumes from (0 for a fresh start).
+    resume : continue an arm folder that holds records of later steps from ``start_step`` 0
+        (they are replaced); ``start_step > 0`` is a resume by itself.
+    stride : the step counter moves by ``stride`` per record (default 1); recorded steps are
+        0, stride, 2 stride, ... (``ArmCheckpoints`` sets it for a manual-optimization module
+        with several optimizers, whose steps Lightning counts one by one).
     weights : ``model -> {name: tensor}``; default: the floating-point entries of
         ``model.state_dict()`` (``model`` may also be such a dict already).
     rank : this process's global rank; default from ``torch.distributed`` or ``$RANK``.
     **pair : for ``pair.json`` when this arm writes it: ``name``, ``category``, ``arms``,
-        ``description``, ``replicate``, ``spike_factor``, ``spike_window``, ``log``.
+        ``description``, ``replicate``, ``spike_factor``, ``spike_window``, ``log``; a folder
+        whose ``pair.json`` differs in a given ``name``, ``category``, ``arms`` or ``replicate``
+        is refused (another pair).
     """
 
+    how_to_resume = "pass start_step=G, the step of the checkpoint this process resumes from"
+
     def __init__(self, out: str | Path, arm: str, *, max_steps: int, every: int = DEFAULT_EVERY,
-                 start_step: int = 0, weights: Callable | None = None, rank: int | None = None, **pair):
+                 start_step: int = 0, resume: bool = False, stride: int = 1, weights: Callable | None = None,
+                 rank: int | None = None, **pair):
         if arm not in ARMS:
             raise UserInputError(f"arm={arm!r}: must be one of {', '.join(ARMS)}")
         self.out, self.arm, self.max_steps, self.every = Path(out), arm, max_steps, every
@@ -73,13 +98,18 @@ class ArmWriter:
         self.weights = weights or state_weights
         self.rank = global_rank() if rank is None else rank
         self.status: ArmStatus | None = None
-        self.last_step = start_step
-        self.saved_step: int | None = None  # the step whose weights ``save`` wrote last
+        self.lock: ArmLock | None = None
         self.schedule = schedule_config(tracking_schedule(every, dense=pair.get("dense", DENSE_DEFAULT)))
+        self.stride = check_stride(stride, max_steps, "ArmWriter") if isinstance(max_steps, int) else stride
+        start_step = check_step(start_step, expected=start_step, max_steps=max_steps if isinstance(max_steps, int)
+                                else None, where="ArmWriter(start_step=...)")
+        if start_step % self.stride:
+            raise UserInputError(f"ArmWriter: start_step={start_step} is not a multiple of stride={self.stride}")
+        self.last_step = start_step
+        self.next_step = 0 if start_step == 0 else start_step + self.stride  # the step record() takes next
+        self.saved_step: int | None = None  # the step whose weights ``save`` wrote last
         if self.is_writer:
-            saved = ensure_pair_files(self.out, max_steps=max_steps, every=every, **pair)
-            self.schedule = schedule_config(saved.get("tracking") or {"every": every})
-            self._start(start_step)
+            self._open(start_step, resume, stride, pair)
 
     @property
     def is_writer(self) -> bool:
@@ -87,43 +117,59 @@ class ArmWriter:
 
     def tracked(self, step: int) -> bool:
         """Whether the weights of ``step`` are saved (and compared)."""
-        return is_tracked(step, self.max_steps, self.schedule, 0)
+        return tracked_with_stride(step, self.stride, lambda t: is_tracked(t, self.max_steps, self.schedule, 0))
 
     def record(self, step: int, model=None, loss=None) -> None:
-        """The loss of optimizer step ``step`` (none at step 0) and, at tracked steps, ``model``'s weights."""
-        if not self.is_writer:
-            return
+        """The loss of optimizer step ``step`` (none at step 0) and, at tracked steps, ``model``'s weights.
+
+        Steps come in order, each once: 0 (the initial weights), then 1, 2, ... ``max_steps``
+        (every ``stride``-th), or from ``start_step + 1`` after a restart. Checked on every rank
+        (the same steps everywhere, so every rank stops alike); only rank 0 writes.
+        """
+        where = f"ArmWriter.record({step!r}, ...)"
+        step = self.check(step, where)
+        value = None
         if step > 0:
             if loss is None:
-                raise UserInputError(f"ArmWriter.record({step}, ...): give the step's loss (a float or a 0-d tensor)")
-            if not weights_path(self.folder / CHECKPOINTS, 0).exists():
-                raise UserInputError(f"{self.folder}: no step-0 weights; call record(0, model) before the first "
-                                     "training step, so the initial weights are saved")
-        if self.tracked(step) and self.saved_step != step:
-            if model is None:
-                raise UserInputError(f"ArmWriter.record({step}, ...): step {step} is tracked; give the model "
-                                     "(or its state dict)")
-            self.save(step, self.weights(model))
-        if step > 0:
-            self.loss_file.append(step, float(loss.detach() if isinstance(loss, torch.Tensor) else loss))
-        self.last_step = step
+                raise UserInputError(f"{where}: give the step's loss (a float or a 0-d tensor)")
+            check_loss(loss, where)
+            value = loss_value(loss, where) if self.is_writer else None  # read (a device sync) where written
+        if self.is_writer:
+            if self.tracked(step) and self.saved_step != step:
+                if model is None:
+                    raise UserInputError(f"{where}: step {step} is tracked; give the model (or its state dict)")
+                self.save(step, self.weights(model))
+            if value is not None:
+                self.loss_file.append(step, value)
+        self.last_step, self.next_step = step, step + self.stride
+
+    def check(self, step, where: str | None = None) -> int:
+        """``step`` when it is the one ``record`` takes next (see ``arm_steps.check_step``), else a one-line error."""
+        return check_step(step, expected=self.next_step, max_steps=self.max_steps, stride=self.stride,
+                          where=where or f"{self.folder}: step {step!r}")
 
     def save(self, step: int, tensors: dict) -> Path:
         """Write the weights file of ``step`` (atomically; any device, copied to the CPU)."""
-        self.saved_step = step
         if not self.status.tensor_order:
             self.status.tensor_order = list(tensors)
             self.status.write(self.folder)
+        else:
+            check_tensor_names(tensors, self.status.tensor_order, step, f"{self.folder}")
+        self.saved_step = step
         cpu = {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}  # copies: tied weights
         return save_weights(weights_path(self.folder / CHECKPOINTS, step), cpu, step=step, arm=self.arm, recipe={})
 
     def finish(self, state: str | None = None) -> None:
-        """Mark the arm ``finished`` (all ``max_steps`` recorded) or ``failed``; call it once at the end."""
-        if not self.is_writer:
+        """Mark the arm ``finished`` (all ``max_steps`` recorded) or ``failed``; call it once at the end.
+
+        It also releases the arm's lock: another process may write the arm after it.
+        """
+        if not self.is_writer or self.lock is None or not self.lock.held:
             return
         self.status.state = state or ("finished" if self.last_step >= self.max_steps else "failed")
         self.status.last_step = self.last_step
         self.status.write(self.folder)
+        self.lock.release()
 
     def __enter__(self) -> "ArmWriter":
         return self
@@ -131,17 +177,28 @@ class ArmWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         self.finish("failed" if exc_type is not None else None)
 
+    def _open(self, start_step: int, resume: bool, stride: int, pair: dict) -> None:
+        """Rank 0: check the folder (reading only), take the arm's lock, then write."""
+        saved = check_pair_files(self.out, max_steps=self.max_steps, every=self.every, stride=stride, **pair)
+        self.lock = ArmLock(self.folder)
+        try:
+            claim_arm_folder(self.folder, self.arm, start_step, resume, self.how_to_resume)
+            if saved is None:
+                saved = write_pair_files(self.out, max_steps=self.max_steps, every=self.every, stride=stride, **pair)
+            self.schedule = schedule_config(saved.get("tracking") or {"every": self.every})
+            self._start(start_step)
+        except BaseException:
+            self.lock.release()
+            raise
+
     def _start(self, start_step: int) -> None:
         previous = ArmStatus.read(self.folder)
         self.loss_file = LossFile(self.folder)
-        self.loss_file.truncate_after(start_step)
-        for path in (self.folder / CHECKPOINTS).glob("step_*.safetensors"):
-            if _step_of(path) is not None and _step_of(path) > start_step:
-                path.unlink()
+        drop_after(self.folder, start_step)
         attempt = previous.attempt + 1 if previous is not None else 1
+        order = previous.tensor_order if previous is not None and start_step > 0 else []
         self.status = ArmStatus(self.arm, attempt=attempt, start_step=start_step, max_steps=self.max_steps,
-                                world_size=world_size(), tensor_order=previous.tensor_order if previous else [])
-        self.folder.mkdir(parents=True, exist_ok=True)
+                                world_size=world_size(), tensor_order=order)
         self.status.write(self.folder)
 
 
@@ -161,8 +218,3 @@ def world_size() -> int:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_world_size()
     return int(os.environ.get("WORLD_SIZE", 1))
-
-
-def _step_of(path: Path) -> int | None:
-    digits = path.name.removeprefix("step_").removesuffix(".safetensors")
-    return int(digits) if digits.isdigit() else None

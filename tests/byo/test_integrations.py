@@ -95,3 +95,40 @@ def test_callback_through_transformers_callback_handler(tmp_path):
 def test_a_logging_interval_is_refused(tmp_path):
     with pytest.raises(UserInputError, match="logging_steps=1"):
         handler_loop(tmp_path, "a", 1e-3, logging_steps=5)
+
+
+def test_a_nonfinite_loss_is_stored_as_nonfinite(tmp_path):
+    """The issue's case: with learning_rate=1e30 the loss is non-finite from step 2 on, and the
+    Trainer's logging_nan_inf_filter (on by default) logs it as the mean of the earlier ones
+    (0.0 here); the store said loss_a 0.0 and no spike."""
+    pytest.importorskip("accelerate", reason="the transformers Trainer needs accelerate")
+    import math
+
+    run = arm_trainer(tmp_path, "a", 1e30)
+    run.train()
+    logged = [h["loss"] for h in run.state.log_history if "loss" in h]
+    stored = [json.loads(line)["loss"] for line in open(tmp_path / "pair" / "a" / "losses.jsonl")]
+    assert len(stored) == STEPS and stored[0] == logged[0] and math.isfinite(stored[0])
+    assert logged[1:] == [0.0] * (STEPS - 1)  # what the filter logs
+    assert not any(math.isfinite(loss) for loss in stored[1:])  # what the model returned
+
+
+def test_a_loss_the_callback_cannot_see_needs_the_filter_off(tmp_path):
+    """A compute_loss of one's own leaves no loss in the model's output: the callback cannot see a
+    non-finite one under the filter, so it asks for logging_nan_inf_filter=False."""
+    pytest.importorskip("accelerate", reason="the transformers Trainer needs accelerate")
+    from transformers import Trainer
+
+    class OwnLoss(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, **kwargs):
+            logits = model(input_ids=inputs["input_ids"]).logits  # no labels: the output holds no loss
+            return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), inputs["labels"][:, 1:].flatten())
+
+    base = arm_trainer(tmp_path, "a", 1e-3)
+    run = OwnLoss(model=base.model, args=base.args, train_dataset=base.train_dataset,
+                  callbacks=[c for c in base.callback_handler.callbacks if type(c).__name__ == "ArmWriterCallback"])
+    with pytest.raises(UserInputError, match="set TrainingArguments.logging_nan_inf_filter=False."):
+        run.train()
+    run.args.logging_nan_inf_filter = False
+    run.train()
+    assert len(open(tmp_path / "pair" / "a" / "losses.jsonl").readlines()) == STEPS

@@ -23,7 +23,7 @@ from divergence.errors import UserInputError
 from divergence.lightning import ArmCheckpoints, LockstepPair
 from divergence.report.build import build_report
 from divergence.store import MetricsStore
-from tests.byo.user_module import build, loader, trainer
+from tests.byo.user_module import Denoiser, build, loader, trainer
 
 STEPS, EVERY = 7, 3
 ARMS = {"a": "none", "b": "tanh"}  # exact vs tanh-approximated GELU
@@ -133,3 +133,140 @@ def test_lockstep_pair_resumes_from_a_checkpoint(tmp_path):
     kept = [r for r in lines(tmp_path / "pair" / "metrics.jsonl") if r["step"] <= 2]
     assert kept == [r for r in first if r["step"] <= 2]
     assert json.loads((tmp_path / "pair" / "pair.json").read_text())["finished"]
+
+
+def _files(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_lockstep_pair_refuses_another_pair_and_a_rerun(tmp_path):
+    """The issue's case: a second pair into the same folder cut steps 1-3 without a word, left the
+    first pair's step 0 under the new one and made pair.json say a finished control."""
+    first = dict(out=tmp_path, every=1, name="first", dense=[])
+    trainer(3).fit(LockstepPair(build(0), build(1, approximate="tanh"), **first), loader())
+    step0 = MetricsStore(tmp_path).step_records()[0]["max_abs_diff"]
+    assert step0 > 0  # two seeds: the arms start apart
+    before = _files(tmp_path)
+    second = LockstepPair(build(2), build(2), out=tmp_path, every=1, name="second", category="control")
+    with pytest.raises(UserInputError, match="holds pair 'first' with name 'first', not 'second'") as err:
+        trainer(3).fit(second, loader())
+    assert "\n" not in str(err.value)
+    with pytest.raises(UserInputError, match=r"already holds pair 'first' with steps 0 to 3 stored.*resume=True"):
+        trainer(3).fit(LockstepPair(build(0), build(1, approximate="tanh"), **first), loader())
+    assert _files(tmp_path) == before  # nothing cut, nothing rewritten
+    # told to: the pair is trained again from step 0, every stored step replaced (none mixed in)
+    trainer(3).fit(LockstepPair(build(2), build(2), resume=True, **first), loader())
+    records = MetricsStore(tmp_path).step_records()
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    assert all(r["max_abs_diff"] == 0.0 for r in records)  # the new arms, from step 0 on
+    info = json.loads((tmp_path / "pair.json").read_text())
+    assert info["name"] == "first" and info["category"] == "optimization" and info["finished"]
+
+
+class TwoOptimizers(pl.LightningModule):
+    """Manual optimization with two optimizers, each stepped once per batch: Lightning's
+    global_step moves by 2 per batch."""
+
+    def __init__(self, lr: float):
+        super().__init__()
+        self.automatic_optimization = False
+        self.first, self.second = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.lr = lr
+
+    def training_step(self, batch, batch_idx):
+        (x,) = batch
+        loss = (self.second(torch.tanh(self.first(x))) - x).pow(2).mean()
+        optimizers = self.optimizers()
+        for opt in optimizers:
+            opt.zero_grad()
+        self.manual_backward(loss)
+        for opt in optimizers:
+            opt.step()
+        return loss
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.first.parameters(), lr=self.lr), torch.optim.SGD(self.second.parameters(), lr=self.lr)]
+
+
+def test_arm_checkpoints_on_two_optimizers_records_every_second_step(tmp_path):
+    """The issue's case: losses landed at 2, 4, 6 and watch waited for step 1 forever. The arm now
+    records Lightning's global_step with stride 2 in pair.json, and watch follows those steps."""
+    for arm, lr in (("a", 0.05), ("b", 0.07)):
+        torch.manual_seed(0)
+        trainer(6, [ArmCheckpoints(tmp_path, arm, every=3, name="two-opt", dense=[])]).fit(TwoOptimizers(lr), loader())
+    assert json.loads((tmp_path / "pair.json").read_text())["tracking"]["stride"] == 2
+    assert [r["step"] for r in lines(tmp_path / "a" / "losses.jsonl")] == [2, 4, 6]
+    assert Comparator(tmp_path, log=False, progress=False).run(poll=0.05, timeout=5) == 0
+    records = MetricsStore(tmp_path).step_records()
+    assert [r["step"] for r in records] == [0, 2, 4, 6]
+    assert [r["step"] for r in records if r["tracked"]] == [0, 4, 6]  # scheduled 3 is compared at 4
+    assert records[-1]["loss_a"] == lines(tmp_path / "a" / "losses.jsonl")[-1]["loss"]
+    assert records[-1]["max_abs_diff"] > 0
+    with pytest.raises(UserInputError, match="max_steps=5 is not a multiple of stride=2.*use max_steps=6"):
+        trainer(5, [ArmCheckpoints(tmp_path / "odd", "a")]).fit(TwoOptimizers(0.1), loader())
+
+
+def test_epochs_that_end_before_max_steps_end_the_pair(tmp_path):
+    """The issue's case: Trainer(max_steps=10, max_epochs=1) stopped at the epoch's end, both arms
+    said "failed at 4" and watch waited for step 5. The pair's length is where the Trainer stops."""
+    batches = len(loader())
+    for arm, approximate in ARMS.items():
+        pl.seed_everything(0, verbose=False)
+        trainer(batches + 5, [ArmCheckpoints(tmp_path, arm, every=3, dense=[])], max_epochs=1).fit(
+            build(0, approximate=approximate), loader())
+    assert json.loads((tmp_path / "pair.json").read_text())["max_steps"] == batches
+    assert json.loads((tmp_path / "a" / "status.json").read_text())["state"] == "finished"
+    assert Comparator(tmp_path, log=False, progress=False).run(poll=0.05, timeout=5) == 0
+    assert MetricsStore(tmp_path).steps() == list(range(batches + 1))
+
+
+def test_a_training_step_without_a_loss_is_named(tmp_path):
+    class NoLoss(pl.LightningModule):
+        def __init__(self, returns):
+            super().__init__()
+            self.layer, self.returns = torch.nn.Linear(8, 8), returns
+
+        def training_step(self, batch, batch_idx):
+            return self.returns
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.layer.parameters(), lr=0.1)
+
+    with pytest.raises(UserInputError, match=r"training_step returned nothing \(None, which Lightning passes on as") \
+            as err:
+        trainer(2, [ArmCheckpoints(tmp_path, "a")]).fit(NoLoss(None), loader())
+    assert "returned dict" not in str(err.value)  # the issue's words for a None
+
+
+def test_a_control_pair_with_an_empty_tensor_is_exactly_zero(tmp_path):
+    """The issue's case: a 0-element tensor was counted as NaN/inf, and a bitwise-identical control
+    pair was reported "not exactly zero"."""
+    from divergence.analysis.layers import noise_floor
+    from divergence.report.inputs import load_pair
+
+    arms = []
+    for _ in "ab":
+        module = build(0)
+        module.register_buffer("empty", torch.zeros(0, 4))
+        arms.append(module)
+    pl.seed_everything(0, verbose=False)
+    trainer(2).fit(LockstepPair(*arms, out=tmp_path, every=1, category="control", dense=[]), loader())
+    empty = [r for r in MetricsStore(tmp_path).tensor_records() if r["tensor"] == "empty"]
+    assert len(empty) == 3 and all(r["max_abs_diff"] == 0.0 and r["nonfinite_a"] == 0 for r in empty)
+    assert all(r["tensors_nonfinite"] == 0 for r in MetricsStore(tmp_path).step_records())
+    assert noise_floor(load_pair(tmp_path)).exact
+
+
+def test_a_vector_loss_is_named_not_averaged(tmp_path):
+    """The issue's case: a vector loss was a raw ValueError in ArmWriter; through ArmCheckpoints'
+    ``loss=`` it was averaged silently. Both are one line naming what was given."""
+    class PerSample(Denoiser):
+        def training_step(self, batch, batch_idx):
+            (x,) = batch
+            per_sample = (self(x) - x).pow(2).mean(1)  # (B,)
+            return {"loss": per_sample.mean(), "per_sample": per_sample}
+
+    callback = ArmCheckpoints(tmp_path, "a", loss=lambda out: out["per_sample"])
+    with pytest.raises(UserInputError, match=r"the loss of a batch: loss is a Tensor of shape \(8,\)"):
+        trainer(2, [callback]).fit(PerSample(), loader())
+    assert json.loads((tmp_path / "a" / "status.json").read_text())["state"] == "failed"

@@ -87,3 +87,57 @@ def test_no_series_is_one_line(tmp_path, capsys):
     (tmp_path / "a" / "notes.txt").write_text("x")
     assert main(["track", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "p")]) == 2
     assert "no step-numbered checkpoints" in capsys.readouterr().err
+
+
+def _series(root, steps=(0, 5, 10)):
+    from safetensors.torch import save_file
+
+    for side, shift in (("A", 0.0), ("B", 0.1)):
+        (root / side).mkdir()
+        for step in steps:
+            save_file({"w": torch.full((4,), step + shift)}, str(root / side / f"step_{step}.safetensors"))
+    return str(root / "A"), str(root / "B")
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+    return err[0]
+
+
+def test_out_on_or_under_a_file_is_one_line(tmp_path, capsys):
+    a, b = _series(tmp_path)
+    (tmp_path / "notes.txt").write_text("x")
+    assert main(["track", a, b, "--out", str(tmp_path / "notes.txt"), "--quiet"]) == 2
+    assert "notes.txt: exists and is not a folder" in _error(capsys)
+    assert main(["track", a, b, "--out", str(tmp_path / "notes.txt" / "pair"), "--quiet"]) == 2
+    assert "notes.txt is a file, not a folder" in _error(capsys)
+    assert (tmp_path / "notes.txt").read_text() == "x"
+
+
+def test_a_failure_mid_way_names_the_step_and_file_and_leaves_nothing(tmp_path, capsys):
+    """The issue's case: a failed track left a partial store (steps 0 and 5) and named neither the
+    step nor the file; a second run then refused the folder as "already holds a metrics store"."""
+    a, b = _series(tmp_path)
+    bad = tmp_path / "B" / "step_10.safetensors"
+    bad.write_bytes(b"not a checkpoint" * 4)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["track", a, b, "--out", str(tmp_path / "pair"), "--quiet"]) == 2
+    line = _error(capsys)
+    assert line.startswith("divergence track: error: step 10 (") and str(bad) in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no pair folder, no staging folder left
+    (tmp_path / "existing").mkdir()  # an --out folder that exists: it stays as it was
+    assert main(["track", a, b, "--out", str(tmp_path / "existing"), "--quiet"]) == 2
+    assert "step 10" in _error(capsys) and not any((tmp_path / "existing").iterdir())
+    bad.unlink()
+    assert main(["track", a, b, "--out", str(tmp_path / "existing"), "--quiet"]) == 0  # then it works
+    assert MetricsStore(tmp_path / "existing").steps() == [0, 5]
+    assert json.loads((tmp_path / "existing" / "pair.json").read_text())["name"] == "existing"
+    assert sorted(p.name for p in (tmp_path / "existing").iterdir()) == ["metrics.jsonl", "pair.json"]
+
+
+def test_a_step_past_int64_is_refused_naming_the_file(tmp_path, capsys):
+    a, b = _series(tmp_path, steps=(0, 2**63))
+    assert main(["track", a, b, "--out", str(tmp_path / "pair"), "--quiet"]) == 2
+    assert f"step_{2**63}.safetensors: step {2**63} does not fit in 64 bits" in _error(capsys)
+    assert not (tmp_path / "pair").exists()

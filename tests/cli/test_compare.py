@@ -327,3 +327,16 @@ def test_complex_against_real_is_one_line(tmp_path, capsys):
     save_file({"w": torch.ones(2)}, tmp_path / "b.safetensors")
     assert main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--quiet"]) == 2
     assert "tensor 'w' is complex64 in" in _error_line(capsys)
+
+
+def test_an_empty_tensor_does_not_fail_identical_files(tmp_path, capsys):
+    """The issue's case: a 0-element tensor counted as NaN/inf, so --fail-above exited 1 on two
+    identical files."""
+    tensors = {"w": torch.arange(6.0).reshape(2, 3), "empty": torch.zeros(0, 3)}
+    for name in ("a", "b"):
+        save_file(tensors, str(tmp_path / f"{name}.safetensors"))
+    args = ["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")]
+    assert main([*args, "--fail-above", "max_abs_diff=0", "--json", str(tmp_path / "o.json")]) == 0
+    summary = json.loads((tmp_path / "o.json").read_text())["summary"]
+    assert summary["tensors_nonfinite"] == 0 and summary["max_abs_diff"] == 0.0
+    assert "NaN/inf" not in capsys.readouterr().out

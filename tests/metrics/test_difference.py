@@ -55,3 +55,20 @@ def test_record_is_float64_exact_for_low_precision_inputs():
     record = compare_tensors(a, b)
     assert record["max_abs_diff"] == 0.0078125
     assert type(record["wasserstein"]) is float
+
+
+def test_an_empty_pair_has_no_difference():
+    """0 elements: nothing differs, so every difference is 0 and cosine 1 (the issue's case: NaN,
+    counted as a tensor holding NaN/inf). It weighs nothing in an aggregate."""
+    from divergence.metrics import summarize
+
+    empty = compare_tensors(torch.zeros(0, 3), torch.ones(0, 3))
+    assert empty["numel"] == 0 and empty["nonfinite_a"] == empty["nonfinite_b"] == 0
+    assert [empty[m] for m in ("wasserstein", "max_abs_diff", "mean_abs_diff", "rms_diff", "rel_l2")] == [0.0] * 5
+    assert empty["cosine"] == 1.0 and empty["norm_a"] == empty["norm_b"] == 0.0
+    full = compare_tensors(torch.tensor([1.0, 2.0]), torch.tensor([1.5, 0.0]))
+    with_empty, without = summarize([full, empty]), summarize([full])
+    assert with_empty["tensors_nonfinite"] == 0 and with_empty["tensors"] == 2
+    assert {k: v for k, v in with_empty.items() if k != "tensors"} == {k: v for k, v in without.items() if k != "tensors"}
+    alone = summarize([empty])
+    assert alone["max_abs_diff"] == alone["wasserstein"] == alone["rel_l2"] == 0.0 and alone["cosine"] == 1.0

@@ -12,19 +12,23 @@ tracker does after a resume.
 
 Must come before the resumable checkpoint in the callback list: the loss of a step is on
 disk before a ``last.ckpt`` that resumes after it.
+
+The rules every arm writer shares (``divergence.pairfolder``): each step recorded once and in
+order (``arm_steps.check_step``), the loss a number (NaN and infinities stored as they are), a
+restart's cut (``arm_records.drop_after``). The arm's lock (one writer per arm) is taken by
+``divergence.training.separate_arm.train_arm`` before anything is written.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
+from divergence.pairfolder.arm_records import drop_after
+from divergence.pairfolder.arm_steps import check_step, loss_value
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
-
-STEP_FILE = re.compile(r"^step_(\d+)\.safetensors$")
 
 
 class ArmProgress(Callback):
@@ -36,12 +40,14 @@ class ArmProgress(Callback):
         self.folder, self.arm, self.per_rank_batch = Path(folder), arm, per_rank_batch
         self.losses = LossFile(self.folder)
         self.status: ArmStatus | None = None
+        self._next = 1  # the step whose loss comes next
 
     def on_train_start(self, trainer, pl_module) -> None:
+        start = trainer.global_step
+        self._next = start + 1
         if not trainer.is_global_zero:
             return
-        start = trainer.global_step
-        self._drop_after(start)
+        drop_after(self.folder, start)
         previous = ArmStatus.read(self.folder)
         self.status = ArmStatus(
             arm=self.arm, attempt=previous.attempt + 1 if previous else 1, start_step=start,
@@ -51,8 +57,12 @@ class ArmProgress(Callback):
         self.status.write(self.folder)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        where = f"{self.folder}: step {trainer.global_step}"  # checked on every rank: every rank stops alike
+        limit = trainer.max_steps if trainer.max_steps > 0 else None
+        step = check_step(trainer.global_step, expected=self._next, max_steps=limit, where=where)
         if trainer.is_global_zero:
-            self.losses.append(trainer.global_step, pl_module.step_losses[self.arm])
+            self.losses.append(step, loss_value(pl_module.step_losses[self.arm], where))
+        self._next = step + 1
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._end(trainer, "finished")
@@ -64,12 +74,3 @@ class ArmProgress(Callback):
         if trainer.is_global_zero and self.status is not None:
             self.status.state, self.status.last_step = state, trainer.global_step
             self.status.write(self.folder)
-
-    def _drop_after(self, step: int) -> None:
-        """Remove the interrupted attempt's records of steps after ``step`` (recomputed now)."""
-        self.losses.truncate_after(step)
-        checkpoints = self.folder / "checkpoints"
-        for path in checkpoints.iterdir() if checkpoints.is_dir() else ():
-            match = STEP_FILE.match(path.name)
-            if match and int(match.group(1)) > step:
-                path.unlink(missing_ok=True)

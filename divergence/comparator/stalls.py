@@ -1,0 +1,63 @@
+"""When the step ``divergence watch`` waits for can never come, say so (exit 2) instead of waiting.
+
+``watch`` waits for step N while an arm may still write it. It cannot when:
+
+- an arm has ended (``finished`` or ``failed`` in its ``status.json``) before step N: the run
+  stopped before ``max_steps`` (a crash, a Trainer whose epochs ran out first, a writer that
+  ended early);
+- an arm has ended after step N but holds no loss of step N, or no weights file of a tracked
+  step N: a gap (a writer that skipped steps, a restart that did not say where it resumed
+  from, files removed by hand). A weights file that is there but not complete yet (being
+  copied in, or filled in place) is waited for: it may still become complete;
+- the folder has no arm folders at all but a store of steps: a pair written in one process
+  (``LockstepPair``, ``divergence train`` of a pair) or by ``divergence track``; there is nothing
+  to follow (a complete one is simply done).
+
+An arm's status is written after its last records, so once it reads ``finished`` or ``failed``
+every loss and weights file it will ever write is there: the verdict cannot be premature. An
+arm still ``running`` (or restarted: a new ``attempt``) is waited for, as before. A restarting
+arm cuts its old records before it writes its new status, so the comparator acts on a stall
+only when two looks in a row find it with the same statuses (``Comparator._stalled``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from divergence.pairfolder.layout import ARMS, CHECKPOINTS, LOSSES, weights_name, weights_path
+
+ENDED = ("finished", "failed")
+
+
+def stall(out: Path, step: int, pair, statuses: dict, feeds: dict) -> str | None:
+    """Why step ``step`` of the pair in ``out`` will never be written, in one line; None while it may be.
+
+    ``pair``: the ``PairSchedule``; ``statuses``/``feeds``: each arm's ``ArmStatus`` (or None)
+    and ``ArmFeed``, read in that order (statuses first: an ended arm's files are all there).
+    """
+    for arm in ARMS:
+        status = statuses.get(arm)
+        if status is None or status.state not in ENDED:
+            continue
+        why = _missing(arm, status, step, pair, feeds[arm])
+        if why is not None:
+            return (f"{why}; the pair cannot be completed as it is. Restart the arm (from its checkpoint, saying where "
+                    "it resumes), then run watch again: it continues from its store")
+    return None
+
+
+def _missing(arm: str, status, step: int, pair, feed) -> str | None:
+    last = status.last_step
+    ended = f"arm {arm} {status.state} at step {last}"
+    if last is None or step > last:
+        return (f"{ended}, before step {step}" + (f" (max_steps {pair.max_steps})" if step <= pair.max_steps else ""))
+    if step > 0 and step not in feed.losses():
+        return f"{ended}, but its {arm}/{LOSSES} has no step {step} (a gap)"
+    if pair.tracked(step) and not weights_path(feed.folder / CHECKPOINTS, step).exists():
+        return f"{ended}, but it has no {arm}/{CHECKPOINTS}/{weights_name(step)} (tracked step {step})"
+    return None
+
+
+def armless(out: Path) -> bool:
+    """No arm folder in ``out``: a pair trained in one process or built by ``track``, if it has a store."""
+    return not any((Path(out) / arm).is_dir() for arm in ARMS)

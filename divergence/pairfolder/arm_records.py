@@ -1,0 +1,66 @@
+"""An arm folder's records at a (re)start: what an earlier attempt left, and the cut of a restart.
+
+An arm restarted from its checkpoint of step G recomputes the steps after G, so its writer first
+removes what the earlier attempt left of them: the ``losses.jsonl`` lines and the weights files
+of steps after G (``drop_after``). That is a resume, and the writer must be told so (a
+``start_step`` G > 0, a Trainer resumed from a checkpoint, or ``resume=True``): a writer started
+at step 0 into an arm folder that holds later records is refused (``claim_arm_folder``), since
+cutting them would silently throw away a finished or running arm's work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from divergence.errors import UserInputError
+from divergence.pairfolder.layout import CHECKPOINTS, weights_path, weights_step
+
+
+def recorded_after(folder: str | Path, step: int) -> int | None:
+    """The last step after ``step`` that arm folder ``folder`` holds a loss or a weights file of, or None."""
+    from divergence.store.losses import LossFile
+
+    folder = Path(folder)
+    later = [s for s in LossFile(folder).read_new() if s > step]
+    later += [s for s in _weights_steps(folder) if s > step]
+    return max(later, default=None)
+
+
+def drop_after(folder: str | Path, step: int) -> None:
+    """Remove the loss lines and weights files of the steps after ``step`` (a restart recomputes them).
+
+    The loss file is read whole first: an unreadable line is an error and nothing is cut.
+    """
+    from divergence.store.losses import LossFile
+
+    folder = Path(folder)
+    LossFile(folder).truncate_after(step)
+    for s in _weights_steps(folder):
+        if s > step:
+            weights_path(folder / CHECKPOINTS, s).unlink(missing_ok=True)
+
+
+def claim_arm_folder(folder: str | Path, arm: str, start_step: int, resume: bool, how_to_resume: str) -> None:
+    """Refuse to start arm ``arm`` at step 0 over records of later steps unless ``resume`` says so.
+
+    ``how_to_resume``: how this writer is told to continue from a checkpoint (its own words).
+    """
+    if start_step > 0 or resume:
+        return
+    last = recorded_after(folder, start_step)
+    if last is None:
+        return
+    from divergence.store.arm_status import ArmStatus
+
+    status = ArmStatus.read(folder)
+    state = f" ({status.state}, attempt {status.attempt})" if status is not None else ""
+    raise UserInputError(f"{folder}: already holds arm {arm}'s records up to step {last}{state}; starting at step 0 "
+                         f"would cut them. To continue it, {how_to_resume}; to train it again from step 0, pass "
+                         "resume=True; or write into a new pair folder")
+
+
+def _weights_steps(folder: Path) -> list[int]:
+    checkpoints = folder / CHECKPOINTS
+    if not checkpoints.is_dir():
+        return []
+    return [s for s in (weights_step(p.name) for p in checkpoints.iterdir()) if s is not None]

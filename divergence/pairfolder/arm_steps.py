@@ -1,0 +1,143 @@
+"""What an arm writer checks of each step it records: the step, its loss, the weights' names.
+
+Every writer of an arm folder (``ArmWriter`` and the callbacks built on it, the built-in
+trainer's ``ArmProgress``) calls these, so a mistake is one line at the call that made it, not
+a store that ``divergence watch`` waits on forever:
+
+- ``check_step``: the step is an integer (not a bool or a float), ``0 <= step <= max_steps``,
+  and exactly the step the writer expects next: 0 first (the initial weights), then every
+  ``stride``-th step in order. A duplicate, an earlier step or a skipped one is refused: the
+  comparator needs the loss of every step and would wait for a skipped one forever.
+- ``loss_value``: the loss as a float, NaN and infinities kept as they are (a diverged step is
+  stored as diverged); a vector, a string or ``None`` is refused naming what was given.
+- ``check_tensor_names``: the weights of every tracked step hold the names of the first one.
+  A tensor that appears (or disappears) mid-run has no step-0 value to grow from; it is
+  refused, naming the tensor and the step, instead of reaching the report as NaN.
+- ``tracked_with_stride``: which recorded steps are tracked when the arm counts ``stride``
+  steps per record (a Lightning module with manual optimization counts each optimizer's step:
+  two optimizers stepped once per batch record steps 0, 2, 4, ...).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Callable
+
+from divergence.errors import UserInputError
+
+MAX_STEP = 2**63 - 1  # steps are stored and exported as int64
+
+
+def check_step(step, *, expected: int, max_steps: int | None, stride: int = 1, where: str) -> int:
+    """``step`` as an int when it is the step a writer expects next, else a one-line ``UserInputError``.
+
+    ``expected``: 0 at a fresh start (the initial weights come first), ``start_step + stride``
+    after a restart from ``start_step``, ``last + stride`` after a recorded step ``last``.
+
+    >>> check_step(3, expected=3, max_steps=10, where="record")
+    3
+    """
+    if isinstance(step, bool) or not _is_integer(step):
+        raise UserInputError(f"{where}: step {step!r} ({type(step).__name__}) is not an integer; give the optimizer "
+                             "step count (0 for the initial weights)")
+    step = operator.index(step)
+    limit = MAX_STEP if max_steps is None else max_steps
+    if not 0 <= step <= limit:
+        what = "negative" if step < 0 else f"past max_steps={max_steps}" if max_steps is not None else "past int64"
+        raise UserInputError(f"{where}: step {step} is {what}; steps run from 0 to max_steps")
+    if step == expected:
+        return step
+    if expected == 0:
+        raise UserInputError(f"{where}: step {step} before step 0; call record(0, model) before the first training "
+                             "step, so the initial weights are saved")
+    if step < expected:
+        last = expected - stride
+        what = "is recorded already" if step == last else f"comes after step {last}"
+        raise UserInputError(f"{where}: step {step} {what} (the last step recorded, or resumed from); each step is "
+                             f"recorded once, in order: the next is {expected}")
+    raise UserInputError(f"{where}: step {step} skips step {expected}: record every "
+                         + (f"{stride}-th step" if stride > 1 else "step") + " in order (divergence watch needs "
+                         f"the loss of each one and would wait for step {expected} forever)")
+
+
+def _is_integer(value) -> bool:
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def loss_value(loss, where: str) -> float:
+    """The loss of a step as a float: a number, or a tensor/array of one element; NaN and
+    infinities stay what they are. Anything else is a one-line ``UserInputError``.
+
+    >>> loss_value(float("inf"), "record")
+    inf
+    """
+    check_loss(loss, where)
+    if hasattr(loss, "detach"):
+        loss = loss.detach()
+    try:
+        return float(loss.item() if hasattr(loss, "item") else loss)
+    except (TypeError, ValueError):
+        raise UserInputError(f"{where}: loss {loss!r} ({type(loss).__name__}) is not a number; give the step's "
+                             "loss (a float or a one-element tensor)") from None
+
+
+def check_loss(loss, where: str) -> None:
+    """``loss`` could be a step's loss: a real number or one element (checked without reading a
+    tensor's value, so without a device sync); else a one-line ``UserInputError``."""
+    if isinstance(loss, bool) or loss is None or isinstance(loss, (str, bytes)):
+        raise UserInputError(f"{where}: loss {loss!r} ({type(loss).__name__}) is not a number; give the step's "
+                             "loss (a float or a one-element tensor)")
+    shape = getattr(loss, "shape", None)
+    if shape is not None and math.prod(shape) != 1:
+        raise UserInputError(f"{where}: loss is a {type(loss).__name__} of shape {tuple(shape)}; give the step's "
+                             "mean loss (a float or a one-element tensor), e.g. loss.mean()")
+    if getattr(loss, "is_complex", lambda: False)():
+        raise UserInputError(f"{where}: loss {loss!r} is complex; give a real number")
+
+
+def check_tensor_names(names, first: list[str], step: int, where: str) -> None:
+    """The weights of ``step`` hold exactly the names of the first tracked step (``first``)."""
+    names, known = list(names), set(first)
+    new = [n for n in names if n not in known]
+    gone = sorted(known - set(names))
+    if not new and not gone:
+        return
+    what = (f"tensor {new[0]!r} is new" + (f" (and {len(new) - 1} more)" if len(new) > 1 else "") if new else
+            f"tensor {gone[0]!r} is missing" + (f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""))
+    raise UserInputError(f"{where}: at step {step}, {what}: the weights of every tracked step must hold the same "
+                         f"tensors as the first ({len(first)}); a tensor added mid-run has no initial value to "
+                         "compare from: compare it from the start, or leave it out (weights=...)")
+
+
+def tracked_with_stride(step: int, stride: int, tracked: Callable[[int], bool]) -> bool:
+    """Whether recorded step ``step`` is tracked when steps are recorded every ``stride``.
+
+    ``tracked`` is the schedule of one step at a time (``is_tracked``). With ``stride`` 1 it is
+    that; otherwise a multiple of ``stride`` is tracked when any step since the previous
+    multiple is, so each scheduled step is compared at the first recorded step at or after it
+    (the last step, a multiple of ``stride``, always is).
+
+    >>> [s for s in range(0, 13, 2) if tracked_with_stride(s, 2, lambda t: t % 3 == 0)]
+    [0, 4, 6, 10, 12]
+    """
+    if stride == 1:
+        return tracked(step)
+    if step % stride:
+        return False
+    return step == 0 or any(tracked(t) for t in range(step - stride + 1, step + 1))
+
+
+def check_stride(stride, max_steps: int, where: str) -> int:
+    """``stride`` is an integer >= 1 that divides ``max_steps`` (the last step is a recorded one)."""
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+        raise UserInputError(f"{where}: stride={stride!r}: must be an integer >= 1 (steps counted per record)")
+    if max_steps % stride:
+        raise UserInputError(f"{where}: max_steps={max_steps} is not a multiple of stride={stride} (steps counted "
+                             f"per record, e.g. one per optimizer of a manual-optimization module); use "
+                             f"max_steps={max_steps - max_steps % stride + stride}")
+    return stride
