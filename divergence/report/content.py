@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from divergence.analysis import METRIC_LABELS, METRICS, Analysis, PairData, kind_table, top_layers
 from divergence.analysis.growth import Estimate
+from divergence.analysis.headline import replicates_sentence
 
 ROLES = {"optimization": "under study", "precision": "reference (the dose ratio's yardstick)",
          "seed": "ceiling (phi) and outcome margin", "control": "noise floor"}
@@ -136,8 +137,10 @@ def estimates_table(analysis: Analysis) -> Table:
 
 
 def notes(v) -> list[str]:
-    """A verdict's reasons and caveats, less those its headline already says."""
-    return [n for n in (*v.reasons, *v.caveats) if n.lower() not in v.headline.lower()]
+    """A verdict's reasons and caveats, less those its headline already says; then what more
+    replicates would do to the dose interval."""
+    said = [n for n in (*v.reasons, *v.caveats) if n.lower() not in v.headline.lower()]
+    return said + [s for s in (replicates_sentence(v),) if s]
 
 
 def signed(value) -> str:
