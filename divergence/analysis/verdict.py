@@ -163,7 +163,7 @@ def _no_drift(study, reference, caveats) -> Verdict:
             f"equal at every tracked step of {'every replicate' if len(study) > 1 else 'its run'}, where "
             f"{reference[0].label}'s differ.")
     return Verdict(study[0].name, reference[0].name, status, text, (), tuple(caveats),
-                   indicative="bounded" if status == "preliminary" else None)
+                   indicative="bounded" if status == "preliminary" else None, dose_status="bounded")
 
 
 def _why_no_window(study, reference, estimates, min_window) -> str:
