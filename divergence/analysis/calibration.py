@@ -33,7 +33,7 @@ from dataclasses import replace
 import numpy as np
 from scipy import stats
 
-from divergence.analysis.dose import SATURATED, estimate, probe_values, seed_at
+from divergence.analysis.dose import SATURATED, estimate_replicates, probe_values, seed_at
 from divergence.analysis.growth import ols_slope
 from divergence.analysis.replicates import pool, replicate_of
 from divergence.analysis.trajectories import PairData
@@ -126,11 +126,9 @@ def _ladder_at(ladder, doses, anchor, seeds, horizon) -> dict[float, dict]:
         if e == anchor:
             out[e] = {"pooled": pool([0.0] * len(cut[e])), "estimates": []}
             continue
-        estimates = []
-        for x in cut[e]:
-            a = replicate_of(cut[anchor], x.replicate)
-            if a is not None:
-                estimates.append(estimate(x, a, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None)))
+        runs = [(x, a, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None))
+                for x in cut[e] if (a := replicate_of(cut[anchor], x.replicate)) is not None]
+        estimates = estimate_replicates(runs)
         usable = [m for m in estimates if m.usable]
         out[e] = {"pooled": pool([m.log10 for m in usable]), "estimates": usable}
     return out

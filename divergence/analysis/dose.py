@@ -1,4 +1,4 @@
-"""The dose ratio of one replicate: how much more (or less) a change perturbs training than a reference.
+"""The dose ratio per replicate: how much more (or less) a change perturbs training than a reference.
 
 Two arms that start from the same weights and differ by a small numeric change separate like
 a chaotic system (``METHOD.md``): linearised, delta_{t+1} = J_t delta_t + eps_X u_t xi_t, with
@@ -14,17 +14,14 @@ replicate r, at their shared tracked steps t:
     phi(t)   F(t) / F_S(t): the fraction of the way to a different-seed model
     g(t)     local log-growth rate: OLS slope of ln E over the tracked steps i-2..i+2
 
-Unsaturated window U_r, function space (X, P and S carry the probe): t >= start, E_X, E_P > 0,
-and 1/2 <= g_X / g_P <= 2 (both growing alike); weight space (no probe): t >= start, E_X, E_P > 0,
-g_X > 0 and g_P >= g_X / 2 (the reference still amplifies at least half as fast). Either way the
-window is the first stretch of tracked steps where these hold, with at most 2 failing steps in a
-row inside it (``first_run``: once one pair stops growing like the other, the shared regime is
-over, even if later both crawl at similar rates), and it ends at the first step where a pair's weights saturate, E >= 0.1 E_S
-(with a seed pair).
-start = max(10, warm-up) for a recipe with LR warm-up; without one the first steps count (start =
-1: with dense early tracking they hold the window on a recipe whose reference saturates within
-tens of steps). lr^F is the median over the window's probed steps (``tracking.probe.every``; NaN
-with fewer than ``min_window`` of them).
+Unsaturated window U_r (``window``): the steps of the shared exponential regime (both pairs'
+local log-growth rates alike, neither saturated), read from one first step t0 common to the
+replicates and past every replicate's first-steps transient (where log10(E_X / E_P) has
+settled), each replicate's window ending where its own shared regime ends: at the first step
+where a pair's weights saturate, E >= 0.1 E_S (with a seed pair), or once the rates stop being
+alike. start = max(10, warm-up) for a recipe with LR warm-up; without one the first steps count
+(start = 1; the transient rule decides where the reading begins). lr^F is the median over the
+window's probed steps (``tracking.probe.every``; NaN with fewer than ``min_window`` of them).
 
 Saturation is read in weight space, where the statistic is, and not from phi = F / F_S as
 METHOD.md first wrote it. Measured on the tiny recipe (``make demo``, 3 replicates): the seed
@@ -58,14 +55,12 @@ import numpy as np
 
 from divergence.analysis.growth import ols_slope
 from divergence.analysis.trajectories import PairData
+from divergence.analysis.window import alike, common_start, drift, first_run, local_rates, settle_step
 
 SATURATED = 0.1  # phi at which a pair has left the shared exponential regime
 HALF_WAY = 0.5
-RATE_FACTOR = 2.0  # local log-growth rates "alike": within this factor of each other
 DEFAULT_START = 10  # first step of the window for recipes with LR warm-up
 MIN_WINDOW = 5
-NEIGHBOURS = 2  # the local growth rate fits ln E over i-2..i+2
-MAX_GAP = 2  # failing tracked steps in a row that a window stretch survives (see first_run)
 
 
 @dataclass(frozen=True)
@@ -89,25 +84,12 @@ class WindowEstimate:
     min_window: int = MIN_WINDOW
     phi: dict[str, np.ndarray] = field(default_factory=dict)  # "study"/"reference" -> phi at ``steps``
     saturated_at: int | None = None  # first shared step with E_X or E_P >= 0.1 E_S (None: not reached)
+    settled_at: int | None = None  # this replicate's first step past its transient (None: never settled)
+    window_start: int | None = None  # t0, the first step common to the replicates read together
 
     @property
     def usable(self) -> bool:
         return self.n_window >= self.min_window and math.isfinite(self.log10)
-
-
-def local_rates(steps: np.ndarray, values: np.ndarray, neighbours: int = NEIGHBOURS) -> np.ndarray:
-    """g(t_i): OLS slope of ln(values) over the tracked steps i-k..i+k; NaN where a value is <= 0."""
-    steps = np.asarray(steps, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logs = np.where(values > 0, np.log(np.where(values > 0, values, 1.0)), np.nan)
-    out = np.full(len(steps), np.nan)
-    for i in range(len(steps)):
-        lo, hi = max(0, i - neighbours), min(len(steps), i + neighbours + 1)
-        y, x = logs[lo:hi], steps[lo:hi]
-        ok = np.isfinite(y)
-        if ok.sum() >= 3:
-            out[i] = float(ols_slope(x[ok], y[ok]))
-    return out
 
 
 def window_start(recipe: dict) -> int:
@@ -116,17 +98,53 @@ def window_start(recipe: dict) -> int:
     return max(DEFAULT_START, warmup) if warmup > 0 else 1
 
 
+@dataclass(frozen=True)
+class _Curves:
+    """One replicate's series at the steps both pairs tracked, (T,) each."""
+
+    study: PairData
+    steps: np.ndarray
+    e_x: np.ndarray
+    e_p: np.ndarray
+    f_x: np.ndarray
+    f_p: np.ndarray
+    phi_x: np.ndarray
+    phi_p: np.ndarray
+    log_ratio: np.ndarray  # log10(E_X / E_P)
+    valid: np.ndarray  # both E finite and > 0, before the first saturated step
+    regime: np.ndarray  # valid and growing alike
+    space: str
+    saturated_at: int | None
+
+
 def estimate(study: PairData, reference: PairData, seed: PairData | None, start: int | None = None,
              min_window: int = MIN_WINDOW) -> WindowEstimate:
-    """The window and dose ratio of one replicate of ``study`` against ``reference``."""
-    start = window_start(study.recipe) if start is None else start
+    """The window and dose ratio of one replicate of ``study`` against ``reference``, read alone
+    (its own transient's end); ``estimate_replicates`` reads several from one common first step."""
+    return estimate_replicates([(study, reference, seed)], start, min_window)[0]
+
+
+def estimate_replicates(runs: list[tuple[PairData, PairData, PairData | None]], start: int | None = None,
+                        min_window: int = MIN_WINDOW) -> list[WindowEstimate]:
+    """Every replicate's window and dose ratio: (study, reference, seed) runs of one replicate
+    each, read from the first step t0 common to them (``window.common_start``)."""
+    if not runs:
+        return []
+    start = window_start(runs[0][0].recipe) if start is None else start
+    length = max(2, min_window)
+    curves = [_curves(x, p, s) for x, p, s in runs]
+    settled = [settle_step(c.steps, c.log_ratio, c.regime, c.valid, start, length) for c in curves]
+    t0 = common_start(settled, start)
+    return [replace(_summarise(c, first_run(c.regime & (c.steps >= t0), length), length), settled_at=at,
+                    window_start=t0) for c, at in zip(curves, settled)]
+
+
+def _curves(study: PairData, reference: PairData, seed: PairData | None) -> _Curves:
     steps, i_x, i_p = np.intersect1d(study.steps, reference.steps, return_indices=True)
     e_x, e_p = study.rel_l2[i_x], reference.rel_l2[i_p]
     f_x, f_p = probe_values(study)[i_x], probe_values(reference)[i_p]
     f_s, e_s = seed_at(seed, steps)
     space = "function" if np.isfinite(f_x).any() and np.isfinite(f_p).any() and np.isfinite(f_s).any() else "weight"
-    g_x, g_p = local_rates(steps, e_x), local_rates(steps, e_p)
-    alike = _alike(g_x, g_p, space)
     with np.errstate(divide="ignore", invalid="ignore"):
         phi_x, phi_p = (f_x / f_s, f_p / f_s) if space == "function" else (e_x / e_s, e_p / e_s)
         log_ratio = np.log10(e_x / e_p)
@@ -134,48 +152,10 @@ def estimate(study: PairData, reference: PairData, seed: PairData | None, start:
         saturated = (e_x / e_s >= SATURATED) | (e_p / e_s >= SATURATED)
     ends = np.flatnonzero(saturated)
     before = np.arange(len(steps)) < (ends[0] if ends.size else len(steps))
-    keep = first_run((steps >= start) & (e_x > 0) & (e_p > 0) & np.isfinite(log_ratio) & alike & before,
-                     max(2, min_window))
-    result = _summarise(study, steps, keep, log_ratio, e_x, e_p, f_x, f_p, phi_x, phi_p, space, max(2, min_window))
-    return replace(result, saturated_at=int(steps[ends[0]]) if ends.size else None)
-
-
-def first_run(ok: np.ndarray, min_length: int, max_gap: int = MAX_GAP) -> np.ndarray:
-    """The steps of the first stretch of ``ok`` holding at least ``min_length`` True steps (else
-    of the stretch holding the most), a stretch ending at more than ``max_gap`` False in a row.
-
-    The shared exponential regime is one stretch of training: once a pair stops growing like the
-    other (the larger dose leaves it first), a later step where both crawl at similar rates is
-    not back in it. Up to ``max_gap`` failing steps inside a stretch (noise in a local rate) are
-    left out of it without ending it.
-
-    >>> first_run(np.array([1, 0, 0, 0, 1, 1, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1], dtype=bool), 4).astype(int)
-    array([0, 0, 0, 0, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0])
-    """
-    stretches, current, gap = [], [], 0
-    for i, value in enumerate(ok):
-        if value:
-            current.append(i)
-            gap = 0
-        elif current:
-            gap += 1
-            if gap > max_gap:
-                stretches.append(current)
-                current, gap = [], 0
-    if current:
-        stretches.append(current)
-    out = np.zeros(len(ok), dtype=bool)
-    if stretches:
-        chosen = next((c for c in stretches if len(c) >= min_length), max(stretches, key=len))
-        out[chosen] = True
-    return out
-
-
-def _alike(g_x: np.ndarray, g_p: np.ndarray, space: str) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        if space == "function":
-            return (g_x > 0) & (g_p > 0) & (g_x / g_p <= RATE_FACTOR) & (g_p / g_x <= RATE_FACTOR)
-        return (g_x > 0) & (g_p >= g_x / RATE_FACTOR)
+    valid = (e_x > 0) & (e_p > 0) & np.isfinite(log_ratio) & before
+    regime = valid & alike(local_rates(steps, e_x), local_rates(steps, e_p), space)
+    return _Curves(study, steps, e_x, e_p, f_x, f_p, phi_x, phi_p, log_ratio, valid, regime, space,
+                   int(steps[ends[0]]) if ends.size else None)
 
 
 def probe_values(pair: PairData) -> np.ndarray:
@@ -197,25 +177,24 @@ def seed_at(seed: PairData | None, steps: np.ndarray) -> tuple[np.ndarray, np.nd
     return f_s, e_s
 
 
-def _summarise(study, steps, keep, log_ratio, e_x, e_p, f_x, f_p, phi_x, phi_p, space, min_window) -> WindowEstimate:
-    n = int(keep.sum())
+def _summarise(c: _Curves, keep: np.ndarray, min_window: int) -> WindowEstimate:
+    steps, n = c.steps, int(keep.sum())
     window = (int(steps[keep][0]), int(steps[keep][-1])) if n else None
-    t10 = {"study": _first(steps, phi_x, SATURATED), "reference": _first(steps, phi_p, SATURATED)}
-    t50 = {"study": _first(steps, phi_x, HALF_WAY), "reference": _first(steps, phi_p, HALF_WAY)}
-    phi = {"study": phi_x, "reference": phi_p}
+    t10 = {"study": _first(steps, c.phi_x, SATURATED), "reference": _first(steps, c.phi_p, SATURATED)}
+    t50 = {"study": _first(steps, c.phi_x, HALF_WAY), "reference": _first(steps, c.phi_p, HALF_WAY)}
+    common = dict(steps=steps, log_ratio=c.log_ratio, in_window=keep, min_window=min_window,
+                  phi={"study": c.phi_x, "reference": c.phi_p}, saturated_at=c.saturated_at)
     if n < min_window:
-        return WindowEstimate(study.replicate, space, window, n, math.nan, math.nan, math.nan,
-                              {"study": math.nan, "reference": math.nan}, t10, t50, steps, log_ratio, keep, min_window,
-                              phi)
+        return WindowEstimate(c.study.replicate, c.space, window, n, math.nan, math.nan, math.nan,
+                              {"study": math.nan, "reference": math.nan}, t10, t50, **common)
     t = steps[keep].astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        log_f = np.log10(f_x[keep] / f_p[keep])
+        log_f = np.log10(c.f_x[keep] / c.f_p[keep])
     finite_f = log_f[np.isfinite(log_f)]
-    drift = float(ols_slope(t, log_ratio[keep])) * (t[-1] - t[0])
-    lam = {"study": float(ols_slope(t, np.log(e_x[keep]))), "reference": float(ols_slope(t, np.log(e_p[keep])))}
-    return WindowEstimate(study.replicate, space, window, n, float(np.median(log_ratio[keep])),
+    lam = {"study": float(ols_slope(t, np.log(c.e_x[keep]))), "reference": float(ols_slope(t, np.log(c.e_p[keep])))}
+    return WindowEstimate(c.study.replicate, c.space, window, n, float(np.median(c.log_ratio[keep])),
                           float(np.median(finite_f)) if finite_f.size >= min_window else math.nan,
-                          drift, lam, t10, t50, steps, log_ratio, keep, min_window, phi)
+                          drift(steps, c.log_ratio, keep), lam, t10, t50, **common)
 
 
 def _first(steps: np.ndarray, phi: np.ndarray, level: float) -> int | None:

@@ -13,6 +13,19 @@ With one replicate there is no interval (lo = hi = None): a point estimate only.
 >>> p = pool([1.0, 2.0, 3.0])
 >>> p.mean, round(p.lo, 3), round(p.hi, 3)
 (2.0, -0.484, 4.484)
+
+How many replicates would decide (``replicates_to_clear``): at the observed mean and spread
+(a planning estimate: both assumed to stay as they are), the fewest n >= 2 whose interval
+half-width falls below the gap g between the mean and the value to clear,
+
+    t_{0.975, n-1} * s / sqrt(n) < g
+
+e.g. to exclude 0, g = |xbar|; to lie beyond +-d, g = |xbar| - d; to lie inside (-m, m),
+g = m - |xbar|. None when g <= 0 (no number of replicates clears it at this mean), when
+s is unknown (one replicate), or when n would exceed ``MAX_PLANNED``.
+
+>>> replicates_to_clear(pool([-0.33, -0.56, -0.04]), abs(pool([-0.33, -0.56, -0.04]).mean))
+6
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ from scipy import stats
 from divergence.analysis.trajectories import PairData
 
 CONFIDENCE = 0.95
+MAX_PLANNED = 1000  # beyond this many replicates a plan is "not within reach": None
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,19 @@ def pool(values, confidence: float = CONFIDENCE) -> Pooled:
         return Pooled(mean, None, None, 1, (mean,))
     half = float(stats.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
     return Pooled(mean, mean - half, mean + half, int(x.size), tuple(map(float, x)))
+
+
+def replicates_to_clear(p: Pooled, gap: float, confidence: float = CONFIDENCE,
+                        most: int = MAX_PLANNED) -> int | None:
+    """The fewest replicates whose t interval, at ``p``'s mean and spread, has a half-width under ``gap``."""
+    if p.n < 2 or not math.isfinite(gap) or gap <= 0:
+        return None
+    s = float(np.std(p.values, ddof=1))
+    if s == 0:
+        return 2
+    n = np.arange(2, most + 1)
+    ok = stats.t.ppf(0.5 + confidence / 2, n - 1) * s / np.sqrt(n) < gap
+    return int(n[ok][0]) if ok.any() else None
 
 
 def group(pairs: list[PairData]) -> dict[str, list[PairData]]:

@@ -19,7 +19,8 @@ from divergence.analysis.growth import N_BOOT, Estimate, estimate_growth, layer_
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, nonfinite_layers, top_layers
 from divergence.analysis.replicates import Pooled, group
 from divergence.analysis.trajectories import METRICS, PairData
-from divergence.analysis.verdict import METRIC, Verdict, headline, judge
+from divergence.analysis.headline import headline
+from divergence.analysis.verdict import METRIC, OUTSIDE, Verdict, judge
 
 SCHEMA = 2
 ORDER = ("optimization", "precision", "seed", "control")
@@ -139,12 +140,18 @@ def to_summary(analysis: Analysis) -> dict:
 def verdict_dict(v: Verdict) -> dict:
     """One entry of ``verdicts`` (the schema-2 contract)."""
     usable = [e for e in v.estimates if e.usable]
+    needed = v.replicates_needed or {}
     return {
         "study": v.study, "status": v.status, "headline": v.headline,
         "dose_ratio": {"reference": v.reference, "metric": METRIC, **_pooled(v.dose, "log10"),
-                       "window": list(v.window) if v.window else None},
-        "outcome": {**_pooled(v.outcome, "mean"), "margin": _num(v.margin), "source": v.outcome_source},
+                       "window": list(v.window) if v.window else None,
+                       "common_start": usable[0].window_start if usable else None, "status": v.dose_status,
+                       "replicates_needed": {k: needed.get(k) for k in ("exclude_0", "exclude_0.3_dex")}},
+        "outcome": {**_pooled(v.outcome, "mean"), "margin": _num(v.margin), "source": v.outcome_source,
+                    "status": v.outcome_status, "replicates_needed": needed.get("outcome"),
+                    "margin_factor": _num(v.margin_factor), "saturated": v.saturated},
         "reasons": list(v.reasons), "caveats": list(v.caveats), "indicative": v.indicative,
+        "outside_deployment": next((c for c in v.caveats if c.startswith(OUTSIDE)), None),
         "function_space": {"metric": "probe_rel_diff", **_pooled(v.dose_function, "log10")},
         "flatness": {"drift_dex": _num(v.drift), "max_drift_dex": 0.5, "dose_like": v.dose_like},
         "lambda": {k: _num(np.mean([e.lam[k] for e in usable])) if usable else None for k in ("study", "reference")},
@@ -152,7 +159,7 @@ def verdict_dict(v: Verdict) -> dict:
         "noise_floor_ratio": _num(v.floor), "equivalent_dose": v.equivalent_dose,
         "outcome_per_replicate": {str(r): _num(d) for r, d in v.extra.get("outcome_per_replicate", {}).items()},
         "per_replicate": [{"replicate": e.replicate, "space": e.space, "window": list(e.window) if e.window else None,
-                           "steps_in_window": e.n_window, "log10": _num(e.log10),
+                           "settled_at": e.settled_at, "steps_in_window": e.n_window, "log10": _num(e.log10),
                            "log10_function": _num(e.log10_function), "drift_dex": _num(e.drift),
                            "lambda": {k: _num(x) for k, x in e.lam.items()}, "t10": e.t10, "t50": e.t50}
                           for e in v.estimates],
@@ -191,6 +198,7 @@ def _pair_dict(p: PairData, growth: dict[str, Estimate]) -> dict:
         "name": p.name, "replicate": p.replicate,
         "category": p.category, "description": p.description, "folder": p.folder, "arms": p.arms,
         "finished": p.finished, "last_step": p.last_step, "max_steps": p.max_steps,
+        "numerics": p.numerics, "outside_deployment": p.outside_deployment,
         "tracked_steps": n, "layers": len(p.layers), "probe": p.has_probe(),
         "growth_rate": {m: asdict(growth[m]) for m in METRICS},
         "model": {m: {"first": float(p.model[m][0]) if n else None, "final": float(p.model[m][-1]) if n else None,

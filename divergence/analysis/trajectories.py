@@ -62,6 +62,9 @@ class PairData:
     rel_l2: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # the function-space probe at the tracked steps: PROBE_KEYS -> (T,), NaN where not recorded
     probe: dict[str, np.ndarray] = field(default_factory=dict)
+    # pair.json's numerics of each arm ({} when not recorded) and its outside-deployment line
+    numerics: dict = field(default_factory=dict)
+    outside_deployment: str | None = None
 
     @property
     def label(self) -> str:
@@ -118,6 +121,8 @@ def pair_from_records(info, step_records: list[dict], tensor_records, folder: st
         recipe=dict(getattr(info, "recipe", None) or {}),
         rel_l2=np.array([_model_value(r, by_step[r["step"]], "rel_l2") for r in tracked], dtype=float),
         probe={k: np.array([_float(r.get(k)) for r in tracked]) for k in PROBE_KEYS},
+        numerics=dict(getattr(info, "numerics", None) or {}),
+        outside_deployment=getattr(info, "outside_deployment", None),
     )
 
 

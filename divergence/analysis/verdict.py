@@ -3,16 +3,27 @@ leave the outcome within seed-to-seed spread? (``METHOD.md``, "Verdict".)
 
 Per replicate r, ``dose.estimate`` gives lr_r = median over the unsaturated window of
 log10(E_X / E_P); replicates pool to a mean with a t interval [lo, hi] (``replicates.pool``).
-The outcome Delta (``outcome``) pools the same way, against the margin m = 0.5 sigma_S.
+The outcome Delta (``outcome``) pools the same way, against the margin m = 0.5 sigma_S. Two
+questions, each decided on its own, then one status:
 
-    bounded       hi < 0 (X perturbs less than P) and the outcome interval lies within (-m, m)
-    not_bounded   lo > 0, or the outcome interval lies wholly outside (-m, m)
-    inconclusive  anything else, with the reason; also when log10(E_X/E_P) drifts by more than
-                  0.5 dex across the window ("not dose-like": no single ratio describes it)
+    dose (horizon-free), from [lo, hi]:
+        bounded       hi < 0 (X perturbs less than P)
+        not_bounded   lo > 0
+        inconclusive  otherwise, or when log10(E_X/E_P) drifts by more than 0.5 dex across the
+                      window ("not dose-like": no single ratio describes it)
+    outcome (the end of training), from its interval against (-m, m): within / shifted /
+        undecided (``outcome.decide``); a pair saturated at the end is held to the seed spread
+        itself (m = sigma_S: "no larger than a seed change's")
+    status        the dose's; a shifted outcome makes it not_bounded (and is always said); an
+                  undecided outcome is said with the replicates that would decide it, and does not
+                  by itself make the verdict inconclusive
     no_verdict    no reference pair P; no replicate with a window of at least 5 steps ("track
                   earlier"); or a control pair whose difference is at least as large as X's
     preliminary   one replicate: point estimates, no interval; ``indicative`` says what the
                   point estimates alone would give
+
+Replicates that would decide (``replicates.replicates_to_clear``, at the observed mean and
+spread): to exclude 0 from the dose interval, and to put it beyond +-0.3 dex (a factor 2).
 
 The noise floor (refines METHOD.md's "control pair not exactly zero"): the control pair C
 trains two identical arms, so any E_C > 0 is run-to-run nondeterminism of the hardware and
@@ -36,15 +47,19 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from divergence.analysis import outcome
-from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate, local_rates
+from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate_replicates, local_rates
+from divergence.analysis.headline import STATUS_WORDS, factor_text, headline, percent
 from divergence.analysis.layers import noise_floor
-from divergence.analysis.replicates import Pooled, pool, replicate_of
+from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
 from divergence.analysis.trajectories import PairData
 
+MARGIN_FACTOR = outcome.MARGIN_FACTOR
+
 STATUSES = ("bounded", "not_bounded", "inconclusive", "no_verdict", "preliminary")
-STATUS_WORDS = {"bounded": "Bounded", "not_bounded": "Not bounded", "inconclusive": "Inconclusive",
-                "no_verdict": "No verdict", "preliminary": "Preliminary (single replicate, no interval)"}
+DOSE_STATUSES = ("bounded", "not_bounded", "inconclusive")
 MAX_DRIFT = 0.5  # dex across the window: beyond it the ratio is "not dose-like"
+OUTSIDE = "studied outside its deployment numerics"  # the caveat's opening words
+FACTOR_2_DEX = 0.3  # log10(2): an interval beyond +-0.3 dex says "at least 2x less (more)"
 MAX_DISAGREEMENT = 0.3  # dex between the weight-space and function-space dose ratios
 METRIC = "rel_l2"
 
@@ -69,6 +84,13 @@ class Verdict:
     indicative: str | None = None  # a preliminary verdict's status from point estimates
     equivalent_dose: float | None = None  # relative gradient noise per step, from a calibration
     extra: dict = field(default_factory=dict)
+    dose_status: str | None = None  # DOSE_STATUSES, from the dose interval alone (None: no dose read)
+    outcome_status: str | None = None  # outcome.OUTCOME_STATUSES, from the outcome interval alone
+    # replicates that would decide, at the observed mean and spread: "exclude_0", "exclude_0.3_dex"
+    # (the dose interval) and "outcome"; None where none within reach (or one replicate)
+    replicates_needed: dict = field(default_factory=dict)
+    saturated: bool = False  # X saturated at the end: its outcome is held to the seed spread itself
+    margin_factor: float = MARGIN_FACTOR  # m = margin_factor x sigma_S
 
     @property
     def dose_like(self) -> bool:
@@ -98,19 +120,35 @@ def judge(study: list[PairData], reference: list[PairData], seeds: list[PairData
     where = outcome.source(study + seeds)
     deltas = {p.replicate: outcome.delta(p, where) for p in study if p.replicate in {e.replicate for e in usable}}
     result = pool(list(deltas.values()))
-    m, margin_caveat = outcome.margin(seeds, where, margin_factor)
+    saturated = outcome.saturated_at_end([phi_at_end(e) for e in usable])
+    factor = max(margin_factor, outcome.SATURATED_FACTOR) if saturated else margin_factor
+    m, margin_caveat = outcome.margin(seeds, where, factor)
     caveats += [c for c in (margin_caveat, floor_text, _disagreement(dose, dose_f)) if c]
     drift = float(np.mean([e.drift for e in usable]))
-    status, reasons = _status(dose, result, m, drift, seeds)
+    dose_status, reasons = _dose_status(dose, drift)
+    outcome_status, outcome_needed = outcome.decide(result, m)
+    reasons += _outcome_reasons(outcome_status, result, m, seeds)
+    status = "not_bounded" if outcome_status == "shifted" else dose_status
     indicative = None
     if dose.n == 1:
-        status, indicative = "preliminary", status
+        status, indicative = "preliminary", _indicative(dose_status, result, m)
     window = (min(e.window[0] for e in usable), max(e.window[1] for e in usable))
+    needed = {"exclude_0": replicates_to_clear(dose, abs(dose.mean)),
+              "exclude_0.3_dex": replicates_to_clear(dose, abs(dose.mean) - FACTOR_2_DEX), "outcome": outcome_needed}
     v = Verdict(name, reference[0].name, status, "", tuple(reasons), tuple(caveats), dose, dose_f, window,
                 tuple(estimates), drift, result, where, m, floor, indicative,
                 extra={"outcome_per_replicate": deltas,
-                       "seed_outcome_per_replicate": {p.replicate: outcome.delta(p, where) for p in seeds}})
+                       "seed_outcome_per_replicate": {p.replicate: outcome.delta(p, where) for p in seeds}},
+                dose_status=dose_status, outcome_status=outcome_status, replicates_needed=needed,
+                saturated=saturated, margin_factor=factor)
     return _with_headline(v, label, reference[0].label, floor_text)
+
+
+def phi_at_end(e: WindowEstimate) -> float:
+    """phi of the pair under study at its last tracked step with a finite phi (NaN: none)."""
+    phi = np.asarray(e.phi.get("study", np.zeros(0)), dtype=float)
+    finite = phi[np.isfinite(phi)]
+    return float(finite[-1]) if finite.size else math.nan
 
 
 def _all_zero(runs: list[PairData]) -> bool:
@@ -125,7 +163,7 @@ def _no_drift(study, reference, caveats) -> Verdict:
             f"equal at every tracked step of {'every replicate' if len(study) > 1 else 'its run'}, where "
             f"{reference[0].label}'s differ.")
     return Verdict(study[0].name, reference[0].name, status, text, (), tuple(caveats),
-                   indicative="bounded" if status == "preliminary" else None)
+                   indicative="bounded" if status == "preliminary" else None, dose_status="bounded")
 
 
 def _why_no_window(study, reference, estimates, min_window) -> str:
@@ -147,52 +185,65 @@ def _why_no_window(study, reference, estimates, min_window) -> str:
 def _setup_caveats(study: list[PairData], controls: list[PairData]) -> list[str]:
     out = [] if controls else ["no control pair: determinism was not checked, so part of each pair's difference "
                                "may be run-to-run noise (add a control pair: both arms identical)"]
+    outside = next((p.outside_deployment for p in study if p.outside_deployment), None)
+    if outside:
+        out.append(f"{OUTSIDE}: {outside}")
     out += [f"{p.key} is unfinished (last step {p.last_step} of {p.max_steps}): the estimate reads the steps it "
             "reached" for p in study if not p.finished]
     return out
 
 
 def _estimates(study, reference, seeds, start, min_window) -> tuple[list[WindowEstimate], list[str]]:
-    estimates, caveats = [], []
+    runs, caveats = [], []
     for x in study:
         p = replicate_of(reference, x.replicate)
         if p is None:
             caveats.append(f"replicate {x.replicate} of {x.name} has no replicate {x.replicate} of "
                            f"{reference[0].name} (common random numbers): left out")
             continue
-        s = replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None)
-        estimates.append(estimate(x, p, s, start, min_window))
+        runs.append((x, p, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None)))
+    estimates = estimate_replicates(runs, start, min_window)
     short = [e.replicate for e in estimates if not e.usable]
     if short and len(short) < len(estimates):
         caveats.append(f"replicate(s) {', '.join(map(str, short))} left out: window under {min_window} steps")
     return estimates, caveats
 
 
-def _status(dose: Pooled, result: Pooled, m: float, drift: float, seeds) -> tuple[str, list[str]]:
-    lo, hi = (dose.lo, dose.hi) if dose.interval else (dose.mean, dose.mean)
-    olo, ohi = (result.lo, result.hi) if result.interval else (result.mean, result.mean)
-    has_margin = math.isfinite(m) and m > 0
-    has_outcome = math.isfinite(olo) and math.isfinite(ohi)
+def _dose_status(dose: Pooled, drift: float) -> tuple[str, list[str]]:
+    """The dose question alone: bounded / not_bounded / inconclusive, with the reason."""
     if abs(drift) > MAX_DRIFT:
         return "inconclusive", [f"not dose-like: log10(E_X/E_P) drifts by {drift:+.2f} dex across the window "
                                 f"(more than {MAX_DRIFT}); read the curve, not a single ratio"]
-    if lo > 0 or (has_margin and has_outcome and (olo >= m or ohi <= -m)):
-        return "not_bounded", []
-    within = has_margin and has_outcome and -m < olo and ohi < m
-    if hi < 0 and within:
+    lo, hi = (dose.lo, dose.hi) if dose.interval else (dose.mean, dose.mean)
+    if hi < 0:
         return "bounded", []
-    reasons = []
-    if not hi < 0:
-        reasons.append(f"the dose ratio's interval ({lo:+.2f} to {hi:+.2f} dex) holds 0: X and P are not told apart")
+    if lo > 0:
+        return "not_bounded", []
+    return "inconclusive", [f"the dose ratio's interval ({lo:+.2f} to {hi:+.2f} dex) holds 0: X and P are not "
+                            "told apart"]
+
+
+def _outcome_reasons(status: str, result: Pooled, m: float, seeds) -> list[str]:
+    """Why the outcome is undecided (none when it is decided)."""
+    if status != "undecided":
+        return []
     if not seeds:
-        reasons.append("no seed pair: the outcome has no margin (sigma_S); add a seed pair with replicates")
-    elif not has_margin:
-        reasons.append("the seed pair's outcome spread is zero or unknown: no margin for the outcome test")
-    elif not has_outcome:
-        reasons.append("no loss records to compare the outcome on")
-    elif not within:
-        reasons.append(f"the outcome interval ({olo:+.3g} to {ohi:+.3g}) crosses the margin +/-{m:.3g}")
-    return "inconclusive", reasons
+        return ["no seed pair: the outcome has no margin (sigma_S); add a seed pair with replicates"]
+    if not (math.isfinite(m) and m > 0):
+        return ["the seed pair's outcome spread is zero or unknown: no margin for the outcome test"]
+    if not math.isfinite(result.mean):
+        return ["no loss records to compare the outcome on"]
+    if not result.interval:
+        return []
+    return [f"the outcome interval ({percent(result.lo)} to {percent(result.hi)}) crosses the margin "
+            f"+/-{percent(m)[1:]}"]
+
+
+def _indicative(dose_status: str, result: Pooled, m: float) -> str:
+    """A single replicate's status from point estimates: the dose's, not bounded past the margin."""
+    if math.isfinite(m) and m > 0 and math.isfinite(result.mean) and abs(result.mean) >= m:
+        return "not_bounded"
+    return dose_status
 
 
 def _floor(study: list[PairData], controls: list[PairData]) -> tuple[float | None, str | None, str | None]:
@@ -215,9 +266,9 @@ def _floor(study: list[PairData], controls: list[PairData]) -> tuple[float | Non
     n = float(10 ** np.median(logs))
     if n <= 1:
         return n, None, (f"control pair {name} (two identical arms) differs as much as or more than {study[0].name} "
-                         f"({_factor(n)}x its difference): the change cannot be told apart from run-to-run "
+                         f"({factor_text(n)}x its difference): the change cannot be told apart from run-to-run "
                          "nondeterminism; make training deterministic (train.deterministic) and rerun")
-    return n, (f"{study[0].label}'s deviation is {_factor(n)} times the run-to-run floor of this hardware "
+    return n, (f"{study[0].label}'s deviation is {factor_text(n)} times the run-to-run floor of this hardware "
                f"(control pair {name} is not exactly zero)"), None
 
 
@@ -234,56 +285,3 @@ def _no_verdict(name, reference, reason, floor=None, label: str | None = None) -
 
 def _with_headline(v: Verdict, label: str, ref_label: str, floor_text: str | None) -> Verdict:
     return replace(v, headline=headline(v, label, ref_label, floor_text))
-
-
-def headline(v: Verdict, label: str, ref_label: str, floor_text: str | None = None) -> str:
-    """One paragraph a person reads: status, dose ratio with its interval, outcome, floor, equivalent dose."""
-    word = STATUS_WORDS[v.status]
-    if v.status == "no_verdict":
-        return f"{word} for {label}: {v.reasons[0]}."
-    span = f"window steps {v.window[0]}-{v.window[1]}"
-    if not v.dose_like:
-        text = (f"{word}: {label} vs {ref_label} is not dose-like: log10(E_X/E_P) drifts by {v.drift:+.2f} dex "
-                f"across {span}, so no single ratio describes it; see the curve.")
-    else:
-        direction = "less" if v.dose.mean < 0 else "more"
-        if v.dose.interval:
-            numbers = (f"log10 dose ratio {v.dose.mean:+.2f}, 95% CI {v.dose.lo:+.2f} to {v.dose.hi:+.2f}, "
-                       f"{v.dose.n} replicates, {span}")
-        else:
-            numbers = f"log10 dose ratio {v.dose.mean:+.2f}, {span}"
-        text = (f"{word}: {label} perturbs training {_factor(10 ** abs(v.dose.mean))}x {direction} than {ref_label} "
-                f"({numbers}); {_outcome_text(v)}.")
-    if v.indicative:
-        text += f" The point estimates alone read {v.indicative.replace('_', ' ')}; train more replicates."
-    if floor_text:
-        text += f" {floor_text[0].upper()}{floor_text[1:]}."
-    if v.equivalent_dose is not None:
-        text += f" It perturbs training like a relative gradient noise of {v.equivalent_dose:.1g} per step."
-    return text
-
-
-def _outcome_text(v: Verdict) -> str:
-    o = v.outcome
-    if not math.isfinite(o.mean):
-        return "no outcome (no loss records)"
-    what = "final probe-loss difference" if v.outcome_source == "probe" else "final training-loss difference"
-    ci = f" (95% CI {_pct(o.lo)} to {_pct(o.hi)})" if o.interval else ""
-    margin = f"the seed margin +/-{_pct(v.margin)[1:]}" if math.isfinite(v.margin) else "no seed margin"
-    return f"{what} {_pct(o.mean)}{ci} against {margin}"
-
-
-def _pct(x: float) -> str:
-    """A relative difference in percent, two significant digits: +0.12%, -3e-05%."""
-    return f"{100 * x:+.2g}%"
-
-
-def _factor(value: float) -> str:
-    """A factor for people: 1000, 3.2, 1.2e+05."""
-    if not math.isfinite(value):
-        return "inf" if value > 0 else "nan"
-    if value >= 1e4:
-        return f"{value:.1e}"
-    if value >= 10:
-        return f"{value:.0f}"
-    return f"{value:.2g}"

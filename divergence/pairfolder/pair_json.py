@@ -18,7 +18,13 @@ Keys (``docs/pair-folder.md``; ``PairInfo`` holds them):
 - ``tracking``: the comparison schedule (``every``, ``dense`` as ``[[until, every], ...]``,
   ``checkpoint_every``, the spike rule ``spike_factor``/``spike_window``; the built-in trainer
   adds ``probe`` and ``attention_every``); ``{}`` when absent;
-- ``log`` (optional): the ``log`` section ``divergence watch`` sends its logs with.
+- ``log`` (optional): the ``log`` section ``divergence watch`` sends its logs with;
+- ``numerics``: what each arm trains in, ``{"a": {...}, "b": {...}}`` with ``device`` (cpu,
+  cuda), ``precision``, ``attention`` (the kernel), ``tf32``, ``deterministic`` and
+  ``cpu_threads`` (torch intra-op threads, resolved); written by the built-in trainer, ``{}``
+  when absent (older folders, other writers); a resume must train in the same numerics;
+- ``outside_deployment``: one line when an arm trains a variant outside the numerics it is used
+  in (``divergence.variants.deployment``: sdpa-flash in fp32, tf32 on a CPU), else null.
 
 Keys this version does not know are kept when ``PairInfo`` rewrites the file (``extra``), so a
 reader that marks a pair finished never drops what a newer writer put there.
@@ -53,6 +59,8 @@ class PairInfo:
     recipe: dict = field(default_factory=dict)
     replicate: int = 0
     tracking: dict = field(default_factory=dict)
+    numerics: dict = field(default_factory=dict)
+    outside_deployment: str | None = None
     contract: int = CONTRACT
     # keys of pair.json this version does not know (``log``, a newer writer's): written back as read
     extra: dict = field(default_factory=dict, repr=False)

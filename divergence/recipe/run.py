@@ -145,9 +145,11 @@ class TrainConfig:
     strategy: str = "auto"
     # Nodes (Lightning ``num_nodes``).
     num_nodes: int = 1
-    # torch intra-op CPU threads (0: torch's default, one per core). On a shared machine fewer
-    # threads than cores can be much faster. Bitwise comparisons on the CPU need equal settings.
-    cpu_threads: int = 0
+    # torch intra-op CPU threads of the run (or of a lockstep pair's job). A CPU splits its
+    # reductions by thread, so a run's numbers depend on it: fixed here, the same whatever the
+    # machine or ``divergence study --jobs``, recorded in pair.json, and a resume may not change it.
+    # 0: torch's default (one per core: the numbers then depend on the machine).
+    cpu_threads: int = 1
     # Deterministic kernels (torch.use_deterministic_algorithms, cuDNN benchmark off, the cuBLAS
     # workspace CUBLAS_WORKSPACE_CONFIG=:4096:8), so a control pair is exactly zero on a GPU too;
     # false trades that for speed (see divergence.training.determinism).

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from divergence.analysis import METRIC_LABELS, METRICS, Analysis, PairData, kind_table, top_layers
 from divergence.analysis.growth import Estimate
+from divergence.analysis.headline import replicates_sentence
 
 ROLES = {"optimization": "under study", "precision": "reference (the dose ratio's yardstick)",
          "seed": "ceiling (phi) and outcome margin", "control": "noise floor"}
@@ -25,20 +26,30 @@ METHOD = [
     "Every pair's difference grows at the same exponential rate (the recipe's lambda) until it saturates near "
     "the seed-to-seed level, the larger dose first, so E_X(t) / E_P(t) is the ratio of the per-step doses "
     "while both grow, whatever the horizon, whereas a ratio of slopes drifts with the horizon and crosses 1.",
-    "Dose ratio: per replicate, the median of log10(E_X / E_P) over the unsaturated window (the first stretch "
+    "Dose ratio: per replicate, the median of log10(E_X / E_P) over the unsaturated window: the first stretch "
     "of steps, before either pair's E reaches 0.1 E_seed, where their local log-growth rates are within a "
-    "factor 2; without the probe, where the reference still grows at least half as fast as the pair under "
-    "study); pooled as a mean over replicates "
-    "with a t interval. A drift above 0.5 dex across the window is 'not dose-like'. The function-space twin "
-    "uses F instead of E. lambda: slope of ln E over the window; t10 / t50: first step with phi >= 0.1 / 0.5.",
+    "factor 2 (without the probe: where the reference still grows at least half as fast as the pair under "
+    "study), read from one first step common to the replicates, past every replicate's first-steps transient "
+    "(the first step from which its log10(E_X / E_P) stays within 0.05 dex of its plateau for the rest of the "
+    "shared regime). Pooled as a mean over replicates with a t interval. A drift above 0.5 dex across the "
+    "window is 'not dose-like'. The function-space twin uses F instead of E. lambda: slope of ln E over the "
+    "window; t10 / t50: first step with phi >= 0.1 / 0.5.",
     "Outcome: Delta = mean over the last 10% of steps of (l_a - l_b) / l_b (probe losses, else training losses "
-    "on the shared batches), against the margin m = 0.5 x the seed pair's spread of Delta over replicates.",
-    "Verdict: bounded when the dose ratio's interval lies below 0 (X perturbs less than low precision) and the "
-    "outcome interval lies within (-m, m); not bounded when the dose ratio's interval lies above 0 or the "
-    "outcome interval lies outside (-m, m); inconclusive otherwise, with the reason; no verdict without a "
-    "precision pair, with a window under 5 steps, or with a control pair (two identical arms) that differs as "
-    "much as the pair under study. A non-zero control smaller than that is the hardware's run-to-run floor, and "
-    "the pair is stated against it. One replicate gives point estimates only: preliminary.",
+    "on the shared batches), against the margin m = 0.5 x the seed pair's spread of Delta over replicates; a pair "
+    "under study past half way to a different-seed model at the end (phi >= 0.5) is held to the seed spread "
+    "itself ('no larger than a seed change's').",
+    "Two answers, each decided on its own. The dose: bounded when its interval lies below 0 (X perturbs less "
+    "than low precision), not bounded above 0, inconclusive otherwise. The outcome: within when its interval "
+    "lies inside (-m, m), shifted when wholly outside, undecided otherwise. The verdict's status is the dose's; "
+    "a shifted outcome makes it not bounded; an undecided outcome is said with the replicates that would decide "
+    "it. Replicates that would decide are planned at the observed mean and spread (the fewest n whose t "
+    "interval clears the bound). No verdict without a precision pair, with a window under 5 steps, or with a "
+    "control pair (two identical arms) that differs as much as the pair under study; a non-zero control "
+    "smaller than that is the hardware's run-to-run floor, and the pair is stated against it. One replicate "
+    "gives point estimates only: preliminary.",
+    "Deployment numerics: an optimization is measured where it runs. A flash kernel is used under fp16/bf16 "
+    "autocast, so a study trains both arms of its pair there; a pair trained outside its deployment numerics is "
+    "said in a caveat. Each arm's numerics (device, precision, kernel, TF32, threads) are in its pair.json.",
     "Appendix: the first version's ratio of growth rates (least-squares slope of the raw metric over the whole "
     "run, bootstrap over layers and steps) is kept for comparison. It depends on the horizon and the verdict "
     "does not use it.",
@@ -136,8 +147,10 @@ def estimates_table(analysis: Analysis) -> Table:
 
 
 def notes(v) -> list[str]:
-    """A verdict's reasons and caveats, less those its headline already says."""
-    return [n for n in (*v.reasons, *v.caveats) if n.lower() not in v.headline.lower()]
+    """A verdict's reasons and caveats, less those its headline already says; then what more
+    replicates would do to the dose interval."""
+    said = [n for n in (*v.reasons, *v.caveats) if n.lower() not in v.headline.lower()]
+    return said + [s for s in (replicates_sentence(v),) if s]
 
 
 def signed(value) -> str:

@@ -13,6 +13,8 @@ Summary keys (``flat_summary``), each path segment key-safe (``flash-vs-baseline
     report/dose_ratio/<safe study>/log10, lo, hi     the dose ratio (summary.json schema 2), and
     report/dose_ratio/<safe study>/replicates        its window as window_start, window_end
     report/outcome/<safe study>/mean, lo, hi, margin
+    report/dose_ratio/<safe study>/status            bounded / not_bounded / inconclusive (the dose alone)
+    report/outcome/<safe study>/status               within / shifted / undecided (the outcome alone)
     verdict/<study>/status, verdict/<study>/headline, ratio/<study>/<metric>/<reference>/<key>,
     growth/<pair>/<metric>/<key>                     the earlier keys, unchanged
 
@@ -68,8 +70,9 @@ def _report_keys(verdict: dict) -> dict:
         flat[f"report/dose_ratio/{study}/{key}"] = dose.get(key)
     window = dose.get("window") or (None, None)
     flat[f"report/dose_ratio/{study}/window_start"], flat[f"report/dose_ratio/{study}/window_end"] = window
-    for key in ("mean", "lo", "hi", "margin"):
+    for key in ("mean", "lo", "hi", "margin", "status"):
         flat[f"report/outcome/{study}/{key}"] = (verdict.get("outcome") or {}).get(key)
+    flat[f"report/dose_ratio/{study}/status"] = dose.get("status")
     return flat
 
 

@@ -12,12 +12,21 @@
       control: pairs/control.yaml          # the harness's zero check
     tracking: {every: 10}
     replicates: 3                          # replicates of every pair but the control (one suffices)
+    numerics: deployment                   # the pair under study in its deployment numerics (or: base)
     jobs: auto
 
 Every pair is rewritten onto the study's base (its own ``base`` and ``recipe`` are replaced,
 its arms and name kept), so the pairs differ only in their arms. ``precision: auto`` picks
 fp16-vs-fp32, the paper's pair, where fp16 is fast (a CUDA GPU); on a CPU, whose fp16 autocast
 runs 10-20x slower than fp32 here, it picks bf16-vs-fp32, and the report says so.
+
+Deployment numerics (``numerics: deployment``, the default): the pair under study trains in the
+numerics its variants are used in (``divergence.variants.deployment``): flash-vs-baseline with
+both arms under bf16 autocast (its base's precision when that is already fp16/bf16, as on a GPU
+recipe), while the precision reference compares bf16 with fp32 on the same base and the seed
+pair and the control train on the base as it is. ``numerics: base`` trains every pair on the
+base as it is (a flash pair then in fp32: outside its deployment, which ``pair.json`` and the
+report say in one line); so does a ``train.precision=...`` override on the command line.
 
 Replicate r of every pair trains with the pair recipe's ``replicate: r`` (see
 ``divergence.recipe.pair.replicate_seed``): the pairs of one replicate start from the same
@@ -39,10 +48,12 @@ from divergence.recipe.pair import PAIR_KEYS, existing_file, pair_name
 from divergence.recipe.schema import apply_overrides, load_yaml
 from divergence.recipe.yaml_safe import short
 
-STUDY_KEYS = {"name", "description", "base", "recipe", "study", "references", "tracking", "jobs", "replicates"}
+STUDY_KEYS = {"name", "description", "base", "recipe", "study", "references", "tracking", "jobs", "replicates",
+              "numerics"}
 # Command-line KEY=VALUE overrides that change the study itself; every other one goes to each pair.
-STUDY_OVERRIDES = ("base=", "study=", "study.", "references.", "jobs=", "name=", "replicates=")
+STUDY_OVERRIDES = ("base=", "study=", "study.", "references.", "jobs=", "name=", "replicates=", "numerics=")
 REFERENCE_ROLES = ("seed", "precision", "control")
+NUMERICS = ("deployment", "base")
 PRECISION_AUTO = {"cuda": "pairs/fp16-vs-fp32.yaml", "cpu": "pairs/bf16-vs-fp32.yaml"}
 
 
@@ -82,8 +93,12 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
     if "base" not in data:
         raise RecipeError(f"{path}: missing key 'base' (the run recipe every pair trains, e.g. base: tiny.yaml)")
     base = _existing(path.parent / str(data["base"]), "base", path)
+    numerics = data.get("numerics", "deployment")
+    if numerics not in NUMERICS:
+        raise RecipeError(f"{path}: numerics: expected one of {', '.join(NUMERICS)}, got {short(numerics)}")
     shared = {"base": str(base), "recipe": data.get("recipe") or {}, "tracking": data.get("tracking") or {}}
-    pairs = [_pair("study", data.get("study"), path, shared)]
+    study = _pair("study", data.get("study"), path, shared)
+    pairs = [_in_deployment(study, path) if numerics == "deployment" else study]
     references = data.get("references") or {}
     if not isinstance(references, dict) or set(references) - set(REFERENCE_ROLES):
         raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(REFERENCE_ROLES)}")
@@ -142,6 +157,31 @@ def in_study(message: str, pair: StudyPair, study: Study) -> str:
     if pair.file:
         return f"{study.source}: {pair.key} ({pair.file}): {message}"
     return f"{study.source}: {pair.key}{'.' if root in PAIR_KEYS else ': '}{message}"
+
+
+def _in_deployment(pair: StudyPair, study_path: Path) -> StudyPair:
+    """The pair under study in its variants' deployment numerics: the precision set for both arms
+    (arms whose own variants set one keep theirs), with a note; unchanged when the base serves."""
+    from divergence.recipe.run import RunRecipe
+    from divergence.variants import parse_variant
+    from divergence.variants.deployment import deployment_precision
+
+    arms = pair.recipe.get("arms") if isinstance(pair.recipe.get("arms"), dict) else {}
+    variants = [parse_variant(spec, f"{study_path}: study: arms.{arm}[{i}]")
+                for arm, specs in arms.items() for i, spec in enumerate(specs or [])]
+    recipe = pair.recipe["recipe"]
+    base_precision = (((recipe.get("train") or {}).get("precision"))
+                      or ((load_yaml(Path(pair.recipe["base"])).get("train") or {}).get("precision"))
+                      or RunRecipe().train.precision)
+    precision = deployment_precision(variants, base_precision)
+    if precision is None:
+        return pair
+    train = {**(recipe.get("train") or {}), "precision": precision}
+    used = ", ".join(dict.fromkeys(d.what for d in (v.deployment() for v in variants) if d and d.precisions))
+    note = (f"both arms train in {precision}, where {used} is used (its deployment numerics; the base trains in "
+            f"{base_precision}); numerics=base studies it in the base's")
+    return StudyPair(pair.role, pair.name, {**pair.recipe, "recipe": {**recipe, "train": train}},
+                     "; ".join(n for n in (pair.note, note) if n))
 
 
 def _existing(path: Path, key: str, study_path: Path) -> Path:

@@ -128,7 +128,7 @@ def run_jobs(jobs: list[PairJob], overrides: list[str], parallel: int, show_prog
         with signals_raise():  # SIGTERM and SIGHUP, like Ctrl-C, reach the except below
             while waiting or running:
                 while waiting and len(running) < parallel:
-                    running.append(_start(waiting.pop(0), overrides, parallel))
+                    running.append(_start(waiting.pop(0), overrides))
                 time.sleep(POLL_SECONDS)
                 _update(jobs, bars, overall)
                 for job in [j for j in running if j.process.poll() is not None]:
@@ -158,11 +158,11 @@ def _end(processes: list[subprocess.Popen]) -> None:
             process.wait()
 
 
-def _start(job: PairJob, overrides: list[str], parallel: int) -> PairJob:
+def _start(job: PairJob, overrides: list[str]) -> PairJob:
     command = [sys.executable, "-m", "divergence", "train", "--recipe", str(job.recipe_path), "--out", str(job.out),
                *overrides, "log.progress_bar=false"]
-    if parallel > 1:
-        command.append("train.cpu_threads=1")  # pairs side by side: one core each, no oversubscription
+    # no thread count here: train.cpu_threads is the recipe's, the same whatever ``parallel`` (a
+    # CPU's numbers depend on it), so a study gives the same numbers with --jobs 1 and --jobs 2
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # each job its own wandb service
     env.setdefault("WANDB_RUN_GROUP", job.out.parent.name)  # one wandb group: the study folder's name
     job.out.mkdir(parents=True, exist_ok=True)

@@ -7,10 +7,15 @@ the metrics store, ``losses.jsonl``); and a saved recipe (``recipe.yaml`` or ``p
 that differs from the command's in a key that changes what is computed.
 
 Keys that may differ: those a resumed run may change (``train.max_steps`` extends a run; the
-cadence of checkpoints, samples and logs; threads and workers), the tracking of a lockstep
+cadence of checkpoints, samples and logs; data workers), the tracking of a lockstep
 pair (the tracker's own), and for separate arms how each job runs (devices, strategy, accumulate). A key
 absent from an older folder's saved recipe is no change when its current value is the key's
 default (the folder was written before the key existed, and read as its default).
+
+``train.cpu_threads`` may not change on a resume: a CPU splits its reductions by thread, so the
+same replicate trained with 1 and with 2 threads differs from the first step (``check_numerics``
+also compares the numerics a lockstep pair recorded in ``pair.json``: device, precision, kernel,
+TF32 and the resolved thread count, which ``cpu_threads: 0`` leaves to the machine).
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ from divergence.errors import UserInputError
 from divergence.recipe.yaml_safe import read_yaml
 
 # Keys of a run recipe that may differ between a folder and the command resuming it.
-RESUMABLE_CHANGES = ("train.max_steps", "train.checkpoint_every", "train.cpu_threads", "data.workers", "log.",
-                     "sample.every", "sample.enabled")
+RESUMABLE_CHANGES = ("train.max_steps", "train.checkpoint_every", "data.workers", "log.", "sample.every",
+                     "sample.enabled")
 # Keys of pair.yaml that may differ between the jobs of one pair folder: how each job runs,
 # not what it computes. Different global batches (batch_size x devices x num_nodes x accumulate)
 # are refused separately (``separate_arm.check_arm_folder``): they change the batches.
@@ -74,6 +79,23 @@ def check_folder(out: Path, kind: FolderKind, config: dict, *, arm: str | None =
         if key is not None:
             raise UserInputError(f"--out {out}: its {kind.saved} ({kind.what}) has {key} = {old!r}, this command "
                                  f"{new!r}; {kind.fix}")
+
+
+def check_numerics(out: Path, numerics: dict) -> None:
+    """Refuse to resume the lockstep pair in ``out`` in other numerics than ``pair.json`` recorded
+    (``numerics``: arm -> ``arm_numerics``); folders written before the key pass."""
+    from divergence.pairfolder.pair_json import FILENAME, read_pair_json
+
+    if not ((out / "resume").is_dir() and (out / FILENAME).is_file()):
+        return
+    saved = read_pair_json(out).get("numerics") or {}
+    for arm in sorted(set(saved) & set(numerics)):
+        for key in sorted(set(saved[arm] or {}) & set(numerics[arm])):
+            if saved[arm][key] != numerics[arm][key]:
+                raise UserInputError(f"--out {out}: its {FILENAME} says arm {arm} trained with {key} = "
+                                     f"{saved[arm][key]!r}, this command {numerics[arm][key]!r}; resume in the "
+                                     f"numerics the pair started in (set train.cpu_threads, train.accelerator to "
+                                     "match) or choose a new --out")
 
 
 def first_change(saved: dict, now: dict, kind: FolderKind) -> tuple:

@@ -30,12 +30,13 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
     from divergence.training.callbacks.divergence import DivergenceTracker
     from divergence.training.fit import fit, global_rank_zero, writable_folder
-    from divergence.training.folder_check import LOCKSTEP, check_folder
+    from divergence.training.folder_check import LOCKSTEP, check_folder, check_numerics
     from divergence.training.loggers import RunIdentity
-    from divergence.training.pair_setup import pair_config, pair_module, write_pair_files
+    from divergence.training.pair_setup import pair_config, pair_module, pair_numerics, write_pair_files
 
     out = Path(out)
     check_folder(out, LOCKSTEP, pair_config(pair))
+    check_numerics(out, pair_numerics(pair))
     module = pair_module(pair)  # builds both arms: bad variants fail before any file is written
     if global_rank_zero():
         writable_folder(out)

@@ -19,6 +19,7 @@ from divergence.pairfolder.pair_json import FILENAME as PAIR_INFO_FILE
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.recipe.schema import to_dict
+from divergence.variants.deployment import arm_numerics, outside_deployment
 
 # Recipe sections that decide the inputs: both arms must agree on them to share one batch.
 SHARED_INPUTS = ("data", "noise", "model.tokenizer", "model.vae", "train.batch_size", "train.max_steps")
@@ -41,9 +42,16 @@ def pair_module(pair: PairRecipe, arms: tuple[str, ...] = ARMS):
 
 def pair_info(pair: PairRecipe) -> PairInfo:
     """The ``pair.json`` of a pair that starts training (``finished`` false)."""
+    numerics = pair_numerics(pair)
     return PairInfo(name=pair.name, category=pair.category, arms=pair.labels(), description=pair.summary_line(),
                     max_steps=pair.base.train.max_steps, recipe=pair_config(pair)["recipes"]["a"],
-                    replicate=pair.replicate, tracking=to_dict(pair.tracking))
+                    replicate=pair.replicate, tracking=to_dict(pair.tracking), numerics=numerics,
+                    outside_deployment=outside_deployment(pair.arms, numerics))
+
+
+def pair_numerics(pair: PairRecipe) -> dict:
+    """arm -> the numerics it trains in (``pair.json``'s ``numerics``)."""
+    return {arm: arm_numerics(pair.arm_recipes[arm]) for arm in ARMS}
 
 
 def write_pair_files(out: Path, pair: PairRecipe, *, keep: bool) -> None:

@@ -18,9 +18,15 @@ from __future__ import annotations
 import math
 
 from divergence.recipe.run import PRECISIONS
+from divergence.variants.deployment import Deployment
 from divergence.variants.registry import Variant, register
 
 ADAMW_IMPLS = ("loop", "foreach", "fused")
+# Kernels that exist on GPUs for fp16/bf16 inputs only: wherever they are deployed, training runs
+# under fp16/bf16 autocast (CUDA's flash SDPA backend and flash-attn refuse fp32; the fp32 "flash"
+# kernel of a CPU is another kernel). bf16 first: no loss scaling, and on a CPU fp16 is slower still.
+LOW_PRECISION_KERNELS = ("sdpa-flash", "flash-attn")
+LOW_PRECISIONS = ("bf16-mixed", "16-mixed")
 
 
 @register
@@ -37,6 +43,10 @@ class Attention(Variant):
         if isinstance(self.value, str):
             return {"attention.name": self.value, "attention.options": {}}
         return {"attention.name": self.value["name"], "attention.options": dict(self.value.get("options", {}))}
+
+    def deployment(self):
+        name = self.value if isinstance(self.value, str) else self.value["name"]
+        return Deployment(name, precisions=LOW_PRECISIONS) if name in LOW_PRECISION_KERNELS else None
 
     def verify(self, arm):
         from divergence.models.attention import attention_modules
@@ -131,6 +141,9 @@ class TF32(Variant):
 
     def overrides(self):
         return {"train.tf32": self.value}
+
+    def deployment(self):
+        return Deployment("tf32", devices=("cuda",)) if self.value else None
 
     def verify(self, arm):
         from divergence.training.determinism import arm_numerics, numerics_state

@@ -4,7 +4,9 @@ A variant is a small class with a name. It changes one arm's recipe through dott
 overrides (``attention.name``, ``model.seed``, ``train.precision``), so an arm is fully
 described by its resolved recipe (saved with its checkpoints), and it verifies after the
 arm is built that the change really took (``verify``): no global switches, nothing
-silently skipped. Adding a training optimization to study is one subclass::
+silently skipped. A variant also states the numerics it is used in where it is deployed (``deployment``; flash
+kernels: fp16/bf16 autocast), so a study measures it there. Adding a training optimization to
+study is one subclass::
 
     @register
     class ChannelsLast(Variant):
@@ -56,6 +58,11 @@ class Variant:
 
     def verify(self, arm) -> None:
         """Check on the built arm that the change took; raise RuntimeError if not."""
+
+    def deployment(self):
+        """The numerics this change is used in where it is deployed (a ``Deployment``), or None when
+        it is used in any; a study trains its pair under study in them (``variants.deployment``)."""
+        return None
 
     def label(self) -> str:
         return self.name if self.value is True else f"{self.name}={_short(self.value)}"

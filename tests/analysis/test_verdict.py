@@ -107,9 +107,10 @@ def test_an_outcome_outside_the_seed_margin_is_not_bounded():
     assert v.dose.hi < 0 and v.outcome.mean == pytest.approx(0.05) and v.status == "not_bounded"
 
 
-def test_no_seed_pair_leaves_the_outcome_without_a_margin():
+def test_no_seed_pair_leaves_the_outcome_undecided_and_the_status_to_the_dose():
     v = verdict(seed=False)
-    assert v.status == "inconclusive" and any("no seed pair" in r for r in v.reasons)
+    assert v.outcome_status == "undecided" and any("no seed pair" in r for r in v.reasons)
+    assert v.dose_status == "bounded" and v.status == "bounded" and "outcome undecided" in v.headline
     assert {e.space for e in v.estimates} == {"weight"}  # phi needs the seed pair's F
 
 
@@ -124,7 +125,12 @@ def test_summary_schema_2():
     assert summary["schema"] == 2
     v = summary["verdicts"][0]
     assert {"status", "headline", "dose_ratio", "outcome", "reasons"} <= set(v)
-    assert set(v["dose_ratio"]) == {"reference", "metric", "log10", "lo", "hi", "replicates", "window"}
+    assert set(v["dose_ratio"]) == {"reference", "metric", "log10", "lo", "hi", "replicates", "window", "common_start",
+                                    "status", "replicates_needed"}
+    assert v["dose_ratio"]["status"] == "bounded" and v["outcome"]["status"] == "within"
+    assert set(v["dose_ratio"]["replicates_needed"]) == {"exclude_0", "exclude_0.3_dex"}
+    assert 2 <= v["dose_ratio"]["replicates_needed"]["exclude_0.3_dex"] <= 4  # -3 dex, 4 tight replicates
+    assert {"status", "replicates_needed", "margin_factor", "saturated"} <= set(v["outcome"])
     assert v["dose_ratio"]["reference"] == "bf16-vs-fp32" and v["dose_ratio"]["replicates"] == 4
     assert v["dose_ratio"]["window"][0] >= 1 and v["dose_ratio"]["window"][1] <= 200
     assert {"mean", "lo", "hi", "margin"} <= set(v["outcome"])

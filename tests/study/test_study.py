@@ -94,3 +94,35 @@ def test_a_bad_override_fails_before_any_training(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "train.lr" in err
     assert not list((tmp_path / "s").glob("*/*/metrics.jsonl"))
+
+
+def test_the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_new_replicates(tmp_path, capsys):
+    # flash (fp32 here: numerics=base keeps the test fast) alone with --jobs 1, and beside the control with
+    # --jobs 2 (side by side); the thread count is the recipe's (train.cpu_threads), not --jobs' (before: 2
+    # threads with --jobs 1 on a 2-core machine and 1 with --jobs 2, and the stores differed from step 1)
+    def only(replicates, *extra):
+        return ["--max-steps", "3", "--replicates", str(replicates), *QUICK[2:], "numerics=base", "references.seed=null",
+                "references.precision=null", *extra]
+
+    one, two = tmp_path / "jobs1", tmp_path / "jobs2"
+    assert main(["study", "--out", str(one), "--jobs", "1", *only(1, "references.control=null")]) == 0
+    assert main(["study", "--out", str(two), "--jobs", "2", *only(1)]) == 0
+    run = Path("flash-vs-baseline") / "r0"
+    assert (one / run / "metrics.jsonl").read_bytes() == (two / run / "metrics.jsonl").read_bytes()
+    numerics = json.loads((two / run / "pair.json").read_text())["numerics"]
+    assert numerics["a"]["cpu_threads"] == numerics["b"]["cpu_threads"] == 1
+
+    first = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(two.glob("*/r*/metrics.jsonl"))}
+    logs = {p: p.stat().st_size for p in sorted((two / "logs").glob("*.log"))}
+    assert main(["study", "--out", str(two), "--jobs", "2", *only(2)]) == 0
+    assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in first} == first  # replicate 0: not touched
+    assert {p: p.stat().st_size for p in logs} == logs
+    runs = sorted(str(p.parent.relative_to(two)) for p in two.glob("*/r*/metrics.jsonl"))
+    assert runs == ["control/r0", "flash-vs-baseline/r0", "flash-vs-baseline/r1"]
+    capsys.readouterr()
+
+    # a resume in another thread count is refused in one line, before anything trains
+    code = main(["train", "--recipe", str(two / "recipes" / "flash-vs-baseline-r0.yaml"), "--out", str(two / run),
+                 *QUICK[4:], "train.max_steps=5", "train.cpu_threads=2"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "train.cpu_threads = 1, this command 2" in err

@@ -68,3 +68,35 @@ def test_a_run_folder_with_another_recipe_is_refused_in_one_line(tmp_path):
         check_folder(out, LOCKSTEP, pair_config(pair_recipe("seed-vs-seed")))
     with pytest.raises(UserInputError, match="holds a single run, not a pair"):
         check_folder(out, SEPARATE, pair_config(pair_recipe("seed-vs-seed")), arm="a")
+
+
+def _pair_folder(tmp_path, pair):
+    from divergence.training.pair_setup import write_pair_files
+
+    (tmp_path / "resume").mkdir(parents=True)
+    write_pair_files(tmp_path, pair, keep=False)
+    return tmp_path
+
+
+def test_a_resume_in_another_thread_count_is_refused_the_cadence_may_change(tmp_path):
+    """A CPU splits its reductions by thread: the same replicate with 1 and 2 threads differs from step 1."""
+    out = _pair_folder(tmp_path / "pair", pair_recipe("seed-vs-seed"))
+    check_folder(out, LOCKSTEP, pair_config(pair_recipe("seed-vs-seed", "train.max_steps=99", "data.workers=2")))
+    with pytest.raises(UserInputError, match=r"has recipes.a.train.cpu_threads = 1, this command 2"):
+        check_folder(out, LOCKSTEP, pair_config(pair_recipe("seed-vs-seed", "train.cpu_threads=2")))
+    with pytest.raises(UserInputError, match=r"has train.cpu_threads = 1, this command 0"):
+        check_folder(_run_folder(tmp_path / "run", to_dict(tiny_recipe())), RUN, to_dict(tiny_recipe("train.cpu_threads=0")))
+
+
+def test_a_resume_in_other_numerics_than_pair_json_recorded_is_refused(tmp_path):
+    from divergence.training.folder_check import check_numerics
+    from divergence.training.pair_setup import pair_numerics
+
+    pair = pair_recipe("seed-vs-seed")
+    out = _pair_folder(tmp_path / "pair", pair)
+    check_numerics(out, pair_numerics(pair))  # the same numerics: fine
+    elsewhere = {arm: dict(n, device="cuda") for arm, n in pair_numerics(pair).items()}
+    with pytest.raises(UserInputError, match=r"pair.json says arm a trained with device = 'cpu', this command 'cuda'"):
+        check_numerics(out, elsewhere)
+    (out / "pair.json").write_text((out / "pair.json").read_text().replace('"numerics"', '"numerics_old"'))
+    check_numerics(out, elsewhere)  # a folder written before pair.json had numerics: nothing to compare

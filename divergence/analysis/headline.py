@@ -1,0 +1,124 @@
+"""The verdict in words: one paragraph a person reads, and the sentence on replicates.
+
+The headline states, in this order: the status; the dose ratio as a factor, with its log10, 95%
+interval, replicates and the window every replicate was read on (one common window, or each
+replicate's); when the dose is inconclusive, how many replicates would exclude 0; the outcome's
+own status (within / no larger than a seed change's / shifted / undecided with the replicates
+that would decide); the noise floor; the equivalent gradient-noise dose. Example::
+
+    Bounded: flash perturbs training 2.3x less than bf16 vs fp32 (log10 dose ratio -0.37, 95% CI
+    -0.62 to -0.12, 6 replicates, window steps 12-30 in every replicate); outcome undecided: final
+    probe-loss difference +0.2% (95% CI -1.1% to +1.5%) against the seed margin +/-1.2%; about 9
+    replicates would decide.
+"""
+
+from __future__ import annotations
+
+import math
+
+STATUS_WORDS = {"bounded": "Bounded", "not_bounded": "Not bounded", "inconclusive": "Inconclusive",
+                "no_verdict": "No verdict", "preliminary": "Preliminary (single replicate, no interval)"}
+
+
+def headline(v, label: str, ref_label: str, floor_text: str | None = None) -> str:
+    """One paragraph: status, dose ratio with its interval and window, outcome, floor, equivalent dose."""
+    word = STATUS_WORDS[v.status]
+    if v.status == "no_verdict":
+        return f"{word} for {label}: {v.reasons[0]}."
+    span = window_text(v)
+    if not v.dose_like:
+        text = (f"{word}: {label} vs {ref_label} is not dose-like: log10(E_X/E_P) drifts by {v.drift:+.2f} dex "
+                f"across {span}, so no single ratio describes it; see the curve; {outcome_text(v)}.")
+    else:
+        direction = "less" if v.dose.mean < 0 else "more"
+        if v.dose.interval:
+            numbers = (f"log10 dose ratio {v.dose.mean:+.2f}, 95% CI {v.dose.lo:+.2f} to {v.dose.hi:+.2f}, "
+                       f"{v.dose.n} replicates, {span}")
+        else:
+            numbers = f"log10 dose ratio {v.dose.mean:+.2f}, {span}"
+        text = (f"{word}: {label} perturbs training {factor_text(10 ** abs(v.dose.mean))}x {direction} than "
+                f"{ref_label} ({numbers}){_undecided_dose(v)}; {outcome_text(v)}.")
+    if v.indicative:
+        text += f" The point estimates alone read {v.indicative.replace('_', ' ')}; train more replicates."
+    if floor_text:
+        text += f" {floor_text[0].upper()}{floor_text[1:]}."
+    if v.equivalent_dose is not None:
+        text += f" It perturbs training like a relative gradient noise of {v.equivalent_dose:.1g} per step."
+    return text
+
+
+def window_text(v) -> str:
+    """The window(s) the dose was read on: one common window, or each usable replicate's."""
+    windows = [e.window for e in v.estimates if e.usable and e.window]
+    if not windows:
+        return f"window steps {v.window[0]}-{v.window[1]}" if v.window else "no window"
+    if len(set(windows)) == 1:
+        first, last = windows[0]
+        return f"window steps {first}-{last}" + (" in every replicate" if len(windows) > 1 else "")
+    return "windows steps " + ", ".join(f"{a}-{b}" for a, b in windows)
+
+
+def _undecided_dose(v) -> str:
+    """For an inconclusive dose: the interval holds 0, and what would exclude it."""
+    if v.dose_status != "inconclusive" or not v.dose.interval:
+        return ""
+    n = v.replicates_needed.get("exclude_0")
+    if n is None:
+        return ": the interval holds 0, and at this mean no number of replicates within reach would exclude it"
+    return f": the interval holds 0; about {n} replicates would exclude it"
+
+
+def outcome_text(v) -> str:
+    """The outcome's own status, with its number against the margin."""
+    o = v.outcome
+    if not math.isfinite(o.mean):
+        return "outcome undecided: no loss records"
+    what = "final probe-loss difference" if v.outcome_source == "probe" else "final training-loss difference"
+    ci = f" (95% CI {percent(o.lo)} to {percent(o.hi)})" if o.interval else ""
+    number = f"{what} {percent(o.mean)}{ci}"
+    if not math.isfinite(v.margin):
+        return f"outcome undecided: {number}, no seed margin"
+    scale = "a seed change's spread" if v.saturated else "the seed margin"
+    margin = f"+/-{percent(v.margin)[1:]}"
+    if v.outcome_status == "within":
+        head = "outcome no larger than a seed change's" if v.saturated else "outcome within the seed margin"
+        return f"{head}: {number} inside {scale} {margin}" + _saturated_note(v)
+    if v.outcome_status == "shifted":
+        return f"outcome shifted: {number} outside {scale} {margin}" + _saturated_note(v)
+    n = v.replicates_needed.get("outcome")
+    decide = (f"; about {n} replicates would decide" if n is not None else
+              "; one replicate has no interval" if not o.interval else "; no number of replicates within reach decides")
+    return f"outcome undecided: {number} against {scale} {margin}{_saturated_note(v)}{decide}"
+
+
+def _saturated_note(v) -> str:
+    return " (the pair has saturated: its outcome is compared with a seed change's)" if v.saturated else ""
+
+
+def replicates_sentence(v) -> str | None:
+    """What more (or fewer) replicates would make of the dose interval, at the observed mean and spread."""
+    if v.dose_status is None or not v.dose.interval or not math.isfinite(v.dose.mean):
+        return None
+    zero, two = v.replicates_needed.get("exclude_0"), v.replicates_needed.get("exclude_0.3_dex")
+    side = "below -0.3" if v.dose.mean < 0 else "above +0.3"
+    parts = [f"exclude 0 from {zero} replicates" if zero is not None else "exclude 0 from no number within reach",
+             f"lie {side} dex (a factor 2) from {two}" if two is not None else
+             f"lie beyond +-0.3 dex (a factor 2) from no number within reach"]
+    return (f"At the observed mean ({v.dose.mean:+.2f}) and spread of {v.dose.n} replicates, the dose interval "
+            f"would {parts[0]} and {parts[1]}.")
+
+
+def percent(x: float) -> str:
+    """A relative difference in percent, two significant digits: +0.12%, -3e-05%."""
+    return f"{100 * x:+.2g}%"
+
+
+def factor_text(value: float) -> str:
+    """A factor for people: 1000, 3.2, 1.2e+05."""
+    if not math.isfinite(value):
+        return "inf" if value > 0 else "nan"
+    if value >= 1e4:
+        return f"{value:.1e}"
+    if value >= 10:
+        return f"{value:.0f}"
+    return f"{value:.2g}"
