@@ -157,6 +157,13 @@ class TrainConfig:
     # TensorFloat-32 tensor-core math for fp32 matmuls and convolutions on CUDA (10 mantissa bits
     # instead of 23); off unless set, e.g. by the tf32 variant. No effect on a CPU.
     tf32: bool = False
+    # bf16/fp16 autocast on a CPU. ``emulate``: convolutions and linear layers run fp32 kernels on
+    # 16-bit-rounded inputs and round their outputs to 16 bits, the arithmetic of a GPU's tensor
+    # cores, 6x faster than PyTorch's CPU bf16 path on CPUs without AVX512-BF16, op for op the
+    # same values up to one unit in the last place (divergence.training.emulated_autocast);
+    # ``native``: PyTorch's CPU kernels. Attention kernels run natively either way. No effect in
+    # fp32 or on a GPU; recorded in pair.json, and a resume may not change it.
+    cpu_autocast: Literal["emulate", "native"] = "emulate"
     # Calibration: multiply every gradient elementwise by (1 + grad_noise * xi), xi ~ N(0, 1),
     # after unscaling and before clipping (the ``grad-noise`` variant; null: off). 0 is bitwise off.
     grad_noise: float | None = None

@@ -167,7 +167,8 @@ def _in_deployment(pair: StudyPair, study_path: Path) -> StudyPair:
     from divergence.variants.deployment import deployment_precision
 
     arms = pair.recipe.get("arms") if isinstance(pair.recipe.get("arms"), dict) else {}
-    variants = [parse_variant(spec, f"{study_path}: study: arms.{arm}[{i}]")
+    where = f"{study_path}: {pair.key} ({pair.file}): " if pair.file else f"{study_path}: {pair.key}."
+    variants = [parse_variant(spec, f"{where}arms.{arm}[{i}]")
                 for arm, specs in arms.items() for i, spec in enumerate(specs or [])]
     recipe = pair.recipe["recipe"]
     base_precision = (((recipe.get("train") or {}).get("precision"))

@@ -33,6 +33,7 @@ from divergence.models.lora import apply_lora, tracked_weights
 from divergence.recipe.run import RunRecipe, latent_shape
 from divergence.training.determinism import with_arm_numerics
 from divergence.training.ema import ArmEMA
+from divergence.training.emulated_autocast import emulate_cpu_autocast, emulates_cpu_autocast
 from divergence.training.inputs import DiffusionInputs
 from divergence.training.optim import build_lr_schedule, build_optimizer
 from divergence.training.precision import PrecisionPolicy
@@ -65,6 +66,8 @@ class Arm(torch.nn.Module):
         if recipe.model.gradient_checkpointing:
             self.unet.enable_gradient_checkpointing()
         self.processors = apply_attention(self.unet, recipe.attention, recorder)
+        # 16-bit autocast on a CPU computed as a GPU computes it (train.cpu_autocast); 0: untouched
+        self.emulated_modules = emulate_cpu_autocast(self) if emulates_cpu_autocast(recipe.train) else 0
         self.policy: PrecisionPolicy | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler = None

@@ -10,7 +10,8 @@ Keys that may differ: those a resumed run may change (``train.max_steps`` extend
 cadence of checkpoints, samples and logs; data workers), the tracking of a lockstep
 pair (the tracker's own), and for separate arms how each job runs (devices, strategy, accumulate). A key
 absent from an older folder's saved recipe is no change when its current value is the key's
-default (the folder was written before the key existed, and read as its default).
+default (the folder was written before the key existed, and read as its default; a 16-bit CPU
+folder without ``train.cpu_autocast`` computed ``native``).
 
 ``train.cpu_threads`` may not change on a resume: a CPU splits its reductions by thread, so the
 same replicate trained with 1 and with 2 threads differs from the first step (``check_numerics``
@@ -104,8 +105,8 @@ def first_change(saved: dict, now: dict, kind: FolderKind) -> tuple:
     for key in sorted(set(saved) | set(now)):
         if saved.get(key) == now.get(key) or _may_change(key, kind):
             continue
-        if key not in saved and key in now and now[key] == default_of(key, kind.saved):
-            continue  # written before the key existed: read as its default
+        if key not in saved and key in now and now[key] == _before_the_key(key, saved, kind):
+            continue  # written before the key existed: read as what it computed with
         return key, saved.get(key), now.get(key)
     return None, None, None
 
@@ -115,6 +116,17 @@ def _may_change(key: str, kind: FolderKind) -> bool:
         return True
     recipe_key = key.split(".", 2)[-1] if key.startswith("recipes.") else key
     return recipe_key.startswith(kind.changeable)
+
+
+def _before_the_key(key: str, saved: dict, kind: FolderKind):
+    """What a folder written before ``key`` existed computed with: the key's default, except
+    ``train.cpu_autocast`` (default ``emulate``), which came after CPU runs in bf16/fp16 computed
+    with PyTorch's own kernels (``native``)."""
+    if key.endswith("train.cpu_autocast"):
+        prefix = key[: -len("cpu_autocast")]
+        if saved.get(prefix + "precision", "32-true") != "32-true" and saved.get(prefix + "accelerator") != "gpu":
+            return "native"
+    return default_of(key, kind.saved)
 
 
 _MISSING = object()

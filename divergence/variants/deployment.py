@@ -82,12 +82,16 @@ def arm_numerics(recipe, device: str | None = None) -> dict:
     """What an arm trains in, as ``pair.json`` records it::
 
         {"device": "cpu", "precision": "bf16-mixed", "attention": "sdpa-flash", "tf32": false,
-         "deterministic": true, "cpu_threads": 1}
+         "deterministic": true, "cpu_threads": 1, "cpu_autocast": "emulate"}
+
+    ``cpu_autocast`` (``train.cpu_autocast``) is None where it changes nothing (fp32, or a GPU).
     """
     train = recipe.train
-    return {"device": device or resolve_device(train), "precision": train.precision,
+    device = device or resolve_device(train)
+    return {"device": device, "precision": train.precision,
             "attention": recipe.attention.name, "tf32": bool(train.tf32), "deterministic": bool(train.deterministic),
-            "cpu_threads": resolve_threads(train)}
+            "cpu_threads": resolve_threads(train),
+            "cpu_autocast": train.cpu_autocast if device == "cpu" and train.precision != "32-true" else None}
 
 
 def outside_deployment(arms: dict, numerics: dict) -> str | None:

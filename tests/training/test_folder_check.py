@@ -37,6 +37,19 @@ def test_a_key_an_older_folder_lacks_is_no_change_at_its_default():
     assert first_change(older, changed, RUN) == ("train.tf32", None, True)  # not the default: a change
 
 
+def test_a_16_bit_cpu_folder_older_than_cpu_autocast_computed_natively():
+    """Folders written before train.cpu_autocast computed bf16/fp16 on a CPU with PyTorch's kernels:
+    resuming them with today's default (emulate) would change what is computed mid-run."""
+    bf16 = to_dict(tiny_recipe("train.precision=bf16-mixed"))
+    assert first_change(_older(bf16, "train.cpu_autocast"), bf16, RUN) == ("train.cpu_autocast", None, "emulate")
+    native = to_dict(tiny_recipe("train.precision=bf16-mixed", "train.cpu_autocast=native"))
+    assert first_change(_older(bf16, "train.cpu_autocast"), native, RUN) == (None, None, None)
+    fp32 = to_dict(tiny_recipe())  # no autocast: the key changes nothing
+    assert first_change(_older(fp32, "train.cpu_autocast"), fp32, RUN) == (None, None, None)
+    gpu = to_dict(tiny_recipe("train.precision=bf16-mixed", "train.accelerator=gpu"))
+    assert first_change(_older(gpu, "train.cpu_autocast"), gpu, RUN) == (None, None, None)
+
+
 def test_pair_keys_added_later_are_read_as_defaults_in_every_kind():
     pair = pair_recipe("seed-vs-seed")
     now = pair_config(pair)
