@@ -65,7 +65,9 @@ def wasserstein(a, b) -> float:
         if not (ends_finite(sa) and ends_finite(sb)):
             return float("nan")
         return float64_sum(abs(x - y).sum() for x, y in float64_chunks(sa, sb)) / a.numel()
-    sa, sb = pool().map(np.sort, (numpy_values(a), numpy_values(b)))  # the two sorts at once
+    # numpy's vectorized quicksort, both sides at once (torch's CPU sort is ~3x slower and
+    # also builds an index tensor)
+    sa, sb = pool().map(np.sort, (numpy_values(a), numpy_values(b)))
     if not (ends_finite(sa) and ends_finite(sb)):
         return float("nan")
     return mean_distance(a.numel(), distance_chunks(sa, sb))
@@ -83,14 +85,11 @@ def distance_chunks(sa: np.ndarray, sb: np.ndarray, span: slice = slice(None)) -
     ``span`` starts at a multiple of CHUNK, so its chunks are chunks of the whole sum.
     """
     sa, sb = sa[span], sb[span]
-    size = min(CHUNK, sa.size)
-    x64, y64 = np.empty(size), np.empty(size)
-    parts = []
+    buffer, parts = np.empty(min(CHUNK, sa.size)), []
     for s in chunks(sa.size):
-        x, y = x64[: s.stop - s.start], y64[: s.stop - s.start]
-        np.copyto(x, sa[s])
-        np.copyto(y, sb[s])
-        parts.append(float(np.abs(np.subtract(x, y, out=x), out=x).sum()))
+        d = buffer[: s.stop - s.start]
+        np.subtract(sa[s], sb[s], out=d, dtype=np.float64)  # widened exactly, then subtracted
+        parts.append(float(np.abs(d, out=d).sum()))
     return parts
 
 
