@@ -1,8 +1,9 @@
 """Compare two checkpoints tensor by tensor: the engine behind ``divergence compare``.
 
 Tensors are streamed: for each matched name, the two tensors are loaded, moved to the
-comparison device, measured with ``divergence.metrics.compare_tensors`` and dropped, so
-peak memory is about the largest pair of tensors, not the two models.
+comparison device, measured with ``divergence.metrics.compare_pairs`` and dropped, so peak
+memory is a few pairs of tensors (those in flight on the worker threads), not the two models.
+On CPU the next pairs are loaded while the worker threads measure the current ones.
 
 Every tensor compared has a record; integer and bool buffers are left out of the
 whole-model summary unless ``include_buffers`` (see ``divergence.metrics.grouping``).
@@ -23,7 +24,7 @@ from divergence.checkpoints import Match, TensorSource, match_tensors, open_chec
 from divergence.checkpoints.families import by_family
 from divergence.checkpoints.source import InMemorySource
 from divergence.errors import CheckpointError
-from divergence.metrics import classify_kinds, compare_tensors, module_of, summarize
+from divergence.metrics import classify_kinds, compare_pairs, module_of, summarize
 
 
 @dataclass
@@ -76,7 +77,25 @@ def compare_sources(a: TensorSource, b: TensorSource, match: Match, device="cpu"
     compares each pair where tensor a lives."""
     kinds = classify_kinds({name: a.info(na).shape for name, na, _ in match.pairs})
     pairs = progress(match.pairs) if progress else match.pairs
-    records = []
+    records = [
+        {"name": name, "shape": list(a.info(name_a).shape), "dtype_a": a.info(name_a).dtype,
+         "dtype_b": b.info(name_b).dtype, "module": module_of(name), "kind": kinds[name]}
+        for name, name_a, name_b in match.pairs
+    ]
+    for record, measured in zip(records, compare_pairs(_loaded(a, b, pairs, device))):
+        record.update(measured)
+    summary = summarize_by_family(records, include_buffers)
+    summary.update(
+        matched=len(match.pairs),
+        skipped=len(match.skipped),
+        stripped_prefix_a=match.stripped_a,
+        stripped_prefix_b=match.stripped_b,
+    )
+    return Comparison(records, summary, match.skipped)
+
+
+def _loaded(a: TensorSource, b: TensorSource, pairs, device):
+    """Each matched pair's two tensors, loaded when ``compare_pairs`` asks for the next one."""
     for name, name_a, name_b in pairs:
         info_a, info_b = a.info(name_a), b.info(name_b)
         if info_a.torch_dtype.is_complex != info_b.torch_dtype.is_complex:
@@ -86,26 +105,7 @@ def compare_sources(a: TensorSource, b: TensorSource, match: Match, device="cpu"
             )
         ta = a.load(name_a)
         ta = ta if device is None else ta.to(device)
-        tb = b.load(name_b).to(ta.device)
-        record = {
-            "name": name,
-            "shape": list(info_a.shape),
-            "dtype_a": info_a.dtype,
-            "dtype_b": info_b.dtype,
-            "module": module_of(name),
-            "kind": kinds[name],
-        }
-        record.update(compare_tensors(ta, tb))
-        records.append(record)
-        del ta, tb
-    summary = summarize_by_family(records, include_buffers)
-    summary.update(
-        matched=len(match.pairs),
-        skipped=len(match.skipped),
-        stripped_prefix_a=match.stripped_a,
-        stripped_prefix_b=match.stripped_b,
-    )
-    return Comparison(records, summary, match.skipped)
+        yield ta, b.load(name_b).to(ta.device)
 
 
 def summarize_by_family(records: list[dict], include_buffers: bool = False) -> dict:

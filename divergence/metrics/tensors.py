@@ -10,6 +10,8 @@ import torch
 # Elements per chunk when a float64 temporary is needed: bounds the extra memory to
 # 8 * CHUNK bytes per temporary whatever the tensor size, and keeps it in cache (2 MiB):
 # on CPU, 4M-element chunks ran 7x slower than these, from page faults on each allocation.
+# Every sum is taken chunk by chunk and the chunk sums added with ``math.fsum``, so where
+# a chunk is summed (which thread, in which order) never changes a result.
 CHUNK = 1 << 18
 
 
@@ -33,25 +35,29 @@ def chunks(n: int, size: int = CHUNK):
         yield slice(start, min(start + size, n))
 
 
-def float64_chunks(a: torch.Tensor, b: torch.Tensor):
-    """(x, y) float64 chunks of two flat tensors of equal length: numpy arrays on CPU,
-    torch tensors elsewhere. Both types support ``-``, ``*``, ``abs()``, ``.sum()``, ``.max()``.
+def numpy_values(x: torch.Tensor) -> np.ndarray:
+    """The values of a CPU tensor as a flat float32 or float64 numpy array, exactly.
 
-    On CPU, numpy's float32 -> float64 conversion and reductions on small chunks run ~5-50x
-    faster than torch's, whose per-chunk allocations fault pages (measured in
-    benchmarks/bench_wasserstein.py).
+    float32 and float64 are viewed, not copied (when contiguous); narrower floats (fp16,
+    bf16, fp8: numpy has no bf16) widen to float32 and integers and bool to float64, all
+    exact (int64 beyond 2^53 rounds to nearest, as ``torch.Tensor.double`` does).
+    """
+    if x.is_floating_point() and x.element_size() < 4:
+        x = x.float()
+    elif not x.is_floating_point():
+        x = x.double()
+    return x.detach().contiguous().numpy().reshape(-1)
+
+
+def float64_chunks(a: torch.Tensor, b: torch.Tensor):
+    """(x, y) float64 torch chunks of two flat tensors of equal length, on their device.
+
+    The CPU passes use numpy on reused float64 buffers instead (``numpy_values``): torch's
+    per-chunk allocations fault pages and its reductions on small chunks run ~5-50x slower
+    (measured in benchmarks/bench_wasserstein.py).
     """
     for s in chunks(a.numel()):
-        if a.device.type == "cpu":
-            yield _numpy64(a[s]), _numpy64(b[s])
-        else:
-            yield a[s].double(), b[s].double()
-
-
-def _numpy64(x: torch.Tensor) -> np.ndarray:
-    if x.dtype == torch.bfloat16 or not x.dtype.is_floating_point and x.dtype != torch.bool:
-        x = x.double()
-    return x.detach().numpy().astype(np.float64, copy=False)
+        yield a[s].double(), b[s].double()
 
 
 def float64_sum(parts) -> float:
