@@ -31,6 +31,8 @@ demo: $(STAMP)
 	$(VENV)/bin/divergence study --out $(DEMO_DIR)
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
 
 bench: $(STAMP)

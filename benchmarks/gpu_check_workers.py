@@ -86,7 +86,7 @@ def wasserstein_part(sizes: list[int], cpu_size: int, device: str = "cuda") -> d
             db = da + 1e-3 * torch.randn(n, generator=gen, device=device)
             wasserstein(da[:1000], db[:1000])  # burn-in
             base = torch.cuda.memory_allocated() / 2**30 if _cuda() else float("nan")
-            seconds, peak = _peak(lambda: row.update(value=wasserstein(da, db)))
+            seconds, peak = _peak(lambda row=row, da=da, db=db: row.update(value=wasserstein(da, db)))
             row.update(seconds=seconds, peak_gib=peak, inputs_gib=base,
                        speedup_vs_cpu=row["cpu_extrapolated_s"] / seconds)
             del da, db

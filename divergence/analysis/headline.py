@@ -103,7 +103,7 @@ def replicates_sentence(v) -> str | None:
     side = "below -0.3" if v.dose.mean < 0 else "above +0.3"
     parts = [f"exclude 0 from {zero} replicates" if zero is not None else "exclude 0 from no number within reach",
              f"lie {side} dex (a factor 2) from {two}" if two is not None else
-             f"lie beyond +-0.3 dex (a factor 2) from no number within reach"]
+             "lie beyond +-0.3 dex (a factor 2) from no number within reach"]
     return (f"At the observed mean ({v.dose.mean:+.2f}) and spread of {v.dose.n} replicates, the dose interval "
             f"would {parts[0]} and {parts[1]}.")
 

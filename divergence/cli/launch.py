@@ -87,7 +87,7 @@ def _check_numbers(args) -> None:
         if value is not None and value < 1:
             raise UserInputError(f"{flag} {value}: must be >= 1")
     if args.container_image and args.scheduler != "slurm":
-        raise UserInputError(f"--container-image: needs --scheduler slurm (pyxis); with torchrun, start the "
+        raise UserInputError("--container-image: needs --scheduler slurm (pyxis); with torchrun, start the "
                              "container yourself (docker/README.md)")
     for option in args.sbatch:
         match = SBATCH_OPTION.fullmatch(option.removeprefix("--"))

@@ -64,7 +64,7 @@ def compare_files(path_a: str | Path, path_b: str | Path, ranks: Ranks, device="
     except (CheckpointError, OSError) as err:
         failed = ranks.gather(CheckpointError(f"rank {ranks.rank}: {err}"))
         if ranks.is_zero:
-            raise next(e for e in failed if isinstance(e, Exception))
+            raise next(e for e in failed if isinstance(e, Exception)) from err
         return None
     if order:
         index = {name: i for i, name in enumerate(order)}

@@ -112,7 +112,7 @@ def fig5_seq_len(rows, recipe, out_dir: Path) -> Path | None:
                 continue
             style = {"color": COLORS[p], "marker": "o", "linestyle": "-" if acc == "none" else "--"}
             label = p + ("" if acc == "none" else " fp32 acc")
-            col = lambda key: [_positive(r[key]) if r else float("nan") for r in rs]  # noqa: E731
+            col = lambda key, rs=rs: [_positive(r[key]) if r else float("nan") for r in rs]  # noqa: E731
             axes[0].plot(seqs, col("max_abs_diff_vs_baseline"), label=label, **style)
             axes[1].plot(seqs, col("mean_abs_diff_vs_baseline"), label=label, **style)
             if acc == "none":

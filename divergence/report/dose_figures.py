@@ -107,7 +107,7 @@ def phi(v: Verdict, path: Path) -> Path | None:
             ok = np.isfinite(values) & (values > 0)
             ax.plot(e.steps[ok], values[ok], color=color, linewidth=1, alpha=0.7,
                     label=(v.study if role == "study" else v.reference) if i == 0 else None)
-            for level, which, style in ((SATURATED, e.t10, ":"), (HALF_WAY, e.t50, "--")):
+            for _level, which, style in ((SATURATED, e.t10, ":"), (HALF_WAY, e.t50, "--")):
                 if which.get(role) is not None:
                     ax.axvline(which[role], color=color, linestyle=style, linewidth=0.8, alpha=0.6)
     for level, name in ((SATURATED, "0.1 (t10)"), (HALF_WAY, "0.5 (t50)")):

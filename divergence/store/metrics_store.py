@@ -165,7 +165,7 @@ class MetricsStore:
     # -- internals -----------------------------------------------------------------------
     def _committed_end(self) -> int:
         end = 0
-        for end, _ in self._committed_blocks():
+        for end, _ in self._committed_blocks():  # noqa: B007 (the last block's end is the answer)
             pass
         return end
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from divergence.errors import RecipeError
 from divergence.recipe.schema import apply_overrides, load_yaml
-from divergence.study.config import PRECISION_AUTO, Study, StudyPair, _existing, _pair, study_name
+from divergence.study.config import PRECISION_AUTO, Study, _existing, _pair, study_name
 
 CALIBRATION_KEYS = {"name", "description", "base", "recipe", "doses", "references", "horizons", "replicates",
                     "tracking", "jobs"}

@@ -64,7 +64,7 @@ def test_an_undecided_outcome_says_how_many_replicates_decide_and_leaves_the_sta
     assert expected > 4  # the four replicates there are do not decide
     assert (v.outcome_status, v.replicates_needed["outcome"]) == ("undecided", expected)
     assert (v.dose_status, v.status) == ("bounded", "bounded")  # undecided alone is not inconclusive
-    assert f"outcome undecided: final probe-loss difference" in v.headline
+    assert "outcome undecided: final probe-loss difference" in v.headline
     assert f"about {expected} replicates would decide" in v.headline
     outcome = to_summary(analyze(_with_deltas(dose_study(horizon=200), deltas), n_boot=50))["verdicts"][0]["outcome"]
     assert (outcome["status"], outcome["replicates_needed"], outcome["margin_factor"]) == ("undecided", expected, 0.5)

@@ -46,7 +46,7 @@ def test_flash_attn_check_names_the_package_or_device():
 
 def test_forced_backend_does_not_fall_back():
     x = torch.randn(1, 1, 8, 16)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="No viable backend"):
         get_kernel("sdpa-efficient")(x, x, x)  # PyTorch would otherwise quietly use math
 
 

@@ -16,6 +16,7 @@ from divergence.store import MetricsStore
 from divergence.tracking.records import divergence_records
 from divergence.writers import ArmWriter
 from divergence.writers.arm_writer import state_weights
+from tests.helpers import assert_one_line_message
 
 STEPS = 6
 
@@ -100,9 +101,7 @@ def _files(folder):
 
 
 def _one_line(err) -> str:
-    message = str(err.value)
-    assert "\n" not in message and "Traceback" not in message
-    return message
+    return assert_one_line_message(str(err.value))
 
 
 def test_steps_are_checked_before_anything_is_written(tmp_path):

@@ -24,6 +24,7 @@ from divergence.store import MetricsStore
 from divergence.store.losses import LossFile
 from divergence.training.pair_setup import pair_config, pair_info
 from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe
+from tests.helpers import assert_one_line_exit2
 
 STEPS = ("train.max_steps=4", "train.checkpoint_every=2", "tracking.every=3")
 RNG_SEED = 15
@@ -85,11 +86,7 @@ def _snapshot(folder: Path) -> dict:
 def _refused(capsys, folder: Path, argv: list, *fragments) -> None:
     """``argv`` exits 2 with one line holding ``fragments``; the folder is byte for byte as it was."""
     before = _snapshot(folder)
-    assert main(argv) == 2, argv
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1, err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
+    assert_one_line_exit2(main(argv), capsys, *fragments)
     assert _snapshot(folder) == before, f"{argv[0]} changed the folder"
 
 

@@ -18,19 +18,13 @@ from divergence.pairfolder.weights_file import read_metadata, save_weights
 from divergence.store import MetricsStore
 from divergence.training.checkpoint_io import RESUME_GLOBALS, AtomicCheckpointIO, _pickle_globals, load_resume_state
 from tests.pairs.helpers import PAIR_FAST, PAIRS
+from tests.helpers import assert_one_line
 
 from .conftest import STEPS
 
 
 def _train(out, *extra):
     return ["train", "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--out", str(out), *PAIR_FAST, *STEPS, *extra]
-
-
-def _one_line(capsys, *fragments):
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1, err
-    for fragment in fragments:
-        assert fragment in err, err
 
 
 def _bounded(seconds, fn, *args, **kwargs):
@@ -73,7 +67,7 @@ def test_a_resume_file_that_would_run_code_is_refused_and_never_runs(trained, tm
     torch.save(state, out / "resume/last.ckpt")
     store = (out / "metrics.jsonl").read_bytes()
     assert main(_train(out)) == 2
-    _one_line(capsys, "resume/last.ckpt: refused: its pickle references posix.system")
+    assert_one_line(capsys, "resume/last.ckpt: refused: its pickle references posix.system")
     with pytest.raises(UserInputError, match="posix.system"):  # Lightning's own load path, too
         AtomicCheckpointIO().load_checkpoint(out / "resume/last.ckpt")
     assert not marker.exists() and (out / "metrics.jsonl").read_bytes() == store
@@ -86,7 +80,7 @@ def test_an_empty_or_truncated_resume_file_is_one_line(trained, tmp_path, capsys
     for data, says in ((b"", "is empty (0 bytes)"), (whole[: len(whole) // 3], "is truncated or corrupt")):
         (out / "resume/last.ckpt").write_bytes(data)
         assert main(_train(out)) == 2
-        _one_line(capsys, "last.ckpt: resume state " + says, "train into a new --out")
+        assert_one_line(capsys, "last.ckpt: resume state " + says, "train into a new --out")
 
 
 def test_a_garbage_line_in_a_real_store_stops_the_resume_and_repair_recovers_every_step(trained, tmp_path, capsys):
@@ -99,7 +93,7 @@ def test_a_garbage_line_in_a_real_store_stops_the_resume_and_repair_recovers_eve
     path.write_bytes(b"".join(lines[:at - 1] + [b"garbage\n"] + lines[at - 1:]))
     damaged = path.read_bytes()
     assert main(_train(out)) == 2
-    _one_line(capsys, f"metrics.jsonl: line {at}: not JSON", f"divergence store repair {out}")
+    assert_one_line(capsys, f"metrics.jsonl: line {at}: not JSON", f"divergence store repair {out}")
     assert path.read_bytes() == damaged
     assert main(["store", "repair", str(out)]) == 0
     assert path.read_bytes() == (trained / "lockstep/metrics.jsonl").read_bytes()
@@ -122,7 +116,7 @@ def test_an_unmatchable_checkpoint_pair_is_an_error_naming_the_tensor(arms, caps
     dropped = sorted(load_file(path))[-1]
     _rewrite(path, drop=[dropped])
     assert _bounded(60, _watch, arms, timeout=30) == 2
-    _one_line(capsys, "step 2: the arms' checkpoints cannot be compared", dropped)
+    assert_one_line(capsys, "step 2: the arms' checkpoints cannot be compared", dropped)
     assert MetricsStore(arms).last_step() == 1
 
 
@@ -137,7 +131,7 @@ def test_timeout_counts_from_the_last_progress_even_while_a_step_is_retried(arms
     started = time.monotonic()
     assert _bounded(60, _watch, arms, timeout=1) == 1
     assert time.monotonic() - started < 30
-    _one_line(capsys, "timed out: no progress for 1 s at step 0")
+    assert_one_line(capsys, "timed out: no progress for 1 s at step 0")
 
 
 def test_a_preallocated_checkpoint_is_read_only_once_filled(arms, trained):
@@ -161,7 +155,7 @@ def test_a_checkpoint_without_a_completion_marker_is_an_error(arms, capsys):
     metadata = {k: v for k, v in read_metadata(path).items() if not k.startswith("data_")}
     save_file(load_file(path), path, metadata=metadata)  # another writer: complete, but it cannot say so
     assert _bounded(60, _watch, arms, timeout=30) == 2
-    _one_line(capsys, "step_000002.safetensors: no completion marker")
+    assert_one_line(capsys, "step_000002.safetensors: no completion marker")
 
 
 # -- --out ---------------------------------------------------------------------------------------
@@ -188,7 +182,7 @@ def test_an_immutable_out_is_one_line(tmp_path, capsys):
     try:
         for out in (folder, folder / "run"):
             assert main(["train", "--out", str(out), *[o for o in PAIR_FAST if not o.startswith("tracking.")], "train.max_steps=1"]) == 2
-            _one_line(capsys, f"--out {out}: cannot write there", "choose a folder you can write to")
+            assert_one_line(capsys, f"--out {out}: cannot write there", "choose a folder you can write to")
         assert list(folder.iterdir()) == []
     finally:
         subprocess.run(["chattr", "-i", str(folder)], check=True)

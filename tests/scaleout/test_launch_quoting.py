@@ -15,6 +15,7 @@ import yaml
 from divergence.cli import main
 from tests.scaleout import launch_stubs
 from tests.scaleout.launch_stubs import HOSTILE, MARKER
+from tests.helpers import assert_one_line_exit2
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 PAIR = str(RECIPES / "pairs" / "seed-vs-seed.yaml")
@@ -22,10 +23,8 @@ STUDY = str(RECIPES / "study.yaml")
 
 
 def _refused(capsys, tmp_path, args, *named):
-    code = main(args)
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert err.count("\n") == 1 and err.startswith("divergence launch: error: "), err
+    err = assert_one_line_exit2(main(args), capsys)
+    assert err.startswith("divergence launch: error: "), err
     assert any(n in err for n in named), (named, err)
     assert not (tmp_path / MARKER).exists()
     assert not (tmp_path / "out").exists()  # nothing written

@@ -60,6 +60,6 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path):
     def rows():
         yield {"x": 1}
         raise UserInputError("the store became unreadable mid-export")
-    with pytest.raises(UserInputError):
+    with pytest.raises(UserInputError, match="unreadable mid-export"):
         write_csv(tmp_path / "rows.csv", rows(), ["x"])
     assert list(tmp_path.iterdir()) == []

@@ -34,7 +34,7 @@ def test_steps_only_move_forward(tmp_path):
     store.append_step(5, [_tensor("a", 1.0)], {})
     with pytest.raises(ValueError, match="not after the last stored step 5"):
         store.append_step(5, [_tensor("a", 1.0)], {})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not after the last stored step 5"):  # a fresh handle reads it
         MetricsStore(tmp_path).append_step(3, [], {})
 
 
@@ -127,7 +127,7 @@ def test_a_garbage_line_mid_file_is_an_error_and_resume_cuts_nothing(tmp_path):
     before = store.path.read_bytes()
     for read in (lambda s: s.steps(), lambda s: list(s.tensor_records()), lambda s: s.open_for_append(),
                  lambda s: s.truncate_after(7)):
-        with pytest.raises(UserInputError, match=rf"metrics.jsonl: line 10: not JSON .*divergence store repair"):
+        with pytest.raises(UserInputError, match=r"metrics.jsonl: line 10: not JSON .*divergence store repair"):
             read(MetricsStore(tmp_path))
     assert store.path.read_bytes() == before
 

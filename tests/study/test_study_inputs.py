@@ -8,23 +8,16 @@ import yaml
 
 from divergence.cli import main
 from tests.scaleout import launch_stubs
+from tests.helpers import assert_one_line
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-
-
-def _one_line(capsys, *fragments):
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1, err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
-    return err
 
 
 @pytest.mark.parametrize("doses", ["[1e300]", "[1.0e+300]", "[1.0e-4, 1.0e+16]"])
 def test_a_dose_too_large_to_name_its_pair_names_doses(doses, tmp_path, capsys):
     out = tmp_path / "cal"
     assert main(["calibrate", "--out", str(out), "--quiet", f"doses={doses}"]) == 2
-    err = _one_line(capsys, "doses[", "< 1e+16")
+    err = assert_one_line(capsys, "doses[", "< 1e+16")
     assert "pair name" not in err
     assert not out.exists()
 
@@ -33,11 +26,11 @@ def test_an_empty_study_name_is_refused_naming_the_key(tmp_path, capsys):
     """``name=`` read as null used to make a study called "None" (and a folder runs/None)."""
     out = tmp_path / "study"
     assert main(["study", "--out", str(out), "--quiet", "--no-wandb", "name="]) == 2
-    _one_line(capsys, "study.yaml: name: None is not a usable study name")
+    assert_one_line(capsys, "study.yaml: name: None is not a usable study name")
     assert main(["launch", "--study", str(RECIPES / "study.yaml"), "--scheduler", "slurm", "--dry-run", "name="]) == 2
-    _one_line(capsys, "divergence launch: error: ", "name: None")
+    assert_one_line(capsys, "divergence launch: error: ", "name: None")
     assert main(["calibrate", "--out", str(out), "--quiet", "name="]) == 2
-    _one_line(capsys, "calibration.yaml: name: None")
+    assert_one_line(capsys, "calibration.yaml: name: None")
     assert not out.exists()
 
 
@@ -52,11 +45,11 @@ def _inline(tmp_path):
 def test_an_inline_unknown_variant_names_its_key_and_leaves_nothing(tmp_path, capsys, monkeypatch):
     path, out = _inline(tmp_path), tmp_path / "study"
     assert main(["study", "--recipe", str(path), "--out", str(out), "--quiet", "--no-wandb"]) == 2
-    _one_line(capsys, f"{path}: study.arms.a[0]: unknown variant 'nosuch'")
+    assert_one_line(capsys, f"{path}: study.arms.a[0]: unknown variant 'nosuch'")
     monkeypatch.setenv("PATH", launch_stubs.install(tmp_path)["PATH"])
     for dry_run in ([], ["--dry-run"]):
         assert main(["launch", "--study", str(path), "--scheduler", "slurm", "--out", str(out), *dry_run]) == 2
-        _one_line(capsys, f"{path}: study.arms.a[0]: unknown variant 'nosuch'")
+        assert_one_line(capsys, f"{path}: study.arms.a[0]: unknown variant 'nosuch'")
     assert not out.exists()  # no OUT/recipes left behind
 
 
@@ -68,14 +61,14 @@ def test_a_reference_file_error_names_the_key_and_the_file(tmp_path, capsys):
                                      "study": str(RECIPES / "pairs" / "fused-adamw.yaml"),
                                      "references": {"seed": str(bad)}}))
     assert main(["study", "--recipe", str(study), "--out", str(tmp_path / "out"), "--quiet", "--no-wandb"]) == 2
-    _one_line(capsys, f"{study}: references.seed ({bad}): arms.a[0]")
+    assert_one_line(capsys, f"{study}: references.seed ({bad}): arms.a[0]")
     assert not (tmp_path / "out").exists()
 
 
 def test_bad_jobs_leaves_nothing(tmp_path, capsys):
     out = tmp_path / "study"
     assert main(["study", "--out", str(out), "--quiet", "--no-wandb", "--jobs", "0"]) == 2
-    _one_line(capsys, "--jobs 0")
+    assert_one_line(capsys, "--jobs 0")
     assert not out.exists()
 
 
@@ -83,5 +76,5 @@ def test_a_study_folder_that_cannot_be_made_is_one_line(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     assert main(["study", "--out", str(tmp_path / "file" / "study"), "--quiet", "--no-wandb", "--max-steps", "1",
                  "replicates=1"]) == 2
-    _one_line(capsys, str(tmp_path / "file" / "study"))
+    assert_one_line(capsys, str(tmp_path / "file" / "study"))
     assert os.listdir(tmp_path) == ["file"]
