@@ -34,7 +34,8 @@ import torch
 
 from divergence.recipe.pair import load_pair_recipe
 from divergence.store import MetricsStore
-from divergence.tracking.records import divergence_records, is_tracked, loss_record, probe_due
+from divergence.tracking.records import divergence_records, loss_record
+from divergence.pairfolder.settings import is_tracked, probe_due
 from divergence.tracking.spikes import SpikeDetector
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs

@@ -14,7 +14,7 @@ import time
 import torch
 
 from divergence.recipe.run import RunRecipe
-from divergence.recipe.schema import apply_overrides, parse
+from divergence.config.schema import apply_overrides, parse
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from divergence.errors import UserInputError
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.recipe.names import NAME, file_stem
-from divergence.store import FILENAME as STORE_FILE
+from divergence.pairfolder.layout import METRICS_FILE as STORE_FILE
 
 
 def artifact_slug(name: str) -> str:
@@ -62,10 +62,10 @@ def weights_artifact(folder: str | Path, run_name: str, step: int):
     import wandb
 
     folder = Path(folder)
-    from divergence.pairfolder.layout import CHECKPOINTS, weights_path
+    from divergence.pairfolder.layout import CHECKPOINTS_DIR, weights_path
 
-    target = weights_path(CHECKPOINTS, step).name
-    files = sorted(p for p in folder.rglob(target) if p.parent.name == CHECKPOINTS)
+    target = weights_path(CHECKPOINTS_DIR, step).name
+    files = sorted(p for p in folder.rglob(target) if p.parent.name == CHECKPOINTS_DIR)
     if not files:
         return None
     artifact = wandb.Artifact(f"weights-{artifact_slug(run_name)}-step{step}", type="model", metadata={"step": step})

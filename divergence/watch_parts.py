@@ -21,8 +21,9 @@ from pathlib import Path
 
 from divergence.errors import CheckpointError, UserInputError
 from divergence.pairfolder.layout import ARMS
-from divergence.recipe.run import LogConfig, RunRecipe
-from divergence.recipe.schema import parse
+from divergence.recipe.run import RunRecipe
+from divergence.pairfolder.settings import LogConfig
+from divergence.config.schema import parse
 
 
 class StepLogger:
@@ -58,7 +59,7 @@ class FileProbe:
 
     def due(self, step: int) -> bool:
         """The lockstep tracker's rule (``probe_due``), so both stores hold the same probe steps."""
-        from divergence.tracking.records import probe_due
+        from divergence.pairfolder.settings import probe_due
 
         return probe_due(step, self.pair.max_steps, self.pair.tracking.probe)
 

@@ -10,13 +10,13 @@ from divergence.analysis.growth import Estimate, Ratio, compare_growth, estimate
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, top_layers
 from divergence.analysis.replicates import Pooled, group, pool
 from divergence.analysis.study import Analysis, analyze, to_summary
-from divergence.analysis.trajectories import METRIC_LABELS, METRICS, PROBE_KEYS, PairData, pair_from_records
+from divergence.analysis.trajectories import METRIC_LABELS, PROBE_KEYS, TRAJECTORY_METRICS, PairData, pair_from_records
 from divergence.analysis.verdict import STATUSES, Verdict, judge
 
 MIN_STEPS = MIN_WINDOW
 
 __all__ = [
-    "METRICS", "METRIC_LABELS", "MIN_STEPS", "MIN_WINDOW", "PROBE_KEYS", "STATUSES", "Analysis", "Estimate",
+    "METRIC_LABELS", "MIN_STEPS", "MIN_WINDOW", "PROBE_KEYS", "STATUSES", "TRAJECTORY_METRICS", "Analysis", "Estimate",
     "NoiseFloor", "PairData", "Pooled", "Ratio", "Verdict", "WindowEstimate", "analyze", "compare_growth",
     "estimate", "estimate_growth", "group", "growth_rate", "judge", "kind_table", "layer_mean", "local_rates",
     "noise_floor", "ols_slope", "pair_from_records", "pool", "to_summary", "top_layers",

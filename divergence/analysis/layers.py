@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from divergence.analysis.growth import ols_slope
-from divergence.analysis.trajectories import METRICS, PairData
+from divergence.analysis.trajectories import TRAJECTORY_METRICS, PairData
 
 TOP_LAYERS = 10
 
@@ -40,8 +40,8 @@ def kind_table(pair: PairData, metric: str = "wasserstein") -> list[dict]:
             "kind": kind,
             "tensors": int(len(members)),
             "numel": int(pair.numel[members].sum()),
-            **{f"final_{m}": float(series[m][-1]) for m in METRICS},
-            **{f"slope_{m}": float(ols_slope(pair.steps, series[m])) if len(pair.steps) > 1 else np.nan for m in METRICS},
+            **{f"final_{m}": float(series[m][-1]) for m in TRAJECTORY_METRICS},
+            **{f"slope_{m}": float(ols_slope(pair.steps, series[m])) if len(pair.steps) > 1 else np.nan for m in TRAJECTORY_METRICS},
             "top_tensor": pair.layers[top] if top is not None else "",
         })
     rows.sort(key=lambda r: -np.nan_to_num(r[f"final_{metric}"], nan=-np.inf))
@@ -50,7 +50,7 @@ def kind_table(pair: PairData, metric: str = "wasserstein") -> list[dict]:
 
 def nonfinite_layers(pair: PairData) -> list[str]:
     """Layers with a NaN/inf metric at some tracked step: left out of every growth rate."""
-    bad = ~np.all([pair.finite_layers(m) for m in METRICS], axis=0) if pair.layers else []
+    bad = ~np.all([pair.finite_layers(m) for m in TRAJECTORY_METRICS], axis=0) if pair.layers else []
     return [name for name, b in zip(pair.layers, bad) if b]
 
 
@@ -70,15 +70,15 @@ def noise_floor(control: PairData) -> NoiseFloor:
     """Read the control pair. Exactly zero means training is deterministic, so any difference
     in the other pairs comes from what they change, not from the hardware or the kernels."""
     nonzero = np.zeros(len(control.steps), dtype=bool)
-    for m in METRICS:
+    for m in TRAJECTORY_METRICS:
         layer = control.layer_values[m]
         nonzero |= (control.model[m] != 0) | (np.any(layer != 0, axis=0) if layer.size else False)
     first = int(control.steps[np.argmax(nonzero)]) if nonzero.any() else None
     return NoiseFloor(
         pair=control.name,
         exact=bool(len(control.steps)) and not nonzero.any(),
-        peak={m: float(np.nanmax(control.model[m])) if len(control.steps) else np.nan for m in METRICS},
-        final={m: float(control.model[m][-1]) if len(control.steps) else np.nan for m in METRICS},
+        peak={m: float(np.nanmax(control.model[m])) if len(control.steps) else np.nan for m in TRAJECTORY_METRICS},
+        final={m: float(control.model[m][-1]) if len(control.steps) else np.nan for m in TRAJECTORY_METRICS},
         first_nonzero_step=first,
         n_steps=len(control.steps),
     )
@@ -86,7 +86,7 @@ def noise_floor(control: PairData) -> NoiseFloor:
 
 def _layer_row(pair: PairData, i: int) -> dict:
     row = {"tensor": pair.layers[i], "kind": pair.kinds[i], "numel": int(pair.numel[i])}
-    for m in METRICS:
+    for m in TRAJECTORY_METRICS:
         series = pair.layer_values[m][i]
         row[f"final_{m}"] = float(series[-1])
         ok = np.isfinite(series)

@@ -10,7 +10,7 @@ saturates), so the verdict does not use it.
 from __future__ import annotations
 
 from divergence.analysis.growth import N_BOOT, Ratio, compare_growth
-from divergence.analysis.trajectories import METRICS, PairData
+from divergence.analysis.trajectories import TRAJECTORY_METRICS, PairData
 
 NOTE = ("horizon-dependent: a ratio of slopes of the raw metric over the whole run; it drifts with the number "
         "of steps trained and is not used by the verdict")
@@ -18,7 +18,7 @@ NOTE = ("horizon-dependent: a ratio of slopes of the raw metric over the whole r
 
 def legacy_ratios(study: PairData, references: list[PairData], n_boot: int = N_BOOT, seed: int = 0) -> list[Ratio]:
     """rho of ``study`` against every reference, by every metric (empty where a pair has no layers)."""
-    return [compare_growth(study, r, m, n_boot, seed) for m in METRICS for r in references
+    return [compare_growth(study, r, m, n_boot, seed) for m in TRAJECTORY_METRICS for r in references
             if study.layers and r.layers]
 
 

@@ -18,7 +18,7 @@ from divergence.analysis.dose import MIN_WINDOW
 from divergence.analysis.growth import N_BOOT, Estimate, estimate_growth, layer_mean
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, nonfinite_layers, top_layers
 from divergence.analysis.replicates import Pooled, group
-from divergence.analysis.trajectories import METRICS, PairData
+from divergence.analysis.trajectories import TRAJECTORY_METRICS, PairData
 from divergence.analysis.headline import headline
 from divergence.analysis.verdict import METRIC, OUTSIDE, Verdict, judge
 
@@ -60,7 +60,7 @@ def analyze(pairs: list[PairData], n_boot: int = N_BOOT, seed: int = 0, min_step
     for study in role["optimization"]:
         v = judge(study, reference, seeds, controls, margin_factor, start, min_steps)
         verdicts.append(_with_calibration(v, study, reference, calibration))
-    growth = {p.key: {m: estimate_growth(p, m, n_boot, seed) for m in METRICS} for p in pairs}
+    growth = {p.key: {m: estimate_growth(p, m, n_boot, seed) for m in TRAJECTORY_METRICS} for p in pairs}
     lowest = [runs[0] for runs in role["precision"] + role["seed"]]
     legacy_ratios = {s[0].name: legacy.legacy_ratios(s[0], lowest, n_boot, seed) for s in role["optimization"]}
     floors = tuple(noise_floor(p) for p in controls)
@@ -200,14 +200,14 @@ def _pair_dict(p: PairData, growth: dict[str, Estimate]) -> dict:
         "finished": p.finished, "last_step": p.last_step, "max_steps": p.max_steps,
         "numerics": p.numerics, "outside_deployment": p.outside_deployment,
         "tracked_steps": n, "layers": len(p.layers), "probe": p.has_probe(),
-        "growth_rate": {m: asdict(growth[m]) for m in METRICS},
+        "growth_rate": {m: asdict(growth[m]) for m in TRAJECTORY_METRICS},
         "model": {m: {"first": float(p.model[m][0]) if n else None, "final": float(p.model[m][-1]) if n else None,
                       "peak": float(np.nanmax(p.model[m])) if n and np.isfinite(p.model[m]).any() else None}
-                  for m in METRICS},
+                  for m in TRAJECTORY_METRICS},
         "trajectory": {"step": p.steps.tolist(), "rel_l2": p.rel_l2.tolist(),
                        "probe_rel_diff": p.probe.get("probe_rel_diff", np.zeros(0)).tolist(),
-                       **{m: p.model[m].tolist() for m in METRICS},
-                       **{f"layer_mean_{m}": layer_mean(p, m).tolist() for m in METRICS}},
+                       **{m: p.model[m].tolist() for m in TRAJECTORY_METRICS},
+                       **{f"layer_mean_{m}": layer_mean(p, m).tolist() for m in TRAJECTORY_METRICS}},
         "top_layers": top_layers(p),
         "kinds": kind_table(p),
         "spikes": {arm: p.loss_steps[p.spikes[arm]].tolist() for arm in "ab"},

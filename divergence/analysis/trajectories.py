@@ -28,7 +28,7 @@ from divergence.metrics.grouping import summarize
 
 # The two weight metrics of the paper (Fig. 7): 1-D Wasserstein distance between the value
 # distributions, and the elementwise maximum absolute difference.
-METRICS = ("wasserstein", "max_abs_diff")
+TRAJECTORY_METRICS = ("wasserstein", "max_abs_diff")
 METRIC_LABELS = {"wasserstein": "Wasserstein distance", "max_abs_diff": "max difference"}
 # optional keys of a tracked step record: the function-space probe (F(t), and both arms' losses on it)
 PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")
@@ -108,7 +108,7 @@ def pair_from_records(info, step_records: list[dict], tensor_records, folder: st
         if record["step"] in column:
             by_step[record["step"]].append(record)
     layers, kinds, numel, layer_values = _layer_arrays(by_step, column, len(steps))
-    model = {m: np.array([_model_value(r, by_step[r["step"]], m) for r in tracked], dtype=float) for m in METRICS}
+    model = {m: np.array([_model_value(r, by_step[r["step"]], m) for r in tracked], dtype=float) for m in TRAJECTORY_METRICS}
     return PairData(
         name=info.name, category=info.category, description=info.description, finished=bool(info.finished),
         last_step=info.last_step, max_steps=int(info.max_steps or 0), folder=str(folder), arms=dict(info.arms or {}),
@@ -136,10 +136,10 @@ def _layer_arrays(by_step: dict[int, list[dict]], column: dict[int, int], n_step
                 index[record["tensor"]] = len(index)
                 kinds.append(record.get("kind", "other"))
                 numel.append(int(record.get("numel", 1)))
-    values = {m: np.full((len(index), n_steps), np.nan) for m in METRICS}
+    values = {m: np.full((len(index), n_steps), np.nan) for m in TRAJECTORY_METRICS}
     for step, records in by_step.items():
         for record in records:
-            for m in METRICS:
+            for m in TRAJECTORY_METRICS:
                 values[m][index[record["tensor"]], column[step]] = _float(record.get(m))
     return tuple(index), tuple(kinds), np.array(numel, dtype=float), values
 
@@ -156,7 +156,7 @@ def _kind_arrays(tracked: list[dict], by_step: dict[int, list[dict]]) -> dict[st
             kinds = {k: summarize(rs) for k, rs in groups.items() if _summarizable(rs)}
         per_step.append(kinds)
     names = sorted({k for kinds in per_step for k in kinds})
-    return {k: {m: np.array([_float(kinds.get(k, {}).get(m)) for kinds in per_step]) for m in METRICS} for k in names}
+    return {k: {m: np.array([_float(kinds.get(k, {}).get(m)) for kinds in per_step]) for m in TRAJECTORY_METRICS} for k in names}
 
 
 def _model_value(step_record: dict, tensor_records: list[dict], metric: str) -> float:

@@ -82,7 +82,7 @@ def run(args) -> int:
     from divergence.microbench.report import write_csv, write_reports
     from divergence.microbench.sweep import COLUMNS, plan, run_sweep
     from divergence.microbench.validation import COLUMNS as VALIDATION_COLUMNS
-    from divergence.recipe.schema import to_dict
+    from divergence.config.schema import to_dict
 
     # The reference-length fix first, so that an explicit --set sweep.reference_seq_len wins.
     overrides = reference_seq_len_override(args.recipe, args.seq_len, args.quick) + _overrides(args)

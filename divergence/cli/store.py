@@ -27,14 +27,14 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from divergence.pairfolder.layout import METRICS
+    from divergence.pairfolder.layout import METRICS_FILE
     from divergence.store.repair import repair_folder
 
     for result in repair_folder(args.dir):
         if not result.moved:
             print(f"{result.path}: nothing to repair ({result.kept} lines, every one readable)")
             continue
-        what = f"{result.committed} committed steps" if result.path.name == METRICS else f"{result.kept} lines"
+        what = f"{result.committed} committed steps" if result.path.name == METRICS_FILE else f"{result.kept} lines"
         print(f"{result.path}: kept {what}; moved {len(result.moved)} lines to {result.side_file}")
         for number, reason in result.moved:
             print(f"  line {number}: {reason}")

@@ -114,7 +114,7 @@ def _build(args, folder, out, steps: list[int], series: dict) -> None:
 
     from divergence.checkpoints.compare import compare_checkpoints
     from divergence.errors import UserInputError
-    from divergence.pairfolder.layout import PAIR_JSON
+    from divergence.pairfolder.layout import PAIR_FILE
     from divergence.pairfolder.pair_json import write_pair_files
     from divergence.store import MetricsStore
     from divergence.tables import write_json
@@ -134,7 +134,7 @@ def _build(args, folder, out, steps: list[int], series: dict) -> None:
         tensors, summary = comparison_records(result)
         store.append_step(step, tensors, {**loss_record(None, {}), **summary, "tracked": True})
     info.update(finished=True, last_step=steps[-1])
-    write_json(folder / PAIR_JSON, info)
+    write_json(folder / PAIR_FILE, info)
 
 
 def _staging(out):
@@ -162,13 +162,13 @@ def _publish(staging, out) -> None:
     import os
 
     from divergence.atomic import fsync_folder
-    from divergence.pairfolder.layout import METRICS, PAIR_JSON
+    from divergence.pairfolder.layout import METRICS_FILE, PAIR_FILE
 
     if staging.parent != out:
         os.replace(staging, out)
         fsync_folder(out.parent)
         return
-    for name in (METRICS, PAIR_JSON):
+    for name in (METRICS_FILE, PAIR_FILE):
         os.replace(staging / name, out / name)
     fsync_folder(out)
 

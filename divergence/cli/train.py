@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     require("train", "lightning", "diffusers", "transformers")
     from divergence.recipe.pair import is_pair_recipe, load_pair_recipe
     from divergence.recipe.run import RunRecipe, load_run_recipe
-    from divergence.recipe.schema import apply_overrides, parse
+    from divergence.config.schema import apply_overrides, parse
 
     overrides = list(args.overrides)
     if args.max_steps is not None:

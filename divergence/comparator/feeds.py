@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.pairfolder.layout import CHECKPOINTS
+from divergence.pairfolder.layout import CHECKPOINTS_DIR
 from divergence.pairfolder.weights_file import completed, identity, weights_path
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
@@ -32,7 +32,7 @@ class ArmFeed:
 
     def checkpoint(self, step: int) -> tuple[Path, tuple] | None:
         """The complete weights file of ``step`` and its identity, or None while it is not complete."""
-        path = weights_path(self.folder / CHECKPOINTS, step)
+        path = weights_path(self.folder / CHECKPOINTS_DIR, step)
         found = completed(path, step)
         return None if found is None else (path, found)
 

@@ -46,7 +46,7 @@ from divergence.comparator.ranks import Ranks
 from divergence.comparator.retention import Retention
 from divergence.comparator.stalls import ENDED, armless, stall
 from divergence.errors import CheckpointError, UserInputError
-from divergence.pairfolder.layout import ARMS, WATCH_STATE
+from divergence.pairfolder.layout import ARMS, WATCH_STATE_FILE
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.pairfolder.schedule import PairSchedule, read_schedule
 from divergence.store import MetricsStore
@@ -54,7 +54,6 @@ from divergence.store.arm_status import batch_mismatch
 from divergence.tracking.records import comparison_records, loss_record
 from divergence.tracking.spikes import SpikeDetector
 
-STATE_FILE = WATCH_STATE
 EXIT_TIMEOUT, EXIT_USAGE = 1, 2
 
 
@@ -278,14 +277,14 @@ class Comparator:
 
     def _read_state(self) -> dict:
         try:
-            return json.loads((self.out / STATE_FILE).read_text())["attempts"]
+            return json.loads((self.out / WATCH_STATE_FILE).read_text())["attempts"]
         except (OSError, ValueError, KeyError):
             return {}
 
     def _write_state(self) -> None:
         from divergence.tables import write_json
 
-        write_json(self.out / STATE_FILE, {"attempts": self.attempts})
+        write_json(self.out / WATCH_STATE_FILE, {"attempts": self.attempts})
 
     def _logger(self):
         from divergence.watch_parts import StepLogger

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.pairfolder.layout import ARMS, CHECKPOINTS, LOSSES, weights_name, weights_path
+from divergence.pairfolder.layout import ARMS, CHECKPOINTS_DIR, LOSSES_FILE, weights_name, weights_path
 
 ENDED = ("finished", "failed")
 
@@ -52,9 +52,9 @@ def _missing(arm: str, status, step: int, pair, feed) -> str | None:
     if last is None or step > last:
         return (f"{ended}, before step {step}" + (f" (max_steps {pair.max_steps})" if step <= pair.max_steps else ""))
     if step > 0 and step not in feed.losses():
-        return f"{ended}, but its {arm}/{LOSSES} has no step {step} (a gap)"
-    if pair.tracked(step) and not weights_path(feed.folder / CHECKPOINTS, step).exists():
-        return f"{ended}, but it has no {arm}/{CHECKPOINTS}/{weights_name(step)} (tracked step {step})"
+        return f"{ended}, but its {arm}/{LOSSES_FILE} has no step {step} (a gap)"
+    if pair.tracked(step) and not weights_path(feed.folder / CHECKPOINTS_DIR, step).exists():
+        return f"{ended}, but it has no {arm}/{CHECKPOINTS_DIR}/{weights_name(step)} (tracked step {step})"
     return None
 
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from divergence.pairfolder.pair_json import FILENAME as PAIR_INFO_FILE
+from divergence.pairfolder.layout import PAIR_FILE as PAIR_INFO_FILE
 
 
 def pair_started(out: Path) -> bool:

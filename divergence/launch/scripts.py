@@ -38,7 +38,7 @@ from pathlib import Path
 
 from divergence.errors import UserInputError
 from divergence.recipe.names import check_name
-from divergence.recipe.yaml_safe import short
+from divergence.config.yaml_safe import short
 
 ARMS = ("a", "b")
 SCHEDULERS = ("slurm", "torchrun")

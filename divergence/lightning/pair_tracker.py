@@ -22,14 +22,15 @@ from typing import Callable
 
 from divergence.errors import TrainingDiverged, UserInputError
 from divergence.pairfolder.arm_steps import check_tensor_names
-from divergence.pairfolder.pair_json import FILENAME as PAIR_FILE
+from divergence.pairfolder.layout import PAIR_FILE
 from divergence.pairfolder.pair_json import (
     IDENTITY, check_same_pair, read_pair_json, schedule_config, tracking_schedule, write_pair_files,
 )
-from divergence.recipe.pair import DENSE_DEFAULT
+from divergence.pairfolder.settings import DENSE_DEFAULT
 from divergence.store import MetricsStore
 from divergence.tables import write_json
-from divergence.tracking.records import ARMS, divergence_records, is_tracked, loss_record
+from divergence.tracking.records import ARMS, divergence_records, loss_record
+from divergence.pairfolder.settings import is_tracked
 from divergence.tracking.spikes import SpikeDetector
 from divergence.tracking.step_logging import log_step
 

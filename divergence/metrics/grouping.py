@@ -30,7 +30,7 @@ from collections import defaultdict
 from typing import Iterable
 
 from divergence.metrics.difference import cosine_from_sums, relative_l2
-from divergence.metrics.pair import METRICS
+from divergence.metrics.pair import METRIC_NAMES
 
 GROUPINGS = ("tensor", "module", "kind", "model")
 # dtype names (``TensorInfo.dtype``) of buffers: integer and bool tensors.
@@ -124,7 +124,7 @@ def summarize(records: Iterable[dict], include_buffers: bool = False) -> dict:
     buffers = 0 if include_buffers else sum(map(is_buffer, records))
     if buffers:
         records = [r for r in records if not is_buffer(r)]
-    finite = [r for r in records if all(_finite(r[m]) for m in METRICS)]
+    finite = [r for r in records if all(_finite(r[m]) for m in METRIC_NAMES)]
     out = {
         "buffers": buffers,
         "buffers_included": include_buffers,
@@ -136,9 +136,9 @@ def summarize(records: Iterable[dict], include_buffers: bool = False) -> dict:
     }
     n = sum(r["numel"] for r in finite)
     if not finite:
-        return out | {m: math.nan for m in METRICS}
+        return out | {m: math.nan for m in METRIC_NAMES}
     if n == 0:  # empty tensors only: nothing differs
-        return out | {m: 0.0 for m in METRICS} | {"cosine": 1.0}
+        return out | {m: 0.0 for m in METRIC_NAMES} | {"cosine": 1.0}
     sq_diff = math.fsum(r["numel"] * r["rms_diff"] ** 2 for r in finite)
     sq_a = math.fsum(r["norm_a"] ** 2 for r in finite)
     sq_b = math.fsum(r["norm_b"] ** 2 for r in finite)

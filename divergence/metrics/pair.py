@@ -18,7 +18,7 @@ from divergence.metrics.wasserstein import distance_chunks, ends_finite, mean_di
 
 # The metric keys of a record, in display order. A contract: the JSON, CSV and the
 # metrics store use exactly these names.
-METRICS = ("wasserstein", "max_abs_diff", "mean_abs_diff", "rms_diff", "rel_l2", "cosine")
+METRIC_NAMES = ("wasserstein", "max_abs_diff", "mean_abs_diff", "rms_diff", "rel_l2", "cosine")
 NAN = float("nan")
 # compare_pairs starts a pair while fewer pairs, and fewer elements, than these are in flight:
 # with their sorted copies, under 1 GB of float32 (SD 1.5's largest tensor has 29.5M elements).
@@ -59,7 +59,7 @@ def compare_tensors(a, b) -> dict:
     ``numel`` is then 2n, the count of real numbers measured, which keeps every aggregate
     exact; integer and bool tensors are compared as float64 values.
 
-    Returns a dict with ``numel``, each name in ``METRICS``, ``nonfinite_a``/``nonfinite_b``
+    Returns a dict with ``numel``, each name in ``METRIC_NAMES``, ``nonfinite_a``/``nonfinite_b``
     (count of NaN/inf values) and ``norm_a``/``norm_b`` (L2 norms, which let aggregates such
     as a global rel_l2 be exact). A pair holding any non-finite value gets NaN metrics: no
     finite number would be honest, and aggregates skip such pairs and count them instead.
@@ -198,12 +198,12 @@ def _record(sums: DifferenceSums, w1: float) -> dict:
 def _empty_record() -> dict:
     """The record of an empty pair: the values of two equal all-zero tensors (see compare_tensors)."""
     record = {"numel": 0, "nonfinite_a": 0, "nonfinite_b": 0}
-    record.update({m: 0.0 for m in METRICS}, cosine=1.0, norm_a=0.0, norm_b=0.0)
+    record.update({m: 0.0 for m in METRIC_NAMES}, cosine=1.0, norm_a=0.0, norm_b=0.0)
     return record
 
 
 def _nan_record(a: torch.Tensor, b: torch.Tensor) -> dict:
     """The record of a pair holding a NaN or an infinity: counts, NaN metrics."""
     record = {"numel": a.numel(), "nonfinite_a": count_nonfinite(a), "nonfinite_b": count_nonfinite(b)}
-    record.update({m: NAN for m in METRICS}, norm_a=NAN, norm_b=NAN)
+    record.update({m: NAN for m in METRIC_NAMES}, norm_a=NAN, norm_b=NAN)
     return record

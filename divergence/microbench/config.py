@@ -20,7 +20,7 @@ from typing import Literal, Union
 
 from divergence.attention.blocks import BLOCK_ORDERS, parse_block_size, tile_from_memory
 from divergence.microbench.scales import DEFAULT_SCALES, InputDist, legacy_dist, parse_dist
-from divergence.recipe.schema import apply_overrides, load_yaml, parse, require
+from divergence.config.schema import apply_overrides, load_yaml, parse, require
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp64")
 ACCUMULATE = ("none", "fp32")

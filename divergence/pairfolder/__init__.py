@@ -2,19 +2,23 @@
 
 One package owns every file name and format of a run, pair and arm folder:
 
-- ``layout``: the file names (``PAIR_JSON``, ``METRICS``, ``LOSSES``, ``STATUS``, ``CHECKPOINTS``,
-  ``weights_path``, ...) and the contract version ``CONTRACT``;
+- ``layout``: the file names (``PAIR_FILE``, ``METRICS_FILE``, ``LOSSES_FILE``, ``STATUS_FILE``,
+  ``CHECKPOINTS_DIR``, ``weights_path``, ...) and the contract version ``CONTRACT``;
+- ``folder``: ``PairFolder(out)``, a pair folder's paths by name;
+- ``settings``: ``pair.json``'s ``tracking`` and ``log`` (``TrackingConfig``, ``LogConfig``) and
+  the tracked-step rule ``is_tracked``;
 - ``pair_json``: ``pair.json`` (``PairInfo``, ``write_pair_files``, ``read_pair_json``);
 - ``schedule``: what a reader follows a pair by (``read_schedule``: max_steps, tracking schedule);
 - ``weights_file``: ``checkpoints/step_NNNNNN.safetensors`` (``save_weights``, ``completed``);
 - the rules every arm writer shares: ``arm_steps`` (each step an integer, once, in order, within
-  ``max_steps``; the loss a number; the same tensors at every tracked step; ``stride``),
-  ``arm_records`` (a re-run refused, a restart's cut) and ``arm_lock`` (one writer per arm);
-- the metrics store, ``losses.jsonl`` and ``status.json`` readers and writers live in
-  ``divergence.store`` (``MetricsStore``, ``LossFile``, ``ArmStatus``), re-exported here.
+  ``max_steps``; the loss a number; the same tensors at every tracked step; ``stride``) and
+  ``arm_lock`` (one writer per arm).
 
-Writers (``divergence.writers``, ``divergence.lightning``, the built-in trainer) and readers
-(``divergence watch``, ``report``, ``export``) import this package; it imports neither.
+The files' readers and writers sit one layer up in ``divergence.store`` (``MetricsStore``,
+``LossFile``, ``ArmStatus``, an arm folder's restart cut ``arm_records``). Writers
+(``divergence.writers``, ``divergence.lightning``, the built-in trainer) and readers
+(``divergence watch``, ``report``, ``export``) import this package; it imports none of them,
+nor the recipes (``divergence.recipe``) or the trainer (``divergence.training``).
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ from __future__ import annotations
 import importlib
 
 from divergence.pairfolder.layout import (
-    ARMS, ATTENTION, CHECKPOINTS, CONTRACT, LOSSES, METRICS, PAIR_JSON, PAIR_RECIPE, RUN_RECIPE, STATUS,
-    WATCH_STATE, weights_name, weights_path,
+    ARMS, ATTENTION_FILE, CHECKPOINTS_DIR, CONTRACT, LOSSES_FILE, METRICS_FILE, PAIR_FILE, PAIR_RECIPE_FILE,
+    RUN_RECIPE_FILE, STATUS_FILE, WATCH_STATE_FILE, weights_name, weights_path,
 )
 
 _LAZY = {
@@ -34,16 +38,14 @@ _LAZY = {
     "PairSchedule": "divergence.pairfolder.schedule",
     "read_schedule": "divergence.pairfolder.schedule",
     "save_weights": "divergence.pairfolder.weights_file",
-    "MetricsStore": "divergence.store.metrics_store",
-    "LossFile": "divergence.store.losses",
-    "ArmStatus": "divergence.store.arm_status",
 }
 
-__all__ = ["ARMS", "ATTENTION", "CHECKPOINTS", "CONTRACT", "LOSSES", "METRICS", "PAIR_JSON", "PAIR_RECIPE",
-           "RUN_RECIPE", "STATUS", "WATCH_STATE", "weights_name", "weights_path", *_LAZY]
+__all__ = ["ARMS", "ATTENTION_FILE", "CHECKPOINTS_DIR", "CONTRACT", "LOSSES_FILE", "METRICS_FILE", "PAIR_FILE",
+           "PAIR_RECIPE_FILE", "RUN_RECIPE_FILE", "STATUS_FILE", "WATCH_STATE_FILE", "weights_name", "weights_path",
+           *_LAZY]
 
 
-def __getattr__(name: str):  # the readers and writers load on first use (no import cycle with store/)
+def __getattr__(name: str):  # the readers and writers load on first use
     if name not in _LAZY:
         raise AttributeError(f"module 'divergence.pairfolder' has no attribute {name!r}")
     return getattr(importlib.import_module(_LAZY[name]), name)

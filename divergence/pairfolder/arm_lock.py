@@ -23,7 +23,7 @@ import socket
 from pathlib import Path
 
 from divergence.errors import UserInputError
-from divergence.pairfolder.layout import WRITER_LOCK
+from divergence.pairfolder.layout import WRITER_LOCK_FILE
 
 
 class ArmLock:
@@ -31,13 +31,13 @@ class ArmLock:
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
-        self.path = self.folder / WRITER_LOCK
+        self.path = self.folder / WRITER_LOCK_FILE
         self._file = None
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             handle = open(self.path, "a+")
         except OSError as err:
-            raise UserInputError(f"{self.folder}: cannot create {WRITER_LOCK} there ({err.strerror or err}); "
+            raise UserInputError(f"{self.folder}: cannot create {WRITER_LOCK_FILE} there ({err.strerror or err}); "
                                  "choose a folder you can write to") from None
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -3,18 +3,23 @@
 ::
 
     PAIR/                      a pair folder (docs/pair-folder.md, contract CONTRACT)
-      pair.json                PAIR_JSON      what the pair is (divergence.pairfolder.pair_json)
-      metrics.jsonl            METRICS        the metrics store (divergence.store.MetricsStore)
-      attention.jsonl          ATTENTION      the shadow attention variant's deviations
-      pair.yaml                PAIR_RECIPE    the built-in trainer's resolved pair recipe (optional)
-      watch.json               WATCH_STATE    divergence watch's own state
-      a/, b/                   ARMS           one folder per arm trained as its own job
-        checkpoints/           CHECKPOINTS    step_NNNNNN.safetensors (weights_name)
-        losses.jsonl           LOSSES         one loss per optimizer step (divergence.store.losses)
-        status.json            STATUS         running / finished / failed (divergence.store.arm_status)
-        writer.lock            WRITER_LOCK    held by the one process writing the arm (divergence.pairfolder.arm_lock)
+      pair.json                PAIR_FILE          what the pair is (divergence.pairfolder.pair_json)
+      metrics.jsonl            METRICS_FILE       the metrics store (divergence.store.MetricsStore)
+      attention.jsonl          ATTENTION_FILE     the shadow attention variant's deviations
+      pair.yaml                PAIR_RECIPE_FILE   the built-in trainer's resolved pair recipe (optional)
+      watch.json               WATCH_STATE_FILE   divergence watch's own state
+      wandb-id                 WANDB_ID_FILE      the wandb run id a resumed run or watch continues
+      csv/                     CSV_DIR            the CSV logger's metrics.csv
+      resume/                  RESUME_DIR         the resumable state: last.ckpt (RESUME_FILE), hpc_ckpt_N.ckpt
+      samples/                 SAMPLES_DIR        sample grids at checkpoint steps (built-in trainer)
+      a/, b/                   ARMS               one folder per arm trained as its own job
+        checkpoints/           CHECKPOINTS_DIR    step_NNNNNN.safetensors (weights_name)
+        losses.jsonl           LOSSES_FILE        one loss per optimizer step (divergence.store.losses)
+        status.json            STATUS_FILE        running / finished / failed (divergence.store.arm_status)
+        writer.lock            WRITER_LOCK_FILE   held by the one process writing the arm (divergence.pairfolder.arm_lock)
 
-A run folder (one arm trained alone) holds ``recipe.yaml`` (RUN_RECIPE) and ``checkpoints/``.
+A run folder (one arm trained alone) holds ``recipe.yaml`` (RUN_RECIPE_FILE), ``checkpoints/``,
+``resume/``, ``csv/`` and ``wandb-id``.
 """
 
 from __future__ import annotations
@@ -23,16 +28,21 @@ from pathlib import Path
 
 CONTRACT = 1  # the version of docs/pair-folder.md this package reads and writes
 ARMS = ("a", "b")
-PAIR_JSON = "pair.json"
-PAIR_RECIPE = "pair.yaml"
-RUN_RECIPE = "recipe.yaml"
-METRICS = "metrics.jsonl"
-ATTENTION = "attention.jsonl"
-WATCH_STATE = "watch.json"
-CHECKPOINTS = "checkpoints"
-LOSSES = "losses.jsonl"
-STATUS = "status.json"
-WRITER_LOCK = "writer.lock"
+PAIR_FILE = "pair.json"
+PAIR_RECIPE_FILE = "pair.yaml"
+RUN_RECIPE_FILE = "recipe.yaml"
+METRICS_FILE = "metrics.jsonl"
+ATTENTION_FILE = "attention.jsonl"
+WATCH_STATE_FILE = "watch.json"
+WANDB_ID_FILE = "wandb-id"
+CSV_DIR = "csv"
+RESUME_DIR = "resume"
+RESUME_FILE = "last.ckpt"
+SAMPLES_DIR = "samples"
+CHECKPOINTS_DIR = "checkpoints"
+LOSSES_FILE = "losses.jsonl"
+STATUS_FILE = "status.json"
+WRITER_LOCK_FILE = "writer.lock"
 
 
 def weights_name(step: int) -> str:

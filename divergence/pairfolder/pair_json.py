@@ -37,14 +37,12 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from divergence.errors import RecipeError, UserInputError
-from divergence.pairfolder.layout import CONTRACT, PAIR_JSON
-from divergence.recipe.pair import DENSE_DEFAULT, TrackingConfig
+from divergence.pairfolder.layout import CONTRACT, PAIR_FILE
+from divergence.pairfolder.settings import DENSE_DEFAULT, SPIKE_FACTOR, SPIKE_WINDOW, TrackingConfig
 from divergence.tables import write_json
 
-FILENAME = PAIR_JSON
 CATEGORIES = ("optimization", "seed", "precision", "control")
 DEFAULT_EVERY = 10
-SPIKE_FACTOR, SPIKE_WINDOW = 3.0, 20
 
 
 @dataclass
@@ -75,11 +73,11 @@ class PairInfo:
         return {"contract": data.pop("contract"), **data, **{k: v for k, v in extra.items() if k not in data}}
 
     def write(self, folder: str | Path) -> None:
-        write_json(Path(folder) / FILENAME, self.to_json())
+        write_json(Path(folder) / PAIR_FILE, self.to_json())
 
     @classmethod
     def read(cls, folder: str | Path) -> "PairInfo":
-        path = Path(folder) / FILENAME
+        path = Path(folder) / PAIR_FILE
         data = read_pair_json(folder)
         known = {f.name for f in fields(cls)} - {"extra"}
         try:
@@ -91,7 +89,7 @@ class PairInfo:
 
 def read_pair_json(out: str | Path) -> dict:
     """``pair.json`` as plain data, with ``contract`` defaulting to 1 (folders written before it)."""
-    path = Path(out) / FILENAME
+    path = Path(out) / PAIR_FILE
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -159,7 +157,7 @@ def write_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EV
     if log is not None and not isinstance(log, dict):
         raise UserInputError(f"log={log!r}: must be a dict, the recipe's log section (e.g. {{'wandb': False}})")
     tracking = tracking_schedule(every, spike_factor, spike_window, dense)
-    if check_stride(stride, max_steps, "pair.json") > 1:
+    if check_stride(stride, max_steps, PAIR_FILE) > 1:
         tracking["stride"] = stride
     arms = _arm_labels(arms)
     info = PairInfo(name=name or out.resolve().name, category=category, arms=arms,
@@ -186,7 +184,7 @@ def check_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EV
                      **kwargs) -> dict | None:
     """``pair.json`` of ``out`` when it describes this pair, None when there is none; otherwise a
     ``UserInputError`` (another pair, or another length or schedule). Reads only."""
-    path = Path(out) / FILENAME
+    path = Path(out) / PAIR_FILE
     if not path.is_file():
         return None
     existing = read_pair_json(out)
@@ -216,7 +214,7 @@ def check_same_pair(out: str | Path, saved: dict, given: dict) -> None:
         wanted["arms"] = _arm_labels(wanted["arms"])
     for key, value in wanted.items():
         if saved.get(key, 0 if key == "replicate" else None) != value:
-            raise UserInputError(f"{Path(out) / FILENAME}: holds pair {saved.get('name')!r} with {key} "
+            raise UserInputError(f"{Path(out) / PAIR_FILE}: holds pair {saved.get('name')!r} with {key} "
                                  f"{saved.get(key)!r}, not {value!r}: one pair per folder; write this pair into a "
                                  f"new folder (or give the same {key} to continue that pair)")
 

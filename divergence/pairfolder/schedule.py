@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from divergence.errors import UserInputError
+from divergence.config.schema import parse
+from divergence.config.yaml_safe import read_yaml
+from divergence.errors import RecipeError, UserInputError
 from divergence.pairfolder.arm_steps import check_stride
-from divergence.pairfolder.layout import PAIR_JSON, PAIR_RECIPE
+from divergence.pairfolder.layout import PAIR_FILE, PAIR_RECIPE_FILE
 from divergence.pairfolder.pair_json import read_pair_json
-from divergence.recipe.pair import ProbeConfig, TrackingConfig
-from divergence.recipe.run import LogConfig
-from divergence.recipe.schema import parse
+from divergence.pairfolder.settings import LogConfig, ProbeConfig, TrackingConfig, is_tracked
 
 _TRACKING_KEYS = {f.name for f in fields(TrackingConfig)}
 
@@ -40,7 +40,6 @@ class PairSchedule:
 
     def tracked(self, step: int) -> bool:
         from divergence.pairfolder.arm_steps import tracked_with_stride
-        from divergence.tracking.records import is_tracked
 
         return tracked_with_stride(step, self.stride, lambda t: is_tracked(t, self.max_steps, self.tracking,
                                                                             self.checkpoint_every))
@@ -53,22 +52,22 @@ class PairSchedule:
 def read_schedule(out: str | Path) -> PairSchedule:
     """The ``PairSchedule`` of pair folder ``out``; a ``UserInputError`` naming the file and key."""
     out = Path(out)
-    if not (out / PAIR_JSON).is_file() and not (out / PAIR_RECIPE).is_file():
-        raise UserInputError(f"{out}: no {PAIR_JSON}; start the arms first (they write it), "
+    if not (out / PAIR_FILE).is_file() and not (out / PAIR_RECIPE_FILE).is_file():
+        raise UserInputError(f"{out}: no {PAIR_FILE}; start the arms first (they write it), "
                              f"e.g. divergence train --recipe PAIR --arm a --out {out}")
     config = _read_recipe(out)
-    info = read_pair_json(out) if (out / PAIR_JSON).is_file() else {}
+    info = read_pair_json(out) if (out / PAIR_FILE).is_file() else {}
     tracking = info.get("tracking") or {}
     if "every" in tracking:
         return _from_pair_json(out, info, config)
     if config is None:
-        raise UserInputError(f"{out / PAIR_JSON}: no tracking.every, and no {PAIR_RECIPE} to read it from; "
-                             "write pair.json with divergence.writers.write_pair_files")
+        raise UserInputError(f"{out / PAIR_FILE}: no tracking.every, and no {PAIR_RECIPE_FILE} to read it from; "
+                             f"write {PAIR_FILE} with divergence.writers.write_pair_files")
     return _from_recipe(out, info, config)
 
 
 def _from_pair_json(out: Path, info: dict, config: dict | None) -> PairSchedule:
-    path = out / PAIR_JSON
+    path = out / PAIR_FILE
     tracking, recipe = info["tracking"], info.get("recipe") or {}
     train = recipe.get("train") or {}
     try:
@@ -84,17 +83,21 @@ def _from_pair_json(out: Path, info: dict, config: dict | None) -> PairSchedule:
 
 
 def _from_recipe(out: Path, info: dict, config: dict) -> PairSchedule:
-    """A folder of an older version: the schedule in ``pair.yaml`` (``recipes.a.train``)."""
-    from divergence.recipe.run import RunRecipe
-
+    """A folder of an older version: the schedule in ``pair.yaml`` (``recipes.a.train``), the
+    built-in trainer's resolved pair recipe (every key written, so no recipe default is needed;
+    a missing ``checkpoint_every`` is no checkpoint step)."""
     try:
         parsed = parse(TrackingConfig, config.get("tracking"), "tracking")
-        recipe = parse(RunRecipe, config["recipes"]["a"])
+        arm = config["recipes"]["a"]
+        train = arm["train"]
+        max_steps, checkpoint_every = int(train["max_steps"]), int(train.get("checkpoint_every") or 0)
+        log = parse(LogConfig, arm.get("log"), "log")
         name = config["name"]
     except (KeyError, TypeError) as err:
-        raise UserInputError(f"{out / PAIR_RECIPE}: not a pair file (missing {err})") from None
-    return _schedule(name, recipe.train.max_steps, recipe.train.checkpoint_every, parsed, recipe.log,
-                     info or {"name": name}, config)
+        raise UserInputError(f"{out / PAIR_RECIPE_FILE}: not a pair file (missing {err})") from None
+    except ValueError as err:
+        raise UserInputError(f"{out / PAIR_RECIPE_FILE}: {err}") from None
+    return _schedule(name, max_steps, checkpoint_every, parsed, log, info or {"name": name}, config)
 
 
 def _schedule(name, max_steps, checkpoint_every, tracking, log, info, config) -> PairSchedule:
@@ -105,15 +108,16 @@ def _schedule(name, max_steps, checkpoint_every, tracking, log, info, config) ->
 
 
 def _read_recipe(out: Path) -> dict | None:
-    import yaml
-
-    path = out / PAIR_RECIPE
+    """``pair.yaml`` as plain data, read by the hardened loader (``divergence.config.yaml_safe``)."""
+    path = out / PAIR_RECIPE_FILE
     if not path.is_file():
         return None
     try:
-        config = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
+        config = read_yaml(path) or {}
+    except OSError as err:
         raise UserInputError(f"{path}: unreadable ({err})") from None
+    except RecipeError as err:  # names the file already
+        raise UserInputError(str(err)) from None
     if not isinstance(config, dict):
         raise UserInputError(f"{path}: not a pair file (a mapping)")
     return config

@@ -111,7 +111,7 @@ STRATEGIES = (
 def check_strategy(name: str) -> None:
     """``train.strategy`` must name a Lightning strategy (Lightning compares it lowercased)."""
     if name.lower() not in STRATEGIES:
-        from divergence.recipe.yaml_safe import short
+        from divergence.config.yaml_safe import short
 
         raise RecipeError(f"strategy: {short(name)} is not a Lightning strategy; use one of auto, ddp, fsdp, "
                           f"deepspeed, ... ({len(STRATEGIES)} names, as in lightning.pytorch.strategies"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from divergence.recipe.schema import require
+from divergence.config.schema import require
 
 DOWN_BLOCKS = ("CrossAttnDownBlock2D", "DownBlock2D")
 UP_BLOCKS = ("CrossAttnUpBlock2D", "UpBlock2D")

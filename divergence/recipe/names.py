@@ -18,7 +18,7 @@ import hashlib
 import re
 
 from divergence.errors import RecipeError
-from divergence.recipe.yaml_safe import short
+from divergence.config.yaml_safe import short
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 RULE = "1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"

@@ -32,16 +32,15 @@ from pathlib import Path
 from typing import Iterable
 
 from divergence.errors import RecipeError
+from divergence.pairfolder.layout import ARMS
+from divergence.pairfolder.settings import TrackingConfig
 from divergence.recipe.names import check_name
 from divergence.recipe.run import RunRecipe
-from divergence.recipe.schema import apply_overrides, load_yaml, parse, require, to_dict
-from divergence.recipe.yaml_safe import short
+from divergence.config.schema import apply_overrides, load_yaml, parse, to_dict
+from divergence.config.yaml_safe import short
 
-ARMS = ("a", "b")
 PAIR_KEYS = {"name", "description", "base", "recipe", "control", "arms", "tracking", "replicate"}
 PAIR_OVERRIDE_PREFIXES = ("tracking.", "arms.", "control", "name", "description", "replicate")
-# The default dense early schedule: every step to 20, every 5th step to 100 (then tracking.every).
-DENSE_DEFAULT = ((20, 1), (100, 5))
 
 
 def replicate_seed(seed: int, replicate: int) -> int:
@@ -58,70 +57,6 @@ def replicate_seed(seed: int, replicate: int) -> int:
     from divergence.data.sampling import derive_seed
 
     return seed if replicate == 0 else derive_seed("replicate", seed, replicate) % 2**31
-
-
-@dataclass(frozen=True)
-class ProbeConfig:
-    """The function-space probe: a fixed set of inputs both arms are evaluated on at tracked steps."""
-
-    # Evaluate both arms on the probe at the tracked steps ``every`` picks (fp32, baseline attention, no autocast).
-    enabled: bool = True
-    # Items (image, noise, timestep, caption) in the probe set.
-    size: int = 64
-    # Seed of the probe set (replicate r uses replicate_seed(seed, r)).
-    seed: int = 0
-    # Items per forward pass (bounds the probe's memory). 16 keeps the baseline attention's score
-    # matrices small: 2-20% faster than 64 on CPU, bitwise the same outputs on the tiny recipe.
-    batch_size: int = 16
-    # Evaluate at tracked steps that are multiples of ``every`` (and at the last step); 1: at every
-    # tracked step. One evaluation of 64 items costs ~1.5 pair steps on the tiny recipe, so 20 keeps
-    # the probe under 10% of training time at any horizon; the weight-space metrics stay at every
-    # tracked step. Choose a multiple of ``tracking.every`` (other steps are not tracked late on).
-    every: int = 20
-
-    def __post_init__(self):
-        require(self.size >= 1, "size", f"must be >= 1, got {self.size}")
-        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
-        require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
-        require(self.every >= 1, "every", f"must be >= 1, got {self.every}")
-
-
-@dataclass(frozen=True)
-class TrackingConfig:
-    """How the divergence between the arms is measured and flagged while they train."""
-
-    # Compare the two arms' weights every N steps (and always at step 0, at checkpoint steps, at
-    # the last step and on the dense early schedule).
-    every: int = 10
-    # Dense early tracking on top of ``every``: [[until, every], ...] with increasing ``until``; a
-    # step up to the first ``until`` is also tracked every first ``every`` steps, and so on;
-    # [] turns it off. Decided by divergence.tracking.records.is_tracked.
-    dense: tuple[tuple[int, int], ...] = DENSE_DEFAULT
-    # Compare on this device: ``auto`` is where the weights live.
-    device: str = "auto"
-    # A loss above spike_factor x its running median over spike_window steps is a spike.
-    spike_factor: float = 3.0
-    # Steps in the running median of the spike rule (the first spike_window steps are never flagged).
-    spike_window: int = 20
-    # With the shadow attention variant: log attention-output deviation every N steps.
-    attention_every: int = 10
-    # The function-space probe (its keys in the store: probe_rel_diff, probe_loss_a, probe_loss_b).
-    probe: ProbeConfig = field(default_factory=ProbeConfig)
-    # Separate arm jobs: once a tracked step is compared and stored, ``divergence watch`` deletes
-    # both arms' weights files of it but every keep-th tracked step's and the last's
-    # (divergence.comparator.retention); 0 or null keeps them all.
-    keep: int | None = None
-
-    def __post_init__(self):
-        require(self.every >= 1, "every", f"must be >= 1, got {self.every}")
-        require(self.keep is None or self.keep >= 0, "keep", f"must be >= 0 or null, got {self.keep}")
-        ends = [until for until, _ in self.dense] if all(len(d) == 2 for d in self.dense) else None
-        require(ends is not None and ends == sorted(set(ends)) and all(e >= 1 for d in self.dense for e in d),
-                "dense", f"expected [[until, every], ...] with increasing until >= 1 and every >= 1, "
-                f"got {[list(d) for d in self.dense]}")
-        require(self.spike_factor > 1, "spike_factor", f"must be > 1, got {self.spike_factor}")
-        require(self.spike_window >= 3, "spike_window", f"must be >= 3, got {self.spike_window}")
-        require(self.attention_every >= 1, "attention_every", f"must be >= 1, got {self.attention_every}")
 
 
 @dataclass(frozen=True)

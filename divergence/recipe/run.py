@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Literal
 
+from divergence.pairfolder.settings import LogConfig
 from divergence.recipe.limits import check_memory, check_strategy
 from divergence.recipe.model import AttentionConfig, ModelConfig, NoiseConfig
-from divergence.recipe.schema import apply_overrides, load_yaml, parse, require
+from divergence.config.schema import apply_overrides, load_yaml, parse, require
 
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
 # ``diffusers.optimization.get_scheduler``'s names (SchedulerType) that need no extra rules
@@ -229,47 +230,6 @@ class SampleConfig:
         require(self.per_prompt >= 1, "per_prompt", "must be >= 1")
         require(self.steps >= 1, "steps", "must be >= 1")
         require(self.guidance_scale >= 1.0, "guidance_scale", "must be >= 1")
-
-
-@dataclass(frozen=True)
-class LogConfig:
-    """Where metrics go. The user's own wandb settings win (see ``divergence.wandb_mode``):
-    online with WANDB_MODE=online, WANDB_API_KEY or ``wandb login``; offline otherwise."""
-
-    wandb: bool = True
-    # wandb project (null: $WANDB_PROJECT, else "divergence").
-    project: str | None = None
-    # wandb entity, a user or team (null: $WANDB_ENTITY, else the user's default entity).
-    entity: str | None = None
-    # wandb group of every run of a study or pair (null: $WANDB_RUN_GROUP, else the study or
-    # pair folder's name).
-    group: str | None = None
-    # Extra wandb tags, after the pair, category, replicate and variant tags.
-    tags: tuple[str, ...] = ()
-    # Also log one scalar per module and metric (divergence/wasserstein/<module>, ...): about
-    # a thousand wandb panels for an SD-1.5-sized model. Off: per-layer values go out as the
-    # layers x steps heatmaps and the per-layer tables.
-    per_layer_scalars: bool = False
-    # Steps whose weights-only checkpoints are logged as wandb artifacts (type "model") when the
-    # run finishes; empty: none.
-    artifacts: tuple[int, ...] = ()
-    csv: bool = True
-    tensorboard: bool = False
-    # Log the loss every N steps.
-    every_n_steps: int = 1
-    # Show a progress bar.
-    progress_bar: bool = True
-
-    def __post_init__(self):
-        require(self.every_n_steps >= 1, "every_n_steps", "must be >= 1")
-        for key in ("project", "entity", "group"):
-            value = getattr(self, key)
-            require(value is None or (isinstance(value, str) and value.strip() != ""), key,
-                    f"must be a non-empty name or null, got {value!r}")
-        require(all(isinstance(t, str) and 0 < len(t) <= 64 for t in self.tags), "tags",
-                f"each tag must be a string of 1 to 64 characters, got {list(self.tags)}")
-        require(all(isinstance(s, int) and s >= 0 for s in self.artifacts), "artifacts",
-                f"must be a list of steps >= 0, got {list(self.artifacts)}")
 
 
 @dataclass(frozen=True)

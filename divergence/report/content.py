@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from divergence.analysis import METRIC_LABELS, METRICS, Analysis, PairData, kind_table, top_layers
+from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, kind_table, top_layers
 from divergence.analysis.growth import Estimate
 from divergence.analysis.headline import replicates_sentence
 
@@ -118,11 +118,11 @@ def pairs_table(analysis: Analysis) -> Table:
         n = len(p.steps)
         rows.append((p.name, str(p.replicate), ROLES.get(p.category, p.category), p.label,
                      "yes" if p.finished else f"no (step {p.last_step} of {p.max_steps})", str(n),
-                     *(number(float(p.model[m][-1])) if n else "–" for m in METRICS),
-                     *(rate(g[m]) for m in METRICS)))
+                     *(number(float(p.model[m][-1])) if n else "–" for m in TRAJECTORY_METRICS),
+                     *(rate(g[m]) for m in TRAJECTORY_METRICS)))
     columns = ("pair", "replicate", "role", "description", "finished", "tracked steps",
-               *(f"final {METRIC_LABELS[m]}" for m in METRICS), *(f"g {METRIC_LABELS[m]} /{PER} steps (95% CI)"
-                                                                   for m in METRICS))
+               *(f"final {METRIC_LABELS[m]}" for m in TRAJECTORY_METRICS), *(f"g {METRIC_LABELS[m]} /{PER} steps (95% CI)"
+                                                                   for m in TRAJECTORY_METRICS))
     return Table(columns, tuple(rows), align_left=5)
 
 
@@ -186,17 +186,17 @@ def calibration_text(analysis: Analysis) -> list[str]:
 
 
 def top_layers_table(pair: PairData) -> Table:
-    rows = tuple((r["tensor"], r["kind"], str(r["numel"]), *(number(r[f"final_{m}"]) for m in METRICS),
-                  *(number(r[f"slope_{m}"] * PER) for m in METRICS)) for r in top_layers(pair))
-    return Table(("tensor", "kind", "numel", *(f"final {METRIC_LABELS[m]}" for m in METRICS),
-                  *(f"slope {METRIC_LABELS[m]} /{PER} steps" for m in METRICS)), rows, align_left=2)
+    rows = tuple((r["tensor"], r["kind"], str(r["numel"]), *(number(r[f"final_{m}"]) for m in TRAJECTORY_METRICS),
+                  *(number(r[f"slope_{m}"] * PER) for m in TRAJECTORY_METRICS)) for r in top_layers(pair))
+    return Table(("tensor", "kind", "numel", *(f"final {METRIC_LABELS[m]}" for m in TRAJECTORY_METRICS),
+                  *(f"slope {METRIC_LABELS[m]} /{PER} steps" for m in TRAJECTORY_METRICS)), rows, align_left=2)
 
 
 def kinds_table(pair: PairData) -> Table:
     rows = tuple((r["kind"], r["top_tensor"], str(r["tensors"]), str(r["numel"]),
-                  *(number(r[f"final_{m}"]) for m in METRICS), number(r["slope_wasserstein"] * PER))
+                  *(number(r[f"final_{m}"]) for m in TRAJECTORY_METRICS), number(r["slope_wasserstein"] * PER))
                  for r in kind_table(pair))
-    return Table(("kind", "most divergent tensor", "tensors", "numel", *(f"final {METRIC_LABELS[m]}" for m in METRICS),
+    return Table(("kind", "most divergent tensor", "tensors", "numel", *(f"final {METRIC_LABELS[m]}" for m in TRAJECTORY_METRICS),
                   f"slope {METRIC_LABELS['wasserstein']} /{PER} steps"), rows, align_left=2)
 
 
@@ -221,7 +221,7 @@ def noise_floor_text(analysis: Analysis) -> list[str]:
 
 def all_zero(pair: PairData) -> bool:
     """Every layer exactly 0 at every tracked step (a deterministic control): no tables to show."""
-    return bool(pair.layers) and all((pair.layer_values[m] == 0).all() for m in METRICS)
+    return bool(pair.layers) and all((pair.layer_values[m] == 0).all() for m in TRAJECTORY_METRICS)
 
 
 def spikes_text(pair: PairData) -> str:

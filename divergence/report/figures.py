@@ -14,7 +14,7 @@ import matplotlib
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
-from divergence.analysis import METRIC_LABELS, METRICS, Analysis, PairData, layer_mean
+from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, layer_mean
 from divergence.recipe.names import file_stem  # every figure named after a pair: one name, one file
 
 COLORS = {"optimization": "#d62728", "precision": "#ff7f0e", "seed": "#1f77b4", "control": "#7f7f7f"}
@@ -115,9 +115,9 @@ def growth_rates(analysis: Analysis, out_dir: Path) -> Path | None:
     pairs = [p for p in analysis.pairs if np.isfinite(analysis.growth[p.key]["wasserstein"].value)]
     if not pairs:
         return None
-    fig, axes = _subplots(1, len(METRICS), figsize=(11, 0.5 * len(pairs) + 1.8), sharey=True)
+    fig, axes = _subplots(1, len(TRAJECTORY_METRICS), figsize=(11, 0.5 * len(pairs) + 1.8), sharey=True)
     ys = np.arange(len(pairs))[::-1]
-    for ax, metric in zip(axes, METRICS):
+    for ax, metric in zip(axes, TRAJECTORY_METRICS):
         for y, p in zip(ys, pairs):
             g = analysis.growth[p.key][metric]
             color = COLORS.get(p.category, "black")
@@ -186,7 +186,7 @@ def all_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
     """Every figure; keys name them for the HTML and wandb (``trajectory_wasserstein``, ``loss/<pair>``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     figures: dict[str, Path | None] = {}
-    for metric in METRICS:
+    for metric in TRAJECTORY_METRICS:
         figures[f"trajectory_{metric}"] = trajectory(analysis, metric, out_dir)
         figures[f"relative_{metric}"] = relative_growth(analysis, metric, out_dir)
     figures["growth_rates"] = growth_rates(analysis, out_dir)

@@ -7,7 +7,7 @@ from html import escape
 from pathlib import Path
 
 from divergence import __version__
-from divergence.analysis import METRIC_LABELS, METRICS, Analysis
+from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis
 from divergence.report import content
 from divergence.report.content import Table
 from divergence.report.figures import shown_runs
@@ -51,7 +51,7 @@ def render_html(analysis: Analysis, figures: dict[str, Path], generated: str) ->
     body += ["<h2>Pairs</h2>", _table(content.pairs_table(analysis)), "<h3>Noise floor</h3>"]
     body += [f"<p>{escape(t)}</p>" for t in content.noise_floor_text(analysis)]
     body += ["<h2>Weight difference over training</h2>"]
-    for metric in METRICS:
+    for metric in TRAJECTORY_METRICS:
         body.append(_figure(figures.get(f"trajectory_{metric}"), f"Whole-model {METRIC_LABELS[metric]} per pair "
                             "(log scale; values of exactly 0 cannot be drawn on it)."))
     for pair in shown_runs(analysis):
@@ -59,7 +59,7 @@ def render_html(analysis: Analysis, figures: dict[str, Path], generated: str) ->
     body += ["<h2>Appendix: legacy ratio of growth rates</h2>", f"<p class='meta'>{escape(content.LEGACY_NOTE)}</p>"]
     if analysis.verdicts:
         body.append(_table(content.ratio_table(analysis)))
-    for metric in METRICS:
+    for metric in TRAJECTORY_METRICS:
         body.append(_figure(figures.get(f"relative_{metric}"), f"Increase of the layer-mean {METRIC_LABELS[metric]} "
                             "since the first tracked step; dashed: the least-squares fit whose slope is g."))
     body.append(_figure(figures.get("growth_rates"), "Growth rate g of each run with its 95% bootstrap interval."))

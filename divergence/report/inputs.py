@@ -13,10 +13,9 @@ from pathlib import Path
 
 from divergence.analysis import PairData, pair_from_records
 from divergence.errors import UserInputError
-from divergence.pairfolder.pair_json import FILENAME as PAIR_FILE
+from divergence.pairfolder.layout import METRICS_FILE as STORE_FILE, PAIR_FILE
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.store import MetricsStore
-from divergence.store.metrics_store import FILENAME as STORE_FILE
 
 
 def find_runs(paths: list[str | Path]) -> list[Path]:

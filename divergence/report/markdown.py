@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.analysis import METRIC_LABELS, METRICS, Analysis
+from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis
 from divergence.report import content
 from divergence.report.content import Table
 from divergence.report.figures import shown_runs
@@ -27,7 +27,7 @@ def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path,
     lines += [*content.calibration_text(analysis), ""]
     lines += ["## Pairs", "", _table(content.pairs_table(analysis)), "", "### Noise floor", ""]
     lines += [*content.noise_floor_text(analysis), "", "## Weight difference over training", ""]
-    lines += [_image(figures.get(f"trajectory_{m}"), out_dir, f"whole-model {METRIC_LABELS[m]}") for m in METRICS]
+    lines += [_image(figures.get(f"trajectory_{m}"), out_dir, f"whole-model {METRIC_LABELS[m]}") for m in TRAJECTORY_METRICS]
     lines.append("")
     for pair in shown_runs(analysis):
         lines += [f"## Pair {pair.name} ({content.ROLES.get(pair.category, pair.category)}: {pair.label})", "",
@@ -41,7 +41,7 @@ def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path,
     lines += ["## Appendix: legacy ratio of growth rates", "", f"_{content.LEGACY_NOTE}_", ""]
     if analysis.verdicts:
         lines += [_table(content.ratio_table(analysis)), ""]
-    lines += [_image(figures.get(f"relative_{m}"), out_dir, f"relative {METRIC_LABELS[m]}") for m in METRICS]
+    lines += [_image(figures.get(f"relative_{m}"), out_dir, f"relative {METRIC_LABELS[m]}") for m in TRAJECTORY_METRICS]
     lines += [_image(figures.get("growth_rates"), out_dir, "growth rates"), ""]
     lines += ["## Method", ""] + [p + "\n" for p in content.METHOD]
     lines.append("Every number above is in `summary.json` beside this file.")

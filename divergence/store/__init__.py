@@ -1,10 +1,12 @@
-"""Where training leaves its numbers for analysis: the metrics store (and its export).
+"""The files of a pair folder that grow step by step, read and written safely (the contract's names
+and formats are ``divergence.pairfolder``'s, ``docs/pair-folder.md``):
 
-The readers and writers of ``metrics.jsonl``, ``<arm>/losses.jsonl`` and ``<arm>/status.json``;
-their file names and the rest of the pair folder are ``divergence.pairfolder``'s (the contract,
-``docs/pair-folder.md``), which re-exports these classes.
+- ``metrics_store``: ``metrics.jsonl``, committed step blocks (``MetricsStore``);
+- ``losses``, ``arm_status``: an arm's ``losses.jsonl`` and ``status.json`` (``LossFile``, ``ArmStatus``);
+- ``arm_records``: an arm folder's records at a (re)start (a re-run refused, a restart's cut);
+- ``jsonl``: the torn-line and duplicate rules all three JSONL files share; ``repair``, ``export``.
 """
 
-from divergence.store.metrics_store import FILENAME, MetricsStore
+from divergence.store.metrics_store import MetricsStore
 
-__all__ = ["FILENAME", "MetricsStore"]
+__all__ = ["MetricsStore"]

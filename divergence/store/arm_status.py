@@ -22,10 +22,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from divergence.pairfolder.layout import STATUS
+from divergence.pairfolder.layout import STATUS_FILE
 from divergence.tables import write_json
 
-FILENAME = STATUS
 STATES = ("running", "finished", "failed")
 
 
@@ -50,13 +49,13 @@ class ArmStatus:
         return self.state == "finished"
 
     def write(self, arm_folder: str | Path) -> None:
-        write_json(Path(arm_folder) / FILENAME, asdict(self))
+        write_json(Path(arm_folder) / STATUS_FILE, asdict(self))
 
     @classmethod
     def read(cls, arm_folder: str | Path) -> "ArmStatus | None":
         """The status, or None when the arm has not started (or its file is being replaced)."""
         try:
-            data = json.loads((Path(arm_folder) / FILENAME).read_text())
+            data = json.loads((Path(arm_folder) / STATUS_FILE).read_text())
         except (OSError, ValueError):
             return None
         return cls(**{k: data[k] for k in data if k in cls.__dataclass_fields__})

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from divergence.errors import UserInputError
+from divergence.pairfolder.layout import METRICS_FILE
 
 STEP_LIMIT = 1 << 63  # steps are int64 wherever they are computed on (numpy, Parquet)
 
@@ -64,6 +65,4 @@ def unreadable(path: Path, number: int, reason: str) -> UserInputError:
 def repair_folder(path: Path) -> Path:
     """The folder ``divergence store repair`` takes for a file: the pair folder (losses live in
     ``DIR/<arm>/``, the store in ``DIR``)."""
-    from divergence.store.metrics_store import FILENAME
-
-    return path.parent if path.name == FILENAME else path.parent.parent
+    return path.parent if path.name == METRICS_FILE else path.parent.parent

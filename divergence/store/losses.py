@@ -23,17 +23,16 @@ from pathlib import Path
 
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
-from divergence.pairfolder.layout import LOSSES
+from divergence.pairfolder.layout import LOSSES_FILE
 from divergence.store.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
 
-FILENAME = LOSSES
 
 
 class LossFile:
     """Append and read one arm's losses; reading is incremental (``read_new``)."""
 
     def __init__(self, folder: str | Path):
-        self.path = Path(folder) / FILENAME
+        self.path = Path(folder) / LOSSES_FILE
         self.reset()
 
     # -- writing (the arm's rank zero) ------------------------------------------------------

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from divergence.atomic import write_atomic
 from divergence.errors import UserInputError
-from divergence.recipe.pair import ARMS
+from divergence.pairfolder.layout import ARMS, LOSSES_FILE as LOSSES, METRICS_FILE as STORE
 from divergence.store.jsonl import UnreadableLine
-from divergence.store.losses import FILENAME as LOSSES, parse_loss
-from divergence.store.metrics_store import FILENAME as STORE, MetricsStore, parse_record
+from divergence.store.losses import parse_loss
+from divergence.store.metrics_store import MetricsStore, parse_record
 
 
 @dataclass

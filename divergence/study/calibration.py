@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from divergence.errors import RecipeError
-from divergence.recipe.schema import apply_overrides, load_yaml
+from divergence.config.schema import apply_overrides, load_yaml
 from divergence.study.config import PRECISION_AUTO, Study, _existing, _pair, study_name
 
 CALIBRATION_KEYS = {"name", "description", "base", "recipe", "doses", "references", "horizons", "replicates",

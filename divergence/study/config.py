@@ -45,8 +45,8 @@ from pathlib import Path
 from divergence.errors import RecipeError
 from divergence.recipe.names import check_name
 from divergence.recipe.pair import PAIR_KEYS, existing_file, pair_name
-from divergence.recipe.schema import apply_overrides, load_yaml
-from divergence.recipe.yaml_safe import short
+from divergence.config.schema import apply_overrides, load_yaml
+from divergence.config.yaml_safe import short
 
 STUDY_KEYS = {"name", "description", "base", "recipe", "study", "references", "tracking", "jobs", "replicates",
               "numerics"}

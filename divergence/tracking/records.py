@@ -19,44 +19,12 @@ from __future__ import annotations
 import math
 
 from divergence.checkpoints.families import by_family
-from divergence.metrics import METRICS, aggregate
+from divergence.metrics import METRIC_NAMES, aggregate
 from divergence.pairfolder.layout import ARMS
 from divergence.tracking.spikes import SpikeDetector
 
-SUMMARY_KEYS = (*METRICS, "numel", "tensors_nonfinite", "nonfinite_a", "nonfinite_b")
+SUMMARY_KEYS = (*METRIC_NAMES, "numel", "tensors_nonfinite", "nonfinite_a", "nonfinite_b")
 EMA_KEY = "ema_"  # prefix of the EMA family's summary keys in a step record
-
-
-def is_tracked(step: int, max_steps: int, tracking, checkpoint_every: int) -> bool:
-    """Whether the arms are compared at ``step``: the one rule of the lockstep tracker, the
-    separate arm's tracked weights and the comparator that follows separate arms.
-
-    Tracked: step 0, every ``tracking.every`` steps, the dense early schedule on top
-    (``tracking.dense``: ``[[20, 1], [100, 5]]`` by default: every step up to 20, every 5th up
-    to 100; it adds steps, never removes one), every checkpoint step and the last step.
-
-    >>> from divergence.recipe.pair import TrackingConfig
-    >>> [s for s in range(131) if is_tracked(s, 130, TrackingConfig(every=10), 0)][18:]
-    [18, 19, 20, 25, 30, 35, 40, 45, 50, 55, 60, 65, 70, 75, 80, 85, 90, 95, 100, 110, 120, 130]
-    """
-    at_checkpoint = bool(checkpoint_every) and step % checkpoint_every == 0
-    if step == 0 or at_checkpoint or step == max_steps or step % tracking.every == 0:
-        return True
-    for until, every in tracking.dense:
-        if step <= until:
-            return step % every == 0
-    return False
-
-
-def probe_due(step: int, max_steps: int, config) -> bool:
-    """Whether a tracked ``step`` gets the function-space probe (``config``: the recipe's
-    ``tracking.probe``): multiples of ``config.every`` and the last step.
-
-    >>> from divergence.recipe.pair import ProbeConfig
-    >>> [s for s in range(0, 51, 5) if probe_due(s, 50, ProbeConfig(every=20))]
-    [0, 20, 40, 50]
-    """
-    return config.enabled and (step % config.every == 0 or step == max_steps)
 
 
 def loss_record(losses: dict[str, float] | None, detectors: dict[str, SpikeDetector]) -> dict:
@@ -90,4 +58,4 @@ def comparison_records(result) -> tuple[list[dict], dict]:
 
 def _kinds(records: list[dict]) -> dict:
     """``{kind: {metric: value}}`` of one family's records."""
-    return {row["group"]: {m: row[m] for m in METRICS} for row in aggregate(records, "kind")}
+    return {row["group"]: {m: row[m] for m in METRIC_NAMES} for row in aggregate(records, "kind")}

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import math
 
-from divergence.metrics import METRICS, aggregate
+from divergence.metrics import METRIC_NAMES, aggregate
 from divergence.wandb_mode import key_part
 
-TABLE_COLUMNS = ["module", "kind", "tensors", "numel", *METRICS]
+TABLE_COLUMNS = ["module", "kind", "tensors", "numel", *METRIC_NAMES]
 LOSS_KEYS = ("loss_a", "loss_b", "loss_diff", "spike_a", "spike_b")
 PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")
 KIND_METRICS = ("wasserstein", "max_abs_diff")
@@ -57,8 +57,8 @@ def step_metrics(record: dict) -> dict[str, float]:
     metrics = {f"train/{k}": float(record[k]) for k in LOSS_KEYS
                if not (isinstance(record[k], float) and math.isnan(record[k]))}
     if record.get("tracked"):
-        metrics.update({f"divergence/model/{m}": record[m] for m in METRICS})
-        metrics.update({f"divergence/ema/{m}": record[f"ema_{m}"] for m in METRICS if f"ema_{m}" in record})
+        metrics.update({f"divergence/model/{m}": record[m] for m in METRIC_NAMES})
+        metrics.update({f"divergence/ema/{m}": record[f"ema_{m}"] for m in METRIC_NAMES if f"ema_{m}" in record})
         for kind, values in record["kinds"].items():
             metrics.update({f"divergence/kind/{key_part(kind)}/{m}": values[m] for m in KIND_METRICS})
         metrics.update({f"divergence/probe/{k}": float(record[k]) for k in PROBE_KEYS
@@ -140,7 +140,7 @@ def _log_layers(logger, step: int, modules: list[dict], table: bool) -> None:
 
     from divergence.tracking.layer_heatmap import heatmap_image
 
-    rows = [[r["group"], r.get("kind", ""), r["tensors"], r["numel"], *[r[m] for m in METRICS]] for r in modules]
+    rows = [[r["group"], r.get("kind", ""), r["tensors"], r["numel"], *[r[m] for m in METRIC_NAMES]] for r in modules]
     w = TABLE_COLUMNS.index("wasserstein")
     top = sorted(rows, key=lambda row: -row[w] if math.isfinite(row[w]) else math.inf)[:TOP_K]
     payload = {"divergence/layers": wandb.Table(columns=TABLE_COLUMNS, data=rows),

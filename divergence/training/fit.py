@@ -12,6 +12,7 @@ from pathlib import Path
 
 from divergence.atomic import temp_path
 from divergence.errors import UserInputError
+from divergence.pairfolder.layout import RESUME_DIR
 from divergence.recipe.run import RunRecipe
 
 
@@ -42,7 +43,7 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
         torch.set_num_threads(train.cpu_threads)
     given = (*first_callbacks, *callbacks)  # a WeightCheckpoint given replaces the default one
     own = [] if any(isinstance(c, WeightCheckpoint) for c in given) else [WeightCheckpoint(out, every)]
-    own.append(ResumeCheckpoint(out / "resume", every))
+    own.append(ResumeCheckpoint(out / RESUME_DIR, every))
     if recipe.sample.enabled:
         own.append(SampleGrid(out, recipe.sample))
     trainer = L.Trainer(
@@ -54,7 +55,7 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
                    *([TQDMProgressBar()] if log.progress_bar else [])],
         enable_checkpointing=False, enable_progress_bar=log.progress_bar, enable_model_summary=log.progress_bar,
         log_every_n_steps=log.every_n_steps, plugins=[AtomicCheckpointIO()],
-        default_root_dir=str(out / "resume"),  # where Lightning writes hpc_ckpt_N.ckpt on SLURM's requeue signal
+        default_root_dir=str(out / RESUME_DIR),  # where Lightning writes hpc_ckpt_N.ckpt on SLURM's requeue signal
         use_distributed_sampler=False, num_sanity_val_steps=0,
     )
     start = resume_from(out)
@@ -76,11 +77,11 @@ def resume_from(out: Path) -> Path | None:
     from divergence.training.callbacks.resume import drop_superseded, resume_file
     from divergence.training.checkpoint_io import check_resume_file
 
-    start = resume_file(out / "resume")
+    start = resume_file(out / RESUME_DIR)
     if start is not None:
         check_resume_file(start)
         if global_rank_zero():
-            drop_superseded(out / "resume", start)
+            drop_superseded(out / RESUME_DIR, start)
     return start
 
 

@@ -26,7 +26,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from divergence.errors import UserInputError
-from divergence.recipe.yaml_safe import read_yaml
+from divergence.pairfolder.layout import CHECKPOINTS_DIR, PAIR_FILE, PAIR_RECIPE_FILE, RESUME_DIR, RESUME_FILE, RUN_RECIPE_FILE
+from divergence.config.yaml_safe import read_yaml
 
 # Keys of a run recipe that may differ between a folder and the command resuming it.
 RESUMABLE_CHANGES = ("train.max_steps", "train.checkpoint_every", "data.workers", "log.", "sample.every",
@@ -49,9 +50,9 @@ class FolderKind:
     fix: str = "resume with the same recipe or choose a new --out"
 
 
-RUN = FolderKind("recipe.yaml", RESUMABLE_CHANGES, "a run", False)
-LOCKSTEP = FolderKind("pair.yaml", RESUMABLE_CHANGES, "a pair", True)
-SEPARATE = FolderKind("pair.yaml", PER_JOB_KEYS, "separate arms of a pair", False,
+RUN = FolderKind(RUN_RECIPE_FILE, RESUMABLE_CHANGES, "a run", False)
+LOCKSTEP = FolderKind(PAIR_RECIPE_FILE, RESUMABLE_CHANGES, "a pair", True)
+SEPARATE = FolderKind(PAIR_RECIPE_FILE, PER_JOB_KEYS, "separate arms of a pair", False,
                       "both arms and the comparator of a folder must train the same pair")
 
 
@@ -63,9 +64,9 @@ def check_folder(out: Path, kind: FolderKind, config: dict, *, arm: str | None =
 
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out}: exists and is not a folder")
-    if kind is not RUN and (out / "recipe.yaml").is_file():
+    if kind is not RUN and (out / RUN_RECIPE_FILE).is_file():
         raise UserInputError(f"--out {out}: holds a single run, not a pair; choose a new --out")
-    if kind is SEPARATE and (out / "resume").is_dir():
+    if kind is SEPARATE and (out / RESUME_DIR).is_dir():
         raise UserInputError(f"--out {out}: holds a lockstep pair run; train separate arms in a new --out")
     check_resume(out / arm if arm else out)
     if kind is LOCKSTEP and MetricsStore(out).exists():
@@ -73,8 +74,8 @@ def check_folder(out: Path, kind: FolderKind, config: dict, *, arm: str | None =
     if arm:
         LossFile(out / arm).check()  # a resumed arm cuts it: every line of it must read first
     saved_path = out / kind.saved
-    trained = {RUN: (out / "resume").is_dir() or (out / "checkpoints").is_dir(),
-               LOCKSTEP: (out / "resume").is_dir(), SEPARATE: True}[kind]
+    trained = {RUN: (out / RESUME_DIR).is_dir() or (out / CHECKPOINTS_DIR).is_dir(),
+               LOCKSTEP: (out / RESUME_DIR).is_dir(), SEPARATE: True}[kind]
     if saved_path.is_file() and trained:
         key, old, new = first_change(read_yaml(saved_path) or {}, config, kind)
         if key is not None:
@@ -85,15 +86,15 @@ def check_folder(out: Path, kind: FolderKind, config: dict, *, arm: str | None =
 def check_numerics(out: Path, numerics: dict) -> None:
     """Refuse to resume the lockstep pair in ``out`` in other numerics than ``pair.json`` recorded
     (``numerics``: arm -> ``arm_numerics``); folders written before the key pass."""
-    from divergence.pairfolder.pair_json import FILENAME, read_pair_json
+    from divergence.pairfolder.pair_json import read_pair_json
 
-    if not ((out / "resume").is_dir() and (out / FILENAME).is_file()):
+    if not ((out / RESUME_DIR).is_dir() and (out / PAIR_FILE).is_file()):
         return
     saved = read_pair_json(out).get("numerics") or {}
     for arm in sorted(set(saved) & set(numerics)):
         for key in sorted(set(saved[arm] or {}) & set(numerics[arm])):
             if saved[arm][key] != numerics[arm][key]:
-                raise UserInputError(f"--out {out}: its {FILENAME} says arm {arm} trained with {key} = "
+                raise UserInputError(f"--out {out}: its {PAIR_FILE} says arm {arm} trained with {key} = "
                                      f"{saved[arm][key]!r}, this command {numerics[arm][key]!r}; resume in the "
                                      f"numerics the pair started in (set train.cpu_threads, train.accelerator to "
                                      "match) or choose a new --out")
@@ -135,7 +136,7 @@ _MISSING = object()
 def default_of(key: str, saved: str):
     """The default of a flattened key of ``recipe.yaml`` or ``pair.yaml`` (a sentinel if none)."""
     defaults = _run_defaults()
-    if saved == "recipe.yaml":
+    if saved == RUN_RECIPE_FILE:
         return defaults.get(key, _MISSING)
     if key.startswith("recipes."):
         return defaults.get(key.split(".", 2)[-1], _MISSING)
@@ -145,26 +146,26 @@ def default_of(key: str, saved: str):
 @lru_cache(maxsize=1)
 def _run_defaults() -> dict:
     from divergence.recipe.run import RunRecipe
-    from divergence.recipe.schema import to_dict
+    from divergence.config.schema import to_dict
 
     return flatten_keys(to_dict(RunRecipe()))
 
 
 @lru_cache(maxsize=1)
 def _pair_defaults() -> dict:
-    from divergence.recipe.pair import TrackingConfig
-    from divergence.recipe.schema import to_dict
+    from divergence.pairfolder.settings import TrackingConfig
+    from divergence.config.schema import to_dict
 
     return {"replicate": 0, "control": False, **flatten_keys({"tracking": to_dict(TrackingConfig())})}
 
 
 def check_resume(out: Path) -> None:
     """The folder's resume state loads without running code, before anything is written or run."""
-    from divergence.training.callbacks.resume import RESUME_NAME, resume_file
+    from divergence.training.callbacks.resume import resume_file
     from divergence.training.checkpoint_io import check_resume_file
 
-    last = out / "resume" / RESUME_NAME
-    for path in {resume_file(out / "resume"), last if last.exists() or last.is_symlink() else None} - {None}:
+    last = out / RESUME_DIR / RESUME_FILE
+    for path in {resume_file(out / RESUME_DIR), last if last.exists() or last.is_symlink() else None} - {None}:
         check_resume_file(path)
 
 

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from divergence.recipe.pair import PairRecipe
-from divergence.training.pair_setup import PAIR_FILE, pair_info  # noqa: F401  (PAIR_FILE: importers)
+from divergence.training.pair_setup import pair_info  # noqa: F401  (importers)
 
 
 def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):

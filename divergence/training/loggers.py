@@ -22,7 +22,8 @@ from pathlib import Path
 
 from lightning.pytorch.loggers import WandbLogger
 
-from divergence.recipe.run import LogConfig
+from divergence.pairfolder.layout import CSV_DIR, WANDB_ID_FILE
+from divergence.pairfolder.settings import LogConfig
 from divergence.wandb_mode import offline_notice, wandb_offline, wandb_target
 
 __all__ = ["RunIdentity", "DivergenceWandbLogger", "build_loggers", "finish_wandb", "wandb_offline"]
@@ -60,7 +61,7 @@ class RunIdentity:
 
     @classmethod
     def for_run(cls, recipe, out: Path) -> "RunIdentity":
-        from divergence.recipe.schema import to_dict
+        from divergence.config.schema import to_dict
 
         return cls("arm", Path(out).resolve().name, (f"run:{recipe.name}",), to_dict(recipe))
 
@@ -121,7 +122,7 @@ def build_loggers(config: LogConfig, out: Path, run_name: str, identity: RunIden
             **({"settings": wandb.Settings(silent=True)} if offline else {}),  # offline: our one line only
         ))
     if config.csv:
-        loggers.append(CSVLogger(save_dir=str(out), name="csv", version=""))
+        loggers.append(CSVLogger(save_dir=str(out), name=CSV_DIR, version=""))
     if config.tensorboard:
         loggers.append(TensorBoardLogger(save_dir=str(out), name="tensorboard", version=""))
     return loggers
@@ -144,7 +145,7 @@ def _wandb_id(out: Path) -> str:
     from divergence.atomic import write_atomic
     from divergence.training.fit import global_rank_zero
 
-    path = out / "wandb-id"
+    path = out / WANDB_ID_FILE
     if path.is_file():
         return path.read_text().strip()
     out.mkdir(parents=True, exist_ok=True)

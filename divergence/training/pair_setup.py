@@ -14,16 +14,15 @@ import yaml
 
 from divergence.atomic import write_atomic
 from divergence.errors import RecipeError
-from divergence.pairfolder.layout import PAIR_RECIPE
-from divergence.pairfolder.pair_json import FILENAME as PAIR_INFO_FILE
+from divergence.pairfolder.layout import PAIR_RECIPE_FILE
+from divergence.pairfolder.layout import PAIR_FILE as PAIR_INFO_FILE
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.recipe.pair import ARMS, PairRecipe
-from divergence.recipe.schema import to_dict
+from divergence.config.schema import to_dict
 from divergence.variants.deployment import arm_numerics, outside_deployment
 
 # Recipe sections that decide the inputs: both arms must agree on them to share one batch.
 SHARED_INPUTS = ("data", "noise", "model.tokenizer", "model.vae", "train.batch_size", "train.max_steps")
-PAIR_FILE = PAIR_RECIPE
 
 
 def pair_module(pair: PairRecipe, arms: tuple[str, ...] = ARMS):
@@ -57,8 +56,8 @@ def pair_numerics(pair: PairRecipe) -> dict:
 def write_pair_files(out: Path, pair: PairRecipe, *, keep: bool) -> None:
     """``pair.yaml`` and ``pair.json`` (atomic: separate arms may race); ``keep``: leave files a
     first job wrote. Call on global rank zero only."""
-    if not (keep and (out / PAIR_FILE).is_file()):
-        write_atomic(out / PAIR_FILE, yaml.safe_dump(pair_config(pair), sort_keys=False))
+    if not (keep and (out / PAIR_RECIPE_FILE).is_file()):
+        write_atomic(out / PAIR_RECIPE_FILE, yaml.safe_dump(pair_config(pair), sort_keys=False))
     if not (keep and (out / PAIR_INFO_FILE).is_file()):
         pair_info(pair).write(out)
 

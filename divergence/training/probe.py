@@ -40,7 +40,7 @@ import torch
 
 from divergence.data.batches import StepBatches
 from divergence.models.denoiser import denoise
-from divergence.recipe.pair import ProbeConfig
+from divergence.pairfolder.settings import ProbeConfig
 from divergence.training.inputs import DiffusionInputs, Inputs
 
 PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")

@@ -22,8 +22,9 @@ from pathlib import Path
 import yaml
 
 from divergence.atomic import write_atomic
+from divergence.pairfolder.layout import RUN_RECIPE_FILE
 from divergence.recipe.run import RunRecipe
-from divergence.recipe.schema import to_dict
+from divergence.config.schema import to_dict
 
 RUN_ARM = "run"  # the name of a single run's one arm in the ArmsModule
 
@@ -47,7 +48,7 @@ def train_run(recipe: RunRecipe, out: str | Path, callbacks: list | tuple = ()):
                         config=to_dict(recipe), recorders={RUN_ARM: recorder})
     if global_rank_zero():
         writable_folder(out)
-        write_atomic(out / "recipe.yaml", yaml.safe_dump(to_dict(recipe), sort_keys=False))
+        write_atomic(out / RUN_RECIPE_FILE, yaml.safe_dump(to_dict(recipe), sort_keys=False))
     if recorder is not None:  # the shadow variant: log its attention-output deviation
         callbacks = [*callbacks, AttentionOutputDeviation(out, {"run": recorder}, recipe.log.every_n_steps)]
     return fit(module, recipe, out, callbacks=callbacks)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from divergence.errors import RecipeError
-from divergence.recipe.yaml_safe import short
+from divergence.config.yaml_safe import short
 
 # What a variant changes, which sets a pair's role in a bounding study (see PairInfo).
 CATEGORIES = ("seed", "precision", "optimization")

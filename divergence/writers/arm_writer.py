@@ -47,19 +47,20 @@ import torch
 
 from divergence.errors import UserInputError
 from divergence.pairfolder.arm_lock import ArmLock
-from divergence.pairfolder.arm_records import claim_arm_folder, drop_after
+from divergence.store.arm_records import claim_arm_folder, drop_after
 from divergence.pairfolder.arm_steps import (
     check_loss, check_step, check_stride, check_tensor_names, loss_value, tracked_with_stride,
 )
-from divergence.pairfolder.layout import CHECKPOINTS
+from divergence.pairfolder.layout import CHECKPOINTS_DIR
 from divergence.pairfolder.pair_json import (
     DEFAULT_EVERY, check_pair_files, schedule_config, tracking_schedule, write_pair_files,
 )
 from divergence.pairfolder.weights_file import save_weights, weights_path
-from divergence.recipe.pair import DENSE_DEFAULT
+from divergence.pairfolder.settings import DENSE_DEFAULT
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
-from divergence.tracking.records import ARMS, is_tracked
+from divergence.tracking.records import ARMS
+from divergence.pairfolder.settings import is_tracked
 
 
 class ArmWriter:
@@ -157,7 +158,7 @@ class ArmWriter:
             check_tensor_names(tensors, self.status.tensor_order, step, f"{self.folder}")
         self.saved_step = step
         cpu = {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}  # copies: tied weights
-        return save_weights(weights_path(self.folder / CHECKPOINTS, step), cpu, step=step, arm=self.arm, recipe={})
+        return save_weights(weights_path(self.folder / CHECKPOINTS_DIR, step), cpu, step=step, arm=self.arm, recipe={})
 
     def finish(self, state: str | None = None) -> None:
         """Mark the arm ``finished`` (all ``max_steps`` recorded) or ``failed``; call it once at the end.

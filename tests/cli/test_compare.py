@@ -159,11 +159,11 @@ class _nothing:
 def test_metric_names_are_one_contract():
     """compare's columns, the store export's columns and the metrics package agree."""
     from divergence.cli.compare import METRIC_CHOICES
-    from divergence.metrics import METRICS
+    from divergence.metrics import METRIC_NAMES
     from divergence.store.export import METRIC_COLUMNS
 
-    assert METRIC_CHOICES == METRICS == METRIC_COLUMNS[: len(METRICS)]
-    assert METRIC_COLUMNS[len(METRICS):] == ("nonfinite_a", "nonfinite_b")
+    assert METRIC_CHOICES == METRIC_NAMES == METRIC_COLUMNS[: len(METRIC_NAMES)]
+    assert METRIC_COLUMNS[len(METRIC_NAMES):] == ("nonfinite_a", "nonfinite_b")
 
 
 # --- issue 15: numbers that were wrong with exit 0 -----------------------------------------------

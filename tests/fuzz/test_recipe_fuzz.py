@@ -20,7 +20,7 @@ from divergence.cli import main
 from divergence.errors import RecipeError
 from divergence.recipe.pair import load_pair_recipe
 from divergence.recipe.run import load_run_recipe
-from divergence.recipe.yaml_safe import MAX_BYTES, MAX_DEPTH
+from divergence.config.yaml_safe import MAX_BYTES, MAX_DEPTH
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 ROOT = RECIPES.parent

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from divergence.metrics import METRICS, comparable
+from divergence.metrics import METRIC_NAMES, comparable
 from divergence.metrics.tensors import CHUNK
 
 
@@ -35,9 +35,9 @@ def reference_record(a: torch.Tensor, b: torch.Tensor) -> dict:
               "nonfinite_a": nonfinite(x) if a.is_floating_point() else 0,
               "nonfinite_b": nonfinite(y) if b.is_floating_point() else 0}
     if record["nonfinite_a"] or record["nonfinite_b"]:
-        return record | {m: math.nan for m in METRICS} | {"norm_a": math.nan, "norm_b": math.nan}
+        return record | {m: math.nan for m in METRIC_NAMES} | {"norm_a": math.nan, "norm_b": math.nan}
     if n == 0:  # two equal all-zero tensors' values
-        return record | {m: 0.0 for m in METRICS} | {"cosine": 1.0, "norm_a": 0.0, "norm_b": 0.0}
+        return record | {m: 0.0 for m in METRIC_NAMES} | {"cosine": 1.0, "norm_a": 0.0, "norm_b": 0.0}
     max_abs, sums = 0.0, []
     for start in range(0, n, CHUNK):
         xc, yc = x[start:start + CHUNK], y[start:start + CHUNK]

@@ -14,7 +14,7 @@ import yaml
 
 from divergence.comparator.follow import Comparator
 from divergence.errors import UserInputError
-from divergence.pairfolder import CONTRACT, PAIR_JSON, PAIR_RECIPE, PairInfo, read_schedule, write_pair_files
+from divergence.pairfolder import CONTRACT, PAIR_FILE, PAIR_RECIPE_FILE, PairInfo, read_schedule, write_pair_files
 from divergence.store import MetricsStore
 from divergence.writers import ArmWriter
 
@@ -39,13 +39,13 @@ def _train(out, arm: str, lr: float, steps: int = 4, **pair) -> None:
 
 def test_pair_info_rewrite_keeps_contract_replicate_tracking_and_unknown_keys(tmp_path):
     written = write_pair_files(tmp_path, max_steps=8, every=4, replicate=2, log={"wandb": False})
-    data = json.loads((tmp_path / PAIR_JSON).read_text())
+    data = json.loads((tmp_path / PAIR_FILE).read_text())
     data["from_a_newer_writer"] = {"x": 1}
-    (tmp_path / PAIR_JSON).write_text(json.dumps(data))
+    (tmp_path / PAIR_FILE).write_text(json.dumps(data))
     info = PairInfo.read(tmp_path)
     info.finished, info.last_step = True, 8
     info.write(tmp_path)
-    after = json.loads((tmp_path / PAIR_JSON).read_text())
+    after = json.loads((tmp_path / PAIR_FILE).read_text())
     assert after == {**written, "from_a_newer_writer": {"x": 1}, "finished": True, "last_step": 8}
     assert after["contract"] == CONTRACT and after["replicate"] == 2 and after["tracking"]["every"] == 4
 
@@ -53,13 +53,13 @@ def test_pair_info_rewrite_keeps_contract_replicate_tracking_and_unknown_keys(tm
 def test_watch_follows_a_writer_folder_from_pair_json_alone_and_keeps_its_keys(tmp_path):
     _train(tmp_path, "a", 0.1, replicate=3)
     _train(tmp_path, "b", 0.2)
-    assert not (tmp_path / PAIR_RECIPE).exists()  # the writers no longer fake a recipe of ours
-    before = json.loads((tmp_path / PAIR_JSON).read_text())
+    assert not (tmp_path / PAIR_RECIPE_FILE).exists()  # the writers no longer fake a recipe of ours
+    before = json.loads((tmp_path / PAIR_FILE).read_text())
     assert Comparator(tmp_path, log=False, progress=False).run(poll=0.02, timeout=10) == 0
     store = MetricsStore(tmp_path)
     assert [r["step"] for r in store.step_records() if r["tracked"]] == [0, 2, 4]
     assert all("probe_rel_diff" not in r for r in store.step_records())  # no recipe: no probe
-    after = json.loads((tmp_path / PAIR_JSON).read_text())
+    after = json.loads((tmp_path / PAIR_FILE).read_text())
     assert after == {**before, "finished": True, "last_step": 4}
     assert after["replicate"] == 3 and after["contract"] == CONTRACT
 
@@ -82,7 +82,7 @@ def test_older_folder_without_tracking_falls_back_to_pair_yaml(tmp_path):
     recipe = {"name": "old", "tracking": {"every": 5, "dense": [], "probe": {"enabled": False}},
               "recipes": {"a": {"name": "old", "train": {"max_steps": 12, "checkpoint_every": 4},
                                 "log": {"wandb": False}}}}
-    (tmp_path / PAIR_RECIPE).write_text(yaml.safe_dump(recipe))
+    (tmp_path / PAIR_RECIPE_FILE).write_text(yaml.safe_dump(recipe))
     schedule = read_schedule(tmp_path)
     assert (schedule.max_steps, schedule.checkpoint_every, schedule.tracking.every) == (12, 4, 5)
     assert [s for s in range(13) if schedule.tracked(s)] == [0, 4, 5, 8, 10, 12]
@@ -93,7 +93,7 @@ def test_older_folder_without_tracking_falls_back_to_pair_yaml(tmp_path):
     ({"contract": CONTRACT + 1, "name": "p"}, "upgrade divergence"),
 ])
 def test_unreadable_schedule_names_the_file(tmp_path, content, message):
-    (tmp_path / PAIR_JSON).write_text(json.dumps(content))
+    (tmp_path / PAIR_FILE).write_text(json.dumps(content))
     with pytest.raises(UserInputError, match=message):
         read_schedule(tmp_path)
 
@@ -137,7 +137,7 @@ def test_watch_runs_with_the_training_package_blocked(tmp_path):
 def test_watch_logs_with_the_log_section_of_pair_json(tmp_path):
     _train(tmp_path, "a", 0.1, log={"wandb": False})
     _train(tmp_path, "b", 0.2)
-    assert json.loads((tmp_path / PAIR_JSON).read_text())["log"] == {"wandb": False}
+    assert json.loads((tmp_path / PAIR_FILE).read_text())["log"] == {"wandb": False}
     assert Comparator(tmp_path, log=True, progress=False).run(poll=0.02, timeout=20) == 0
     assert not (tmp_path / "wandb").exists()  # wandb off, as pair.json says
     logged = [p.read_text() for p in (tmp_path / "csv").rglob("metrics.csv")]

@@ -3,7 +3,7 @@
 import json
 
 from divergence.cli import main
-from divergence.metrics import METRICS
+from divergence.metrics import METRIC_NAMES
 from divergence.tracking.records import SUMMARY_KEYS
 from divergence.training.lockstep import train_pair
 
@@ -38,5 +38,5 @@ def test_ema_is_summarized_apart_and_compare_says_so(tmp_path, capsys):
     assert main(["compare", str(a), str(b), "--json", str(tmp_path / "c.json"), "--top", "0"]) == 0
     assert "ema: " in capsys.readouterr().out
     summary = json.loads((tmp_path / "c.json").read_text())["summary"]
-    for metric in METRICS:  # compare reproduces both families' stored numbers
+    for metric in METRIC_NAMES:  # compare reproduces both families' stored numbers
         assert summary[metric] == with_ema[2][metric] and summary["ema"][metric] == with_ema[2][f"ema_{metric}"]

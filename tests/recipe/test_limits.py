@@ -7,8 +7,8 @@ import pytest
 from divergence.errors import RecipeError
 from divergence.recipe.limits import STRATEGIES, check_memory, check_strategy, machine_memory, memory_floors
 from divergence.recipe.run import RunRecipe
-from divergence.recipe.schema import apply_overrides, parse
-from divergence.recipe.yaml_safe import read_yaml_value, short
+from divergence.config.schema import apply_overrides, parse
+from divergence.config.yaml_safe import read_yaml_value, short
 
 
 def recipe(*overrides):

@@ -7,7 +7,7 @@ import pytest
 from divergence.cli import main
 from divergence.errors import RecipeError
 from divergence.recipe.run import RunRecipe, latent_shape, load_run_recipe
-from divergence.recipe.schema import parse
+from divergence.config.schema import parse
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from divergence.errors import UserInputError
-from divergence.recipe.schema import to_dict
+from divergence.config.schema import to_dict
 from divergence.training.folder_check import LOCKSTEP, RUN, SEPARATE, check_folder, first_change
 from divergence.training.pair_setup import pair_config
 from tests.pairs.helpers import pair_recipe

@@ -3,9 +3,9 @@
 import pytest
 
 from divergence.errors import RecipeError
-from divergence.recipe.pair import TrackingConfig
-from divergence.recipe.schema import parse
-from divergence.tracking.records import is_tracked
+from divergence.pairfolder.settings import TrackingConfig
+from divergence.config.schema import parse
+from divergence.pairfolder.settings import is_tracked
 
 
 def _tracked(tracking, max_steps=300, checkpoint_every=0):

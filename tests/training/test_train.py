@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from divergence.checkpoints import open_checkpoint
 from divergence.cli import main
 from divergence.pairfolder.weights_file import read_metadata
-from divergence.recipe.schema import to_dict
+from divergence.config.schema import to_dict
 from divergence.training.loggers import wandb_offline
 from divergence.training.single import train_run
 from tests.training.tiny import FAST, tiny_recipe

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from divergence.recipe.run import RunRecipe
-from divergence.recipe.schema import apply_overrides, parse
+from divergence.config.schema import apply_overrides, parse
 
 FAST = (
     "train.batch_size=2", "sample.steps=2", "sample.per_prompt=1", "sample.prompts=[a red circle, a blue square]",

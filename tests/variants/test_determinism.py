@@ -7,7 +7,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from divergence.errors import RecipeError, UserInputError
-from divergence.recipe.schema import to_dict
+from divergence.config.schema import to_dict
 from divergence.training.determinism import CUBLAS_VAR, arm_numerics, determinism, numerics_state
 from divergence.training.lockstep import train_pair
 from divergence.training.folder_check import flatten_keys

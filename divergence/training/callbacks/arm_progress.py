@@ -25,7 +25,7 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
-from divergence.pairfolder.arm_records import drop_after
+from divergence.store.arm_records import drop_after
 from divergence.pairfolder.arm_steps import check_step, loss_value
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile

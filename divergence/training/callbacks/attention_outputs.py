@@ -21,7 +21,7 @@ from pathlib import Path
 from lightning.pytorch.callbacks import Callback
 
 from divergence.atomic import write_atomic
-from divergence.pairfolder.layout import ATTENTION as FILENAME
+from divergence.pairfolder.layout import ATTENTION_FILE as FILENAME
 from divergence.tracking.step_logging import log_at_step
 from divergence.wandb_mode import key_part
 

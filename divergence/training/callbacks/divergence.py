@@ -28,9 +28,10 @@ from typing import Callable
 
 from lightning.pytorch.callbacks import Callback
 
-from divergence.recipe.pair import TrackingConfig
+from divergence.pairfolder.settings import TrackingConfig
 from divergence.store import MetricsStore
-from divergence.tracking.records import ARMS, divergence_records, is_tracked, loss_record, probe_due
+from divergence.tracking.records import ARMS, divergence_records, loss_record
+from divergence.pairfolder.settings import is_tracked, probe_due
 from divergence.tracking.spikes import SpikeDetector
 from divergence.tracking.step_logging import is_table_step, log_step
 

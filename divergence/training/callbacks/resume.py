@@ -15,7 +15,8 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
-RESUME_NAME = "last.ckpt"
+from divergence.pairfolder.layout import RESUME_FILE
+
 HPC_NAME = re.compile(r"^hpc_ckpt_(\d+)\.ckpt$")  # Lightning's CheckpointConnector.hpc_save_path
 
 
@@ -23,7 +24,7 @@ class ResumeCheckpoint(Callback):
     """``trainer.save_checkpoint`` is collective: every rank calls it, rank zero writes."""
 
     def __init__(self, directory: str | Path, every_n_steps: int):
-        self.path, self.every = Path(directory) / RESUME_NAME, every_n_steps
+        self.path, self.every = Path(directory) / RESUME_FILE, every_n_steps
         self._saved_step = -1
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -58,7 +59,7 @@ def resume_file(directory: str | Path) -> Path | None:
     the folder holds neither. The file is not read here: loading goes through
     ``divergence.training.checkpoint_io`` (the weights-only allow-list) like any resume state.
     """
-    last = Path(directory) / RESUME_NAME
+    last = Path(directory) / RESUME_FILE
     candidates = [(last.stat().st_mtime_ns, 0, 0, last)] if last.is_file() else []
     candidates += [(p.stat().st_mtime_ns, 1, i, p) for i, p in enumerate(hpc_files(directory))]
     return max(candidates)[3] if candidates else None

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
+from divergence.pairfolder.layout import CHECKPOINTS_DIR
 from divergence.pairfolder.weights_file import save_weights, weights_path
-from divergence.recipe.schema import to_dict
-from divergence.tracking.records import is_tracked
+from divergence.config.schema import to_dict
+from divergence.pairfolder.settings import is_tracked
 
 NETWORKS = ("unet.", "text_encoder.")
 
@@ -53,7 +54,7 @@ class WeightCheckpoint(Callback):
 
     def _save(self, trainer, pl_module, overwrite: bool = True) -> None:
         step, arms = trainer.global_step, pl_module.checkpoint_arms()
-        paths = {folder: weights_path(self.root / folder / "checkpoints", step) for folder in arms}
+        paths = {folder: weights_path(self.root / folder / CHECKPOINTS_DIR, step) for folder in arms}
         needed = overwrite or not all(p.exists() for p in paths.values())
         if not trainer.strategy.broadcast(needed):  # rank zero's view decides: a gather is collective
             return

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from divergence.errors import RecipeError
-from divergence.recipe.yaml_safe import read_yaml, read_yaml_value, short
+from divergence.config.yaml_safe import read_yaml, read_yaml_value, short
 
 T = TypeVar("T")
 # Integers of a recipe fit in 64 bits (torch seeds, sizes and step counts are int64).
@@ -31,7 +31,7 @@ MAX_MESSAGE_CHARS = 400
 
 
 def load_yaml(path: str | Path) -> dict:
-    """Read a recipe: a YAML mapping, loaded by ``divergence.recipe.yaml_safe`` (plain data only:
+    """Read a recipe: a YAML mapping, loaded by ``divergence.config.yaml_safe`` (plain data only:
     no Python objects, no anchors or aliases, bounded size and depth, string keys, no duplicates)."""
     path = Path(path)
     try:
