@@ -28,8 +28,8 @@ __version__ = "0.1.0"
 # public name -> the module that defines it; imported on first access (PEP 562)
 _LAZY = {
     # comparing two models' weights
-    "compare_state_dicts": "divergence.state_dicts",
-    "compare_checkpoints": "divergence.state_dicts",
+    "compare_state_dicts": "divergence.checkpoints.compare",
+    "compare_checkpoints": "divergence.checkpoints.compare",
     "Comparison": "divergence.checkpoints.compare",
     # the metric functions (pure functions of two tensors)
     "wasserstein": "divergence.metrics",

@@ -1,4 +1,12 @@
-"""Compare two checkpoints tensor by tensor: the engine behind ``divergence compare``.
+"""Compare two models' weights tensor by tensor: ``compare_state_dicts`` and ``compare_checkpoints``
+(the public Python API, ``divergence.compare_*``), the engine behind ``divergence compare``
+(``compare_sources``) and the lockstep trackers' ``compare_arms``.
+
+>>> import torch
+>>> a = {"layer.weight": torch.zeros(3), "layer.bias": torch.zeros(1)}
+>>> b = {"model.layer.weight": torch.ones(3), "model.layer.bias": torch.zeros(1)}
+>>> compare_state_dicts(a, b).summary["max_abs_diff"]       # "model." is stripped to match
+1.0
 
 Tensors are streamed: for each matched name, the two tensors are loaded, moved to the
 comparison device, measured with ``divergence.metrics.compare_pairs`` and dropped, so peak
@@ -14,16 +22,17 @@ so the EMA never mixes into the raw weights' whole-model numbers.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from divergence.checkpoints import Match, TensorSource, match_tensors, open_checkpoint
 from divergence.checkpoints.families import by_family
+from divergence.checkpoints.matching import mismatch_problems
 from divergence.checkpoints.source import InMemorySource
-from divergence.errors import CheckpointError
+from divergence.errors import CheckpointError, UserInputError
 from divergence.metrics import classify_kinds, compare_pairs, module_of, summarize
 
 
@@ -36,36 +45,98 @@ class Comparison:
     skipped: list[dict]
 
 
-def compare_checkpoints(
-    path_a: str | Path,
-    path_b: str | Path,
-    maps: list[str] | None = None,
-    intersection: bool = False,
-    device: str | torch.device = "cpu",
-    progress: Callable | None = None,
-    exclude: list[str] | None = None,
-    include_buffers: bool = False,
-) -> Comparison:
-    """Open, match and measure two checkpoints; see ``compare_sources``.
+def compare_state_dicts(a: dict, b: dict, maps=None, intersection: bool = False, device=None, progress=None,
+                        exclude: list[str] | None = None, include_buffers: bool = False) -> Comparison:
+    """Compare two ``{name: tensor}`` dicts (``model.state_dict()``) tensor by tensor.
 
-    ``exclude``: regular expressions; matching tensors are not compared (listed as skipped).
+    Parameters
+    ----------
+    a, b : state dicts of the same architecture, on any device.
+    maps : renaming rules applied to both sides' names, each a regular expression and its
+        replacement: ``{"attn\\.q": "attn.to_q"}``, ``[("attn\\.q", "attn.to_q")]`` or
+        ``["attn\\.q=attn.to_q"]``.
+    intersection : compare only the names both sides have (the rest in ``result.skipped``);
+        otherwise names on one side only, or with different shapes, are an error.
+    device : where to compute; ``None``: where each tensor of ``a`` lives.
+    progress : wraps the matched pairs as they are measured (e.g. ``tqdm``); None: silent.
+    exclude : regular expressions; matching tensors are not compared (listed in ``result.skipped``).
+    include_buffers : count integer and bool buffers in the whole-model summary too.
+
+    Returns
+    -------
+    Comparison: ``records`` (one dict per tensor: the metrics, ``module``,
+    ``kind``), ``summary`` (whole model) and ``skipped``.
     """
+    for side, state in (("a", a), ("b", b)):
+        if not isinstance(state, dict):
+            raise UserInputError(f"compare_state_dicts: {side} is a {type(state).__name__}; pass model.state_dict()")
+    source_a, source_b = InMemorySource("a", _tensors(a)), InMemorySource("b", _tensors(b))
+    match = _match(source_a, source_b, maps, intersection, exclude)
+    return compare_sources(source_a, source_b, match, device, progress, include_buffers)
+
+
+def compare_checkpoints(path_a: str | Path, path_b: str | Path, maps=None, intersection: bool = False,
+                        device="cpu", progress=None, exclude: list[str] | None = None,
+                        include_buffers: bool = False) -> Comparison:
+    """``compare_state_dicts`` of two checkpoints (any format ``divergence compare`` reads), streamed:
+    for each matched name the two tensors are loaded, measured and dropped. Two LoRA adapters are
+    compared as each layer's weight change ``(alpha/r) B A``, said in ``summary["lora"]``."""
     a, b = open_checkpoint(path_a), open_checkpoint(path_b)
-    match = match_tensors(a, b, maps, intersection, exclude)
-    comparison = compare_sources(a, b, match, device, progress, include_buffers)
+    comparison = compare_sources(a, b, _match(a, b, maps, intersection, exclude), device, progress, include_buffers)
+    return with_sources(comparison, path_a, path_b, a, b)
+
+
+def with_sources(comparison: Comparison, path_a, path_b, a: TensorSource, b: TensorSource) -> Comparison:
+    """The summary names both files, and what a LoRA adapter's tensors are (divergence.checkpoints.lora)."""
     comparison.summary.update(a=str(path_a), b=str(path_b))
     notes = {s.metadata.get("lora") for s in (a, b)} - {None}
-    if notes:  # LoRA adapters: say what was compared (divergence.checkpoints.lora)
+    if notes:
         comparison.summary["lora"] = notes.pop()
     return comparison
 
 
-def compare_state_dicts(a: dict, b: dict, device=None) -> Comparison:
-    """Compare two in-memory weight dicts (the arms of a pair) where the tensors live.
+def _match(source_a: TensorSource, source_b: TensorSource, maps, intersection: bool, exclude) -> Match:
+    """The Python callers' matching: errors name ``maps=``/``intersection=``, not the command's flags."""
+    match = match_tensors(source_a, source_b, compile_maps(maps), intersection=True, exclude=exclude)
+    if not intersection:
+        _check_complete(match, source_a, source_b)
+    return match
 
-    The same code path as ``divergence compare`` on the two arms' saved checkpoints, so the
-    numbers a training callback logs are the numbers ``compare`` reproduces offline.
-    """
+
+def compile_maps(maps) -> list[tuple[re.Pattern, str]]:
+    """Renaming rules as ``(compiled pattern, replacement)``; see ``compare_state_dicts``."""
+    if maps is None:
+        return []
+    items = maps.items() if isinstance(maps, dict) else maps
+    rules = []
+    for item in items:
+        if isinstance(item, str):
+            if "=" not in item:
+                raise UserInputError(f"maps: {item!r} is not 'PATTERN=REPLACEMENT'")
+            item = item.split("=", 1)
+        pattern, replacement = item
+        try:
+            rules.append((re.compile(pattern), replacement))
+        except re.error as err:
+            raise UserInputError(f"maps: {pattern!r} is not a valid regular expression ({err})") from None
+    return rules
+
+
+def _tensors(state: dict) -> dict:
+    return {str(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
+def _check_complete(match, a, b) -> None:
+    problems = mismatch_problems(match, a, b)
+    if problems:
+        raise CheckpointError("the two sides do not match: " + "; ".join(problems) + ". Pass maps={PATTERN: "
+                              "REPLACEMENT} for renamed tensors, or intersection=True to compare the common ones")
+
+
+def compare_arms(a: dict, b: dict, device=None) -> Comparison:
+    """Compare the two arms' in-memory weights (a lockstep pair) where the tensors live: the same
+    code path as ``divergence compare`` on the two arms' saved checkpoints, so the numbers a
+    training callback logs are the numbers ``compare`` reproduces offline."""
     source_a, source_b = InMemorySource("arm a", a), InMemorySource("arm b", b)
     return compare_sources(source_a, source_b, match_tensors(source_a, source_b), device)
 

@@ -68,15 +68,25 @@ def run(args) -> int:
     import torch
     from tqdm import tqdm
 
-    from divergence.checkpoints.compare import compare_checkpoints
-
     device = _device(args.device, torch)
     progress = None if args.quiet else (lambda items: tqdm(items, desc="comparing", unit="tensor", file=sys.stderr, leave=False, disable=None))
-    result = compare_checkpoints(args.a, args.b, args.map, args.intersection, device, progress,
-                                 args.exclude, args.include_buffers)
+    result = compare_with_flags(args.a, args.b, args.map, args.intersection, device, progress,
+                                args.exclude, args.include_buffers)
     _print_report(result, args)
     _write_outputs(result, args)
     return _check_thresholds(result, thresholds, args.allow_nonfinite)
+
+
+def compare_with_flags(path_a, path_b, maps: list[str], intersection: bool, device, progress=None,
+                       exclude: list[str] | None = None, include_buffers: bool = False):
+    """``divergence.compare_checkpoints`` as the commands run it: a mismatch or a bad rule is
+    reported in the command's words (``--map``, ``--intersection``, ``--exclude``)."""
+    from divergence.checkpoints import match_tensors, open_checkpoint
+    from divergence.checkpoints.compare import compare_sources, with_sources
+
+    a, b = open_checkpoint(path_a), open_checkpoint(path_b)
+    match = match_tensors(a, b, maps, intersection, exclude)
+    return with_sources(compare_sources(a, b, match, device, progress, include_buffers), path_a, path_b, a, b)
 
 
 def _device(name, torch):

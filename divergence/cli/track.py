@@ -112,7 +112,7 @@ def _write_store(args, out, steps: list[int], series: dict) -> None:
 def _build(args, folder, out, steps: list[int], series: dict) -> None:
     from tqdm import tqdm
 
-    from divergence.checkpoints.compare import compare_checkpoints
+    from divergence.cli.compare import compare_with_flags
     from divergence.errors import UserInputError
     from divergence.pairfolder.layout import PAIR_FILE
     from divergence.pairfolder.pair_json import write_pair_files
@@ -128,7 +128,7 @@ def _build(args, folder, out, steps: list[int], series: dict) -> None:
     for step in tqdm(steps, desc="track", unit="step", file=sys.stderr, disable=args.quiet or None):
         a, b = series["a"][step], series["b"][step]
         try:
-            result = compare_checkpoints(a, b, args.map, args.intersection, args.device)
+            result = compare_with_flags(a, b, args.map, args.intersection, args.device)
         except UserInputError as err:
             raise UserInputError(f"step {step} ({a} vs {b}): {err}; nothing was written to {out}") from None
         tensors, summary = comparison_records(result)

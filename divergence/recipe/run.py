@@ -17,6 +17,8 @@ from divergence.recipe.model import AttentionConfig, ModelConfig, NoiseConfig
 from divergence.config.schema import apply_overrides, load_yaml, parse, require
 
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
+# AdamW implementations (train.adamw_impl): default lets torch choose; divergence.training.optim maps each.
+ADAMW_IMPLS = ("default", "loop", "foreach", "fused")
 # ``diffusers.optimization.get_scheduler``'s names (SchedulerType) that need no extra rules
 LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial")
 POLYNOMIAL_LR_END = 1e-7  # get_polynomial_decay_schedule_with_warmup's lr_end (get_scheduler passes none)
@@ -133,7 +135,7 @@ class TrainConfig:
     ema: EMAConfig | None = None
     # AdamW implementation: torch's default choice, the per-tensor ``loop``, the multi-tensor
     # ``foreach``, or the single-kernel ``fused`` (same math, different operation order).
-    adamw_impl: Literal["default", "loop", "foreach", "fused"] = "default"
+    adamw_impl: Literal[ADAMW_IMPLS] = "default"
     # Max global gradient norm (after unscaling); null disables clipping.
     grad_clip: float | None = 1.0
     # Weights-only safetensors and a resumable .ckpt every N steps (0: only at the end).

@@ -39,9 +39,9 @@ def loss_record(losses: dict[str, float] | None, detectors: dict[str, SpikeDetec
 
 def divergence_records(weights_a: dict, weights_b: dict, device=None) -> tuple[list[dict], dict]:
     """Per-tensor store records and the step's whole-model summary (with ``kinds``)."""
-    from divergence.checkpoints.compare import compare_state_dicts
+    from divergence.checkpoints.compare import compare_arms
 
-    return comparison_records(compare_state_dicts(weights_a, weights_b, device))
+    return comparison_records(compare_arms(weights_a, weights_b, device))
 
 
 def comparison_records(result) -> tuple[list[dict], dict]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from divergence.recipe.run import TrainConfig
+from divergence.recipe.run import ADAMW_IMPLS, TrainConfig
 
 
 class StepCounter(torch.optim.Optimizer):
@@ -26,11 +26,12 @@ class StepCounter(torch.optim.Optimizer):
 
 
 # train.adamw_impl -> AdamW's (foreach, fused) arguments; None lets torch choose.
-ADAMW_IMPLS = {"default": (None, None), "loop": (False, False), "foreach": (True, False), "fused": (False, True)}
+# (default: torch chooses, loop, foreach, fused), in the order of ADAMW_IMPLS
+ADAMW_FLAGS = dict(zip(ADAMW_IMPLS, ((None, None), (False, False), (True, False), (False, True)), strict=True))
 
 
 def build_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
-    foreach, fused = ADAMW_IMPLS[config.adamw_impl]
+    foreach, fused = ADAMW_FLAGS[config.adamw_impl]
     return torch.optim.AdamW(params, lr=config.lr, betas=tuple(config.betas), eps=config.eps,
                              weight_decay=config.weight_decay, foreach=foreach, fused=fused)
 

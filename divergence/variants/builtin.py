@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 
-from divergence.recipe.run import PRECISIONS
+from divergence.recipe.run import ADAMW_IMPLS as TRAIN_ADAMW_IMPLS, PRECISIONS
 from divergence.variants.deployment import Deployment
 from divergence.variants.registry import Variant, register
 
-ADAMW_IMPLS = ("loop", "foreach", "fused")
+ADAMW_IMPLS = tuple(i for i in TRAIN_ADAMW_IMPLS if i != "default")  # the variant names one explicitly
 # Kernels that exist on GPUs for fp16/bf16 inputs only: wherever they are deployed, training runs
 # under fp16/bf16 autocast (CUDA's flash SDPA backend and flash-attn refuse fp32; the fp32 "flash"
 # kernel of a CPU is another kernel). bf16 first: no loss scaling, and on a CPU fp16 is slower still.

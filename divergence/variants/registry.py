@@ -28,9 +28,11 @@ from typing import Any, ClassVar
 
 from divergence.errors import RecipeError
 from divergence.config.yaml_safe import short
+from divergence.pairfolder.pair_json import CATEGORIES as PAIR_CATEGORIES
 
-# What a variant changes, which sets a pair's role in a bounding study (see PairInfo).
-CATEGORIES = ("seed", "precision", "optimization")
+# What a variant changes, which sets a pair's role in a bounding study: a pair's categories
+# (divergence.pairfolder.pair_json.CATEGORIES) but "control", which is a pair of identical arms.
+CATEGORIES = tuple(c for c in PAIR_CATEGORIES if c != "control")
 
 VARIANTS: dict[str, type["Variant"]] = {}
 

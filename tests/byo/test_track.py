@@ -15,7 +15,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from divergence.checkpoints.series import find_series
 from divergence.cli import main
 from divergence.report.inputs import load_pair
-from divergence.state_dicts import compare_checkpoints
+from divergence.checkpoints.compare import compare_checkpoints
 from divergence.store import MetricsStore
 from tests.byo.user_module import build, loader
 
