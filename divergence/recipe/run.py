@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterable, Literal
 
 from divergence.pairfolder.settings import LogConfig
-from divergence.recipe.limits import check_memory, check_strategy
+from divergence.recipe.limits import check_strategy
 from divergence.recipe.model import AttentionConfig, ModelConfig, NoiseConfig
 from divergence.config.schema import apply_overrides, load_yaml, parse, require
 
@@ -260,7 +260,6 @@ class RunRecipe:
                 f"(VAE downsampling {down} x {what} {levels})")
         require(self.train.ema is None or self.model.lora is None, "train.ema",
                 "an EMA of LoRA factors is not an EMA of the weight change B A; train LoRA with ema: null")
-        check_memory(self)
 
 
 def load_run_recipe(path: str | Path, overrides: Iterable[str] = ()) -> RunRecipe:

@@ -27,6 +27,7 @@ from divergence.recipe.pair import load_pair_recipe
 from divergence.store import MetricsStore
 from divergence.study.config import Study, StudyPair, in_study
 from divergence.study.lock import signals_raise
+from divergence.training.host import check_host
 
 POLL_SECONDS = 1.0
 # A stopped study waits this long for its children to exit (Lightning stops at a step's end), then kills them.
@@ -93,6 +94,7 @@ def plan_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
                 checked.write_text(text)
                 try:
                     resolved = load_pair_recipe(checked, overrides)
+                    check_host(*resolved.arm_recipes.values())  # the study trains its pairs on this machine
                 except RecipeError as err:
                     raise RecipeError(in_study(str(err).replace(f"{checked}: ", ""), pair, study)) from None
                 jobs.append(PairJob(pair, out / "recipes" / checked.name, run_folder(out, pair.name, replicate),

@@ -27,6 +27,9 @@ from divergence.training.pair_setup import pair_info  # noqa: F401  (importers)
 
 def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     """Train (or resume) the pair in ``out``; returns the finished ``lightning.Trainer``."""
+    from divergence.training.host import check_host
+
+    check_host(*pair.arm_recipes.values())
     from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
     from divergence.training.callbacks.divergence import DivergenceTracker
     from divergence.training.fit import fit, global_rank_zero, writable_folder

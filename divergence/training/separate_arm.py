@@ -31,6 +31,10 @@ from divergence.store.arm_status import ArmStatus, batch_mismatch
 
 def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tuple = ()):
     """Train (or resume) arm ``arm`` of ``pair`` in ``out/<arm>``; returns the finished Trainer."""
+    from divergence.training.host import check_host
+
+    if arm in pair.arm_recipes:
+        check_host(pair.arm_recipes[arm])
     from divergence.pairfolder.arm_lock import ArmLock
     from divergence.training.callbacks.arm_progress import ArmProgress
     from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint

@@ -34,6 +34,9 @@ def train_run(recipe: RunRecipe, out: str | Path, callbacks: list | tuple = ()):
 
     ``callbacks`` are added after the run's own (weights, resume, samples).
     """
+    from divergence.training.host import check_host
+
+    check_host(recipe)
     from divergence.training.arms_module import ArmsModule
     from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
     from divergence.training.fit import fit, global_rank_zero, writable_folder

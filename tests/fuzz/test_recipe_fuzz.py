@@ -189,14 +189,20 @@ PAIRS = {
 }
 
 
+HOST_CASES = {"recipe-huge-batch"}  # refused by divergence.training.host where a run starts
+
+
 @pytest.mark.parametrize("case", sorted(PAIRS))
 def test_malformed_pair_recipe_is_one_line(case, tmp_path, capsys):
     data, key = PAIRS[case]
     path = tmp_path / "pair.yaml"
     path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
     (tmp_path / "loop.yaml").symlink_to(tmp_path / "loop.yaml")
-    with pytest.raises(RecipeError):  # refused while reading: the command below trains nothing
+    if case in HOST_CASES:  # a recipe is read on any machine; the machine that starts the run judges it
         load_pair_recipe(path)
+    else:
+        with pytest.raises(RecipeError):  # refused while reading: the command below trains nothing
+            load_pair_recipe(path)
     out = tmp_path / "run"
     for extra in ([], ["--arm", "a"]):
         code, err, seconds = run_cli(["train", "--recipe", str(path), "--out", str(out), *extra], capsys)
