@@ -1,6 +1,6 @@
 """``divergence dashboard --entity E --project P [--group G] [--dry-run]``: a saved wandb workspace.
 
-Writes the study's workspace (``divergence.dashboard``: whole-model metrics per pair, per-kind
+Writes the study's workspace (``divergence.loggers.dashboard``: whole-model metrics per pair, per-kind
 trends, the most divergent layers, both arms' losses with spikes, the attention-output deviation,
 the dose ratio) to wandb as a saved view of project ``P``, showing the runs of group ``G``.
 ``--dry-run`` prints the workspace as JSON and sends nothing (no credentials needed).
@@ -31,7 +31,7 @@ def run(args) -> int:
     import json
 
     from divergence.errors import UserInputError
-    from divergence.wandb_mode import has_credentials
+    from divergence.loggers.wandb_mode import has_credentials
 
     for flag, value, env in (("--entity", args.entity, "WANDB_ENTITY"), ("--project", args.project, "WANDB_PROJECT")):
         if not value:
@@ -39,7 +39,7 @@ def run(args) -> int:
     from divergence.extras import require
 
     require("wandb", "wandb", "wandb_workspaces")
-    from divergence.dashboard import WORKSPACE_NAME, build_workspace, workspace_spec
+    from divergence.loggers.dashboard import WORKSPACE_NAME, build_workspace, workspace_spec
     workspace = build_workspace(args.entity, args.project, args.group, args.name or WORKSPACE_NAME)
     if args.dry_run:
         print(json.dumps(workspace_spec(workspace), indent=1))

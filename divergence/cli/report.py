@@ -81,7 +81,7 @@ def print_report(report) -> None:
 
 def log_report_to_wandb(report, project: str | None) -> None:
     from divergence.report.wandb_log import log_report
-    from divergence.wandb_mode import offline_notice, wandb_offline
+    from divergence.loggers.wandb_mode import offline_notice, wandb_offline
 
     offline, mode_env = wandb_offline(), dict(os.environ)  # before wandb.init, which sets WANDB_MODE itself
     try:

@@ -114,27 +114,24 @@ def _build(args, folder, out, steps: list[int], series: dict) -> None:
 
     from divergence.cli.compare import compare_with_flags
     from divergence.errors import UserInputError
-    from divergence.pairfolder.layout import PAIR_FILE
-    from divergence.pairfolder.pair_json import write_pair_files
+    from divergence.pairfolder.pair_json import finish_pair, write_pair_files
     from divergence.store import MetricsStore
-    from divergence.tables import write_json
-    from divergence.tracking.records import comparison_records, loss_record
+    from divergence.tracking.recorder import StepRecorder
+    from divergence.tracking.records import comparison_records
 
     gaps = [b - a for a, b in zip(steps, steps[1:])]
-    info = write_pair_files(folder, max_steps=max(steps[-1], 1), every=min(gaps) if gaps else 1,
+    write_pair_files(folder, max_steps=max(steps[-1], 1), every=min(gaps) if gaps else 1,
                             name=args.name or out.resolve().name, category=args.category,
                             arms={"a": [str(args.a)], "b": [str(args.b)]})
-    store = MetricsStore(folder).open_for_append()
+    recorder = StepRecorder(MetricsStore(folder).open_for_append())
     for step in tqdm(steps, desc="track", unit="step", file=sys.stderr, disable=args.quiet or None):
         a, b = series["a"][step], series["b"][step]
         try:
             result = compare_with_flags(a, b, args.map, args.intersection, args.device)
         except UserInputError as err:
             raise UserInputError(f"step {step} ({a} vs {b}): {err}; nothing was written to {out}") from None
-        tensors, summary = comparison_records(result)
-        store.append_step(step, tensors, {**loss_record(None, {}), **summary, "tracked": True})
-    info.update(finished=True, last_step=steps[-1])
-    write_json(folder / PAIR_FILE, info)
+        recorder.commit(step, recorder.losses(None), comparison_records(result))
+    finish_pair(folder, steps[-1], True)
 
 
 def _staging(out):

@@ -35,6 +35,13 @@ def register(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _file_probe(pair, device):
+    """The built-in trainer's probe over the arms' weights files (only for a pair with ``pair.yaml``)."""
+    from divergence.training.probe_files import FileProbe
+
+    return FileProbe(pair, device)
+
+
 def run(args) -> int:
     import sys
     from pathlib import Path
@@ -65,7 +72,8 @@ def run(args) -> int:
 
     ranks, device = ranks_from_environment(args.device)
     try:
-        comparator = Comparator(args.dir, ranks, device, log=not args.no_log, progress=not args.quiet and ranks.is_zero)
+        comparator = Comparator(args.dir, ranks, device, log=not args.no_log, progress=not args.quiet and ranks.is_zero,
+                                probe=_file_probe)
         return comparator.run(args.poll, args.timeout)
     finally:
         ranks.close()

@@ -27,7 +27,7 @@ It reads only the pair-folder contract (``divergence.pairfolder``: the schedule 
 and imports nothing from the training package. The function-space probe (``tracking.probe``)
 runs on rank 0 at the tracked steps ``probe_due`` picks (as in lockstep) of a pair the built-in
 trainer trains (``pair.yaml`` present): both arms' weights files are loaded into two models built
-from the pair's recipe and evaluated on the same probe set (``divergence.watch_parts.FileProbe``,
+from the pair's recipe and evaluated on the same probe set (the built-in trainer's ``FileProbe``, handed in by ``divergence watch``,
 fp32, baseline attention), so
 the store gets ``probe_rel_diff, probe_loss_a, probe_loss_b`` equal to the lockstep tracker's.
 """
@@ -47,12 +47,12 @@ from divergence.comparator.retention import Retention
 from divergence.comparator.stalls import ENDED, armless, stall
 from divergence.errors import CheckpointError, UserInputError
 from divergence.pairfolder.layout import ARMS, WATCH_STATE_FILE
-from divergence.pairfolder.pair_json import PairInfo
+from divergence.pairfolder.pair_json import finish_pair
 from divergence.pairfolder.schedule import PairSchedule, read_schedule
 from divergence.store import MetricsStore
 from divergence.store.arm_status import batch_mismatch
-from divergence.tracking.records import comparison_records, loss_record
-from divergence.tracking.spikes import SpikeDetector
+from divergence.tracking.recorder import StepRecorder
+from divergence.tracking.records import comparison_records
 
 EXIT_TIMEOUT, EXIT_USAGE = 1, 2
 
@@ -74,8 +74,12 @@ class Task:
 
 class Comparator:
     def __init__(self, out: str | Path, ranks: Ranks | None = None, device="cpu", log: bool = True,
-                 progress: bool = True):
+                 progress: bool = True, probe=None):
+        """``probe``: the function-space probe's factory ``(PairSchedule, device) -> probe`` (``due(step)``,
+        ``record(paths)``), used when the pair's ``tracking.probe`` is enabled; ``divergence watch``
+        passes the built-in trainer's ``FileProbe`` (``training.probe_files``). None: no probe."""
         self.out, self.ranks, self.device = Path(out), ranks or Ranks(), device
+        self._probe_factory = probe
         self.pair = read_schedule(self.out)
         failed = None
         if self.ranks.is_zero:  # the other ranks only measure
@@ -95,10 +99,13 @@ class Comparator:
         self.store = MetricsStore(self.out).open_for_append()
         self.retention = Retention.for_pair(self.out, self.pair)
         self.retention.recover(self.store.last_step())  # a deletion cut short by a kill
-        self.spikes = self._replay_spikes()
+        tracking = self.pair.tracking
+        self.recorder = StepRecorder(self.store, tracking.spike_factor, tracking.spike_window)
+        self.recorder.replay()
         self.attempts = self._read_state()
         self.logger = self._logger() if log else None
-        self.probe = _probe(self.pair, self.device) if self.pair.tracking.probe.enabled else None
+        enabled = self.pair.tracking.probe.enabled and self._probe_factory is not None
+        self.probe = self._probe_factory(self.pair, self.device) if enabled else None
         self.bar = _progress_bar(self.pair, len(self.store.steps())) if progress else None
         self._idle_since, self._progress = time.monotonic(), None
         self._stall_seen: tuple | None = None  # a step that cannot come, seen on the last look
@@ -207,7 +214,7 @@ class Comparator:
             last = self.store.last_step()
             if arm in self.attempts and last is not None and status.start_step < last:
                 self.store.truncate_after(status.start_step)
-                self.spikes = self._replay_spikes()
+                self.recorder.replay()
                 if self.bar is not None:
                     self.bar.n = len(self.store.steps())
             self.feeds[arm].loss_file.reset()
@@ -240,24 +247,19 @@ class Comparator:
             return True
         if task.tracked and not self._files_unchanged(task):
             return False  # replaced while it was read: the numbers may mix two files
-        tensors: list[dict] = []
-        record = loss_record(task.losses, self.spikes)
+        record = self.recorder.losses(task.losses)
+        comparison = extra = None
         if task.tracked:
-            tensors, summary = comparison_records(result)
-            record.update(summary, tracked=True)
+            comparison = comparison_records(result)
             if self.probe is not None and self.probe.due(task.step):
                 try:
-                    record.update(self.probe.record(task.paths))
+                    extra = self.probe.record(task.paths)
                 except CheckpointError:
                     return False  # an arm replaced a file mid-read: retried next poll
-        else:
-            record["tracked"] = False
-        if task.tracked:  # tracking.keep: what this step's commit makes deletable, noted first
+            # tracking.keep: what this step's commit makes deletable, noted first
             self.retention.note(task.step, task.paths, task.taken)
-        self.store.append_step(task.step, tensors, record)
-        self.retention.release(task.step)  # only now that the store holds the step
-        if self.logger is not None:
-            self.logger.log(task.step, record, tensors)
+        self.recorder.commit(task.step, record, comparison, extra, log=self.logger.log if self.logger else None,
+                             stored=self.retention.release)  # released only once the store holds the step
         self._show_step(task.step, record)
         return True
 
@@ -265,16 +267,6 @@ class Comparator:
         return all(unchanged(task.paths[arm], task.taken[arm]) for arm in task.paths)
 
     # -- rank 0: state, logs, progress -------------------------------------------------------------
-    def _replay_spikes(self) -> dict[str, SpikeDetector]:
-        """The detectors after the stored steps: they saw exactly the stored losses, in order."""
-        tracking = self.pair.tracking
-        spikes = {arm: SpikeDetector(tracking.spike_factor, tracking.spike_window) for arm in ARMS}
-        for record in self.store.step_records():
-            if record["step"] > 0:
-                for arm in ARMS:
-                    spikes[arm].update(record[f"loss_{arm}"])
-        return spikes
-
     def _read_state(self) -> dict:
         try:
             return json.loads((self.out / WATCH_STATE_FILE).read_text())["attempts"]
@@ -287,7 +279,7 @@ class Comparator:
         write_json(self.out / WATCH_STATE_FILE, {"attempts": self.attempts})
 
     def _logger(self):
-        from divergence.watch_parts import StepLogger
+        from divergence.loggers.step_logger import StepLogger
 
         pair = self.pair
         return StepLogger(self.out, pair.log, pair.name, pair.checkpoint_every, pair.max_steps,
@@ -296,9 +288,7 @@ class Comparator:
     def _finish(self) -> None:
         if not self.ranks.is_zero:
             return
-        info = PairInfo.read(self.out)
-        info.finished, info.last_step = True, self.store.last_step()
-        info.write(self.out)
+        finish_pair(self.out, self.store.last_step(), True)
 
     def _close(self) -> None:
         if self.ranks.is_zero:
@@ -318,14 +308,6 @@ class Comparator:
     def _show_waiting(self, step: int, statuses: dict) -> None:
         if self.bar is not None:
             self.bar.set_postfix_str(f"waiting for step {step} ({_arms_line(statuses)})")
-
-
-def _probe(pair: PairSchedule, device):
-    """The function-space probe over the arms' weights files: only for a pair the built-in trainer
-    trains (``pair.yaml`` present; ``read_schedule`` disables the probe otherwise)."""
-    from divergence.watch_parts import FileProbe
-
-    return FileProbe(pair, device)
 
 
 def _progress_bar(pair: PairSchedule, done: int):

@@ -299,7 +299,7 @@ def srun_prefix(plan: LaunchPlan) -> str:
 
 def _group_export(plan: LaunchPlan) -> str:
     """One wandb group for the three jobs; a WANDB_RUN_GROUP the user exported wins (and a
-    recipe's ``log.group`` wins over both, see ``divergence.wandb_mode``)."""
+    recipe's ``log.group`` wins over both, see ``divergence.loggers.wandb_mode``)."""
     return f"export WANDB_RUN_GROUP=${{WANDB_RUN_GROUP:-{shlex.quote(plan.wandb_group)}}}"
 
 

@@ -3,7 +3,7 @@
 Records are built with ``divergence.tracking.records`` (the functions the built-in lockstep
 tracker and ``divergence watch`` use), so a ``LockstepPair`` store has the same records as
 the store ``watch`` builds from the same two arms trained as separate jobs. The same numbers
-go to the Trainer's loggers under the keys of ``divergence.tracking.step_logging``:
+go to the Trainer's loggers under the keys of ``divergence.loggers.step_logging``:
 ``divergence/model/<metric>``, ``divergence/kind/<kind>/<metric>``,
 ``divergence/wasserstein/<module>``, ``train/loss_a``, ``train/loss_b``, ...
 
@@ -16,23 +16,21 @@ the pair: the stored steps after G are dropped and computed again.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Callable
 
-from divergence.errors import TrainingDiverged, UserInputError
+from divergence.errors import UserInputError
 from divergence.pairfolder.arm_steps import check_tensor_names
 from divergence.pairfolder.layout import PAIR_FILE
 from divergence.pairfolder.pair_json import (
-    IDENTITY, check_same_pair, read_pair_json, schedule_config, tracking_schedule, write_pair_files,
+    IDENTITY, check_same_pair, finish_pair, read_pair_json, schedule_config, tracking_schedule, write_pair_files,
 )
 from divergence.pairfolder.settings import DENSE_DEFAULT
 from divergence.store import MetricsStore
-from divergence.tables import write_json
-from divergence.tracking.records import ARMS, divergence_records, loss_record
 from divergence.pairfolder.settings import is_tracked
-from divergence.tracking.spikes import SpikeDetector
-from divergence.tracking.step_logging import log_step
+from divergence.tracking.recorder import StepRecorder, diverged, first_nonfinite
+from divergence.tracking.records import divergence_records
+from divergence.loggers.step_logging import log_step
 
 
 class PairTracker:
@@ -40,8 +38,7 @@ class PairTracker:
         self.out, self.pair, self.resume = Path(out), pair, resume
         self.schedule = tracking_schedule(every, pair.get("spike_factor", 3.0), pair.get("spike_window", 20),
                                           pair.get("dense", DENSE_DEFAULT))
-        self.spikes = {a: SpikeDetector(self.schedule["spike_factor"], self.schedule["spike_window"]) for a in ARMS}
-        self.store: MetricsStore | None = None
+        self.recorder = StepRecorder(None, self.schedule["spike_factor"], self.schedule["spike_window"])
         self.max_steps = 0
         self.names: list[str] | None = None  # the tensors of the first tracked step compared here
 
@@ -60,7 +57,8 @@ class PairTracker:
         error = trainer.strategy.broadcast(error)  # every rank stops, not only rank 0
         if error is not None:
             raise UserInputError(error)
-        fresh = trainer.strategy.broadcast(self.store is None or self.store.last_step() is None)
+        store = self.recorder.store
+        fresh = trainer.strategy.broadcast(store is None or store.last_step() is None)
         if step == 0 and fresh:
             self.record(trainer, 0, None, weights)
 
@@ -79,27 +77,22 @@ class PairTracker:
                 "new out folder")
         kept = {k: saved[k] for k in (*IDENTITY, "description", "log") if k in saved} if saved else {}
         write_pair_files(self.out, max_steps=self.max_steps, every=self.schedule["every"], **{**kept, **self.pair})
-        self.store = store.open_for_append()
-        self.store.truncate_after(step if step > 0 else -1)  # from step 0 (resume=True): every step again
+        self.recorder.store = store.open_for_append()
+        self.recorder.store.truncate_after(step if step > 0 else -1)  # from step 0 (resume=True): every step again
 
     def record(self, trainer, step: int, losses: dict | None, weights: Callable) -> None:
         """One step's records; ``losses`` already reduced over ranks; ``weights()`` is collective."""
-        record = loss_record(losses, self.spikes)  # every rank: the detectors stay identical
+        record = self.recorder.losses(losses)  # every rank: the detectors stay identical
         pair_weights = weights() if self.tracked(step) else None
         self._check_names(trainer, step, pair_weights)
         if trainer.is_global_zero:
-            tensors: list[dict] = []
-            if pair_weights is not None:
-                tensors, summary = divergence_records(*pair_weights)
-                record.update(summary, tracked=True)
-            else:
-                record["tracked"] = False
-            self.store.append_step(step, tensors, record)
-            log_step(trainer.loggers, step, record, tensors, table=step == self.max_steps)
-        for arm, loss in (losses or {}).items():  # the same on every rank: a clean stop everywhere
-            if not math.isfinite(loss):
-                raise TrainingDiverged(f"arm {arm}: loss is {loss} at step {step} (recorded in {self.out}); "
-                                       "lower the learning rate or clip the gradients")
+            comparison = divergence_records(*pair_weights) if pair_weights is not None else None
+            table = step == self.max_steps
+            self.recorder.commit(step, record, comparison,
+                                 log=lambda s, r, t: log_step(trainer.loggers, s, r, t, table=table))
+        arm = first_nonfinite(losses)  # the same on every rank: a clean stop everywhere
+        if arm is not None:
+            raise diverged(f"arm {arm}", losses[arm], step, f" in {self.out}", "lower the learning rate or clip the gradients")
 
     def _check_names(self, trainer, step: int, pair_weights) -> None:
         """The tracked steps compare the tensors of the first one (every rank hears of a change)."""
@@ -118,16 +111,13 @@ class PairTracker:
             raise UserInputError(error)
 
     def finish(self, trainer) -> None:
-        if not trainer.is_global_zero or self.store is None:
+        if not trainer.is_global_zero or self.recorder.store is None:
             return
-        info = read_pair_json(self.out)
-        info["last_step"] = self.store.last_step()
-        info["finished"] = info["last_step"] is not None and info["last_step"] >= self.max_steps
-        write_json(self.out / PAIR_FILE, info)
+        last = self.recorder.store.last_step()
+        finish_pair(self.out, last, last is not None and last >= self.max_steps)
 
     def state_dict(self) -> dict:
-        return {arm: d.state_dict() for arm, d in self.spikes.items()}
+        return self.recorder.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        for arm, detector in self.spikes.items():
-            detector.load_state_dict(state.get(arm, {}))
+        self.recorder.load_state_dict(state)

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from divergence.errors import RecipeError, UserInputError
-from divergence.pairfolder.layout import CONTRACT, PAIR_FILE
+from divergence.pairfolder.layout import ARMS, CONTRACT, PAIR_FILE
 from divergence.pairfolder.settings import DENSE_DEFAULT, SPIKE_FACTOR, SPIKE_WINDOW, TrackingConfig
 from divergence.tables import write_json
 
@@ -161,12 +161,22 @@ def write_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EV
         tracking["stride"] = stride
     arms = _arm_labels(arms)
     info = PairInfo(name=name or out.resolve().name, category=category, arms=arms,
-                    description=description or " vs ".join(", ".join(arms[a]) for a in ("a", "b")),
+                    description=description or " vs ".join(", ".join(arms[a]) for a in ARMS),
                     max_steps=max_steps, replicate=replicate, tracking=tracking,
                     extra={"log": dict(log)} if log else {})
     out.mkdir(parents=True, exist_ok=True)
     info.write(out)
     return info.to_json()
+
+
+def finish_pair(out: str | Path, last_step: int | None, finished: bool) -> PairInfo:
+    """Mark the pair of folder ``out`` ended: ``pair.json``'s ``last_step`` and ``finished`` (every
+    other key, also the ones this version does not know, as read). The one place a pair folder is
+    finished: the lockstep trainer, ``LockstepPair``, ``divergence watch`` and ``divergence track``."""
+    info = PairInfo.read(out)
+    info.finished, info.last_step = finished, last_step
+    info.write(out)
+    return info
 
 
 def ensure_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EVERY, **kwargs) -> dict:

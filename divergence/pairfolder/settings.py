@@ -85,7 +85,7 @@ class TrackingConfig:
 
 @dataclass(frozen=True)
 class LogConfig:
-    """Where metrics go. The user's own wandb settings win (see ``divergence.wandb_mode``):
+    """Where metrics go. The user's own wandb settings win (see ``divergence.loggers.wandb_mode``):
     online with WANDB_MODE=online, WANDB_API_KEY or ``wandb login``; offline otherwise."""
 
     wandb: bool = True

@@ -19,7 +19,7 @@ import numpy as np
 from divergence.analysis import Analysis
 from divergence.analysis.dose import HALF_WAY, SATURATED
 from divergence.analysis.verdict import Verdict
-from divergence.report.figures import _subplots
+from divergence.report.canvas import subplots
 
 COLORS = {"optimization": "#d62728", "precision": "#ff7f0e", "seed": "#1f77b4", "control": "#7f7f7f"}
 DPI = 110
@@ -49,7 +49,7 @@ def log_e(analysis: Analysis, out_dir: Path) -> Path | None:
     runs = [p for p in analysis.pairs if len(p.steps) and np.any(np.isfinite(p.rel_l2) & (p.rel_l2 > 0))]
     if not runs:
         return None
-    fig, ax = _subplots(figsize=(8, 4.6))
+    fig, ax = subplots(figsize=(8, 4.6))
     labelled = set()
     for p in runs:
         ok = np.isfinite(p.rel_l2) & (p.rel_l2 > 0)
@@ -74,7 +74,7 @@ def dose_ratio(v: Verdict, path: Path) -> Path | None:
     curves = [e for e in v.estimates if np.isfinite(e.log_ratio).any()]
     if not curves:
         return None
-    fig, ax = _subplots(figsize=(8, 4.2))
+    fig, ax = subplots(figsize=(8, 4.2))
     for e in curves:
         ok = np.isfinite(e.log_ratio)
         line, = ax.plot(e.steps[ok], e.log_ratio[ok], linewidth=0.8, alpha=0.5, label=f"replicate {e.replicate}")
@@ -100,7 +100,7 @@ def phi(v: Verdict, path: Path) -> Path | None:
     curves = [e for e in v.estimates if any(np.isfinite(e.phi.get(k, [])).any() for k in ("study", "reference"))]
     if not curves:
         return None
-    fig, ax = _subplots(figsize=(8, 4.2))
+    fig, ax = subplots(figsize=(8, 4.2))
     for role, color in (("study", COLORS["optimization"]), ("reference", COLORS["precision"])):
         for i, e in enumerate(curves):
             values = np.asarray(e.phi.get(role, []), dtype=float)
@@ -128,7 +128,7 @@ def outcome(v: Verdict, path: Path) -> Path | None:
     seeds = {r: d for r, d in v.extra.get("seed_outcome_per_replicate", {}).items() if math.isfinite(d)}
     if not ours and not seeds:
         return None
-    fig, ax = _subplots(figsize=(8, 2.8))
+    fig, ax = subplots(figsize=(8, 2.8))
     if math.isfinite(v.margin) and v.margin > 0:
         ax.axvspan(-v.margin, v.margin, color="#2ca02c", alpha=0.12, label=f"seed margin +/-{v.margin:.2g}")
     ax.plot(list(ours.values()), [1] * len(ours), "o", color=COLORS["optimization"], label=f"{v.study} per replicate")

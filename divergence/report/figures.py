@@ -12,21 +12,16 @@ from pathlib import Path
 import numpy as np
 import matplotlib
 from matplotlib.colors import LogNorm
-from matplotlib.figure import Figure
 
 from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, layer_mean
+from divergence.report.canvas import subplots
+from divergence.report.dose_figures import dose_figures
 from divergence.recipe.names import file_stem  # every figure named after a pair: one name, one file
 
 COLORS = {"optimization": "#d62728", "precision": "#ff7f0e", "seed": "#1f77b4", "control": "#7f7f7f"}
 STYLES = ("-", "--", ":", "-.")
 HEATMAP_ROWS = 30
 DPI = 110
-
-
-def _subplots(*grid, figsize, **kwargs):
-    """``pyplot.subplots`` without pyplot: no global backend is chosen or switched."""
-    fig = Figure(figsize=figsize)
-    return fig, fig.subplots(*grid, **kwargs)
 
 
 def short_label(pair) -> str:
@@ -65,7 +60,7 @@ def trajectory(analysis: Analysis, metric: str, out_dir: Path) -> Path | None:
     if not pairs:
         return None
     style = _style(pairs)
-    fig, ax = _subplots(figsize=(8, 4.6))
+    fig, ax = subplots(figsize=(8, 4.6))
     for p in pairs:
         values = p.model[metric]
         positive = values > 0
@@ -89,7 +84,7 @@ def relative_growth(analysis: Analysis, metric: str, out_dir: Path) -> Path | No
     if not pairs:
         return None
     style = _style(pairs)
-    fig, ax = _subplots(figsize=(8, 4.6))
+    fig, ax = subplots(figsize=(8, 4.6))
     for p in pairs:
         y = layer_mean(p, metric)
         rel = y - y[0]
@@ -115,7 +110,7 @@ def growth_rates(analysis: Analysis, out_dir: Path) -> Path | None:
     pairs = [p for p in analysis.pairs if np.isfinite(analysis.growth[p.key]["wasserstein"].value)]
     if not pairs:
         return None
-    fig, axes = _subplots(1, len(TRAJECTORY_METRICS), figsize=(11, 0.5 * len(pairs) + 1.8), sharey=True)
+    fig, axes = subplots(1, len(TRAJECTORY_METRICS), figsize=(11, 0.5 * len(pairs) + 1.8), sharey=True)
     ys = np.arange(len(pairs))[::-1]
     for ax, metric in zip(axes, TRAJECTORY_METRICS):
         for y, p in zip(ys, pairs):
@@ -146,7 +141,7 @@ def heatmap(pair: PairData, out_dir: Path, metric: str = "wasserstein", rows: in
     positive = shown[np.isfinite(shown) & (shown > 0)]
     if positive.size == 0:
         return None  # all zero (a deterministic control): nothing to colour
-    fig, ax = _subplots(figsize=(10, 0.26 * len(order) + 1.9))
+    fig, ax = subplots(figsize=(10, 0.26 * len(order) + 1.9))
     masked = np.ma.masked_where(~(np.isfinite(shown) & (shown > 0)), shown)
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
     image = ax.imshow(masked, aspect="auto", interpolation="nearest", cmap=cmap,
@@ -167,7 +162,7 @@ def losses(pair: PairData, out_dir: Path) -> Path | None:
     """Training loss of both arms, with the trainer's loss-spike flags marked."""
     if not len(pair.loss_steps) or not any(np.isfinite(pair.loss[arm]).any() for arm in "ab"):
         return None
-    fig, ax = _subplots(figsize=(8, 3.6))
+    fig, ax = subplots(figsize=(8, 3.6))
     for arm, color in (("a", "#2ca02c"), ("b", "#9467bd")):
         ax.plot(pair.loss_steps, pair.loss[arm], color=color, linewidth=1, label=f"arm {arm}")
         flagged = pair.spikes[arm]
@@ -190,8 +185,6 @@ def all_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
         figures[f"trajectory_{metric}"] = trajectory(analysis, metric, out_dir)
         figures[f"relative_{metric}"] = relative_growth(analysis, metric, out_dir)
     figures["growth_rates"] = growth_rates(analysis, out_dir)
-    from divergence.report.dose_figures import dose_figures  # it draws with this module's helpers
-
     figures.update(dose_figures(analysis, out_dir))
     for pair in shown_runs(analysis):
         figures[f"heatmap/{pair.name}"] = heatmap(pair, out_dir)

@@ -1,13 +1,13 @@
 """Send the report to wandb: verdict numbers as run summary, figures, the HTML, the files.
 
-Where it goes follows the user's wandb settings (``divergence.wandb_mode``, the same rule as
+Where it goes follows the user's wandb settings (``divergence.loggers.wandb_mode``, the same rule as
 training): ``WANDB_MODE``, else online with credentials (``WANDB_API_KEY`` or ``wandb login``),
 else offline under ``<out>/wandb`` (or ``$WANDB_DIR``) with one line naming the ``wandb sync``
 command. The run is ``job_type`` ``report`` in the study's group (``WANDB_RUN_GROUP``, else the
 study folder's name: the common parent of the pair folders, or the one pair folder's name).
 
 Summary keys (``flat_summary``), each path segment key-safe (``flash-vs-baseline`` ->
-``flash_vs_baseline``, see ``divergence.wandb_mode.key_part``) where marked <safe>:
+``flash_vs_baseline``, see ``divergence.loggers.wandb_mode.key_part``) where marked <safe>:
 
     report/status/<safe study>                       the verdict's status
     report/dose_ratio/<safe study>/log10, lo, hi     the dose ratio (summary.json schema 2), and
@@ -22,7 +22,7 @@ and the table ``report/dose_ratios`` (one row per verdict: study, reference, met
 hi, replicates, window_start, window_end) that the dashboard's dose-ratio panel shows.
 
 Lineage: the report ``use``s each pair folder's store artifact (``store-<pair>``, see
-``divergence.wandb_artifacts``), so wandb links the report to the runs it was computed from.
+``divergence.loggers.wandb_artifacts``), so wandb links the report to the runs it was computed from.
 wandb refuses ``use_artifact`` in an offline run; there the artifacts' names and digests go into
 the run's config under ``inputs`` instead.
 """
@@ -33,7 +33,7 @@ import os
 from pathlib import Path
 
 from divergence.report.figures import file_stem
-from divergence.wandb_mode import DEFAULT_PROJECT, key_part, wandb_target
+from divergence.loggers.wandb_mode import DEFAULT_PROJECT, key_part, wandb_target
 
 DOSE_COLUMNS = ["study", "reference", "metric", "log10", "lo", "hi", "replicates", "window_start", "window_end"]
 
@@ -136,6 +136,6 @@ def log_report(summary: dict, figures: dict[str, Path], files: list[Path], out_d
 
 
 def _input_artifacts(folders) -> list:
-    from divergence.wandb_artifacts import store_artifact
+    from divergence.loggers.wandb_artifacts import store_artifact
 
     return [a for a in (store_artifact(f) for f in folders) if a is not None]

@@ -5,10 +5,11 @@ The lockstep trackers (the built-in trainer's ``DivergenceTracker``, ``divergenc
 checkpoint series) all build their store records and log keys here, so their stores and logs
 are identical record for record:
 
-- ``records``: which steps are tracked (``is_tracked``) and the step's store records;
-- ``spikes``: the loss-spike rule (``SpikeDetector``);
-- ``step_logging``: the logging keys and how a step goes to the loggers;
-- ``layer_heatmap``: the layers x steps heatmap logged at table steps.
+- ``records``: the step's store records (which steps are tracked is
+  ``divergence.pairfolder.settings.is_tracked``);
+- ``spikes``: the loss-spike rule (``SpikeDetector``).
+
+The logging keys and how a step goes to the loggers are ``divergence.loggers.step_logging``'s.
 
 It imports nothing from the training package.
 """

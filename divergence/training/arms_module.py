@@ -25,17 +25,16 @@ stored the step, and reduced across ranks, so every rank stops together with ``T
 
 from __future__ import annotations
 
-import math
-
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
 from divergence.data.batches import StepBatch
-from divergence.errors import TrainingDiverged
+from divergence.pairfolder.layout import ARMS
 from divergence.recipe.run import RunRecipe
 from divergence.training.arm import Arm, StepOutput
 from divergence.training.inputs import Inputs
+from divergence.tracking.recorder import diverged, first_nonfinite
 from divergence.training.optim import StepCounter
 
 STATE_KEY = "divergence"
@@ -109,14 +108,13 @@ class ArmsModule(L.LightningModule):
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         # after the callbacks stored this step's loss, records and weights: nothing measured is lost
-        bad = [name for name, loss in self.step_losses.items()
-               if not math.isfinite(loss) and self.arms[name].policy.name != LOSS_SCALED]
-        if self.trainer.strategy.reduce_boolean_decision(bool(bad), all=False):
-            name = bad[0] if bad else next(iter(self.step_losses))
-            what = f"arm {name}" if len(self.arms) > 1 or name in ("a", "b") else f"run {self.arms[name].name}"
-            raise TrainingDiverged(
-                f"{what}: loss is {self.step_losses[name]} at step {self.global_step} (recorded); lower "
-                "train.lr, set train.grad_clip, or train in 16-mixed with loss scaling")
+        scaled = tuple(name for name, arm in self.arms.items() if arm.policy.name == LOSS_SCALED)
+        bad = first_nonfinite(self.step_losses, exempt=scaled)
+        if self.trainer.strategy.reduce_boolean_decision(bad is not None, all=False):
+            name = bad if bad is not None else next(iter(self.step_losses))
+            what = f"arm {name}" if len(self.arms) > 1 or name in ARMS else f"run {self.arms[name].name}"
+            raise diverged(what, self.step_losses[name], self.global_step, "",
+                           "lower train.lr, set train.grad_clip, or train in 16-mixed with loss scaling")
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint[STATE_KEY] = {self.config_key: self.config, "arms": {

@@ -20,7 +20,7 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     """Fit ``module`` (one run or a pair) in the run folder ``out``, resuming from its last .ckpt.
 
     ``recipe`` gives the hardware, cadence and logging; ``identity`` (a
-    ``divergence.training.loggers.RunIdentity``) files the wandb run, by default as a run of its
+    ``divergence.loggers.sinks.RunIdentity``) files the wandb run, by default as a run of its
     own with ``recipe`` as config. Callback order: ``first_callbacks``,
     weights-only checkpoints, the resumable checkpoint, samples, ``callbacks``, progress bar.
     """
@@ -34,7 +34,7 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
     from divergence.training.checkpoint_io import AtomicCheckpointIO
     from divergence.training.determinism import determinism
-    from divergence.training.loggers import RunIdentity, build_loggers, finish_wandb
+    from divergence.loggers.sinks import RunIdentity, build_loggers, finish_wandb, global_rank_zero
 
     train, log, every = recipe.train, recipe.log, recipe.train.checkpoint_every
     if global_rank_zero():
@@ -42,10 +42,10 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     if train.cpu_threads:
         torch.set_num_threads(train.cpu_threads)
     given = (*first_callbacks, *callbacks)  # a WeightCheckpoint given replaces the default one
-    own = [] if any(isinstance(c, WeightCheckpoint) for c in given) else [WeightCheckpoint(out, every)]
+    own = [] if any(isinstance(c, WeightCheckpoint) for c in given) else [WeightCheckpoint(out, every, arms=checkpoint_arms)]
     own.append(ResumeCheckpoint(out / RESUME_DIR, every))
     if recipe.sample.enabled:
-        own.append(SampleGrid(out, recipe.sample))
+        own.append(SampleGrid(out, recipe.sample, arms=checkpoint_arms, inputs=lambda m: m.inputs))
     trainer = L.Trainer(
         max_steps=train.max_steps, max_epochs=-1, precision="32-true",  # arms apply their own precision
         accelerator=train.accelerator, devices=train.devices, strategy=strategy_for(module, train.strategy),
@@ -74,6 +74,7 @@ def resume_from(out: Path) -> Path | None:
     """The state ``fit`` resumes from: the newest of ``resume/last.ckpt`` and Lightning's
     ``resume/hpc_ckpt_N.ckpt`` (``resume_file``); rank zero removes the HPC checkpoints it
     supersedes. Checked against the weights-only allow-list before it is returned."""
+    from divergence.loggers.sinks import global_rank_zero
     from divergence.training.callbacks.resume import drop_superseded, resume_file
     from divergence.training.checkpoint_io import check_resume_file
 
@@ -94,14 +95,6 @@ def strategy_for(module, strategy: str) -> str:
     return strategy
 
 
-def global_rank_zero() -> bool:
-    """This process is global rank zero (before a Trainer exists: from the launcher's environment,
-    as Lightning reads it: ``RANK``, ``LOCAL_RANK``, ``SLURM_PROCID``)."""
-    from lightning.fabric.utilities.rank_zero import rank_zero_only
-
-    return getattr(rank_zero_only, "rank", 0) == 0
-
-
 def writable_folder(out: Path) -> None:
     """Create ``out`` and prove a file can be written there: a read-only or immutable folder is
     one line now, not a traceback halfway through a run."""
@@ -113,3 +106,8 @@ def writable_folder(out: Path) -> None:
     except OSError as err:
         raise UserInputError(f"--out {out}: cannot write there ({err.strerror or err}); "
                              "choose a folder you can write to") from None
+
+
+def checkpoint_arms(module) -> dict:
+    """The built-in module's arms by folder prefix (``ArmsModule.checkpoint_arms``), for its callbacks."""
+    return module.checkpoint_arms()

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from divergence.recipe.pair import PairRecipe
+from divergence.pairfolder.pair_json import finish_pair
 from divergence.training.pair_setup import pair_info  # noqa: F401  (importers)
 
 
@@ -32,9 +33,10 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     check_host(*pair.arm_recipes.values())
     from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
     from divergence.training.callbacks.divergence import DivergenceTracker
-    from divergence.training.fit import fit, global_rank_zero, writable_folder
+    from divergence.loggers.sinks import global_rank_zero
+    from divergence.training.fit import fit, writable_folder
     from divergence.training.folder_check import LOCKSTEP, check_folder, check_numerics
-    from divergence.training.loggers import RunIdentity
+    from divergence.loggers.sinks import RunIdentity
     from divergence.training.pair_setup import pair_config, pair_module, pair_numerics, write_pair_files
 
     out = Path(out)
@@ -44,16 +46,16 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     if global_rank_zero():
         writable_folder(out)
         write_pair_files(out, pair, keep=False)
-    tracker = DivergenceTracker(out, pair.tracking, pair.base.train.checkpoint_every, probe=pair_probe(pair, module))
+    tracker = DivergenceTracker(out, pair.tracking, pair.base.train.checkpoint_every, probe=pair_probe(pair, module),
+                                losses=lambda m: m.step_losses, weights=lambda m: (m.arms["a"].weights(),
+                                                                                    m.arms["b"].weights()))
     recorders = {arm: r for arm, r in module.recorders.items() if r is not None}
     if recorders:
         callbacks = [*callbacks, AttentionOutputDeviation(out, recorders, pair.tracking.attention_every)]
     trainer = fit(module, replace(pair.base, name=pair.name), out, first_callbacks=[tracker], callbacks=callbacks,
-                  identity=RunIdentity.for_pair(pair, out))
-    info = pair_info(pair)
-    info.finished, info.last_step = trainer.global_step >= pair.base.train.max_steps, trainer.global_step
+                  identity=RunIdentity.for_pair(pair, out, pair_config(pair)))
     if trainer.is_global_zero:
-        info.write(out)
+        finish_pair(out, trainer.global_step, trainer.global_step >= pair.base.train.max_steps)
     return trainer
 
 

@@ -38,9 +38,9 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
     from divergence.pairfolder.arm_lock import ArmLock
     from divergence.training.callbacks.arm_progress import ArmProgress
     from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
-    from divergence.training.fit import fit, global_rank_zero, writable_folder
-    from divergence.training.loggers import RunIdentity
-    from divergence.training.pair_setup import pair_module, write_pair_files
+    from divergence.loggers.sinks import RunIdentity, global_rank_zero
+    from divergence.training.fit import checkpoint_arms, fit, writable_folder
+    from divergence.training.pair_setup import pair_config, pair_module, write_pair_files
 
     if arm not in ARMS:
         raise UserInputError(f"--arm {arm!r}: must be one of {', '.join(ARMS)}")
@@ -56,9 +56,10 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
         if lock is not None:
             write_pair_files(out, pair, keep=True)
         per_rank = recipe.train.batch_size * recipe.train.accumulate
-        first = [WeightCheckpoint(folder, recipe.train.checkpoint_every, pair.tracking),
-                 ArmProgress(folder, arm, per_rank)]
-        identity = RunIdentity.for_pair(pair, out, job_type="arm", arm=arm)
+        first = [WeightCheckpoint(folder, recipe.train.checkpoint_every, pair.tracking, arms=checkpoint_arms),
+                 ArmProgress(folder, arm, per_rank, loss=lambda m: m.step_losses[arm],
+                             tensor_order=lambda m: m.tensor_order[arm])]
+        identity = RunIdentity.for_pair(pair, out, pair_config(pair), job_type="arm", arm=arm)
         return fit(module, recipe, folder, first_callbacks=first, callbacks=callbacks, identity=identity)
     finally:
         if lock is not None:

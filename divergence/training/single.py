@@ -39,7 +39,8 @@ def train_run(recipe: RunRecipe, out: str | Path, callbacks: list | tuple = ()):
     check_host(recipe)
     from divergence.training.arms_module import ArmsModule
     from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
-    from divergence.training.fit import fit, global_rank_zero, writable_folder
+    from divergence.loggers.sinks import global_rank_zero
+    from divergence.training.fit import fit, writable_folder
     from divergence.training.folder_check import RUN, check_folder
     from divergence.training.pair_setup import shadow_recorder
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from divergence.comparator.follow import Comparator
+from divergence.training.probe_files import FileProbe
 from divergence.errors import UserInputError
 from divergence.store import MetricsStore
 from divergence.tracking.records import divergence_records
@@ -52,7 +53,7 @@ def train(out, arm: str, lr: float, steps: int = STEPS, start_step: int = 0, mod
 def test_two_arms_and_watch_give_the_records_of_the_weights(tmp_path):
     model_a, _ = train(tmp_path, "a", lr=0.1)
     model_b, _ = train(tmp_path, "b", lr=0.12)
-    assert Comparator(tmp_path, log=False, progress=False).run(poll=0.05, timeout=10) == 0
+    assert Comparator(tmp_path, log=False, progress=False, probe=FileProbe).run(poll=0.05, timeout=10) == 0
     store = MetricsStore(tmp_path)
     assert store.steps() == list(range(STEPS + 1))
     assert [r["step"] for r in store.step_records() if r["tracked"]] == [0, 2, 4, 6]

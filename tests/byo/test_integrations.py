@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from divergence.comparator.follow import Comparator
+from divergence.training.probe_files import FileProbe
 from divergence.errors import UserInputError
 from divergence.store import MetricsStore
 
@@ -43,7 +44,7 @@ def test_transformers_trainer_arms(tmp_path):
     for arm, lr in (("a", 1e-3), ("b", 2e-3)):
         arm_trainer(tmp_path, arm, lr).train()
     pair = tmp_path / "pair"
-    assert Comparator(pair, log=False, progress=False).run(poll=0.05, timeout=10) == 0
+    assert Comparator(pair, log=False, progress=False, probe=FileProbe).run(poll=0.05, timeout=10) == 0
     store = MetricsStore(pair)
     assert store.steps() == list(range(STEPS + 1))
     assert [r["step"] for r in store.step_records() if r["tracked"]] == [0, 2, 4]
@@ -84,7 +85,7 @@ def handler_loop(out, arm: str, lr: float, logging_steps: int = 1):
 def test_callback_through_transformers_callback_handler(tmp_path):
     for arm, lr in (("a", 1e-3), ("b", 2e-3)):
         handler_loop(tmp_path, arm, lr)
-    assert Comparator(tmp_path, log=False, progress=False).run(poll=0.05, timeout=10) == 0
+    assert Comparator(tmp_path, log=False, progress=False, probe=FileProbe).run(poll=0.05, timeout=10) == 0
     store = MetricsStore(tmp_path)
     assert [r["step"] for r in store.step_records() if r["tracked"]] == [0, 2, 4]
     assert store.step_records()[-1]["wasserstein"] > 0

@@ -19,6 +19,7 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 
 from divergence.comparator.follow import Comparator
+from divergence.training.probe_files import FileProbe
 from divergence.errors import UserInputError
 from divergence.lightning import ArmCheckpoints, LockstepPair
 from divergence.report.build import build_report
@@ -40,7 +41,7 @@ def stores(tmp_path_factory):
         pl.seed_everything(0, verbose=False)
         module = build(0, approximate=approximate)
         trainer(STEPS, [ArmCheckpoints(root / "separate", arm, every=EVERY, name="gelu", dense=[])]).fit(module, loader())
-    assert Comparator(root / "separate", log=False, progress=False).run(poll=0.05, timeout=10) == 0
+    assert Comparator(root / "separate", log=False, progress=False, probe=FileProbe).run(poll=0.05, timeout=10) == 0
     pl.seed_everything(0, verbose=False)
     pair = LockstepPair(build(0, approximate="none"), build(0, approximate="tanh"), out=root / "lockstep",
                         every=EVERY, name="gelu", dense=[])
@@ -196,7 +197,7 @@ def test_arm_checkpoints_on_two_optimizers_records_every_second_step(tmp_path):
         trainer(6, [ArmCheckpoints(tmp_path, arm, every=3, name="two-opt", dense=[])]).fit(TwoOptimizers(lr), loader())
     assert json.loads((tmp_path / "pair.json").read_text())["tracking"]["stride"] == 2
     assert [r["step"] for r in lines(tmp_path / "a" / "losses.jsonl")] == [2, 4, 6]
-    assert Comparator(tmp_path, log=False, progress=False).run(poll=0.05, timeout=5) == 0
+    assert Comparator(tmp_path, log=False, progress=False, probe=FileProbe).run(poll=0.05, timeout=5) == 0
     records = MetricsStore(tmp_path).step_records()
     assert [r["step"] for r in records] == [0, 2, 4, 6]
     assert [r["step"] for r in records if r["tracked"]] == [0, 4, 6]  # scheduled 3 is compared at 4
@@ -216,7 +217,7 @@ def test_epochs_that_end_before_max_steps_end_the_pair(tmp_path):
             build(0, approximate=approximate), loader())
     assert json.loads((tmp_path / "pair.json").read_text())["max_steps"] == batches
     assert json.loads((tmp_path / "a" / "status.json").read_text())["state"] == "finished"
-    assert Comparator(tmp_path, log=False, progress=False).run(poll=0.05, timeout=5) == 0
+    assert Comparator(tmp_path, log=False, progress=False, probe=FileProbe).run(poll=0.05, timeout=5) == 0
     assert MetricsStore(tmp_path).steps() == list(range(batches + 1))
 
 

@@ -109,11 +109,12 @@ def test_a_restart_caught_between_its_cut_and_its_status_is_not_a_stall(tmp_path
     """A restarting arm cuts its later records, then writes its new status: a look between the two
     sees an ended arm with a gap. Only a stall seen twice with the same statuses stops watch."""
     from divergence.comparator.follow import Comparator
+    from divergence.training.probe_files import FileProbe
 
     write_pair_files(tmp_path, max_steps=3, every=1, dense=[], log={"wandb": False})
     own_writer(tmp_path, "a", [1], [0, 1], state="failed", last_step=3)  # losses 2, 3 just cut
     own_writer(tmp_path, "b", [1, 2, 3], [0, 1, 2, 3])
-    comparator = Comparator(tmp_path, log=False, progress=False)
+    comparator = Comparator(tmp_path, log=False, progress=False, probe=FileProbe)
     for _ in range(2):  # steps 0 and 1 are there
         task = comparator._plan(None)
         assert task.kind == "step" and comparator._take(task)

@@ -29,6 +29,7 @@ import pytest
 import torch
 
 from divergence.comparator.follow import Comparator
+from divergence.training.probe_files import FileProbe
 from divergence.errors import UserInputError
 from divergence.store import MetricsStore
 from divergence.writers import ArmWriter
@@ -137,7 +138,7 @@ def test_random_step_sequences_end_in_a_store_or_one_line(tmp_path, capsys, case
         arm.writer.finish()
     capsys.readouterr()
     started = time.monotonic()
-    code = Comparator(tmp_path, log=False, progress=False).run(poll=0.01, timeout=BOUND)
+    code = Comparator(tmp_path, log=False, progress=False, probe=FileProbe).run(poll=0.01, timeout=BOUND)
     took = time.monotonic() - started
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 1 and took < BOUND, f"watch waited on ended arms ({err})"

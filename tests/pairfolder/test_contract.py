@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from divergence.comparator.follow import Comparator
+from divergence.training.probe_files import FileProbe
 from divergence.errors import UserInputError
 from divergence.pairfolder import CONTRACT, PAIR_FILE, PAIR_RECIPE_FILE, PairInfo, read_schedule, write_pair_files
 from divergence.store import MetricsStore
@@ -55,7 +56,7 @@ def test_watch_follows_a_writer_folder_from_pair_json_alone_and_keeps_its_keys(t
     _train(tmp_path, "b", 0.2)
     assert not (tmp_path / PAIR_RECIPE_FILE).exists()  # the writers no longer fake a recipe of ours
     before = json.loads((tmp_path / PAIR_FILE).read_text())
-    assert Comparator(tmp_path, log=False, progress=False).run(poll=0.02, timeout=10) == 0
+    assert Comparator(tmp_path, log=False, progress=False, probe=FileProbe).run(poll=0.02, timeout=10) == 0
     store = MetricsStore(tmp_path)
     assert [r["step"] for r in store.step_records() if r["tracked"]] == [0, 2, 4]
     assert all("probe_rel_diff" not in r for r in store.step_records())  # no recipe: no probe
@@ -138,7 +139,7 @@ def test_watch_logs_with_the_log_section_of_pair_json(tmp_path):
     _train(tmp_path, "a", 0.1, log={"wandb": False})
     _train(tmp_path, "b", 0.2)
     assert json.loads((tmp_path / PAIR_FILE).read_text())["log"] == {"wandb": False}
-    assert Comparator(tmp_path, log=True, progress=False).run(poll=0.02, timeout=20) == 0
+    assert Comparator(tmp_path, log=True, progress=False, probe=FileProbe).run(poll=0.02, timeout=20) == 0
     assert not (tmp_path / "wandb").exists()  # wandb off, as pair.json says
     logged = [p.read_text() for p in (tmp_path / "csv").rglob("metrics.csv")]
     assert logged and "divergence/model/wasserstein" in logged[0]

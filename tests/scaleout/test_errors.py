@@ -4,6 +4,7 @@ import shutil
 
 from divergence.cli import main
 from divergence.comparator.follow import Comparator
+from divergence.training.probe_files import FileProbe
 from divergence.store.arm_status import ArmStatus
 from tests.pairs.helpers import PAIR_FAST, PAIRS
 from tests.helpers import assert_one_line
@@ -67,7 +68,7 @@ def test_watch_stops_when_the_arms_train_on_different_world_sizes(trained, tmp_p
     status = ArmStatus.read(tmp_path / "arms/b")
     status.world_size, status.global_batch = 4, 8
     status.write(tmp_path / "arms/b")
-    assert Comparator(tmp_path / "arms", log=False, progress=False).run(poll=0.01, timeout=5) == 2
+    assert Comparator(tmp_path / "arms", log=False, progress=False, probe=FileProbe).run(poll=0.01, timeout=5) == 2
     assert_one_line(capsys, "different global batches (arm a: 2, arm b: 8)")
 
 
@@ -77,7 +78,7 @@ def test_watch_accepts_world_sizes_that_differ_at_one_global_batch(trained, tmp_
     status = ArmStatus.read(tmp_path / "arms/b")
     status.world_size = 2
     status.write(tmp_path / "arms/b")
-    assert Comparator(tmp_path / "arms", log=False, progress=False).run(poll=0.01, timeout=60) == 0
+    assert Comparator(tmp_path / "arms", log=False, progress=False, probe=FileProbe).run(poll=0.01, timeout=60) == 0
 
 
 def test_watch_compares_world_sizes_where_a_status_has_no_global_batch(trained, tmp_path, capsys):
@@ -85,5 +86,5 @@ def test_watch_compares_world_sizes_where_a_status_has_no_global_batch(trained, 
     status = ArmStatus.read(tmp_path / "arms/b")
     status.world_size, status.global_batch = 4, None
     status.write(tmp_path / "arms/b")
-    assert Comparator(tmp_path / "arms", log=False, progress=False).run(poll=0.01, timeout=5) == 2
+    assert Comparator(tmp_path / "arms", log=False, progress=False, probe=FileProbe).run(poll=0.01, timeout=5) == 2
     assert_one_line(capsys, "different world sizes (arm a: 1, arm b: 4)")

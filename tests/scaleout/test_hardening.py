@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from divergence.cli import main
 from divergence.comparator.follow import Comparator
+from divergence.training.probe_files import FileProbe
 from divergence.errors import CheckpointError, UserInputError
 from divergence.pairfolder.weights_file import read_metadata, save_weights
 from divergence.store import MetricsStore
@@ -38,7 +39,7 @@ def _bounded(seconds, fn, *args, **kwargs):
 
 
 def _watch(out, **kwargs):
-    return Comparator(out, log=False, progress=False).run(poll=0.01, **kwargs)
+    return Comparator(out, log=False, progress=False, probe=FileProbe).run(poll=0.01, **kwargs)
 
 
 # -- resume state ---------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from lightning.pytorch.callbacks import Callback
 
 from divergence.cli import main
 from divergence.comparator.follow import Comparator
+from divergence.training.probe_files import FileProbe
 from divergence.store import MetricsStore
 from divergence.store.arm_status import ArmStatus
 from divergence.training.separate_arm import train_arm
@@ -18,7 +19,7 @@ TRACKED = [0, 2, 3, 4]
 
 
 def _watch(out, **kwargs) -> int:
-    return Comparator(out, log=kwargs.pop("log", False), progress=False).run(poll=0.01, **kwargs)
+    return Comparator(out, log=kwargs.pop("log", False), progress=False, probe=FileProbe).run(poll=0.01, **kwargs)
 
 
 def test_arms_write_checkpoints_at_every_tracked_step_byte_identical_to_lockstep(trained):

@@ -58,6 +58,7 @@ def _name(step):
 
 def test_keep_deletes_only_compared_steps_keeping_every_kth_and_the_last(arms, trained):
     from divergence.comparator.follow import Comparator
+    from divergence.training.probe_files import FileProbe
     from divergence.comparator.retention import Retention
 
     # tracked steps 0, 2, 3, 4: keep 2 keeps the 0th and 2nd (steps 0, 3) and the last (4)
@@ -72,7 +73,7 @@ def test_keep_deletes_only_compared_steps_keeping_every_kth_and_the_last(arms, t
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Retention, "release", release)
-        assert Comparator(arms, log=False, progress=False).run(poll=0.01, timeout=30) == 0
+        assert Comparator(arms, log=False, progress=False, probe=FileProbe).run(poll=0.01, timeout=30) == 0
     assert _weights(arms) == {arm: [_name(0), _name(3), _name(4)] for arm in "ab"}
     assert [(s, sorted(p.name for p in r)) for s, r, _ in seen if r] == [(2, [_name(2), _name(2)])]
     for step, _, files in seen:
@@ -83,9 +84,10 @@ def test_keep_deletes_only_compared_steps_keeping_every_kth_and_the_last(arms, t
 
 def test_keep_null_keeps_everything(arms):
     from divergence.comparator.follow import Comparator
+    from divergence.training.probe_files import FileProbe
 
     before = _weights(arms)
-    assert Comparator(arms, log=False, progress=False).run(poll=0.01, timeout=30) == 0
+    assert Comparator(arms, log=False, progress=False, probe=FileProbe).run(poll=0.01, timeout=30) == 0
     assert _weights(arms) == before
 
 
@@ -95,6 +97,7 @@ class Killed(Exception):
 
 def test_a_comparator_killed_between_compare_and_delete_loses_nothing(arms, trained, monkeypatch):
     from divergence.comparator.follow import Comparator
+    from divergence.training.probe_files import FileProbe
     from divergence.comparator.retention import Retention
     from divergence.store import MetricsStore
 
@@ -107,19 +110,19 @@ def test_a_comparator_killed_between_compare_and_delete_loses_nothing(arms, trai
         original_append(self, step, *args)
     monkeypatch.setattr(MetricsStore, "append_step", killed_before_commit)
     with pytest.raises(Killed):
-        Comparator(arms, log=False, progress=False).run(poll=0.01, timeout=30)
+        Comparator(arms, log=False, progress=False, probe=FileProbe).run(poll=0.01, timeout=30)
     assert (arms / "retention.json").exists()
     assert _name(2) in _weights(arms)["a"] and _name(2) in _weights(arms)["b"]
 
     monkeypatch.setattr(MetricsStore, "append_step", original_append)
     monkeypatch.setattr(Retention, "release", lambda self, step: (_ for _ in ()).throw(Killed()))
     with pytest.raises(Killed):  # committed step 2, killed before deleting its files
-        Comparator(arms, log=False, progress=False).run(poll=0.01, timeout=30)
+        Comparator(arms, log=False, progress=False, probe=FileProbe).run(poll=0.01, timeout=30)
     assert _name(2) in _weights(arms)["a"]
     assert max(MetricsStore(arms).steps()) == 2
 
     monkeypatch.undo()
-    assert Comparator(arms, log=False, progress=False).run(poll=0.01, timeout=30) == 0  # restarted
+    assert Comparator(arms, log=False, progress=False, probe=FileProbe).run(poll=0.01, timeout=30) == 0  # restarted
     assert _weights(arms) == {arm: [_name(0), _name(3), _name(4)] for arm in "ab"}
     assert (arms / "metrics.jsonl").read_bytes() == (trained / "lockstep/metrics.jsonl").read_bytes()
 

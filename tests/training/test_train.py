@@ -13,7 +13,7 @@ from divergence.checkpoints import open_checkpoint
 from divergence.cli import main
 from divergence.pairfolder.weights_file import read_metadata
 from divergence.config.schema import to_dict
-from divergence.training.loggers import wandb_offline
+from divergence.loggers.sinks import wandb_offline
 from divergence.training.single import train_run
 from tests.training.tiny import FAST, tiny_recipe
 

@@ -22,6 +22,7 @@ restart's cut (``arm_records.drop_after``). The arm's lock (one writer per arm) 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from lightning.pytorch.callbacks import Callback
 
@@ -32,12 +33,15 @@ from divergence.store.losses import LossFile
 
 
 class ArmProgress(Callback):
-    """For an ``ArmsModule`` holding arm ``arm``: its ``step_losses`` (averaged over ranks) and ``tensor_order``."""
+    """Arm ``arm``'s progress: ``loss(pl_module)`` (the step's loss, averaged over ranks) and
+    ``tensor_order(pl_module)`` (its weights' names in order), for any LightningModule."""
 
-    def __init__(self, folder: str | Path, arm: str, per_rank_batch: int | None = None):
+    def __init__(self, folder: str | Path, arm: str, per_rank_batch: int | None = None, *,
+                 loss: Callable[[object], float], tensor_order: Callable[[object], list]):
         """``per_rank_batch``: examples per optimizer step on one rank (``batch_size x accumulate``);
         the status records ``global_batch`` = that x the world size (null when not given)."""
         self.folder, self.arm, self.per_rank_batch = Path(folder), arm, per_rank_batch
+        self.loss, self.tensor_order = loss, tensor_order
         self.losses = LossFile(self.folder)
         self.status: ArmStatus | None = None
         self._next = 1  # the step whose loss comes next
@@ -51,7 +55,7 @@ class ArmProgress(Callback):
         previous = ArmStatus.read(self.folder)
         self.status = ArmStatus(
             arm=self.arm, attempt=previous.attempt + 1 if previous else 1, start_step=start,
-            max_steps=trainer.max_steps, world_size=trainer.world_size, tensor_order=list(pl_module.tensor_order[self.arm]),
+            max_steps=trainer.max_steps, world_size=trainer.world_size, tensor_order=list(self.tensor_order(pl_module)),
             global_batch=self.per_rank_batch * trainer.world_size if self.per_rank_batch else None,
         )
         self.status.write(self.folder)
@@ -61,7 +65,7 @@ class ArmProgress(Callback):
         limit = trainer.max_steps if trainer.max_steps > 0 else None
         step = check_step(trainer.global_step, expected=self._next, max_steps=limit, where=where)
         if trainer.is_global_zero:
-            self.losses.append(step, loss_value(pl_module.step_losses[self.arm], where))
+            self.losses.append(step, loss_value(self.loss(pl_module), where))
         self._next = step + 1
 
     def on_train_end(self, trainer, pl_module) -> None:

@@ -22,8 +22,8 @@ from lightning.pytorch.callbacks import Callback
 
 from divergence.atomic import write_atomic
 from divergence.pairfolder.layout import ATTENTION_FILE as FILENAME
-from divergence.tracking.step_logging import log_at_step
-from divergence.wandb_mode import key_part
+from divergence.loggers.step_logging import log_at_step
+from divergence.loggers.wandb_mode import key_part
 
 
 class AttentionOutputDeviation(Callback):

@@ -1,5 +1,10 @@
 """The divergence callback: how far apart the two arms' weights are, step by step.
 
+It works on any LightningModule: what it needs comes in as functions of the module,
+``losses(pl_module)`` (each arm's loss of the step, averaged over ranks) and
+``weights(pl_module)`` (arm a's and arm b's weights by name), and the step is recorded by the
+one writing path every tracker shares (``divergence.tracking.recorder.StepRecorder``).
+
 At every step it records both arms' losses (and flags spikes); at every tracked step
 (``divergence.tracking.records.is_tracked``: step 0, the dense early schedule, every
 ``tracking.every`` steps, checkpoint steps and the last step) it also compares the arms'
@@ -8,7 +13,7 @@ aggregates per module, per kind and whole model, and, given a ``probe`` function
 steps ``divergence.tracking.records.probe_due`` picks, adds what it returns (the function-space
 probe's ``probe_rel_diff, probe_loss_a, probe_loss_b``). Records go
 to the metrics store (``DIR/metrics.jsonl``) and the same numbers to every Lightning logger,
-with the keys of ``divergence.tracking.step_logging`` (shared with the comparator that
+with the keys of ``divergence.loggers.step_logging`` (shared with the comparator that
 follows separate-job arms): ``divergence/model/<metric>``, ``divergence/wasserstein/<module>``,
 ``divergence/max_abs_diff/<module>``, ``divergence/kind/<kind>/<metric>``, ``train/loss_a``...
 
@@ -28,62 +33,61 @@ from typing import Callable
 
 from lightning.pytorch.callbacks import Callback
 
-from divergence.pairfolder.settings import TrackingConfig
+from divergence.loggers.step_logging import is_table_step, log_step
+from divergence.pairfolder.settings import TrackingConfig, is_tracked, probe_due
 from divergence.store import MetricsStore
-from divergence.tracking.records import ARMS, divergence_records, loss_record
-from divergence.pairfolder.settings import is_tracked, probe_due
-from divergence.tracking.spikes import SpikeDetector
-from divergence.tracking.step_logging import is_table_step, log_step
+from divergence.tracking.recorder import StepRecorder
+from divergence.tracking.records import divergence_records
 
 
 class DivergenceTracker(Callback):
-    """Compares ``pl_module.arms['a']`` with ``pl_module.arms['b']``; reads ``pl_module.step_losses``.
+    """Compares ``weights(pl_module)`` (arm a's, arm b's) at tracked steps; records ``losses(pl_module)``.
 
     A non-finite loss is recorded here (as a spike); the module then stops the run on every rank.
     """
 
     def __init__(self, out: str | Path, tracking: TrackingConfig, checkpoint_every: int = 0,
-                 probe: Callable[[object], dict] | None = None):
-        """``probe(pl_module) -> {key: float}``: extra step-record keys at tracked steps (rank zero)."""
+                 probe: Callable[[object], dict] | None = None, *,
+                 losses: Callable[[object], dict[str, float]], weights: Callable[[object], tuple[dict, dict]]):
+        """``probe(pl_module) -> {key: float}``: extra step-record keys at tracked steps (rank zero);
+        ``losses(pl_module)``: ``{arm: loss}`` averaged over ranks; ``weights(pl_module)``: the
+        two arms' ``{name: tensor}``."""
         self.out, self.tracking, self.checkpoint_every, self.probe = Path(out), tracking, checkpoint_every, probe
-        self.spikes = {arm: SpikeDetector(tracking.spike_factor, tracking.spike_window) for arm in ARMS}
-        self.store: MetricsStore | None = None
+        self.losses, self.weights = losses, weights
+        self.recorder = StepRecorder(None, tracking.spike_factor, tracking.spike_window)
 
     # -- Lightning hooks: thin, the work is in the helpers below ---------------------------
     def on_train_start(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
-            self.store = MetricsStore(self.out).open_for_append()
-            self.store.truncate_after(trainer.global_step)
+            self.recorder.store = MetricsStore(self.out).open_for_append()
+            self.recorder.store.truncate_after(trainer.global_step)
 
-        if trainer.global_step == 0 and (self.store is None or self.store.last_step() is None):
+        store = self.recorder.store
+        if trainer.global_step == 0 and (store is None or store.last_step() is None):
             # step 0: the initial weights (a seed pair differs here already, a control does not)
             self._record(trainer, pl_module, 0, losses=None)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._record(trainer, pl_module, trainer.global_step, pl_module.step_losses)
+        self._record(trainer, pl_module, trainer.global_step, self.losses(pl_module))
 
     def state_dict(self) -> dict:
-        return {arm: detector.state_dict() for arm, detector in self.spikes.items()}
+        return self.recorder.state_dict()
 
     def load_state_dict(self, state_dict: dict) -> None:
-        for arm, detector in self.spikes.items():
-            detector.load_state_dict(state_dict.get(arm, {}))
+        self.recorder.load_state_dict(state_dict)
 
     # -- helpers ----------------------------------------------------------------------------
     def _record(self, trainer, pl_module, step: int, losses: dict[str, float] | None) -> None:
-        """``losses``: every arm's loss averaged over all ranks (``ArmsModule.step_losses``)."""
-        record = loss_record(losses, self.spikes)  # every rank, on the global loss: the detectors stay identical
+        """``losses``: every arm's loss averaged over all ranks."""
+        record = self.recorder.losses(losses)  # every rank, on the global loss: the detectors stay identical
         if not trainer.is_global_zero:
             return  # rank zero compares, writes and logs
-        tensors: list[dict] = []
+        comparison = extra = None
         if is_tracked(step, trainer.max_steps, self.tracking, self.checkpoint_every):
             device = None if self.tracking.device == "auto" else self.tracking.device
-            tensors, summary = divergence_records(pl_module.arms["a"].weights(), pl_module.arms["b"].weights(), device)
-            record.update(summary, tracked=True)
+            comparison = divergence_records(*self.weights(pl_module), device)
             if self.probe is not None and probe_due(step, trainer.max_steps, self.tracking.probe):
-                record.update(self.probe(pl_module))
-        else:
-            record["tracked"] = False
-        self.store.append_step(step, tensors, record)
+                extra = self.probe(pl_module)
         table = is_table_step(step, trainer.max_steps, self.checkpoint_every)
-        log_step(trainer.loggers, step, record, tensors, table=table)
+        self.recorder.commit(step, record, comparison, extra,
+                             log=lambda s, r, t: log_step(trainer.loggers, s, r, t, table=table))

@@ -8,6 +8,7 @@ generator and touches no training state, so it never changes what training compu
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from lightning.pytorch.callbacks import Callback
@@ -19,8 +20,11 @@ from divergence.recipe.run import SampleConfig
 
 
 class SampleGrid(Callback):
-    def __init__(self, root: str | Path, config: SampleConfig):
-        self.root, self.config = Path(root), config
+    def __init__(self, root: str | Path, config: SampleConfig, *, arms: Callable[[object], dict],
+                 inputs: Callable[[object], object]):
+        """``arms(pl_module)``: ``{folder prefix: Arm}`` to sample; ``inputs(pl_module)``: the shared
+        ``divergence.training.inputs.Inputs`` (tokenizer, codec, noise scheduler)."""
+        self.root, self.config, self.arms, self.inputs = Path(root), config, arms, inputs
         self._sampled_step = -1
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -35,9 +39,9 @@ class SampleGrid(Callback):
         self._sampled_step = step = trainer.global_step
         if not trainer.is_global_zero:
             return
-        inputs = pl_module.inputs
+        inputs = self.inputs(pl_module)
         decode = inputs.codec.decode if inputs.codec.latent_space else None
-        for prefix, arm in pl_module.checkpoint_arms().items():
+        for prefix, arm in self.arms(pl_module).items():
             images = generate(arm.unet, arm.text_encoder, inputs.tokenizer, inputs.noise_scheduler,
                               self.config, inputs.latent_shape, decode=decode, autocast=arm.policy.autocast)
             grid = image_grid(images, self.config.per_prompt)

@@ -18,6 +18,7 @@ that resumes after that step.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from lightning.pytorch.callbacks import Callback
 
@@ -30,11 +31,12 @@ NETWORKS = ("unet.", "text_encoder.")
 
 
 class WeightCheckpoint(Callback):
-    """Saves each arm of ``pl_module.checkpoint_arms()`` (``{prefix: Arm}``) to ``root/prefix/checkpoints``."""
+    """Saves each arm of ``arms(pl_module)`` (``{prefix: Arm}``) to ``root/prefix/checkpoints``."""
 
-    def __init__(self, root: str | Path, checkpoint_every: int, tracking=None):
-        """``tracking``: a pair's ``TrackingConfig`` (its ``every`` and ``dense`` schedule), or None."""
-        self.root, self.every, self.tracking = Path(root), checkpoint_every, tracking
+    def __init__(self, root: str | Path, checkpoint_every: int, tracking=None, *, arms: Callable[[object], dict]):
+        """``tracking``: a pair's ``TrackingConfig`` (its ``every`` and ``dense`` schedule), or None;
+        ``arms(pl_module)``: the arms to save, ``{folder prefix: Arm}``."""
+        self.root, self.every, self.tracking, self.arms = Path(root), checkpoint_every, tracking, arms
 
     def on_train_start(self, trainer, pl_module) -> None:
         if self._tracked(trainer, trainer.global_step):  # also after a crash between files
@@ -53,24 +55,24 @@ class WeightCheckpoint(Callback):
         return step == 0 or step == trainer.max_steps or bool(self.every and step % self.every == 0)
 
     def _save(self, trainer, pl_module, overwrite: bool = True) -> None:
-        step, arms = trainer.global_step, pl_module.checkpoint_arms()
+        step, arms = trainer.global_step, self.arms(pl_module)
         paths = {folder: weights_path(self.root / folder / CHECKPOINTS_DIR, step) for folder in arms}
         needed = overwrite or not all(p.exists() for p in paths.values())
         if not trainer.strategy.broadcast(needed):  # rank zero's view decides: a gather is collective
             return
-        weights = gather_weights(trainer, pl_module)
+        weights = gather_weights(trainer, pl_module, arms)
         if weights is None:
             return
         for folder, arm in arms.items():
             save_weights(paths[folder], weights[folder], step=step, arm=arm.name, recipe=to_dict(arm.recipe))
 
 
-def gather_weights(trainer, pl_module) -> dict[str, dict] | None:
-    """``{prefix: weights}`` of ``pl_module.checkpoint_arms()`` on global rank zero, None elsewhere.
+def gather_weights(trainer, pl_module, arms: dict) -> dict[str, dict] | None:
+    """``{prefix: weights}`` of ``arms`` (``{prefix: Arm}``, submodules of ``pl_module``) on global
+    rank zero, None elsewhere.
 
     Collective under FSDP (every rank must call it); a local read otherwise.
     """
-    arms = pl_module.checkpoint_arms()
     if not is_sharded(trainer.strategy):
         return {folder: arm.weights() for folder, arm in arms.items()} if trainer.is_global_zero else None
     full = trainer.strategy.lightning_module_state_dict()  # (name -> full tensor) on rank zero only

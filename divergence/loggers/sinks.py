@@ -1,6 +1,6 @@
 """The run's Lightning loggers: wandb (the user's settings first), CSV, TensorBoard.
 
-wandb's mode, project, entity, group, tags and folder follow ``divergence.wandb_mode``: online
+wandb's mode, project, entity, group, tags and folder follow ``divergence.loggers.wandb_mode``: online
 with ``WANDB_MODE=online``, ``WANDB_API_KEY`` or ``wandb login`` credentials, else an offline
 run under ``<out>/wandb`` (or ``$WANDB_DIR``) and one line saying the ``wandb sync`` command.
 The run id is kept in ``<out>/wandb-id`` so a resumed run continues the same wandb run.
@@ -10,7 +10,7 @@ or pair folder's name), ``job_type`` ``arm``, ``pair``, ``comparator`` (and ``re
 ``divergence.report.wandb_log``), tags naming the pair, its category, replicate and variants,
 and the resolved recipe as the run's config. ``define_metric`` gives every key the step axis
 ``trainer/global_step`` and a summary: ``max`` for spikes and max differences, ``last`` for the
-rest (``divergence.tracking.step_logging.define_keys``).
+rest (``divergence.loggers.step_logging.define_keys``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from lightning.pytorch.loggers import WandbLogger
 
 from divergence.pairfolder.layout import CSV_DIR, WANDB_ID_FILE
 from divergence.pairfolder.settings import LogConfig
-from divergence.wandb_mode import offline_notice, wandb_offline, wandb_target
+from divergence.loggers.wandb_mode import offline_notice, wandb_offline, wandb_target
 
 __all__ = ["RunIdentity", "DivergenceWandbLogger", "build_loggers", "finish_wandb", "wandb_offline"]
 
@@ -44,11 +44,10 @@ class RunIdentity:
     config: dict = field(default_factory=dict)  # the resolved recipe
 
     @classmethod
-    def for_pair(cls, pair, out: Path, job_type: str = "pair", arm: str | None = None) -> "RunIdentity":
-        from divergence.training.pair_setup import pair_config
-
+    def for_pair(cls, pair, out: Path, config: dict, job_type: str = "pair", arm: str | None = None) -> "RunIdentity":
+        """A pair's run: ``config`` is the resolved pair recipe (the trainer's ``pair_config``)."""
         tags = pair_tags(pair.name, pair.category, pair.labels(), getattr(pair, "replicate", 0), arm)
-        return cls(job_type, Path(out).resolve().name, tags, pair_config(pair))
+        return cls(job_type, Path(out).resolve().name, tags, config)
 
     @classmethod
     def for_comparator(cls, out: Path, config: dict) -> "RunIdentity":
@@ -131,7 +130,7 @@ def build_loggers(config: LogConfig, out: Path, run_name: str, identity: RunIden
 def finish_wandb(loggers, artifacts: bool = True) -> None:
     """Log the run's artifacts (``artifacts``) and close its wandb run (Lightning leaves it open,
     and the next WandbLogger in the same process, a study's next pair, would log into it)."""
-    from divergence.wandb_artifacts import log_run_artifacts
+    from divergence.loggers.wandb_artifacts import log_run_artifacts
 
     for logger in loggers:
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
@@ -143,7 +142,6 @@ def finish_wandb(loggers, artifacts: bool = True) -> None:
 def _wandb_id(out: Path) -> str:
     """The run's wandb id, made and kept by global rank zero (the only rank that logs to wandb)."""
     from divergence.atomic import write_atomic
-    from divergence.training.fit import global_rank_zero
 
     path = out / WANDB_ID_FILE
     if path.is_file():
@@ -154,3 +152,11 @@ def _wandb_id(out: Path) -> str:
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(path, run_id + "\n")
     return run_id
+
+
+def global_rank_zero() -> bool:
+    """This process is global rank zero (before a Trainer exists: from the launcher's environment,
+    as Lightning reads it: ``RANK``, ``LOCAL_RANK``, ``SLURM_PROCID``)."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0

@@ -1,53 +1,18 @@
-"""What ``divergence watch`` takes from the built-in trainer: the pair's loggers and the probe.
+"""The function-space probe over two arms' weights files: what ``divergence watch`` evaluates for a
+pair the built-in trainer trains (``pair.yaml`` present, ``tracking.probe.enabled``).
 
-The comparator (``divergence.comparator``) reads only the pair-folder contract and imports
-nothing from ``divergence.training``; these two parts do, and are loaded only when used: the
-loggers when ``watch`` logs (not with ``--no-log``), the function-space probe when the pair has
-a ``pair.yaml`` with ``tracking.probe.enabled`` (a pair the built-in trainer trains).
-
-The comparator's logs are exactly what the lockstep tracker sends its loggers, for the same steps.
-
-The loggers are the pair's own (``divergence.training.loggers.build_loggers`` on the pair
-folder: the user's wandb settings first, one run id in ``DIR/wandb-id`` so a restarted
-comparator continues the same wandb run; CSV under ``DIR/csv``), filed as ``job_type``
-``comparator`` in the pair's group with the pair's tags, and the keys and tables are
-``divergence.tracking.step_logging``'s, shared with the lockstep tracker so the two modes
-cannot drift apart. When the pair is complete, the store goes to wandb as an artifact.
+The comparator (``divergence.comparator``) imports nothing from the trainer; the command
+(``divergence watch``) hands it ``FileProbe`` as its probe factory. The arms' models are built
+from the pair's recipe and evaluated on the same probe set as the lockstep tracker's
+(``divergence.training.probe.FunctionProbe``), at the same steps (``probe_due``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from divergence.config.schema import parse
 from divergence.errors import CheckpointError, UserInputError
 from divergence.pairfolder.layout import ARMS
 from divergence.recipe.run import RunRecipe
-from divergence.pairfolder.settings import LogConfig
-from divergence.config.schema import parse
-
-
-class StepLogger:
-    def __init__(self, out: Path, log: LogConfig, name: str, checkpoint_every: int, max_steps: int, hparams: dict):
-        from divergence.training.loggers import RunIdentity, build_loggers
-
-        self.loggers = build_loggers(log, out, name, RunIdentity.for_comparator(out, hparams))
-        for logger in self.loggers:
-            logger.log_hyperparams(hparams)
-        self.checkpoint_every, self.max_steps = checkpoint_every, max_steps
-        self.complete = False
-
-    def log(self, step: int, record: dict, tensors: list[dict]) -> None:
-        from divergence.tracking.step_logging import is_table_step, log_step
-
-        log_step(self.loggers, step, record, tensors, table=is_table_step(step, self.max_steps, self.checkpoint_every))
-        self.complete = self.complete or step >= self.max_steps
-
-    def close(self) -> None:
-        from divergence.training.loggers import finish_wandb
-
-        for logger in self.loggers:
-            logger.finalize("success")
-        finish_wandb(self.loggers, artifacts=self.complete)
 
 
 class FileProbe:

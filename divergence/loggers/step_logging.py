@@ -15,12 +15,12 @@ At the table steps (checkpoint steps and the last step), to wandb only:
     divergence/top_layers                 a Table of the TOP_K modules of largest wasserstein
     divergence/heatmap                    an image, layers x tracked steps so far, a panel for
                                           wasserstein and one for max_abs_diff
-                                          (divergence.tracking.layer_heatmap)
+                                          (divergence.loggers.layer_heatmap)
 
 With ``log.per_layer_scalars`` (off by default: a thousand panels for an SD-1.5-sized model),
 also one scalar per module: ``divergence/wasserstein/<module>`` and
 ``divergence/max_abs_diff/<module>``, the module path made key-safe (``down_blocks.0.attn1`` ->
-``down_blocks_0_attn1``; see ``divergence.wandb_mode.key_part``).
+``down_blocks_0_attn1``; see ``divergence.loggers.wandb_mode.key_part``).
 
 wandb summaries (``define_keys``): ``max`` for spikes and every ``max_abs_diff`` key, ``last``
 for the rest; every key on the step axis ``trainer/global_step``.
@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 from divergence.metrics import METRIC_NAMES, aggregate
-from divergence.wandb_mode import key_part
+from divergence.loggers.wandb_mode import key_part
 
 TABLE_COLUMNS = ["module", "kind", "tensors", "numel", *METRIC_NAMES]
 LOSS_KEYS = ("loss_a", "loss_b", "loss_diff", "spike_a", "spike_b")
@@ -138,7 +138,7 @@ def _log_layers(logger, step: int, modules: list[dict], table: bool) -> None:
         return
     import wandb
 
-    from divergence.tracking.layer_heatmap import heatmap_image
+    from divergence.loggers.layer_heatmap import heatmap_image
 
     rows = [[r["group"], r.get("kind", ""), r["tensors"], r["numel"], *[r[m] for m in METRIC_NAMES]] for r in modules]
     w = TABLE_COLUMNS.index("wasserstein")
@@ -153,7 +153,7 @@ def _log_layers(logger, step: int, modules: list[dict], table: bool) -> None:
 
 def _history(logger, step: int):
     """The logger's layer history, seeded from the store the first time (a resumed run)."""
-    from divergence.tracking.layer_heatmap import LayerHistory
+    from divergence.loggers.layer_heatmap import LayerHistory
 
     history = logger.__dict__.get("layer_history")
     if history is None:

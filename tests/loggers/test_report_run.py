@@ -1,7 +1,7 @@
 """The report's wandb run: filed with the study's runs, its summary under report/, its inputs named."""
 
 from divergence.report.wandb_log import report_group
-from divergence.wandb_artifacts import store_artifact
+from divergence.loggers.wandb_artifacts import store_artifact
 
 from .runfile import history_keys, logged_artifacts, run_files, run_info, summary_values
 

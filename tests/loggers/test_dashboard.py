@@ -6,7 +6,7 @@ import re
 import pytest
 
 from divergence.cli import main
-from divergence.dashboard import dashboard_sections
+from divergence.loggers.dashboard import dashboard_sections
 
 from .runfile import history_keys, run_files
 

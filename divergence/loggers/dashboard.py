@@ -1,7 +1,7 @@
 """The wandb workspace of a study: what a team opens the morning after launching one.
 
 ``dashboard_sections`` says what the workspace shows, as plain data naming only keys the runs
-log (``divergence.tracking.step_logging``, the attention callback, ``divergence.report.wandb_log``);
+log (``divergence.loggers.step_logging``, the attention callback, ``divergence.report.wandb_log``);
 ``build_workspace`` turns it into a ``wandb_workspaces`` Workspace (W&B's library for saved
 views, https://docs.wandb.ai/guides/track/workspaces/) over the runs of one group.
 

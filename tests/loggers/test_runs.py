@@ -1,7 +1,7 @@
 """What a pair's wandb run holds, read back from the offline run file wandb wrote."""
 
-from divergence.tracking.step_logging import summary_of
-from divergence.wandb_artifacts import store_artifact_name
+from divergence.loggers.step_logging import summary_of
+from divergence.loggers.wandb_artifacts import store_artifact_name
 
 from .runfile import defined_metrics, history_keys, logged_artifacts, run_files, run_info, summary_values
 

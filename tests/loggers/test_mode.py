@@ -7,7 +7,7 @@ only read the environment and files).
 import pytest
 
 from divergence.pairfolder.settings import LogConfig
-from divergence.wandb_mode import (has_credentials, key_part, offline_notice, wandb_init_mode, wandb_offline,
+from divergence.loggers.wandb_mode import (has_credentials, key_part, offline_notice, wandb_init_mode, wandb_offline,
                                    wandb_target)
 
 
