@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from divergence.recipe.pair import load_pair_recipe
+from divergence.variants.pair_recipe import load_pair_recipe
 from divergence.store import MetricsStore
 from divergence.tracking.records import divergence_records, loss_record
 from divergence.pairfolder.settings import is_tracked, probe_due

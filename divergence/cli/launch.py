@@ -65,7 +65,8 @@ def run(args) -> int:
     _check_numbers(args)
     if args.study:
         return _run_study(args)
-    from divergence.recipe.pair import is_pair_recipe, load_pair_recipe
+    from divergence.recipe.pair import is_pair_recipe
+    from divergence.variants.pair_recipe import load_pair_recipe
 
     if not Path(args.recipe).is_file() or not is_pair_recipe(args.recipe):
         raise UserInputError(f"--recipe {args.recipe}: not a pair recipe file (recipes/pairs/NAME.yaml)")

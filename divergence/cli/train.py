@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     from divergence.extras import require
 
     require("train", "lightning", "diffusers", "transformers")
-    from divergence.recipe.pair import is_pair_recipe, load_pair_recipe
+    from divergence.recipe.pair import is_pair_recipe
+    from divergence.variants.pair_recipe import load_pair_recipe
     from divergence.recipe.run import RunRecipe, load_run_recipe
     from divergence.config.schema import apply_overrides, parse
 

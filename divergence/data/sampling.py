@@ -16,19 +16,10 @@ for the whole global batch from the rank-0 stream and sliced (``divergence.data.
 from __future__ import annotations
 
 import functools
-import hashlib
 
 import torch
 
-
-def derive_seed(*parts: int | str) -> int:
-    """A 63-bit seed from any parts, stable across processes and Python versions.
-
-    >>> derive_seed(0, "noise", 3, 0) == derive_seed(0, "noise", 3, 0) != derive_seed(0, "noise", 4, 0)
-    True
-    """
-    digest = hashlib.blake2b(repr(tuple(parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
+from divergence.recipe.seeds import derive_seed
 
 
 def step_generator(seed: int, stream: str, step: int, rank: int = 0) -> torch.Generator:

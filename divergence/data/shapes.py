@@ -13,7 +13,7 @@ import random
 
 from PIL import Image, ImageDraw
 
-from divergence.data.sampling import derive_seed
+from divergence.recipe.seeds import derive_seed
 
 COLOURS = {
     "red": (220, 40, 40),

@@ -1,4 +1,2 @@
-"""Hooks into other libraries' trainers; each module imports its library only when used.
-
-- ``divergence.integrations.transformers.ArmWriterCallback``: the transformers ``Trainer``.
-"""
+"""Kept for the public path ``divergence.integrations.transformers`` (README); the writers live in
+``divergence.writers`` (``divergence.writers.transformers.ArmWriterCallback``)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from divergence.data.sampling import derive_seed
+from divergence.recipe.seeds import derive_seed
 from divergence.errors import UserInputError
 from divergence.models.pretrained import is_hub_id, load_pretrained
 from divergence.recipe.model import ModelConfig, NoiseConfig, TextEncoderConfig, UNetConfig, VAEConfig

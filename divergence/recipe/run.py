@@ -155,7 +155,7 @@ class TrainConfig:
     cpu_threads: int = 1
     # Deterministic kernels (torch.use_deterministic_algorithms, cuDNN benchmark off, the cuBLAS
     # workspace CUBLAS_WORKSPACE_CONFIG=:4096:8), so a control pair is exactly zero on a GPU too;
-    # false trades that for speed (see divergence.training.determinism).
+    # false trades that for speed (see divergence.models.determinism).
     deterministic: bool = True
     # TensorFloat-32 tensor-core math for fp32 matmuls and convolutions on CUDA (10 mantissa bits
     # instead of 23); off unless set, e.g. by the tf32 variant. No effect on a CPU.

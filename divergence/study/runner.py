@@ -23,7 +23,7 @@ import yaml
 
 from divergence.errors import RecipeError, UserInputError
 from divergence.pairfolder.pair_json import PairInfo
-from divergence.recipe.pair import load_pair_recipe
+from divergence.variants.pair_recipe import load_pair_recipe
 from divergence.store import MetricsStore
 from divergence.study.config import Study, StudyPair, in_study
 from divergence.study.lock import signals_raise

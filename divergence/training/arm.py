@@ -31,7 +31,7 @@ from divergence.models.build import build_text_encoder
 from divergence.models.denoiser import build_denoiser, denoise
 from divergence.models.lora import apply_lora, tracked_weights
 from divergence.recipe.run import RunRecipe, latent_shape
-from divergence.training.determinism import with_arm_numerics
+from divergence.models.determinism import with_arm_numerics
 from divergence.training.ema import ArmEMA
 from divergence.training.emulated_autocast import emulate_cpu_autocast, emulates_cpu_autocast
 from divergence.training.inputs import DiffusionInputs
@@ -192,7 +192,7 @@ def multiply_grad_noise(params: list[torch.nn.Parameter], eps: float, data_seed:
     resume, and independent between replicates (whose data seeds differ). ``eps = 0`` multiplies
     by exactly 1.0: bitwise the reference arm. Gradients that are None are skipped (no draw).
     """
-    from divergence.data.sampling import derive_seed
+    from divergence.recipe.seeds import derive_seed
 
     generator = torch.Generator().manual_seed(derive_seed("grad-noise", data_seed, repr(float(eps)), step))
     for param in params:

@@ -33,7 +33,7 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     from divergence.training.callbacks.samples import SampleGrid
     from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
     from divergence.training.checkpoint_io import AtomicCheckpointIO
-    from divergence.training.determinism import determinism
+    from divergence.models.determinism import determinism
     from divergence.loggers.sinks import RunIdentity, build_loggers, finish_wandb, global_rank_zero
 
     train, log, every = recipe.train, recipe.log, recipe.train.checkpoint_every

@@ -14,7 +14,7 @@ import torch
 
 from divergence.data import build_dataset
 from divergence.data.batches import StepBatch, StepBatches, StepStream
-from divergence.data.sampling import derive_seed
+from divergence.recipe.seeds import derive_seed
 from divergence.models.build import build_noise_scheduler, build_vae, check_local_paths
 from divergence.models.codec import LatentCodec
 from divergence.models.tokenizers import build_tokenizer

@@ -99,7 +99,7 @@ def probe_inputs(inputs: Inputs, size: int, seed: int, device) -> DiffusionInput
     """The probe set: ``size`` items drawn like one training batch, from the recipe's dataset, with
     example order, caption dropout, noise and timesteps from the seed ``derive_seed("probe", seed)``
     (never a training batch's streams, whatever the data seed)."""
-    from divergence.data.sampling import derive_seed
+    from divergence.recipe.seeds import derive_seed
 
     batches = inputs.batches
     config = replace(batches.config, seed=derive_seed("probe", seed) % 2**31)

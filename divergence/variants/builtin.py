@@ -146,7 +146,7 @@ class TF32(Variant):
         return Deployment("tf32", devices=("cuda",)) if self.value else None
 
     def verify(self, arm):
-        from divergence.training.determinism import arm_numerics, numerics_state
+        from divergence.models.determinism import arm_numerics, numerics_state
 
         if arm.recipe.train.tf32 != self.value:
             raise RuntimeError(f"tf32 variant {self.value} but the arm's recipe has train.tf32 {arm.recipe.train.tf32}")

@@ -4,8 +4,10 @@
 - ``ArmWriter``: one arm's side (weights at tracked steps, ``losses.jsonl``, ``status.json``)
   from a plain PyTorch, accelerate or diffusers loop.
 
-Lightning users take ``divergence.lightning``; the transformers Trainer
-``divergence.integrations.transformers``.
+- ``transformers.ArmWriterCallback``: the transformers ``Trainer``'s callback over ``ArmWriter``
+  (also importable as ``divergence.integrations.transformers``, the path the README names).
+
+Lightning users take ``divergence.lightning`` (``LockstepPair``, ``ArmCheckpoints``).
 """
 
 from divergence.pairfolder.pair_json import CONTRACT, ensure_pair_files, write_pair_files

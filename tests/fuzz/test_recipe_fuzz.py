@@ -18,7 +18,7 @@ import yaml
 
 from divergence.cli import main
 from divergence.errors import RecipeError
-from divergence.recipe.pair import load_pair_recipe
+from divergence.variants.pair_recipe import load_pair_recipe
 from divergence.recipe.run import load_run_recipe
 from divergence.config.yaml_safe import MAX_BYTES, MAX_DEPTH
 

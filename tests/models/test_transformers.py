@@ -153,7 +153,7 @@ def test_gradient_checkpointing_reaches_the_transformer(kind):
 def test_shipped_dit_pair_and_study_recipes_load():
     from pathlib import Path
 
-    from divergence.recipe.pair import load_pair_recipe
+    from divergence.variants.pair_recipe import load_pair_recipe
     from divergence.study.config import load_study
 
     recipes = Path(__file__).resolve().parents[2] / "recipes"

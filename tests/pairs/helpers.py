@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from divergence.recipe.pair import load_pair_recipe
+from divergence.variants.pair_recipe import load_pair_recipe
 from tests.training.tiny import FAST
 
 PAIRS = Path(__file__).resolve().parents[2] / "recipes" / "pairs"

@@ -83,7 +83,7 @@ def test_replicates_lay_out_one_folder_per_pair_and_replicate(tmp_path):
     assert runs == sorted([f"{name}/r{r}" for name in ("flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32")
                            for r in range(3)] + ["control/r0"])
     assert len({j.recipe_path for j in jobs}) == len(jobs) == 10
-    from divergence.recipe.pair import load_pair_recipe
+    from divergence.variants.pair_recipe import load_pair_recipe
 
     seeds = {(j.pair.name, j.replicate): load_pair_recipe(j.recipe_path).arm_recipes["a"].data.seed for j in jobs}
     assert seeds[("flash-vs-baseline", 2)] == seeds[("bf16-vs-fp32", 2)] != seeds[("flash-vs-baseline", 1)]

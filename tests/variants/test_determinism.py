@@ -8,7 +8,7 @@ from lightning.pytorch.callbacks import Callback
 
 from divergence.errors import RecipeError, UserInputError
 from divergence.config.schema import to_dict
-from divergence.training.determinism import CUBLAS_VAR, arm_numerics, determinism, numerics_state
+from divergence.models.determinism import CUBLAS_VAR, arm_numerics, determinism, numerics_state
 from divergence.training.lockstep import train_pair
 from divergence.training.folder_check import flatten_keys
 from divergence.variants import parse_variant

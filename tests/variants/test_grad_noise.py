@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from divergence.errors import RecipeError
-from divergence.recipe.pair import load_pair_recipe
+from divergence.variants.pair_recipe import load_pair_recipe
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs
 from tests.training.tiny import one_torch_thread, tiny_recipe  # noqa: F401  (autouse)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from divergence.errors import RecipeError
-from divergence.recipe.pair import load_pair_recipe
+from divergence.variants.pair_recipe import load_pair_recipe
 from divergence.variants import VARIANTS, Variant
 
 PAIRS = Path(__file__).resolve().parents[2] / "recipes" / "pairs"

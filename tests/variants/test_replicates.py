@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from divergence.errors import RecipeError
-from divergence.recipe.pair import load_pair_recipe, replicate_seed
+from divergence.recipe.pair import replicate_seed
+from divergence.variants.pair_recipe import load_pair_recipe
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs
 from tests.pairs.helpers import PAIRS, pair_recipe
