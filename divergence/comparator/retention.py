@@ -4,7 +4,7 @@ Each arm writes its weights at every tracked step (about 3.9 GB a file for an SD
 recipe), which the comparator needs only until it has compared them. With ``tracking.keep: k``
 the comparator deletes both arms' files of a tracked step once the step is compared AND
 committed to the store, keeping the files of every k-th tracked step (the 0th, k-th, 2k-th, ...
-in the tracked schedule, ``divergence.tracking.records.is_tracked``) and of the last step.
+in the tracked schedule, ``divergence.pairfolder.settings.is_tracked``) and of the last step.
 
 Never before the commit, and nothing but the file compared: before committing the step, the
 comparator writes what it will delete (paths and file identities: inode, size, mtime) to
@@ -22,9 +22,9 @@ import json
 from pathlib import Path
 
 from divergence.tables import write_json
+from divergence.pairfolder.layout import RETENTION_FILE as FILE
 from divergence.pairfolder.weights_file import identity
 
-FILE = "retention.json"
 
 
 class Retention:
@@ -34,7 +34,7 @@ class Retention:
 
     @classmethod
     def for_pair(cls, out: str | Path, pair) -> Retention:
-        """``pair``: a ``PairFolder`` (its tracking config, ``max_steps`` and schedule)."""
+        """``pair``: a ``PairSchedule`` (its tracking config, ``max_steps`` and schedule)."""
         keep = pair.tracking.keep or 0
         steps = [s for s in range(pair.max_steps + 1) if pair.tracked(s)] if keep else []
         return cls(out, keep, steps)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lightning.pytorch.loggers import WandbLogger
 
-from divergence.pairfolder.layout import CSV_DIR, WANDB_ID_FILE
+from divergence.pairfolder.layout import CSV_DIR, TENSORBOARD_DIR, WANDB_ID_FILE
 from divergence.pairfolder.settings import LogConfig
 from divergence.loggers.wandb_mode import offline_notice, wandb_offline, wandb_target
 
@@ -123,7 +123,7 @@ def build_loggers(config: LogConfig, out: Path, run_name: str, identity: RunIden
     if config.csv:
         loggers.append(CSVLogger(save_dir=str(out), name=CSV_DIR, version=""))
     if config.tensorboard:
-        loggers.append(TensorBoardLogger(save_dir=str(out), name="tensorboard", version=""))
+        loggers.append(TensorBoardLogger(save_dir=str(out), name=TENSORBOARD_DIR, version=""))
     return loggers
 
 

@@ -4,7 +4,6 @@ One package owns every file name and format of a run, pair and arm folder:
 
 - ``layout``: the file names (``PAIR_FILE``, ``METRICS_FILE``, ``LOSSES_FILE``, ``STATUS_FILE``,
   ``CHECKPOINTS_DIR``, ``weights_path``, ...) and the contract version ``CONTRACT``;
-- ``folder``: ``PairFolder(out)``, a pair folder's paths by name;
 - ``settings``: ``pair.json``'s ``tracking`` and ``log`` (``TrackingConfig``, ``LogConfig``) and
   the tracked-step rule ``is_tracked``;
 - ``pair_json``: ``pair.json`` (``PairInfo``, ``write_pair_files``, ``read_pair_json``);

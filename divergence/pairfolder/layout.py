@@ -8,8 +8,10 @@
       attention.jsonl          ATTENTION_FILE     the shadow attention variant's deviations
       pair.yaml                PAIR_RECIPE_FILE   the built-in trainer's resolved pair recipe (optional)
       watch.json               WATCH_STATE_FILE   divergence watch's own state
+      retention.json           RETENTION_FILE     with tracking.keep: the weights files watch is about to delete
       wandb-id                 WANDB_ID_FILE      the wandb run id a resumed run or watch continues
       csv/                     CSV_DIR            the CSV logger's metrics.csv
+      tensorboard/             TENSORBOARD_DIR    the TensorBoard logger's events (log.tensorboard)
       resume/                  RESUME_DIR         the resumable state: last.ckpt (RESUME_FILE), hpc_ckpt_N.ckpt
       samples/                 SAMPLES_DIR        sample grids at checkpoint steps (built-in trainer)
       a/, b/                   ARMS               one folder per arm trained as its own job
@@ -34,8 +36,10 @@ RUN_RECIPE_FILE = "recipe.yaml"
 METRICS_FILE = "metrics.jsonl"
 ATTENTION_FILE = "attention.jsonl"
 WATCH_STATE_FILE = "watch.json"
+RETENTION_FILE = "retention.json"
 WANDB_ID_FILE = "wandb-id"
 CSV_DIR = "csv"
+TENSORBOARD_DIR = "tensorboard"
 RESUME_DIR = "resume"
 RESUME_FILE = "last.ckpt"
 SAMPLES_DIR = "samples"

@@ -14,7 +14,7 @@ Arm ``b`` runs the same loop (another process, another machine) into the same fo
 
 What it writes (``docs/pair-folder.md``): ``<out>/<arm>/losses.jsonl`` (one line per step),
 ``<out>/<arm>/checkpoints/step_NNNNNN.safetensors`` at the tracked steps (step 0, every
-``every`` steps, the last: ``divergence.tracking.records.is_tracked``), each file written
+``every`` steps, the last: ``divergence.pairfolder.settings.is_tracked``), each file written
 under a temporary name and renamed, and ``<out>/<arm>/status.json``. The first arm to start
 writes ``<out>/pair.json`` when it is missing.
 

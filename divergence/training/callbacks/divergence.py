@@ -6,11 +6,11 @@ It works on any LightningModule: what it needs comes in as functions of the modu
 one writing path every tracker shares (``divergence.tracking.recorder.StepRecorder``).
 
 At every step it records both arms' losses (and flags spikes); at every tracked step
-(``divergence.tracking.records.is_tracked``: step 0, the dense early schedule, every
+(``divergence.pairfolder.settings.is_tracked``: step 0, the dense early schedule, every
 ``tracking.every`` steps, checkpoint steps and the last step) it also compares the arms'
 current weights tensor by tensor with ``divergence.metrics``, on the device where they live,
 aggregates per module, per kind and whole model, and, given a ``probe`` function, at the tracked
-steps ``divergence.tracking.records.probe_due`` picks, adds what it returns (the function-space
+steps ``divergence.pairfolder.settings.probe_due`` picks, adds what it returns (the function-space
 probe's ``probe_rel_diff, probe_loss_a, probe_loss_b``). Records go
 to the metrics store (``DIR/metrics.jsonl``) and the same numbers to every Lightning logger,
 with the keys of ``divergence.loggers.step_logging`` (shared with the comparator that

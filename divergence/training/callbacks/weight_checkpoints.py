@@ -3,7 +3,7 @@
 One callback for every kind of run. Which steps: step 0 (the initial weights), every
 ``checkpoint_every`` steps and the last step; given a pair's ``tracking`` (a separate arm, whose
 comparator reads its weights from files), also every step the lockstep tracker compares
-(``divergence.tracking.records.is_tracked``: the dense early schedule and every
+(``divergence.pairfolder.settings.is_tracked``: the dense early schedule and every
 ``tracking.every`` steps). Steps count completed optimizer steps. Each file is written
 atomically (temporary name, then ``os.replace``: a reader sees a complete file or none); a
 step's file that exists is kept when training starts again at that step.
