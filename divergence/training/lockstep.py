@@ -42,6 +42,9 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
         writable_folder(out)
         write_pair_files(out, pair, keep=False)
     tracker = DivergenceTracker(out, pair.tracking, pair.base.train.checkpoint_every, probe=pair_probe(pair, module))
+    from divergence.training.callbacks.step_costs import StepCosts
+
+    callbacks = [*callbacks, StepCosts(out)]  # costs.jsonl: each arm's step time and peak memory
     recorders = {arm: r for arm, r in module.recorders.items() if r is not None}
     if recorders:
         callbacks = [*callbacks, AttentionOutputDeviation(out, recorders, pair.tracking.attention_every)]
