@@ -120,6 +120,7 @@ def draw_figure(atlas: dict, path: Path) -> Path:
     point per row that has both; the precision reference (0) and each backbone's seed ceiling
     marked; the rows without a point named under the axes."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     placed = [r for r in atlas["rows"] if _placeable(r)]
     fig = Figure(figsize=(7.5, 5.5))
@@ -143,6 +144,9 @@ def draw_figure(atlas: dict, path: Path) -> Path:
             color = "tab:red" if backbone == "unet" else "tab:purple"
             ax.axhline(info["seed_ceiling"], ls="--", lw=1, color=color, label=f"seed ceiling ({backbone})")
     ax.set_xscale("log")
+    ax.margins(x=0.3, y=0.15)  # room for the labels at the ends
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("speed-up: step time of arm b / arm a (per step, median)")
     ax.set_ylabel("log10 dose ratio vs precision reference")
     ax.set_title("Deviation against speed-up")
