@@ -38,8 +38,8 @@ GLOB_SUMMARIES = {"train/*": "last"}
 class RunIdentity:
     """How one wandb run is filed: its job type, default group, tags and config."""
 
-    job_type: str                   # arm, pair, comparator (report: the report's own run)
-    group: str                      # default group: the study or pair folder's name
+    job_type: str  # arm, pair, comparator (report: the report's own run)
+    group: str  # default group: the study or pair folder's name
     tags: tuple[str, ...] = ()
     config: dict = field(default_factory=dict)  # the resolved recipe
 
@@ -114,12 +114,25 @@ def build_loggers(config: LogConfig, out: Path, run_name: str, identity: RunIden
         identity = identity or RunIdentity("arm", Path(out).resolve().name)
         target = wandb_target(config, identity.group, identity.tags, out)
         offline = target.mode in ("offline", "dryrun")
-        loggers.append(DivergenceWandbLogger(
-            name=run_name, project=target.project, entity=target.entity, save_dir=target.dir, id=_wandb_id(out),
-            offline=offline, resume="allow", mode=target.mode, group=target.group, job_type=identity.job_type,
-            tags=list(target.tags), config=identity.config, log_config=config, store_dir=out,
-            **({"settings": wandb.Settings(silent=True)} if offline else {}),  # offline: our one line only
-        ))
+        loggers.append(
+            DivergenceWandbLogger(
+                name=run_name,
+                project=target.project,
+                entity=target.entity,
+                save_dir=target.dir,
+                id=_wandb_id(out),
+                offline=offline,
+                resume="allow",
+                mode=target.mode,
+                group=target.group,
+                job_type=identity.job_type,
+                tags=list(target.tags),
+                config=identity.config,
+                log_config=config,
+                store_dir=out,
+                **({"settings": wandb.Settings(silent=True)} if offline else {}),  # offline: our one line only
+            )
+        )
     if config.csv:
         loggers.append(CSVLogger(save_dir=str(out), name=CSV_DIR, version=""))
     if config.tensorboard:

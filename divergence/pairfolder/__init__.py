@@ -25,8 +25,19 @@ from __future__ import annotations
 import importlib
 
 from divergence.pairfolder.layout import (
-    ARMS, ATTENTION_FILE, CHECKPOINTS_DIR, CONTRACT, LOSSES_FILE, METRICS_FILE, PAIR_FILE, PAIR_RECIPE_FILE,
-    RUN_RECIPE_FILE, STATUS_FILE, WATCH_STATE_FILE, weights_name, weights_path,
+    ARMS,
+    ATTENTION_FILE,
+    CHECKPOINTS_DIR,
+    CONTRACT,
+    LOSSES_FILE,
+    METRICS_FILE,
+    PAIR_FILE,
+    PAIR_RECIPE_FILE,
+    RUN_RECIPE_FILE,
+    STATUS_FILE,
+    WATCH_STATE_FILE,
+    weights_name,
+    weights_path,
 )
 
 _LAZY = {
@@ -39,9 +50,22 @@ _LAZY = {
     "save_weights": "divergence.pairfolder.weights_file",
 }
 
-__all__ = ["ARMS", "ATTENTION_FILE", "CHECKPOINTS_DIR", "CONTRACT", "LOSSES_FILE", "METRICS_FILE", "PAIR_FILE",
-           "PAIR_RECIPE_FILE", "RUN_RECIPE_FILE", "STATUS_FILE", "WATCH_STATE_FILE", "weights_name", "weights_path",
-           *_LAZY]
+__all__ = [
+    "ARMS",
+    "ATTENTION_FILE",
+    "CHECKPOINTS_DIR",
+    "CONTRACT",
+    "LOSSES_FILE",
+    "METRICS_FILE",
+    "PAIR_FILE",
+    "PAIR_RECIPE_FILE",
+    "RUN_RECIPE_FILE",
+    "STATUS_FILE",
+    "WATCH_STATE_FILE",
+    "weights_name",
+    "weights_path",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str):  # the readers and writers load on first use

@@ -49,11 +49,20 @@ from divergence.errors import UserInputError
 from divergence.pairfolder.arm_lock import ArmLock
 from divergence.store.arm_records import claim_arm_folder, drop_after
 from divergence.pairfolder.arm_steps import (
-    check_loss, check_step, check_stride, check_tensor_names, loss_value, tracked_with_stride,
+    check_loss,
+    check_step,
+    check_stride,
+    check_tensor_names,
+    loss_value,
+    tracked_with_stride,
 )
 from divergence.pairfolder.layout import CHECKPOINTS_DIR
 from divergence.pairfolder.pair_json import (
-    DEFAULT_EVERY, check_pair_files, schedule_config, tracking_schedule, write_pair_files,
+    DEFAULT_EVERY,
+    check_pair_files,
+    schedule_config,
+    tracking_schedule,
+    write_pair_files,
 )
 from divergence.pairfolder.weights_file import save_weights, weights_path
 from divergence.pairfolder.settings import DENSE_DEFAULT
@@ -89,9 +98,20 @@ class ArmWriter:
 
     how_to_resume = "pass start_step=G, the step of the checkpoint this process resumes from"
 
-    def __init__(self, out: str | Path, arm: str, *, max_steps: int, every: int = DEFAULT_EVERY,
-                 start_step: int = 0, resume: bool = False, stride: int = 1, weights: Callable | None = None,
-                 rank: int | None = None, **pair):
+    def __init__(
+        self,
+        out: str | Path,
+        arm: str,
+        *,
+        max_steps: int,
+        every: int = DEFAULT_EVERY,
+        start_step: int = 0,
+        resume: bool = False,
+        stride: int = 1,
+        weights: Callable | None = None,
+        rank: int | None = None,
+        **pair,
+    ):
         if arm not in ARMS:
             raise UserInputError(f"arm={arm!r}: must be one of {', '.join(ARMS)}")
         self.out, self.arm, self.max_steps, self.every = Path(out), arm, max_steps, every
@@ -102,8 +122,12 @@ class ArmWriter:
         self.lock: ArmLock | None = None
         self.schedule = schedule_config(tracking_schedule(every, dense=pair.get("dense", DENSE_DEFAULT)))
         self.stride = check_stride(stride, max_steps, "ArmWriter") if isinstance(max_steps, int) else stride
-        start_step = check_step(start_step, expected=start_step, max_steps=max_steps if isinstance(max_steps, int)
-                                else None, where="ArmWriter(start_step=...)")
+        start_step = check_step(
+            start_step,
+            expected=start_step,
+            max_steps=max_steps if isinstance(max_steps, int) else None,
+            where="ArmWriter(start_step=...)",
+        )
         if start_step % self.stride:
             raise UserInputError(f"ArmWriter: start_step={start_step} is not a multiple of stride={self.stride}")
         self.last_step = start_step
@@ -146,8 +170,13 @@ class ArmWriter:
 
     def check(self, step, where: str | None = None) -> int:
         """``step`` when it is the one ``record`` takes next (see ``arm_steps.check_step``), else a one-line error."""
-        return check_step(step, expected=self.next_step, max_steps=self.max_steps, stride=self.stride,
-                          where=where or f"{self.folder}: step {step!r}")
+        return check_step(
+            step,
+            expected=self.next_step,
+            max_steps=self.max_steps,
+            stride=self.stride,
+            where=where or f"{self.folder}: step {step!r}",
+        )
 
     def save(self, step: int, tensors: dict) -> Path:
         """Write the weights file of ``step`` (atomically; any device, copied to the CPU)."""
@@ -198,8 +227,14 @@ class ArmWriter:
         drop_after(self.folder, start_step)
         attempt = previous.attempt + 1 if previous is not None else 1
         order = previous.tensor_order if previous is not None and start_step > 0 else []
-        self.status = ArmStatus(self.arm, attempt=attempt, start_step=start_step, max_steps=self.max_steps,
-                                world_size=world_size(), tensor_order=order)
+        self.status = ArmStatus(
+            self.arm,
+            attempt=attempt,
+            start_step=start_step,
+            max_steps=self.max_steps,
+            world_size=world_size(),
+            tensor_order=order,
+        )
         self.status.write(self.folder)
 
 

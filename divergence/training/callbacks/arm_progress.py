@@ -36,8 +36,15 @@ class ArmProgress(Callback):
     """Arm ``arm``'s progress: ``loss(pl_module)`` (the step's loss, averaged over ranks) and
     ``tensor_order(pl_module)`` (its weights' names in order), for any LightningModule."""
 
-    def __init__(self, folder: str | Path, arm: str, per_rank_batch: int | None = None, *,
-                 loss: Callable[[object], float], tensor_order: Callable[[object], list]):
+    def __init__(
+        self,
+        folder: str | Path,
+        arm: str,
+        per_rank_batch: int | None = None,
+        *,
+        loss: Callable[[object], float],
+        tensor_order: Callable[[object], list],
+    ):
         """``per_rank_batch``: examples per optimizer step on one rank (``batch_size x accumulate``);
         the status records ``global_batch`` = that x the world size (null when not given)."""
         self.folder, self.arm, self.per_rank_batch = Path(folder), arm, per_rank_batch
@@ -54,8 +61,12 @@ class ArmProgress(Callback):
         drop_after(self.folder, start)
         previous = ArmStatus.read(self.folder)
         self.status = ArmStatus(
-            arm=self.arm, attempt=previous.attempt + 1 if previous else 1, start_step=start,
-            max_steps=trainer.max_steps, world_size=trainer.world_size, tensor_order=list(self.tensor_order(pl_module)),
+            arm=self.arm,
+            attempt=previous.attempt + 1 if previous else 1,
+            start_step=start,
+            max_steps=trainer.max_steps,
+            world_size=trainer.world_size,
+            tensor_order=list(self.tensor_order(pl_module)),
             global_batch=self.per_rank_batch * trainer.world_size if self.per_rank_batch else None,
         )
         self.status.write(self.folder)
