@@ -110,15 +110,20 @@ def test_an_emulated_op_and_its_gradients_are_as_exact_as_fp32_accumulation(dtyp
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ["conv", "linear"])
 def test_an_emulated_forward_is_pytorchs_own_but_for_the_order_of_its_sums(dtype, kind):
-    """Both accumulate in fp32 in their own order: each within fp32 accumulation of the exact value,
-    so mostly bitwise equal, and never more than two units in the last place apart."""
+    """Both accumulate in fp32 in their own order (PyTorch's depends on its threads): each within
+    fp32 accumulation of the exact value, so mostly bitwise equal, and never further apart than the
+    two bounds together (a few units in the last place where a sum cancels)."""
     native, x = _module(kind)
     emulated = copy.deepcopy(native)
     emulate_cpu_autocast(emulated)
     ours, theirs = _run(emulated, x, dtype)[0], _run(native, x, dtype)[0]
     assert ours.dtype == theirs.dtype == dtype
     assert (ours == theirs).float().mean().item() > 0.99
-    assert _ulps(ours, theirs).max().item() <= 2
+    exact, scale = _fp64(native, x, dtype)[0], _fp64(native, x, dtype, absolute=True)[0]
+    ulp = torch.finfo(dtype).eps * torch.exp2(torch.floor(torch.log2(exact.abs().clamp(min=torch.finfo(dtype).tiny))))
+    bound = ulp + native.weight[0].numel() * 2.0**-24 * scale
+    assert ((ours.double() - theirs.double()).abs() <= 2 * bound).all()
+    assert _ulps(ours, theirs).float().median().item() == 0
 
 
 def test_fp32_and_the_probe_run_the_parent_forward_bitwise():
