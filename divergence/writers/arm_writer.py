@@ -51,11 +51,11 @@ from divergence.store.arm_records import claim_arm_folder, drop_after
 from divergence.pairfolder.arm_steps import (
     check_loss, check_step, check_stride, check_tensor_names, loss_value, tracked_with_stride,
 )
-from divergence.pairfolder.layout import CHECKPOINTS_DIR
+from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.pair_json import (
     DEFAULT_EVERY, check_pair_files, schedule_config, tracking_schedule, write_pair_files,
 )
-from divergence.pairfolder.weights_file import save_weights, weights_path
+from divergence.pairfolder.weights_file import save_weights
 from divergence.pairfolder.settings import DENSE_DEFAULT
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
@@ -95,7 +95,8 @@ class ArmWriter:
         if arm not in ARMS:
             raise UserInputError(f"arm={arm!r}: must be one of {', '.join(ARMS)}")
         self.out, self.arm, self.max_steps, self.every = Path(out), arm, max_steps, every
-        self.folder = self.out / arm
+        self.pair_folder = PairFolder(out)
+        self.folder = self.pair_folder.arm(arm)
         self.weights = weights or state_weights
         self.rank = global_rank() if rank is None else rank
         self.status: ArmStatus | None = None
@@ -158,7 +159,7 @@ class ArmWriter:
             check_tensor_names(tensors, self.status.tensor_order, step, f"{self.folder}")
         self.saved_step = step
         cpu = {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}  # copies: tied weights
-        return save_weights(weights_path(self.folder / CHECKPOINTS_DIR, step), cpu, step=step, arm=self.arm, recipe={})
+        return save_weights(self.folder.weights(step), cpu, step=step, arm=self.arm, recipe={})
 
     def finish(self, state: str | None = None) -> None:
         """Mark the arm ``finished`` (all ``max_steps`` recorded) or ``failed``; call it once at the end.
@@ -180,12 +181,12 @@ class ArmWriter:
 
     def _open(self, start_step: int, resume: bool, stride: int, pair: dict) -> None:
         """Rank 0: check the folder (reading only), take the arm's lock, then write."""
-        saved = check_pair_files(self.out, max_steps=self.max_steps, every=self.every, stride=stride, **pair)
+        saved = check_pair_files(self.pair_folder, max_steps=self.max_steps, every=self.every, stride=stride, **pair)
         self.lock = ArmLock(self.folder)
         try:
             claim_arm_folder(self.folder, self.arm, start_step, resume, self.how_to_resume)
             if saved is None:
-                saved = write_pair_files(self.out, max_steps=self.max_steps, every=self.every, stride=stride, **pair)
+                saved = write_pair_files(self.pair_folder, max_steps=self.max_steps, every=self.every, stride=stride, **pair)
             self.schedule = schedule_config(saved.get("tracking") or {"every": self.every})
             self._start(start_step)
         except BaseException:
