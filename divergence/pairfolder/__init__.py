@@ -29,9 +29,9 @@ import importlib
 
 from divergence.pairfolder.layout import (
     ARMS, ATTENTION_FILE, CHECKPOINTS_DIR, CONTRACT, LOSSES_FILE, METRICS_FILE, PAIR_FILE, PAIR_RECIPE_FILE,
-    RUN_RECIPE_FILE, STATUS_FILE, WATCH_STATE_FILE, weights_name, weights_path,
+    RUN_RECIPE_FILE, STATUS_FILE, WATCH_STATE_FILE, weights_name,
 )
-from divergence.pairfolder.folder import ArmFolder, PairFolder
+from divergence.pairfolder.folder import ArmFolder, PairFolder, RunFolder
 
 _LAZY = {
     "PairInfo": "divergence.pairfolder.pair_json",
@@ -43,8 +43,8 @@ _LAZY = {
     "save_weights": "divergence.pairfolder.weights_file",
 }
 
-__all__ = ["ArmFolder", "PairFolder", "ARMS", "ATTENTION_FILE", "CHECKPOINTS_DIR", "CONTRACT", "LOSSES_FILE", "METRICS_FILE", "PAIR_FILE",
-           "PAIR_RECIPE_FILE", "RUN_RECIPE_FILE", "STATUS_FILE", "WATCH_STATE_FILE", "weights_name", "weights_path",
+__all__ = ["ArmFolder", "PairFolder", "RunFolder", "ARMS", "ATTENTION_FILE", "CHECKPOINTS_DIR", "CONTRACT", "LOSSES_FILE", "METRICS_FILE", "PAIR_FILE",
+           "PAIR_RECIPE_FILE", "RUN_RECIPE_FILE", "STATUS_FILE", "WATCH_STATE_FILE", "weights_name",
            *_LAZY]
 
 
