@@ -9,6 +9,7 @@
     report       matplotlib, scipy                              report, study's analysis
     parquet      pyarrow                                        export --parquet
     tensorboard  tensorboard                                    log.tensorboard
+    fp8, int8    torchao                                        the fp8 and int8-mixed variants
     all          every extra above
 
 A command calls ``require(extra, module, ...)`` before it imports them; the CLI turns a
@@ -34,6 +35,7 @@ MODULES = {
     "scipy": ("report", "scipy"),
     "pyarrow": ("parquet", "pyarrow"),
     "tensorboard": ("tensorboard", "tensorboard"),
+    "torchao": ("fp8", "torchao"),  # the int8 extra installs it too
 }
 
 

@@ -41,7 +41,7 @@ def run(args) -> int:
     from divergence.extras import require
 
     require("train", "lightning", "diffusers", "transformers")
-    from divergence.cli.study import _device_type, _parallel
+    from divergence.study.runner import device_type, parallel_jobs
     from divergence.errors import UserInputError
     from divergence.study import PairFailed, run_jobs
     from divergence.study.calibration import CALIBRATION_OVERRIDES, load_calibration
@@ -51,7 +51,7 @@ def run(args) -> int:
     for flag, value in (("--max-steps", args.max_steps), ("--replicates", args.replicates)):
         if value is not None and value < 1:
             raise UserInputError(f"{flag} {value}: must be >= 1")
-    device = _device_type()
+    device = device_type()
     overrides = [*args.overrides, *([f"replicates={args.replicates}"] if args.replicates is not None else [])]
     calibration = load_calibration(args.recipe or _default_recipe(), overrides, device)
     pair_overrides = [o for o in args.overrides if not o.startswith(CALIBRATION_OVERRIDES)]
@@ -59,7 +59,7 @@ def run(args) -> int:
         pair_overrides.append(f"train.max_steps={args.max_steps}")
     out = Path(args.out)
     jobs = plan_jobs(calibration.study, out, pair_overrides)  # every recipe checked; nothing written yet
-    parallel = _parallel(args.jobs, calibration.study.jobs, device, len(jobs))
+    parallel = parallel_jobs(args.jobs, calibration.study.jobs, device, len(jobs))
     horizons = _horizons(calibration.horizons, min(j.max_steps for j in jobs))
     references = [p.name for p in calibration.study.pairs if p.role != "ladder"]
     with study_lock(out):  # one study or calibration in a folder at a time

@@ -42,13 +42,13 @@ def run(args) -> int:
     from divergence.study import PairFailed, load_study, run_jobs
     from divergence.study.config import STUDY_OVERRIDES
     from divergence.study.lock import study_lock
-    from divergence.study.runner import plan_jobs, write_recipes
+    from divergence.study.runner import device_type, parallel_jobs, plan_jobs, write_recipes
 
     if args.max_steps is not None and args.max_steps < 1:
         raise UserInputError(f"--max-steps {args.max_steps}: must be >= 1")
     if args.replicates is not None and args.replicates < 1:
         raise UserInputError(f"--replicates {args.replicates}: must be >= 1")
-    device = _device_type()
+    device = device_type()
     study_overrides = [*args.overrides, *([f"replicates={args.replicates}"] if args.replicates is not None else [])]
     study = load_study(args.recipe or _default_recipe(), study_overrides, device)
     pair_overrides = [o for o in args.overrides if not o.startswith(STUDY_OVERRIDES)]
@@ -56,7 +56,7 @@ def run(args) -> int:
         pair_overrides.append(f"train.max_steps={args.max_steps}")
     out = Path(args.out)
     jobs = plan_jobs(study, out, pair_overrides)  # every recipe checked; nothing written yet
-    parallel = _parallel(args.jobs, study.jobs, device, len(jobs))
+    parallel = parallel_jobs(args.jobs, study.jobs, device, len(jobs))
     names = list(dict.fromkeys(j.pair.name for j in jobs))
     with study_lock(out):  # one study in a folder at a time
         print(f"study {study.name}: {len(names)} pairs ({', '.join(names)}), {study.replicates} replicate(s) "
@@ -80,23 +80,3 @@ def _default_recipe():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[1] / "recipes" / "study.yaml"
-
-
-def _device_type() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _parallel(flag: int | None, recipe_jobs, device: str, pairs: int) -> int:
-    import os
-
-    from divergence.errors import UserInputError
-
-    if flag is not None:
-        if flag < 1:
-            raise UserInputError(f"--jobs {flag}: must be >= 1")
-        return min(flag, pairs)
-    if recipe_jobs != "auto":
-        return min(recipe_jobs, pairs)
-    return 1 if device == "cuda" else max(1, min(2, (os.cpu_count() or 1), pairs))

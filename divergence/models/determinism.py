@@ -80,13 +80,19 @@ def determinism(train):
 
 @contextlib.contextmanager
 def arm_numerics(train):
-    """TF32 as this arm's recipe says (``train.tf32``) for the duration of one of its steps."""
+    """TF32 as this arm's recipe says (``train.tf32``), and its intra-op threads (``train.cpu_threads``)
+    where they differ from the process's, for the duration of one of its steps."""
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    threads = torch.get_num_threads()
     _set_tf32(train.tf32)
+    if train.cpu_threads and train.cpu_threads != threads:  # arms of a pair that differ in threads (cpu-threads)
+        torch.set_num_threads(train.cpu_threads)
     try:
         yield
     finally:
         _set_tf32_flags(*before)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
 
 
 def with_arm_numerics(step):

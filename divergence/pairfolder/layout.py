@@ -6,6 +6,7 @@
       pair.json                PAIR_FILE          what the pair is (divergence.pairfolder.pair_json)
       metrics.jsonl            METRICS_FILE       the metrics store (divergence.store.MetricsStore)
       attention.jsonl          ATTENTION_FILE     the shadow attention variant's deviations
+      costs.jsonl              COSTS_FILE         each lockstep arm's step time and peak memory (training.step_costs)
       pair.yaml                PAIR_RECIPE_FILE   the built-in trainer's resolved pair recipe (optional)
       watch.json               WATCH_STATE_FILE   divergence watch's own state
       retention.json           RETENTION_FILE     with tracking.keep: the weights files watch is about to delete
@@ -37,6 +38,7 @@ PAIR_RECIPE_FILE = "pair.yaml"
 RUN_RECIPE_FILE = "recipe.yaml"
 METRICS_FILE = "metrics.jsonl"
 ATTENTION_FILE = "attention.jsonl"
+COSTS_FILE = "costs.jsonl"
 WATCH_STATE_FILE = "watch.json"
 RETENTION_FILE = "retention.json"
 WANDB_ID_FILE = "wandb-id"

@@ -170,6 +170,13 @@ class TrainConfig:
     # Calibration: multiply every gradient elementwise by (1 + grad_noise * xi), xi ~ N(0, 1),
     # after unscaling and before clipping (the ``grad-noise`` variant; null: off). 0 is bitwise off.
     grad_noise: float | None = None
+    # Linear layers trained in FP8 with torchao.float8 (``tensorwise`` or ``rowwise`` scaling;
+    # emulated where no sm89+ GPU runs it), the ``fp8`` variant; null: off.
+    fp8: str | None = None
+    # Linear layers trained with torchao's INT8 mixed-precision matmuls (the ``int8-mixed`` variant).
+    int8: bool = False
+    # The denoiser compiled with torch.compile (inductor), the ``compile`` variant.
+    compile: bool = False
 
     def __post_init__(self):
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
@@ -187,6 +194,7 @@ class TrainConfig:
         require(self.devices >= 1 and self.num_nodes >= 1, "devices", "devices and num_nodes must be >= 1")
         require(self.cpu_threads >= 0, "cpu_threads", "must be >= 0 (0: torch's default)")
         check_strategy(self.strategy)
+        require(self.fp8 in (None, "tensorwise", "rowwise"), "fp8", f"expected tensorwise, rowwise or null, got {self.fp8!r}")
         require(self.grad_noise is None or 0 <= self.grad_noise < float("inf"), "grad_noise",
                 f"must be a finite number >= 0 or null, got {self.grad_noise}")
         require(self.ema is None or not self.strategy.lower().startswith(("fsdp", "deepspeed")), "ema",

@@ -197,3 +197,26 @@ def _check_exit(job: PairJob) -> None:
 
 def _log_path(job: PairJob) -> Path:
     return job.recipe_path.parent.parent / "logs" / f"{job.label}.log"
+
+
+def device_type() -> str:
+    """``cuda`` where a CUDA device is visible, else ``cpu``: where a study's pair runs train."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def parallel_jobs(flag: int | None, recipe_jobs, device: str, pairs: int) -> int:
+    """Pair runs trained at once: ``--jobs``, else the recipe's ``jobs``, else (auto) 1 on a GPU and
+    up to 2 on a CPU; never more than there are pair runs."""
+    import os
+
+    from divergence.errors import UserInputError
+
+    if flag is not None:
+        if flag < 1:
+            raise UserInputError(f"--jobs {flag}: must be >= 1")
+        return min(flag, pairs)
+    if recipe_jobs != "auto":
+        return min(recipe_jobs, pairs)
+    return 1 if device == "cuda" else max(1, min(2, (os.cpu_count() or 1), pairs))

@@ -36,6 +36,7 @@ from divergence.training.ema import ArmEMA
 from divergence.training.emulated_autocast import emulate_cpu_autocast, emulates_cpu_autocast
 from divergence.training.inputs import DiffusionInputs
 from divergence.training.optim import build_lr_schedule, build_optimizer
+from divergence.models.optimizations import apply_optimizations
 from divergence.training.precision import PrecisionPolicy
 
 
@@ -90,6 +91,7 @@ class Arm(torch.nn.Module):
         """Choose the precision policy for ``device`` and check the attention variant runs there."""
         self.policy = PrecisionPolicy(self.recipe.train.precision, device)
         check_attention(self.recipe.attention, torch.device(device), self.policy.compute_dtype, head_dim(self.unet))
+        apply_optimizations(self, torch.device(device))  # fp8 / int8 / compile, as the recipe says
 
     def configure_optimizers(self) -> None:
         """Build optimizer and LR schedule over the (already placed) weights; apply a resumed state."""
@@ -121,7 +123,7 @@ class Arm(torch.nn.Module):
         ``backward`` runs the backward pass of the (scaled) loss; a LightningModule passes its
         ``manual_backward`` so distributed strategies see it. Default: ``loss.backward()``.
         """
-        micro = [inputs] if isinstance(inputs, DiffusionInputs) else list(inputs)
+        micro = regroup([inputs] if isinstance(inputs, DiffusionInputs) else list(inputs), self.recipe.train.accumulate)
         opt, scaler = self.optimizer, self.policy.scaler
         opt.zero_grad(set_to_none=True)
         losses = [self._accumulate(batch, len(micro), backward) for batch in micro]
@@ -201,3 +203,20 @@ def multiply_grad_noise(params: list[torch.nn.Parameter], eps: float, data_seed:
         xi = torch.randn(param.grad.shape, generator=generator, dtype=torch.float32)
         factor = xi.mul_(eps).add_(1.0).to(device=param.grad.device, dtype=param.grad.dtype)
         param.grad.mul_(factor)
+
+
+def regroup(micro: list[DiffusionInputs], k: int) -> list[DiffusionInputs]:
+    """The step's examples as ``k`` micro-batches: a pair whose arms accumulate differently (the
+    ``grad-accumulation`` variant) gets one list from the shared inputs, and each arm splits or
+    joins it into its own; the examples, their order and their draws are the same (every example is
+    noised on its own), so k x b and one batch of k b see the same global batch. Unchanged when it
+    already has ``k``."""
+    if len(micro) == k:
+        return micro
+    fields = ("noisy", "timesteps", "input_ids", "target")
+    whole = {f: torch.cat([getattr(m, f) for m in micro]) for f in fields}
+    size = whole["noisy"].shape[0]
+    if size % k:
+        raise RuntimeError(f"train.accumulate={k} does not divide the step's {size} examples")
+    return [DiffusionInputs(micro[0].step, *(whole[f][i * size // k:(i + 1) * size // k] for f in fields))
+            for i in range(k)]

@@ -36,6 +36,7 @@ from divergence.training.arm import Arm, StepOutput
 from divergence.training.inputs import Inputs
 from divergence.tracking.recorder import diverged, first_nonfinite
 from divergence.training.optim import StepCounter
+from divergence.training.step_costs import step_cost
 
 STATE_KEY = "divergence"
 LOSS_SCALED = "16-mixed"  # the precision whose loss scaler skips a step with non-finite gradients
@@ -68,6 +69,7 @@ class ArmsModule(L.LightningModule):
             for name, recipe in recipes.items()})
         self.tensor_order = {name: list(arm.weights()) for name, arm in self.arms.items()}  # before any wrapping
         self.last_outputs: dict[str, StepOutput] | None = None  # this rank's
+        self.last_costs: dict[str, dict] = {}  # this rank's: {arm: {"seconds", "peak_bytes"}} of the last step
         self.step_losses: dict[str, float] | None = None       # averaged over ranks
 
     def checkpoint_arms(self) -> dict[str, Arm]:
@@ -97,8 +99,10 @@ class ArmsModule(L.LightningModule):
         check_step(batch, self.global_step)
         micro = self.inputs.prepare_step(batch)  # once, for every arm: the step's micro-batches
         inputs = micro[0] if len(micro) == 1 else micro
-        self.last_outputs = {name: arm.training_step(inputs, backward=self.manual_backward)
-                             for name, arm in self.arms.items()}
+        self.last_outputs, self.last_costs = {}, {}
+        for name, arm in self.arms.items():  # each arm's step timed and its peak memory read (costs.jsonl)
+            with step_cost(self.device) as self.last_costs[name]:
+                self.last_outputs[name] = arm.training_step(inputs, backward=self.manual_backward)
         self.optimizers().step()  # one tick of global_step (see StepCounter)
         local = torch.stack([out.loss.float() for out in self.last_outputs.values()])
         mean = self.trainer.strategy.reduce(local, reduce_op="mean")  # the global loss of each arm

@@ -24,6 +24,7 @@ from pathlib import Path
 from divergence.recipe.pair import PairRecipe
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.pair_json import finish_pair
+from divergence.training.callbacks.step_costs import StepCosts
 from divergence.training.pair_setup import pair_info  # noqa: F401  (importers)
 
 
@@ -50,6 +51,7 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     tracker = DivergenceTracker(out, pair.tracking, pair.base.train.checkpoint_every, probe=pair_probe(pair, module),
                                 losses=lambda m: m.step_losses, weights=lambda m: (m.arms["a"].weights(),
                                                                                     m.arms["b"].weights()))
+    callbacks = [*callbacks, StepCosts(out, costs=lambda m: m.last_costs)]  # costs.jsonl: each arm's step time, memory
     recorders = {arm: r for arm, r in module.recorders.items() if r is not None}
     if recorders:
         callbacks = [*callbacks, AttentionOutputDeviation(out, recorders, pair.tracking.attention_every)]

@@ -1,6 +1,7 @@
 """Named changes to one arm of a pair; see ``registry`` for the interface, ``builtin`` for the list."""
 
 from divergence.variants import builtin  # noqa: F401  (registers the shipped variants)
+from divergence.variants import optimizations  # noqa: F401  (the atlas's: fp8, int8-mixed, compile, ...)
 from divergence.variants.registry import CATEGORIES, VARIANTS, Variant, parse_variant, register
 
 __all__ = ["CATEGORIES", "VARIANTS", "Variant", "parse_variant", "register"]

@@ -1,0 +1,201 @@
+"""The atlas's files: ``atlas.json`` (every row as data), ``atlas.md`` and ``atlas.html`` (the
+table), ``atlas.png`` (deviation against speed-up).
+
+Table columns: optimization, backbone, numerics (arm a's; ``vs`` arm b's where they differ),
+log10 dose ratio against the precision reference with its 95% interval and replicates, the dose
+status, the equivalent gradient-noise dose, the outcome status, the replicates that would decide
+an undecided row, arm a's step time and peak memory over arm b's, and the row's status.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from divergence.atlas.rows import numerics_text
+from divergence.tables import write_json
+
+SCHEMA = 1
+FIGURE = "atlas.png"
+COLUMNS = (
+    "optimization",
+    "backbone",
+    "numerics",
+    "log10 dose ratio [95% CI] (n)",
+    "dose",
+    "equivalent noise dose",
+    "outcome",
+    "replicates to decide",
+    "time a/b",
+    "memory a/b",
+    "status",
+)
+
+
+def write_atlas(out: Path, atlas: dict) -> list[Path]:
+    """Write the four files into ``out``; return their paths."""
+    figure = draw_figure(atlas, out / FIGURE)
+    atlas = {**atlas, "figure": figure.name}
+    write_json(out / "atlas.json", atlas)
+    (out / "atlas.md").write_text(markdown(atlas), encoding="utf-8")
+    (out / "atlas.html").write_text(render_html(atlas, figure), encoding="utf-8")
+    return [out / "atlas.json", out / "atlas.md", out / "atlas.html", figure]
+
+
+def cells(row: dict) -> list[str]:
+    """One row of the table as text, in ``COLUMNS`` order."""
+    dose, outcome, cost = row.get("dose_ratio") or {}, row.get("outcome") or {}, row.get("cost") or {}
+    if row["status"] == "unavailable":
+        return [row["optimization"], row["backbone"], "", "", "", "", "", "", "", "", row.get("reason") or ""]
+    interval = (
+        (f"{_num(dose.get('log10'))} [{_num(dose.get('lo'))}, {_num(dose.get('hi'))}] ({dose.get('replicates', '?')})")
+        if dose.get("log10") is not None
+        else "-"
+    )
+    return [
+        row["optimization"],
+        row["backbone"],
+        numerics_text(row.get("numerics") or {}),
+        interval,
+        str(dose.get("status") or "-"),
+        _dose(row.get("equivalent_dose")),
+        str(outcome.get("status") or "-"),
+        _needed(row),
+        _ratio(cost.get("time_ratio")),
+        _ratio(cost.get("memory_ratio")),
+        str(row["status"]),
+    ]
+
+
+def markdown(atlas: dict) -> str:
+    lines = [
+        f"# Deviation atlas ({atlas.get('device', '?')}, {atlas.get('generated', '')})",
+        "",
+        f"`{atlas.get('command', 'divergence atlas')}`",
+        "",
+        _legend(atlas),
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in cells(r)) + " |" for r in atlas["rows"]]
+    lines += [
+        "",
+        "Seed ceiling (log10 E_seed / E_precision at the last step): "
+        + ", ".join(f"{b} {_num(v.get('seed_ceiling'))}" for b, v in atlas.get("backbones", {}).items())
+        + ".",
+    ]
+    notes = [
+        f"- {r['optimization']} ({r['backbone']}): {n}"
+        for r in atlas["rows"]
+        if r["status"] != "unavailable"
+        for n in (r.get("reason"), r.get("outside_deployment"))
+        if n
+    ]
+    lines += ["", "Notes:", *notes] if notes else []
+    if atlas.get("figure"):
+        lines += ["", f"![deviation against speed-up]({atlas['figure']})"]
+    return "\n".join(lines) + "\n"
+
+
+def render_html(atlas: dict, figure: Path) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells(r)) + "</tr>" for r in atlas["rows"])
+    data = base64.b64encode(figure.read_bytes()).decode("ascii")
+    image = f"<figure><img alt='deviation against speed-up' src='data:image/png;base64,{data}'></figure>"
+    text = markdown(atlas).split("\n")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>Deviation atlas</title><style>"
+        "body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px}"
+        "table{border-collapse:collapse}</style></head><body>"
+        f"<h1>{html.escape(text[0].lstrip('# '))}</h1><p><code>{html.escape(atlas.get('command', ''))}</code></p>"
+        f"<p>{html.escape(text[4])}</p><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        f"<p>{html.escape(next((t for t in text if t.startswith('Seed ceiling')), ''))}</p>{image}</body></html>"
+    )
+
+
+def draw_figure(atlas: dict, path: Path) -> Path:
+    """log10 dose ratio (with its interval) against speed-up (arm b's step time over arm a's), one
+    point per row that has both; the precision reference (0) and each backbone's seed ceiling
+    marked; the rows without a point named under the axes."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    placed = [r for r in atlas["rows"] if _placeable(r)]
+    fig = Figure(figsize=(7.5, 5.5))
+    ax = fig.subplots()
+    markers = {"unet": "o", "dit": "s"}
+    for row in placed:
+        dose, speedup = row["dose_ratio"], 1.0 / row["cost"]["time_ratio"]
+        lo, hi = dose.get("lo"), dose.get("hi")
+        yerr = [[dose["log10"] - lo], [hi - dose["log10"]]] if lo is not None and hi is not None else None
+        ax.errorbar([speedup], [dose["log10"]], yerr=yerr, fmt=markers.get(row["backbone"], "^"), capsize=3)
+        ax.annotate(
+            f"{row['optimization']} ({row['backbone']})",
+            (speedup, dose["log10"]),
+            fontsize=8,
+            xytext=(4, 4),
+            textcoords="offset points",
+        )
+    ax.axhline(0.0, color="k", lw=1, label="precision reference (0 dex)")
+    for backbone, info in atlas.get("backbones", {}).items():
+        if info.get("seed_ceiling") is not None:
+            color = "tab:red" if backbone == "unet" else "tab:purple"
+            ax.axhline(info["seed_ceiling"], ls="--", lw=1, color=color, label=f"seed ceiling ({backbone})")
+    ax.set_xscale("log")
+    ax.margins(x=0.3, y=0.15)  # room for the labels at the ends
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("speed-up: step time of arm b / arm a (per step, median)")
+    ax.set_ylabel("log10 dose ratio vs precision reference")
+    ax.set_title("Deviation against speed-up")
+    ax.legend(fontsize=8, loc="best")
+    left = [f"{r['optimization']} ({r['backbone']}): {r['status']}" for r in atlas["rows"] if not _placeable(r)]
+    if left:
+        fig.text(0.01, 0.01, "not placed: " + "; ".join(left), fontsize=6, wrap=True)
+    fig.tight_layout(rect=(0, 0.06 if left else 0, 1, 1))
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def _placeable(row: dict) -> bool:
+    return (row.get("dose_ratio") or {}).get("log10") is not None and bool((row.get("cost") or {}).get("time_ratio"))
+
+
+def _legend(atlas: dict) -> str:
+    return (
+        f"log10 dose ratio: log10(E_X / E_P) against the precision reference ({_references(atlas)}), 0 by "
+        "definition; below 0 perturbs less than low precision. time and memory: arm a (the optimization) over "
+        "arm b, per step, medians in the same runs."
+    )
+
+
+def _references(atlas: dict) -> str:
+    return ", ".join(sorted({(r.get("dose_ratio") or {}).get("reference") or "" for r in atlas["rows"]} - {""})) or "?"
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:+.2f}"
+
+
+def _ratio(x) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def _dose(x) -> str:
+    if isinstance(x, dict):
+        x = x.get("eps", x.get("dose"))
+    return "-" if x is None else (f"{x:.1e}" if isinstance(x, (int, float)) else str(x))
+
+
+def _needed(row: dict) -> str:
+    dose, outcome = row.get("dose_ratio") or {}, row.get("outcome") or {}
+    bits = []
+    if dose.get("status") == "inconclusive":
+        n = (dose.get("replicates_needed") or {}).get("exclude_0")
+        bits.append(f"dose {n}" if n else "dose: none within 1000")
+    if outcome.get("status") == "undecided":
+        n = outcome.get("replicates_needed")
+        bits.append(f"outcome {n}" if n else "outcome: none within 1000")
+    return ", ".join(bits) or "-"

@@ -1,0 +1,124 @@
+"""One row of the atlas per optimization and backbone, from its report's ``summary.json`` and costs.
+
+A row states, for the pair under study (arm a: the optimization, arm b: what it replaces):
+
+- ``numerics``: what each arm trained in (``pair.json``'s numerics: device, precision, threads...);
+- ``dose_ratio``: log10(E_X / E_P) against the precision reference, its 95% interval over
+  replicates, its status and the replicates that would decide (``METHOD.md``);
+- ``equivalent_dose``: the relative gradient noise per step it equals, when a calibration is given;
+- ``outcome``: the final relative loss difference's status and interval;
+- ``cost``: arm a's step time and peak memory over arm b's (``atlas.costs``);
+- ``status``: the verdict's, or ``unavailable`` with the reason (a GPU-only row on a CPU).
+
+Per backbone, ``seed_ceiling``: log10(E_seed / E_precision) at the last tracked step (medians over
+replicates): where a model as different as another initialization sits on the same scale. The
+precision reference is 0 by definition.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from divergence.atlas.catalog import Optimization
+from divergence.atlas.costs import pair_costs
+
+
+def measured_row(opt: Optimization, backbone: str, pair_name: str, summary: dict, report: str) -> dict:
+    """The row of ``opt`` on ``backbone`` from its report's summary (``pair_name``: its pair under study)."""
+    verdict = next((v for v in summary.get("verdicts", []) if v.get("study") == pair_name), None)
+    runs = [p for p in summary.get("pairs", {}).values() if p.get("name") == pair_name]
+    row = _row(opt, backbone)
+    row.update(
+        pair=pair_name,
+        report=report,
+        numerics=(runs[0].get("numerics") if runs else None) or {},
+        cost=pair_costs([p["folder"] for p in runs if p.get("folder")]),
+    )
+    if verdict is None:
+        row.update(status="no_verdict", reason="the report has no verdict for this pair")
+        return row
+    dose, outcome = verdict["dose_ratio"], verdict["outcome"]
+    row.update(
+        status=verdict["status"],
+        headline=verdict.get("headline"),
+        dose_ratio={
+            k: dose.get(k) for k in ("log10", "lo", "hi", "replicates", "status", "replicates_needed", "reference")
+        },
+        equivalent_dose=verdict.get("equivalent_dose"),
+        outcome={k: outcome.get(k) for k in ("status", "mean", "lo", "hi", "margin", "replicates_needed")},
+        outside_deployment=verdict.get("outside_deployment"),
+        reasons=list(verdict.get("reasons") or []),
+        reason=(verdict.get("reasons") or [None])[0],
+    )
+    return row
+
+
+def unavailable_row(opt: Optimization, backbone: str, reason: str) -> dict:
+    row = _row(opt, backbone)
+    row.update(status="unavailable", reason=reason)
+    return row
+
+
+def _row(opt: Optimization, backbone: str) -> dict:
+    return {
+        "optimization": opt.name,
+        "backbone": backbone,
+        "what": opt.what,
+        "pair": None,
+        "status": None,
+        "reason": None,
+        "numerics": {},
+        "dose_ratio": None,
+        "equivalent_dose": None,
+        "outcome": None,
+        "cost": None,
+        "report": None,
+    }
+
+
+def seed_ceiling(summary: dict) -> float | None:
+    """log10(median E_seed / median E_precision) at the last step both reached, over replicates."""
+    last = {}
+    for category in ("seed", "precision"):
+        finals = {}
+        for p in summary.get("pairs", {}).values():
+            trajectory = p.get("trajectory") or {}
+            if p.get("category") == category and trajectory.get("step"):
+                finals[trajectory["step"][-1], p.get("replicate")] = trajectory["rel_l2"][-1]
+        last[category] = finals
+    steps = {s for s, _ in last["seed"]} & {s for s, _ in last["precision"]}
+    if not steps:
+        return None
+    step = max(steps)
+    seed = [v for (s, _), v in last["seed"].items() if s == step and _finite(v)]
+    precision = [v for (s, _), v in last["precision"].items() if s == step and _finite(v)]
+    if not seed or not precision or statistics.median(precision) <= 0 or statistics.median(seed) <= 0:
+        return None
+    return math.log10(statistics.median(seed) / statistics.median(precision))
+
+
+def numerics_text(numerics: dict) -> str:
+    """``bf16-mixed (cpu, emulated autocast, 1 thread)`` for arm a; arm b's differences after ``vs``."""
+    if not numerics:
+        return ""
+    a, b = numerics.get("a") or {}, numerics.get("b") or {}
+    text = _numerics_line(a)
+    return text if _numerics_line(b) == text else f"{text} vs {_numerics_line(b)}"
+
+
+def _numerics_line(n: dict) -> str:
+    if not n:
+        return "?"
+    bits = [n.get("device", "?")]
+    if n.get("cpu_autocast") == "emulate":
+        bits.append("emulated autocast")
+    if n.get("device") == "cpu" and n.get("cpu_threads"):
+        bits.append(f"{n['cpu_threads']} thread{'s' if n['cpu_threads'] != 1 else ''}")
+    if n.get("tf32"):
+        bits.append("tf32")
+    return f"{n.get('precision', '?')} ({', '.join(bits)})"
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)

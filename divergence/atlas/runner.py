@@ -1,0 +1,97 @@
+"""Run the atlas: plan every backbone's study, train what is not finished, report each
+optimization, write the atlas's files. Resumable as a study is: finished pair runs are skipped,
+an interrupted one resumes from its last checkpoint, ``--replicates N`` trains only the new ones.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+
+from divergence.atlas.catalog import Optimization
+from divergence.atlas.plan import BackboneStudy, backbone_study, split_overrides
+from divergence.atlas.render import SCHEMA, write_atlas
+from divergence.atlas.rows import measured_row, seed_ceiling, unavailable_row
+
+CALIBRATION_FILE = "calibration.json"
+CACHE_DIR = "inductor-cache"  # torch.compile's artifacts, shared by every compile arm and replicate
+
+
+def run_atlas(
+    out: Path,
+    optimizations: list[Optimization],
+    backbones: list[str],
+    overrides: list[str],
+    *,
+    jobs: int | None = None,
+    calibration: Path | None = None,
+    quiet: bool = False,
+    command: str = "divergence atlas",
+) -> dict:
+    """Train and report; return the atlas (what ``atlas.json`` holds)."""
+    from divergence.study.runner import device_type, parallel_jobs
+    from divergence.study.lock import study_lock
+    from divergence.study.runner import plan_jobs, run_jobs, write_recipes
+
+    device = device_type()
+    study_overrides, pair_overrides = split_overrides(overrides)
+    plans: dict[str, tuple[BackboneStudy, list]] = {}
+    for backbone in backbones:  # every recipe checked before anything is written
+        measured = [o for o in optimizations if o.unavailable(device) is None]
+        if measured:
+            plan = backbone_study(backbone, measured, device, study_overrides)
+            plans[backbone] = (plan, plan_jobs(plan.study, out / backbone, pair_overrides))
+    if calibration is None and (out / CALIBRATION_FILE).is_file():
+        calibration = out / CALIBRATION_FILE
+    with study_lock(out):
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str((out / CACHE_DIR).resolve()))
+        for backbone, (plan, planned) in plans.items():
+            parallel = parallel_jobs(jobs, plan.study.jobs, device, len(planned))
+            if not quiet:
+                print(
+                    f"atlas {backbone}: {len(planned)} pair runs ({', '.join(dict.fromkeys(j.label for j in planned))}),"
+                    f" {parallel} at a time, into {out / backbone}"
+                )
+            write_recipes(planned)
+            run_jobs(planned, pair_overrides, parallel, show_progress=not quiet)
+        atlas = _assemble(out, optimizations, backbones, plans, device, calibration)
+        atlas["command"] = command
+        write_atlas(out, atlas)
+    return atlas
+
+
+def _assemble(out: Path, optimizations, backbones, plans, device: str, calibration: Path | None) -> dict:
+    """Each optimization's report (``OUT/<backbone>/reports/<name>``) and row, in catalog order."""
+    from divergence.report import build_report
+
+    rows, info = [], {}
+    for backbone in backbones:
+        info[backbone] = {"seed_ceiling": None, "references": []}
+        for opt in optimizations:
+            reason = opt.unavailable(device)
+            if reason is not None:
+                rows.append(unavailable_row(opt, backbone, reason))
+                continue
+            plan, planned = plans[backbone]
+            names = (plan.pairs[opt.name], *plan.references)
+            folder = out / backbone / "reports" / opt.name
+            report = build_report([j.out for j in planned if j.pair.name in names], folder, calibration=calibration)
+            rows.append(
+                measured_row(
+                    opt,
+                    backbone,
+                    plan.pairs[opt.name],
+                    report.summary,
+                    folder.relative_to(out).as_posix(),
+                )
+            )
+            info[backbone] = {"seed_ceiling": seed_ceiling(report.summary), "references": list(plan.references)}
+    return {
+        "schema": SCHEMA,
+        "generated": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "device": device,
+        "calibration": str(calibration) if calibration else None,
+        "backbones": info,
+        "rows": rows,
+    }

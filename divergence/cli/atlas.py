@@ -1,0 +1,101 @@
+"""``divergence atlas``: every optimization's pair beside the references, on one scale, with what it buys."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "atlas",
+        help="train every optimization's pair with the references; write atlas.json/.md/.html and a figure",
+        description="The deviation atlas: each optimization (fp8, int8, compile, accumulation, threads, flash, "
+        "checkpointing, fused AdamW, TF32, memory-efficient SDPA, ...) studied as `divergence study` studies one, "
+        "on the tiny UNet and the tiny DiT, the references trained once per backbone; then its dose ratio against "
+        "low precision beside its step time and peak memory. Finished pairs are not trained again.",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="atlas folder: OUT/<backbone>/<pair>/r<replicate>, the reports in "
+        "OUT/<backbone>/reports/<optimization>, atlas.json/.md/.html and atlas.png at its top",
+    )
+    p.add_argument("--only", nargs="+", metavar="NAME", help="these optimizations only (default: all)")
+    p.add_argument("--backbone", help="unet or dit (default: both)")
+    p.add_argument(
+        "--replicates", type=int, help="replicates of every pair but the control (default: the study recipe's)"
+    )
+    p.add_argument("--jobs", type=int, help="pairs trained at once (default: 2 on a CPU with 2+ cores, 1 on a GPU)")
+    p.add_argument(
+        "--calibration",
+        help="calibration.json (divergence calibrate) for the equivalent gradient-noise "
+        "dose (default: OUT/calibration.json when present)",
+    )
+    p.add_argument("--no-wandb", action="store_true", help="no wandb logs for the pair runs (log.wandb=false)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="overrides for every pair (train.max_steps=10) or the study (replicates=3, "
+        "references.precision=pairs/fp16-vs-fp32.yaml)",
+    )
+    return p
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from divergence.atlas.catalog import backbones, select
+    from divergence.errors import UserInputError
+    from divergence.extras import require
+
+    if args.only:  # `--only flash train.max_steps=60`: KEY=VALUE after the names are overrides, not names
+        args.overrides = [*[o for o in args.only if "=" in o], *args.overrides]
+        args.only = [o for o in args.only if "=" not in o] or None
+    optimizations, chosen = select(args.only), backbones(args.backbone)  # bad names: one line, before any import
+    if args.replicates is not None and args.replicates < 1:
+        raise UserInputError(f"--replicates {args.replicates}: must be >= 1")
+    calibration = Path(args.calibration) if args.calibration else None
+    if calibration is not None and not calibration.is_file():
+        raise UserInputError(f"--calibration {calibration}: no such file; write one with divergence calibrate")
+    require("train", "lightning", "diffusers", "transformers")
+    require("report", "matplotlib", "scipy")
+    from divergence.atlas.runner import run_atlas
+    from divergence.study import PairFailed
+
+    overrides = [
+        *args.overrides,
+        *([f"replicates={args.replicates}"] if args.replicates is not None else []),
+        *(["log.wandb=false"] if args.no_wandb else []),
+    ]
+    try:
+        atlas = run_atlas(
+            Path(args.out),
+            optimizations,
+            chosen,
+            overrides,
+            jobs=args.jobs,
+            calibration=calibration,
+            quiet=args.quiet,
+            command=" ".join(["divergence", "atlas", *sys.argv[2:]]),
+        )
+    except PairFailed as err:
+        print(f"divergence atlas: error: {err}", file=sys.stderr)
+        return 2 if err.exit_code == 2 else 1
+    for row in atlas["rows"]:
+        print(_line(row))
+    print(f"atlas: {Path(args.out) / 'atlas.md'}, atlas.json, atlas.html, atlas.png")
+    return 0
+
+
+def _line(row: dict) -> str:
+    from divergence.atlas.render import cells
+
+    c = cells(row)
+    if row["status"] == "unavailable":
+        return f"{c[0]:<24} {c[1]:<5} {c[-1]}"
+    return (
+        f"{c[0]:<24} {c[1]:<5} dose {c[3]} {c[4]}, outcome {c[6]}, decide: {c[7]}, time a/b {c[8]}, memory a/b {c[9]}"
+    )

@@ -1,0 +1,121 @@
+"""What each arm's optimizer step costs, measured side by side in the same run: ``costs.jsonl``.
+
+An optimization exists to be faster or smaller, so a pair records, for every step and arm, the
+wall time of the arm's step and the memory it took above what the process held when the step
+began. The arms of a lockstep pair step one after the other in one process on the same inputs,
+so their ratio compares them under the same load.
+
+- Time: ``perf_counter`` around the arm's step (forward, backward, optimizer), after a CUDA
+  synchronize on a GPU.
+- Memory on a GPU: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus
+  what was allocated at the step's start (``memory: cuda``).
+- Memory on a CPU: the peak resident set size of the step above its start (``memory: rss``):
+  glibc's free heap is handed back first (``malloc_trim(0)``, else the previous step's freed
+  pages would hide this one's growth), then the kernel's high-water mark is reset
+  (``/proc/self/clear_refs`` <- 5, Linux >= 4.0) and ``VmHWM - VmRSS`` read after the step.
+  Where either is unavailable ``peak_bytes`` is null.
+
+One JSON line per step (a resumed run appends the steps it recomputes; the last line of a step wins)::
+
+    {"step": 12, "memory": "rss", "arms": {"a": {"seconds": 0.41, "peak_bytes": 31457280}, "b": {...}}}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import json
+import re
+import time
+from pathlib import Path
+
+import torch
+
+from divergence.pairfolder.layout import COSTS_FILE
+
+
+@contextlib.contextmanager
+def step_cost(device: torch.device):
+    """Measure the block: yields a dict that holds ``seconds`` and ``peak_bytes`` after it."""
+    cost: dict = {}
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start_bytes = torch.cuda.memory_allocated(device)
+    else:
+        start_bytes = _reset_rss_peak()
+    start = time.perf_counter()
+    yield cost
+    if cuda:
+        torch.cuda.synchronize(device)
+    cost["seconds"] = time.perf_counter() - start
+    if cuda:
+        cost["peak_bytes"] = int(torch.cuda.max_memory_allocated(device) - start_bytes)
+    else:
+        peak = _status_kib("VmHWM") if start_bytes is not None else None
+        cost["peak_bytes"] = None if peak is None else max(0, peak * 1024 - start_bytes)
+
+
+def memory_kind(device: torch.device) -> str:
+    return "cuda" if device.type == "cuda" else "rss"
+
+
+def _reset_rss_peak() -> int | None:
+    """Trim the free heap, reset the high-water mark; the resident bytes now, or None if unsupported."""
+    libc = _libc()
+    if libc is None:
+        return None
+    libc.malloc_trim(0)
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return None
+    rss = _status_kib("VmRSS")
+    return None if rss is None else rss * 1024
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        match = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(match.group(1)) if match else None
+
+
+_LIBC: list = []
+
+
+def _libc():
+    if not _LIBC:
+        name = ctypes.util.find_library("c")
+        try:
+            lib = ctypes.CDLL(name) if name else None
+            _LIBC.append(lib if lib is not None and hasattr(lib, "malloc_trim") else None)
+        except OSError:
+            _LIBC.append(None)
+    return _LIBC[0]
+
+
+def append_costs(out: Path, step: int, memory: str, arms: dict) -> None:
+    """Append one step's line to ``out/costs.jsonl``."""
+    line = json.dumps({"step": int(step), "memory": memory, "arms": arms}, allow_nan=False)
+    with open(Path(out) / COSTS_FILE, "a") as f:
+        f.write(line + "\n")
+
+
+def read_costs(folder: Path) -> dict[int, dict]:
+    """``step -> line`` of ``folder/costs.jsonl`` (the last line of a step); {} when absent. A torn
+    last line (a run killed mid-write) is skipped."""
+    path = Path(folder) / COSTS_FILE
+    if not path.is_file():
+        return {}
+    rows = {}
+    for text in path.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(text)
+            rows[int(row["step"])] = row
+        except (ValueError, KeyError, TypeError):
+            continue
+    return rows

@@ -1,0 +1,163 @@
+"""Variants for the training optimizations people ship beyond the paper's (the deviation atlas).
+
+- ``fp8``: linear layers in FP8 with torchao.float8, ``tensorwise`` or ``rowwise`` scaling, against
+  the bf16 arm it replaces (deployment: bf16 autocast for both arms); emulated off sm89+ GPUs;
+- ``int8-mixed``: torchao's INT8 mixed-precision training of the linear layers;
+- ``compile``: the denoiser under ``torch.compile`` (inductor) against eager;
+- ``grad-accumulation``: ``KxB``, k micro-batches of b examples per optimizer step, against one
+  batch of k b (``{grad-accumulation: 1x16}``): the same global batch, summed in another order;
+- ``cpu-threads``: the arm's intra-op threads on a CPU (1 vs 2 should change nothing; it does:
+  a CPU splits its reductions by thread).
+
+How each is applied to the arm: ``divergence.models.optimizations`` (fp8, int8, compile),
+``divergence.training.arm.regroup`` (accumulation), ``divergence.training.determinism.arm_numerics``
+(threads).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from divergence.variants.deployment import Deployment
+from divergence.variants.registry import Variant, register
+
+FP8_RECIPES = ("tensorwise", "rowwise")
+_ACCUMULATION = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
+
+
+def _require_torchao(extra: str) -> None:
+    from divergence.extras import require
+
+    require(extra, "torchao")
+
+
+@register
+class FP8(Variant):
+    name = "fp8"
+    help = "linear layers trained in FP8 (torchao.float8): tensorwise or rowwise scaling; emulated off sm89+ GPUs"
+    default = "tensorwise"
+
+    def validate(self):
+        if self.value not in FP8_RECIPES:
+            self.fail(f"expected a scaling recipe, one of {', '.join(FP8_RECIPES)}, got {self.value!r}")
+        _require_torchao("fp8")
+
+    def overrides(self):
+        return {"train.fp8": self.value}
+
+    def deployment(self):
+        # FP8 training replaces a bf16 autocast recipe (torchao: "a drop-in for bf16 training")
+        return Deployment(f"fp8 {self.value}", precisions=("bf16-mixed",))
+
+    def verify(self, arm):
+        from divergence.models.optimizations import fp8_layers
+
+        layers = fp8_layers(arm)
+        if not layers:
+            raise RuntimeError(
+                f"fp8 {self.value}: no linear layer converted (only nn.Linear layers whose two "
+                "dimensions are multiples of 16 do)"
+            )
+        how = "emulated" if (arm.optimized or {}).get("fp8_emulated") else "scaled FP8 matmuls"
+        _say_converted(f"fp8 {self.value}", f"in FP8 ({how})", arm, layers)
+
+
+@register
+class Int8Mixed(Variant):
+    name = "int8-mixed"
+    help = "linear layers trained with torchao's INT8 mixed-precision matmuls (forward and backward)"
+
+    def validate(self):
+        if not isinstance(self.value, bool):
+            self.fail(f"expected true or false, got {self.value!r}")
+        if self.value:
+            _require_torchao("int8")
+
+    def overrides(self):
+        return {"train.int8": self.value}
+
+    def verify(self, arm):
+        from divergence.models.optimizations import int8_layers
+
+        layers = int8_layers(arm) if self.value else []
+        if self.value and not layers:
+            raise RuntimeError(
+                "int8-mixed: no linear layer converted (only nn.Linear layers whose two dimensions "
+                "are multiples of 16 do)"
+            )
+        if layers:
+            _say_converted("int8-mixed", "with INT8 matmuls", arm, layers)
+
+
+@register
+class Compile(Variant):
+    name = "compile"
+    help = "the denoiser compiled with torch.compile (inductor) instead of run eagerly"
+
+    def validate(self):
+        if not isinstance(self.value, bool):
+            self.fail(f"expected true or false, got {self.value!r}")
+
+    def overrides(self):
+        return {"train.compile": self.value}
+
+    def verify(self, arm):
+        compiled = getattr(arm.unet, "_compiled_call_impl", None) is not None
+        if compiled != self.value:
+            raise RuntimeError(f"compile {self.value} but the denoiser is {'' if compiled else 'not '}compiled")
+
+
+@register
+class GradAccumulation(Variant):
+    name = "grad-accumulation"
+    help = "KxB: k micro-batches of b examples per optimizer step (1x16: one batch of 16)"
+    default = "4x4"
+
+    def validate(self):
+        match = _ACCUMULATION.match(str(self.value))
+        if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
+            self.fail(f"expected KxB (micro-batches x examples each, e.g. 4x4 against 1x16), got {self.value!r}")
+        self.k, self.b = int(match.group(1)), int(match.group(2))
+        self.value = f"{self.k}x{self.b}"
+
+    def overrides(self):
+        return {"train.accumulate": self.k, "train.batch_size": self.b}
+
+    def verify(self, arm):
+        train = arm.recipe.train
+        if (train.accumulate, train.batch_size) != (self.k, self.b):
+            raise RuntimeError(
+                f"grad-accumulation {self.value} but the arm trains {train.accumulate}x{train.batch_size}"
+            )
+
+
+@register
+class CpuThreads(Variant):
+    name = "cpu-threads"
+    help = "torch intra-op threads of the arm's step on a CPU (train.cpu_threads)"
+    default = 2
+
+    def validate(self):
+        if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < 1:
+            self.fail(f"expected a positive number of threads, got {self.value!r}")
+
+    def overrides(self):
+        return {"train.cpu_threads": self.value}
+
+    def deployment(self):
+        return Deployment("cpu-threads", devices=("cpu",))
+
+    def verify(self, arm):
+        if arm.recipe.train.cpu_threads != self.value:
+            raise RuntimeError(f"cpu-threads {self.value} but the arm's recipe has {arm.recipe.train.cpu_threads}")
+
+
+def _say_converted(what: str, how: str, arm, layers: list[str]) -> None:
+    """One line into the run's log (a study keeps each pair run's output in logs/): how many linear
+    layers converted, and which did not (a dimension not a multiple of 16)."""
+    from divergence.models.optimizations import unconverted
+
+    left = unconverted(arm, layers)
+    rest = f"; not converted (a dimension not a multiple of 16): {', '.join(left)}" if left else "; every one"
+    print(f"{what}: {len(layers)} linear layers {how}{rest}", file=sys.stderr, flush=True)

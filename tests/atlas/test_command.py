@@ -1,0 +1,83 @@
+"""``divergence atlas``: the plan (one study per backbone, references once), a tiny atlas end to end,
+its resume, and bad input as one line."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from divergence.atlas.catalog import OPTIMIZATIONS
+from divergence.atlas.plan import backbone_study
+from divergence.cli import main
+
+QUICK = [
+    "--no-wandb",
+    "--quiet",
+    "--backbone",
+    "unet",
+    "train.max_steps=5",
+    "train.checkpoint_every=5",
+    "train.batch_size=2",
+    "tracking.every=1",
+    "tracking.probe.size=4",
+    "references.control=null",
+    "references.seed=null",
+]
+
+
+def test_one_study_per_backbone_trains_the_references_once_and_each_pair_in_its_numerics():
+    plan = backbone_study("dit", [OPTIMIZATIONS["fp8-tensorwise"], OPTIMIZATIONS["flash"]], "cpu", [])
+    names = [p.name for p in plan.study.pairs]
+    assert names == ["fp8-tensorwise", "flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32", "control"]
+    assert plan.pairs == {"fp8-tensorwise": "fp8-tensorwise", "flash": "flash-vs-baseline"}
+    assert plan.references == ("seed-vs-seed", "bf16-vs-fp32", "control")
+    by_name = {p.name: p for p in plan.study.pairs}
+    assert all(Path(p.recipe["base"]).name == "tiny-dit.yaml" for p in plan.study.pairs)
+    for name in ("fp8-tensorwise", "flash-vs-baseline"):  # deployment numerics: bf16 autocast for both arms
+        assert by_name[name].recipe["recipe"]["train"]["precision"] == "bf16-mixed"
+    assert "precision" not in by_name["seed-vs-seed"].recipe["recipe"]["train"]
+
+
+def test_a_tiny_atlas_end_to_end_then_a_second_run_trains_nothing(tmp_path, capsys):
+    out = tmp_path / "A"
+    assert main(["atlas", "--out", str(out), "--only", "fused-adamw", "tf32", "--replicates", "2", *QUICK]) == 0
+    printed = capsys.readouterr().out
+    assert "fused-adamw" in printed and "tf32" in printed and "GPU only" in printed
+    atlas = json.loads((out / "atlas.json").read_text())
+    assert [(r["optimization"], r["backbone"]) for r in atlas["rows"]] == [("fused-adamw", "unet"), ("tf32", "unet")]
+    fused, tf32 = atlas["rows"]
+    assert tf32["status"] == "unavailable" and tf32["reason"].startswith("GPU only")
+    assert fused["numerics"]["a"]["precision"] == "32-true" and fused["dose_ratio"]["reference"] == "bf16-vs-fp32"
+    assert fused["status"] and fused["report"] == "unet/reports/fused-adamw"
+    assert fused["cost"]["steps"] == 2 * 3 and fused["cost"]["time_ratio"] > 0  # 5 steps, 2 of warm-up, 2 replicates
+    assert fused["cost"]["memory"] == "rss" and fused["cost"]["peak_bytes"]["a"] > 0
+    for name in ("atlas.md", "atlas.html", "atlas.png", "unet/reports/fused-adamw/summary.json"):
+        assert (out / name).is_file(), name
+    runs = sorted(p.parent.relative_to(out).as_posix() for p in out.glob("unet/*/r*/pair.json"))
+    assert runs == [f"unet/{n}/r{r}" for n in ("bf16-vs-fp32", "fused-adamw") for r in (0, 1)]
+    for run in runs:  # every pair run recorded each arm's step time and peak memory at every step
+        lines = [json.loads(x) for x in (out / run / "costs.jsonl").read_text().splitlines()]
+        assert [x["step"] for x in lines] == [1, 2, 3, 4, 5] and all(set(x["arms"]) == {"a", "b"} for x in lines)
+    logs = {p.name: p.stat().st_size for p in (out / "unet" / "logs").iterdir()}
+    assert main(["atlas", "--out", str(out), "--only", "fused-adamw", "tf32", "--replicates", "2", *QUICK]) == 0
+    assert logs == {p.name: p.stat().st_size for p in (out / "unet" / "logs").iterdir()}  # no pair run started
+    assert json.loads((out / "atlas.json").read_text())["rows"][0]["cost"] == fused["cost"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--only", "flash", "nope"], "--only nope: unknown optimization; known: fp8-tensorwise, fp8-rowwise"),
+        (["--backbone", "vit"], "--backbone vit: unknown backbone; known: unet, dit"),
+        (["--replicates", "0"], "--replicates 0: must be >= 1"),
+        (["--calibration", "missing.json"], "--calibration missing.json: no such file"),
+        (["base=tiny.yaml"], "base=tiny.yaml: the atlas sets base and study itself"),
+        (["--only", "flash", "train.lr=-1"], "lr: must be in (0, 1]"),  # KEY=VALUE after --only: an override
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    out = tmp_path / "A"
+    assert main(["atlas", "--out", str(out), "--quiet", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("divergence atlas: error: ") and message in err and "\n" not in err
+    assert not (out / "atlas.json").exists()
