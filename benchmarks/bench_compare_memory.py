@@ -47,8 +47,9 @@ sys.exit(code)
 def peak_rss_of(args: list[str]) -> tuple[float, float]:
     """(peak RSS in MiB, seconds) of ``divergence ARGS`` in a child process."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", CHILD, *args], check=True, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     return float(done.stderr.strip().splitlines()[-1]), time.perf_counter() - start
 
 
@@ -71,8 +72,10 @@ def main():
     print(f"checkpoints: 2 x {size:,.0f} MiB, largest tensor {args.tensor_mb} MiB")
     print(f"peak RSS, tiny pair (interpreter + torch):  {base:8,.0f} MiB")
     print(f"peak RSS, large pair:                      {peak:8,.0f} MiB  ({seconds:.0f} s)")
-    print(f"  above baseline: {peak - base:,.0f} MiB = {(peak - base) / args.tensor_mb:.1f} x the largest tensor, "
-          f"{(peak - base) / (2 * size):.3f} x the two models")
+    print(
+        f"  above baseline: {peak - base:,.0f} MiB = {(peak - base) / args.tensor_mb:.1f} x the largest tensor, "
+        f"{(peak - base) / (2 * size):.3f} x the two models"
+    )
 
 
 if __name__ == "__main__":

@@ -36,9 +36,20 @@ from divergence.checkpoints.compare import compare_checkpoints, compare_state_di
 
 # runwayml/stable-diffusion-v1-5, unet/config.json (diffusers' defaults for the rest).
 SD15_UNET = dict(
-    sample_size=64, in_channels=4, out_channels=4, center_input_sample=False, flip_sin_to_cos=True,
-    freq_shift=0, layers_per_block=2, downsample_padding=1, mid_block_scale_factor=1, act_fn="silu",
-    norm_num_groups=32, norm_eps=1e-5, cross_attention_dim=768, attention_head_dim=8,
+    sample_size=64,
+    in_channels=4,
+    out_channels=4,
+    center_input_sample=False,
+    flip_sin_to_cos=True,
+    freq_shift=0,
+    layers_per_block=2,
+    downsample_padding=1,
+    mid_block_scale_factor=1,
+    act_fn="silu",
+    norm_num_groups=32,
+    norm_eps=1e-5,
+    cross_attention_dim=768,
+    attention_head_dim=8,
     block_out_channels=(320, 640, 1280, 1280),
     down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
     up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"),
@@ -51,9 +62,11 @@ def unet_shapes(blocks: int) -> dict[str, torch.Size]:
 
     config = dict(SD15_UNET)
     if blocks < 4:  # a smaller UNet of the same kind, for a quick run
-        config.update(block_out_channels=config["block_out_channels"][:blocks],
-                      down_block_types=config["down_block_types"][:blocks],
-                      up_block_types=config["up_block_types"][-blocks:])
+        config.update(
+            block_out_channels=config["block_out_channels"][:blocks],
+            down_block_types=config["down_block_types"][:blocks],
+            up_block_types=config["up_block_types"][-blocks:],
+        )
     with torch.device("meta"):  # shapes only: no memory, no initialization
         model = UNet2DConditionModel(**config)
     return {name: t.shape for name, t in model.state_dict().items()}
@@ -85,8 +98,10 @@ def timed(fn) -> tuple[float, float]:
 def report(what: str, times: list[tuple[float, float]]) -> None:
     """The best repeat's wall and CPU time (CPU / wall: the cores it kept busy), then every wall time."""
     wall, cpu = min(times)
-    print(f"{what:<35} {wall:7.2f} s   CPU {cpu:6.2f} s = {cpu / wall:.2f} cores   "
-          f"(all: {', '.join(f'{t:.2f}' for t, _ in times)})")
+    print(
+        f"{what:<35} {wall:7.2f} s   CPU {cpu:6.2f} s = {cpu / wall:.2f} cores   "
+        f"(all: {', '.join(f'{t:.2f}' for t, _ in times)})"
+    )
 
 
 def load_line() -> str:
@@ -96,16 +111,19 @@ def load_line() -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--blocks", type=int, default=4, choices=(1, 2, 3, 4),
-                        help="UNet blocks per side (4: SD 1.5 itself)")
+    parser.add_argument(
+        "--blocks", type=int, default=4, choices=(1, 2, 3, 4), help="UNet blocks per side (4: SD 1.5 itself)"
+    )
     parser.add_argument("--files", action="store_true", help="also compare two safetensors files, reading included")
     parser.add_argument("--dir", default="/tmp/divergence-sd15-bench", help="where --files writes (removed after)")
     args = parser.parse_args()
 
     a, b = nearby_weights(unet_shapes(args.blocks))
     numel = sum(t.numel() for t in a.values())
-    print(f"two UNets: {len(a)} tensors, {numel / 1e6:,.1f}M float32 parameters ({numel * 4 / 2**30:.2f} GiB) a side; "
-          f"{os.cpu_count()} cores, torch threads = {torch.get_num_threads()}; {load_line()}")
+    print(
+        f"two UNets: {len(a)} tensors, {numel / 1e6:,.1f}M float32 parameters ({numel * 4 / 2**30:.2f} GiB) a side; "
+        f"{os.cpu_count()} cores, torch threads = {torch.get_num_threads()}; {load_line()}"
+    )
     names = list(a)[:40]  # burn-in: pool threads started, allocator warm, on a slice of the model
     serial_sort({n: a[n] for n in names}, {n: b[n] for n in names})
     compare_state_dicts({n: a[n] for n in names}, {n: b[n] for n in names})
@@ -117,8 +135,10 @@ def main():
     sort, compare = min(t_sort), min(t_compare)
     report("serial np.sort of both sides", t_sort)
     report("compare_state_dicts(a, b)", t_compare)
-    print(f"ratio compare / serial sort         {compare[0] / sort[0]:7.2f}x   (target <= 1.0x); "
-          f"CPU time ratio {compare[1] / sort[1]:.2f}x; {load_line()}")
+    print(
+        f"ratio compare / serial sort         {compare[0] / sort[0]:7.2f}x   (target <= 1.0x); "
+        f"CPU time ratio {compare[1] / sort[1]:.2f}x; {load_line()}"
+    )
     if args.files:
         compare_files(a, b, sort, args)
 
@@ -139,8 +159,10 @@ def compare_files(a: dict, b: dict, sort: tuple[float, float], args) -> None:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     report("compare_checkpoints on the files", files)
-    print(f"ratio files / serial sort           {min(files)[0] / sort[0]:7.2f}x   (reading included, page cache "
-          f"warm); {load_line()}")
+    print(
+        f"ratio files / serial sort           {min(files)[0] / sort[0]:7.2f}x   (reading included, page cache "
+        f"warm); {load_line()}"
+    )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,9 @@ def main() -> None:
     runs = {
         "baseline": lambda: baseline_attention(q, k, v),
         "flash (all in format)": lambda: flash_attention_tiled(q, k, v, block_q=64, block_kv=256),
-        "flash (fp32 accumulate)": lambda: flash_attention_tiled(q, k, v, block_q=64, block_kv=256,
-                                                                 accumulate=torch.float32),
+        "flash (fp32 accumulate)": lambda: flash_attention_tiled(
+            q, k, v, block_q=64, block_kv=256, accumulate=torch.float32
+        ),
     }
     print(f"B=1 H={args.heads} L={args.seq_len} D={args.head_dim} {args.precision}, {torch.get_num_threads()} threads")
     for name, fn in runs.items():

@@ -72,10 +72,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--probes", type=int, default=2, help="probe evaluations per timed stage")
-    parser.add_argument("--before-batch", type=int, default=64, help="probe batch size of the 'before' "
-                        "variant timed beside the configured probe (64: the default until it became 16)")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall time, or this process's "
-                        "CPU time (one thread: robust to other load)")
+    parser.add_argument(
+        "--before-batch",
+        type=int,
+        default=64,
+        help="probe batch size of the 'before' "
+        "variant timed beside the configured probe (64: the default until it became 16)",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="wall time, or this process's CPU time (one thread: robust to other load)",
+    )
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     global clock
@@ -119,19 +128,32 @@ def main() -> None:
 
     timed(lockstep, 3, 0)  # burn-in
     probed(0), probed_before(0)
-    results = {"a alone": [], "b alone": [], "pair": [], "pair + tracking": [], "probe (both arms)": [],
-               "probe before": [], "weight comparison": []}
+    results = {
+        "a alone": [],
+        "b alone": [],
+        "pair": [],
+        "pair + tracking": [],
+        "probe (both arms)": [],
+        "probe before": [],
+        "weight comparison": [],
+    }
     start = 3
     for _ in range(args.rounds):
-        for label, fn, steps in (("a alone", alone("a"), args.steps), ("b alone", alone("b"), args.steps),
-                                 ("pair", lockstep, args.steps), ("pair + tracking", tracked, args.steps),
-                                 ("probe (both arms)", probed, args.probes),
-                                 ("probe before", probed_before, args.probes), ("weight comparison", compared, 2)):
+        for label, fn, steps in (
+            ("a alone", alone("a"), args.steps),
+            ("b alone", alone("b"), args.steps),
+            ("pair", lockstep, args.steps),
+            ("pair + tracking", tracked, args.steps),
+            ("probe (both arms)", probed, args.probes),
+            ("probe before", probed_before, args.probes),
+            ("weight comparison", compared, 2),
+        ):
             results[label].append(timed(fn, steps, start))
             start += steps
     med = {k: statistics.median(v) for k, v in results.items()}
-    print(f"pair {pair.name}, {args.steps} steps x {args.rounds} rounds, torch threads {args.threads}, "
-          f"{args.clock} clock")
+    print(
+        f"pair {pair.name}, {args.steps} steps x {args.rounds} rounds, torch threads {args.threads}, {args.clock} clock"
+    )
     for label, seconds in med.items():
         print(f"  {label:<16} {seconds * 1000:8.1f} ms/step")
     ratio = med["pair"] / (med["a alone"] + med["b alone"])
@@ -141,19 +163,25 @@ def main() -> None:
     probe_ratio, compare_ratio = med["probe (both arms)"] / med["pair"], med["weight comparison"] / med["pair"]
     before_ratio = med["probe before"] / med["pair"]
     size, batch = pair.tracking.probe.size, pair.tracking.probe.batch_size
-    print(f"probe: one evaluation ({size} items, both arms) / one pair step = {probe_ratio:.2f} at batch {batch}, "
-          f"{before_ratio:.2f} at batch {args.before_batch} (before); weight comparison / pair step = {compare_ratio:.2f}")
+    print(
+        f"probe: one evaluation ({size} items, both arms) / one pair step = {probe_ratio:.2f} at batch {batch}, "
+        f"{before_ratio:.2f} at batch {args.before_batch} (before); weight comparison / pair step = {compare_ratio:.2f}"
+    )
     dense, config = [list(d) for d in pair.tracking.dense], pair.tracking.probe
-    print(f"default cadence: tracked on dense {dense}, then every {every}; before: probe at every tracked step, "
-          f"batch {args.before_batch}; after: at tracked steps every {config.every} (and the last), batch {batch}"
-          f"   (probe target <= 10%)")
+    print(
+        f"default cadence: tracked on dense {dense}, then every {every}; before: probe at every tracked step, "
+        f"batch {args.before_batch}; after: at tracked steps every {config.every} (and the last), batch {batch}"
+        f"   (probe target <= 10%)"
+    )
     for steps in sorted({100, 200, 500, 2000, max_steps}):
         tracked_steps = [s for s in range(steps + 1) if is_tracked(s, steps, pair.tracking, ckpt)]
         probed = sum(probe_due(s, steps, config) for s in tracked_steps)
         count = len(tracked_steps)
-        print(f"  over {steps:>4} steps: {count:>3} tracked, weight comparison adds {count * compare_ratio / steps:6.1%}; "
-              f"probe before: {count:>3} evaluations, adds {count * before_ratio / steps:6.1%}; "
-              f"after: {probed:>3}, adds {probed * probe_ratio / steps:6.1%}")
+        print(
+            f"  over {steps:>4} steps: {count:>3} tracked, weight comparison adds {count * compare_ratio / steps:6.1%}; "
+            f"probe before: {count:>3} evaluations, adds {count * before_ratio / steps:6.1%}; "
+            f"after: {probed:>3}, adds {probed * probe_ratio / steps:6.1%}"
+        )
 
 
 if __name__ == "__main__":

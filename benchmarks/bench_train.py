@@ -48,11 +48,14 @@ def main() -> None:
         loss = step(i)
     _sync(device)
     elapsed = time.perf_counter() - start
-    print(f"recipe {recipe.name}: {params / 1e6:.2f}M params, batch {recipe.train.batch_size}, "
-          f"{recipe.data.resolution}px, {recipe.train.precision}, attention {recipe.attention.name}, "
-          f"{torch.get_num_threads()} threads on {device}")
-    print(f"{args.steps / elapsed:.2f} steps/s ({1000 * elapsed / args.steps:.0f} ms/step), "
-          f"last loss {float(loss):.4f}")
+    print(
+        f"recipe {recipe.name}: {params / 1e6:.2f}M params, batch {recipe.train.batch_size}, "
+        f"{recipe.data.resolution}px, {recipe.train.precision}, attention {recipe.attention.name}, "
+        f"{torch.get_num_threads()} threads on {device}"
+    )
+    print(
+        f"{args.steps / elapsed:.2f} steps/s ({1000 * elapsed / args.steps:.0f} ms/step), last loss {float(loss):.4f}"
+    )
 
 
 def _sync(device: torch.device) -> None:

@@ -47,8 +47,10 @@ KERNEL_TILES = ("128x128", "64x64")
 NO_WANDB = "log.wandb=false"
 # Two calls of at most 10 minutes each on a lent GPU machine: each group's limits sum to <= 570 s.
 # Expected on one H100 (not yet measured): about 8-9 minutes for both together.
-SPLIT = (("microbench", "wasserstein", "sd15", "control-deterministic", "control-nondeterministic"),
-         ("study", "ddp-watch"))
+SPLIT = (
+    ("microbench", "wasserstein", "sd15", "control-deterministic", "control-nondeterministic"),
+    ("study", "ddp-watch"),
+)
 
 
 @dataclass(frozen=True)
@@ -68,30 +70,143 @@ def build_parts(out: Path, python: str, kernels: list[str], gpus: int) -> list[P
     control = str(ROOT / "recipes" / "pairs" / "control.yaml")
     workers = str(ROOT / "benchmarks" / "gpu_check_workers.py")
     return [
-        Part("microbench", "attention kernels vs the re-implementation (CUDA)", 120, [
-            dv + ["microbench", "--device", "cuda", "--no-progress", "--out", work("microbench") + "/run",
-                  "--precision", "bf16", "fp16", "--seq-len", "1024", "4096", "16384",
-                  "--impl", "baseline", "flash", *kernels, "--accumulate", "none", "fp32",
-                  "--block-size", *KERNEL_TILES, "--set", "sweep.reference_seq_len=4096"]]),
-        Part("wasserstein", "Wasserstein-1 at 1e8 and 1e9 elements, GPU vs CPU", 90, [
-            [python, workers, "wasserstein", work("wasserstein") + "/result.json", "--sizes", "1e8", "1e9",
-             "--cpu-size", "1e7"]]),
-        Part("sd15", "SD-1.5-sized recipe: step time, memory, tracking overhead", 180, [
-            [python, workers, "sd15", work("sd15") + "/result.json", "--batch", "4", "--steps", "6"]]),
-        Part("control-deterministic", "control pair, 50 steps, train.deterministic=true (must be 0)", 90, [
-            dv + ["train", "--recipe", control, "--out", work("control-deterministic") + "/pair",
-                  "--max-steps", "50", "train.deterministic=true", NO_WANDB]]),
-        Part("control-nondeterministic", "control pair, 50 steps, train.deterministic=false (floor)", 90, [
-            dv + ["train", "--recipe", control, "--out", work("control-nondeterministic") + "/pair",
-                  "--max-steps", "50", "train.deterministic=false", NO_WANDB]]),
-        Part("study", "default study, tiny model, fp16-vs-fp32 reference", 400, [
-            dv + ["study", "--out", work("study") + "/study", "--no-wandb", "--quiet",
-                  "references.precision=pairs/fp16-vs-fp32.yaml", NO_WANDB]]),
-        Part("ddp-watch", f"separate-arm DDP jobs on {gpus} GPU(s), then watch", 150, [
-            dv + ["train", "--recipe", control, "--arm", arm, "--out", work("ddp-watch") + "/pair",
-                  "--max-steps", "30", f"train.devices={gpus}", "train.strategy=ddp", NO_WANDB]
-            for arm in ("a", "b")
-        ] + [dv + ["watch", work("ddp-watch") + "/pair", "--timeout", "60", "--no-log", "--quiet"]]),
+        Part(
+            "microbench",
+            "attention kernels vs the re-implementation (CUDA)",
+            120,
+            [
+                dv
+                + [
+                    "microbench",
+                    "--device",
+                    "cuda",
+                    "--no-progress",
+                    "--out",
+                    work("microbench") + "/run",
+                    "--precision",
+                    "bf16",
+                    "fp16",
+                    "--seq-len",
+                    "1024",
+                    "4096",
+                    "16384",
+                    "--impl",
+                    "baseline",
+                    "flash",
+                    *kernels,
+                    "--accumulate",
+                    "none",
+                    "fp32",
+                    "--block-size",
+                    *KERNEL_TILES,
+                    "--set",
+                    "sweep.reference_seq_len=4096",
+                ]
+            ],
+        ),
+        Part(
+            "wasserstein",
+            "Wasserstein-1 at 1e8 and 1e9 elements, GPU vs CPU",
+            90,
+            [
+                [
+                    python,
+                    workers,
+                    "wasserstein",
+                    work("wasserstein") + "/result.json",
+                    "--sizes",
+                    "1e8",
+                    "1e9",
+                    "--cpu-size",
+                    "1e7",
+                ]
+            ],
+        ),
+        Part(
+            "sd15",
+            "SD-1.5-sized recipe: step time, memory, tracking overhead",
+            180,
+            [[python, workers, "sd15", work("sd15") + "/result.json", "--batch", "4", "--steps", "6"]],
+        ),
+        Part(
+            "control-deterministic",
+            "control pair, 50 steps, train.deterministic=true (must be 0)",
+            90,
+            [
+                dv
+                + [
+                    "train",
+                    "--recipe",
+                    control,
+                    "--out",
+                    work("control-deterministic") + "/pair",
+                    "--max-steps",
+                    "50",
+                    "train.deterministic=true",
+                    NO_WANDB,
+                ]
+            ],
+        ),
+        Part(
+            "control-nondeterministic",
+            "control pair, 50 steps, train.deterministic=false (floor)",
+            90,
+            [
+                dv
+                + [
+                    "train",
+                    "--recipe",
+                    control,
+                    "--out",
+                    work("control-nondeterministic") + "/pair",
+                    "--max-steps",
+                    "50",
+                    "train.deterministic=false",
+                    NO_WANDB,
+                ]
+            ],
+        ),
+        Part(
+            "study",
+            "default study, tiny model, fp16-vs-fp32 reference",
+            400,
+            [
+                dv
+                + [
+                    "study",
+                    "--out",
+                    work("study") + "/study",
+                    "--no-wandb",
+                    "--quiet",
+                    "references.precision=pairs/fp16-vs-fp32.yaml",
+                    NO_WANDB,
+                ]
+            ],
+        ),
+        Part(
+            "ddp-watch",
+            f"separate-arm DDP jobs on {gpus} GPU(s), then watch",
+            150,
+            [
+                dv
+                + [
+                    "train",
+                    "--recipe",
+                    control,
+                    "--arm",
+                    arm,
+                    "--out",
+                    work("ddp-watch") + "/pair",
+                    "--max-steps",
+                    "30",
+                    f"train.devices={gpus}",
+                    "train.strategy=ddp",
+                    NO_WANDB,
+                ]
+                for arm in ("a", "b")
+            ]
+            + [dv + ["watch", work("ddp-watch") + "/pair", "--timeout", "60", "--no-log", "--quiet"]],
+        ),
     ]
 
 
@@ -100,8 +215,15 @@ def run_part(part: Part, out: Path, env: dict | None = None) -> dict:
     folder = out / "parts" / part.name
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "log.txt"
-    record = {"name": part.name, "title": part.title, "status": "ok", "seconds": 0.0, "error": "",
-              "commands": [" ".join(c) for c in part.commands], "results": {}}
+    record = {
+        "name": part.name,
+        "title": part.title,
+        "status": "ok",
+        "seconds": 0.0,
+        "error": "",
+        "commands": [" ".join(c) for c in part.commands],
+        "results": {},
+    }
     start = time.perf_counter()
     with open(log, "w") as sink:
         for command in part.commands:
@@ -128,8 +250,9 @@ def _run(command: list[str], sink, timeout_s: float, env: dict | None) -> int | 
     sink.flush()
     if timeout_s <= 0:
         return None
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)  # its own group: DDP children die with it
+    proc = subprocess.Popen(
+        command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )  # its own group: DDP children die with it
     try:
         return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -162,21 +285,31 @@ def merge(previous: dict | None, records: list[dict], machine: dict) -> dict:
     kept.update({r["name"]: r for r in records})
     order = [p.name for p in build_parts(Path("."), "python3", [], 1)]
     parts = sorted(kept.values(), key=lambda p: order.index(p["name"]) if p["name"] in order else len(order))
-    return {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": machine, "parts": parts}
+    return {
+        "schema": SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine,
+        "parts": parts,
+    }
 
 
 def report_markdown(results: dict) -> str:
     """``report.md``: a status table, then each part's numbers."""
     m = results.get("machine", {})
-    lines = ["# divergence gpu-check", "",
-             f"{m.get('gpu', '?')} x{m.get('gpus', '?')}, torch {m.get('torch', '?')}, CUDA {m.get('cuda', '?')}; "
-             f"written {results.get('created', '?')}. Numbers: `results.json`; logs: `parts/<name>/log.txt`.", ""]
+    lines = [
+        "# divergence gpu-check",
+        "",
+        f"{m.get('gpu', '?')} x{m.get('gpus', '?')}, torch {m.get('torch', '?')}, CUDA {m.get('cuda', '?')}; "
+        f"written {results.get('created', '?')}. Numbers: `results.json`; logs: `parts/<name>/log.txt`.",
+        "",
+    ]
     lines += [f"- kernel left out: {line}" for line in m.get("kernels_unavailable", [])]
     lines += ["", "| part | status | seconds | result | error |", "|---|---|---|---|---|"]
     for p in results["parts"]:
-        lines.append(f"| {p['name']} | {p['status']} | {p['seconds']:.0f} | "
-                     f"{_cell(summaries.headline(p['name'], p.get('results') or {}))} | {_cell(p['error'])} |")
+        lines.append(
+            f"| {p['name']} | {p['status']} | {p['seconds']:.0f} | "
+            f"{_cell(summaries.headline(p['name'], p.get('results') or {}))} | {_cell(p['error'])} |"
+        )
     for p in results["parts"]:
         lines += ["", f"## {p['name']}: {p['title']}", ""]
         lines += summaries.details(p["name"], p.get("results") or {}) or ["(no results)"]
@@ -195,8 +328,12 @@ def cuda_machine() -> dict | None:
         return None
     if not torch.cuda.is_available():
         return None
-    return {"gpu": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(), "torch": torch.__version__,
-            "cuda": torch.version.cuda}
+    return {
+        "gpu": torch.cuda.get_device_name(0),
+        "gpus": torch.cuda.device_count(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
 
 
 def available_kernels() -> tuple[list[str], list[str]]:
@@ -226,8 +363,10 @@ def main(argv=None) -> int:
         return 0
     machine = cuda_machine()
     if machine is None:
-        print("gpu-check: no CUDA GPU on this machine (torch missing or torch.cuda.is_available() is False); "
-              "nothing checked")
+        print(
+            "gpu-check: no CUDA GPU on this machine (torch missing or torch.cuda.is_available() is False); "
+            "nothing checked"
+        )
         return 0
     sys.path.insert(0, str(ROOT))
     kernels, missing = available_kernels()

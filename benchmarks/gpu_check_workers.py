@@ -19,10 +19,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # The random-weight, no-download SD-1.5 setup documented at the top of recipes/sd15.yaml.
-SD15_RANDOM = ["model.tokenizer.kind=bytes", "model.text_encoder.path=null", "model.text_encoder.hidden_size=768",
-               "model.text_encoder.num_layers=12", "model.text_encoder.num_heads=12",
-               "model.text_encoder.intermediate_size=3072", "model.vae.path=null", "data.source=shapes",
-               "data.path=null", "log.wandb=false"]
+SD15_RANDOM = [
+    "model.tokenizer.kind=bytes",
+    "model.text_encoder.path=null",
+    "model.text_encoder.hidden_size=768",
+    "model.text_encoder.num_layers=12",
+    "model.text_encoder.num_heads=12",
+    "model.text_encoder.intermediate_size=3072",
+    "model.vae.path=null",
+    "data.source=shapes",
+    "data.path=null",
+    "log.wandb=false",
+]
 
 
 def _cuda() -> bool:
@@ -75,8 +83,7 @@ def wasserstein_part(sizes: list[int], cpu_size: int, device: str = "cuda") -> d
     start = time.perf_counter()
     cpu_value = wasserstein(a, b)
     cpu_s = time.perf_counter() - start
-    out = {"cpu": {"n": cpu_size, "seconds": cpu_s, "value": cpu_value, "threads": torch.get_num_threads()},
-           "gpu": []}
+    out = {"cpu": {"n": cpu_size, "seconds": cpu_s, "value": cpu_value, "threads": torch.get_num_threads()}, "gpu": []}
     del a, b
     for n in sizes:
         row = {"n": n, "cpu_extrapolated_s": cpu_s * n / cpu_size}
@@ -87,8 +94,9 @@ def wasserstein_part(sizes: list[int], cpu_size: int, device: str = "cuda") -> d
             wasserstein(da[:1000], db[:1000])  # burn-in
             base = torch.cuda.memory_allocated() / 2**30 if _cuda() else float("nan")
             seconds, peak = _peak(lambda row=row, da=da, db=db: row.update(value=wasserstein(da, db)))
-            row.update(seconds=seconds, peak_gib=peak, inputs_gib=base,
-                       speedup_vs_cpu=row["cpu_extrapolated_s"] / seconds)
+            row.update(
+                seconds=seconds, peak_gib=peak, inputs_gib=base, speedup_vs_cpu=row["cpu_extrapolated_s"] / seconds
+            )
             del da, db
         except RuntimeError as err:  # out of memory at 1e9 is a result, not a crash
             row["error"] = str(err).strip().splitlines()[0]
@@ -98,8 +106,9 @@ def wasserstein_part(sizes: list[int], cpu_size: int, device: str = "cuda") -> d
     return out
 
 
-def sd15_part(batch: int, steps: int, device: str = "cuda", recipe_path: Path | None = None,
-              overrides: list[str] = SD15_RANDOM) -> dict:
+def sd15_part(
+    batch: int, steps: int, device: str = "cuda", recipe_path: Path | None = None, overrides: list[str] = SD15_RANDOM
+) -> dict:
     """One arm and a lockstep pair of the SD-1.5-sized recipe (random weights, latents encoded
     once before timing): step time and peak memory; the tracking overhead at every k is
     ``1 + t_compare / (k * t_pair_step)`` from the measured time of one whole-model comparison."""
@@ -110,7 +119,9 @@ def sd15_part(batch: int, steps: int, device: str = "cuda", recipe_path: Path | 
     from divergence.training.inputs import Inputs
     from divergence.tracking.records import divergence_records
 
-    recipe = load_run_recipe(recipe_path or ROOT / "recipes" / "sd15.yaml", list(overrides) + [f"train.batch_size={batch}"])
+    recipe = load_run_recipe(
+        recipe_path or ROOT / "recipes" / "sd15.yaml", list(overrides) + [f"train.batch_size={batch}"]
+    )
     device = torch.device(device)
     inputs = Inputs(recipe).to(device)
     latents = [inputs.prepare(inputs.batches.batch(s).to(device)) for s in range(4)]  # synthetic latents
@@ -133,12 +144,20 @@ def sd15_part(batch: int, steps: int, device: str = "cuda", recipe_path: Path | 
         def run():
             for _ in range(steps):
                 one(names)
+
         seconds, peak = _peak(run)
         return {"step_s": seconds / steps, "peak_gib": peak}
 
     one("ab")  # burn-in (cuDNN autotune, allocator)
-    result = {"params": params, "batch": batch, "resolution": recipe.data.resolution, "steps": steps,
-              "precision": recipe.train.precision, "one_arm": stage("a"), "pair": stage("ab")}
+    result = {
+        "params": params,
+        "batch": batch,
+        "resolution": recipe.data.resolution,
+        "steps": steps,
+        "precision": recipe.train.precision,
+        "one_arm": stage("a"),
+        "pair": stage("ab"),
+    }
     track_s, track_peak = _peak(lambda: divergence_records(arms["a"].weights(), arms["b"].weights(), device))
     pair_s = result["pair"]["step_s"]
     result["pair_over_two_arms"] = pair_s / (2 * result["one_arm"]["step_s"])
@@ -159,7 +178,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--device", default="cuda", help="cuda; cpu only to smoke-test this script")
-    p.add_argument("--recipe", type=Path, help="run recipe of the sd15 part (default recipes/sd15.yaml, random weights)")
+    p.add_argument(
+        "--recipe", type=Path, help="run recipe of the sd15 part (default recipes/sd15.yaml, random weights)"
+    )
     args = p.parse_args(argv)
     if args.part == "wasserstein":
         result = wasserstein_part([int(s) for s in args.sizes], int(args.cpu_size), args.device)

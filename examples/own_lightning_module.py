@@ -46,10 +46,17 @@ class Denoiser(pl.LightningModule):
     def __init__(self, attention: str, lr: float = 1e-3):
         super().__init__()
         self.attention, self.lr = attention, lr
-        self.unet = UNet2DModel(sample_size=16, in_channels=3, out_channels=3, layers_per_block=1,
-                                block_out_channels=(16, 32), norm_num_groups=8, attention_head_dim=8,
-                                down_block_types=("DownBlock2D", "AttnDownBlock2D"),
-                                up_block_types=("AttnUpBlock2D", "UpBlock2D"))
+        self.unet = UNet2DModel(
+            sample_size=16,
+            in_channels=3,
+            out_channels=3,
+            layers_per_block=1,
+            block_out_channels=(16, 32),
+            norm_num_groups=8,
+            attention_head_dim=8,
+            down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+            up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+        )
         # per model, not process-wide: the baseline is diffusers' plain attention processor
         for block in self.unet.modules():
             if isinstance(block, Attention):
@@ -82,10 +89,23 @@ def main(argv=None):
     flash = Denoiser("flash")
     baseline = Denoiser("baseline")
     baseline.load_state_dict(flash.state_dict())  # the same initial weights
-    pair = LockstepPair(flash, baseline, out=args.out, every=args.every, module="unet", name="flash-vs-baseline",
-                        arms={"a": ["attention=sdpa-flash"], "b": ["attention=baseline"]})
-    trainer = pl.Trainer(max_steps=args.steps, accelerator="cpu", logger=False, enable_checkpointing=False,
-                         enable_model_summary=False, enable_progress_bar=False)
+    pair = LockstepPair(
+        flash,
+        baseline,
+        out=args.out,
+        every=args.every,
+        module="unet",
+        name="flash-vs-baseline",
+        arms={"a": ["attention=sdpa-flash"], "b": ["attention=baseline"]},
+    )
+    trainer = pl.Trainer(
+        max_steps=args.steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+    )
     trainer.fit(pair, DataLoader(Shapes(), batch_size=8, shuffle=False))
     print(f"{args.out}: {args.steps} steps; next: divergence report {args.out} --out report")
 

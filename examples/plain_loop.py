@@ -25,19 +25,25 @@ from divergence.writers import write_pair_files
 
 def train_arm(arm: str, out: str, steps: int, every: int) -> None:
     torch.manual_seed(0)  # the same initial weights in both arms
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GELU(), torch.nn.Conv2d(8, 3, 3, padding=1))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GELU(), torch.nn.Conv2d(8, 3, 3, padding=1)
+    )
     kernel = {"a": "foreach", "b": "fused"}[arm]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, **{kernel: True})
     images = ShapesDataset(seed=0, num_examples=64, resolution=16)
-    data = torch.stack([torch.from_numpy(np.asarray(images[i][0], dtype=np.float32) / 255).permute(2, 0, 1)
-                        for i in range(len(images))])  # (64, 3, 16, 16)
+    data = torch.stack(
+        [
+            torch.from_numpy(np.asarray(images[i][0], dtype=np.float32) / 255).permute(2, 0, 1)
+            for i in range(len(images))
+        ]
+    )  # (64, 3, 16, 16)
     noise = torch.Generator().manual_seed(1)  # the same noise in both arms
 
     writer = divergence.ArmWriter(out, arm, max_steps=steps, every=every)  # pair.json: written by main
     writer.record(0, model)  # the initial weights
     with writer:  # marks the arm finished (or failed, on an exception) at the end
         for step in range(1, steps + 1):
-            batch = data[(step * 8) % 64:][:8]
+            batch = data[(step * 8) % 64 :][:8]
             noisy = batch + 0.3 * torch.randn(batch.shape, generator=noise)
             loss = F.mse_loss(model(noisy), batch)
             optimizer.zero_grad()
@@ -57,8 +63,14 @@ def main(argv=None) -> int:
         train_arm(args.arm, args.out, args.steps, args.every)
         return 0
     # what the pair is (the arms would write a minimal pair.json themselves; watch needs it first)
-    write_pair_files(args.out, max_steps=args.steps, every=args.every, name="adamw-foreach-vs-fused",
-                     arms={"a": ["adamw=foreach"], "b": ["adamw=fused"]}, log={"wandb": False})  # CSV logs only
+    write_pair_files(
+        args.out,
+        max_steps=args.steps,
+        every=args.every,
+        name="adamw-foreach-vs-fused",
+        arms={"a": ["adamw=foreach"], "b": ["adamw=fused"]},
+        log={"wandb": False},
+    )  # CSV logs only
     common = ["--out", args.out, "--steps", str(args.steps), "--every", str(args.every)]
     jobs = [subprocess.Popen([sys.executable, __file__, "--arm", arm, *common]) for arm in ("a", "b")]
     from divergence.cli import main as divergence_cli

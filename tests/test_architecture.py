@@ -16,12 +16,28 @@ PACKAGE = Path(__file__).resolve().parents[1] / "divergence"
 
 # (importer package, imported package): each must be absent from the graph
 FORBIDDEN = [
-    ("pairfolder", "training"), ("pairfolder", "recipe"), ("pairfolder", "tracking"), ("pairfolder", "store"),
+    ("pairfolder", "training"),
+    ("pairfolder", "recipe"),
+    ("pairfolder", "tracking"),
+    ("pairfolder", "store"),
     ("comparator", "training"),
 ]
 # what metrics/ may import: the standard library, numpy, torch and its own modules
-METRICS_MAY_IMPORT = {"numpy", "torch", "concurrent", "dataclasses", "math", "os", "re", "typing", "collections",
-                      "functools", "itertools", "threading", "__future__"}
+METRICS_MAY_IMPORT = {
+    "numpy",
+    "torch",
+    "concurrent",
+    "dataclasses",
+    "math",
+    "os",
+    "re",
+    "typing",
+    "collections",
+    "functools",
+    "itertools",
+    "threading",
+    "__future__",
+}
 
 
 def module_name(path: Path) -> str:
@@ -47,8 +63,13 @@ def imported_names(name: str, path: Path) -> set[str]:
                 module = node.module
             names.add(module)
             names.update(f"{module}.{alias.name}" for alias in node.names)
-        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module" and node.args
-              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", "") == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             names.add(node.args[0].value)
     return names
 
@@ -125,8 +146,7 @@ def module_cycles() -> list[list[str]]:
 
 def violations() -> list[tuple[str, str]]:
     modules = graph()
-    return sorted((n, m) for n, e in modules.items() for m in e
-                  if (package_of(n), package_of(m)) in FORBIDDEN)
+    return sorted((n, m) for n, e in modules.items() for m in e if (package_of(n), package_of(m)) in FORBIDDEN)
 
 
 def test_no_import_cycle_between_modules():
@@ -159,11 +179,14 @@ def test_the_graph_sees_function_local_imports(tmp_path):
     """A cycle hidden in a function is still a cycle: imports inside functions, relative ones and
     ``importlib.import_module`` with a literal name are all edges."""
     module = tmp_path / "example.py"
-    module.write_text("import importlib\n"
-                      "def f():\n    from divergence.training import fit\n"
-                      "def g():\n    return importlib.import_module('divergence.comparator.follow')\n")
-    assert {"divergence.training", "divergence.training.fit", "divergence.comparator.follow"} <= \
-        imported_names("divergence.example", module)
+    module.write_text(
+        "import importlib\n"
+        "def f():\n    from divergence.training import fit\n"
+        "def g():\n    return importlib.import_module('divergence.comparator.follow')\n"
+    )
+    assert {"divergence.training", "divergence.training.fit", "divergence.comparator.follow"} <= imported_names(
+        "divergence.example", module
+    )
     assert cycles({"a": {"b"}, "b": set()}) == []
     assert cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b"]]
 

@@ -6,7 +6,15 @@ Reads no files: ``divergence.report.inputs`` turns run folders into ``PairData``
 """
 
 from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate, local_rates
-from divergence.analysis.growth import Estimate, Ratio, compare_growth, estimate_growth, growth_rate, layer_mean, ols_slope
+from divergence.analysis.growth import (
+    Estimate,
+    Ratio,
+    compare_growth,
+    estimate_growth,
+    growth_rate,
+    layer_mean,
+    ols_slope,
+)
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, top_layers
 from divergence.analysis.replicates import Pooled, group, pool
 from divergence.analysis.study import Analysis, analyze, to_summary
@@ -16,8 +24,34 @@ from divergence.analysis.verdict import STATUSES, Verdict, judge
 MIN_STEPS = MIN_WINDOW
 
 __all__ = [
-    "METRIC_LABELS", "MIN_STEPS", "MIN_WINDOW", "PROBE_KEYS", "STATUSES", "TRAJECTORY_METRICS", "Analysis", "Estimate",
-    "NoiseFloor", "PairData", "Pooled", "Ratio", "Verdict", "WindowEstimate", "analyze", "compare_growth",
-    "estimate", "estimate_growth", "group", "growth_rate", "judge", "kind_table", "layer_mean", "local_rates",
-    "noise_floor", "ols_slope", "pair_from_records", "pool", "to_summary", "top_layers",
+    "METRIC_LABELS",
+    "MIN_STEPS",
+    "MIN_WINDOW",
+    "PROBE_KEYS",
+    "STATUSES",
+    "TRAJECTORY_METRICS",
+    "Analysis",
+    "Estimate",
+    "NoiseFloor",
+    "PairData",
+    "Pooled",
+    "Ratio",
+    "Verdict",
+    "WindowEstimate",
+    "analyze",
+    "compare_growth",
+    "estimate",
+    "estimate_growth",
+    "group",
+    "growth_rate",
+    "judge",
+    "kind_table",
+    "layer_mean",
+    "local_rates",
+    "noise_floor",
+    "ols_slope",
+    "pair_from_records",
+    "pool",
+    "to_summary",
+    "top_layers",
 ]

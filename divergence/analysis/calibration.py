@@ -44,32 +44,60 @@ SLOPE_RANGE = (0.85, 1.15)
 MAX_HORIZON_SHIFT = 0.15
 MAX_RECOVERY_ERROR = 0.2
 MIN_COVERAGE = 0.85
-_VOLATILE = {"max_steps", "checkpoint_every", "accelerator", "devices", "num_nodes", "strategy", "cpu_threads",
-             "seed", "replicate", "tracking", "log", "sample", "name", "output", "variants", "workers",
-             # what the arms' variants set (pair.json holds arm a's recipe: the ladder's has grad_noise, a
-             # flash pair's its attention, a precision pair's its precision): the base recipe decides
-             "attention", "grad_noise", "precision", "tf32", "adamw_impl"}
+_VOLATILE = {
+    "max_steps",
+    "checkpoint_every",
+    "accelerator",
+    "devices",
+    "num_nodes",
+    "strategy",
+    "cpu_threads",
+    "seed",
+    "replicate",
+    "tracking",
+    "log",
+    "sample",
+    "name",
+    "output",
+    "variants",
+    "workers",
+    # what the arms' variants set (pair.json holds arm a's recipe: the ladder's has grad_noise, a
+    # flash pair's its attention, a precision pair's its precision): the base recipe decides
+    "attention",
+    "grad_noise",
+    "precision",
+    "tf32",
+    "adamw_impl",
+}
 
 
 def recipe_identity(recipe: dict) -> dict:
     """What makes two runs the same recipe for calibration: model, data and optimization, without run
     length, hardware, seeds (they follow the replicate) or logging. ``id``: 12 hex digits."""
+
     def strip(node):
         if isinstance(node, dict):
             return {k: strip(v) for k, v in sorted(node.items()) if k not in _VOLATILE}
         return node
+
     kept = strip(recipe or {})
     digest = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return {"id": digest, "sections": sorted(kept)}
 
 
-def evaluate(ladder: dict[float, list[PairData]], seed_pairs: list[PairData], horizons=(100, 300),
-             references: dict[str, list[PairData]] | None = None) -> dict:
+def evaluate(
+    ladder: dict[float, list[PairData]],
+    seed_pairs: list[PairData],
+    horizons=(100, 300),
+    references: dict[str, list[PairData]] | None = None,
+) -> dict:
     """The content of ``calibration.json``: every criterion as {"value", "pass", ...}, per-dose estimates."""
     doses = sorted(e for e in ladder if e > 0 and ladder[e])
     if len(doses) < 3:
-        raise UserInputError(f"calibration needs at least 3 non-zero doses with runs, got {len(doses)}: "
-                             "train a ladder of doses (e.g. 1e-7 ... 1e-1)")
+        raise UserInputError(
+            f"calibration needs at least 3 non-zero doses with runs, got {len(doses)}: "
+            "train a ladder of doses (e.g. 1e-7 ... 1e-1)"
+        )
     anchor = doses[len(doses) // 2]
     last = min(int(p.steps[-1]) for e in doses for p in ladder[e] if len(p.steps))
     notes, used = [], []
@@ -91,7 +119,10 @@ def evaluate(ladder: dict[float, list[PairData]], seed_pairs: list[PairData], ho
     }
     out = {
         "recipe": recipe_identity(ladder[doses[0]][0].recipe),
-        "anchor_eps": anchor, "horizons": list(horizons), "horizons_used": used, "notes": notes,
+        "anchor_eps": anchor,
+        "horizons": list(horizons),
+        "horizons_used": used,
+        "notes": notes,
         "line": {"anchor_eps": anchor, **line},
         "anchor_curve": _anchor_curve(ladder[anchor], seed_pairs),
         "criteria": criteria,
@@ -110,11 +141,18 @@ def evaluate(ladder: dict[float, list[PairData]], seed_pairs: list[PairData], ho
 def truncate(pair: PairData, horizon: int) -> PairData:
     """The pair as if training had stopped at step ``horizon``."""
     t, s = pair.steps <= horizon, pair.loss_steps <= horizon
-    return replace(pair, steps=pair.steps[t], rel_l2=pair.rel_l2[t], probe={k: v[t] for k, v in pair.probe.items()},
-                   model={k: v[t] for k, v in pair.model.items()}, loss_steps=pair.loss_steps[s],
-                   loss={k: v[s] for k, v in pair.loss.items()}, spikes={k: v[s] for k, v in pair.spikes.items()},
-                   layer_values={k: v[:, t] for k, v in pair.layer_values.items()},
-                   kind_values={k: {m: v[t] for m, v in d.items()} for k, d in pair.kind_values.items()})
+    return replace(
+        pair,
+        steps=pair.steps[t],
+        rel_l2=pair.rel_l2[t],
+        probe={k: v[t] for k, v in pair.probe.items()},
+        model={k: v[t] for k, v in pair.model.items()},
+        loss_steps=pair.loss_steps[s],
+        loss={k: v[s] for k, v in pair.loss.items()},
+        spikes={k: v[s] for k, v in pair.spikes.items()},
+        layer_values={k: v[:, t] for k, v in pair.layer_values.items()},
+        kind_values={k: {m: v[t] for m, v in d.items()} for k, d in pair.kind_values.items()},
+    )
 
 
 def _ladder_at(ladder, doses, anchor, seeds, horizon) -> dict[float, dict]:
@@ -126,8 +164,11 @@ def _ladder_at(ladder, doses, anchor, seeds, horizon) -> dict[float, dict]:
         if e == anchor:
             out[e] = {"pooled": pool([0.0] * len(cut[e])), "estimates": []}
             continue
-        runs = [(x, a, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None))
-                for x in cut[e] if (a := replicate_of(cut[anchor], x.replicate)) is not None]
+        runs = [
+            (x, a, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None))
+            for x in cut[e]
+            if (a := replicate_of(cut[anchor], x.replicate)) is not None
+        ]
         estimates = estimate_replicates(runs)
         usable = [m for m in estimates if m.usable]
         out[e] = {"pooled": pool([m.log10 for m in usable]), "estimates": usable}
@@ -145,8 +186,12 @@ def _monotone(per_h: dict) -> dict:
         rho = stats.spearmanr(doses, [result[e]["pooled"].mean for e in doses])[0] if len(doses) >= 3 else math.nan
         values[str(h)] = None if not math.isfinite(rho) else float(rho)
     ok = all(v is not None and v > 1 - 1e-9 for v in values.values())
-    return {"value": min((v for v in values.values() if v is not None), default=None), "per_horizon": values,
-            "pass": ok, "rule": "Spearman 1 over unsaturated doses at every horizon"}
+    return {
+        "value": min((v for v in values.values() if v is not None), default=None),
+        "per_horizon": values,
+        "pass": ok,
+        "rule": "Spearman 1 over unsaturated doses at every horizon",
+    }
 
 
 def _line(result: dict, truth: dict) -> dict:
@@ -178,16 +223,25 @@ def _stability(per_h: dict, doses: list[float]) -> dict:
         return {"value": None, "pass": False, "rule": "needs two distinct horizons within the runs"}
     shifts = [abs(results[0][e]["pooled"].mean - results[-1][e]["pooled"].mean) for e in used]
     worst = max(shifts) if shifts else math.nan
-    return {"value": _num(worst), "pass": bool(len(used) >= 3 and worst <= MAX_HORIZON_SHIFT),
-            "max_dex": MAX_HORIZON_SHIFT, "doses": used, "saturated": [e for e in doses if e not in used]}
+    return {
+        "value": _num(worst),
+        "pass": bool(len(used) >= 3 and worst <= MAX_HORIZON_SHIFT),
+        "max_dex": MAX_HORIZON_SHIFT,
+        "doses": used,
+        "saturated": [e for e in doses if e not in used],
+    }
 
 
 def _recovery(per_h: dict, truth: dict) -> dict:
     used = _unsaturated(per_h)
     errors = [abs(r[e]["pooled"].mean - truth[e]) for r in per_h.values() for e in used]
     worst = max(errors) if errors else math.nan
-    return {"value": _num(worst), "pass": bool(len(used) >= 3 and worst <= MAX_RECOVERY_ERROR),
-            "max_dex": MAX_RECOVERY_ERROR, "doses": used}
+    return {
+        "value": _num(worst),
+        "pass": bool(len(used) >= 3 and worst <= MAX_RECOVERY_ERROR),
+        "max_dex": MAX_RECOVERY_ERROR,
+        "doses": used,
+    }
 
 
 def _coverage(result: dict, truth: dict) -> dict:
@@ -195,7 +249,7 @@ def _coverage(result: dict, truth: dict) -> dict:
     for e, r in result.items():
         values = [m.log10 for m in r["estimates"]]
         for i in range(len(values)):
-            rest = pool(values[:i] + values[i + 1:])
+            rest = pool(values[:i] + values[i + 1 :])
             if rest.interval:
                 hits.append(rest.lo <= truth[e] <= rest.hi)
     if not hits:
@@ -214,11 +268,19 @@ def _synthetic(ladder, doses, anchor, seeds, horizons) -> dict:
             continue
         statuses = {}
         for h in dict.fromkeys(horizons):
-            v = judge([truncate(p, h) for p in ladder[near]], [truncate(p, h) for p in ladder[anchor]],
-                      [truncate(p, h) for p in seeds], [])
+            v = judge(
+                [truncate(p, h) for p in ladder[near]],
+                [truncate(p, h) for p in ladder[anchor]],
+                [truncate(p, h) for p in seeds],
+                [],
+            )
             statuses[str(h)] = v.indicative or v.status
-        out[key] = {"value": statuses, "pass": all(s == want for s in statuses.values()), "study_eps": near,
-                    "reference_eps": anchor}
+        out[key] = {
+            "value": statuses,
+            "pass": all(s == want for s in statuses.values()),
+            "study_eps": near,
+            "reference_eps": anchor,
+        }
     return out
 
 
@@ -248,8 +310,11 @@ def place_reference(calibration: dict, runs: list[PairData], window) -> dict:
     curve = dict(zip(calibration["anchor_curve"]["steps"], calibration["anchor_curve"]["log10_rel_l2"]))
     values = []
     for p in runs:
-        logs = [math.log10(e) - curve[int(t)] for t, e in zip(p.steps, p.rel_l2)
-                if int(t) in curve and e > 0 and (window is None or window[0] <= t <= window[1])]
+        logs = [
+            math.log10(e) - curve[int(t)]
+            for t, e in zip(p.steps, p.rel_l2)
+            if int(t) in curve and e > 0 and (window is None or window[0] <= t <= window[1])
+        ]
         if logs:
             values.append(float(np.median(logs)))
     out = dict(calibration, references=dict(calibration.get("references") or {}))
@@ -269,16 +334,23 @@ def equivalent_dose(calibration: dict, log10_ratio_vs_reference: float, referenc
     if not math.isfinite(log10_ratio_vs_reference):
         return None
     log_eps = math.log10(anchor) + (ref["log10_vs_anchor"] + log10_ratio_vs_reference - intercept) / slope
-    return float(10 ** log_eps)
+    return float(10**log_eps)
 
 
 def _dose_dict(e: float, truth: float, per_h: dict) -> dict:
     first = next(iter(per_h.values()))[e]
     p = first["pooled"]
     windows = [m.window for m in first["estimates"] if m.window]
-    return {"eps": e, "true_log10_vs_anchor": truth, "log10": _num(p.mean), "lo": _num(p.lo), "hi": _num(p.hi),
-            "replicates": p.n, "window": [min(w[0] for w in windows), max(w[1] for w in windows)] if windows else None,
-            "per_horizon": {str(h): _num(r[e]["pooled"].mean) for h, r in per_h.items()}}
+    return {
+        "eps": e,
+        "true_log10_vs_anchor": truth,
+        "log10": _num(p.mean),
+        "lo": _num(p.lo),
+        "hi": _num(p.hi),
+        "replicates": p.n,
+        "window": [min(w[0] for w in windows), max(w[1] for w in windows)] if windows else None,
+        "per_horizon": {str(h): _num(r[e]["pooled"].mean) for h, r in per_h.items()},
+    }
 
 
 def _reference_exact(runs: list[PairData]) -> bool | None:

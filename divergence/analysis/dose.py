@@ -117,15 +117,17 @@ class _Curves:
     saturated_at: int | None
 
 
-def estimate(study: PairData, reference: PairData, seed: PairData | None, start: int | None = None,
-             min_window: int = MIN_WINDOW) -> WindowEstimate:
+def estimate(
+    study: PairData, reference: PairData, seed: PairData | None, start: int | None = None, min_window: int = MIN_WINDOW
+) -> WindowEstimate:
     """The window and dose ratio of one replicate of ``study`` against ``reference``, read alone
     (its own transient's end); ``estimate_replicates`` reads several from one common first step."""
     return estimate_replicates([(study, reference, seed)], start, min_window)[0]
 
 
-def estimate_replicates(runs: list[tuple[PairData, PairData, PairData | None]], start: int | None = None,
-                        min_window: int = MIN_WINDOW) -> list[WindowEstimate]:
+def estimate_replicates(
+    runs: list[tuple[PairData, PairData, PairData | None]], start: int | None = None, min_window: int = MIN_WINDOW
+) -> list[WindowEstimate]:
     """Every replicate's window and dose ratio: (study, reference, seed) runs of one replicate
     each, read from the first step t0 common to them (``window.common_start``)."""
     if not runs:
@@ -135,8 +137,10 @@ def estimate_replicates(runs: list[tuple[PairData, PairData, PairData | None]], 
     curves = [_curves(x, p, s) for x, p, s in runs]
     settled = [settle_step(c.steps, c.log_ratio, c.regime, c.valid, start, length) for c in curves]
     t0 = common_start(settled, start)
-    return [replace(_summarise(c, first_run(c.regime & (c.steps >= t0), length), length), settled_at=at,
-                    window_start=t0) for c, at in zip(curves, settled)]
+    return [
+        replace(_summarise(c, first_run(c.regime & (c.steps >= t0), length), length), settled_at=at, window_start=t0)
+        for c, at in zip(curves, settled)
+    ]
 
 
 def _curves(study: PairData, reference: PairData, seed: PairData | None) -> _Curves:
@@ -154,8 +158,21 @@ def _curves(study: PairData, reference: PairData, seed: PairData | None) -> _Cur
     before = np.arange(len(steps)) < (ends[0] if ends.size else len(steps))
     valid = (e_x > 0) & (e_p > 0) & np.isfinite(log_ratio) & before
     regime = valid & alike(local_rates(steps, e_x), local_rates(steps, e_p), space)
-    return _Curves(study, steps, e_x, e_p, f_x, f_p, phi_x, phi_p, log_ratio, valid, regime, space,
-                   int(steps[ends[0]]) if ends.size else None)
+    return _Curves(
+        study,
+        steps,
+        e_x,
+        e_p,
+        f_x,
+        f_p,
+        phi_x,
+        phi_p,
+        log_ratio,
+        valid,
+        regime,
+        space,
+        int(steps[ends[0]]) if ends.size else None,
+    )
 
 
 def probe_values(pair: PairData) -> np.ndarray:
@@ -182,19 +199,46 @@ def _summarise(c: _Curves, keep: np.ndarray, min_window: int) -> WindowEstimate:
     window = (int(steps[keep][0]), int(steps[keep][-1])) if n else None
     t10 = {"study": _first(steps, c.phi_x, SATURATED), "reference": _first(steps, c.phi_p, SATURATED)}
     t50 = {"study": _first(steps, c.phi_x, HALF_WAY), "reference": _first(steps, c.phi_p, HALF_WAY)}
-    common = dict(steps=steps, log_ratio=c.log_ratio, in_window=keep, min_window=min_window,
-                  phi={"study": c.phi_x, "reference": c.phi_p}, saturated_at=c.saturated_at)
+    common = dict(
+        steps=steps,
+        log_ratio=c.log_ratio,
+        in_window=keep,
+        min_window=min_window,
+        phi={"study": c.phi_x, "reference": c.phi_p},
+        saturated_at=c.saturated_at,
+    )
     if n < min_window:
-        return WindowEstimate(c.study.replicate, c.space, window, n, math.nan, math.nan, math.nan,
-                              {"study": math.nan, "reference": math.nan}, t10, t50, **common)
+        return WindowEstimate(
+            c.study.replicate,
+            c.space,
+            window,
+            n,
+            math.nan,
+            math.nan,
+            math.nan,
+            {"study": math.nan, "reference": math.nan},
+            t10,
+            t50,
+            **common,
+        )
     t = steps[keep].astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_f = np.log10(c.f_x[keep] / c.f_p[keep])
     finite_f = log_f[np.isfinite(log_f)]
     lam = {"study": float(ols_slope(t, np.log(c.e_x[keep]))), "reference": float(ols_slope(t, np.log(c.e_p[keep])))}
-    return WindowEstimate(c.study.replicate, c.space, window, n, float(np.median(c.log_ratio[keep])),
-                          float(np.median(finite_f)) if finite_f.size >= min_window else math.nan,
-                          drift(steps, c.log_ratio, keep), lam, t10, t50, **common)
+    return WindowEstimate(
+        c.study.replicate,
+        c.space,
+        window,
+        n,
+        float(np.median(c.log_ratio[keep])),
+        float(np.median(finite_f)) if finite_f.size >= min_window else math.nan,
+        drift(steps, c.log_ratio, keep),
+        lam,
+        t10,
+        t50,
+        **common,
+    )
 
 
 def _first(steps: np.ndarray, phi: np.ndarray, level: float) -> int | None:
@@ -204,9 +248,26 @@ def _first(steps: np.ndarray, phi: np.ndarray, level: float) -> int | None:
 
 def window_log_ratio(steps, e_x, e_p, start: int = DEFAULT_START) -> WindowEstimate:
     """The estimate from two arrays of E (weight space, no seed pair): for examples and tests."""
+
     def pair(values):
-        return PairData(name="", category="optimization", description="", finished=True, last_step=None,
-                        max_steps=0, steps=np.asarray(steps), model={}, layers=(), kinds=(), numel=np.zeros(0),
-                        layer_values={}, kind_values={}, loss_steps=np.zeros(0), loss={}, spikes={},
-                        rel_l2=np.asarray(values, dtype=float))
+        return PairData(
+            name="",
+            category="optimization",
+            description="",
+            finished=True,
+            last_step=None,
+            max_steps=0,
+            steps=np.asarray(steps),
+            model={},
+            layers=(),
+            kinds=(),
+            numel=np.zeros(0),
+            layer_values={},
+            kind_values={},
+            loss_steps=np.zeros(0),
+            loss={},
+            spikes={},
+            rel_l2=np.asarray(values, dtype=float),
+        )
+
     return estimate(pair(e_x), pair(e_p), None, start=start)

@@ -150,7 +150,9 @@ def estimate_growth(pair: PairData, metric: str, n_boot: int = N_BOOT, seed: int
     value = growth_rate(pair.steps, values, pair.numel[layers])
     if n_steps < MIN_FIT_STEPS:
         return Estimate(value, np.nan, np.nan, n_steps, n_layers, 0)
-    rates = bootstrap_rates(pair.steps, values[None], pair.numel[layers], n_boot, rng_for(seed, pair.name, metric))[:, 0]
+    rates = bootstrap_rates(pair.steps, values[None], pair.numel[layers], n_boot, rng_for(seed, pair.name, metric))[
+        :, 0
+    ]
     return _interval(value, rates, n_steps, n_layers)
 
 
@@ -176,7 +178,11 @@ def compare_growth(study: PairData, reference: PairData, metric: str, n_boot: in
     growing = float(np.mean(rates[:, 1] > 0)) >= 1 - (1 - CONFIDENCE) / 2
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(rates[:, 1] > 0, rates[:, 0] / rates[:, 1], np.nan)
-    estimate = _interval(value, ratios, n_steps, n_layers) if growing else Estimate(value, np.nan, np.nan, n_steps, n_layers, 0)
+    estimate = (
+        _interval(value, ratios, n_steps, n_layers)
+        if growing
+        else Estimate(value, np.nan, np.nan, n_steps, n_layers, 0)
+    )
     return Ratio(study.name, reference.name, metric, estimate, g_s, g_r, growing)
 
 

@@ -16,8 +16,13 @@ from __future__ import annotations
 
 import math
 
-STATUS_WORDS = {"bounded": "Bounded", "not_bounded": "Not bounded", "inconclusive": "Inconclusive",
-                "no_verdict": "No verdict", "preliminary": "Preliminary (single replicate, no interval)"}
+STATUS_WORDS = {
+    "bounded": "Bounded",
+    "not_bounded": "Not bounded",
+    "inconclusive": "Inconclusive",
+    "no_verdict": "No verdict",
+    "preliminary": "Preliminary (single replicate, no interval)",
+}
 
 
 def headline(v, label: str, ref_label: str, floor_text: str | None = None) -> str:
@@ -27,17 +32,23 @@ def headline(v, label: str, ref_label: str, floor_text: str | None = None) -> st
         return f"{word} for {label}: {v.reasons[0]}."
     span = window_text(v)
     if not v.dose_like:
-        text = (f"{word}: {label} vs {ref_label} is not dose-like: log10(E_X/E_P) drifts by {v.drift:+.2f} dex "
-                f"across {span}, so no single ratio describes it; see the curve; {outcome_text(v)}.")
+        text = (
+            f"{word}: {label} vs {ref_label} is not dose-like: log10(E_X/E_P) drifts by {v.drift:+.2f} dex "
+            f"across {span}, so no single ratio describes it; see the curve; {outcome_text(v)}."
+        )
     else:
         direction = "less" if v.dose.mean < 0 else "more"
         if v.dose.interval:
-            numbers = (f"log10 dose ratio {v.dose.mean:+.2f}, 95% CI {v.dose.lo:+.2f} to {v.dose.hi:+.2f}, "
-                       f"{v.dose.n} replicates, {span}")
+            numbers = (
+                f"log10 dose ratio {v.dose.mean:+.2f}, 95% CI {v.dose.lo:+.2f} to {v.dose.hi:+.2f}, "
+                f"{v.dose.n} replicates, {span}"
+            )
         else:
             numbers = f"log10 dose ratio {v.dose.mean:+.2f}, {span}"
-        text = (f"{word}: {label} perturbs training {factor_text(10 ** abs(v.dose.mean))}x {direction} than "
-                f"{ref_label} ({numbers}){_undecided_dose(v)}; {outcome_text(v)}.")
+        text = (
+            f"{word}: {label} perturbs training {factor_text(10 ** abs(v.dose.mean))}x {direction} than "
+            f"{ref_label} ({numbers}){_undecided_dose(v)}; {outcome_text(v)}."
+        )
     if v.indicative:
         text += f" The point estimates alone read {v.indicative.replace('_', ' ')}; train more replicates."
     if floor_text:
@@ -86,8 +97,13 @@ def outcome_text(v) -> str:
     if v.outcome_status == "shifted":
         return f"outcome shifted: {number} outside {scale} {margin}" + _saturated_note(v)
     n = v.replicates_needed.get("outcome")
-    decide = (f"; about {n} replicates would decide" if n is not None else
-              "; one replicate has no interval" if not o.interval else "; no number of replicates within reach decides")
+    decide = (
+        f"; about {n} replicates would decide"
+        if n is not None
+        else "; one replicate has no interval"
+        if not o.interval
+        else "; no number of replicates within reach decides"
+    )
     return f"outcome undecided: {number} against {scale} {margin}{_saturated_note(v)}{decide}"
 
 
@@ -101,11 +117,16 @@ def replicates_sentence(v) -> str | None:
         return None
     zero, two = v.replicates_needed.get("exclude_0"), v.replicates_needed.get("exclude_0.3_dex")
     side = "below -0.3" if v.dose.mean < 0 else "above +0.3"
-    parts = [f"exclude 0 from {zero} replicates" if zero is not None else "exclude 0 from no number within reach",
-             f"lie {side} dex (a factor 2) from {two}" if two is not None else
-             "lie beyond +-0.3 dex (a factor 2) from no number within reach"]
-    return (f"At the observed mean ({v.dose.mean:+.2f}) and spread of {v.dose.n} replicates, the dose interval "
-            f"would {parts[0]} and {parts[1]}.")
+    parts = [
+        f"exclude 0 from {zero} replicates" if zero is not None else "exclude 0 from no number within reach",
+        f"lie {side} dex (a factor 2) from {two}"
+        if two is not None
+        else "lie beyond +-0.3 dex (a factor 2) from no number within reach",
+    ]
+    return (
+        f"At the observed mean ({v.dose.mean:+.2f}) and spread of {v.dose.n} replicates, the dose interval "
+        f"would {parts[0]} and {parts[1]}."
+    )
 
 
 def percent(x: float) -> str:

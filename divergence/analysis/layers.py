@@ -36,14 +36,19 @@ def kind_table(pair: PairData, metric: str = "wasserstein") -> list[dict]:
         members = np.flatnonzero(kinds == kind)
         finite = [i for i in members if np.isfinite(final[i])]
         top = max(finite, key=lambda i: final[i]) if finite else None
-        rows.append({
-            "kind": kind,
-            "tensors": int(len(members)),
-            "numel": int(pair.numel[members].sum()),
-            **{f"final_{m}": float(series[m][-1]) for m in TRAJECTORY_METRICS},
-            **{f"slope_{m}": float(ols_slope(pair.steps, series[m])) if len(pair.steps) > 1 else np.nan for m in TRAJECTORY_METRICS},
-            "top_tensor": pair.layers[top] if top is not None else "",
-        })
+        rows.append(
+            {
+                "kind": kind,
+                "tensors": int(len(members)),
+                "numel": int(pair.numel[members].sum()),
+                **{f"final_{m}": float(series[m][-1]) for m in TRAJECTORY_METRICS},
+                **{
+                    f"slope_{m}": float(ols_slope(pair.steps, series[m])) if len(pair.steps) > 1 else np.nan
+                    for m in TRAJECTORY_METRICS
+                },
+                "top_tensor": pair.layers[top] if top is not None else "",
+            }
+        )
     rows.sort(key=lambda r: -np.nan_to_num(r[f"final_{metric}"], nan=-np.inf))
     return rows
 

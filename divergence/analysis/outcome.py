@@ -46,9 +46,12 @@ OUTCOME_STATUSES = ("within", "shifted", "undecided")
 
 
 def source(runs: list[PairData]) -> str:
-    """"probe" when every run recorded the probe losses, else "training"."""
-    ok = all(np.isfinite(p.probe.get("probe_loss_a", np.zeros(0))).any()
-             and np.isfinite(p.probe.get("probe_loss_b", np.zeros(0))).any() for p in runs)
+    """ "probe" when every run recorded the probe losses, else "training"."""
+    ok = all(
+        np.isfinite(p.probe.get("probe_loss_a", np.zeros(0))).any()
+        and np.isfinite(p.probe.get("probe_loss_b", np.zeros(0))).any()
+        for p in runs
+    )
     return "probe" if runs and ok else "training"
 
 
@@ -73,8 +76,10 @@ def margin(seed_runs: list[PairData], where: str, factor: float = MARGIN_FACTOR)
     if not deltas:
         return math.nan, None
     if len(deltas) == 1:
-        return factor * abs(deltas[0]), ("one seed replicate: its |Delta| stands in for the seed-to-seed spread "
-                                         "of the outcome, so the margin is rough; train more seed replicates")
+        return factor * abs(deltas[0]), (
+            "one seed replicate: its |Delta| stands in for the seed-to-seed spread "
+            "of the outcome, so the margin is rough; train more seed replicates"
+        )
     return factor * float(np.std(deltas, ddof=1)), None
 
 

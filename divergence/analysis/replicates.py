@@ -68,8 +68,7 @@ def pool(values, confidence: float = CONFIDENCE) -> Pooled:
     return Pooled(mean, mean - half, mean + half, int(x.size), tuple(map(float, x)))
 
 
-def replicates_to_clear(p: Pooled, gap: float, confidence: float = CONFIDENCE,
-                        most: int = MAX_PLANNED) -> int | None:
+def replicates_to_clear(p: Pooled, gap: float, confidence: float = CONFIDENCE, most: int = MAX_PLANNED) -> int | None:
     """The fewest replicates whose t interval, at ``p``'s mean and spread, has a half-width under ``gap``."""
     if p.n < 2 or not math.isfinite(gap) or gap <= 0:
         return None

@@ -44,9 +44,15 @@ class Analysis:
         return [p for p in self.pairs if p.name == name]
 
 
-def analyze(pairs: list[PairData], n_boot: int = N_BOOT, seed: int = 0, min_steps: int = MIN_WINDOW,
-            margin_factor: float = outcome.MARGIN_FACTOR, start: int | None = None,
-            calibration: dict | None = None) -> Analysis:
+def analyze(
+    pairs: list[PairData],
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    min_steps: int = MIN_WINDOW,
+    margin_factor: float = outcome.MARGIN_FACTOR,
+    start: int | None = None,
+    calibration: dict | None = None,
+) -> Analysis:
     """A verdict for every pair under study, the noise floor, and the legacy slope ratios."""
     if not pairs:
         raise ValueError("analyze: no pairs to analyse")
@@ -64,15 +70,31 @@ def analyze(pairs: list[PairData], n_boot: int = N_BOOT, seed: int = 0, min_step
     lowest = [runs[0] for runs in role["precision"] + role["seed"]]
     legacy_ratios = {s[0].name: legacy.legacy_ratios(s[0], lowest, n_boot, seed) for s in role["optimization"]}
     floors = tuple(noise_floor(p) for p in controls)
-    settings = {"metric": METRIC, "confidence": 0.95, "min_window": min_steps, "window_start": start,
-                "margin_factor": margin_factor, "max_drift_dex": 0.5, "bootstrap_replicates": n_boot, "seed": seed,
-                "reference": reference[0].name if reference else None,
-                "dose_ratio": "per replicate, median over the unsaturated window of log10(E_X/E_P), E = whole-model "
-                              "rel_l2; pooled mean over replicates with a t interval (R-1 degrees of freedom)",
-                "outcome": "mean over the last 10% of steps of (l_a - l_b) / l_b; margin = factor x the seed "
-                           "pair's spread over replicates"}
-    return Analysis(tuple(pairs), growth, tuple(verdicts), floors, tuple(_warnings(pairs, floors, role)), settings,
-                    legacy_ratios, calibration)
+    settings = {
+        "metric": METRIC,
+        "confidence": 0.95,
+        "min_window": min_steps,
+        "window_start": start,
+        "margin_factor": margin_factor,
+        "max_drift_dex": 0.5,
+        "bootstrap_replicates": n_boot,
+        "seed": seed,
+        "reference": reference[0].name if reference else None,
+        "dose_ratio": "per replicate, median over the unsaturated window of log10(E_X/E_P), E = whole-model "
+        "rel_l2; pooled mean over replicates with a t interval (R-1 degrees of freedom)",
+        "outcome": "mean over the last 10% of steps of (l_a - l_b) / l_b; margin = factor x the seed "
+        "pair's spread over replicates",
+    }
+    return Analysis(
+        tuple(pairs),
+        growth,
+        tuple(verdicts),
+        floors,
+        tuple(_warnings(pairs, floors, role)),
+        settings,
+        legacy_ratios,
+        calibration,
+    )
 
 
 def _with_calibration(v: Verdict, study, reference, calibration) -> Verdict:
@@ -101,19 +123,25 @@ def _warnings(pairs: list[PairData], floors: tuple[NoiseFloor, ...], role: dict)
         warnings.append("no pair under study (category optimization): the report shows the pairs but gives no verdict")
     if len(role["precision"]) > 1:
         names = ", ".join(runs[0].name for runs in role["precision"][1:])
-        warnings.append(f"several precision pairs: the verdict uses {role['precision'][0][0].name}; {names} are "
-                        "shown but not used as the reference")
+        warnings.append(
+            f"several precision pairs: the verdict uses {role['precision'][0][0].name}; {names} are "
+            "shown but not used as the reference"
+        )
     for floor in floors:
         if not floor.exact:
-            warnings.append(f"control pair {floor.pair} is not exactly zero (peak Wasserstein "
-                            f"{floor.peak['wasserstein']:.3g}, max difference {floor.peak['max_abs_diff']:.3g})")
+            warnings.append(
+                f"control pair {floor.pair} is not exactly zero (peak Wasserstein "
+                f"{floor.peak['wasserstein']:.3g}, max difference {floor.peak['max_abs_diff']:.3g})"
+            )
     for pair in pairs:
         if not len(pair.steps):
             warnings.append(f"{pair.key}: no tracked steps in its metrics store")
         bad = nonfinite_layers(pair)
         if bad:
-            warnings.append(f"{pair.key}: {len(bad)} layers hold NaN/inf at some step (first: {bad[0]}); "
-                            "they are left out of its legacy growth rates")
+            warnings.append(
+                f"{pair.key}: {len(bad)} layers hold NaN/inf at some step (first: {bad[0]}); "
+                "they are left out of its legacy growth rates"
+            )
         if pair.category != "optimization" and not pair.finished:
             warnings.append(f"{pair.key} is unfinished (last step {pair.last_step} of {pair.max_steps})")
     layer_sets = {frozenset(p.layers) for p in pairs if p.layers}
@@ -128,8 +156,11 @@ def to_summary(analysis: Analysis) -> dict:
         "schema": SCHEMA,
         "settings": analysis.settings,
         "verdicts": [verdict_dict(v) for v in analysis.verdicts],
-        "legacy_slope_ratio": {"note": legacy.NOTE, "used_by_verdict": False,
-                               "ratios": {s: [legacy.ratio_dict(r) for r in rs] for s, rs in analysis.legacy.items()}},
+        "legacy_slope_ratio": {
+            "note": legacy.NOTE,
+            "used_by_verdict": False,
+            "ratios": {s: [legacy.ratio_dict(r) for r in rs] for s, rs in analysis.legacy.items()},
+        },
         "noise_floor": [asdict(f) for f in analysis.noise_floors],
         "pairs": {p.key: _pair_dict(p, analysis.growth[p.key]) for p in analysis.pairs},
         "warnings": list(analysis.warnings),
@@ -142,27 +173,55 @@ def verdict_dict(v: Verdict) -> dict:
     usable = [e for e in v.estimates if e.usable]
     needed = v.replicates_needed or {}
     return {
-        "study": v.study, "status": v.status, "headline": v.headline,
-        "dose_ratio": {"reference": v.reference, "metric": METRIC, **_pooled(v.dose, "log10"),
-                       "window": list(v.window) if v.window else None,
-                       "common_start": usable[0].window_start if usable else None, "status": v.dose_status,
-                       "replicates_needed": {k: needed.get(k) for k in ("exclude_0", "exclude_0.3_dex")}},
-        "outcome": {**_pooled(v.outcome, "mean"), "margin": _num(v.margin), "source": v.outcome_source,
-                    "status": v.outcome_status, "replicates_needed": needed.get("outcome"),
-                    "margin_factor": _num(v.margin_factor), "saturated": v.saturated},
-        "reasons": list(v.reasons), "caveats": list(v.caveats), "indicative": v.indicative,
+        "study": v.study,
+        "status": v.status,
+        "headline": v.headline,
+        "dose_ratio": {
+            "reference": v.reference,
+            "metric": METRIC,
+            **_pooled(v.dose, "log10"),
+            "window": list(v.window) if v.window else None,
+            "common_start": usable[0].window_start if usable else None,
+            "status": v.dose_status,
+            "replicates_needed": {k: needed.get(k) for k in ("exclude_0", "exclude_0.3_dex")},
+        },
+        "outcome": {
+            **_pooled(v.outcome, "mean"),
+            "margin": _num(v.margin),
+            "source": v.outcome_source,
+            "status": v.outcome_status,
+            "replicates_needed": needed.get("outcome"),
+            "margin_factor": _num(v.margin_factor),
+            "saturated": v.saturated,
+        },
+        "reasons": list(v.reasons),
+        "caveats": list(v.caveats),
+        "indicative": v.indicative,
         "outside_deployment": next((c for c in v.caveats if c.startswith(OUTSIDE)), None),
         "function_space": {"metric": "probe_rel_diff", **_pooled(v.dose_function, "log10")},
         "flatness": {"drift_dex": _num(v.drift), "max_drift_dex": 0.5, "dose_like": v.dose_like},
         "lambda": {k: _num(np.mean([e.lam[k] for e in usable])) if usable else None for k in ("study", "reference")},
-        "t10": _phi_steps(v, "t10"), "t50": _phi_steps(v, "t50"),
-        "noise_floor_ratio": _num(v.floor), "equivalent_dose": v.equivalent_dose,
+        "t10": _phi_steps(v, "t10"),
+        "t50": _phi_steps(v, "t50"),
+        "noise_floor_ratio": _num(v.floor),
+        "equivalent_dose": v.equivalent_dose,
         "outcome_per_replicate": {str(r): _num(d) for r, d in v.extra.get("outcome_per_replicate", {}).items()},
-        "per_replicate": [{"replicate": e.replicate, "space": e.space, "window": list(e.window) if e.window else None,
-                           "settled_at": e.settled_at, "steps_in_window": e.n_window, "log10": _num(e.log10),
-                           "log10_function": _num(e.log10_function), "drift_dex": _num(e.drift),
-                           "lambda": {k: _num(x) for k, x in e.lam.items()}, "t10": e.t10, "t50": e.t50}
-                          for e in v.estimates],
+        "per_replicate": [
+            {
+                "replicate": e.replicate,
+                "space": e.space,
+                "window": list(e.window) if e.window else None,
+                "settled_at": e.settled_at,
+                "steps_in_window": e.n_window,
+                "log10": _num(e.log10),
+                "log10_function": _num(e.log10_function),
+                "drift_dex": _num(e.drift),
+                "lambda": {k: _num(x) for k, x in e.lam.items()},
+                "t10": e.t10,
+                "t50": e.t50,
+            }
+            for e in v.estimates
+        ],
     }
 
 
@@ -176,8 +235,11 @@ def _phi_steps(v: Verdict, which: str) -> dict:
     for role in ("study", "reference"):
         steps = [getattr(e, which).get(role) for e in v.estimates]
         reached = [s for s in steps if s is not None]
-        out[role] = {"per_replicate": steps, "median": float(np.median(reached)) if reached else None,
-                     "censored": len(steps) - len(reached)}
+        out[role] = {
+            "per_replicate": steps,
+            "median": float(np.median(reached)) if reached else None,
+            "censored": len(steps) - len(reached),
+        }
     return out
 
 
@@ -188,26 +250,46 @@ def _num(x):
 def _calibration_dict(calibration: dict | None) -> dict | None:
     if calibration is None:
         return None
-    return {"recipe": calibration.get("recipe"), "line": calibration.get("line"),
-            "criteria": {k: c.get("pass") for k, c in (calibration.get("criteria") or {}).items()}}
+    return {
+        "recipe": calibration.get("recipe"),
+        "line": calibration.get("line"),
+        "criteria": {k: c.get("pass") for k, c in (calibration.get("criteria") or {}).items()},
+    }
 
 
 def _pair_dict(p: PairData, growth: dict[str, Estimate]) -> dict:
     n = len(p.steps)
     return {
-        "name": p.name, "replicate": p.replicate,
-        "category": p.category, "description": p.description, "folder": p.folder, "arms": p.arms,
-        "finished": p.finished, "last_step": p.last_step, "max_steps": p.max_steps,
-        "numerics": p.numerics, "outside_deployment": p.outside_deployment,
-        "tracked_steps": n, "layers": len(p.layers), "probe": p.has_probe(),
+        "name": p.name,
+        "replicate": p.replicate,
+        "category": p.category,
+        "description": p.description,
+        "folder": p.folder,
+        "arms": p.arms,
+        "finished": p.finished,
+        "last_step": p.last_step,
+        "max_steps": p.max_steps,
+        "numerics": p.numerics,
+        "outside_deployment": p.outside_deployment,
+        "tracked_steps": n,
+        "layers": len(p.layers),
+        "probe": p.has_probe(),
         "growth_rate": {m: asdict(growth[m]) for m in TRAJECTORY_METRICS},
-        "model": {m: {"first": float(p.model[m][0]) if n else None, "final": float(p.model[m][-1]) if n else None,
-                      "peak": float(np.nanmax(p.model[m])) if n and np.isfinite(p.model[m]).any() else None}
-                  for m in TRAJECTORY_METRICS},
-        "trajectory": {"step": p.steps.tolist(), "rel_l2": p.rel_l2.tolist(),
-                       "probe_rel_diff": p.probe.get("probe_rel_diff", np.zeros(0)).tolist(),
-                       **{m: p.model[m].tolist() for m in TRAJECTORY_METRICS},
-                       **{f"layer_mean_{m}": layer_mean(p, m).tolist() for m in TRAJECTORY_METRICS}},
+        "model": {
+            m: {
+                "first": float(p.model[m][0]) if n else None,
+                "final": float(p.model[m][-1]) if n else None,
+                "peak": float(np.nanmax(p.model[m])) if n and np.isfinite(p.model[m]).any() else None,
+            }
+            for m in TRAJECTORY_METRICS
+        },
+        "trajectory": {
+            "step": p.steps.tolist(),
+            "rel_l2": p.rel_l2.tolist(),
+            "probe_rel_diff": p.probe.get("probe_rel_diff", np.zeros(0)).tolist(),
+            **{m: p.model[m].tolist() for m in TRAJECTORY_METRICS},
+            **{f"layer_mean_{m}": layer_mean(p, m).tolist() for m in TRAJECTORY_METRICS},
+        },
         "top_layers": top_layers(p),
         "kinds": kind_table(p),
         "spikes": {arm: p.loss_steps[p.spikes[arm]].tolist() for arm in "ab"},

@@ -94,8 +94,9 @@ class PairData:
         return np.isfinite(values).all(axis=1)
 
 
-def pair_from_records(info, step_records: list[dict], tensor_records, folder: str = "",
-                      replicate: int | None = None) -> PairData:
+def pair_from_records(
+    info, step_records: list[dict], tensor_records, folder: str = "", replicate: int | None = None
+) -> PairData:
     """Build a ``PairData`` from a ``PairInfo`` and the store's step and tensor records.
 
     ``replicate`` defaults to ``info.replicate`` (0 where pair.json has none)."""
@@ -108,11 +109,24 @@ def pair_from_records(info, step_records: list[dict], tensor_records, folder: st
         if record["step"] in column:
             by_step[record["step"]].append(record)
     layers, kinds, numel, layer_values = _layer_arrays(by_step, column, len(steps))
-    model = {m: np.array([_model_value(r, by_step[r["step"]], m) for r in tracked], dtype=float) for m in TRAJECTORY_METRICS}
+    model = {
+        m: np.array([_model_value(r, by_step[r["step"]], m) for r in tracked], dtype=float) for m in TRAJECTORY_METRICS
+    }
     return PairData(
-        name=info.name, category=info.category, description=info.description, finished=bool(info.finished),
-        last_step=info.last_step, max_steps=int(info.max_steps or 0), folder=str(folder), arms=dict(info.arms or {}),
-        steps=steps, model=model, layers=layers, kinds=kinds, numel=numel, layer_values=layer_values,
+        name=info.name,
+        category=info.category,
+        description=info.description,
+        finished=bool(info.finished),
+        last_step=info.last_step,
+        max_steps=int(info.max_steps or 0),
+        folder=str(folder),
+        arms=dict(info.arms or {}),
+        steps=steps,
+        model=model,
+        layers=layers,
+        kinds=kinds,
+        numel=numel,
+        layer_values=layer_values,
         kind_values=_kind_arrays(tracked, by_step),
         loss_steps=np.array([r["step"] for r in step_records], dtype=np.int64),
         loss={arm: np.array([_float(r.get(f"loss_{arm}")) for r in step_records]) for arm in "ab"},
@@ -156,7 +170,10 @@ def _kind_arrays(tracked: list[dict], by_step: dict[int, list[dict]]) -> dict[st
             kinds = {k: summarize(rs) for k, rs in groups.items() if _summarizable(rs)}
         per_step.append(kinds)
     names = sorted({k for kinds in per_step for k in kinds})
-    return {k: {m: np.array([_float(kinds.get(k, {}).get(m)) for kinds in per_step]) for m in TRAJECTORY_METRICS} for k in names}
+    return {
+        k: {m: np.array([_float(kinds.get(k, {}).get(m)) for kinds in per_step]) for m in TRAJECTORY_METRICS}
+        for k in names
+    }
 
 
 def _model_value(step_record: dict, tensor_records: list[dict], metric: str) -> float:
@@ -169,7 +186,19 @@ def _model_value(step_record: dict, tensor_records: list[dict], metric: str) -> 
 
 
 def _summarizable(records: list[dict]) -> bool:
-    keys = ("numel", "wasserstein", "max_abs_diff", "norm_a", "norm_b", "nonfinite_a", "nonfinite_b", "mean_abs_diff", "rms_diff", "rel_l2", "cosine")
+    keys = (
+        "numel",
+        "wasserstein",
+        "max_abs_diff",
+        "norm_a",
+        "norm_b",
+        "nonfinite_a",
+        "nonfinite_b",
+        "mean_abs_diff",
+        "rms_diff",
+        "rel_l2",
+        "cosine",
+    )
     return all(all(k in r for k in keys) for r in records)
 
 

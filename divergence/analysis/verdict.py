@@ -97,14 +97,25 @@ class Verdict:
         return not (math.isfinite(self.drift) and abs(self.drift) > MAX_DRIFT)
 
 
-def judge(study: list[PairData], reference: list[PairData], seeds: list[PairData], controls: list[PairData],
-          margin_factor: float = outcome.MARGIN_FACTOR, start: int | None = None,
-          min_window: int = MIN_WINDOW) -> Verdict:
+def judge(
+    study: list[PairData],
+    reference: list[PairData],
+    seeds: list[PairData],
+    controls: list[PairData],
+    margin_factor: float = outcome.MARGIN_FACTOR,
+    start: int | None = None,
+    min_window: int = MIN_WINDOW,
+) -> Verdict:
     """The verdict for the replicates of one pair under study against the replicates of P."""
     name, label = study[0].name, study[0].label
     if not reference:
-        return _no_verdict(name, None, "no precision pair (category precision, e.g. bf16 vs fp32) among the "
-                                       "inputs: it is the yardstick of the dose ratio; add one", label=label)
+        return _no_verdict(
+            name,
+            None,
+            "no precision pair (category precision, e.g. bf16 vs fp32) among the "
+            "inputs: it is the yardstick of the dose ratio; add one",
+            label=label,
+        )
     floor, floor_text, blocked = _floor(study, controls)
     if blocked:
         return _no_verdict(name, reference[0].name, blocked, floor=floor, label=label)
@@ -114,8 +125,9 @@ def judge(study: list[PairData], reference: list[PairData], seeds: list[PairData
     if not usable and _all_zero(study) and not _all_zero(reference):
         return _no_drift(study, reference, caveats)
     if not usable:
-        return _no_verdict(name, reference[0].name, _why_no_window(study, reference, estimates, min_window),
-                           floor=floor, label=label)
+        return _no_verdict(
+            name, reference[0].name, _why_no_window(study, reference, estimates, min_window), floor=floor, label=label
+        )
     dose, dose_f = pool([e.log10 for e in usable]), pool([e.log10_function for e in usable])
     where = outcome.source(study + seeds)
     deltas = {p.replicate: outcome.delta(p, where) for p in study if p.replicate in {e.replicate for e in usable}}
@@ -133,14 +145,38 @@ def judge(study: list[PairData], reference: list[PairData], seeds: list[PairData
     if dose.n == 1:
         status, indicative = "preliminary", _indicative(dose_status, result, m)
     window = (min(e.window[0] for e in usable), max(e.window[1] for e in usable))
-    needed = {"exclude_0": replicates_to_clear(dose, abs(dose.mean)),
-              "exclude_0.3_dex": replicates_to_clear(dose, abs(dose.mean) - FACTOR_2_DEX), "outcome": outcome_needed}
-    v = Verdict(name, reference[0].name, status, "", tuple(reasons), tuple(caveats), dose, dose_f, window,
-                tuple(estimates), drift, result, where, m, floor, indicative,
-                extra={"outcome_per_replicate": deltas,
-                       "seed_outcome_per_replicate": {p.replicate: outcome.delta(p, where) for p in seeds}},
-                dose_status=dose_status, outcome_status=outcome_status, replicates_needed=needed,
-                saturated=saturated, margin_factor=factor)
+    needed = {
+        "exclude_0": replicates_to_clear(dose, abs(dose.mean)),
+        "exclude_0.3_dex": replicates_to_clear(dose, abs(dose.mean) - FACTOR_2_DEX),
+        "outcome": outcome_needed,
+    }
+    v = Verdict(
+        name,
+        reference[0].name,
+        status,
+        "",
+        tuple(reasons),
+        tuple(caveats),
+        dose,
+        dose_f,
+        window,
+        tuple(estimates),
+        drift,
+        result,
+        where,
+        m,
+        floor,
+        indicative,
+        extra={
+            "outcome_per_replicate": deltas,
+            "seed_outcome_per_replicate": {p.replicate: outcome.delta(p, where) for p in seeds},
+        },
+        dose_status=dose_status,
+        outcome_status=outcome_status,
+        replicates_needed=needed,
+        saturated=saturated,
+        margin_factor=factor,
+    )
     return _with_headline(v, label, reference[0].label, floor_text)
 
 
@@ -159,37 +195,62 @@ def _all_zero(runs: list[PairData]) -> bool:
 def _no_drift(study, reference, caveats) -> Verdict:
     """X's arms stay bitwise equal where P's differ: no dose at all, said in words (no log of 0)."""
     status = "bounded" if len(study) > 1 else "preliminary"
-    text = (f"{STATUS_WORDS[status]}: {study[0].label} does not perturb training at all: both arms are bitwise "
-            f"equal at every tracked step of {'every replicate' if len(study) > 1 else 'its run'}, where "
-            f"{reference[0].label}'s differ.")
-    return Verdict(study[0].name, reference[0].name, status, text, (), tuple(caveats),
-                   indicative="bounded" if status == "preliminary" else None, dose_status="bounded")
+    text = (
+        f"{STATUS_WORDS[status]}: {study[0].label} does not perturb training at all: both arms are bitwise "
+        f"equal at every tracked step of {'every replicate' if len(study) > 1 else 'its run'}, where "
+        f"{reference[0].label}'s differ."
+    )
+    return Verdict(
+        study[0].name,
+        reference[0].name,
+        status,
+        text,
+        (),
+        tuple(caveats),
+        indicative="bounded" if status == "preliminary" else None,
+        dose_status="bounded",
+    )
 
 
 def _why_no_window(study, reference, estimates, min_window) -> str:
     """The reason no replicate has a window: a reference that does not drift, a pair that does not
     grow, or tracking too sparse in the early steps."""
     if _all_zero(reference) or not any(np.any(np.isfinite(p.rel_l2) & (p.rel_l2 > 0)) for p in reference):
-        return (f"{reference[0].name}'s difference is zero (or missing) at every tracked step, so it cannot serve "
-                "as the yardstick: check that its arms differ in precision")
+        return (
+            f"{reference[0].name}'s difference is zero (or missing) at every tracked step, so it cannot serve "
+            "as the yardstick: check that its arms differ in precision"
+        )
     rates = np.concatenate([local_rates(p.steps, p.rel_l2) for p in study]) if study else np.zeros(0)
     rates = rates[np.isfinite(rates)]
     if rates.size and np.median(rates) <= 0:
-        return (f"{study[0].name}'s difference does not grow over training (constant or shrinking), unlike a "
-                "perturbation that training amplifies: there is no dose ratio to read; see the curves")
+        return (
+            f"{study[0].name}'s difference does not grow over training (constant or shrinking), unlike a "
+            "perturbation that training amplifies: there is no dose ratio to read; see the curves"
+        )
     longest = max((e.n_window for e in estimates), default=0)
-    return (f"the window where {study[0].name} and {reference[0].name} both still grow alike is {longest} tracked "
-            f"step(s) (need {min_window}): track earlier and densely (every step in the first tens of steps)")
+    return (
+        f"the window where {study[0].name} and {reference[0].name} both still grow alike is {longest} tracked "
+        f"step(s) (need {min_window}): track earlier and densely (every step in the first tens of steps)"
+    )
 
 
 def _setup_caveats(study: list[PairData], controls: list[PairData]) -> list[str]:
-    out = [] if controls else ["no control pair: determinism was not checked, so part of each pair's difference "
-                               "may be run-to-run noise (add a control pair: both arms identical)"]
+    out = (
+        []
+        if controls
+        else [
+            "no control pair: determinism was not checked, so part of each pair's difference "
+            "may be run-to-run noise (add a control pair: both arms identical)"
+        ]
+    )
     outside = next((p.outside_deployment for p in study if p.outside_deployment), None)
     if outside:
         out.append(f"{OUTSIDE}: {outside}")
-    out += [f"{p.key} is unfinished (last step {p.last_step} of {p.max_steps}): the estimate reads the steps it "
-            "reached" for p in study if not p.finished]
+    out += [
+        f"{p.key} is unfinished (last step {p.last_step} of {p.max_steps}): the estimate reads the steps it reached"
+        for p in study
+        if not p.finished
+    ]
     return out
 
 
@@ -198,8 +259,10 @@ def _estimates(study, reference, seeds, start, min_window) -> tuple[list[WindowE
     for x in study:
         p = replicate_of(reference, x.replicate)
         if p is None:
-            caveats.append(f"replicate {x.replicate} of {x.name} has no replicate {x.replicate} of "
-                           f"{reference[0].name} (common random numbers): left out")
+            caveats.append(
+                f"replicate {x.replicate} of {x.name} has no replicate {x.replicate} of "
+                f"{reference[0].name} (common random numbers): left out"
+            )
             continue
         runs.append((x, p, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None)))
     estimates = estimate_replicates(runs, start, min_window)
@@ -212,15 +275,18 @@ def _estimates(study, reference, seeds, start, min_window) -> tuple[list[WindowE
 def _dose_status(dose: Pooled, drift: float) -> tuple[str, list[str]]:
     """The dose question alone: bounded / not_bounded / inconclusive, with the reason."""
     if abs(drift) > MAX_DRIFT:
-        return "inconclusive", [f"not dose-like: log10(E_X/E_P) drifts by {drift:+.2f} dex across the window "
-                                f"(more than {MAX_DRIFT}); read the curve, not a single ratio"]
+        return "inconclusive", [
+            f"not dose-like: log10(E_X/E_P) drifts by {drift:+.2f} dex across the window "
+            f"(more than {MAX_DRIFT}); read the curve, not a single ratio"
+        ]
     lo, hi = (dose.lo, dose.hi) if dose.interval else (dose.mean, dose.mean)
     if hi < 0:
         return "bounded", []
     if lo > 0:
         return "not_bounded", []
-    return "inconclusive", [f"the dose ratio's interval ({lo:+.2f} to {hi:+.2f} dex) holds 0: X and P are not "
-                            "told apart"]
+    return "inconclusive", [
+        f"the dose ratio's interval ({lo:+.2f} to {hi:+.2f} dex) holds 0: X and P are not told apart"
+    ]
 
 
 def _outcome_reasons(status: str, result: Pooled, m: float, seeds) -> list[str]:
@@ -235,8 +301,9 @@ def _outcome_reasons(status: str, result: Pooled, m: float, seeds) -> list[str]:
         return ["no loss records to compare the outcome on"]
     if not result.interval:
         return []
-    return [f"the outcome interval ({percent(result.lo)} to {percent(result.hi)}) crosses the margin "
-            f"+/-{percent(m)[1:]}"]
+    return [
+        f"the outcome interval ({percent(result.lo)} to {percent(result.hi)}) crosses the margin +/-{percent(m)[1:]}"
+    ]
 
 
 def _indicative(dose_status: str, result: Pooled, m: float) -> str:
@@ -261,21 +328,41 @@ def _floor(study: list[PairData], controls: list[PairData]) -> tuple[float | Non
             logs.extend(np.log10(np.where(e_x[ok] > 0, e_x[ok], 0.0) / e_c[ok]).tolist())
     name = noisy[0].name
     if not logs:
-        return None, (f"control pair {name} is not exactly zero, but shares no tracked step with a non-zero "
-                      "difference with the pair under study: the floor could not be measured"), None
+        return (
+            None,
+            (
+                f"control pair {name} is not exactly zero, but shares no tracked step with a non-zero "
+                "difference with the pair under study: the floor could not be measured"
+            ),
+            None,
+        )
     n = float(10 ** np.median(logs))
     if n <= 1:
-        return n, None, (f"control pair {name} (two identical arms) differs as much as or more than {study[0].name} "
-                         f"({factor_text(n)}x its difference): the change cannot be told apart from run-to-run "
-                         "nondeterminism; make training deterministic (train.deterministic) and rerun")
-    return n, (f"{study[0].label}'s deviation is {factor_text(n)} times the run-to-run floor of this hardware "
-               f"(control pair {name} is not exactly zero)"), None
+        return (
+            n,
+            None,
+            (
+                f"control pair {name} (two identical arms) differs as much as or more than {study[0].name} "
+                f"({factor_text(n)}x its difference): the change cannot be told apart from run-to-run "
+                "nondeterminism; make training deterministic (train.deterministic) and rerun"
+            ),
+        )
+    return (
+        n,
+        (
+            f"{study[0].label}'s deviation is {factor_text(n)} times the run-to-run floor of this hardware "
+            f"(control pair {name} is not exactly zero)"
+        ),
+        None,
+    )
 
 
 def _disagreement(dose: Pooled, dose_f: Pooled) -> str | None:
     if math.isfinite(dose.mean) and math.isfinite(dose_f.mean) and abs(dose.mean - dose_f.mean) > MAX_DISAGREEMENT:
-        return (f"weight space and function space disagree: log10 dose ratio {dose.mean:+.2f} by rel_l2, "
-                f"{dose_f.mean:+.2f} by the probe (more than {MAX_DISAGREEMENT} dex apart)")
+        return (
+            f"weight space and function space disagree: log10 dose ratio {dose.mean:+.2f} by rel_l2, "
+            f"{dose_f.mean:+.2f} by the probe (more than {MAX_DISAGREEMENT} dex apart)"
+        )
     return None
 
 

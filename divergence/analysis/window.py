@@ -98,8 +98,9 @@ def drift(steps: np.ndarray, log_ratio: np.ndarray, keep: np.ndarray) -> float:
     return float(ols_slope(t, log_ratio[keep])) * (t[-1] - t[0]) if t.size >= 2 else float("nan")
 
 
-def settle_step(steps: np.ndarray, log_ratio: np.ndarray, regime: np.ndarray, valid: np.ndarray, start: int,
-                min_window: int) -> int | None:
+def settle_step(
+    steps: np.ndarray, log_ratio: np.ndarray, regime: np.ndarray, valid: np.ndarray, start: int, min_window: int
+) -> int | None:
     """settled_r: the first step past this replicate's transient (module docstring), or None.
 
     ``regime``: the regime mask; ``valid``: steps with both E finite, > 0 and unsaturated."""
@@ -110,7 +111,7 @@ def settle_step(steps: np.ndarray, log_ratio: np.ndarray, regime: np.ndarray, va
     end = long[-1][-1]  # rest(t0) stops at the last long stretch's last step
     smooth = running_median(log_ratio, 3)
     candidates = np.flatnonzero((steps >= start) & valid)
-    for i in candidates[:candidates.size // 2 + 1]:  # the transient takes at most the first half
+    for i in candidates[: candidates.size // 2 + 1]:  # the transient takes at most the first half
         rest = np.flatnonzero(regime & (np.arange(len(steps)) >= i) & (np.arange(len(steps)) <= end))
         values = smooth[rest]
         if rest.size >= min_window and np.all(np.abs(values - np.median(values)) <= SETTLED_BAND):
@@ -125,7 +126,7 @@ def running_median(x: np.ndarray, k: int) -> np.ndarray:
     half = k // 2
     out = np.full(len(x), np.nan)
     for i in np.flatnonzero(np.isfinite(x)):
-        out[i] = np.nanmedian(x[max(0, i - half):i + half + 1])
+        out[i] = np.nanmedian(x[max(0, i - half) : i + half + 1])
     return out
 
 

@@ -36,9 +36,7 @@ BLOCK_ORDERS = ("default", "swapped", "square")
 def tile_from_memory(memory: int, head_dim: int) -> tuple[int, int]:
     """``(Br, Bc)`` for on-chip memory ``memory`` (elements) and head dimension ``head_dim``."""
     if memory < 1 or head_dim < 1:
-        raise UserInputError(
-            f"on-chip memory {memory} and head dim {head_dim} must both be positive"
-        )
+        raise UserInputError(f"on-chip memory {memory} and head dim {head_dim} must both be positive")
     bc = math.ceil(memory / (4 * head_dim))
     return min(bc, head_dim), bc
 
@@ -51,9 +49,7 @@ def ordered_tile(block_q: int, block_kv: int, block_order: str) -> tuple[int, in
         return block_kv, block_q
     if block_order == "square":
         return block_kv, block_kv
-    raise UserInputError(
-        f"block order {block_order!r} is not one of {', '.join(BLOCK_ORDERS)}"
-    )
+    raise UserInputError(f"block order {block_order!r} is not one of {', '.join(BLOCK_ORDERS)}")
 
 
 def parse_block_size(text: str) -> tuple[int, int]:
@@ -68,9 +64,7 @@ def parse_block_size(text: str) -> tuple[int, int]:
     except ValueError:
         sizes = []
     if len(sizes) not in (1, 2) or min(sizes, default=0) < 1:
-        raise UserInputError(
-            f"block size {text!r}: expected a positive N (Br = Bc = N) or BRxBC such as 64x256"
-        )
+        raise UserInputError(f"block size {text!r}: expected a positive N (Br = Bc = N) or BRxBC such as 64x256")
     return (sizes[0], sizes[0]) if len(sizes) == 1 else (sizes[0], sizes[1])
 
 

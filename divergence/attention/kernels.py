@@ -112,8 +112,7 @@ def _flash_attn(q, k, v, *, scale, causal, attn_mask):
     from flash_attn import flash_attn_func
 
     # flash-attn wants (B, L, H, D).
-    out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                          softmax_scale=scale, causal=causal)
+    out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), softmax_scale=scale, causal=causal)
     return out.transpose(1, 2)
 
 
@@ -154,8 +153,13 @@ def _make_flash_attn(**options) -> Kernel:
 
 
 _TILED_OPTIONS = ("block_q", "block_kv", "accumulate", "block_order")
-_ACCUMULATE_NAMES = {"none": None, "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
-                     "fp64": torch.float64}
+_ACCUMULATE_NAMES = {
+    "none": None,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "fp32": torch.float32,
+    "fp64": torch.float64,
+}
 
 
 def _make_tiled(**options) -> Kernel:
@@ -168,8 +172,9 @@ def _make_tiled(**options) -> Kernel:
         if acc not in _ACCUMULATE_NAMES:
             raise UserInputError(f"kernel 'tiled': accumulate {acc!r} is not one of {', '.join(_ACCUMULATE_NAMES)}")
         options["accumulate"] = _ACCUMULATE_NAMES[acc]
-    return Kernel("tiled", flash_attention_tiled, "FlashAttention re-implemented in PyTorch",
-                  options=options, probe=False)
+    return Kernel(
+        "tiled", flash_attention_tiled, "FlashAttention re-implemented in PyTorch", options=options, probe=False
+    )
 
 
 KERNELS: dict[str, Callable[..., Kernel]] = {
@@ -188,8 +193,9 @@ def get_kernel(name: str, **options: Any) -> Kernel:
     return KERNELS[name](**options)
 
 
-def available_kernels(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                      head_dim: int = 64) -> list[str]:
+def available_kernels(
+    device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, head_dim: int = 64
+) -> list[str]:
     """Names of the registered kernels that run on ``device`` in ``dtype`` (default options)."""
     return [n for n in KERNELS if get_kernel(n).unavailable_reason(device, dtype, head_dim) is None]
 
@@ -200,5 +206,6 @@ def _no_options(name: str, options: dict) -> None:
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
-    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
-            torch.float64: "fp64"}.get(dtype, str(dtype))
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}.get(
+        dtype, str(dtype)
+    )

@@ -82,9 +82,7 @@ def golden_attention(
     scale = default_scale(q) if scale is None else scale
     if attn_mask is not None and attn_mask.is_floating_point():
         attn_mask = attn_mask.double()
-    return baseline_attention(
-        q.double(), k.double(), v.double(), scale=scale, causal=causal, attn_mask=attn_mask
-    )
+    return baseline_attention(q.double(), k.double(), v.double(), scale=scale, causal=causal, attn_mask=attn_mask)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -104,9 +102,7 @@ def default_scale(q: torch.Tensor) -> float:
     return 1.0 / math.sqrt(q.shape[-1])
 
 
-def _apply_masks(
-    s: torch.Tensor, row0: int, causal: bool, attn_mask: torch.Tensor | None
-) -> torch.Tensor:
+def _apply_masks(s: torch.Tensor, row0: int, causal: bool, attn_mask: torch.Tensor | None) -> torch.Tensor:
     """Mask a score block ``s`` (B, H, r, c) whose first row is query ``row0``, keys from 0."""
     if causal:
         rows = torch.arange(row0, row0 + s.shape[-2], device=s.device)[:, None]

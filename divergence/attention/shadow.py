@@ -80,8 +80,14 @@ class ShadowAttnProcessor(KernelAttnProcessor):
     layer_name : key of this layer in the recorder (the module's name in the model)
     """
 
-    def __init__(self, primary_kernel: Kernel | str, secondary_kernel: Kernel | str, every: int = 1,
-                 recorder: ShadowRecorder | None = None, layer_name: str = "attn"):
+    def __init__(
+        self,
+        primary_kernel: Kernel | str,
+        secondary_kernel: Kernel | str,
+        every: int = 1,
+        recorder: ShadowRecorder | None = None,
+        layer_name: str = "attn",
+    ):
         super().__init__(primary_kernel)
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive integer, got {every!r}")

@@ -107,8 +107,18 @@ def flash_attention_tiled(
     for r0 in range(0, lq, rows_per_step):
         r1 = min(lq, r0 + rows_per_step)
         out[..., r0:r1, :] = _forward_rows(
-            q[..., r0:r1, :], ka, va, r0, block_q, block_kv, group, scale, causal,
-            None if mask is None else mask[..., r0:r1, :], q.dtype, acc,
+            q[..., r0:r1, :],
+            ka,
+            va,
+            r0,
+            block_q,
+            block_kv,
+            group,
+            scale,
+            causal,
+            None if mask is None else mask[..., r0:r1, :],
+            q.dtype,
+            acc,
         )
     return out
 
@@ -203,22 +213,15 @@ def _check(q, k, v, block_q, block_kv, accumulate):
             f"k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
     if not (q.dtype == k.dtype == v.dtype) or not q.is_floating_point():
-        raise UserInputError(
-            f"q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}"
-        )
+        raise UserInputError(f"q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     for name, size in (("block_q", block_q), ("block_kv", block_kv)):
         if not isinstance(size, int) or size < 1:
             raise UserInputError(f"{name} must be a positive integer, got {size!r}")
-    if accumulate is not None and (
-        not isinstance(accumulate, torch.dtype) or not accumulate.is_floating_point
-    ):
-        raise UserInputError(
-            f"accumulate must be None or a floating dtype such as torch.float32, got {accumulate!r}"
-        )
+    if accumulate is not None and (not isinstance(accumulate, torch.dtype) or not accumulate.is_floating_point):
+        raise UserInputError(f"accumulate must be None or a floating dtype such as torch.float32, got {accumulate!r}")
     if accumulate is not None and torch.finfo(accumulate).bits < torch.finfo(q.dtype).bits:
         raise UserInputError(
-            f"accumulate={accumulate} is narrower than the inputs' {q.dtype}; "
-            "accumulate in a format at least as wide"
+            f"accumulate={accumulate} is narrower than the inputs' {q.dtype}; accumulate in a format at least as wide"
         )
 
 

@@ -45,8 +45,16 @@ class Comparison:
     skipped: list[dict]
 
 
-def compare_state_dicts(a: dict, b: dict, maps=None, intersection: bool = False, device=None, progress=None,
-                        exclude: list[str] | None = None, include_buffers: bool = False) -> Comparison:
+def compare_state_dicts(
+    a: dict,
+    b: dict,
+    maps=None,
+    intersection: bool = False,
+    device=None,
+    progress=None,
+    exclude: list[str] | None = None,
+    include_buffers: bool = False,
+) -> Comparison:
     """Compare two ``{name: tensor}`` dicts (``model.state_dict()``) tensor by tensor.
 
     Parameters
@@ -75,9 +83,16 @@ def compare_state_dicts(a: dict, b: dict, maps=None, intersection: bool = False,
     return compare_sources(source_a, source_b, match, device, progress, include_buffers)
 
 
-def compare_checkpoints(path_a: str | Path, path_b: str | Path, maps=None, intersection: bool = False,
-                        device="cpu", progress=None, exclude: list[str] | None = None,
-                        include_buffers: bool = False) -> Comparison:
+def compare_checkpoints(
+    path_a: str | Path,
+    path_b: str | Path,
+    maps=None,
+    intersection: bool = False,
+    device="cpu",
+    progress=None,
+    exclude: list[str] | None = None,
+    include_buffers: bool = False,
+) -> Comparison:
     """``compare_state_dicts`` of two checkpoints (any format ``divergence compare`` reads), streamed:
     for each matched name the two tensors are loaded, measured and dropped. Two LoRA adapters are
     compared as each layer's weight change ``(alpha/r) B A``, said in ``summary["lora"]``."""
@@ -129,8 +144,10 @@ def _tensors(state: dict) -> dict:
 def _check_complete(match, a, b) -> None:
     problems = mismatch_problems(match, a, b)
     if problems:
-        raise CheckpointError("the two sides do not match: " + "; ".join(problems) + ". Pass maps={PATTERN: "
-                              "REPLACEMENT} for renamed tensors, or intersection=True to compare the common ones")
+        raise CheckpointError(
+            "the two sides do not match: " + "; ".join(problems) + ". Pass maps={PATTERN: "
+            "REPLACEMENT} for renamed tensors, or intersection=True to compare the common ones"
+        )
 
 
 def compare_arms(a: dict, b: dict, device=None) -> Comparison:
@@ -141,16 +158,23 @@ def compare_arms(a: dict, b: dict, device=None) -> Comparison:
     return compare_sources(source_a, source_b, match_tensors(source_a, source_b), device)
 
 
-def compare_sources(a: TensorSource, b: TensorSource, match: Match, device="cpu", progress=None,
-                    include_buffers: bool = False) -> Comparison:
+def compare_sources(
+    a: TensorSource, b: TensorSource, match: Match, device="cpu", progress=None, include_buffers: bool = False
+) -> Comparison:
     """One record per matched pair, with ``name, shape, numel, dtype_a, dtype_b``, the
     metrics, ``nonfinite_a/b``, and ``module`` and ``kind`` for grouping. ``device=None``
     compares each pair where tensor a lives."""
     kinds = classify_kinds({name: a.info(na).shape for name, na, _ in match.pairs})
     pairs = progress(match.pairs) if progress else match.pairs
     records = [
-        {"name": name, "shape": list(a.info(name_a).shape), "dtype_a": a.info(name_a).dtype,
-         "dtype_b": b.info(name_b).dtype, "module": module_of(name), "kind": kinds[name]}
+        {
+            "name": name,
+            "shape": list(a.info(name_a).shape),
+            "dtype_a": a.info(name_a).dtype,
+            "dtype_b": b.info(name_b).dtype,
+            "module": module_of(name),
+            "kind": kinds[name],
+        }
         for name, name_a, name_b in match.pairs
     ]
     for record, measured in zip(records, compare_pairs(_loaded(a, b, pairs, device))):

@@ -13,8 +13,12 @@ from pathlib import Path
 
 from divergence.errors import CheckpointError
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 def check_path(path: Path, folder_ok: bool = True) -> os.stat_result:

@@ -31,8 +31,12 @@ def open_folder(path: Path, prefix: str = "", pipeline: bool = True) -> TensorSo
     inside a pipeline: components are model folders, so a linked loop cannot recurse)."""
     if pipeline and (path / "model_index.json").is_file():
         return _open_pipeline(path)
-    for pattern, opener in (("*.safetensors.index.json", _open_sharded), ("*.safetensors", _open_single),
-                            ("*.bin.index.json", _open_sharded), ("*.bin", _open_single)):
+    for pattern, opener in (
+        ("*.safetensors.index.json", _open_sharded),
+        ("*.safetensors", _open_single),
+        ("*.bin.index.json", _open_sharded),
+        ("*.bin", _open_single),
+    ):
         candidates = sorted(path.glob(pattern))
         if pattern.endswith(".json"):
             candidates = [c for c in candidates if c.is_file()]

@@ -29,7 +29,9 @@ from divergence.errors import CheckpointError
 
 CONFIG, WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 SUFFIX = "lora_delta"
-NOTE = "LoRA adapters: compared on the effective weight change delta_W = (alpha/r) B A per layer, not the A and B factors"
+NOTE = (
+    "LoRA adapters: compared on the effective weight change delta_W = (alpha/r) B A per layer, not the A and B factors"
+)
 # ``<module>.lora_A[.<adapter>].weight``: peft's in-model names and its saved names.
 _FACTOR = re.compile(r"^(?P<module>.+)\.lora_(?P<which>[AB])(?:\.[^.]+)?\.weight$")
 PEFT_PREFIX = "base_model.model."
@@ -73,8 +75,9 @@ def open_adapter(path: Path) -> InMemorySource:
     for module, (name_a, name_b) in sorted(factor_pairs(source.names).items()):
         a, b = source.load(name_a), source.load(name_b)
         short = module.removeprefix(PEFT_PREFIX)
-        deltas[f"{short}.{SUFFIX}"] = lora_delta(a, b, _scale(config, short, a.shape[0]),
-                                                 bool(config.get("fan_in_fan_out", False)))
+        deltas[f"{short}.{SUFFIX}"] = lora_delta(
+            a, b, _scale(config, short, a.shape[0]), bool(config.get("fan_in_fan_out", False))
+        )
     if not deltas:
         raise CheckpointError(f"{weights}: no lora_A / lora_B tensors; is this a LoRA adapter?")
     result = InMemorySource(path, deltas)
@@ -90,8 +93,9 @@ def _read_config(path: Path) -> dict:
     if not isinstance(config, dict) or str(config.get("peft_type", "LORA")).upper() != "LORA":
         raise CheckpointError(f"{path / CONFIG}: not a LoRA adapter config (peft_type {config.get('peft_type')!r})")
     if config.get("use_dora"):
-        raise CheckpointError(f"{path / CONFIG}: DoRA adapters (use_dora) are not supported: their update "
-                              "is not B A alone")
+        raise CheckpointError(
+            f"{path / CONFIG}: DoRA adapters (use_dora) are not supported: their update is not B A alone"
+        )
     return config
 
 

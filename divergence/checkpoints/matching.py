@@ -77,8 +77,9 @@ def parse_excludes(patterns: list[str] | None) -> list[re.Pattern]:
     return compiled
 
 
-def match_tensors(a: TensorSource, b: TensorSource, maps=None, intersection: bool = False,
-                  exclude: list[str] | None = None) -> Match:
+def match_tensors(
+    a: TensorSource, b: TensorSource, maps=None, intersection: bool = False, exclude: list[str] | None = None
+) -> Match:
     rules = parse_maps(maps) if maps and isinstance(maps[0], str) else (maps or [])
     excludes = parse_excludes(exclude)
     names_a = {_drop_wrappers(n): n for n in a.names}
@@ -129,8 +130,14 @@ def _strip_common_prefixes(names_a: dict, names_b: dict):
         prefix_a, prefix_b = _common_first_component(names_a), _common_first_component(names_b)
         cut_a, cut_b = _cut(names_a, prefix_a), _cut(names_b, prefix_b)
         overlap = len(names_a.keys() & names_b.keys())
-        options = [(cut_a, names_b, prefix_a, None), (names_a, cut_b, None, prefix_b), (cut_a, cut_b, prefix_a, prefix_b)]
-        best = max(options, key=lambda o: len(o[0].keys() & o[1].keys()) if o[0] is not None and o[1] is not None else -1)
+        options = [
+            (cut_a, names_b, prefix_a, None),
+            (names_a, cut_b, None, prefix_b),
+            (cut_a, cut_b, prefix_a, prefix_b),
+        ]
+        best = max(
+            options, key=lambda o: len(o[0].keys() & o[1].keys()) if o[0] is not None and o[1] is not None else -1
+        )
         if best[0] is None or best[1] is None or len(best[0].keys() & best[1].keys()) <= overlap:
             return names_a, names_b, stripped_a, stripped_b
         names_a, names_b = best[0], best[1]
@@ -141,7 +148,7 @@ def _strip_common_prefixes(names_a: dict, names_b: dict):
 def _cut(names: dict, prefix: str | None) -> dict | None:
     if prefix is None:
         return None
-    return {n[len(prefix) + 1:]: o for n, o in names.items()}
+    return {n[len(prefix) + 1 :]: o for n, o in names.items()}
 
 
 def _common_first_component(names: dict) -> str | None:
@@ -158,9 +165,7 @@ def _apply_maps(names: dict, rules, source: TensorSource) -> dict:
         for pattern, replacement in rules:
             new = pattern.sub(replacement, new)
         if new in renamed:
-            raise UserInputError(
-                f"{source.path}: --map renames both {renamed[new]!r} and {original!r} to {new!r}"
-            )
+            raise UserInputError(f"{source.path}: --map renames both {renamed[new]!r} and {original!r} to {new!r}")
         renamed[new] = original
     return renamed
 
@@ -182,7 +187,8 @@ def _raise_on_mismatch(match: Match, a: TensorSource, b: TensorSource) -> None:
     problems = mismatch_problems(match, a, b)
     if problems:
         raise CheckpointError(
-            "the checkpoints do not match: " + "; ".join(problems)
+            "the checkpoints do not match: "
+            + "; ".join(problems)
             + ". Use --map PATTERN=REPLACEMENT for renamed tensors or --intersection to compare the common ones"
         )
 

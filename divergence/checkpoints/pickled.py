@@ -105,7 +105,9 @@ def _archive(path: Path) -> tuple[bytes, dict[str, zipfile.ZipInfo]]:
             if archive.getinfo(pickles[0]).compress_type != zipfile.ZIP_STORED:
                 raise CheckpointError(f"{path}: not a torch checkpoint (its data.pkl is compressed)")
             root = pickles[0][: -len("data.pkl")]
-            records = {i.filename[len(root) + 5:]: i for i in archive.infolist() if i.filename.startswith(root + "data/")}
+            records = {
+                i.filename[len(root) + 5 :]: i for i in archive.infolist() if i.filename.startswith(root + "data/")
+            }
             return archive.read(pickles[0]), records
     except CheckpointError:
         raise

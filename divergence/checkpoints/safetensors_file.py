@@ -38,14 +38,27 @@ from divergence.errors import CheckpointError
 
 # Every dtype the reference library knows (safetensors 0.8, ``safetensors.torch._TYPES``).
 DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-    "U64": torch.uint64, "U32": torch.uint32, "U16": torch.uint16, "U8": torch.uint8, "BOOL": torch.bool,
-    "F8_E4M3": torch.float8_e4m3fn, "F8_E4M3FNUZ": torch.float8_e4m3fnuz,
-    "F8_E5M2": torch.float8_e5m2, "F8_E5M2FNUZ": torch.float8_e5m2fnuz, "C64": torch.complex64,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U64": torch.uint64,
+    "U32": torch.uint32,
+    "U16": torch.uint16,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E4M3FNUZ": torch.float8_e4m3fnuz,
+    "F8_E5M2": torch.float8_e5m2,
+    "F8_E5M2FNUZ": torch.float8_e5m2fnuz,
+    "C64": torch.complex64,
 }
 MAX_HEADER = 100_000_000  # the reference's MAX_HEADER_SIZE, in bytes
-MAX_DIM = 2**63 - 1       # torch sizes are int64
+MAX_DIM = 2**63 - 1  # torch sizes are int64
 _ENTRY_KEYS = ("dtype", "shape", "data_offsets")
 
 
@@ -154,8 +167,12 @@ def _parse_entry(path: Path, name: str, entry) -> tuple[TensorInfo, tuple[int, i
         )
     if not isinstance(shape, list) or not all(_is_count(d, MAX_DIM) for d in shape):
         raise CheckpointError(f"{where}: shape must be a list of integers from 0 to 2^63-1, got {str(shape)[:80]}")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o, 2**64 - 1) for o in offsets)
-            and offsets[0] <= offsets[1]):
+    if not (
+        isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(_is_count(o, 2**64 - 1) for o in offsets)
+        and offsets[0] <= offsets[1]
+    ):
         raise CheckpointError(f"{where}: data_offsets must be two integers begin <= end, got {str(offsets)[:80]}")
     torch_dtype = DTYPES[dtype]
     expected = math.prod(shape) * torch_dtype.itemsize

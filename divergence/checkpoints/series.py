@@ -39,15 +39,20 @@ def find_series(folder: str | Path, component: str | None = None) -> dict[int, P
             continue
         path = entry / component if component and entry.is_dir() else entry
         if component and entry.is_dir() and not path.exists():
-            raise UserInputError(f"{entry}: no component {component!r} in it (found: "
-                                 f"{', '.join(sorted(p.name for p in entry.iterdir())[:8]) or 'nothing'})")
+            raise UserInputError(
+                f"{entry}: no component {component!r} in it (found: "
+                f"{', '.join(sorted(p.name for p in entry.iterdir())[:8]) or 'nothing'})"
+            )
         if step in series:
-            raise UserInputError(f"{folder}: two checkpoints of step {step} ({series[step].name}, {entry.name}); "
-                                 "move one of them out")
+            raise UserInputError(
+                f"{folder}: two checkpoints of step {step} ({series[step].name}, {entry.name}); move one of them out"
+            )
         series[step] = path
     if not series:
-        raise UserInputError(f"{folder}: no step-numbered checkpoints (checkpoint-N/, *step=N*.ckpt, "
-                             "step_N.safetensors or step_N/ save_pretrained folders)")
+        raise UserInputError(
+            f"{folder}: no step-numbered checkpoints (checkpoint-N/, *step=N*.ckpt, "
+            "step_N.safetensors or step_N/ save_pretrained folders)"
+        )
     return dict(sorted(series.items()))
 
 

@@ -84,8 +84,16 @@ def check_comparable(path, name: str, dtype: torch.dtype) -> None:
 
 
 def _is_integer(dtype: torch.dtype) -> bool:
-    return dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-                     torch.uint16, torch.uint32, torch.uint64)
+    return dtype in (
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+    )
 
 
 class InMemorySource(TensorSource):

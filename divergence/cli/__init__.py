@@ -16,8 +16,21 @@ from divergence import __version__
 from divergence.errors import UserInputError
 
 # Subcommand modules under divergence.cli, in the order `--help` lists them.
-COMMANDS = ("compare", "microbench", "train", "export", "store", "study", "calibrate", "atlas", "report", "watch",
-            "launch", "track", "dashboard")
+COMMANDS = (
+    "compare",
+    "microbench",
+    "train",
+    "export",
+    "store",
+    "study",
+    "calibrate",
+    "atlas",
+    "report",
+    "watch",
+    "launch",
+    "track",
+    "dashboard",
+)
 
 EXIT_USAGE = 2
 

@@ -16,7 +16,8 @@ import sys
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "calibrate", help="train the grad-noise dose ladder beside seed and precision pairs; check the statistic",
+        "calibrate",
+        help="train the grad-noise dose ladder beside seed and precision pairs; check the statistic",
         description="Calibrate the dose-ratio statistic on known doses: train pairs whose arm a multiplies every "
         "gradient by (1 + eps * xi) for a ladder of eps, beside the seed and precision references, with "
         "replicates; then write DIR/calibration.json with each criterion (monotone, log-log slope, horizon "
@@ -24,14 +25,19 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--recipe", default=None, help="calibration recipe (default: recipes/calibration.yaml)")
     p.add_argument("--out", required=True, help="folder: OUT/<pair>/r<replicate> per pair run, calibration.json")
-    p.add_argument("--max-steps", type=int, help="override train.max_steps for every pair (horizons beyond it are "
-                   "clipped to it)")
+    p.add_argument(
+        "--max-steps", type=int, help="override train.max_steps for every pair (horizons beyond it are clipped to it)"
+    )
     p.add_argument("--replicates", type=int, help="replicates of every pair (default: the recipe's)")
     p.add_argument("--jobs", type=int, help="pairs trained at once (default: the recipe's jobs)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="overrides for every pair (train.lr=1e-4) or the calibration (doses=[1.0e-6,1.0e-4], "
-                   "horizons=[50,150], references.precision=pairs/fp16-vs-fp32.yaml)")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="overrides for every pair (train.lr=1e-4) or the calibration (doses=[1.0e-6,1.0e-4], "
+        "horizons=[50,150], references.precision=pairs/fp16-vs-fp32.yaml)",
+    )
     return p
 
 
@@ -63,9 +69,11 @@ def run(args) -> int:
     horizons = _horizons(calibration.horizons, min(j.max_steps for j in jobs))
     references = [p.name for p in calibration.study.pairs if p.role != "ladder"]
     with study_lock(out):  # one study or calibration in a folder at a time
-        print(f"calibration {calibration.study.name}: doses {', '.join(f'{d:g}' for d in calibration.doses)}"
-              f"{' beside ' + ', '.join(references) if references else ''}, {calibration.study.replicates} "
-              f"replicate(s): {len(jobs)} pair runs, {parallel} at a time, into {out}")
+        print(
+            f"calibration {calibration.study.name}: doses {', '.join(f'{d:g}' for d in calibration.doses)}"
+            f"{' beside ' + ', '.join(references) if references else ''}, {calibration.study.replicates} "
+            f"replicate(s): {len(jobs)} pair runs, {parallel} at a time, into {out}"
+        )
         write_recipes(jobs)
         try:
             run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet)

@@ -17,7 +17,16 @@ from divergence.errors import UserInputError
 
 METRIC_CHOICES = ("wasserstein", "max_abs_diff", "mean_abs_diff", "rms_diff", "rel_l2", "cosine")
 RECORD_COLUMNS = (
-    "name", "shape", "numel", "dtype_a", "dtype_b", *METRIC_CHOICES, "nonfinite_a", "nonfinite_b", "module", "kind",
+    "name",
+    "shape",
+    "numel",
+    "dtype_a",
+    "dtype_b",
+    *METRIC_CHOICES,
+    "nonfinite_a",
+    "nonfinite_b",
+    "module",
+    "kind",
 )
 EXIT_THRESHOLD = 1
 _SHOW = 5
@@ -35,26 +44,55 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("a", help="first checkpoint (file or folder)")
     p.add_argument("b", help="second checkpoint (file or folder)")
-    p.add_argument("--group", choices=("tensor", "module", "kind", "model"), default="tensor",
-                   help="rows of the printed table (default: tensor)")
-    p.add_argument("--sort", choices=METRIC_CHOICES, default="wasserstein", help="order rows by this metric, largest first")
+    p.add_argument(
+        "--group",
+        choices=("tensor", "module", "kind", "model"),
+        default="tensor",
+        help="rows of the printed table (default: tensor)",
+    )
+    p.add_argument(
+        "--sort", choices=METRIC_CHOICES, default="wasserstein", help="order rows by this metric, largest first"
+    )
     p.add_argument("--top", type=int, default=20, metavar="N", help="rows to print (default 20; 0 for all)")
-    p.add_argument("--json", metavar="PATH", help='write {"tensors": [...], "summary": {...}, "skipped": [...]} to PATH')
+    p.add_argument(
+        "--json", metavar="PATH", help='write {"tensors": [...], "summary": {...}, "skipped": [...]} to PATH'
+    )
     p.add_argument("--csv", metavar="PATH", help="write the per-tensor records (buffers included) to PATH")
-    p.add_argument("--map", action="append", metavar="PATTERN=REPLACEMENT", default=[],
-                   help="rename tensors (regex, applied to both sides); repeatable")
-    p.add_argument("--exclude", action="append", metavar="PATTERN", default=[],
-                   help="leave out tensors whose matched name contains a match of PATTERN, a Python regular "
-                   "expression (re.search, not a glob: --exclude 'ema\\.' --exclude '^text_encoder\\.'); repeatable")
-    p.add_argument("--include-buffers", action="store_true",
-                   help="count integer and bool buffers in the whole-model numbers too")
-    p.add_argument("--intersection", action="store_true",
-                   help="compare the tensors both checkpoints have; list the rest as skipped")
-    p.add_argument("--fail-above", action="append", metavar="METRIC=VALUE", default=[],
-                   help="exit 1 when the whole-model METRIC exceeds VALUE, or when any tensor holds NaN/inf "
-                   "(for CI); repeatable")
-    p.add_argument("--allow-nonfinite", action="store_true",
-                   help="with --fail-above, do not fail on tensors holding NaN/inf (they stay out of the numbers)")
+    p.add_argument(
+        "--map",
+        action="append",
+        metavar="PATTERN=REPLACEMENT",
+        default=[],
+        help="rename tensors (regex, applied to both sides); repeatable",
+    )
+    p.add_argument(
+        "--exclude",
+        action="append",
+        metavar="PATTERN",
+        default=[],
+        help="leave out tensors whose matched name contains a match of PATTERN, a Python regular "
+        "expression (re.search, not a glob: --exclude 'ema\\.' --exclude '^text_encoder\\.'); repeatable",
+    )
+    p.add_argument(
+        "--include-buffers", action="store_true", help="count integer and bool buffers in the whole-model numbers too"
+    )
+    p.add_argument(
+        "--intersection",
+        action="store_true",
+        help="compare the tensors both checkpoints have; list the rest as skipped",
+    )
+    p.add_argument(
+        "--fail-above",
+        action="append",
+        metavar="METRIC=VALUE",
+        default=[],
+        help="exit 1 when the whole-model METRIC exceeds VALUE, or when any tensor holds NaN/inf (for CI); repeatable",
+    )
+    p.add_argument(
+        "--allow-nonfinite",
+        action="store_true",
+        help="with --fail-above, do not fail on tensors holding NaN/inf (they stay out of the numbers)",
+    )
     p.add_argument("--device", default=None, help="where to compute (default: cuda if available, else cpu)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -69,16 +107,29 @@ def run(args) -> int:
     from tqdm import tqdm
 
     device = _device(args.device, torch)
-    progress = None if args.quiet else (lambda items: tqdm(items, desc="comparing", unit="tensor", file=sys.stderr, leave=False, disable=None))
-    result = compare_with_flags(args.a, args.b, args.map, args.intersection, device, progress,
-                                args.exclude, args.include_buffers)
+    progress = (
+        None
+        if args.quiet
+        else (lambda items: tqdm(items, desc="comparing", unit="tensor", file=sys.stderr, leave=False, disable=None))
+    )
+    result = compare_with_flags(
+        args.a, args.b, args.map, args.intersection, device, progress, args.exclude, args.include_buffers
+    )
     _print_report(result, args)
     _write_outputs(result, args)
     return _check_thresholds(result, thresholds, args.allow_nonfinite)
 
 
-def compare_with_flags(path_a, path_b, maps: list[str], intersection: bool, device, progress=None,
-                       exclude: list[str] | None = None, include_buffers: bool = False):
+def compare_with_flags(
+    path_a,
+    path_b,
+    maps: list[str],
+    intersection: bool,
+    device,
+    progress=None,
+    exclude: list[str] | None = None,
+    include_buffers: bool = False,
+):
     """``divergence.compare_checkpoints`` as the commands run it: a mismatch or a bad rule is
     reported in the command's words (``--map``, ``--intersection``, ``--exclude``)."""
     from divergence.checkpoints import match_tensors, open_checkpoint
@@ -127,7 +178,9 @@ def _check_outputs(args) -> None:
 
 def _check_output(flag: str, value: str, inputs) -> None:
     if not value.strip():
-        raise UserInputError(f"{flag} {value!r}: an empty path; give a file name, e.g. {flag} out{flag.replace('--', '.')}")
+        raise UserInputError(
+            f"{flag} {value!r}: an empty path; give a file name, e.g. {flag} out{flag.replace('--', '.')}"
+        )
     path = Path(value)
     if path.is_dir():
         raise UserInputError(f"{flag} {path}: is a folder; give a file name inside it")
@@ -157,10 +210,16 @@ def _print_report(result, args) -> None:
     print(text_table(shown, columns))
     buffers = [r for r in result.records if is_buffer(r)]
     if buffers and not args.include_buffers:
-        print(f"\n{len(buffers)} integer/bool buffers, compared but left out of the model numbers "
-              "(--include-buffers counts them):")
-        print(text_table([dict(r, group=r["name"]) for r in buffers[: max(args.top, 0) or None]],
-                         ["group", "numel", "max_abs_diff", "mean_abs_diff", "dtype_a", "dtype_b"]))
+        print(
+            f"\n{len(buffers)} integer/bool buffers, compared but left out of the model numbers "
+            "(--include-buffers counts them):"
+        )
+        print(
+            text_table(
+                [dict(r, group=r["name"]) for r in buffers[: max(args.top, 0) or None]],
+                ["group", "numel", "max_abs_diff", "mean_abs_diff", "dtype_a", "dtype_b"],
+            )
+        )
     _print_summary(result)
 
 
@@ -187,11 +246,15 @@ def _print_summary(result) -> None:
     elif s["buffers_included"]:
         print("  integer/bool buffers are counted (--include-buffers)")
     if s["tensors_nonfinite"]:
-        print(f"  warning: {s['tensors_nonfinite']} tensors hold NaN/inf (A: {s['nonfinite_a']} values, "
-              f"B: {s['nonfinite_b']}); their metrics are NaN and left out of the model summary")
+        print(
+            f"  warning: {s['tensors_nonfinite']} tensors hold NaN/inf (A: {s['nonfinite_a']} values, "
+            f"B: {s['nonfinite_b']}); their metrics are NaN and left out of the model summary"
+        )
     if result.skipped:
-        print(f"  skipped {len(result.skipped)} tensors: "
-              + ", ".join(f"{k['name']} ({k['reason']})" for k in result.skipped[:_SHOW]))
+        print(
+            f"  skipped {len(result.skipped)} tensors: "
+            + ", ".join(f"{k['name']} ({k['reason']})" for k in result.skipped[:_SHOW])
+        )
 
 
 def _write_outputs(result, args) -> None:
@@ -209,8 +272,10 @@ def _check_thresholds(result, thresholds: dict[str, float], allow_nonfinite: boo
     if thresholds and not allow_nonfinite and summary["tensors_nonfinite"]:
         bad = [r["name"] for r in result.records if r["nonfinite_a"] or r["nonfinite_b"]]
         more = f", ... {len(bad) - _SHOW} more" if len(bad) > _SHOW else ""
-        exceeded.append(f"{len(bad)} tensors hold NaN/inf ({', '.join(bad[:_SHOW])}{more}); "
-                        "--allow-nonfinite checks only the finite ones")
+        exceeded.append(
+            f"{len(bad)} tensors hold NaN/inf ({', '.join(bad[:_SHOW])}{more}); "
+            "--allow-nonfinite checks only the finite ones"
+        )
     for line in exceeded:
         print(f"divergence compare: threshold exceeded: {line}", file=sys.stderr)
     return EXIT_THRESHOLD if exceeded else 0

@@ -14,9 +14,21 @@ import re
 
 HELP = "write and submit (SLURM) or start (torchrun) the jobs of a pair or of a whole study"
 # #SBATCH options launch writes itself: --sbatch may not repeat them (the flag to use instead, if any)
-OWN_SBATCH = {"job-name": None, "nodes": "--nodes", "ntasks-per-node": "--gpus-per-node", "gres": "--gpus-per-node",
-              "output": None, "signal": None, "requeue": None, "dependency": None, "cpus-per-task": "--cpus-per-task",
-              "mem": "--mem", "partition": "--partition", "time": "--time", "account": "--account"}
+OWN_SBATCH = {
+    "job-name": None,
+    "nodes": "--nodes",
+    "ntasks-per-node": "--gpus-per-node",
+    "gres": "--gpus-per-node",
+    "output": None,
+    "signal": None,
+    "requeue": None,
+    "dependency": None,
+    "cpus-per-task": "--cpus-per-task",
+    "mem": "--mem",
+    "partition": "--partition",
+    "time": "--time",
+    "account": "--account",
+}
 # --sbatch KEY[=VALUE]: VALUE as divergence.launch.scripts.SBATCH_VALUE allows
 SBATCH_OPTION = re.compile(r"([A-Za-z][A-Za-z0-9-]*)(=(?!-)[\w.:,+=@/%&|\[\]*!~^()-]+)?")
 
@@ -29,28 +41,48 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--scheduler", required=True, choices=("slurm", "torchrun"))
     p.add_argument("--out", help="pair or study folder (default: runs/<pair or study name>)")
     p.add_argument("--nodes", type=int, default=1, help="nodes per arm (default 1)")
-    p.add_argument("--gpus-per-node", type=int, default=1, metavar="G",
-                   help="GPUs (processes) per node per arm (default 1)")
+    p.add_argument(
+        "--gpus-per-node", type=int, default=1, metavar="G", help="GPUs (processes) per node per arm (default 1)"
+    )
     p.add_argument("--strategy", default="ddp", help="Lightning strategy of each arm (default ddp; fsdp shards)")
-    p.add_argument("--comparator-gpus", type=int, default=1, metavar="K",
-                   help="ranks of the comparator; > 1 runs it under torchrun (default 1)")
-    p.add_argument("--comparator-cpu", action="store_true",
-                   help="the comparator job asks for no GPU and compares on CPU (watch --device cpu)")
+    p.add_argument(
+        "--comparator-gpus",
+        type=int,
+        default=1,
+        metavar="K",
+        help="ranks of the comparator; > 1 runs it under torchrun (default 1)",
+    )
+    p.add_argument(
+        "--comparator-cpu",
+        action="store_true",
+        help="the comparator job asks for no GPU and compares on CPU (watch --device cpu)",
+    )
     p.add_argument("--cpu", action="store_true", help="CPU processes (gloo) instead of GPUs, e.g. to try the scripts")
     p.add_argument("--partition", help="SLURM partition")
     p.add_argument("--time", help="SLURM time limit per job, e.g. 2-00:00:00")
     p.add_argument("--account", help="SLURM account")
     p.add_argument("--cpus-per-task", type=int, metavar="N", help="SLURM --cpus-per-task of every job")
     p.add_argument("--mem", help="SLURM --mem of every job (memory per node), e.g. 200G")
-    p.add_argument("--container-image", metavar="IMAGE",
-                   help="run every srun in this enroot/pyxis image (e.g. /shared/images/divergence.sqsh), "
-                   "the pair folder and the recipe's folder mounted at the same paths")
-    p.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
-                   help="an extra #SBATCH --KEY=VALUE line in every job (repeatable), e.g. constraint=a100")
+    p.add_argument(
+        "--container-image",
+        metavar="IMAGE",
+        help="run every srun in this enroot/pyxis image (e.g. /shared/images/divergence.sqsh), "
+        "the pair folder and the recipe's folder mounted at the same paths",
+    )
+    p.add_argument(
+        "--sbatch",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra #SBATCH --KEY=VALUE line in every job (repeatable), e.g. constraint=a100",
+    )
     p.add_argument("--group", help="wandb group of the arms and the comparator (default: the pair folder's name)")
     p.add_argument("--command", default="divergence", help="how the jobs call divergence (default: divergence)")
-    p.add_argument("--dry-run", action="store_true", help="print the scripts (with --study: every job and "
-                   "what it waits for); write and submit nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the scripts (with --study: every job and what it waits for); write and submit nothing",
+    )
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides for both arms")
     return p
 
@@ -72,8 +104,13 @@ def run(args) -> int:
         raise UserInputError(f"--recipe {args.recipe}: not a pair recipe file (recipes/pairs/NAME.yaml)")
     pair = load_pair_recipe(args.recipe, args.overrides)  # fail here, not in the jobs
     out = Path(args.out or Path("runs") / pair.name).resolve()
-    plan = LaunchPlan(recipe=Path(args.recipe).resolve(), out=out, name=pair.name, overrides=tuple(args.overrides),
-                      **_cluster_options(args))
+    plan = LaunchPlan(
+        recipe=Path(args.recipe).resolve(),
+        out=out,
+        name=pair.name,
+        overrides=tuple(args.overrides),
+        **_cluster_options(args),
+    )
     if args.dry_run:
         print(render(plan))
         return 0
@@ -83,31 +120,50 @@ def run(args) -> int:
 def _check_numbers(args) -> None:
     from divergence.errors import UserInputError
 
-    for flag, value in (("--nodes", args.nodes), ("--gpus-per-node", args.gpus_per_node),
-                        ("--comparator-gpus", args.comparator_gpus), ("--cpus-per-task", args.cpus_per_task)):
+    for flag, value in (
+        ("--nodes", args.nodes),
+        ("--gpus-per-node", args.gpus_per_node),
+        ("--comparator-gpus", args.comparator_gpus),
+        ("--cpus-per-task", args.cpus_per_task),
+    ):
         if value is not None and value < 1:
             raise UserInputError(f"{flag} {value}: must be >= 1")
     if args.container_image and args.scheduler != "slurm":
-        raise UserInputError("--container-image: needs --scheduler slurm (pyxis); with torchrun, start the "
-                             "container yourself (docker/README.md)")
+        raise UserInputError(
+            "--container-image: needs --scheduler slurm (pyxis); with torchrun, start the "
+            "container yourself (docker/README.md)"
+        )
     for option in args.sbatch:
         match = SBATCH_OPTION.fullmatch(option.removeprefix("--"))
         if match is None:
-            raise UserInputError(f"--sbatch {option!r}: expected KEY=VALUE (or KEY), e.g. constraint=a100, the "
-                                 "value without spaces, quotes or newlines")
+            raise UserInputError(
+                f"--sbatch {option!r}: expected KEY=VALUE (or KEY), e.g. constraint=a100, the "
+                "value without spaces, quotes or newlines"
+            )
         if match.group(1) in OWN_SBATCH:
             use = OWN_SBATCH[match.group(1)]
-            raise UserInputError(f"--sbatch {option}: launch sets --{match.group(1)} itself"
-                                 + (f"; use {use}" if use else ""))
+            raise UserInputError(
+                f"--sbatch {option}: launch sets --{match.group(1)} itself" + (f"; use {use}" if use else "")
+            )
 
 
 def _cluster_options(args) -> dict:
     """The LaunchPlan fields every job of a pair or study shares."""
     return dict(
-        scheduler=args.scheduler, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-        accelerator="cpu" if args.cpu else "gpu", strategy=args.strategy, comparator_gpus=args.comparator_gpus,
-        comparator_cpu=args.comparator_cpu, command=args.command, partition=args.partition, time=args.time,
-        account=args.account, group=args.group, cpus_per_task=args.cpus_per_task, mem=args.mem,
+        scheduler=args.scheduler,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        accelerator="cpu" if args.cpu else "gpu",
+        strategy=args.strategy,
+        comparator_gpus=args.comparator_gpus,
+        comparator_cpu=args.comparator_cpu,
+        command=args.command,
+        partition=args.partition,
+        time=args.time,
+        account=args.account,
+        group=args.group,
+        cpus_per_task=args.cpus_per_task,
+        mem=args.mem,
         container_image=args.container_image,
         extra_sbatch=tuple(f"--{o.removeprefix('--')}" for o in args.sbatch),
     )
@@ -125,8 +181,9 @@ def _run_study(args) -> int:
     from divergence.study.config import STUDY_OVERRIDES, load_study
 
     if args.scheduler != "slurm":
-        raise UserInputError("--study: needs --scheduler slurm (a study is many jobs; on one machine use "
-                             "divergence study)")
+        raise UserInputError(
+            "--study: needs --scheduler slurm (a study is many jobs; on one machine use divergence study)"
+        )
     if not Path(args.study).is_file():
         raise UserInputError(f"--study {args.study}: no such file (a study recipe, e.g. recipes/study.yaml)")
     study = load_study(args.study, args.overrides, "cpu" if args.cpu else "cuda")
@@ -138,8 +195,10 @@ def _run_study(args) -> int:
         print(render_study(launch))
         return 0
     if shutil.which("sbatch") is None:
-        raise UserInputError("--scheduler slurm: 'sbatch' is not on PATH; run this on a SLURM login node, "
-                             "or use --dry-run to print the jobs")
+        raise UserInputError(
+            "--scheduler slurm: 'sbatch' is not on PATH; run this on a SLURM login node, "
+            "or use --dry-run to print the jobs"
+        )
     submit = write_study(launch)
     print(f"wrote the recipes and scripts of {len(launch.plans)} pair runs under {out}; running {submit}", flush=True)
     return subprocess.call(["bash", str(submit)], env=dict(os.environ))

@@ -21,21 +21,47 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--recipe", help="microbench recipe YAML (default: the built-in one, as recipes/microbench.yaml)")
     p.add_argument("--precision", nargs="+", metavar="P", help="number formats: bf16 fp16 fp32 fp64")
-    p.add_argument("--seq-len", nargs="+", type=_int, metavar="L",
-                   help="sequence lengths; the reference length becomes the largest unless it is among them")
-    p.add_argument("--block-size", nargs="+", metavar="N|BRxBC",
-                   help="explicit tiles (N means Br = Bc = N); the first is the reference tile")
-    p.add_argument("--impl", nargs="+", metavar="NAME",
-                   help="baseline, flash (the re-implementation), sdpa, sdpa-flash, sdpa-math, sdpa-efficient, "
-                        "sdpa-cudnn, flash-attn")
-    p.add_argument("--accumulate", nargs="+", metavar="MODE",
-                   help="flash accumulation: none (all in the input format, the paper's) and/or fp32 (kernel-faithful)")
-    p.add_argument("--input-dist", nargs="+", metavar="SPEC",
-                   help="distributions of the input-scale study: normal:STD (N(0, STD^2)) or uniform:LOW:HIGH, "
-                        "e.g. normal:0.25 normal:2 uniform:0:1")
+    p.add_argument(
+        "--seq-len",
+        nargs="+",
+        type=_int,
+        metavar="L",
+        help="sequence lengths; the reference length becomes the largest unless it is among them",
+    )
+    p.add_argument(
+        "--block-size",
+        nargs="+",
+        metavar="N|BRxBC",
+        help="explicit tiles (N means Br = Bc = N); the first is the reference tile",
+    )
+    p.add_argument(
+        "--impl",
+        nargs="+",
+        metavar="NAME",
+        help="baseline, flash (the re-implementation), sdpa, sdpa-flash, sdpa-math, sdpa-efficient, "
+        "sdpa-cudnn, flash-attn",
+    )
+    p.add_argument(
+        "--accumulate",
+        nargs="+",
+        metavar="MODE",
+        help="flash accumulation: none (all in the input format, the paper's) and/or fp32 (kernel-faithful)",
+    )
+    p.add_argument(
+        "--input-dist",
+        nargs="+",
+        metavar="SPEC",
+        help="distributions of the input-scale study: normal:STD (N(0, STD^2)) or uniform:LOW:HIGH, "
+        "e.g. normal:0.25 normal:2 uniform:0:1",
+    )
     p.add_argument("--device", help="cpu or cuda")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override any recipe key, e.g. --set inputs.heads=4 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any recipe key, e.g. --set inputs.heads=4 (repeatable)",
+    )
     p.add_argument("--quick", action="store_true", help="a tiny sweep of seconds (tests, smoke runs)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, help="output folder (created)")
@@ -52,8 +78,14 @@ def _int(text: str) -> int:
 def _overrides(args) -> list[str]:
     """Command-line flags as recipe overrides; --set comes last and wins."""
     out = []
-    flags = (("precision", "sweep.precisions"), ("seq_len", "sweep.seq_lens"), ("block_size", "tiles.block_sizes"),
-             ("impl", "sweep.impls"), ("accumulate", "sweep.accumulate"), ("input_dist", "inputs.scales"))
+    flags = (
+        ("precision", "sweep.precisions"),
+        ("seq_len", "sweep.seq_lens"),
+        ("block_size", "tiles.block_sizes"),
+        ("impl", "sweep.impls"),
+        ("accumulate", "sweep.accumulate"),
+        ("input_dist", "inputs.scales"),
+    )
     for attr, key in flags:
         values = getattr(args, attr)
         if values:

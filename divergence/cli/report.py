@@ -27,14 +27,27 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="where to write the report (default: DIR when one is given)")
     p.add_argument("--no-wandb", action="store_true", help="do not log the report to wandb")
     p.add_argument("--wandb-project", metavar="NAME", help="wandb project (default: $WANDB_PROJECT or divergence)")
-    p.add_argument("--bootstrap", type=int, default=2000, metavar="N",
-                   help="bootstrap replicates of the legacy slope ratios in the appendix (default 2000)")
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="bootstrap replicates of the legacy slope ratios in the appendix (default 2000)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap draws (default 0)")
-    p.add_argument("--min-steps", type=int, default=5, metavar="N",
-                   help="tracked steps the unsaturated window must hold in a replicate (default 5)")
-    p.add_argument("--calibration", metavar="FILE",
-                   help="calibration.json from divergence calibrate, to state equivalent gradient-noise doses "
-                        "(default: a calibration.json next to the inputs)")
+    p.add_argument(
+        "--min-steps",
+        type=int,
+        default=5,
+        metavar="N",
+        help="tracked steps the unsaturated window must hold in a replicate (default 5)",
+    )
+    p.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="calibration.json from divergence calibrate, to state equivalent gradient-noise doses "
+        "(default: a calibration.json next to the inputs)",
+    )
     return p
 
 
@@ -49,8 +62,9 @@ def run(args) -> int:
         raise UserInputError(f"--min-steps {args.min_steps}: a window needs at least 3 steps for a local rate")
     from divergence.report import build_report
 
-    report = build_report(args.dirs, out, n_boot=args.bootstrap, seed=args.seed, min_steps=args.min_steps,
-                          calibration=args.calibration)
+    report = build_report(
+        args.dirs, out, n_boot=args.bootstrap, seed=args.seed, min_steps=args.min_steps, calibration=args.calibration
+    )
     print_report(report)
     if not args.no_wandb:
         log_report_to_wandb(report, args.wandb_project)
@@ -88,8 +102,11 @@ def log_report_to_wandb(report, project: str | None) -> None:
         folders = [p.folder for p in report.analysis.pairs if getattr(p, "folder", None)]
         where = log_report(report.summary, report.figures, report.files, report.out, project, folders)
     except Exception as err:  # noqa: BLE001 - the report is written; wandb trouble must not hide it
-        print(f"warning: logging to wandb failed ({type(err).__name__}: {err}); the report files are written. "
-              "Use --no-wandb to skip wandb.", file=sys.stderr)
+        print(
+            f"warning: logging to wandb failed ({type(err).__name__}: {err}); the report files are written. "
+            "Use --no-wandb to skip wandb.",
+            file=sys.stderr,
+        )
         return
     report.wandb = where
     print(offline_notice(where, mode_env) if offline else f"wandb: {where}")

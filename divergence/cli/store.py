@@ -9,14 +9,16 @@ HELP = "repair a pair folder's metrics store and loss files (keeps every committ
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "store", help=HELP,
+        "store",
+        help=HELP,
         description="Tools for a run folder's metrics store (DIR/metrics.jsonl) and loss files "
         "(DIR/<arm>/losses.jsonl).",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
     actions.required = True
     repair = actions.add_parser(
-        "repair", help="keep every committed record; move unreadable lines aside",
+        "repair",
+        help="keep every committed record; move unreadable lines aside",
         description="Keep every committed step block of DIR/metrics.jsonl and every readable line of DIR/<arm>/"
         "losses.jsonl; move the lines readers refuse (not a record, a duplicated step block, a tensor record "
         "of another step) byte for byte into FILE.unreadable-<UTC time> beside each file. Run it while no "

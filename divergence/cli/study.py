@@ -8,24 +8,34 @@ import sys
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "study", help="train the pair under study beside seed, precision and control pairs, then report",
+        "study",
+        help="train the pair under study beside seed, precision and control pairs, then report",
         description="Run a bounding study: the pair under study (flash vs baseline by default) beside a seed "
         "change, low-precision training and a control, on one base recipe; then build the report. Finished "
         "pairs are not trained again; an interrupted study resumes.",
     )
     p.add_argument("--recipe", default=None, help="study recipe (default: recipes/study.yaml)")
-    p.add_argument("--out", required=True, help="study folder: OUT/<pair>/r<replicate> per pair run, the report "
-                   "at its top")
+    p.add_argument(
+        "--out", required=True, help="study folder: OUT/<pair>/r<replicate> per pair run, the report at its top"
+    )
     p.add_argument("--max-steps", type=int, help="override train.max_steps for every pair")
-    p.add_argument("--replicates", type=int, help="replicates of every pair but the control (default: the "
-                   "recipe's replicates)")
-    p.add_argument("--jobs", type=int, help="pairs trained at once (default: the recipe's jobs; auto = 2 on a "
-                   "CPU with 2+ cores, 1 on a GPU)")
+    p.add_argument(
+        "--replicates", type=int, help="replicates of every pair but the control (default: the recipe's replicates)"
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="pairs trained at once (default: the recipe's jobs; auto = 2 on a CPU with 2+ cores, 1 on a GPU)",
+    )
     p.add_argument("--no-wandb", action="store_true", help="do not log the report to wandb")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="overrides for every pair (train.lr=1e-4) or the study (base=sd15.yaml, "
-                   "study=pairs/fused-adamw.yaml, references.precision=pairs/fp16-vs-fp32.yaml, replicates=5)")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="overrides for every pair (train.lr=1e-4) or the study (base=sd15.yaml, "
+        "study=pairs/fused-adamw.yaml, references.precision=pairs/fp16-vs-fp32.yaml, replicates=5)",
+    )
     return p
 
 
@@ -59,8 +69,10 @@ def run(args) -> int:
     parallel = parallel_jobs(args.jobs, study.jobs, device, len(jobs))
     names = list(dict.fromkeys(j.pair.name for j in jobs))
     with study_lock(out):  # one study in a folder at a time
-        print(f"study {study.name}: {len(names)} pairs ({', '.join(names)}), {study.replicates} replicate(s) "
-              f"(the control once): {len(jobs)} pair runs, {parallel} at a time, into {out}")
+        print(
+            f"study {study.name}: {len(names)} pairs ({', '.join(names)}), {study.replicates} replicate(s) "
+            f"(the control once): {len(jobs)} pair runs, {parallel} at a time, into {out}"
+        )
         for name, note in dict.fromkeys((j.pair.name, j.pair.note) for j in jobs if j.pair.note):  # once per pair
             print(f"note: {name}: {note}")
         write_recipes(jobs)

@@ -24,20 +24,34 @@ HELP = "turn two checkpoint series trained anywhere into a pair folder with its 
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "track", help=HELP,
+        "track",
+        help=HELP,
         description=HELP + ". Series: accelerate/diffusers checkpoint-N/ folders (with --component unet), "
         "Lightning *step=N*.ckpt files, step_N.safetensors files or save_pretrained folders.",
     )
     p.add_argument("a", help="folder of arm a's checkpoints")
     p.add_argument("b", help="folder of arm b's checkpoints")
     p.add_argument("--out", required=True, metavar="PAIR", help="pair folder to write (must not hold a store yet)")
-    p.add_argument("--component", default=None, metavar="NAME",
-                   help="the subfolder of each checkpoint folder holding the model (e.g. unet)")
+    p.add_argument(
+        "--component",
+        default=None,
+        metavar="NAME",
+        help="the subfolder of each checkpoint folder holding the model (e.g. unet)",
+    )
     p.add_argument("--name", default=None, help="the pair's name (default: the --out folder's name)")
-    p.add_argument("--category", default="optimization", choices=("optimization", "seed", "precision", "control"),
-                   help="what the arms differ in (default: optimization)")
-    p.add_argument("--map", action="append", metavar="PATTERN=REPLACEMENT", default=[],
-                   help="rename tensors (regex, applied to both sides); repeatable")
+    p.add_argument(
+        "--category",
+        default="optimization",
+        choices=("optimization", "seed", "precision", "control"),
+        help="what the arms differ in (default: optimization)",
+    )
+    p.add_argument(
+        "--map",
+        action="append",
+        metavar="PATTERN=REPLACEMENT",
+        default=[],
+        help="rename tensors (regex, applied to both sides); repeatable",
+    )
     p.add_argument("--intersection", action="store_true", help="compare the tensors both checkpoints have")
     p.add_argument("--device", default="cpu", help="where to compute (default: cpu)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -59,11 +73,14 @@ def run(args) -> int:
     for arm, other in (("a", "b"), ("b", "a")):
         missing = sorted(series[arm].keys() - series[other].keys())
         if missing:
-            print(f"divergence track: steps only in {arm} ({getattr(args, arm)}), skipped: {_steps(missing)}",
-                  file=sys.stderr)
+            print(
+                f"divergence track: steps only in {arm} ({getattr(args, arm)}), skipped: {_steps(missing)}",
+                file=sys.stderr,
+            )
     if not steps:
-        raise UserInputError(f"{args.a} and {args.b}: no step in common (a: {_steps(list(series['a']))}; "
-                             f"b: {_steps(list(series['b']))})")
+        raise UserInputError(
+            f"{args.a} and {args.b}: no step in common (a: {_steps(list(series['a']))}; b: {_steps(list(series['b']))})"
+        )
     _write_store(args, out, steps, series)
     print(f"{out}: {len(steps)} steps compared ({_steps(steps)}); next: divergence report {out}")
     return 0
@@ -93,8 +110,10 @@ def _check_steps(series: dict) -> None:
     for found in series.values():
         for step, path in found.items():
             if step > MAX_STEP:
-                raise UserInputError(f"{path}: step {step} does not fit in 64 bits (the store's steps are int64); "
-                                     "rename it with its real step")
+                raise UserInputError(
+                    f"{path}: step {step} does not fit in 64 bits (the store's steps are int64); "
+                    "rename it with its real step"
+                )
 
 
 def _write_store(args, out, steps: list[int], series: dict) -> None:
@@ -120,9 +139,14 @@ def _build(args, folder, out, steps: list[int], series: dict) -> None:
     from divergence.tracking.records import comparison_records
 
     gaps = [b - a for a, b in zip(steps, steps[1:])]
-    write_pair_files(folder, max_steps=max(steps[-1], 1), every=min(gaps) if gaps else 1,
-                            name=args.name or out.resolve().name, category=args.category,
-                            arms={"a": [str(args.a)], "b": [str(args.b)]})
+    write_pair_files(
+        folder,
+        max_steps=max(steps[-1], 1),
+        every=min(gaps) if gaps else 1,
+        name=args.name or out.resolve().name,
+        category=args.category,
+        arms={"a": [str(args.a)], "b": [str(args.b)]},
+    )
     recorder = StepRecorder(MetricsStore(folder).open_for_append())
     for step in tqdm(steps, desc="track", unit="step", file=sys.stderr, disable=args.quiet or None):
         a, b = series["a"][step], series["b"][step]
@@ -148,8 +172,9 @@ def _staging(out):
             staging = out.parent / f".{out.name}.track-{os.getpid()}"
         staging.mkdir()
     except OSError as err:
-        raise UserInputError(f"--out {out}: cannot write there ({err.strerror or err}); choose a folder you can "
-                             "write to") from None
+        raise UserInputError(
+            f"--out {out}: cannot write there ({err.strerror or err}); choose a folder you can write to"
+        ) from None
     return staging
 
 

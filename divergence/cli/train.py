@@ -9,17 +9,31 @@ HELP = "train a text-to-image diffusion model from a recipe"
 
 def register(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "train", help=HELP, description=HELP + ". Running it again with the same --out resumes.",
+        "train",
+        help=HELP,
+        description=HELP + ". Running it again with the same --out resumes.",
     )
-    parser.add_argument("--recipe", help="recipe YAML: a run (default: the embedded tiny recipe, recipes/tiny.yaml) "
-                        "or a pair of arms (recipes/pairs/*.yaml), trained in lockstep")
+    parser.add_argument(
+        "--recipe",
+        help="recipe YAML: a run (default: the embedded tiny recipe, recipes/tiny.yaml) "
+        "or a pair of arms (recipes/pairs/*.yaml), trained in lockstep",
+    )
     parser.add_argument("--out", required=True, help="run folder: checkpoints, samples, logs, resume state")
-    parser.add_argument("--arm", choices=("a", "b"), help="with a pair recipe: train only this arm, as its own "
-                        "job (any strategy, devices, nodes); `divergence watch OUT` compares the arms as they go")
+    parser.add_argument(
+        "--arm",
+        choices=("a", "b"),
+        help="with a pair recipe: train only this arm, as its own "
+        "job (any strategy, devices, nodes); `divergence watch OUT` compares the arms as they go",
+    )
     parser.add_argument("--max-steps", type=int, help="override train.max_steps")
     parser.add_argument("--checkpoint-every", type=int, help="override train.checkpoint_every")
-    parser.add_argument("--replicate", type=int, metavar="N", help="with a pair recipe: train replicate N (its data, "
-                        "init and probe seeds derived from N the same way for every pair; 0 is the recipe's seeds)")
+    parser.add_argument(
+        "--replicate",
+        type=int,
+        metavar="N",
+        help="with a pair recipe: train replicate N (its data, "
+        "init and probe seeds derived from N the same way for every pair; 0 is the recipe's seeds)",
+    )
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. train.lr=1e-4")
     return parser
 
@@ -43,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
         if args.replicate < 0:
             raise UserInputError(f"--replicate {args.replicate}: must be >= 0")
         if args.recipe is None or not is_pair_recipe(args.recipe):
-            raise UserInputError(f"--replicate {args.replicate}: needs a pair recipe "
-                                 "(--recipe recipes/pairs/NAME.yaml)")
+            raise UserInputError(
+                f"--replicate {args.replicate}: needs a pair recipe (--recipe recipes/pairs/NAME.yaml)"
+            )
         overrides.append(f"replicate={args.replicate}")
     if args.arm is not None:
         if args.recipe is None or not is_pair_recipe(args.recipe):

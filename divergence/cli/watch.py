@@ -18,17 +18,28 @@ HELP = "follow a pair's separately trained arms and write its metrics store as t
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "watch", help=HELP,
+        "watch",
+        help=HELP,
         description=HELP + ". Computes each step's records as soon as both arms' losses and checkpoints for it "
         "are complete; restarted, it continues where it stopped. Launch under torchrun to divide each "
         "comparison among ranks.",
     )
     p.add_argument("dir", help="pair folder the arms train into (divergence train --arm a|b --out DIR)")
-    p.add_argument("--poll", type=float, default=5.0, metavar="SECONDS",
-                   help="seconds between looks at the arms' files when nothing is ready (default 5)")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="exit 1 after this many seconds without progress: no step stored, no new loss, no arm "
-                   "status change, even while a step is retried (default: wait as long as it takes)")
+    p.add_argument(
+        "--poll",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="seconds between looks at the arms' files when nothing is ready (default 5)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="exit 1 after this many seconds without progress: no step stored, no new loss, no arm "
+        "status change, even while a step is retried (default: wait as long as it takes)",
+    )
     p.add_argument("--device", default="auto", help="auto (this rank's GPU if any), cpu or cuda")
     p.add_argument("--no-log", action="store_true", help="write the store only; no wandb/CSV logs")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -65,15 +76,19 @@ def run(args) -> int:
     from divergence.comparator.wait import wait_for_pair
 
     if not wait_for_pair(args.dir, args.poll, args.timeout):
-        print(f"divergence watch: timed out: {args.dir} holds no started pair after {args.timeout:g} s; "
-              "start the arms (divergence train --recipe PAIR --arm a --out DIR)", file=sys.stderr)
+        print(
+            f"divergence watch: timed out: {args.dir} holds no started pair after {args.timeout:g} s; "
+            "start the arms (divergence train --recipe PAIR --arm a --out DIR)",
+            file=sys.stderr,
+        )
         return 1
     from divergence.comparator.ranks import ranks_from_environment
 
     ranks, device = ranks_from_environment(args.device)
     try:
-        comparator = Comparator(args.dir, ranks, device, log=not args.no_log, progress=not args.quiet and ranks.is_zero,
-                                probe=_file_probe)
+        comparator = Comparator(
+            args.dir, ranks, device, log=not args.no_log, progress=not args.quiet and ranks.is_zero, probe=_file_probe
+        )
         return comparator.run(args.poll, args.timeout)
     finally:
         ranks.close()

@@ -38,8 +38,9 @@ def assign(sizes: list[int], world_size: int) -> list[int]:
     return owner
 
 
-def compare_partitioned(a: TensorSource, b: TensorSource, match: Match, ranks: Ranks,
-                        device="cpu") -> Comparison | None:
+def compare_partitioned(
+    a: TensorSource, b: TensorSource, match: Match, ranks: Ranks, device="cpu"
+) -> Comparison | None:
     """``compare_sources(a, b, match)`` with the pairs divided among ``ranks``; None off rank 0.
 
     Collective: every rank calls it with the same ``match``.
@@ -85,6 +86,10 @@ def _assemble(parts: list | None, a: TensorSource, match: Match) -> Comparison |
     kinds = classify_kinds({name: a.info(name_a).shape for name, name_a, _ in match.pairs})
     records = [dict(by_name[name], kind=kinds[name]) for name, _, _ in match.pairs]
     summary = summarize_by_family(records)
-    summary.update(matched=len(match.pairs), skipped=len(match.skipped),
-                   stripped_prefix_a=match.stripped_a, stripped_prefix_b=match.stripped_b)
+    summary.update(
+        matched=len(match.pairs),
+        skipped=len(match.skipped),
+        stripped_prefix_a=match.stripped_a,
+        stripped_prefix_b=match.stripped_b,
+    )
     return Comparison(records, summary, match.skipped)

@@ -74,8 +74,15 @@ class Task:
 
 
 class Comparator:
-    def __init__(self, out: str | Path, ranks: Ranks | None = None, device="cpu", log: bool = True,
-                 progress: bool = True, probe=None):
+    def __init__(
+        self,
+        out: str | Path,
+        ranks: Ranks | None = None,
+        device="cpu",
+        log: bool = True,
+        progress: bool = True,
+        probe=None,
+    ):
         """``probe``: the function-space probe's factory ``(PairSchedule, device) -> probe`` (``due(step)``,
         ``record(paths)``), used when the pair's ``tracking.probe`` is enabled; ``divergence watch``
         passes the built-in trainer's ``FileProbe`` (``training.probe_files``). None: no probe."""
@@ -158,8 +165,11 @@ class Comparator:
                 return Task("stop", message=why, code=EXIT_USAGE)
         self._note_progress(last, statuses)
         if timeout is not None and time.monotonic() - self._idle_since > timeout:
-            return Task("stop", message=f"timed out: no progress for {timeout:g} s at step {step} "
-                                        f"({_arms_line(statuses)})", code=EXIT_TIMEOUT)
+            return Task(
+                "stop",
+                message=f"timed out: no progress for {timeout:g} s at step {step} ({_arms_line(statuses)})",
+                code=EXIT_TIMEOUT,
+            )
         if task is not None:
             return task
         self._show_waiting(step, statuses)
@@ -178,9 +188,14 @@ class Comparator:
         """A store without arm folders: complete (done), or a one-process pair's that ended early."""
         if last >= self.pair.max_steps:
             return Task("done")
-        return Task("stop", code=EXIT_USAGE, message=(
-            f"{self.out}: no arm folders (a/, b/) to follow, and its store ends at step {last} of "
-            f"{self.pair.max_steps}: a pair trained in one process or built by divergence track, not arm jobs"))
+        return Task(
+            "stop",
+            code=EXIT_USAGE,
+            message=(
+                f"{self.out}: no arm folders (a/, b/) to follow, and its store ends at step {last} of "
+                f"{self.pair.max_steps}: a pair trained in one process or built by divergence track, not arm jobs"
+            ),
+        )
 
     def _note_progress(self, last: int | None, statuses: dict) -> None:
         """Restart the ``--timeout`` clock when a step was stored or an arm moved on; a step that
@@ -204,8 +219,15 @@ class Comparator:
             if any(f is None for f in found.values()):
                 return None
         order = statuses["a"].tensor_order if statuses.get("a") else []
-        return Task("step", step, tracked, losses, paths={arm: str(path) for arm, (path, _) in found.items()},
-                    taken={arm: taken for arm, (_, taken) in found.items()}, order=order)
+        return Task(
+            "step",
+            step,
+            tracked,
+            losses,
+            paths={arm: str(path) for arm, (path, _) in found.items()},
+            taken={arm: taken for arm, (_, taken) in found.items()},
+            order=order,
+        )
 
     def _follow_restarts(self, statuses: dict) -> None:
         """An arm restarted from step G: drop stored steps after G (they are recomputed)."""
@@ -226,8 +248,9 @@ class Comparator:
             self._write_state()
         mismatch = batch_mismatch(statuses)
         if mismatch is not None:
-            raise UserInputError(f"{self.out}: the arms train on {mismatch}; "
-                                 "their batches differ, so they are not a pair")
+            raise UserInputError(
+                f"{self.out}: the arms train on {mismatch}; their batches differ, so they are not a pair"
+            )
 
     # -- every rank: measure; rank 0: record -----------------------------------------------------
     def _take(self, task: Task) -> bool:
@@ -260,8 +283,14 @@ class Comparator:
                     return False  # an arm replaced a file mid-read: retried next poll
             # tracking.keep: what this step's commit makes deletable, noted first
             self.retention.note(task.step, task.paths, task.taken)
-        self.recorder.commit(task.step, record, comparison, extra, log=self.logger.log if self.logger else None,
-                             stored=self.retention.release)  # released only once the store holds the step
+        self.recorder.commit(
+            task.step,
+            record,
+            comparison,
+            extra,
+            log=self.logger.log if self.logger else None,
+            stored=self.retention.release,
+        )  # released only once the store holds the step
         self._show_step(task.step, record)
         return True
 
@@ -284,8 +313,9 @@ class Comparator:
         from divergence.loggers.step_logger import StepLogger
 
         pair = self.pair
-        return StepLogger(self.folder, pair.log, pair.name, pair.checkpoint_every, pair.max_steps,
-                          pair.recipe_config or pair.info)
+        return StepLogger(
+            self.folder, pair.log, pair.name, pair.checkpoint_every, pair.max_steps, pair.recipe_config or pair.info
+        )
 
     def _finish(self) -> None:
         if not self.ranks.is_zero:
@@ -304,8 +334,10 @@ class Comparator:
             return
         self.bar.update(1)
         if record["tracked"]:
-            self.bar.set_postfix_str(f"step {step}: wasserstein {record['wasserstein']:.4g}, "
-                                     f"max_abs_diff {record['max_abs_diff']:.4g}", refresh=False)
+            self.bar.set_postfix_str(
+                f"step {step}: wasserstein {record['wasserstein']:.4g}, max_abs_diff {record['max_abs_diff']:.4g}",
+                refresh=False,
+            )
 
     def _show_waiting(self, step: int, statuses: dict) -> None:
         if self.bar is not None:
@@ -315,8 +347,14 @@ class Comparator:
 def _progress_bar(pair: PairSchedule, done: int):
     from tqdm import tqdm
 
-    return tqdm(total=pair.max_steps // pair.stride + 1, initial=done, desc=f"watch {pair.name}", unit="step",
-                file=sys.stderr, dynamic_ncols=True)
+    return tqdm(
+        total=pair.max_steps // pair.stride + 1,
+        initial=done,
+        desc=f"watch {pair.name}",
+        unit="step",
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
 
 
 def _marks(statuses: dict) -> tuple:
@@ -327,8 +365,11 @@ def _marks(statuses: dict) -> tuple:
 def _arms_line(statuses: dict) -> str:
     parts = []
     for arm, s in statuses.items():
-        parts.append(f"{arm}: not started" if s is None else
-                     f"{arm}: {s.state}" + (f" at {s.last_step}" if s.last_step is not None else "")
-                     + (f", attempt {s.attempt}" if s.attempt > 1 else ""))
+        parts.append(
+            f"{arm}: not started"
+            if s is None
+            else f"{arm}: {s.state}"
+            + (f" at {s.last_step}" if s.last_step is not None else "")
+            + (f", attempt {s.attempt}" if s.attempt > 1 else "")
+        )
     return "; ".join(parts)
-

@@ -26,7 +26,6 @@ from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.weights_file import identity
 
 
-
 class Retention:
     def __init__(self, out: str | Path, keep: int | None, tracked_steps: list[int]):
         """``tracked_steps``: every tracked step of the pair, increasing (the last is kept)."""

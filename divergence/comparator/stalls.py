@@ -42,8 +42,10 @@ def stall(out: Path, step: int, pair, statuses: dict, feeds: dict) -> str | None
             continue
         why = _missing(arm, status, step, pair, feeds[arm])
         if why is not None:
-            return (f"{why}; the pair cannot be completed as it is. Restart the arm (from its checkpoint, saying where "
-                    "it resumes), then run watch again: it continues from its store")
+            return (
+                f"{why}; the pair cannot be completed as it is. Restart the arm (from its checkpoint, saying where "
+                "it resumes), then run watch again: it continues from its store"
+            )
     return None
 
 
@@ -51,7 +53,7 @@ def _missing(arm: str, status, step: int, pair, feed) -> str | None:
     last = status.last_step
     ended = f"arm {arm} {status.state} at step {last}"
     if last is None or step > last:
-        return (f"{ended}, before step {step}" + (f" (max_steps {pair.max_steps})" if step <= pair.max_steps else ""))
+        return f"{ended}, before step {step}" + (f" (max_steps {pair.max_steps})" if step <= pair.max_steps else "")
     if step > 0 and step not in feed.losses():
         return f"{ended}, but its {arm}/{LOSSES_FILE} has no step {step} (a gap)"
     if pair.tracked(step) and not feed.folder.weights(step).exists():

@@ -67,7 +67,8 @@ def parse(cls: type[T], data: Any, where: str = "") -> T:
     for name, value in data.items():
         values[name] = _coerce(hints[name], value, _join(where, name))
     missing = [
-        n for n, f in fields.items()
+        n
+        for n, f in fields.items()
         if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     if missing:
@@ -142,8 +143,9 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
             raise RecipeError(f"{key}: expected a number, got {_describe(value)}")
         number = float(value) if abs(value) < 1e300 else math.inf  # a 400-digit int would overflow
         if not math.isfinite(number):
-            raise RecipeError(f"{key}: {short(value)} is not a finite number (1e999 reads as infinity); "
-                              "give a finite value")
+            raise RecipeError(
+                f"{key}: {short(value)} is not a finite number (1e999 reads as infinity); give a finite value"
+            )
         return number
     if hint is str:
         if not isinstance(value, str):

@@ -56,13 +56,17 @@ class RecipeLoader(yaml.SafeLoader):
         line = event.start_mark.line + 1
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             mark = "*" if isinstance(event, yaml.AliasEvent) else "&"
-            raise _Refused(f"line {line}: YAML anchors and aliases ({mark}{short(event.anchor, 30, text=True)}) are "
-                           "not allowed in recipes; write the value out in full")
+            raise _Refused(
+                f"line {line}: YAML anchors and aliases ({mark}{short(event.anchor, 30, text=True)}) are "
+                "not allowed in recipes; write the value out in full"
+            )
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise _Refused(f"line {line}: nested more than {MAX_DEPTH} levels deep; a recipe is a few levels of "
-                               "sections and lists")
+                raise _Refused(
+                    f"line {line}: nested more than {MAX_DEPTH} levels deep; a recipe is a few levels of "
+                    "sections and lists"
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -75,8 +79,9 @@ class RecipeLoader(yaml.SafeLoader):
                 raise _Refused(f"line {line}: merge keys (<<) are not allowed in recipes; write the keys out")
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, str):
-                raise _Refused(f"line {line}: key {short(key)} is not a name; recipe keys are strings "
-                               "(quote it: \"yes\", \"1\")")
+                raise _Refused(
+                    f'line {line}: key {short(key)} is not a name; recipe keys are strings (quote it: "yes", "1")'
+                )
             if key in seen:
                 raise _Refused(f"line {line}: duplicate key {short(key)}; give each key once")
             seen.add(key)
@@ -100,8 +105,9 @@ def read_yaml(path: Path) -> Any:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise RecipeError(f"{path}: not valid YAML{where}: {short(getattr(err, 'problem', None) or err, text=True)}") \
-            from None
+        raise RecipeError(
+            f"{path}: not valid YAML{where}: {short(getattr(err, 'problem', None) or err, text=True)}"
+        ) from None
     except (ValueError, OverflowError, RecursionError) as err:  # e.g. an integer of 10,000 digits
         raise RecipeError(f"{path}: a value cannot be read: {short(err, text=True)}") from None
 
@@ -128,7 +134,7 @@ def short(value: Any, limit: int = MAX_VALUE_CHARS, text: bool = False) -> str:
     if len(out) <= limit:
         return out
     head = (limit - 3) // 2
-    return out[:head] + "..." + out[len(out) - (limit - 3 - head):]
+    return out[:head] + "..." + out[len(out) - (limit - 3 - head) :]
 
 
 def _load(text: str) -> Any:

@@ -22,8 +22,10 @@ def build_dataset(config: DataConfig):
         return ShapesDataset(config.seed, config.num_examples, config.resolution)
     path = Path(config.path)
     if not path.exists():
-        raise UserInputError(f"data.path {config.path!r}: not found; put the {config.source} data there "
-                             "or override data.path=... on the command line")
+        raise UserInputError(
+            f"data.path {config.path!r}: not found; put the {config.source} data there "
+            "or override data.path=... on the command line"
+        )
     if config.source == "imagefolder":
         return ImageFolderDataset(path, config.caption_column)
     return WebDatasetShards(path, config.caption_column)

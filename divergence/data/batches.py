@@ -39,10 +39,10 @@ class StepBatch:
     """Inputs of one step on one rank (CPU tensors until moved)."""
 
     step: int
-    pixels: torch.Tensor      # (B, 3, H, W) float32 in [-1, 1]
-    input_ids: torch.Tensor   # (B, L) int64
-    noise: torch.Tensor       # (B, C, h, w) float32: diffusion noise, shaped like what the UNet denoises
-    timesteps: torch.Tensor   # (B,) int64 in [0, num_train_timesteps)
+    pixels: torch.Tensor  # (B, 3, H, W) float32 in [-1, 1]
+    input_ids: torch.Tensor  # (B, L) int64
+    noise: torch.Tensor  # (B, C, h, w) float32: diffusion noise, shaped like what the UNet denoises
+    timesteps: torch.Tensor  # (B,) int64 in [0, num_train_timesteps)
     posterior: torch.Tensor | None = None  # (B, C, h, w) float32: the VAE posterior sample's noise
 
     def micro(self, index: int, count: int) -> "StepBatch":
@@ -150,8 +150,11 @@ def _prepare(image: Image.Image, side: int, center_crop: bool, flip: bool, gen: 
         scale = side / min(w, h)
         image = image.resize((max(side, round(w * scale)), max(side, round(h * scale))), Image.BILINEAR)
         w, h = image.size
-        left, top = ((w - side) // 2, (h - side) // 2) if center_crop else (
-            int(offsets[0] * (w - side + 1)), int(offsets[1] * (h - side + 1)))
+        left, top = (
+            ((w - side) // 2, (h - side) // 2)
+            if center_crop
+            else (int(offsets[0] * (w - side + 1)), int(offsets[1] * (h - side + 1)))
+        )
         image = image.crop((left, top, left + side, top + side))
     if flip and do_flip:
         image = image.transpose(Image.FLIP_LEFT_RIGHT)

@@ -27,9 +27,15 @@ SHAPES = ("circle", "square", "triangle")
 SIZES = {"small": 0.22, "large": 0.4}  # shape side as a fraction of the image side
 # (name, column, row) of the 3x3 grid of positions.
 POSITIONS = (
-    ("at the top left", 0, 0), ("at the top", 1, 0), ("at the top right", 2, 0),
-    ("at the left", 0, 1), ("in the centre", 1, 1), ("at the right", 2, 1),
-    ("at the bottom left", 0, 2), ("at the bottom", 1, 2), ("at the bottom right", 2, 2),
+    ("at the top left", 0, 0),
+    ("at the top", 1, 0),
+    ("at the top right", 2, 0),
+    ("at the left", 0, 1),
+    ("in the centre", 1, 1),
+    ("at the right", 2, 1),
+    ("at the bottom left", 0, 2),
+    ("at the bottom", 1, 2),
+    ("at the bottom right", 2, 2),
 )
 _SUPERSAMPLE = 4
 

@@ -56,29 +56,34 @@ class LaunchPlan:
 
     recipe: Path
     out: Path
-    name: str                       # the pair's name, for job names
+    name: str  # the pair's name, for job names
     scheduler: str = "slurm"
-    nodes: int = 1                  # nodes per arm
-    gpus_per_node: int = 1          # processes (GPUs) per node per arm
-    accelerator: str = "gpu"        # gpu, or cpu (gloo; for trying the scripts without GPUs)
+    nodes: int = 1  # nodes per arm
+    gpus_per_node: int = 1  # processes (GPUs) per node per arm
+    accelerator: str = "gpu"  # gpu, or cpu (gloo; for trying the scripts without GPUs)
     strategy: str = "ddp"
-    comparator_gpus: int = 1        # ranks of the comparator (torchrun inside its job when > 1)
+    comparator_gpus: int = 1  # ranks of the comparator (torchrun inside its job when > 1)
     overrides: tuple[str, ...] = ()
-    command: str = "divergence"     # how the jobs call divergence (e.g. "python -m divergence")
+    command: str = "divergence"  # how the jobs call divergence (e.g. "python -m divergence")
     partition: str | None = None
-    time: str | None = None         # SLURM time limit, e.g. 2-00:00:00
+    time: str | None = None  # SLURM time limit, e.g. 2-00:00:00
     account: str | None = None
     master_port: int = 29500
     extra_sbatch: tuple[str, ...] = field(default_factory=tuple)
-    group: str | None = None        # wandb group of the three jobs (default: the pair folder's name)
-    comparator_cpu: bool = False    # the comparator job asks for no GPU and compares on CPU
+    group: str | None = None  # wandb group of the three jobs (default: the pair folder's name)
+    comparator_cpu: bool = False  # the comparator job asks for no GPU and compares on CPU
     cpus_per_task: int | None = None  # SLURM --cpus-per-task of every job
-    mem: str | None = None          # SLURM --mem of every job (per node), e.g. 200G
+    mem: str | None = None  # SLURM --mem of every job (per node), e.g. 200G
     container_image: str | None = None  # pyxis/enroot image every srun runs in
 
     def __post_init__(self):
-        for flag, value in (("--partition", self.partition), ("--time", self.time), ("--account", self.account),
-                            ("--mem", self.mem), ("job name", self.name)):
+        for flag, value in (
+            ("--partition", self.partition),
+            ("--time", self.time),
+            ("--account", self.account),
+            ("--mem", self.mem),
+            ("job name", self.name),
+        ):
             if value is not None:
                 sbatch_value(value, flag)
         for option in self.extra_sbatch:
@@ -86,12 +91,18 @@ class LaunchPlan:
                 sbatch_value(part, "--sbatch")
         if self.group is not None:
             check_name(self.group, "--group", "wandb group", "the jobs' wandb group")
-        for flag, value in (("--out", str(self.out)), ("--recipe", str(self.recipe)),
-                            ("--container-image", self.container_image or ""), ("--strategy", self.strategy),
-                            ("--command", self.command)):
+        for flag, value in (
+            ("--out", str(self.out)),
+            ("--recipe", str(self.recipe)),
+            ("--container-image", self.container_image or ""),
+            ("--strategy", self.strategy),
+            ("--command", self.command),
+        ):
             if CONTROL.search(value):
-                raise UserInputError(f"{flag} {short(value)}: holds a control character (a newline?); "
-                                     "a value written into a job script may not")
+                raise UserInputError(
+                    f"{flag} {short(value)}: holds a control character (a newline?); "
+                    "a value written into a job script may not"
+                )
         if self.scheduler == "slurm":
             sbatch_value(str(self.log_dir), "--out")  # in every #SBATCH --output= line
         self.command_words  # noqa: B018 - refuses a --command that is not words
@@ -102,8 +113,9 @@ class LaunchPlan:
         try:
             words = shlex.split(self.command)
         except ValueError as err:
-            raise UserInputError(f"--command {short(self.command)}: {err}; give the words of a command, "
-                                 "e.g. 'python -m divergence'") from None
+            raise UserInputError(
+                f"--command {short(self.command)}: {err}; give the words of a command, e.g. 'python -m divergence'"
+            ) from None
         if not words:
             raise UserInputError("--command is empty; give how the jobs call divergence, e.g. 'python -m divergence'")
         return words
@@ -113,9 +125,20 @@ class LaunchPlan:
         return self.group or self.out.name
 
     def train_args(self, arm: str) -> list[str]:
-        return ["train", "--recipe", str(self.recipe), "--arm", arm, "--out", str(self.out),
-                f"train.accelerator={self.accelerator}", f"train.devices={self.gpus_per_node}",
-                f"train.num_nodes={self.nodes}", f"train.strategy={self.strategy}", *self.overrides]
+        return [
+            "train",
+            "--recipe",
+            str(self.recipe),
+            "--arm",
+            arm,
+            "--out",
+            str(self.out),
+            f"train.accelerator={self.accelerator}",
+            f"train.devices={self.gpus_per_node}",
+            f"train.num_nodes={self.nodes}",
+            f"train.strategy={self.strategy}",
+            *self.overrides,
+        ]
 
     def watch_args(self) -> list[str]:
         device = "cuda" if self.accelerator == "gpu" and not self.comparator_cpu else "cpu"
@@ -150,13 +173,22 @@ def _slurm(plan: LaunchPlan) -> dict[str, str]:
 def sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int) -> list[str]:
     """The ``#SBATCH`` lines of job ``job``; ``gpus`` 0: a job that asks for no GPU. Every value in
     them passed ``SBATCH_VALUE`` when the plan was made."""
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={plan.name}-{job}", f"#SBATCH --nodes={nodes}",
-             f"#SBATCH --ntasks-per-node={tasks}"]
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={plan.name}-{job}",
+        f"#SBATCH --nodes={nodes}",
+        f"#SBATCH --ntasks-per-node={tasks}",
+    ]
     if gpus:
         lines.append(f"#SBATCH --gres=gpu:{gpus}")
     lines.append(f"#SBATCH --output={plan.log_dir}/{job}-%j.out")
-    for option, value in (("cpus-per-task", plan.cpus_per_task), ("mem", plan.mem), ("partition", plan.partition),
-                          ("time", plan.time), ("account", plan.account)):
+    for option, value in (
+        ("cpus-per-task", plan.cpus_per_task),
+        ("mem", plan.mem),
+        ("partition", plan.partition),
+        ("time", plan.time),
+        ("account", plan.account),
+    ):
         if value:
             lines.append(f"#SBATCH --{option}={value}")
     lines += [f"#SBATCH {option}" for option in plan.extra_sbatch]
@@ -181,12 +213,15 @@ def _sbatch_arm(plan: LaunchPlan, arm: str) -> str:
 def _sbatch_watch(plan: LaunchPlan) -> str:
     ranks = plan.comparator_gpus
     lines = sbatch_header(plan, "watch", 1, 1, ranks if plan.watch_gpus else 0)
-    lines += ["#SBATCH --signal=B:USR1@120",
-              "#SBATCH --requeue",
-              "set -euo pipefail", "# the comparator: follows both arms in the pair folder until the pair is complete.",
-              "# USR1 (to this shell, 120 s before the time limit): requeue the job and stop watch; TERM: stop it.",
-              "# Started again, watch continues from its store (and waits for the arms' folder if need be).",
-              _group_export(plan)]
+    lines += [
+        "#SBATCH --signal=B:USR1@120",
+        "#SBATCH --requeue",
+        "set -euo pipefail",
+        "# the comparator: follows both arms in the pair folder until the pair is complete.",
+        "# USR1 (to this shell, 120 s before the time limit): requeue the job and stop watch; TERM: stop it.",
+        "# Started again, watch continues from its store (and waits for the arms' folder if need be).",
+        _group_export(plan),
+    ]
     if ranks > 1:
         # torchrun starts Python itself: `-m divergence`, whatever plan.command is
         command = f"torchrun --standalone --nproc-per-node={ranks} -m divergence {_join(plan.watch_args())}"
@@ -194,7 +229,7 @@ def _sbatch_watch(plan: LaunchPlan) -> str:
         command = command_line(plan, plan.watch_args())
     lines += [
         'stop() { kill -TERM "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; exit 0; }',
-        "trap 'echo \"requeueing job $SLURM_JOB_ID\"; scontrol requeue \"$SLURM_JOB_ID\"; stop' USR1",
+        'trap \'echo "requeueing job $SLURM_JOB_ID"; scontrol requeue "$SLURM_JOB_ID"; stop\' USR1',
         "trap stop TERM",
         f"{srun_prefix(plan)} {command} &",
         "child=$!",
@@ -207,17 +242,19 @@ def _sbatch_watch(plan: LaunchPlan) -> str:
 
 def _submit(plan: LaunchPlan) -> str:
     here = shlex.quote(str(plan.launch_dir))
-    return "\n".join([
-        "#!/bin/bash",
-        "# Submits both arms, then the comparator once both have started (it follows them as they train).",
-        "set -euo pipefail",
-        f"mkdir -p {shlex.quote(str(plan.log_dir))}",
-        f"a=$(sbatch --parsable {here}/arm-a.sbatch)",
-        f"b=$(sbatch --parsable {here}/arm-b.sbatch)",
-        f"w=$(sbatch --parsable --dependency=after:${{a%%;*}}:${{b%%;*}} {here}/watch.sbatch)",
-        'echo "arm a: job ${a%%;*}  arm b: job ${b%%;*}  comparator: job ${w%%;*}"',
-        "",
-    ])
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            "# Submits both arms, then the comparator once both have started (it follows them as they train).",
+            "set -euo pipefail",
+            f"mkdir -p {shlex.quote(str(plan.log_dir))}",
+            f"a=$(sbatch --parsable {here}/arm-a.sbatch)",
+            f"b=$(sbatch --parsable {here}/arm-b.sbatch)",
+            f"w=$(sbatch --parsable --dependency=after:${{a%%;*}}:${{b%%;*}} {here}/watch.sbatch)",
+            'echo "arm a: job ${a%%;*}  arm b: job ${b%%;*}  comparator: job ${w%%;*}"',
+            "",
+        ]
+    )
 
 
 # -- torchrun ------------------------------------------------------------------------------------
@@ -231,22 +268,35 @@ def _torchrun(plan: LaunchPlan) -> dict[str, str]:
 def _torchrun_arm(plan: LaunchPlan, arm: str) -> str:
     index, g = ARMS.index(arm), plan.gpus_per_node
     port = plan.master_port + index
-    lines = ["#!/bin/bash", "set -euo pipefail",
-             f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {g} process(es)", _group_export(plan)]
+    lines = [
+        "#!/bin/bash",
+        "set -euo pipefail",
+        f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {g} process(es)",
+        _group_export(plan),
+    ]
     if plan.accelerator == "gpu" and plan.nodes == 1:
         devices = ",".join(str(index * g + i) for i in range(g))
         lines.append(f"# one node holds both arms: arm {arm} takes GPUs {devices}")
         lines.append(f"export CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES_{arm.upper()}:-{devices}}}")
-    rendezvous = [f"--nnodes={plan.nodes}", f"--nproc-per-node={g}", "--node-rank=${NODE_RANK:-0}",
-                  "--master-addr=${MASTER_ADDR:-127.0.0.1}", f"--master-port=${{MASTER_PORT_{arm.upper()}:-{port}}}"]
+    rendezvous = [
+        f"--nnodes={plan.nodes}",
+        f"--nproc-per-node={g}",
+        "--node-rank=${NODE_RANK:-0}",
+        "--master-addr=${MASTER_ADDR:-127.0.0.1}",
+        f"--master-port=${{MASTER_PORT_{arm.upper()}:-{port}}}",
+    ]
     lines.append(f"exec torchrun {' '.join(rendezvous)} -m divergence {_join(plan.train_args(arm))}")
     return "\n".join(lines + [""])
 
 
 def _torchrun_watch(plan: LaunchPlan) -> str:
     gpus = plan.comparator_gpus
-    lines = ["#!/bin/bash", "set -euo pipefail", "# the comparator: follows both arms in the pair folder",
-             _group_export(plan)]
+    lines = [
+        "#!/bin/bash",
+        "set -euo pipefail",
+        "# the comparator: follows both arms in the pair folder",
+        _group_export(plan),
+    ]
     if plan.watch_gpus and plan.nodes == 1:
         # it holds one tensor pair at a time per rank: sharing the arms' first GPUs costs them little
         devices = ",".join(str(i) for i in range(gpus))
@@ -260,31 +310,35 @@ def _torchrun_watch(plan: LaunchPlan) -> str:
 
 def _start(plan: LaunchPlan) -> str:
     here, logs = shlex.quote(str(plan.launch_dir)), shlex.quote(str(plan.log_dir))
-    return "\n".join([
-        "#!/bin/bash",
-        "# Runs both arms and the comparator on this node; stops the arms if this script is stopped.",
-        "set -euo pipefail",
-        f"mkdir -p {logs}",
-        f"bash {here}/arm-a.sh > {logs}/arm-a.log 2>&1 &",
-        "a=$!",
-        f"bash {here}/arm-b.sh > {logs}/arm-b.log 2>&1 &",
-        "b=$!",
-        'trap \'kill "$a" "$b" 2>/dev/null || true\' INT TERM',
-        "status=0",
-        f"bash {here}/watch.sh || status=$?",
-        'wait "$a" || status=$?',
-        'wait "$b" || status=$?',
-        'exit "$status"',
-        "",
-    ])
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            "# Runs both arms and the comparator on this node; stops the arms if this script is stopped.",
+            "set -euo pipefail",
+            f"mkdir -p {logs}",
+            f"bash {here}/arm-a.sh > {logs}/arm-a.log 2>&1 &",
+            "a=$!",
+            f"bash {here}/arm-b.sh > {logs}/arm-b.log 2>&1 &",
+            "b=$!",
+            'trap \'kill "$a" "$b" 2>/dev/null || true\' INT TERM',
+            "status=0",
+            f"bash {here}/watch.sh || status=$?",
+            'wait "$a" || status=$?',
+            'wait "$b" || status=$?',
+            'exit "$status"',
+            "",
+        ]
+    )
 
 
 # -- helpers -------------------------------------------------------------------------------------
 def sbatch_value(value: str, flag: str) -> str:
     """``value`` if it may stand in an ``#SBATCH`` line, else a one-line error naming ``flag``."""
     if not SBATCH_VALUE.fullmatch(value) or value.startswith("-"):
-        raise UserInputError(f"{flag} {short(value)}: cannot stand in an #SBATCH line; use {SBATCH_ALLOWED} "
-                             "(no spaces, quotes or newlines, no leading '-')")
+        raise UserInputError(
+            f"{flag} {short(value)}: cannot stand in an #SBATCH line; use {SBATCH_ALLOWED} "
+            "(no spaces, quotes or newlines, no leading '-')"
+        )
     return value
 
 

@@ -26,9 +26,9 @@ JOBS = ("arm-a", "arm-b", "watch")
 class StudyLaunch:
     study: Study
     out: Path
-    plans: tuple[LaunchPlan, ...]   # one per (pair, replicate), in the study runner's order
-    recipes: dict                   # {recipe path: recipe text} to write before submitting
-    template: LaunchPlan            # the cluster options every job shares (report job included)
+    plans: tuple[LaunchPlan, ...]  # one per (pair, replicate), in the study runner's order
+    recipes: dict  # {recipe path: recipe text} to write before submitting
+    template: LaunchPlan  # the cluster options every job shares (report job included)
 
     @property
     def launch_dir(self) -> Path:
@@ -39,8 +39,17 @@ def plan_study(study: Study, out: Path, overrides: list[str], template: LaunchPl
     """Plans for every pair run; each recipe is validated now (``divergence.study.runner.plan_jobs``),
     so a bad one fails here, not in a job hours later."""
     jobs = plan_jobs(study, out, overrides)
-    plans = tuple(replace(template, recipe=job.recipe_path, out=job.out, name=f"{study.name}-{job.label}",
-                          overrides=tuple(overrides), group=template.group or out.name) for job in jobs)
+    plans = tuple(
+        replace(
+            template,
+            recipe=job.recipe_path,
+            out=job.out,
+            name=f"{study.name}-{job.label}",
+            overrides=tuple(overrides),
+            group=template.group or out.name,
+        )
+        for job in jobs
+    )
     return StudyLaunch(study, out, plans, {job.recipe_path: job.recipe_text for job in jobs}, template)
 
 
@@ -48,8 +57,9 @@ def build_study_scripts(launch: StudyLaunch) -> dict[Path, str]:
     """``{path: text}``: every pair's scripts, the report job and the study's ``submit.sh`` (last)."""
     scripts = {}
     for plan in launch.plans:
-        scripts.update({plan.launch_dir / name: text for name, text in build_scripts(plan).items()
-                        if name != "submit.sh"})
+        scripts.update(
+            {plan.launch_dir / name: text for name, text in build_scripts(plan).items() if name != "submit.sh"}
+        )
     scripts[launch.launch_dir / "report.sbatch"] = _report(launch)
     scripts[launch.launch_dir / "submit.sh"] = _submit(launch)
     return scripts
@@ -63,11 +73,18 @@ def job_table(launch: StudyLaunch) -> str:
         for job in JOBS:
             waits = f"after (started): {arms}" if job == "watch" else "-"
             rows.append((f"{plan.name}-{job}", str(plan.launch_dir / _file(job)), waits))
-    rows.append((f"{launch.study.name}-report", str(launch.launch_dir / "report.sbatch"),
-                 f"afterok (succeeded): all {len(launch.plans) * len(JOBS)} jobs above"))
+    rows.append(
+        (
+            f"{launch.study.name}-report",
+            str(launch.launch_dir / "report.sbatch"),
+            f"afterok (succeeded): all {len(launch.plans) * len(JOBS)} jobs above",
+        )
+    )
     width = max(len(r[0]) for r in rows)
-    head = (f"# study {launch.study.name}: {len(launch.plans)} pair runs ({launch.study.replicates} replicate(s), "
-            f"the control once), {len(rows)} jobs, into {launch.out}")
+    head = (
+        f"# study {launch.study.name}: {len(launch.plans)} pair runs ({launch.study.replicates} replicate(s), "
+        f"the control once), {len(rows)} jobs, into {launch.out}"
+    )
     return "\n".join([head, *(f"{name:<{width}}  {script}  waits for: {waits}" for name, script, waits in rows)])
 
 
@@ -76,30 +93,48 @@ def _file(job: str) -> str:
 
 
 def _report(launch: StudyLaunch) -> str:
-    plan = replace(launch.template, out=launch.out, recipe=launch.out / "recipes" / "-", name=launch.study.name,
-                   group=launch.template.group or launch.out.name)
+    plan = replace(
+        launch.template,
+        out=launch.out,
+        recipe=launch.out / "recipes" / "-",
+        name=launch.study.name,
+        group=launch.template.group or launch.out.name,
+    )
     lines = sbatch_header(plan, "report", 1, 1, 0)  # its log: OUT/logs/report-%j.out
-    lines += ["set -euo pipefail", "# the study's report, once every pair run of the study folder has finished",
-              f"export WANDB_RUN_GROUP=${{WANDB_RUN_GROUP:-{shlex.quote(plan.wandb_group)}}}",
-              f"{srun_prefix(plan)} {command_line(plan, ['report', str(launch.out)])}", ""]
+    lines += [
+        "set -euo pipefail",
+        "# the study's report, once every pair run of the study folder has finished",
+        f"export WANDB_RUN_GROUP=${{WANDB_RUN_GROUP:-{shlex.quote(plan.wandb_group)}}}",
+        f"{srun_prefix(plan)} {command_line(plan, ['report', str(launch.out)])}",
+        "",
+    ]
     return "\n".join(lines)
 
 
 def _submit(launch: StudyLaunch) -> str:
     logs = {shlex.quote(str(p.log_dir)) for p in launch.plans} | {shlex.quote(str(launch.out / "logs"))}
-    lines = ["#!/bin/bash", f"# Submits every pair run of study {launch.study.name}, then its report "
-             "once all of them have succeeded.", "set -euo pipefail", f"mkdir -p {' '.join(sorted(logs))}",
-             "all=''"]
+    lines = [
+        "#!/bin/bash",
+        f"# Submits every pair run of study {launch.study.name}, then its report once all of them have succeeded.",
+        "set -euo pipefail",
+        f"mkdir -p {' '.join(sorted(logs))}",
+        "all=''",
+    ]
     for plan in launch.plans:  # sbatch --parsable prints ID or ID;CLUSTER
         here = shlex.quote(str(plan.launch_dir))
-        lines += [f"a=$(sbatch --parsable {here}/arm-a.sbatch); a=${{a%%;*}}",
-                  f"b=$(sbatch --parsable {here}/arm-b.sbatch); b=${{b%%;*}}",
-                  f"w=$(sbatch --parsable --dependency=after:$a:$b {here}/watch.sbatch); w=${{w%%;*}}",
-                  'all="$all:$a:$b:$w"',
-                  f'echo {shlex.quote(plan.name + ":")} "arm a $a, arm b $b, comparator $w"']
+        lines += [
+            f"a=$(sbatch --parsable {here}/arm-a.sbatch); a=${{a%%;*}}",
+            f"b=$(sbatch --parsable {here}/arm-b.sbatch); b=${{b%%;*}}",
+            f"w=$(sbatch --parsable --dependency=after:$a:$b {here}/watch.sbatch); w=${{w%%;*}}",
+            'all="$all:$a:$b:$w"',
+            f'echo {shlex.quote(plan.name + ":")} "arm a $a, arm b $b, comparator $w"',
+        ]
     report = shlex.quote(str(launch.launch_dir / "report.sbatch"))
-    lines += [f"r=$(sbatch --parsable --dependency=afterok$all {report}); r=${{r%%;*}}",
-              'echo "report: job $r (after every job above has succeeded)"', ""]
+    lines += [
+        f"r=$(sbatch --parsable --dependency=afterok$all {report}); r=${{r%%;*}}",
+        'echo "report: job $r (after every job above has succeeded)"',
+        "",
+    ]
     return "\n".join(lines)
 
 

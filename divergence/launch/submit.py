@@ -35,15 +35,21 @@ def launch(plan: LaunchPlan) -> int:
     """Check the scheduler's command is here, write the scripts, then run the driver script."""
     driver, tool = DRIVERS[plan.scheduler]
     if shutil.which(tool) is None:
-        hint = ("run this on a SLURM login node" if tool == "sbatch"
-                else "install torch in this environment (it provides torchrun)")
-        raise UserInputError(f"--scheduler {plan.scheduler}: {tool!r} is not on PATH; {hint}, "
-                             "or use --dry-run to print the scripts")
+        hint = (
+            "run this on a SLURM login node"
+            if tool == "sbatch"
+            else "install torch in this environment (it provides torchrun)"
+        )
+        raise UserInputError(
+            f"--scheduler {plan.scheduler}: {tool!r} is not on PATH; {hint}, or use --dry-run to print the scripts"
+        )
     paths = write_scripts(plan)
     if plan.scheduler == "torchrun" and plan.nodes > 1:
-        print(f"wrote {', '.join(str(p) for p in paths.values())}\n"
-              f"--nodes {plan.nodes}: run arm-a.sh and arm-b.sh on each node of that arm with NODE_RANK and "
-              "MASTER_ADDR set (and MASTER_PORT_A/B), and watch.sh on one machine that sees the folder")
+        print(
+            f"wrote {', '.join(str(p) for p in paths.values())}\n"
+            f"--nodes {plan.nodes}: run arm-a.sh and arm-b.sh on each node of that arm with NODE_RANK and "
+            "MASTER_ADDR set (and MASTER_PORT_A/B), and watch.sh on one machine that sees the folder"
+        )
         return 0
     print(f"wrote the scripts to {plan.launch_dir}; running {driver}", flush=True)
     return subprocess.call(["bash", str(paths[driver])], env=dict(os.environ))

@@ -49,8 +49,10 @@ def step_loss(outputs) -> torch.Tensor:
     """The loss in what ``training_step`` returned: the tensor itself or its ``"loss"`` entry."""
     loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
     if not isinstance(loss, torch.Tensor):
-        raise UserInputError(f"ArmCheckpoints: training_step returned {_described(outputs)}, not a loss tensor or a "
-                             "dict with 'loss'; return the loss, or pass loss=<function of the output>")
+        raise UserInputError(
+            f"ArmCheckpoints: training_step returned {_described(outputs)}, not a loss tensor or a "
+            "dict with 'loss'; return the loss, or pass loss=<function of the output>"
+        )
     return loss.detach().float()
 
 
@@ -78,8 +80,16 @@ class ArmCheckpoints(Callback):
         ``arms``, ``description``, ``replicate``, ``log``); see ``write_pair_files``.
     """
 
-    def __init__(self, out: str | Path, arm: str, every: int = DEFAULT_EVERY, module: str | None = None,
-                 loss: Callable | None = None, resume: bool = False, **pair):
+    def __init__(
+        self,
+        out: str | Path,
+        arm: str,
+        every: int = DEFAULT_EVERY,
+        module: str | None = None,
+        loss: Callable | None = None,
+        resume: bool = False,
+        **pair,
+    ):
         self.out, self.arm, self.every, self.module = Path(out), arm, every, module or ""
         self.loss_of, self.resume, self.pair = loss or step_loss, resume, pair
         self.writer: ArmWriter | None = None
@@ -91,9 +101,20 @@ class ArmCheckpoints(Callback):
         submodule(pl_module, self.module)  # a wrong name fails before any file is written
         self._step = trainer.global_step
         stride = 1 if pl_module.automatic_optimization else max(1, len(trainer.optimizers))
-        self.writer = _on_every_rank(trainer, lambda: _Writer(
-            self.out, self.arm, max_steps=max_steps(trainer, stride), every=self.every, start_step=self._step,
-            resume=self.resume, stride=stride, rank=trainer.global_rank, **self.pair))
+        self.writer = _on_every_rank(
+            trainer,
+            lambda: _Writer(
+                self.out,
+                self.arm,
+                max_steps=max_steps(trainer, stride),
+                every=self.every,
+                start_step=self._step,
+                resume=self.resume,
+                stride=stride,
+                rank=trainer.global_rank,
+                **self.pair,
+            ),
+        )
         if self.writer.tracked(self._step):  # step 0, or the resumed step (its file may have been cut)
             self._save(trainer, pl_module, self._step)
         if self._step == 0:

@@ -22,7 +22,7 @@ def gather_state(trainer, pl_module, path: str = "") -> dict | None:
             return None
         module_path = _module_path(pl_module, submodule(pl_module, path))
         prefix = f"{module_path}." if module_path else ""
-        return {k[len(prefix):]: v for k, v in full.items() if k.startswith(prefix)}
+        return {k[len(prefix) :]: v for k, v in full.items() if k.startswith(prefix)}
     if not trainer.is_global_zero:
         return None
     return submodule(pl_module, path).state_dict()
@@ -35,8 +35,9 @@ def submodule(pl_module, path: str):
         return pl_module.get_submodule(path)
     except AttributeError:
         children = ", ".join(name for name, _ in pl_module.named_children()) or "none"
-        raise UserInputError(f"module={path!r}: {type(pl_module).__name__} has no submodule {path!r} "
-                             f"(its children: {children})") from None
+        raise UserInputError(
+            f"module={path!r}: {type(pl_module).__name__} has no submodule {path!r} (its children: {children})"
+        ) from None
 
 
 def _module_path(root, target) -> str:
@@ -59,6 +60,8 @@ def max_steps(trainer, per_batch: int = 1) -> int:
         epoch_steps = math.ceil(batches / trainer.accumulate_grad_batches) * max(epochs, 1) * per_batch
         steps = min(steps, epoch_steps)
     if steps == math.inf or steps < 1:
-        raise UserInputError("the Trainer has no finite length: give Trainer(max_steps=N) or max_epochs "
-                             "with a sized dataloader, so both arms know their last step")
+        raise UserInputError(
+            "the Trainer has no finite length: give Trainer(max_steps=N) or max_epochs "
+            "with a sized dataloader, so both arms know their last step"
+        )
     return int(steps)

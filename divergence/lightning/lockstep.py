@@ -66,20 +66,32 @@ class LockstepPair(pl.LightningModule):
         ``replicate``, ``spike_factor``, ``spike_window``.
     """
 
-    def __init__(self, module_a: pl.LightningModule, module_b: pl.LightningModule, out: str | Path,
-                 every: int = DEFAULT_EVERY, module: str | None = None, gradient_clip_val: float | None = None,
-                 resume: bool = False, **pair):
+    def __init__(
+        self,
+        module_a: pl.LightningModule,
+        module_b: pl.LightningModule,
+        out: str | Path,
+        every: int = DEFAULT_EVERY,
+        module: str | None = None,
+        gradient_clip_val: float | None = None,
+        resume: bool = False,
+        **pair,
+    ):
         super().__init__()
         for arm, m in (("a", module_a), ("b", module_b)):
             if not isinstance(m, pl.LightningModule):
                 raise UserInputError(f"module_{arm}: a LightningModule is needed, got {type(m).__name__}")
             if not m.automatic_optimization:
-                raise UserInputError(f"module_{arm}: {type(m).__name__} uses manual optimization; LockstepPair "
-                                     "steps each arm's optimizers itself and needs automatic_optimization=True")
+                raise UserInputError(
+                    f"module_{arm}: {type(m).__name__} uses manual optimization; LockstepPair "
+                    "steps each arm's optimizers itself and needs automatic_optimization=True"
+                )
             submodule(m, module or "")
         if module_a is module_b:
-            raise UserInputError("module_a and module_b are the same object; build two modules (a control pair "
-                                 "is two copies built from the same seed)")
+            raise UserInputError(
+                "module_a and module_b are the same object; build two modules (a control pair "
+                "is two copies built from the same seed)"
+            )
         self.automatic_optimization = False
         self.module_a, self.module_b = module_a, module_b
         self.compared = module or ""
@@ -166,8 +178,10 @@ class LockstepPair(pl.LightningModule):
 
     def _pair_weights(self):
         """Both arms' weights on rank zero (collective under FSDP), None elsewhere."""
-        states = [gather_state(self.trainer, self, f"module_{arm}" + (f".{self.compared}" if self.compared else ""))
-                  for arm in ARMS]
+        states = [
+            gather_state(self.trainer, self, f"module_{arm}" + (f".{self.compared}" if self.compared else ""))
+            for arm in ARMS
+        ]
         return None if states[0] is None else tuple(state_weights(s) for s in states)
 
     # -- the arms' own self.log calls, namespaced by arm ----------------------------------------

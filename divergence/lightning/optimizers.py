@@ -25,8 +25,10 @@ def split_optimizers(output, owner: str) -> tuple[list, list[tuple[object, str]]
             return _from_dicts(output, owner)
         if all(isinstance(x, torch.optim.Optimizer) for x in output):
             return list(output), []
-    raise UserInputError(f"{owner}.configure_optimizers returned {type(output).__name__}; return an optimizer, "
-                         "a list of them, ([optimizers], [schedulers]) or {'optimizer': ..., 'lr_scheduler': ...}")
+    raise UserInputError(
+        f"{owner}.configure_optimizers returned {type(output).__name__}; return an optimizer, "
+        "a list of them, ([optimizers], [schedulers]) or {'optimizer': ..., 'lr_scheduler': ...}"
+    )
 
 
 def _from_dicts(dicts, owner: str):
@@ -44,7 +46,8 @@ def _scheduler(spec, owner: str) -> tuple[object, str]:
     if isinstance(spec, dict):
         interval = spec.get("interval", "epoch")
         if interval not in ("step", "epoch"):
-            raise UserInputError(f"{owner}.configure_optimizers: lr_scheduler interval {interval!r}; "
-                                 "must be 'step' or 'epoch'")
+            raise UserInputError(
+                f"{owner}.configure_optimizers: lr_scheduler interval {interval!r}; must be 'step' or 'epoch'"
+            )
         return spec["scheduler"], interval
     return spec, "epoch"

@@ -23,7 +23,13 @@ from divergence.errors import UserInputError
 from divergence.pairfolder.arm_steps import check_tensor_names
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.pair_json import (
-    IDENTITY, check_same_pair, finish_pair, read_pair_json, schedule_config, tracking_schedule, write_pair_files,
+    IDENTITY,
+    check_same_pair,
+    finish_pair,
+    read_pair_json,
+    schedule_config,
+    tracking_schedule,
+    write_pair_files,
 )
 from divergence.pairfolder.settings import DENSE_DEFAULT
 from divergence.store import MetricsStore
@@ -37,8 +43,9 @@ class PairTracker:
     def __init__(self, out: str | Path, every: int, pair: dict, resume: bool = False):
         self.folder, self.pair, self.resume = PairFolder(out), pair, resume
         self.out = self.folder.path
-        self.schedule = tracking_schedule(every, pair.get("spike_factor", 3.0), pair.get("spike_window", 20),
-                                          pair.get("dense", DENSE_DEFAULT))
+        self.schedule = tracking_schedule(
+            every, pair.get("spike_factor", 3.0), pair.get("spike_window", 20), pair.get("dense", DENSE_DEFAULT)
+        )
         self.recorder = StepRecorder(None, self.schedule["spike_factor"], self.schedule["spike_window"])
         self.max_steps = 0
         self.names: list[str] | None = None  # the tensors of the first tracked step compared here
@@ -75,7 +82,8 @@ class PairTracker:
                 f"{self.out}: already holds pair {(saved or {}).get('name')!r} with steps 0 to {last} stored; a new "
                 "run would cut them. To continue it, resume the Trainer from its checkpoint (trainer.fit(pair, data, "
                 "ckpt_path=...)); to train it again from step 0, pass LockstepPair(..., resume=True); or choose a "
-                "new out folder")
+                "new out folder"
+            )
         kept = {k: saved[k] for k in (*IDENTITY, "description", "log") if k in saved} if saved else {}
         write_pair_files(self.folder, max_steps=self.max_steps, every=self.schedule["every"], **{**kept, **self.pair})
         self.recorder.store = store.open_for_append()
@@ -89,11 +97,14 @@ class PairTracker:
         if trainer.is_global_zero:
             comparison = divergence_records(*pair_weights) if pair_weights is not None else None
             table = step == self.max_steps
-            self.recorder.commit(step, record, comparison,
-                                 log=lambda s, r, t: log_step(trainer.loggers, s, r, t, table=table))
+            self.recorder.commit(
+                step, record, comparison, log=lambda s, r, t: log_step(trainer.loggers, s, r, t, table=table)
+            )
         arm = first_nonfinite(losses)  # the same on every rank: a clean stop everywhere
         if arm is not None:
-            raise diverged(f"arm {arm}", losses[arm], step, f" in {self.out}", "lower the learning rate or clip the gradients")
+            raise diverged(
+                f"arm {arm}", losses[arm], step, f" in {self.out}", "lower the learning rate or clip the gradients"
+            )
 
     def _check_names(self, trainer, step: int, pair_weights) -> None:
         """The tracked steps compare the tensors of the first one (every rank hears of a change)."""

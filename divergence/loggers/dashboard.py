@@ -44,30 +44,50 @@ class Section:
 
 def dashboard_sections() -> list[Section]:
     """What the workspace shows; every key or pattern is one the runs log."""
-    model = tuple(Panel("line", f"{m} per pair (whole model)", (f"divergence/model/{m}",), log_y=True)
-                  for m in ("wasserstein", "max_abs_diff", "rel_l2"))
-    kinds = tuple(Panel("line", f"{m} per kind of layer", regex=f"^divergence/kind/.*/{m}$", log_y=True)
-                  for m in ("wasserstein", "max_abs_diff"))
+    model = tuple(
+        Panel("line", f"{m} per pair (whole model)", (f"divergence/model/{m}",), log_y=True)
+        for m in ("wasserstein", "max_abs_diff", "rel_l2")
+    )
+    kinds = tuple(
+        Panel("line", f"{m} per kind of layer", regex=f"^divergence/kind/.*/{m}$", log_y=True)
+        for m in ("wasserstein", "max_abs_diff")
+    )
     return [
         Section("Whole model", model),
         Section("Per kind", kinds),
-        Section("Most divergent layers", (
-            Panel("table", "top layers by wasserstein (last table step)", ("divergence/top_layers",)),
-            Panel("media", "layers x steps (wasserstein | max_abs_diff)", ("divergence/heatmap",)),
-        )),
-        Section("Losses and spikes", (
-            Panel("line", "loss of both arms", ("train/loss_a", "train/loss_b")),
-            Panel("line", "loss spikes (1: above k x the running median)", ("train/spike_a", "train/spike_b")),
-            Panel("line", "loss_a - loss_b", ("train/loss_diff",)),
-        )),
-        Section("Attention output", (
-            Panel("line", "attention-output max |O_primary - O_secondary| (shadow variant)",
-                  regex="^attention/.*/max_abs_diff/all$", log_y=True),
-        )),
-        Section("Dose ratio", (
-            Panel("table", "dose ratio per study pair (log10 E_X / E_P, 95% interval)", ("report/dose_ratios",)),
-            Panel("bar", "log10 dose ratio", ("report/dose_ratios", "study", "log10")),
-        )),
+        Section(
+            "Most divergent layers",
+            (
+                Panel("table", "top layers by wasserstein (last table step)", ("divergence/top_layers",)),
+                Panel("media", "layers x steps (wasserstein | max_abs_diff)", ("divergence/heatmap",)),
+            ),
+        ),
+        Section(
+            "Losses and spikes",
+            (
+                Panel("line", "loss of both arms", ("train/loss_a", "train/loss_b")),
+                Panel("line", "loss spikes (1: above k x the running median)", ("train/spike_a", "train/spike_b")),
+                Panel("line", "loss_a - loss_b", ("train/loss_diff",)),
+            ),
+        ),
+        Section(
+            "Attention output",
+            (
+                Panel(
+                    "line",
+                    "attention-output max |O_primary - O_secondary| (shadow variant)",
+                    regex="^attention/.*/max_abs_diff/all$",
+                    log_y=True,
+                ),
+            ),
+        ),
+        Section(
+            "Dose ratio",
+            (
+                Panel("table", "dose ratio per study pair (log10 E_X / E_P, 95% interval)", ("report/dose_ratios",)),
+                Panel("bar", "log10 dose ratio", ("report/dose_ratios", "study", "log10")),
+            ),
+        ),
     ]
 
 
@@ -77,13 +97,18 @@ def build_workspace(entity: str, project: str, group: str | None = None, name: s
 
     runset = ws.RunsetSettings(
         filters=group_filter(group) if group else "",
-        pinned_columns=["summary:divergence/model/wasserstein", "summary:divergence/model/max_abs_diff",
-                        "summary:divergence/model/rel_l2"],
+        pinned_columns=[
+            "summary:divergence/model/wasserstein",
+            "summary:divergence/model/max_abs_diff",
+            "summary:divergence/model/rel_l2",
+        ],
     )
-    sections = [ws.Section(name=s.name, is_open=True, panels=[_panel(p) for p in s.panels])
-                for s in dashboard_sections()]
-    return ws.Workspace(entity=entity, project=project, name=view_name(name, group), sections=sections,
-                        runset_settings=runset)
+    sections = [
+        ws.Section(name=s.name, is_open=True, panels=[_panel(p) for p in s.panels]) for s in dashboard_sections()
+    ]
+    return ws.Workspace(
+        entity=entity, project=project, name=view_name(name, group), sections=sections, runset_settings=runset
+    )
 
 
 def group_filter(group: str) -> str:
@@ -101,8 +126,10 @@ def group_filter(group: str) -> str:
         warnings.simplefilter("ignore")  # its note that it rewrote '<'
         parsed = wandb_expr.expr_to_filters(text).value
     if parsed != group:
-        raise UserInputError(f"--group {group!r}: wandb_workspaces cannot filter on a group holding '=', '<' or '>' "
-                             f"(it would show group {parsed!r}); open the workspace without --group and filter there")
+        raise UserInputError(
+            f"--group {group!r}: wandb_workspaces cannot filter on a group holding '=', '<' or '>' "
+            f"(it would show group {parsed!r}); open the workspace without --group and filter there"
+        )
     return text
 
 
@@ -130,16 +157,16 @@ def _panel(panel: Panel):
     import wandb_workspaces.reports.v2 as wr
 
     if panel.kind == "line":
-        return wr.LinePlot(title=panel.title, y=list(panel.keys), metric_regex=panel.regex,
-                           log_y=panel.log_y or None)
+        return wr.LinePlot(title=panel.title, y=list(panel.keys), metric_regex=panel.regex, log_y=panel.log_y or None)
     if panel.kind == "table":
         return wr.WeavePanelSummaryTable(table_name=panel.keys[0])
     if panel.kind == "media":
         return wr.MediaBrowser(title=panel.title, media_keys=list(panel.keys), gallery_axis="step")
     if panel.kind == "bar":
         table, label, value = panel.keys
-        chart = wr.CustomChart.from_table(table, chart_fields={"label": label, "value": value},
-                                          chart_strings={"title": panel.title})
+        chart = wr.CustomChart.from_table(
+            table, chart_fields={"label": label, "value": value}, chart_strings={"title": panel.title}
+        )
         chart.chart_name = "wandb/bar/v0"
         return chart
     raise ValueError(f"panel kind {panel.kind!r} is not one of line, table, media, bar")

@@ -38,8 +38,8 @@ GLOB_SUMMARIES = {"train/*": "last"}
 class RunIdentity:
     """How one wandb run is filed: its job type, default group, tags and config."""
 
-    job_type: str                   # arm, pair, comparator (report: the report's own run)
-    group: str                      # default group: the study or pair folder's name
+    job_type: str  # arm, pair, comparator (report: the report's own run)
+    group: str  # default group: the study or pair folder's name
     tags: tuple[str, ...] = ()
     config: dict = field(default_factory=dict)  # the resolved recipe
 
@@ -116,17 +116,31 @@ def build_loggers(config: LogConfig, out: RunFolder | Path, run_name: str, ident
         identity = identity or RunIdentity("arm", out.path.resolve().name)
         target = wandb_target(config, identity.group, identity.tags, out.path)
         offline = target.mode in ("offline", "dryrun")
-        loggers.append(DivergenceWandbLogger(
-            name=run_name, project=target.project, entity=target.entity, save_dir=target.dir, id=_wandb_id(out),
-            offline=offline, resume="allow", mode=target.mode, group=target.group, job_type=identity.job_type,
-            tags=list(target.tags), config=identity.config, log_config=config, store_dir=out.path,
-            **({"settings": wandb.Settings(silent=True)} if offline else {}),  # offline: our one line only
-        ))
+        loggers.append(
+            DivergenceWandbLogger(
+                name=run_name,
+                project=target.project,
+                entity=target.entity,
+                save_dir=target.dir,
+                id=_wandb_id(out),
+                offline=offline,
+                resume="allow",
+                mode=target.mode,
+                group=target.group,
+                job_type=identity.job_type,
+                tags=list(target.tags),
+                config=identity.config,
+                log_config=config,
+                store_dir=out.path,
+                **({"settings": wandb.Settings(silent=True)} if offline else {}),  # offline: our one line only
+            )
+        )
     if config.csv:
         loggers.append(CSVLogger(save_dir=str(out.csv_dir.parent), name=out.csv_dir.name, version=""))
     if config.tensorboard:
-        loggers.append(TensorBoardLogger(save_dir=str(out.tensorboard_dir.parent), name=out.tensorboard_dir.name,
-                                         version=""))
+        loggers.append(
+            TensorBoardLogger(save_dir=str(out.tensorboard_dir.parent), name=out.tensorboard_dir.name, version="")
+        )
     return loggers
 
 

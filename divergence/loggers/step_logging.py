@@ -48,21 +48,30 @@ def is_table_step(step: int, max_steps: int, checkpoint_every: int) -> bool:
 
 def summary_of(key: str) -> str:
     """``max`` for a spike flag or a max difference (the worst is what matters), else ``last``."""
-    return "max" if key.startswith("train/spike_") or key.endswith("max_abs_diff") or "/max_abs_diff/" in key \
-        else "last"
+    return (
+        "max" if key.startswith("train/spike_") or key.endswith("max_abs_diff") or "/max_abs_diff/" in key else "last"
+    )
 
 
 def step_metrics(record: dict) -> dict[str, float]:
     """The scalar keys of one step record (losses always; divergence keys at tracked steps)."""
-    metrics = {f"train/{k}": float(record[k]) for k in LOSS_KEYS
-               if not (isinstance(record[k], float) and math.isnan(record[k]))}
+    metrics = {
+        f"train/{k}": float(record[k])
+        for k in LOSS_KEYS
+        if not (isinstance(record[k], float) and math.isnan(record[k]))
+    }
     if record.get("tracked"):
         metrics.update({f"divergence/model/{m}": record[m] for m in METRIC_NAMES})
         metrics.update({f"divergence/ema/{m}": record[f"ema_{m}"] for m in METRIC_NAMES if f"ema_{m}" in record})
         for kind, values in record["kinds"].items():
             metrics.update({f"divergence/kind/{key_part(kind)}/{m}": values[m] for m in KIND_METRICS})
-        metrics.update({f"divergence/probe/{k}": float(record[k]) for k in PROBE_KEYS
-                        if isinstance(record.get(k), (int, float)) and math.isfinite(record[k])})
+        metrics.update(
+            {
+                f"divergence/probe/{k}": float(record[k])
+                for k in PROBE_KEYS
+                if isinstance(record.get(k), (int, float)) and math.isfinite(record[k])
+            }
+        )
     return metrics
 
 
@@ -143,11 +152,14 @@ def _log_layers(logger, step: int, modules: list[dict], table: bool) -> None:
     rows = [[r["group"], r.get("kind", ""), r["tensors"], r["numel"], *[r[m] for m in METRIC_NAMES]] for r in modules]
     w = TABLE_COLUMNS.index("wasserstein")
     top = sorted(rows, key=lambda row: -row[w] if math.isfinite(row[w]) else math.inf)[:TOP_K]
-    payload = {"divergence/layers": wandb.Table(columns=TABLE_COLUMNS, data=rows),
-               "divergence/top_layers": wandb.Table(columns=TABLE_COLUMNS, data=top)}
+    payload = {
+        "divergence/layers": wandb.Table(columns=TABLE_COLUMNS, data=rows),
+        "divergence/top_layers": wandb.Table(columns=TABLE_COLUMNS, data=top),
+    }
     modules_n, steps_n = len(history.matrix("wasserstein")[0]), len(history.steps)
-    payload["divergence/heatmap"] = wandb.Image(heatmap_image(history),
-                                                caption=f"{modules_n} modules x {steps_n} tracked steps")
+    payload["divergence/heatmap"] = wandb.Image(
+        heatmap_image(history), caption=f"{modules_n} modules x {steps_n} tracked steps"
+    )
     logger.experiment.log({**payload, STEP_KEY: step}, step=step)
 
 

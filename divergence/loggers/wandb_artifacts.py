@@ -85,9 +85,11 @@ def log_run_artifacts(run, folder: str | Path, steps: tuple[int, ...] = ()) -> l
     for step in steps:
         artifact = weights_artifact(folder, run.name or Path(folder).name, step)
         if artifact is None:
-            print(f"log.artifacts: no weights-only checkpoint of step {step} under {folder}; nothing logged "
-                  "for it (checkpoints are written every train.checkpoint_every steps and at the end)",
-                  file=sys.stderr)
+            print(
+                f"log.artifacts: no weights-only checkpoint of step {step} under {folder}; nothing logged "
+                "for it (checkpoints are written every train.checkpoint_every steps and at the end)",
+                file=sys.stderr,
+            )
             continue
         run.log_artifact(artifact)
         logged.append(artifact.name)

@@ -61,8 +61,11 @@ def wandb_offline(env: dict | None = None) -> bool:
 def offline_notice(run_dir: str | Path, env: dict | None = None) -> str:
     """The one line an offline run prints: why it is offline and how to upload it."""
     env = os.environ if env is None else env
-    why = (f"WANDB_MODE={env['WANDB_MODE']}" if env.get("WANDB_MODE")
-           else "no WANDB_MODE, WANDB_API_KEY or `wandb login` credentials")
+    why = (
+        f"WANDB_MODE={env['WANDB_MODE']}"
+        if env.get("WANDB_MODE")
+        else "no WANDB_MODE, WANDB_API_KEY or `wandb login` credentials"
+    )
     return f"wandb: {run_dir} is an offline run ({why}); upload it later with: wandb sync {run_dir}"
 
 
@@ -78,8 +81,9 @@ class WandbTarget:
     mode: str
 
 
-def wandb_target(log, default_group: str, tags: tuple[str, ...], run_dir: str | Path,
-                 env: dict | None = None) -> WandbTarget:
+def wandb_target(
+    log, default_group: str, tags: tuple[str, ...], run_dir: str | Path, env: dict | None = None
+) -> WandbTarget:
     """Resolve project, entity, group, tags, folder and mode (``log``: a LogConfig or None)."""
     env = os.environ if env is None else env
     project = getattr(log, "project", None) or env.get("WANDB_PROJECT") or DEFAULT_PROJECT
@@ -87,8 +91,14 @@ def wandb_target(log, default_group: str, tags: tuple[str, ...], run_dir: str | 
     group = getattr(log, "group", None) or env.get("WANDB_RUN_GROUP") or default_group
     extra = [t.strip() for t in (env.get("WANDB_TAGS") or "").split(",") if t.strip()]
     all_tags = tuple(dict.fromkeys([*tags, *getattr(log, "tags", ()), *extra]))  # ordered, no repeats
-    return WandbTarget(project=project, entity=entity, group=group, tags=tuple(t[:64] for t in all_tags),
-                       dir=env.get("WANDB_DIR") or str(run_dir), mode=wandb_init_mode(env))
+    return WandbTarget(
+        project=project,
+        entity=entity,
+        group=group,
+        tags=tuple(t[:64] for t in all_tags),
+        dir=env.get("WANDB_DIR") or str(run_dir),
+        mode=wandb_init_mode(env),
+    )
 
 
 def key_part(name: str) -> str:

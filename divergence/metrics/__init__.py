@@ -7,7 +7,14 @@ dtype; results are Python floats computed in float64 where the tensors live.
 
 from divergence.metrics.difference import cosine, max_abs_diff, mean_abs_diff, rel_l2, rms_diff
 from divergence.metrics.grouping import (
-    BUFFER_DTYPES, GROUPINGS, KINDS, aggregate, classify_kinds, is_buffer, module_of, summarize,
+    BUFFER_DTYPES,
+    GROUPINGS,
+    KINDS,
+    aggregate,
+    classify_kinds,
+    is_buffer,
+    module_of,
+    summarize,
 )
 from divergence.metrics.pair import METRIC_NAMES, comparable, compare_pairs, compare_tensors, count_nonfinite
 from divergence.metrics.wasserstein import wasserstein
@@ -15,7 +22,24 @@ from divergence.metrics.wasserstein import wasserstein
 METRICS = METRIC_NAMES  # the public name (divergence.METRICS) of the six metric names
 
 __all__ = [
-    "BUFFER_DTYPES", "GROUPINGS", "KINDS", "METRICS", "METRIC_NAMES",
-    "aggregate", "classify_kinds", "comparable", "compare_pairs", "compare_tensors", "cosine", "count_nonfinite", "is_buffer", "max_abs_diff",
-    "mean_abs_diff", "module_of", "rel_l2", "rms_diff", "summarize", "wasserstein",
+    "BUFFER_DTYPES",
+    "GROUPINGS",
+    "KINDS",
+    "METRICS",
+    "METRIC_NAMES",
+    "aggregate",
+    "classify_kinds",
+    "comparable",
+    "compare_pairs",
+    "compare_tensors",
+    "cosine",
+    "count_nonfinite",
+    "is_buffer",
+    "max_abs_diff",
+    "mean_abs_diff",
+    "module_of",
+    "rel_l2",
+    "rms_diff",
+    "summarize",
+    "wasserstein",
 ]

@@ -34,10 +34,10 @@ class DifferenceSums:
     n: int
     max_abs: float
     sum_abs: float
-    sum_sq: float   # ||a - b||^2
-    sum_aa: float   # ||a||^2
-    sum_bb: float   # ||b||^2
-    sum_ab: float   # <a, b>
+    sum_sq: float  # ||a - b||^2
+    sum_aa: float  # ||a||^2
+    sum_bb: float  # ||b||^2
+    sum_ab: float  # <a, b>
 
     @classmethod
     def from_chunks(cls, n: int, parts: list[ChunkSums]) -> DifferenceSums:
@@ -113,8 +113,9 @@ def chunk_sums(x: np.ndarray, y: np.ndarray, span: slice = slice(None)) -> list[
     # inf - inf is NaN: the pass may run before the sorts tell that the pair is not finite
     with np.errstate(invalid="ignore"):
         for s in chunks(x.size):
-            parts.append(_chunk_sums(x[s], y[s], x64[: s.stop - s.start], y64[: s.stop - s.start],
-                                     t64[: s.stop - s.start]))
+            parts.append(
+                _chunk_sums(x[s], y[s], x64[: s.stop - s.start], y64[: s.stop - s.start], t64[: s.stop - s.start])
+            )
     return parts
 
 

@@ -109,8 +109,10 @@ def aggregate(records: Iterable[dict], by: str, include_buffers: bool = False) -
     for record in records:
         groups[group_key(record, by)].append(record)
     # a group of buffers alone is summarized on its own values; in a mixed group they are left out
-    return [dict(summarize(members, include_buffers or all(map(is_buffer, members))), group=key)
-            for key, members in groups.items()]
+    return [
+        dict(summarize(members, include_buffers or all(map(is_buffer, members))), group=key)
+        for key, members in groups.items()
+    ]
 
 
 def is_buffer(record: dict) -> bool:

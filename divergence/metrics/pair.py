@@ -131,8 +131,9 @@ def _measure(a: torch.Tensor, b: torch.Tensor) -> dict:
     sa, sb = np.sort(va), np.sort(vb)
     if not (ends_finite(sa) and ends_finite(sb)):
         return _nan_record(a, b)
-    return _record(DifferenceSums.from_chunks(va.size, chunk_sums(va, vb)),
-                   mean_distance(va.size, distance_chunks(sa, sb)))
+    return _record(
+        DifferenceSums.from_chunks(va.size, chunk_sums(va, vb)), mean_distance(va.size, distance_chunks(sa, sb))
+    )
 
 
 class _CpuPair:
@@ -159,7 +160,8 @@ class _CpuPair:
             sa, sb = (f.result() for f in sorts)
             finite = ends_finite(sa) and ends_finite(sb)
             self.distances.set_result(
-                [pool().submit(distance_chunks, sa, sb, s) for s in spans(self.numel)] if finite else None)
+                [pool().submit(distance_chunks, sa, sb, s) for s in spans(self.numel)] if finite else None
+            )
         except BaseException as error:  # a failed sort fails the record, in the caller's thread
             self.distances.set_exception(error)
 
@@ -183,7 +185,9 @@ def _on_device(a: torch.Tensor, b: torch.Tensor) -> dict:
 def _record(sums: DifferenceSums, w1: float) -> dict:
     """The record of a finite pair (the key order is the JSON's)."""
     return {
-        "numel": sums.n, "nonfinite_a": 0, "nonfinite_b": 0,
+        "numel": sums.n,
+        "nonfinite_a": 0,
+        "nonfinite_b": 0,
         "wasserstein": w1,
         "max_abs_diff": sums.max_abs_diff,
         "mean_abs_diff": sums.mean_abs_diff,

@@ -104,13 +104,19 @@ class TilesConfig:
 
     def __post_init__(self):
         require(self.memory >= 1, "tiles.memory", f"must be at least 1, got {self.memory}")
-        require(all(m >= 1 for m in self.memories), "tiles.memories", f"must all be at least 1, got {list(self.memories)}")
+        require(
+            all(m >= 1 for m in self.memories), "tiles.memories", f"must all be at least 1, got {list(self.memories)}"
+        )
         for size in self.block_sizes:
             parse_block_size(size)  # raises naming the bad size
         require(len(self.orders) > 0, "tiles.orders", f"needs at least one of {', '.join(BLOCK_ORDERS)}")
-        require(_all_in(self.orders, BLOCK_ORDERS), "tiles.orders",
-                f"{_first_not_in(self.orders, BLOCK_ORDERS)!r} is not one of {', '.join(BLOCK_ORDERS)}"
-                if not _all_in(self.orders, BLOCK_ORDERS) else "")
+        require(
+            _all_in(self.orders, BLOCK_ORDERS),
+            "tiles.orders",
+            f"{_first_not_in(self.orders, BLOCK_ORDERS)!r} is not one of {', '.join(BLOCK_ORDERS)}"
+            if not _all_in(self.orders, BLOCK_ORDERS)
+            else "",
+        )
 
     def reference_tile(self, head_dim: int) -> tuple[int, int]:
         """(Br, Bc) of the length study."""
@@ -148,19 +154,31 @@ class SweepConfig:
     """cpu or cuda."""
 
     def __post_init__(self):
-        for key, values, allowed in (("precisions", self.precisions, PRECISIONS), ("impls", self.impls, IMPLS),
-                                     ("accumulate", self.accumulate, ACCUMULATE)):
+        for key, values, allowed in (
+            ("precisions", self.precisions, PRECISIONS),
+            ("impls", self.impls, IMPLS),
+            ("accumulate", self.accumulate, ACCUMULATE),
+        ):
             require(len(values) > 0, f"sweep.{key}", f"needs at least one of {', '.join(allowed)}")
             if not _all_in(values, allowed):
                 require(False, f"sweep.{key}", f"{_first_not_in(values, allowed)!r} is not one of {', '.join(allowed)}")
-        require(len(self.seq_lens) > 0 and min(self.seq_lens) >= 1, "sweep.seq_lens",
-                f"needs positive lengths, got {list(self.seq_lens)}")
-        require(self.reference_seq_len in self.seq_lens, "sweep.reference_seq_len",
-                f"{self.reference_seq_len} is not one of sweep.seq_lens {list(self.seq_lens)}")
+        require(
+            len(self.seq_lens) > 0 and min(self.seq_lens) >= 1,
+            "sweep.seq_lens",
+            f"needs positive lengths, got {list(self.seq_lens)}",
+        )
+        require(
+            self.reference_seq_len in self.seq_lens,
+            "sweep.reference_seq_len",
+            f"{self.reference_seq_len} is not one of sweep.seq_lens {list(self.seq_lens)}",
+        )
         require(self.device in DEVICES, "sweep.device", f"{self.device!r} is not one of {', '.join(DEVICES)}")
         extra = [n for n in self.scale_seq_lens if n not in self.seq_lens]
-        require(not extra, "sweep.scale_seq_lens",
-                f"{extra[0] if extra else ''} is not one of sweep.seq_lens {list(self.seq_lens)}")
+        require(
+            not extra,
+            "sweep.scale_seq_lens",
+            f"{extra[0] if extra else ''} is not one of sweep.seq_lens {list(self.seq_lens)}",
+        )
 
     def scale_lengths(self) -> list[int]:
         """The lengths of the input-scale study, shortest first."""
@@ -179,16 +197,25 @@ class MicrobenchRecipe:
     def __post_init__(self):
         br, bc = self.tiles.reference_tile(self.inputs.head_dim)
         shortest = min(self.sweep.seq_lens)
-        source = (f"tiles.block_sizes / --block-size {self.tiles.block_sizes[0]}" if self.tiles.block_sizes
-                  else f"tiles.memory={self.tiles.memory} with head_dim {self.inputs.head_dim}")
-        require(max(br, bc) <= shortest, "tiles",
-                f"block size {br}x{bc} (from {source}) is larger than sequence length {shortest}; "
-                f"use a block size of at most {shortest} or drop that length")
+        source = (
+            f"tiles.block_sizes / --block-size {self.tiles.block_sizes[0]}"
+            if self.tiles.block_sizes
+            else f"tiles.memory={self.tiles.memory} with head_dim {self.inputs.head_dim}"
+        )
+        require(
+            max(br, bc) <= shortest,
+            "tiles",
+            f"block size {br}x{bc} (from {source}) is larger than sequence length {shortest}; "
+            f"use a block size of at most {shortest} or drop that length",
+        )
         if self.tiles.block_sizes:
             big = [s for s in self.tiles.block_sizes if max(parse_block_size(s)) > self.sweep.reference_seq_len]
-            require(not big, "tiles.block_sizes",
-                    f"block size {big[0] if big else ''} is larger than the reference sequence length "
-                    f"{self.sweep.reference_seq_len}")
+            require(
+                not big,
+                "tiles.block_sizes",
+                f"block size {big[0] if big else ''} is larger than the reference sequence length "
+                f"{self.sweep.reference_seq_len}",
+            )
 
 
 def load_recipe(path: str | None, overrides: list[str] = (), quick: bool = False) -> MicrobenchRecipe:

@@ -14,7 +14,13 @@ from matplotlib.figure import Figure
 
 from divergence.microbench import scale_findings
 from divergence.microbench.select import (
-    MANTISSA_BITS, kernels, one, precisions, reference_flash, reference_rows, where,
+    MANTISSA_BITS,
+    kernels,
+    one,
+    precisions,
+    reference_flash,
+    reference_rows,
+    where,
 )
 
 COLORS = {"bf16": "#d62728", "fp16": "#ff7f0e", "fp32": "#2ca02c", "fp64": "#1f77b4"}
@@ -64,8 +70,10 @@ def _format_ticks(ax, names):
 def fig3_formats(rows, recipe, out_dir: Path) -> Path | None:
     """Fig. 3: max |impl - baseline| in each number format, at the reference length and tile."""
     names, seq = precisions(recipe), recipe.sweep.reference_seq_len
-    series = {ACC_LABEL[a]: [reference_flash(rows, recipe, precision=p, seq_len=seq, accumulate=a) for p in names]
-              for a in recipe.sweep.accumulate}
+    series = {
+        ACC_LABEL[a]: [reference_flash(rows, recipe, precision=p, seq_len=seq, accumulate=a) for p in names]
+        for a in recipe.sweep.accumulate
+    }
     series.update({k: [one(rows, impl=k, precision=p, seq_len=seq) for p in names] for k in kernels(recipe)})
     if not any(r for rs in series.values() for r in rs):
         return None
@@ -83,8 +91,12 @@ def fig4_golden(rows, recipe, out_dir: Path) -> Path | None:
     """Fig. 4: baseline and flash against the fp64 golden value, side by side, max and mean."""
     names, seq = precisions(recipe), recipe.sweep.reference_seq_len
     bars = {"baseline": [one(rows, impl="baseline", precision=p, seq_len=seq) for p in names]}
-    bars.update({ACC_LABEL[a]: [reference_flash(rows, recipe, precision=p, seq_len=seq, accumulate=a) for p in names]
-                 for a in recipe.sweep.accumulate})
+    bars.update(
+        {
+            ACC_LABEL[a]: [reference_flash(rows, recipe, precision=p, seq_len=seq, accumulate=a) for p in names]
+            for a in recipe.sweep.accumulate
+        }
+    )
     bars.update({k: [one(rows, impl=k, precision=p, seq_len=seq) for p in names] for k in kernels(recipe)})
     fig, axes = _subplots(1, 2, figsize=(12, 4.5))
     for ax, metric in zip(axes, ("max_abs_err", "mean_abs_err")):
@@ -118,10 +130,20 @@ def fig5_seq_len(rows, recipe, out_dir: Path) -> Path | None:
             if acc == "none":
                 axes[1].plot(seqs, col("std_abs_diff_vs_baseline"), color=COLORS[p], linestyle=":", marker=".")
             bases = [one(rows, impl="baseline", precision=p, seq_len=s) for s in seqs]
-            axes[2].plot(seqs, [_positive(r["max_abs_err"] / b["max_abs_err"]) if r and b and b["max_abs_err"] else
-                                float("nan") for r, b in zip(rs, bases)], label=label, **style)
-    titles = ("max |flash − baseline|", "mean (solid) and std (dotted) of |flash − baseline|",
-              "flash max error / baseline max error (vs golden)")
+            axes[2].plot(
+                seqs,
+                [
+                    _positive(r["max_abs_err"] / b["max_abs_err"]) if r and b and b["max_abs_err"] else float("nan")
+                    for r, b in zip(rs, bases)
+                ],
+                label=label,
+                **style,
+            )
+    titles = (
+        "max |flash − baseline|",
+        "mean (solid) and std (dotted) of |flash − baseline|",
+        "flash max error / baseline max error (vs golden)",
+    )
     for ax, title in zip(axes, titles):
         ax.set_xscale("log", base=2)
         _log_y(ax)
@@ -155,8 +177,17 @@ def _order_panel(ax, tiles, recipe, names):
     orders = [o for o in ("default", "swapped", "square") if o in recipe.tiles.orders]
     width = 0.8 / max(1, len(orders))
     for i, order in enumerate(orders):
-        rs = [one(tiles, precision=p, accumulate="none", block_order=order,
-                  block_q=shapes[order][0], block_kv=shapes[order][1]) for p in names]
+        rs = [
+            one(
+                tiles,
+                precision=p,
+                accumulate="none",
+                block_order=order,
+                block_q=shapes[order][0],
+                block_kv=shapes[order][1],
+            )
+            for p in names
+        ]
         xs = [j + (i - (len(orders) - 1) / 2) * width for j in range(len(names))]
         label = f"{order} ({shapes[order][0]}x{shapes[order][1]})"
         ax.bar(xs, [_positive(r["max_abs_diff_vs_baseline"]) if r else float("nan") for r in rs], width, label=label)
@@ -174,12 +205,23 @@ def _area_panel(ax, tiles, recipe, names):
             rs = sorted(where(tiles, precision=p, accumulate=acc, block_order="default"), key=lambda r: r["block_area"])
             if not rs:
                 continue
-            ax.plot([r["block_area"] for r in rs], [_positive(r["max_abs_diff_vs_baseline"]) for r in rs],
-                    marker="o", color=COLORS[p], linestyle="-" if acc == "none" else "--",
-                    label=p + ("" if acc == "none" else " fp32 acc"))
+            ax.plot(
+                [r["block_area"] for r in rs],
+                [_positive(r["max_abs_diff_vs_baseline"]) for r in rs],
+                marker="o",
+                color=COLORS[p],
+                linestyle="-" if acc == "none" else "--",
+                label=p + ("" if acc == "none" else " fp32 acc"),
+            )
             for r in rs if p == names[0] and acc == "none" else ():
-                ax.annotate(f"{r['block_q']}x{r['block_kv']}", (r["block_area"], _positive(r["max_abs_diff_vs_baseline"])),
-                            textcoords="offset points", xytext=(0, 6), fontsize=7, ha="center")
+                ax.annotate(
+                    f"{r['block_q']}x{r['block_kv']}",
+                    (r["block_area"], _positive(r["max_abs_diff_vs_baseline"])),
+                    textcoords="offset points",
+                    xytext=(0, 6),
+                    fontsize=7,
+                    ha="center",
+                )
     ax.set_xscale("log", base=2)
     _log_y(ax)
     ax.set_xlabel("block area Br·Bc (default order)")

@@ -23,8 +23,13 @@ def format_table(rows, recipe) -> tuple[list[str], list[list]]:
         flash = reference_flash(rows, recipe, precision=p, seq_len=seq)
         if not base or not flash:
             continue
-        line = [p, base["max_abs_err"], flash["max_abs_err"], ratio(flash["max_abs_err"], base["max_abs_err"]),
-                ratio(flash["mean_abs_err"], base["mean_abs_err"])]
+        line = [
+            p,
+            base["max_abs_err"],
+            flash["max_abs_err"],
+            ratio(flash["max_abs_err"], base["max_abs_err"]),
+            ratio(flash["mean_abs_err"], base["mean_abs_err"]),
+        ]
         for a in accs:
             r = reference_flash(rows, recipe, precision=p, seq_len=seq, accumulate=a)
             line.append(ratio(r["max_abs_err"], base["max_abs_err"]) if r else float("nan"))
@@ -60,9 +65,11 @@ def headlines(rows, recipe) -> list[str]:
         base = one(rows, impl="baseline", precision=p, seq_len=seq)
         flash = reference_flash(rows, recipe, precision=p, seq_len=seq)
         if base and flash and base["max_abs_err"] > 0:
-            out.append(f"At {p}, seq {seq}, flash deviates {_x(flash['max_abs_err'], base['max_abs_err'])} "
-                       f"as much as baseline from the fp64 golden value (max abs error; mean "
-                       f"{_x(flash['mean_abs_err'], base['mean_abs_err'])}).")
+            out.append(
+                f"At {p}, seq {seq}, flash deviates {_x(flash['max_abs_err'], base['max_abs_err'])} "
+                f"as much as baseline from the fp64 golden value (max abs error; mean "
+                f"{_x(flash['mean_abs_err'], base['mean_abs_err'])})."
+            )
     out += _length_lines(rows, recipe) + _tile_lines(rows, recipe)
     return out
 
@@ -77,11 +84,13 @@ def _length_lines(rows, recipe) -> list[str]:
         blo, bhi = (one(rows, impl="baseline", precision=p, seq_len=s) for s in (seqs[0], seqs[-1]))
         if not (lo and hi and blo and bhi) or not blo["max_abs_err"] or not bhi["max_abs_err"]:
             continue
-        out.append(f"At {p}, flash's max error over baseline's goes from {_x(lo['max_abs_err'], blo['max_abs_err'])} "
-                   f"at seq {seqs[0]} to {_x(hi['max_abs_err'], bhi['max_abs_err'])} at seq {seqs[-1]} "
-                   f"({hi['rescalings']} rescalings); the absolute max |flash − baseline| changes "
-                   f"{_x(hi['max_abs_diff_vs_baseline'], lo['max_abs_diff_vs_baseline'])} while the output scale max |golden| "
-                   f"changes {_x(hi['max_abs_err'] / hi['max_rel_err'], lo['max_abs_err'] / lo['max_rel_err'])}.")
+        out.append(
+            f"At {p}, flash's max error over baseline's goes from {_x(lo['max_abs_err'], blo['max_abs_err'])} "
+            f"at seq {seqs[0]} to {_x(hi['max_abs_err'], bhi['max_abs_err'])} at seq {seqs[-1]} "
+            f"({hi['rescalings']} rescalings); the absolute max |flash − baseline| changes "
+            f"{_x(hi['max_abs_diff_vs_baseline'], lo['max_abs_diff_vs_baseline'])} while the output scale max |golden| "
+            f"changes {_x(hi['max_abs_err'] / hi['max_rel_err'], lo['max_abs_err'] / lo['max_rel_err'])}."
+        )
     return out
 
 
@@ -93,18 +102,32 @@ def _tile_lines(rows, recipe) -> list[str]:
     for order, tile in (("swapped", (bc, br)), ("square", (bc, bc))):
         if tile == (br, bc):
             continue  # a square reference tile: the order changes nothing by construction
-        r = one(rows, impl="flash", precision=p, seq_len=seq, accumulate="none", block_order=order,
-                block_q=tile[0], block_kv=tile[1])
+        r = one(
+            rows,
+            impl="flash",
+            precision=p,
+            seq_len=seq,
+            accumulate="none",
+            block_order=order,
+            block_q=tile[0],
+            block_kv=tile[1],
+        )
         if r and default and default["max_abs_diff_vs_baseline"] > 0:
-            out.append(f"At {p}, {order} tiles ({tile[0]}x{tile[1]} instead of {br}x{bc}) change max |flash − baseline| "
-                       f"{_x(r['max_abs_diff_vs_baseline'], default['max_abs_diff_vs_baseline'])}.")
-    area = sorted(where(rows, impl="flash", precision=p, seq_len=seq, accumulate="none", block_order="default"),
-                  key=lambda r: r["block_area"])
+            out.append(
+                f"At {p}, {order} tiles ({tile[0]}x{tile[1]} instead of {br}x{bc}) change max |flash − baseline| "
+                f"{_x(r['max_abs_diff_vs_baseline'], default['max_abs_diff_vs_baseline'])}."
+            )
+    area = sorted(
+        where(rows, impl="flash", precision=p, seq_len=seq, accumulate="none", block_order="default"),
+        key=lambda r: r["block_area"],
+    )
     if len(area) >= 2 and area[-1]["max_abs_diff_vs_baseline"] > 0:
         small, big = area[0], area[-1]
-        out.append(f"At {p}, the smallest tile ({small['block_q']}x{small['block_kv']}) deviates "
-                   f"{_x(small['max_abs_diff_vs_baseline'], big['max_abs_diff_vs_baseline'])} as much as the largest "
-                   f"({big['block_q']}x{big['block_kv']}) from baseline.")
+        out.append(
+            f"At {p}, the smallest tile ({small['block_q']}x{small['block_kv']}) deviates "
+            f"{_x(small['max_abs_diff_vs_baseline'], big['max_abs_diff_vs_baseline'])} as much as the largest "
+            f"({big['block_q']}x{big['block_kv']}) from baseline."
+        )
     return out
 
 

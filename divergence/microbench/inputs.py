@@ -17,8 +17,9 @@ from divergence.microbench.scales import InputDist
 _FP16_MIN_NORMAL = 2.0**-14
 
 
-def make_inputs(cfg: InputsConfig, seq_len: int, device: str = "cpu",
-                dist: InputDist | None = None) -> tuple[torch.Tensor, ...]:
+def make_inputs(
+    cfg: InputsConfig, seq_len: int, device: str = "cpu", dist: InputDist | None = None
+) -> tuple[torch.Tensor, ...]:
     """``(q, k, v)``, each (B, H, seq_len, D) fp64 on ``device``; same cfg, seq_len and dist,
     same values. ``dist`` defaults to the reference distribution (``cfg.distribution``, ``cfg.std``).
 

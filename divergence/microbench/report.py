@@ -27,8 +27,9 @@ def write_csv(path: Path, rows: list[dict], columns) -> Path:
     return path
 
 
-def write_reports(out_dir: Path, rows, checks, recipe, figures: list[Path], notes: list[str],
-                  seconds: float) -> tuple[Path, Path]:
+def write_reports(
+    out_dir: Path, rows, checks, recipe, figures: list[Path], notes: list[str], seconds: float
+) -> tuple[Path, Path]:
     """``summary.md`` and ``index.html`` in ``out_dir``."""
     sections = _sections(rows, checks, recipe, notes, seconds)
     md = out_dir / "summary.md"
@@ -42,8 +43,11 @@ def _sections(all_rows, checks, recipe, notes, seconds) -> list[tuple[str, list]
     i, s = recipe.inputs, recipe.sweep
     rows = reference_rows(all_rows, recipe)  # the length and tile studies
     br, bc = recipe.tiles.reference_tile(i.head_dim)
-    tile_from = (f"given as {recipe.tiles.block_sizes[0]}" if recipe.tiles.block_sizes
-                 else f"Bc = ceil(M/4d), Br = min(Bc, d) with M = {recipe.tiles.memory}, d = {i.head_dim}")
+    tile_from = (
+        f"given as {recipe.tiles.block_sizes[0]}"
+        if recipe.tiles.block_sizes
+        else f"Bc = ceil(M/4d), Br = min(Bc, d) with M = {recipe.tiles.memory}, d = {i.head_dim}"
+    )
     setup = [
         f"Inputs: B={i.batch}, H={i.heads}, D={i.head_dim}, reference {i.reference_dist().label}, seed {i.seed}, "
         f"{'causal' if i.causal else 'not causal'}; Q, K, V exact in every format (rounded to bf16 once).",
@@ -53,7 +57,10 @@ def _sections(all_rows, checks, recipe, notes, seconds) -> list[tuple[str, list]
         "'vs baseline' is against baseline attention in the same format.",
         f"{len(all_rows)} runs in {seconds:.0f} s.",
     ] + notes
-    out = [("Setup", setup), ("Findings", findings.headlines(rows, recipe) + scale_findings.scale_lines(all_rows, recipe))]
+    out = [
+        ("Setup", setup),
+        ("Findings", findings.headlines(rows, recipe) + scale_findings.scale_lines(all_rows, recipe)),
+    ]
     out.append((f"By number format (seq {s.reference_seq_len})", [findings.format_table(rows, recipe)]))
     out.append(("By sequence length", [findings.length_table(rows, recipe)]))
     head, body = scale_findings.scale_table(all_rows, recipe)
@@ -66,21 +73,30 @@ def _sections(all_rows, checks, recipe, notes, seconds) -> list[tuple[str, list]
 
 def _scale_text(recipe) -> list[str]:
     dists = ", ".join(d.label for d in scale_findings.scale_dists(recipe))
-    return [f"Flash (reference tile) error over baseline error, both against the fp64 golden value on the same "
-            f"inputs: ×max = max |err| ratio, ×mean = mean |err| ratio. Inputs {dists}; Q, K, V share one draw per "
-            f"length (normal inputs are scaled copies). all-low: every operation stored in the format (the "
-            f"paper's); fp32-acc: kernel-faithful, fp32 S, m, l, O (FlashAttention-2). The baseline stores every "
-            f"operation in the format, so these ratios belong to (input scale, length, this baseline)."]
+    return [
+        f"Flash (reference tile) error over baseline error, both against the fp64 golden value on the same "
+        f"inputs: ×max = max |err| ratio, ×mean = mean |err| ratio. Inputs {dists}; Q, K, V share one draw per "
+        f"length (normal inputs are scaled copies). all-low: every operation stored in the format (the "
+        f"paper's); fp32-acc: kernel-faithful, fp32 S, m, l, O (FlashAttention-2). The baseline stores every "
+        f"operation in the format, so these ratios belong to (input scale, length, this baseline)."
+    ]
 
 
 def _validation_text(checks) -> list:
-    worst = max((c for c in checks if not math.isnan(c["diff_over_baseline_err"])),
-                key=lambda c: c["diff_over_baseline_err"], default=None)
-    text = ["Kernel-faithful mode (fp32 accumulators; fp64 at fp64) on the kernel's own tiles, same inputs. "
-            "Differences come from summation order inside the matrix products and the kernel's vectorized exp."]
+    worst = max(
+        (c for c in checks if not math.isnan(c["diff_over_baseline_err"])),
+        key=lambda c: c["diff_over_baseline_err"],
+        default=None,
+    )
+    text = [
+        "Kernel-faithful mode (fp32 accumulators; fp64 at fp64) on the kernel's own tiles, same inputs. "
+        "Differences come from summation order inside the matrix products and the kernel's vectorized exp."
+    ]
     if worst:
-        text.append(f"Largest max |re-implementation − sdpa-flash| relative to the baseline's own max error: "
-                    f"{worst['diff_over_baseline_err']:.2f} ({worst['precision']}, seq {worst['seq_len']}).")
+        text.append(
+            f"Largest max |re-implementation − sdpa-flash| relative to the baseline's own max error: "
+            f"{worst['diff_over_baseline_err']:.2f} ({worst['precision']}, seq {worst['seq_len']})."
+        )
     head = list(VALIDATION_COLUMNS)
     text.append((head, [[c[k] for k in head] for c in checks]))
     return text
@@ -115,11 +131,13 @@ def _markdown(sections, figures) -> str:
 
 
 def _html(sections, figures) -> str:
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>Attention numerics microbenchmark</title>",
-             "<style>body{font-family:sans-serif;max-width:1250px;margin:2em auto;padding:0 1em}"
-             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-             "text-align:right;font-size:13px}th{background:#f3f3f3}img{max-width:100%}</style></head><body>",
-             "<h1>Attention numerics microbenchmark</h1>"]
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>Attention numerics microbenchmark</title>",
+        "<style>body{font-family:sans-serif;max-width:1250px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+        "text-align:right;font-size:13px}th{background:#f3f3f3}img{max-width:100%}</style></head><body>",
+        "<h1>Attention numerics microbenchmark</h1>",
+    ]
     for title, items in sections:
         parts.append(f"<h2>{html.escape(title)}</h2>")
         bullets = [i for i in items if not isinstance(i, tuple)]

@@ -46,8 +46,17 @@ def cell(rows, recipe, dist: str, seq_len: int, precision: str, accumulate: str)
     """``(ratio_max, ratio_mean)`` for one (input, length, format, mode), or None without both rows."""
     br, bc = recipe.tiles.reference_tile(recipe.inputs.head_dim)
     base = one(rows, impl="baseline", precision=precision, seq_len=seq_len, input_dist=dist)
-    flash = one(rows, impl="flash", precision=precision, seq_len=seq_len, input_dist=dist, accumulate=accumulate,
-                block_q=br, block_kv=bc, block_order="default")
+    flash = one(
+        rows,
+        impl="flash",
+        precision=precision,
+        seq_len=seq_len,
+        input_dist=dist,
+        accumulate=accumulate,
+        block_q=br,
+        block_kv=bc,
+        block_order="default",
+    )
     if not base or not flash:
         return None
     return ratio(flash["max_abs_err"], base["max_abs_err"]), ratio(flash["mean_abs_err"], base["mean_abs_err"])
@@ -75,18 +84,23 @@ def scale_lines(rows, recipe) -> list[str]:
     """Per (format, mode): the range of the ratio over inputs and lengths, and where it lies."""
     out = []
     for p, a in columns(recipe):
-        found = [(dist, seq, cell(rows, recipe, dist.spec, seq, p, a))
-                 for dist in scale_dists(recipe) for seq in recipe.sweep.scale_lengths()]
+        found = [
+            (dist, seq, cell(rows, recipe, dist.spec, seq, p, a))
+            for dist in scale_dists(recipe)
+            for seq in recipe.sweep.scale_lengths()
+        ]
         found = [(d, s, c) for d, s, c in found if c and not math.isnan(c[0])]
         if len(found) < 2:
             continue
         lo, hi = min(found, key=lambda f: f[2][0]), max(found, key=lambda f: f[2][0])
         means = [c[1] for _, _, c in found if not math.isnan(c[1])]
         mean_text = f"; mean |err| {_x(min(means))}–{_x(max(means))}" if means else ""
-        out.append(f"At {p}, {MODE_LONG[a]} flash deviates {_x(lo[2][0])}–{_x(hi[2][0])} as much as baseline "
-                   f"(max |err| vs fp64{mean_text}) across {len({d.spec for d, _, _ in found})} input scales and "
-                   f"lengths {min(s for _, s, _ in found)}–{max(s for _, s, _ in found)}: lowest at "
-                   f"{lo[0].label}, seq {lo[1]}; highest at {hi[0].label}, seq {hi[1]}.")
+        out.append(
+            f"At {p}, {MODE_LONG[a]} flash deviates {_x(lo[2][0])}–{_x(hi[2][0])} as much as baseline "
+            f"(max |err| vs fp64{mean_text}) across {len({d.spec for d, _, _ in found})} input scales and "
+            f"lengths {min(s for _, s, _ in found)}–{max(s for _, s, _ in found)}: lowest at "
+            f"{lo[0].label}, seq {lo[1]}; highest at {hi[0].label}, seq {hi[1]}."
+        )
     return out + _direction(rows, recipe) if out else out
 
 
@@ -101,10 +115,12 @@ def _direction(rows, recipe) -> list[str]:
     if not narrow or not wide or math.isnan(narrow[0]) or math.isnan(wide[0]):
         return []
     verb = "raises" if narrow[0] > wide[0] else "lowers" if narrow[0] < wide[0] else "leaves"
-    return [f"At {p}, seq {seq}, the narrowest input {dists[0].label} gives {_x(narrow[0])} against "
-            f"{_x(wide[0])} for the widest {dists[-1].label}: a narrower input (a flatter softmax) {verb} the "
-            f"ratio. The paper's ~10x belongs to (input scale, length, baseline); this baseline stores every "
-            f"operation in the input format."]
+    return [
+        f"At {p}, seq {seq}, the narrowest input {dists[0].label} gives {_x(narrow[0])} against "
+        f"{_x(wide[0])} for the widest {dists[-1].label}: a narrower input (a flatter softmax) {verb} the "
+        f"ratio. The paper's ~10x belongs to (input scale, length, baseline); this baseline stores every "
+        f"operation in the input format."
+    ]
 
 
 def _x(r: float) -> str:

@@ -32,8 +32,16 @@ def precisions(recipe: MicrobenchRecipe) -> list[str]:
 def reference_flash(rows, recipe, *, precision, seq_len, accumulate="none") -> dict | None:
     """The flash row on the reference tile, default order."""
     br, bc = recipe.tiles.reference_tile(recipe.inputs.head_dim)
-    return one(rows, impl="flash", precision=precision, seq_len=seq_len, accumulate=accumulate,
-               block_q=br, block_kv=bc, block_order="default")
+    return one(
+        rows,
+        impl="flash",
+        precision=precision,
+        seq_len=seq_len,
+        accumulate=accumulate,
+        block_q=br,
+        block_kv=bc,
+        block_order="default",
+    )
 
 
 def kernels(recipe: MicrobenchRecipe) -> list[str]:

@@ -27,11 +27,39 @@ from divergence.microbench.validation import compare_with_kernel
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
 
 # The results.csv contract first (names fixed by issue 3), then the extras.
-CONTRACT = ("impl", "precision", "accumulate", "seq_len", "head_dim", "block_q", "block_kv", "block_order",
-            "max_abs_err", "mean_abs_err", "std_abs_err", "max_abs_diff_vs_baseline")
-EXTRA = ("max_rel_err", "mean_rel_err", "std_rel_err", "mean_abs_diff_vs_baseline", "std_abs_diff_vs_baseline",
-         "memory", "block_area", "rescalings", "batch", "heads", "causal", "distribution", "seed", "device", "seconds",
-         "input_dist", "input_scale")
+CONTRACT = (
+    "impl",
+    "precision",
+    "accumulate",
+    "seq_len",
+    "head_dim",
+    "block_q",
+    "block_kv",
+    "block_order",
+    "max_abs_err",
+    "mean_abs_err",
+    "std_abs_err",
+    "max_abs_diff_vs_baseline",
+)
+EXTRA = (
+    "max_rel_err",
+    "mean_rel_err",
+    "std_rel_err",
+    "mean_abs_diff_vs_baseline",
+    "std_abs_diff_vs_baseline",
+    "memory",
+    "block_area",
+    "rescalings",
+    "batch",
+    "heads",
+    "causal",
+    "distribution",
+    "seed",
+    "device",
+    "seconds",
+    "input_dist",
+    "input_scale",
+)
 COLUMNS = CONTRACT + EXTRA
 
 
@@ -63,23 +91,30 @@ def plan(recipe: MicrobenchRecipe) -> tuple[list[Case], list[str]]:
             cases.append(Case("baseline", precision, seq_len, input_dist=ref))
             for impl in s.impls:
                 if impl == "flash":
-                    cases += [Case("flash", precision, seq_len, acc, *ref_tile, "default", ref_memory, ref)
-                              for acc in accumulate_modes(s.accumulate, precision)]
+                    cases += [
+                        Case("flash", precision, seq_len, acc, *ref_tile, "default", ref_memory, ref)
+                        for acc in accumulate_modes(s.accumulate, precision)
+                    ]
                 elif impl != "baseline":
                     tile = cpu_flash_tile(seq_len) if impl == "sdpa-flash" and s.device == "cpu" else (None, None)
                     cases.append(Case(impl, precision, seq_len, "kernel", *tile, input_dist=ref))
     if "flash" in s.impls:
         for memory, (br, bc) in t.study_tiles(d):
             if max(br, bc) > s.reference_seq_len:  # only memory-derived tiles get here
-                notes.append(f"tile {br}x{bc} from memory {memory} is longer than the reference sequence "
-                             f"length {s.reference_seq_len}; left out of the tile study")
+                notes.append(
+                    f"tile {br}x{bc} from memory {memory} is longer than the reference sequence "
+                    f"length {s.reference_seq_len}; left out of the tile study"
+                )
                 continue
             for order in t.orders:
                 tile = ordered_tile(br, bc, order)
                 if order != "default" and tile == (br, bc):
                     continue  # a square tile: swapping or squaring it is the same run
-                cases += [Case("flash", p, s.reference_seq_len, acc, *tile, order, memory, ref)
-                          for p in s.precisions for acc in accumulate_modes(s.accumulate, p)]
+                cases += [
+                    Case("flash", p, s.reference_seq_len, acc, *tile, order, memory, ref)
+                    for p in s.precisions
+                    for acc in accumulate_modes(s.accumulate, p)
+                ]
     cases += _scale_cases(recipe, ref_tile, ref_memory)
     return list(dict.fromkeys(cases)), notes
 
@@ -93,8 +128,10 @@ def _scale_cases(recipe: MicrobenchRecipe, ref_tile, ref_memory) -> list[Case]:
             for p in formats:
                 out.append(Case("baseline", p, seq_len, input_dist=dist.spec))
                 if "flash" in s.impls:
-                    out += [Case("flash", p, seq_len, acc, *ref_tile, "default", ref_memory, dist.spec)
-                            for acc in accumulate_modes(s.accumulate, p)]
+                    out += [
+                        Case("flash", p, seq_len, acc, *ref_tile, "default", ref_memory, dist.spec)
+                        for acc in accumulate_modes(s.accumulate, p)
+                    ]
     return out
 
 
@@ -130,8 +167,11 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
             seconds = time.perf_counter() - start
             rows.append(_row(case, recipe, dist, out, golden, baselines[case.precision], seconds))
             if case.impl == "sdpa-flash" and recipe.sweep.device == "cpu":
-                checks.append(compare_with_kernel(case.precision, out, *inputs, golden, baselines[case.precision],
-                                                  causal=recipe.inputs.causal))
+                checks.append(
+                    compare_with_kernel(
+                        case.precision, out, *inputs, golden, baselines[case.precision], causal=recipe.inputs.causal
+                    )
+                )
             bar.update()
     bar.close()
     return rows, checks
@@ -143,8 +183,9 @@ def run_case(case: Case, q, k, v, *, causal: bool) -> torch.Tensor:
         return baseline_attention(q, k, v, causal=causal)
     if case.impl == "flash":
         accumulate = None if case.accumulate == "none" else DTYPES[case.accumulate]
-        return flash_attention_tiled(q, k, v, block_q=case.block_q, block_kv=case.block_kv,
-                                     causal=causal, accumulate=accumulate)
+        return flash_attention_tiled(
+            q, k, v, block_q=case.block_q, block_kv=case.block_kv, causal=causal, accumulate=accumulate
+        )
     return get_kernel(case.impl)(q, k, v, causal=causal)
 
 
@@ -162,20 +203,35 @@ def _row(case: Case, recipe: MicrobenchRecipe, dist: InputDist, out, golden, bas
     tiled = case.block_q is not None
     i = recipe.inputs
     return {
-        "impl": case.impl, "precision": case.precision, "accumulate": case.accumulate,
-        "seq_len": case.seq_len, "head_dim": i.head_dim,
-        "block_q": case.block_q if tiled else "", "block_kv": case.block_kv if tiled else "",
+        "impl": case.impl,
+        "precision": case.precision,
+        "accumulate": case.accumulate,
+        "seq_len": case.seq_len,
+        "head_dim": i.head_dim,
+        "block_q": case.block_q if tiled else "",
+        "block_kv": case.block_kv if tiled else "",
         "block_order": case.block_order,
-        "max_abs_err": vs_gold["max_abs"], "mean_abs_err": vs_gold["mean_abs"], "std_abs_err": vs_gold["std_abs"],
+        "max_abs_err": vs_gold["max_abs"],
+        "mean_abs_err": vs_gold["mean_abs"],
+        "std_abs_err": vs_gold["std_abs"],
         "max_abs_diff_vs_baseline": vs_base["max_abs"],
-        "max_rel_err": vs_gold["max_rel"], "mean_rel_err": vs_gold["mean_rel"], "std_rel_err": vs_gold["std_rel"],
-        "mean_abs_diff_vs_baseline": vs_base["mean_abs"], "std_abs_diff_vs_baseline": vs_base["std_abs"],
+        "max_rel_err": vs_gold["max_rel"],
+        "mean_rel_err": vs_gold["mean_rel"],
+        "std_rel_err": vs_gold["std_rel"],
+        "mean_abs_diff_vs_baseline": vs_base["mean_abs"],
+        "std_abs_diff_vs_baseline": vs_base["std_abs"],
         "memory": case.memory if case.memory is not None else "",
         "block_area": case.block_q * case.block_kv if tiled else "",
         "rescalings": num_rescalings(case.seq_len, case.block_kv) if tiled else "",
-        "batch": i.batch, "heads": i.heads, "causal": i.causal, "distribution": dist.family,
-        "seed": i.seed, "device": recipe.sweep.device, "seconds": round(seconds, 4),
-        "input_dist": dist.spec, "input_scale": dist.std,
+        "batch": i.batch,
+        "heads": i.heads,
+        "causal": i.causal,
+        "distribution": dist.family,
+        "seed": i.seed,
+        "device": recipe.sweep.device,
+        "seconds": round(seconds, 4),
+        "input_dist": dist.spec,
+        "input_scale": dist.std,
     }
 
 

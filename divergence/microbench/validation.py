@@ -16,8 +16,19 @@ from divergence.attention.blocks import cpu_flash_tile
 from divergence.attention.tiled import flash_attention_tiled
 from divergence.microbench.metrics import bitwise_equal_fraction, error_stats
 
-COLUMNS = ("precision", "seq_len", "block_q", "block_kv", "max_abs_diff", "mean_abs_diff", "bitwise_equal",
-           "kernel_max_abs_err", "flash_max_abs_err", "baseline_max_abs_err", "diff_over_baseline_err")
+COLUMNS = (
+    "precision",
+    "seq_len",
+    "block_q",
+    "block_kv",
+    "max_abs_diff",
+    "mean_abs_diff",
+    "bitwise_equal",
+    "kernel_max_abs_err",
+    "flash_max_abs_err",
+    "baseline_max_abs_err",
+    "diff_over_baseline_err",
+)
 
 
 def kernel_faithful(q, k, v, *, causal: bool = False) -> torch.Tensor:
@@ -34,8 +45,12 @@ def compare_with_kernel(precision: str, kernel_out, q, k, v, golden, baseline, *
     base_err = error_stats(baseline, golden)["max_abs"]
     block_q, block_kv = cpu_flash_tile(q.shape[-2], k.shape[-2])
     return {
-        "precision": precision, "seq_len": q.shape[-2], "block_q": block_q, "block_kv": block_kv,
-        "max_abs_diff": diff["max_abs"], "mean_abs_diff": diff["mean_abs"],
+        "precision": precision,
+        "seq_len": q.shape[-2],
+        "block_q": block_q,
+        "block_kv": block_kv,
+        "max_abs_diff": diff["max_abs"],
+        "mean_abs_diff": diff["mean_abs"],
         "bitwise_equal": bitwise_equal_fraction(ours, kernel_out),
         "kernel_max_abs_err": error_stats(kernel_out, golden)["max_abs"],
         "flash_max_abs_err": error_stats(ours, golden)["max_abs"],

@@ -30,8 +30,11 @@ PLAIN, JOINT = "plain", "joint"
 
 def attention_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     """Every module of ``model`` with a swappable attention processor, by qualified name."""
-    return {name: m for name, m in model.named_modules()
-            if callable(getattr(m, "set_processor", None)) and hasattr(m, "processor")}
+    return {
+        name: m
+        for name, m in model.named_modules()
+        if callable(getattr(m, "set_processor", None)) and hasattr(m, "processor")
+    }
 
 
 def attention_form(module: torch.nn.Module, name: str) -> str:
@@ -54,8 +57,11 @@ def attention_form(module: torch.nn.Module, name: str) -> str:
 
 def head_dim(model: torch.nn.Module) -> int:
     """The smallest attention head width among ``model``'s attention modules (64 if it has none)."""
-    dims = [m.inner_dim // m.heads for m in attention_modules(model).values()
-            if getattr(m, "inner_dim", None) and getattr(m, "heads", None)]
+    dims = [
+        m.inner_dim // m.heads
+        for m in attention_modules(model).values()
+        if getattr(m, "inner_dim", None) and getattr(m, "heads", None)
+    ]
     return min(dims, default=64)
 
 
@@ -71,8 +77,7 @@ def build_kernels(config: AttentionConfig) -> list:
             unknown = sorted(set(options) - {"primary", "secondary", "every"})
             if unknown:
                 raise RecipeError(f"attention.options.{unknown[0]}: shadow takes primary, secondary, every")
-            return [get_kernel(options.get("primary", "sdpa-flash")),
-                    get_kernel(options.get("secondary", "baseline"))]
+            return [get_kernel(options.get("primary", "sdpa-flash")), get_kernel(options.get("secondary", "baseline"))]
         return [get_kernel(config.name, **options)]
     except RecipeError:
         raise

@@ -34,8 +34,12 @@ def build_unet(config: UNetConfig, channels: int, sample_size: int, cross_attent
     from diffusers import UNet2DConditionModel
 
     if config.path is not None:
-        unet = load_pretrained(UNet2DConditionModel, config, "model.unet",
-                               "a UNet2DConditionModel folder (config.json + diffusion_pytorch_model.safetensors)")
+        unet = load_pretrained(
+            UNet2DConditionModel,
+            config,
+            "model.unet",
+            "a UNet2DConditionModel folder (config.json + diffusion_pytorch_model.safetensors)",
+        )
         check_fits(unet.config, channels, cross_attention_dim, "model.unet", "cross_attention_dim")
         return unet
     with seeded(seed, "unet"):
@@ -59,9 +63,13 @@ def build_text_encoder(config: TextEncoderConfig, tokenizer, seed: int):
     from transformers import CLIPTextConfig, CLIPTextModel
 
     if config.path is not None:
-        model = load_pretrained(CLIPTextModel, config, "model.text_encoder",
-                                "a CLIPTextModel folder (config.json + model.safetensors), e.g. the "
-                                "'text_encoder' folder of Stable Diffusion 1.5")
+        model = load_pretrained(
+            CLIPTextModel,
+            config,
+            "model.text_encoder",
+            "a CLIPTextModel folder (config.json + model.safetensors), e.g. the "
+            "'text_encoder' folder of Stable Diffusion 1.5",
+        )
     else:
         te_config = CLIPTextConfig(
             vocab_size=tokenizer.vocab_size,
@@ -94,9 +102,13 @@ def build_vae(config: VAEConfig, seed: int):
     from diffusers import AutoencoderKL
 
     if config.path is not None:
-        vae = load_pretrained(AutoencoderKL, config, "model.vae",
-                              "an AutoencoderKL folder (config.json + diffusion_pytorch_model.safetensors), "
-                              "e.g. the 'vae' folder of Stable Diffusion 1.5")
+        vae = load_pretrained(
+            AutoencoderKL,
+            config,
+            "model.vae",
+            "an AutoencoderKL folder (config.json + diffusion_pytorch_model.safetensors), "
+            "e.g. the 'vae' folder of Stable Diffusion 1.5",
+        )
     else:
         levels = len(config.block_out_channels)
         with seeded(seed, "vae"):
@@ -134,28 +146,42 @@ def check_local_paths(model: ModelConfig, data_source: str, data_path: str | Non
     parts = [  # model parts may name a hub id instead of a folder
         (f"model.{model.denoiser}.path", denoiser.path, f"a {model.denoiser} folder (config.json + weights)"),
         ("model.text_encoder.path", model.text_encoder.path, "a CLIPTextModel folder (config.json + weights)"),
-        ("model.vae.path", model.vae.path if model.vae is not None else None,
-         "an AutoencoderKL folder (config.json + weights)"),
+        (
+            "model.vae.path",
+            model.vae.path if model.vae is not None else None,
+            "an AutoencoderKL folder (config.json + weights)",
+        ),
     ]
     wanted = [
-        ("model.tokenizer.path", model.tokenizer.path if model.tokenizer.kind == "clip" else None,
-         "a CLIP tokenizer folder (vocab.json, merges.txt, ...)"),
+        (
+            "model.tokenizer.path",
+            model.tokenizer.path if model.tokenizer.kind == "clip" else None,
+            "a CLIP tokenizer folder (vocab.json, merges.txt, ...)",
+        ),
         *[(key, path, what) for key, path, what in parts if path is None or not is_hub_id(path)],
         ("data.path", data_path if data_source != "shapes" else None, f"the {data_source} data"),
     ]
-    missing = [f"{key} {path!r} should hold {what}" for key, path, what in wanted
-               if path is not None and not Path(path).expanduser().exists()]
+    missing = [
+        f"{key} {path!r} should hold {what}"
+        for key, path, what in wanted
+        if path is not None and not Path(path).expanduser().exists()
+    ]
     if missing:
-        raise UserInputError(f"local files missing: {'; '.join(missing)}. "
-                             "Put them there or override those keys, e.g. data.path=...")
+        raise UserInputError(
+            f"local files missing: {'; '.join(missing)}. Put them there or override those keys, e.g. data.path=..."
+        )
 
 
 def check_fits(config, channels: int, context_dim: int, key: str, context_key: str) -> None:
     """A pretrained denoiser must take the codec's channels (and, for a UNet, the text width)."""
     if config.in_channels != channels:
-        raise UserInputError(f"{key}.path: the pretrained model takes {config.in_channels} input channels but the "
-                             f"codec gives {channels}; set model.vae to match (pixel space is 3 channels)")
+        raise UserInputError(
+            f"{key}.path: the pretrained model takes {config.in_channels} input channels but the "
+            f"codec gives {channels}; set model.vae to match (pixel space is 3 channels)"
+        )
     got = getattr(config, context_key, None) if context_key else None
     if got is not None and got != context_dim:
-        raise UserInputError(f"{key}.path: the pretrained UNet cross-attends to width {got} but the text encoder "
-                             f"gives {context_dim}; use a matching model.text_encoder")
+        raise UserInputError(
+            f"{key}.path: the pretrained UNet cross-attends to width {got} but the text encoder "
+            f"gives {context_dim}; use a matching model.text_encoder"
+        )

@@ -25,8 +25,9 @@ from divergence.models.pretrained import load_pretrained
 from divergence.recipe.model import ModelConfig, TransformerConfig
 
 
-def build_denoiser(model: ModelConfig, channels: int, side: int, text_width: int, seed: int,
-                   image_side: int | None = None) -> torch.nn.Module:
+def build_denoiser(
+    model: ModelConfig, channels: int, side: int, text_width: int, seed: int, image_side: int | None = None
+) -> torch.nn.Module:
     """The recipe's denoiser for ``channels``-channel inputs of side ``side``, seeded by ``seed``.
 
     ``image_side``: the training images' side in pixels (PixArt's resolution condition)."""
@@ -42,20 +43,36 @@ def build_transformer(config: TransformerConfig, channels: int, side: int, text_
 
     cls = PixArtTransformer2DModel if config.kind == "pixart" else SD3Transformer2DModel
     if config.path is not None:
-        transformer = load_pretrained(cls, config, "model.transformer",
-                                      f"a {cls.__name__} folder (config.json + diffusion_pytorch_model.safetensors)")
+        transformer = load_pretrained(
+            cls,
+            config,
+            "model.transformer",
+            f"a {cls.__name__} folder (config.json + diffusion_pytorch_model.safetensors)",
+        )
         check_fits(transformer.config, channels, text_width, "model.transformer", "")
         return transformer
     width = config.attention_heads * config.head_dim
-    common = dict(sample_size=side, patch_size=config.patch_size, in_channels=channels, out_channels=channels,
-                  num_layers=config.num_layers, num_attention_heads=config.attention_heads,
-                  attention_head_dim=config.head_dim)
+    common = dict(
+        sample_size=side,
+        patch_size=config.patch_size,
+        in_channels=channels,
+        out_channels=channels,
+        num_layers=config.num_layers,
+        num_attention_heads=config.attention_heads,
+        attention_head_dim=config.head_dim,
+    )
     with seeded(seed, "transformer"):
         if config.kind == "pixart":
-            return PixArtTransformer2DModel(**common, cross_attention_dim=width, caption_channels=text_width,
-                                            use_additional_conditions=False)
-        return SD3Transformer2DModel(**common, joint_attention_dim=text_width, caption_projection_dim=width,
-                                     pooled_projection_dim=text_width, pos_embed_max_size=side // config.patch_size)
+            return PixArtTransformer2DModel(
+                **common, cross_attention_dim=width, caption_channels=text_width, use_additional_conditions=False
+            )
+        return SD3Transformer2DModel(
+            **common,
+            joint_attention_dim=text_width,
+            caption_projection_dim=width,
+            pooled_projection_dim=text_width,
+            pos_embed_max_size=side // config.patch_size,
+        )
 
 
 class TransformerDenoiser(torch.nn.Module):
@@ -78,8 +95,13 @@ class TransformerDenoiser(torch.nn.Module):
     def enable_gradient_checkpointing(self) -> None:
         self.transformer.enable_gradient_checkpointing()
 
-    def forward(self, sample: torch.Tensor, timestep: torch.Tensor, encoder_hidden_states: torch.Tensor,
-                pooled: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        sample: torch.Tensor,
+        timestep: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        pooled: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """(B, C, h, w) noisy input, () or (B,) timesteps, (B, L, E) caption, (B, E) pooled -> (B, C, h, w)."""
         batch = sample.shape[0]
         timestep = torch.as_tensor(timestep, device=sample.device).reshape(-1).expand(batch)
@@ -88,10 +110,15 @@ class TransformerDenoiser(torch.nn.Module):
             if pooled is None:
                 raise ValueError("the SD3 transformer needs the pooled caption embedding (the text encoder's [1])")
             pooled = self.pooled_proj(pooled) if self.pooled_proj is not None else pooled
-            return self.transformer(sample, encoder_hidden_states=context, pooled_projections=pooled,
-                                    timestep=timestep).sample
-        return self.transformer(sample, encoder_hidden_states=context, timestep=timestep,
-                                added_cond_kwargs=self._added_conditions(batch, sample)).sample
+            return self.transformer(
+                sample, encoder_hidden_states=context, pooled_projections=pooled, timestep=timestep
+            ).sample
+        return self.transformer(
+            sample,
+            encoder_hidden_states=context,
+            timestep=timestep,
+            added_cond_kwargs=self._added_conditions(batch, sample),
+        ).sample
 
     def _added_conditions(self, batch: int, sample: torch.Tensor) -> dict:
         """PixArt-alpha's micro-conditions: (B, 2) resolution in pixels and (B, 1) aspect ratio, as

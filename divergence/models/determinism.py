@@ -112,9 +112,11 @@ def _set_cublas_workspace() -> None:
     if value is None:
         os.environ[CUBLAS_VAR] = CUBLAS_DETERMINISTIC[0]
     elif value not in CUBLAS_DETERMINISTIC:
-        raise UserInputError(f"train.deterministic is true but the environment sets {CUBLAS_VAR}={value}, which "
-                             f"cuBLAS does not keep reproducible; unset it or set {CUBLAS_DETERMINISTIC[0]}, or set "
-                             "train.deterministic=false")
+        raise UserInputError(
+            f"train.deterministic is true but the environment sets {CUBLAS_VAR}={value}, which "
+            f"cuBLAS does not keep reproducible; unset it or set {CUBLAS_DETERMINISTIC[0]}, or set "
+            "train.deterministic=false"
+        )
 
 
 def _set_tf32(enabled: bool) -> None:
@@ -133,11 +135,15 @@ def _explained(err: RuntimeError) -> UserInputError | None:
     text = str(err)
     match = _NO_DETERMINISTIC.match(text.strip())
     if match:
-        return UserInputError(f"{match.group(1)} has no deterministic implementation on this device, and "
-                              "train.deterministic is true; set train.deterministic=false (the control pair then "
-                              "measures this hardware's run-to-run floor instead of zero)")
+        return UserInputError(
+            f"{match.group(1)} has no deterministic implementation on this device, and "
+            "train.deterministic is true; set train.deterministic=false (the control pair then "
+            "measures this hardware's run-to-run floor instead of zero)"
+        )
     if "CUBLAS_WORKSPACE_CONFIG" in text and "deterministic" in text.lower():
-        return UserInputError(f"cuBLAS started before {CUBLAS_VAR} was set, so its matmuls are not reproducible; "
-                              f"start the command with {CUBLAS_VAR}={CUBLAS_DETERMINISTIC[0]} in the environment, "
-                              "or set train.deterministic=false")
+        return UserInputError(
+            f"cuBLAS started before {CUBLAS_VAR} was set, so its matmuls are not reproducible; "
+            f"start the command with {CUBLAS_VAR}={CUBLAS_DETERMINISTIC[0]} in the environment, "
+            "or set train.deterministic=false"
+        )
     return None

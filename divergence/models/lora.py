@@ -62,5 +62,8 @@ def tracked_weights(denoiser: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def _scales(denoiser: torch.nn.Module) -> dict[str, float]:
     """``{module: alpha / r}`` of each LoRA layer, as peft applies it (``layer.scaling``)."""
-    return {name: float(module.scaling[ADAPTER]) for name, module in denoiser.named_modules()
-            if isinstance(getattr(module, "scaling", None), dict) and ADAPTER in module.scaling}
+    return {
+        name: float(module.scaling[ADAPTER])
+        for name, module in denoiser.named_modules()
+        if isinstance(getattr(module, "scaling", None), dict) and ADAPTER in module.scaling
+    }

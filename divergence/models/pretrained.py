@@ -52,8 +52,11 @@ def load_pretrained(cls, source: Pretrained, key: str, what: str, **kwargs):
         try:
             return cls.from_pretrained(path, local_files_only=offline(), **options, **kwargs).train()
         except (OSError, ValueError) as err:
-            hint = ("HF_HUB_OFFLINE is set, so only the local hub cache was read; unset it to download"
-                    if offline() else "check the id, revision, subfolder and variant")
+            hint = (
+                "HF_HUB_OFFLINE is set, so only the local hub cache was read; unset it to download"
+                if offline()
+                else "check the id, revision, subfolder and variant"
+            )
             reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
             raise UserInputError(f"{key}.path {path!r}: cannot load {what} from the hub ({reason}); {hint}") from None
     folder = local_folder(path, f"{key}.path", what, source.subfolder)
@@ -61,8 +64,9 @@ def load_pretrained(cls, source: Pretrained, key: str, what: str, **kwargs):
         return cls.from_pretrained(str(Path(path).expanduser()), local_files_only=True, **options, **kwargs).train()
     except (OSError, ValueError) as err:
         reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-        raise UserInputError(f"{key}.path {path!r}: cannot load {what} from {folder} ({reason}); "
-                             f"check {key}.variant and {key}.subfolder") from None
+        raise UserInputError(
+            f"{key}.path {path!r}: cannot load {what} from {folder} ({reason}); check {key}.variant and {key}.subfolder"
+        ) from None
 
 
 def local_folder(path: str, key: str, what: str, subfolder: str | None = None) -> Path:
@@ -71,6 +75,7 @@ def local_folder(path: str, key: str, what: str, subfolder: str | None = None) -
     if not (folder / "config.json").is_file():
         where = f"{path!r}" + (f" (subfolder {subfolder!r})" if subfolder else "")
         state = "no such folder" if not folder.exists() else "no config.json there"
-        raise UserInputError(f"{key} {where}: {state}; put {what} at that path, name a hub id (org/name), "
-                             f"or override {key}=...")
+        raise UserInputError(
+            f"{key} {where}: {state}; put {what} at that path, name a hub id (org/name), or override {key}=..."
+        )
     return folder

@@ -28,8 +28,16 @@ def sampler_for(noise_scheduler, name: str):
 
 
 @torch.no_grad()
-def generate(unet, text_encoder, tokenize, noise_scheduler, config: SampleConfig,
-             latent_shape: tuple[int, int, int], decode=None, autocast=contextlib.nullcontext) -> torch.Tensor:
+def generate(
+    unet,
+    text_encoder,
+    tokenize,
+    noise_scheduler,
+    config: SampleConfig,
+    latent_shape: tuple[int, int, int],
+    decode=None,
+    autocast=contextlib.nullcontext,
+) -> torch.Tensor:
     """Images for ``config.prompts`` (``per_prompt`` each): (N, H, W, 3) uint8 on the CPU.
 
     ``decode`` maps final latents to pixels in [-1, 1] (the VAE); ``None`` means pixel space.
@@ -63,5 +71,5 @@ def image_grid(images: torch.Tensor, columns: int) -> Image.Image:
     grid = np.zeros((rows * h, columns * w, 3), dtype=np.uint8)
     for i, image in enumerate(images.numpy()):
         r, c = divmod(i, columns)
-        grid[r * h:(r + 1) * h, c * w:(c + 1) * w] = image
+        grid[r * h : (r + 1) * h, c * w : (c + 1) * w] = image
     return Image.fromarray(grid)

@@ -55,8 +55,9 @@ class ClipTokenizer:
         self.pad_token_id, self.vocab_size = self._tok.pad_token_id, len(self._tok)
 
     def __call__(self, captions: list[str]) -> torch.Tensor:
-        return self._tok(captions, padding="max_length", max_length=self.max_length,
-                         truncation=True, return_tensors="pt").input_ids
+        return self._tok(
+            captions, padding="max_length", max_length=self.max_length, truncation=True, return_tensors="pt"
+        ).input_ids
 
 
 def build_tokenizer(config: TokenizerConfig) -> ByteTokenizer | ClipTokenizer:

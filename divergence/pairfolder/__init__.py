@@ -28,8 +28,18 @@ from __future__ import annotations
 import importlib
 
 from divergence.pairfolder.layout import (
-    ARMS, ATTENTION_FILE, CHECKPOINTS_DIR, CONTRACT, LOSSES_FILE, METRICS_FILE, PAIR_FILE, PAIR_RECIPE_FILE,
-    RUN_RECIPE_FILE, STATUS_FILE, WATCH_STATE_FILE, weights_name,
+    ARMS,
+    ATTENTION_FILE,
+    CHECKPOINTS_DIR,
+    CONTRACT,
+    LOSSES_FILE,
+    METRICS_FILE,
+    PAIR_FILE,
+    PAIR_RECIPE_FILE,
+    RUN_RECIPE_FILE,
+    STATUS_FILE,
+    WATCH_STATE_FILE,
+    weights_name,
 )
 from divergence.pairfolder.folder import ArmFolder, PairFolder, RunFolder
 
@@ -43,9 +53,24 @@ _LAZY = {
     "save_weights": "divergence.pairfolder.weights_file",
 }
 
-__all__ = ["ArmFolder", "PairFolder", "RunFolder", "ARMS", "ATTENTION_FILE", "CHECKPOINTS_DIR", "CONTRACT", "LOSSES_FILE", "METRICS_FILE", "PAIR_FILE",
-           "PAIR_RECIPE_FILE", "RUN_RECIPE_FILE", "STATUS_FILE", "WATCH_STATE_FILE", "weights_name",
-           *_LAZY]
+__all__ = [
+    "ArmFolder",
+    "PairFolder",
+    "RunFolder",
+    "ARMS",
+    "ATTENTION_FILE",
+    "CHECKPOINTS_DIR",
+    "CONTRACT",
+    "LOSSES_FILE",
+    "METRICS_FILE",
+    "PAIR_FILE",
+    "PAIR_RECIPE_FILE",
+    "RUN_RECIPE_FILE",
+    "STATUS_FILE",
+    "WATCH_STATE_FILE",
+    "weights_name",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str):  # the readers and writers load on first use

@@ -38,8 +38,10 @@ class ArmLock:
             self.folder.mkdir(parents=True, exist_ok=True)
             handle = open(self.path, "a+")
         except OSError as err:
-            raise UserInputError(f"{self.folder}: cannot create {WRITER_LOCK_FILE} there ({err.strerror or err}); "
-                                 "choose a folder you can write to") from None
+            raise UserInputError(
+                f"{self.folder}: cannot create {WRITER_LOCK_FILE} there ({err.strerror or err}); "
+                "choose a folder you can write to"
+            ) from None
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -78,9 +80,13 @@ def _refusal(folder: Path, holder: tuple[int, str] | None) -> str:
     if holder is None:
         who = "another process"
     elif holder == (os.getpid(), socket.gethostname()):
-        return (f"{folder}: an earlier writer of this process (pid {holder[0]}) still writes this arm; call its "
-                "finish() first (one writer per arm)")
+        return (
+            f"{folder}: an earlier writer of this process (pid {holder[0]}) still writes this arm; call its "
+            "finish() first (one writer per arm)"
+        )
     else:
         who = f"another process (pid {holder[0]} on {holder[1]})"
-    return (f"{folder}: {who} is writing this arm; one writer per arm at a time: stop it first, or train into "
-            "another pair folder")
+    return (
+        f"{folder}: {who} is writing this arm; one writer per arm at a time: stop it first, or train into "
+        "another pair folder"
+    )

@@ -39,8 +39,10 @@ def check_step(step, *, expected: int, max_steps: int | None, stride: int = 1, w
     3
     """
     if isinstance(step, bool) or not _is_integer(step):
-        raise UserInputError(f"{where}: step {step!r} ({type(step).__name__}) is not an integer; give the optimizer "
-                             "step count (0 for the initial weights)")
+        raise UserInputError(
+            f"{where}: step {step!r} ({type(step).__name__}) is not an integer; give the optimizer "
+            "step count (0 for the initial weights)"
+        )
     step = operator.index(step)
     limit = MAX_STEP if max_steps is None else max_steps
     if not 0 <= step <= limit:
@@ -49,16 +51,23 @@ def check_step(step, *, expected: int, max_steps: int | None, stride: int = 1, w
     if step == expected:
         return step
     if expected == 0:
-        raise UserInputError(f"{where}: step {step} before step 0; call record(0, model) before the first training "
-                             "step, so the initial weights are saved")
+        raise UserInputError(
+            f"{where}: step {step} before step 0; call record(0, model) before the first training "
+            "step, so the initial weights are saved"
+        )
     if step < expected:
         last = expected - stride
         what = "is recorded already" if step == last else f"comes after step {last}"
-        raise UserInputError(f"{where}: step {step} {what} (the last step recorded, or resumed from); each step is "
-                             f"recorded once, in order: the next is {expected}")
-    raise UserInputError(f"{where}: step {step} skips step {expected}: record every "
-                         + (f"{stride}-th step" if stride > 1 else "step") + " in order (divergence watch needs "
-                         f"the loss of each one and would wait for step {expected} forever)")
+        raise UserInputError(
+            f"{where}: step {step} {what} (the last step recorded, or resumed from); each step is "
+            f"recorded once, in order: the next is {expected}"
+        )
+    raise UserInputError(
+        f"{where}: step {step} skips step {expected}: record every "
+        + (f"{stride}-th step" if stride > 1 else "step")
+        + " in order (divergence watch needs "
+        f"the loss of each one and would wait for step {expected} forever)"
+    )
 
 
 def _is_integer(value) -> bool:
@@ -82,20 +91,26 @@ def loss_value(loss, where: str) -> float:
     try:
         return float(loss.item() if hasattr(loss, "item") else loss)
     except (TypeError, ValueError):
-        raise UserInputError(f"{where}: loss {loss!r} ({type(loss).__name__}) is not a number; give the step's "
-                             "loss (a float or a one-element tensor)") from None
+        raise UserInputError(
+            f"{where}: loss {loss!r} ({type(loss).__name__}) is not a number; give the step's "
+            "loss (a float or a one-element tensor)"
+        ) from None
 
 
 def check_loss(loss, where: str) -> None:
     """``loss`` could be a step's loss: a real number or one element (checked without reading a
     tensor's value, so without a device sync); else a one-line ``UserInputError``."""
     if isinstance(loss, bool) or loss is None or isinstance(loss, (str, bytes)):
-        raise UserInputError(f"{where}: loss {loss!r} ({type(loss).__name__}) is not a number; give the step's "
-                             "loss (a float or a one-element tensor)")
+        raise UserInputError(
+            f"{where}: loss {loss!r} ({type(loss).__name__}) is not a number; give the step's "
+            "loss (a float or a one-element tensor)"
+        )
     shape = getattr(loss, "shape", None)
     if shape is not None and math.prod(shape) != 1:
-        raise UserInputError(f"{where}: loss is a {type(loss).__name__} of shape {tuple(shape)}; give the step's "
-                             "mean loss (a float or a one-element tensor), e.g. loss.mean()")
+        raise UserInputError(
+            f"{where}: loss is a {type(loss).__name__} of shape {tuple(shape)}; give the step's "
+            "mean loss (a float or a one-element tensor), e.g. loss.mean()"
+        )
     if getattr(loss, "is_complex", lambda: False)():
         raise UserInputError(f"{where}: loss {loss!r} is complex; give a real number")
 
@@ -107,11 +122,16 @@ def check_tensor_names(names, first: list[str], step: int, where: str) -> None:
     gone = sorted(known - set(names))
     if not new and not gone:
         return
-    what = (f"tensor {new[0]!r} is new" + (f" (and {len(new) - 1} more)" if len(new) > 1 else "") if new else
-            f"tensor {gone[0]!r} is missing" + (f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""))
-    raise UserInputError(f"{where}: at step {step}, {what}: the weights of every tracked step must hold the same "
-                         f"tensors as the first ({len(first)}); a tensor added mid-run has no initial value to "
-                         "compare from: compare it from the start, or leave it out (weights=...)")
+    what = (
+        f"tensor {new[0]!r} is new" + (f" (and {len(new) - 1} more)" if len(new) > 1 else "")
+        if new
+        else f"tensor {gone[0]!r} is missing" + (f" (and {len(gone) - 1} more)" if len(gone) > 1 else "")
+    )
+    raise UserInputError(
+        f"{where}: at step {step}, {what}: the weights of every tracked step must hold the same "
+        f"tensors as the first ({len(first)}); a tensor added mid-run has no initial value to "
+        "compare from: compare it from the start, or leave it out (weights=...)"
+    )
 
 
 def tracked_with_stride(step: int, stride: int, tracked: Callable[[int], bool]) -> bool:
@@ -137,7 +157,9 @@ def check_stride(stride, max_steps: int, where: str) -> int:
     if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
         raise UserInputError(f"{where}: stride={stride!r}: must be an integer >= 1 (steps counted per record)")
     if max_steps % stride:
-        raise UserInputError(f"{where}: max_steps={max_steps} is not a multiple of stride={stride} (steps counted "
-                             f"per record, e.g. one per optimizer of a manual-optimization module); use "
-                             f"max_steps={max_steps - max_steps % stride + stride}")
+        raise UserInputError(
+            f"{where}: max_steps={max_steps} is not a multiple of stride={stride} (steps counted "
+            f"per record, e.g. one per optimizer of a manual-optimization module); use "
+            f"max_steps={max_steps - max_steps % stride + stride}"
+        )
     return stride

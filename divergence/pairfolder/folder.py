@@ -27,9 +27,26 @@ import os
 from pathlib import Path
 
 from divergence.pairfolder.layout import (
-    ARMS, ATTENTION_FILE, CHECKPOINTS_DIR, CSV_DIR, LOSSES_FILE, METRICS_FILE, PAIR_FILE, PAIR_RECIPE_FILE,
-    RESUME_DIR, RESUME_FILE, RETENTION_FILE, RUN_RECIPE_FILE, SAMPLES_DIR, STATUS_FILE, TENSORBOARD_DIR,
-    WANDB_ID_FILE, WATCH_STATE_FILE, WRITER_LOCK_FILE, weights_name,
+    ARMS,
+    ATTENTION_FILE,
+    CHECKPOINTS_DIR,
+    COSTS_FILE,
+    CSV_DIR,
+    LOSSES_FILE,
+    METRICS_FILE,
+    PAIR_FILE,
+    PAIR_RECIPE_FILE,
+    RESUME_DIR,
+    RESUME_FILE,
+    RETENTION_FILE,
+    RUN_RECIPE_FILE,
+    SAMPLES_DIR,
+    STATUS_FILE,
+    TENSORBOARD_DIR,
+    WANDB_ID_FILE,
+    WATCH_STATE_FILE,
+    WRITER_LOCK_FILE,
+    weights_name,
 )
 
 
@@ -161,6 +178,11 @@ class PairFolder(RunFolder):
     def attention(self) -> Path:
         """``attention.jsonl``: the shadow attention variant's deviations."""
         return self.path / ATTENTION_FILE
+
+    @property
+    def costs(self) -> Path:
+        """``costs.jsonl``: each lockstep arm's step time and peak memory (``training.step_costs``)."""
+        return self.path / COSTS_FILE
 
     @property
     def watch_state(self) -> Path:

@@ -61,6 +61,11 @@ def weights_name(step: int) -> str:
 def weights_step(name: str) -> int | None:
     """The step of a weights file name (``step_000120.safetensors`` -> 120), None for any other name."""
     digits = name.removeprefix("step_").removesuffix(".safetensors")
-    if not name.startswith("step_") or not name.endswith(".safetensors") or not digits.isascii() or not digits.isdigit():
+    if (
+        not name.startswith("step_")
+        or not name.endswith(".safetensors")
+        or not digits.isascii()
+        or not digits.isdigit()
+    ):
         return None
     return int(digits)

@@ -82,8 +82,9 @@ class PairInfo:
         data = read_pair_json(folder)
         known = {f.name for f in fields(cls)} - {"extra"}
         try:
-            return cls(**{k: data[k] for k in data if k in known},
-                       extra={k: v for k, v in data.items() if k not in known})
+            return cls(
+                **{k: data[k] for k in data if k in known}, extra={k: v for k, v in data.items() if k not in known}
+            )
         except (TypeError, ValueError) as err:
             raise UserInputError(f"{path}: {err}") from None
 
@@ -101,13 +102,20 @@ def read_pair_json(out: str | Path) -> dict:
         raise UserInputError(f"{path}: not a JSON object")
     data.setdefault("contract", 1)
     if not isinstance(data["contract"], int) or data["contract"] > CONTRACT:
-        raise UserInputError(f"{path}: contract {data['contract']!r} is newer than this divergence reads "
-                             f"({CONTRACT}); upgrade divergence")
+        raise UserInputError(
+            f"{path}: contract {data['contract']!r} is newer than this divergence reads "
+            f"({CONTRACT}); upgrade divergence"
+        )
     return data
 
 
-def tracking_schedule(every: int, spike_factor: float = SPIKE_FACTOR, spike_window: int = SPIKE_WINDOW,
-                      dense=DENSE_DEFAULT, checkpoint_every: int = 0) -> dict:
+def tracking_schedule(
+    every: int,
+    spike_factor: float = SPIKE_FACTOR,
+    spike_window: int = SPIKE_WINDOW,
+    dense=DENSE_DEFAULT,
+    checkpoint_every: int = 0,
+) -> dict:
     """The ``tracking`` dict of ``pair.json``; the arguments checked as the recipe checks them.
 
     ``dense`` is the early schedule on top of ``every`` (``[[until, every], ...]``; default every
@@ -122,8 +130,13 @@ def tracking_schedule(every: int, spike_factor: float = SPIKE_FACTOR, spike_wind
     if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise UserInputError(f"checkpoint_every={checkpoint_every!r}: must be an integer >= 0 (0: none)")
     schedule_config({"every": every, "dense": dense})  # checks dense
-    return {"every": every, "dense": [list(d) for d in dense], "checkpoint_every": checkpoint_every,
-            "spike_factor": float(spike_factor), "spike_window": spike_window}
+    return {
+        "every": every,
+        "dense": [list(d) for d in dense],
+        "checkpoint_every": checkpoint_every,
+        "spike_factor": float(spike_factor),
+        "spike_window": spike_window,
+    }
 
 
 def schedule_config(tracking: dict) -> TrackingConfig:
@@ -134,10 +147,22 @@ def schedule_config(tracking: dict) -> TrackingConfig:
         raise UserInputError(f"dense={tracking.get('dense')!r}: {err}") from None
 
 
-def write_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EVERY, name: str | None = None,
-                     category: str = "optimization", arms: dict | None = None, description: str = "",
-                     replicate: int = 0, spike_factor: float = SPIKE_FACTOR, spike_window: int = SPIKE_WINDOW,
-                     dense=DENSE_DEFAULT, log: dict | None = None, stride: int = 1) -> dict:
+def write_pair_files(
+    out: str | Path,
+    *,
+    max_steps: int,
+    every: int = DEFAULT_EVERY,
+    name: str | None = None,
+    category: str = "optimization",
+    arms: dict | None = None,
+    description: str = "",
+    replicate: int = 0,
+    spike_factor: float = SPIKE_FACTOR,
+    spike_window: int = SPIKE_WINDOW,
+    dense=DENSE_DEFAULT,
+    log: dict | None = None,
+    stride: int = 1,
+) -> dict:
     """Write ``pair.json`` into ``out`` (created); return its content.
 
     ``name`` defaults to the folder's name; ``arms`` to ``{"a": ["a"], "b": ["b"]}`` (each
@@ -161,10 +186,16 @@ def write_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EV
     if check_stride(stride, max_steps, PAIR_FILE) > 1:
         tracking["stride"] = stride
     arms = _arm_labels(arms)
-    info = PairInfo(name=name or out.resolve().name, category=category, arms=arms,
-                    description=description or " vs ".join(", ".join(arms[a]) for a in ARMS),
-                    max_steps=max_steps, replicate=replicate, tracking=tracking,
-                    extra={"log": dict(log)} if log else {})
+    info = PairInfo(
+        name=name or out.resolve().name,
+        category=category,
+        arms=arms,
+        description=description or " vs ".join(", ".join(arms[a]) for a in ARMS),
+        max_steps=max_steps,
+        replicate=replicate,
+        tracking=tracking,
+        extra={"log": dict(log)} if log else {},
+    )
     out.mkdir(parents=True, exist_ok=True)
     info.write(out)
     return info.to_json()
@@ -191,8 +222,9 @@ def ensure_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_E
     return existing if existing is not None else write_pair_files(out, max_steps=max_steps, every=every, **kwargs)
 
 
-def check_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EVERY, stride: int = 1,
-                     **kwargs) -> dict | None:
+def check_pair_files(
+    out: str | Path, *, max_steps: int, every: int = DEFAULT_EVERY, stride: int = 1, **kwargs
+) -> dict | None:
     """``pair.json`` of ``out`` when it describes this pair, None when there is none; otherwise a
     ``UserInputError`` (another pair, or another length or schedule). Reads only."""
     path = PairFolder(out).pair_json
@@ -201,12 +233,16 @@ def check_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EV
     existing = read_pair_json(out)
     check_same_pair(out, existing, kwargs)
     schedule = existing.get("tracking") or {}
-    for key, now, saved in (("max_steps", max_steps, existing.get("max_steps")),
-                            ("every", every, schedule.get("every", every)),
-                            ("stride", stride, schedule.get("stride", 1))):
+    for key, now, saved in (
+        ("max_steps", max_steps, existing.get("max_steps")),
+        ("every", every, schedule.get("every", every)),
+        ("stride", stride, schedule.get("stride", 1)),
+    ):
         if saved != now:
-            raise UserInputError(f"{path}: the pair has {key}={saved!r}, this arm {key}={now!r}; "
-                                 "train both arms with the same value, or use a new folder")
+            raise UserInputError(
+                f"{path}: the pair has {key}={saved!r}, this arm {key}={now!r}; "
+                "train both arms with the same value, or use a new folder"
+            )
     return existing
 
 
@@ -225,15 +261,19 @@ def check_same_pair(out: str | Path, saved: dict, given: dict) -> None:
         wanted["arms"] = _arm_labels(wanted["arms"])
     for key, value in wanted.items():
         if saved.get(key, 0 if key == "replicate" else None) != value:
-            raise UserInputError(f"{PairFolder(out).pair_json}: holds pair {saved.get('name')!r} with {key} "
-                                 f"{saved.get(key)!r}, not {value!r}: one pair per folder; write this pair into a "
-                                 f"new folder (or give the same {key} to continue that pair)")
+            raise UserInputError(
+                f"{PairFolder(out).pair_json}: holds pair {saved.get('name')!r} with {key} "
+                f"{saved.get(key)!r}, not {value!r}: one pair per folder; write this pair into a "
+                f"new folder (or give the same {key} to continue that pair)"
+            )
 
 
 def _arm_labels(arms) -> dict:
     if arms is None:
         return {"a": ["a"], "b": ["b"]}
     if not isinstance(arms, dict) or set(arms) != {"a", "b"}:
-        raise UserInputError(f"arms={arms!r}: must be a dict with keys 'a' and 'b', e.g. "
-                             "{'a': ['attention=flash'], 'b': ['attention=baseline']}")
+        raise UserInputError(
+            f"arms={arms!r}: must be a dict with keys 'a' and 'b', e.g. "
+            "{'a': ['attention=flash'], 'b': ['attention=baseline']}"
+        )
     return {arm: [arms[arm]] if isinstance(arms[arm], str) else [str(v) for v in arms[arm]] for arm in ("a", "b")}

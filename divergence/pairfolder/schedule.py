@@ -42,8 +42,9 @@ class PairSchedule:
     def tracked(self, step: int) -> bool:
         from divergence.pairfolder.arm_steps import tracked_with_stride
 
-        return tracked_with_stride(step, self.stride, lambda t: is_tracked(t, self.max_steps, self.tracking,
-                                                                            self.checkpoint_every))
+        return tracked_with_stride(
+            step, self.stride, lambda t: is_tracked(t, self.max_steps, self.tracking, self.checkpoint_every)
+        )
 
     def next_step(self, last: int | None) -> int:
         """The step recorded after ``last`` (None: nothing yet, so step 0)."""
@@ -54,16 +55,20 @@ def read_schedule(out: str | Path) -> PairSchedule:
     """The ``PairSchedule`` of pair folder ``out``; a ``UserInputError`` naming the file and key."""
     out = PairFolder(out)
     if not out.pair_json.is_file() and not out.pair_yaml.is_file():
-        raise UserInputError(f"{out}: no {PAIR_FILE}; start the arms first (they write it), "
-                             f"e.g. divergence train --recipe PAIR --arm a --out {out}")
+        raise UserInputError(
+            f"{out}: no {PAIR_FILE}; start the arms first (they write it), "
+            f"e.g. divergence train --recipe PAIR --arm a --out {out}"
+        )
     config = _read_recipe(out)
     info = read_pair_json(out) if out.pair_json.is_file() else {}
     tracking = info.get("tracking") or {}
     if "every" in tracking:
         return _from_pair_json(out, info, config)
     if config is None:
-        raise UserInputError(f"{out.pair_json}: no tracking.every, and no {PAIR_RECIPE_FILE} to read it from; "
-                             f"write {PAIR_FILE} with divergence.writers.write_pair_files")
+        raise UserInputError(
+            f"{out.pair_json}: no tracking.every, and no {PAIR_RECIPE_FILE} to read it from; "
+            f"write {PAIR_FILE} with divergence.writers.write_pair_files"
+        )
     return _from_recipe(out, info, config)
 
 

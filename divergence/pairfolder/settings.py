@@ -75,9 +75,12 @@ class TrackingConfig:
         require(self.every >= 1, "every", f"must be >= 1, got {self.every}")
         require(self.keep is None or self.keep >= 0, "keep", f"must be >= 0 or null, got {self.keep}")
         ends = [until for until, _ in self.dense] if all(len(d) == 2 for d in self.dense) else None
-        require(ends is not None and ends == sorted(set(ends)) and all(e >= 1 for d in self.dense for e in d),
-                "dense", f"expected [[until, every], ...] with increasing until >= 1 and every >= 1, "
-                f"got {[list(d) for d in self.dense]}")
+        require(
+            ends is not None and ends == sorted(set(ends)) and all(e >= 1 for d in self.dense for e in d),
+            "dense",
+            f"expected [[until, every], ...] with increasing until >= 1 and every >= 1, "
+            f"got {[list(d) for d in self.dense]}",
+        )
         require(self.spike_factor > 1, "spike_factor", f"must be > 1, got {self.spike_factor}")
         require(self.spike_window >= 3, "spike_window", f"must be >= 3, got {self.spike_window}")
         require(self.attention_every >= 1, "attention_every", f"must be >= 1, got {self.attention_every}")
@@ -116,12 +119,21 @@ class LogConfig:
         require(self.every_n_steps >= 1, "every_n_steps", "must be >= 1")
         for key in ("project", "entity", "group"):
             value = getattr(self, key)
-            require(value is None or (isinstance(value, str) and value.strip() != ""), key,
-                    f"must be a non-empty name or null, got {value!r}")
-        require(all(isinstance(t, str) and 0 < len(t) <= 64 for t in self.tags), "tags",
-                f"each tag must be a string of 1 to 64 characters, got {list(self.tags)}")
-        require(all(isinstance(s, int) and s >= 0 for s in self.artifacts), "artifacts",
-                f"must be a list of steps >= 0, got {list(self.artifacts)}")
+            require(
+                value is None or (isinstance(value, str) and value.strip() != ""),
+                key,
+                f"must be a non-empty name or null, got {value!r}",
+            )
+        require(
+            all(isinstance(t, str) and 0 < len(t) <= 64 for t in self.tags),
+            "tags",
+            f"each tag must be a string of 1 to 64 characters, got {list(self.tags)}",
+        )
+        require(
+            all(isinstance(s, int) and s >= 0 for s in self.artifacts),
+            "artifacts",
+            f"must be a list of steps >= 0, got {list(self.artifacts)}",
+        )
 
 
 def is_tracked(step: int, max_steps: int, tracking, checkpoint_every: int) -> bool:

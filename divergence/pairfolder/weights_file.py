@@ -63,8 +63,10 @@ def completed(path: str | Path, step: int) -> tuple[int, int, int] | None:
             if metadata is None or metadata.get("step") != str(step):
                 return None
             if "data_crc32" not in metadata or "data_bytes" not in metadata:
-                raise CheckpointError(f"{path}: no completion marker (data_bytes, data_crc32) in its metadata: not "
-                                      "written by this divergence's train --arm; train the arm again with it")
+                raise CheckpointError(
+                    f"{path}: no completion marker (data_bytes, data_crc32) in its metadata: not "
+                    "written by this divergence's train --arm; train the arm again with it"
+                )
             if before.st_size - data_start != int(metadata["data_bytes"]) or _crc32(f) != metadata["data_crc32"]:
                 return None
         after = os.stat(path)
@@ -116,8 +118,8 @@ def _canonical_header(blob: bytes) -> tuple[bytes, memoryview]:
     to the data, so a longer header moves nothing).
     """
     size = int.from_bytes(blob[:8], "little")
-    header = json.loads(blob[8:8 + size])
-    data = memoryview(blob)[8 + size:]
+    header = json.loads(blob[8 : 8 + size])
+    data = memoryview(blob)[8 + size :]
     header["__metadata__"].update(data_bytes=str(len(data)), data_crc32=f"{zlib.crc32(data):08x}")
     text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     text += b" " * (-len(text) % 8)

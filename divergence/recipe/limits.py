@@ -13,13 +13,33 @@ from divergence.errors import RecipeError
 # listed here because importing Lightning to read them costs seconds of CPU before any check;
 # tests/recipe/test_limits.py keeps this list equal to the installed Lightning's registry.
 STRATEGIES = (
-    "auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "ddp_find_unused_parameters_false",
-    "ddp_find_unused_parameters_true", "ddp_spawn_find_unused_parameters_false",
-    "ddp_spawn_find_unused_parameters_true", "ddp_fork_find_unused_parameters_false",
-    "ddp_fork_find_unused_parameters_true", "ddp_notebook_find_unused_parameters_false",
-    "ddp_notebook_find_unused_parameters_true", "deepspeed", "deepspeed_stage_1", "deepspeed_stage_2",
-    "deepspeed_stage_2_offload", "deepspeed_stage_3", "deepspeed_stage_3_offload", "deepspeed_stage_3_offload_nvme",
-    "fsdp", "fsdp_cpu_offload", "single_device", "single_xla", "xla_debug", "xla", "single_tpu",
+    "auto",
+    "ddp",
+    "ddp_spawn",
+    "ddp_fork",
+    "ddp_notebook",
+    "ddp_find_unused_parameters_false",
+    "ddp_find_unused_parameters_true",
+    "ddp_spawn_find_unused_parameters_false",
+    "ddp_spawn_find_unused_parameters_true",
+    "ddp_fork_find_unused_parameters_false",
+    "ddp_fork_find_unused_parameters_true",
+    "ddp_notebook_find_unused_parameters_false",
+    "ddp_notebook_find_unused_parameters_true",
+    "deepspeed",
+    "deepspeed_stage_1",
+    "deepspeed_stage_2",
+    "deepspeed_stage_2_offload",
+    "deepspeed_stage_3",
+    "deepspeed_stage_3_offload",
+    "deepspeed_stage_3_offload_nvme",
+    "fsdp",
+    "fsdp_cpu_offload",
+    "single_device",
+    "single_xla",
+    "xla_debug",
+    "xla",
+    "single_tpu",
 )
 
 
@@ -28,6 +48,8 @@ def check_strategy(name: str) -> None:
     if name.lower() not in STRATEGIES:
         from divergence.config.yaml_safe import short
 
-        raise RecipeError(f"strategy: {short(name)} is not a Lightning strategy; use one of auto, ddp, fsdp, "
-                          f"deepspeed, ... ({len(STRATEGIES)} names, as in lightning.pytorch.strategies"
-                          ".StrategyRegistry)")
+        raise RecipeError(
+            f"strategy: {short(name)} is not a Lightning strategy; use one of auto, ddp, fsdp, "
+            f"deepspeed, ... ({len(STRATEGIES)} names, as in lightning.pytorch.strategies"
+            ".StrategyRegistry)"
+        )

@@ -39,10 +39,16 @@ class Pretrained:
     def __post_init__(self):
         for key in ("path", "revision", "subfolder", "variant"):
             value = getattr(self, key)
-            require(value is None or (isinstance(value, str) and value.strip() != ""), key,
-                    f"must be a non-empty string or null, got {value!r}")
-        require(self.path is not None or (self.revision, self.subfolder, self.variant) == (None, None, None),
-                "path", "is null, so revision, subfolder and variant have nothing to apply to; set path")
+            require(
+                value is None or (isinstance(value, str) and value.strip() != ""),
+                key,
+                f"must be a non-empty string or null, got {value!r}",
+            )
+        require(
+            self.path is not None or (self.revision, self.subfolder, self.variant) == (None, None, None),
+            "path",
+            "is null, so revision, subfolder and variant have nothing to apply to; set path",
+        )
 
 
 @dataclass(frozen=True)
@@ -83,10 +89,16 @@ class UNetConfig(Pretrained):
         require(self.attention_heads >= 1, "attention_heads", "must be >= 1")
         require(self.norm_num_groups >= 1, "norm_num_groups", "must be >= 1")
         for c in self.block_out_channels:
-            require(c % self.norm_num_groups == 0, "norm_num_groups",
-                    f"{self.norm_num_groups} does not divide block_out_channels entry {c}")
-            require(c % self.attention_heads == 0, "attention_heads",
-                    f"{self.attention_heads} does not divide block_out_channels entry {c}")
+            require(
+                c % self.norm_num_groups == 0,
+                "norm_num_groups",
+                f"{self.norm_num_groups} does not divide block_out_channels entry {c}",
+            )
+            require(
+                c % self.attention_heads == 0,
+                "attention_heads",
+                f"{self.attention_heads} does not divide block_out_channels entry {c}",
+            )
 
 
 @dataclass(frozen=True)
@@ -103,8 +115,11 @@ class TokenizerConfig:
 
     def __post_init__(self):
         require(self.max_length >= 3, "max_length", f"must be >= 3, got {self.max_length}")
-        require(self.kind != "clip" or self.path is not None, "path",
-                "kind 'clip' needs a local tokenizer folder, e.g. path: pretrained/sd15/tokenizer")
+        require(
+            self.kind != "clip" or self.path is not None,
+            "path",
+            "kind 'clip' needs a local tokenizer folder, e.g. path: pretrained/sd15/tokenizer",
+        )
 
 
 @dataclass(frozen=True)
@@ -151,8 +166,11 @@ class LoraConfig:
     def __post_init__(self):
         require(self.rank >= 1, "rank", f"must be >= 1, got {self.rank}")
         require(self.alpha > 0, "alpha", f"must be > 0, got {self.alpha}")
-        require(len(self.targets) >= 1 and all(isinstance(t, str) and t.strip() for t in self.targets),
-                "targets", f"must list module names such as to_q, got {list(self.targets)}")
+        require(
+            len(self.targets) >= 1 and all(isinstance(t, str) and t.strip() for t in self.targets),
+            "targets",
+            f"must list module names such as to_q, got {list(self.targets)}",
+        )
 
 
 @dataclass(frozen=True)
@@ -176,8 +194,11 @@ class TextEncoderConfig(Pretrained):
         super().__post_init__()
         for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
             require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
-        require(self.hidden_size % self.num_heads == 0, "num_heads",
-                f"{self.num_heads} does not divide hidden_size {self.hidden_size}")
+        require(
+            self.hidden_size % self.num_heads == 0,
+            "num_heads",
+            f"{self.num_heads} does not divide hidden_size {self.hidden_size}",
+        )
 
 
 @dataclass(frozen=True)
@@ -240,8 +261,11 @@ class NoiseConfig:
 
     def __post_init__(self):
         require(self.num_train_timesteps >= 2, "num_train_timesteps", "must be >= 2")
-        require(0 < self.beta_start < self.beta_end < 1, "beta_start",
-                f"need 0 < beta_start < beta_end < 1, got {self.beta_start} and {self.beta_end}")
+        require(
+            0 < self.beta_start < self.beta_end < 1,
+            "beta_start",
+            f"need 0 < beta_start < beta_end < 1, got {self.beta_start} and {self.beta_end}",
+        )
 
 
 @dataclass(frozen=True)

@@ -101,8 +101,11 @@ def with_replicate(recipe: RunRecipe, replicate: int) -> RunRecipe:
     """``recipe`` with its data seed and init seed mapped through ``replicate_seed``."""
     if replicate == 0:
         return recipe
-    return replace(recipe, model=replace(recipe.model, seed=replicate_seed(recipe.model.seed, replicate)),
-                   data=replace(recipe.data, seed=replicate_seed(recipe.data.seed, replicate)))
+    return replace(
+        recipe,
+        model=replace(recipe.model, seed=replicate_seed(recipe.model.seed, replicate)),
+        data=replace(recipe.data, seed=replicate_seed(recipe.data.seed, replicate)),
+    )
 
 
 def _base_data(path: Path, data: dict) -> dict:
@@ -111,8 +114,7 @@ def _base_data(path: Path, data: dict) -> dict:
     looked = path.parent / str(data["base"])
     base_path = existing_file(looked)
     if base_path is None:
-        raise RecipeError(f"{path}: base {short(data['base'])} not found (looked for "
-                          f"{short(looked, 200, text=True)})")
+        raise RecipeError(f"{path}: base {short(data['base'])} not found (looked for {short(looked, 200, text=True)})")
     base = load_yaml(base_path)
     extra = data.get("recipe") or {}
     if not isinstance(extra, dict):

@@ -59,12 +59,14 @@ class DataConfig:
     workers: int = 0
 
     def __post_init__(self):
-        require(self.source == "shapes" or self.path is not None, "path",
-                f"source {self.source!r} needs a local path to the data")
+        require(
+            self.source == "shapes" or self.path is not None,
+            "path",
+            f"source {self.source!r} needs a local path to the data",
+        )
         require(self.resolution >= 8, "resolution", f"must be >= 8, got {self.resolution}")
         require(self.num_examples >= 1, "num_examples", "must be >= 1")
-        require(0.0 <= self.caption_dropout < 1.0, "caption_dropout",
-                f"must be in [0, 1), got {self.caption_dropout}")
+        require(0.0 <= self.caption_dropout < 1.0, "caption_dropout", f"must be in [0, 1), got {self.caption_dropout}")
         require(self.workers >= 0, "workers", "must be >= 0")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
 
@@ -94,8 +96,11 @@ class EMAConfig:
     foreach: bool = False
 
     def __post_init__(self):
-        require(0.0 <= self.min_decay <= self.decay <= 1.0, "decay",
-                f"need 0 <= min_decay <= decay <= 1, got min_decay={self.min_decay}, decay={self.decay}")
+        require(
+            0.0 <= self.min_decay <= self.decay <= 1.0,
+            "decay",
+            f"need 0 <= min_decay <= decay <= 1, got min_decay={self.min_decay}, decay={self.decay}",
+        )
         require(self.update_after_step >= 0, "update_after_step", "must be >= 0")
         require(0 < self.inv_gamma < float("inf"), "inv_gamma", f"must be a finite number > 0, got {self.inv_gamma}")
         require(0 < self.power < float("inf"), "power", f"must be a finite number > 0, got {self.power}")
@@ -183,8 +188,11 @@ class TrainConfig:
         require(self.max_steps >= 1, "max_steps", f"must be >= 1, got {self.max_steps}")
         # AdamW moves every weight by about lr a step: above 1 it overwrites the weights within a step.
         require(0 < self.lr <= 1, "lr", f"must be in (0, 1], got {self.lr}")
-        require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "betas",
-                f"must be two numbers in [0, 1), got {list(self.betas)}")
+        require(
+            len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas),
+            "betas",
+            f"must be two numbers in [0, 1), got {list(self.betas)}",
+        )
         require(self.eps > 0, "eps", "must be > 0")
         require(self.weight_decay >= 0, "weight_decay", "must be >= 0")
         require(self.accumulate >= 1, "accumulate", f"must be an integer >= 1, got {self.accumulate}")
@@ -194,24 +202,40 @@ class TrainConfig:
         require(self.devices >= 1 and self.num_nodes >= 1, "devices", "devices and num_nodes must be >= 1")
         require(self.cpu_threads >= 0, "cpu_threads", "must be >= 0 (0: torch's default)")
         check_strategy(self.strategy)
-        require(self.fp8 in (None, "tensorwise", "rowwise"), "fp8", f"expected tensorwise, rowwise or null, got {self.fp8!r}")
-        require(self.grad_noise is None or 0 <= self.grad_noise < float("inf"), "grad_noise",
-                f"must be a finite number >= 0 or null, got {self.grad_noise}")
-        require(self.ema is None or not self.strategy.lower().startswith(("fsdp", "deepspeed")), "ema",
-                f"EMA of weights sharded by train.strategy={self.strategy} is not supported; use ddp or set ema: null")
+        require(
+            self.fp8 in (None, "tensorwise", "rowwise"),
+            "fp8",
+            f"expected tensorwise, rowwise or null, got {self.fp8!r}",
+        )
+        require(
+            self.grad_noise is None or 0 <= self.grad_noise < float("inf"),
+            "grad_noise",
+            f"must be a finite number >= 0 or null, got {self.grad_noise}",
+        )
+        require(
+            self.ema is None or not self.strategy.lower().startswith(("fsdp", "deepspeed")),
+            "ema",
+            f"EMA of weights sharded by train.strategy={self.strategy} is not supported; use ddp or set ema: null",
+        )
 
     def _check_lr_schedule(self) -> None:
         require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
         # diffusers' ``constant`` ignores num_warmup_steps: refuse rather than silently drop the warm-up
-        require(self.lr_schedule != "constant" or self.warmup_steps == 0, "lr_schedule",
-                f"constant ignores warmup_steps={self.warmup_steps} (as diffusers' get_scheduler does); use "
-                "lr_schedule: constant_with_warmup, or warmup_steps: 0")
+        require(
+            self.lr_schedule != "constant" or self.warmup_steps == 0,
+            "lr_schedule",
+            f"constant ignores warmup_steps={self.warmup_steps} (as diffusers' get_scheduler does); use "
+            "lr_schedule: constant_with_warmup, or warmup_steps: 0",
+        )
         require(self.lr_num_cycles >= 1, "lr_num_cycles", f"must be >= 1, got {self.lr_num_cycles}")
         require(0 < self.lr_power < float("inf"), "lr_power", f"must be a finite number > 0, got {self.lr_power}")
         if self.lr_schedule == "polynomial":
             require(self.lr > POLYNOMIAL_LR_END, "lr", f"polynomial decays to {POLYNOMIAL_LR_END}; lr must be above it")
-            require(self.warmup_steps < self.max_steps, "warmup_steps",
-                    f"polynomial needs warmup_steps < max_steps ({self.max_steps}), got {self.warmup_steps}")
+            require(
+                self.warmup_steps < self.max_steps,
+                "warmup_steps",
+                f"polynomial needs warmup_steps < max_steps ({self.max_steps}), got {self.warmup_steps}",
+            )
 
 
 @dataclass(frozen=True)
@@ -263,11 +287,16 @@ class RunRecipe:
             levels, what = self.model.transformer.patch_size, "transformer patch_size"
         else:
             levels, what = 2 ** (len(unet.block_out_channels) - 1), "UNet downsampling"
-        require(self.data.resolution % (down * levels) == 0, "data.resolution",
-                f"{self.data.resolution} must be a multiple of {down * levels} "
-                f"(VAE downsampling {down} x {what} {levels})")
-        require(self.train.ema is None or self.model.lora is None, "train.ema",
-                "an EMA of LoRA factors is not an EMA of the weight change B A; train LoRA with ema: null")
+        require(
+            self.data.resolution % (down * levels) == 0,
+            "data.resolution",
+            f"{self.data.resolution} must be a multiple of {down * levels} (VAE downsampling {down} x {what} {levels})",
+        )
+        require(
+            self.train.ema is None or self.model.lora is None,
+            "train.ema",
+            "an EMA of LoRA factors is not an EMA of the weight change B A; train LoRA with ema: null",
+        )
 
 
 def load_run_recipe(path: str | Path, overrides: Iterable[str] = ()) -> RunRecipe:

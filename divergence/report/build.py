@@ -33,8 +33,14 @@ class Report:
     wandb: str | None = None  # where the wandb run went, when logged
 
 
-def build_report(inputs: list[str | Path], out: str | Path, n_boot: int = N_BOOT, seed: int = 0,
-                 min_steps: int = MIN_STEPS, calibration: str | Path | None = None) -> Report:
+def build_report(
+    inputs: list[str | Path],
+    out: str | Path,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    min_steps: int = MIN_STEPS,
+    calibration: str | Path | None = None,
+) -> Report:
     """Read the pair runs under ``inputs``, analyse them and write the report into ``out``.
 
     ``calibration``: a ``calibration.json`` (``divergence calibrate``); when None, one lying next to
@@ -59,9 +65,22 @@ def build_report(inputs: list[str | Path], out: str | Path, n_boot: int = N_BOOT
     summary["figures"] = {k: p.relative_to(out).as_posix() for k, p in figures.items()}
     files = [out / "summary.json", out / "trajectories.csv", out / "report.md", out / "report.html"]
     write_json(files[0], summary)
-    write_csv(files[1], _trajectory_rows(analysis), ("pair", "category", "step", "wasserstein", "max_abs_diff",
-                                                     "relative_wasserstein", "relative_max_abs_diff", "replicate",
-                                                     "rel_l2", "probe_rel_diff"))
+    write_csv(
+        files[1],
+        _trajectory_rows(analysis),
+        (
+            "pair",
+            "category",
+            "step",
+            "wasserstein",
+            "max_abs_diff",
+            "relative_wasserstein",
+            "relative_max_abs_diff",
+            "replicate",
+            "rel_l2",
+            "probe_rel_diff",
+        ),
+    )
     _write_text(files[2], render_markdown(analysis, figures, out, generated))
     _write_text(files[3], render_html(analysis, figures, generated))
     return Report(analysis, summary, out, files, figures)
@@ -71,16 +90,24 @@ def _trajectory_rows(analysis: Analysis):
     for p in analysis.pairs:
         rel = {m: p.relative(m) for m in p.model}
         for i, step in enumerate(p.steps.tolist()):
-            yield {"pair": p.name, "category": p.category, "step": step, "replicate": p.replicate,
-                   "rel_l2": float(p.rel_l2[i]), "probe_rel_diff": float(probe_values(p)[i]),
-                   **{m: float(p.model[m][i]) for m in p.model}, **{f"relative_{m}": float(rel[m][i]) for m in rel}}
+            yield {
+                "pair": p.name,
+                "category": p.category,
+                "step": step,
+                "replicate": p.replicate,
+                "rel_l2": float(p.rel_l2[i]),
+                "probe_rel_diff": float(probe_values(p)[i]),
+                **{m: float(p.model[m][i]) for m in p.model},
+                **{f"relative_{m}": float(rel[m][i]) for m in rel},
+            }
 
 
 def load_calibration(path: str | Path | None, inputs: list[str | Path]) -> dict | None:
     """The calibration to state equivalent doses with: ``path``, or ``calibration.json`` next to the inputs."""
     if path is None:
-        found = [c for d in map(Path, inputs) for c in (d / CALIBRATION_FILE, d.parent / CALIBRATION_FILE)
-                 if c.is_file()]
+        found = [
+            c for d in map(Path, inputs) for c in (d / CALIBRATION_FILE, d.parent / CALIBRATION_FILE) if c.is_file()
+        ]
         if not found:
             return None
         path = found[0]
@@ -93,8 +120,10 @@ def load_calibration(path: str | Path | None, inputs: list[str | Path]) -> dict 
         raise UserInputError(f"{path}: unreadable calibration ({err})") from None
     missing = [k for k in ("recipe", "line", "anchor_curve", "criteria") if k not in data]
     if not isinstance(data, dict) or missing:
-        raise UserInputError(f"{path}: not a calibration.json (missing {', '.join(missing) or 'everything'}); "
-                             "write one with divergence calibrate")
+        raise UserInputError(
+            f"{path}: not a calibration.json (missing {', '.join(missing) or 'everything'}); "
+            "write one with divergence calibrate"
+        )
     return data
 
 

@@ -13,8 +13,12 @@ from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, Pai
 from divergence.analysis.growth import Estimate
 from divergence.analysis.headline import replicates_sentence
 
-ROLES = {"optimization": "under study", "precision": "reference (the dose ratio's yardstick)",
-         "seed": "ceiling (phi) and outcome margin", "control": "noise floor"}
+ROLES = {
+    "optimization": "under study",
+    "precision": "reference (the dose ratio's yardstick)",
+    "seed": "ceiling (phi) and outcome margin",
+    "control": "noise floor",
+}
 PER = 1000  # growth rates per this many steps
 
 METHOD = [
@@ -56,21 +60,34 @@ METHOD = [
 ]
 
 
-LOG_E_CAPTION = ("E(t) of every replicate of every pair, log scale; shaded: steps where the pair under study or the "
-                 "reference has saturated (E >= 0.1 E_seed). Before saturation all pairs grow at one rate: parallel "
-                 "lines.")
-DOSE_CAPTIONS = (
-    ("dose_ratio", "log10(E_X/E_P) over training per replicate; bold: the unsaturated window the estimate reads; "
-                   "black line and band: the pooled estimate and its 95% t interval."),
-    ("phi", "phi(t), the fraction of the way to a different-seed model, of the pair under study (red) and the "
-            "reference (orange) per replicate; vertical lines: t10 (dotted) and t50 (dashed)."),
-    ("outcome", "The outcome Delta per replicate against the seed margin (-m, m); the seed pair's own Delta "
-                "per replicate below it."),
+LOG_E_CAPTION = (
+    "E(t) of every replicate of every pair, log scale; shaded: steps where the pair under study or the "
+    "reference has saturated (E >= 0.1 E_seed). Before saturation all pairs grow at one rate: parallel "
+    "lines."
 )
-LEGACY_NOTE = ("Horizon-dependent and unused by the verdict: the ratio of least-squares slopes of the raw metric "
-               "over the whole run, with a bootstrap over layers and steps, read on the lowest replicate. It "
-               "mixes the dose ratio with where each curve sits on its exponential, and drifts towards 1 once "
-               "the reference saturates.")
+DOSE_CAPTIONS = (
+    (
+        "dose_ratio",
+        "log10(E_X/E_P) over training per replicate; bold: the unsaturated window the estimate reads; "
+        "black line and band: the pooled estimate and its 95% t interval.",
+    ),
+    (
+        "phi",
+        "phi(t), the fraction of the way to a different-seed model, of the pair under study (red) and the "
+        "reference (orange) per replicate; vertical lines: t10 (dotted) and t50 (dashed).",
+    ),
+    (
+        "outcome",
+        "The outcome Delta per replicate against the seed margin (-m, m); the seed pair's own Delta "
+        "per replicate below it.",
+    ),
+)
+LEGACY_NOTE = (
+    "Horizon-dependent and unused by the verdict: the ratio of least-squares slopes of the raw metric "
+    "over the whole run, with a bootstrap over layers and steps, read on the lowest replicate. It "
+    "mixes the dose ratio with where each curve sits on its exponential, and drifts towards 1 once "
+    "the reference saturates."
+)
 
 
 @dataclass(frozen=True)
@@ -104,11 +121,34 @@ def ratio_table(analysis: Analysis) -> Table:
         for r in ratios:
             e = r.estimate
             ci = f"{number(e.lo)} – {number(e.hi)}" if e.defined else "undefined"
-            rows.append((study, r.reference, METRIC_LABELS[r.metric], number(e.value), ci,
-                         number(r.study_rate * PER), number(r.reference_rate * PER), str(e.n_steps),
-                         str(e.n_layers)))
-    return Table(("pair under study", "reference", "metric", "ratio of rates", "95% CI", f"g study /{PER} steps",
-                  f"g reference /{PER} steps", "steps", "layers"), tuple(rows), align_left=3)
+            rows.append(
+                (
+                    study,
+                    r.reference,
+                    METRIC_LABELS[r.metric],
+                    number(e.value),
+                    ci,
+                    number(r.study_rate * PER),
+                    number(r.reference_rate * PER),
+                    str(e.n_steps),
+                    str(e.n_layers),
+                )
+            )
+    return Table(
+        (
+            "pair under study",
+            "reference",
+            "metric",
+            "ratio of rates",
+            "95% CI",
+            f"g study /{PER} steps",
+            f"g reference /{PER} steps",
+            "steps",
+            "layers",
+        ),
+        tuple(rows),
+        align_left=3,
+    )
 
 
 def pairs_table(analysis: Analysis) -> Table:
@@ -116,13 +156,28 @@ def pairs_table(analysis: Analysis) -> Table:
     for p in analysis.pairs:
         g = analysis.growth[p.key]
         n = len(p.steps)
-        rows.append((p.name, str(p.replicate), ROLES.get(p.category, p.category), p.label,
-                     "yes" if p.finished else f"no (step {p.last_step} of {p.max_steps})", str(n),
-                     *(number(float(p.model[m][-1])) if n else "–" for m in TRAJECTORY_METRICS),
-                     *(rate(g[m]) for m in TRAJECTORY_METRICS)))
-    columns = ("pair", "replicate", "role", "description", "finished", "tracked steps",
-               *(f"final {METRIC_LABELS[m]}" for m in TRAJECTORY_METRICS), *(f"g {METRIC_LABELS[m]} /{PER} steps (95% CI)"
-                                                                   for m in TRAJECTORY_METRICS))
+        rows.append(
+            (
+                p.name,
+                str(p.replicate),
+                ROLES.get(p.category, p.category),
+                p.label,
+                "yes" if p.finished else f"no (step {p.last_step} of {p.max_steps})",
+                str(n),
+                *(number(float(p.model[m][-1])) if n else "–" for m in TRAJECTORY_METRICS),
+                *(rate(g[m]) for m in TRAJECTORY_METRICS),
+            )
+        )
+    columns = (
+        "pair",
+        "replicate",
+        "role",
+        "description",
+        "finished",
+        "tracked steps",
+        *(f"final {METRIC_LABELS[m]}" for m in TRAJECTORY_METRICS),
+        *(f"g {METRIC_LABELS[m]} /{PER} steps (95% CI)" for m in TRAJECTORY_METRICS),
+    )
     return Table(columns, tuple(rows), align_left=5)
 
 
@@ -133,17 +188,63 @@ def estimates_table(analysis: Analysis) -> Table:
         deltas = v.extra.get("outcome_per_replicate", {})
         for e in v.estimates:
             window = f"{e.window[0]}-{e.window[1]}" if e.window else "–"
-            rows.append((v.study, str(e.replicate), e.space, window, str(e.n_window), signed(e.log10),
-                         signed(e.log10_function), signed(e.drift), number(e.lam.get("study")),
-                         number(e.lam.get("reference")), censored(e.t10.get("reference")),
-                         censored(e.t50.get("reference")), censored(e.t10.get("study")),
-                         number(deltas.get(e.replicate))))
+            rows.append(
+                (
+                    v.study,
+                    str(e.replicate),
+                    e.space,
+                    window,
+                    str(e.n_window),
+                    signed(e.log10),
+                    signed(e.log10_function),
+                    signed(e.drift),
+                    number(e.lam.get("study")),
+                    number(e.lam.get("reference")),
+                    censored(e.t10.get("reference")),
+                    censored(e.t50.get("reference")),
+                    censored(e.t10.get("study")),
+                    number(deltas.get(e.replicate)),
+                )
+            )
         window = f"{v.window[0]}-{v.window[1]}" if v.window else "–"
-        rows.append((v.study, f"pooled ({v.dose.n})", "", window, "", interval(v.dose), interval(v.dose_function),
-                     signed(v.drift), "", "", "", "", "", interval(v.outcome, signed=False)))
-    return Table(("pair under study", "replicate", "space", "window", "steps", "log10 E_X/E_P", "log10 F_X/F_P",
-                  "drift (dex)", "lambda X /step", "lambda P /step", "t10 P", "t50 P", "t10 X", "outcome Delta"),
-                 tuple(rows), align_left=3)
+        rows.append(
+            (
+                v.study,
+                f"pooled ({v.dose.n})",
+                "",
+                window,
+                "",
+                interval(v.dose),
+                interval(v.dose_function),
+                signed(v.drift),
+                "",
+                "",
+                "",
+                "",
+                "",
+                interval(v.outcome, signed=False),
+            )
+        )
+    return Table(
+        (
+            "pair under study",
+            "replicate",
+            "space",
+            "window",
+            "steps",
+            "log10 E_X/E_P",
+            "log10 F_X/F_P",
+            "drift (dex)",
+            "lambda X /step",
+            "lambda P /step",
+            "t10 P",
+            "t50 P",
+            "t10 X",
+            "outcome Delta",
+        ),
+        tuple(rows),
+        align_left=3,
+    )
 
 
 def notes(v) -> list[str]:
@@ -177,45 +278,91 @@ def calibration_text(analysis: Analysis) -> list[str]:
     criteria = c.get("criteria") or {}
     failed = [k for k, v in criteria.items() if not v.get("pass")]
     line = c.get("line") or {}
-    out = [f"Calibration ladder (recipe {c.get('recipe', {}).get('id')}): slope {number(line.get('slope'))} "
-           f"against log10 of the true dose ratio; " + ("every criterion passes." if not failed else
-                                                        f"failed criteria: {', '.join(failed)}.")]
-    out += [f"{v.study}: perturbs training like a relative gradient noise of {v.equivalent_dose:.1g} per step."
-            for v in analysis.verdicts if v.equivalent_dose is not None]
+    out = [
+        f"Calibration ladder (recipe {c.get('recipe', {}).get('id')}): slope {number(line.get('slope'))} "
+        f"against log10 of the true dose ratio; "
+        + ("every criterion passes." if not failed else f"failed criteria: {', '.join(failed)}.")
+    ]
+    out += [
+        f"{v.study}: perturbs training like a relative gradient noise of {v.equivalent_dose:.1g} per step."
+        for v in analysis.verdicts
+        if v.equivalent_dose is not None
+    ]
     return out
 
 
 def top_layers_table(pair: PairData) -> Table:
-    rows = tuple((r["tensor"], r["kind"], str(r["numel"]), *(number(r[f"final_{m}"]) for m in TRAJECTORY_METRICS),
-                  *(number(r[f"slope_{m}"] * PER) for m in TRAJECTORY_METRICS)) for r in top_layers(pair))
-    return Table(("tensor", "kind", "numel", *(f"final {METRIC_LABELS[m]}" for m in TRAJECTORY_METRICS),
-                  *(f"slope {METRIC_LABELS[m]} /{PER} steps" for m in TRAJECTORY_METRICS)), rows, align_left=2)
+    rows = tuple(
+        (
+            r["tensor"],
+            r["kind"],
+            str(r["numel"]),
+            *(number(r[f"final_{m}"]) for m in TRAJECTORY_METRICS),
+            *(number(r[f"slope_{m}"] * PER) for m in TRAJECTORY_METRICS),
+        )
+        for r in top_layers(pair)
+    )
+    return Table(
+        (
+            "tensor",
+            "kind",
+            "numel",
+            *(f"final {METRIC_LABELS[m]}" for m in TRAJECTORY_METRICS),
+            *(f"slope {METRIC_LABELS[m]} /{PER} steps" for m in TRAJECTORY_METRICS),
+        ),
+        rows,
+        align_left=2,
+    )
 
 
 def kinds_table(pair: PairData) -> Table:
-    rows = tuple((r["kind"], r["top_tensor"], str(r["tensors"]), str(r["numel"]),
-                  *(number(r[f"final_{m}"]) for m in TRAJECTORY_METRICS), number(r["slope_wasserstein"] * PER))
-                 for r in kind_table(pair))
-    return Table(("kind", "most divergent tensor", "tensors", "numel", *(f"final {METRIC_LABELS[m]}" for m in TRAJECTORY_METRICS),
-                  f"slope {METRIC_LABELS['wasserstein']} /{PER} steps"), rows, align_left=2)
+    rows = tuple(
+        (
+            r["kind"],
+            r["top_tensor"],
+            str(r["tensors"]),
+            str(r["numel"]),
+            *(number(r[f"final_{m}"]) for m in TRAJECTORY_METRICS),
+            number(r["slope_wasserstein"] * PER),
+        )
+        for r in kind_table(pair)
+    )
+    return Table(
+        (
+            "kind",
+            "most divergent tensor",
+            "tensors",
+            "numel",
+            *(f"final {METRIC_LABELS[m]}" for m in TRAJECTORY_METRICS),
+            f"slope {METRIC_LABELS['wasserstein']} /{PER} steps",
+        ),
+        rows,
+        align_left=2,
+    )
 
 
 def noise_floor_text(analysis: Analysis) -> list[str]:
     if not analysis.noise_floors:
-        return ["No control pair: determinism was not checked, so part of each pair's drift may be "
-                "run-to-run noise."]
-    floors = [f"{v.study}: {number(v.floor)} times the control's difference (median over shared steps)."
-              for v in analysis.verdicts if v.floor is not None]
+        return ["No control pair: determinism was not checked, so part of each pair's drift may be run-to-run noise."]
+    floors = [
+        f"{v.study}: {number(v.floor)} times the control's difference (median over shared steps)."
+        for v in analysis.verdicts
+        if v.floor is not None
+    ]
     out = []
     for f in analysis.noise_floors:
         if f.exact:
-            out.append(f"Control pair {f.pair} is exactly zero at all {f.n_steps} tracked steps: training is "
-                       "deterministic, so every difference in the other pairs comes from what they change.")
+            out.append(
+                f"Control pair {f.pair} is exactly zero at all {f.n_steps} tracked steps: training is "
+                "deterministic, so every difference in the other pairs comes from what they change."
+            )
         else:
-            out.append(f"Warning: control pair {f.pair} is not zero (from step {f.first_nonzero_step}; peak "
-                       f"Wasserstein {number(f.peak['wasserstein'])}, peak max difference "
-                       f"{number(f.peak['max_abs_diff'])}). This is the noise floor: drift at or below it "
-                       "cannot be told apart from run-to-run nondeterminism.")
+            out.append(
+                f"Warning: control pair {f.pair} is not zero (from step {f.first_nonzero_step}; peak "
+                f"Wasserstein {number(f.peak['wasserstein'])}, peak max difference "
+                f"{number(f.peak['max_abs_diff'])}). This is the noise floor: drift at or below it "
+                "cannot be told apart from run-to-run nondeterminism."
+            )
     return out + floors
 
 

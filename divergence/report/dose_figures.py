@@ -58,8 +58,13 @@ def log_e(analysis: Analysis, out_dir: Path) -> Path | None:
         ax.plot(p.steps[ok], p.rel_l2[ok], color=COLORS.get(p.category, "black"), linewidth=1, alpha=0.8, label=label)
     starts = [e.saturated_at for v in analysis.verdicts for e in v.estimates if e.saturated_at is not None]
     if starts:
-        ax.axvspan(min(starts), max(int(p.steps[-1]) for p in runs), color="#999999", alpha=0.15,
-                   label="saturated (E >= 0.1 E_seed)")
+        ax.axvspan(
+            min(starts),
+            max(int(p.steps[-1]) for p in runs),
+            color="#999999",
+            alpha=0.15,
+            label="saturated (E >= 0.1 E_seed)",
+        )
     ax.set_yscale("log")
     ax.set_xlabel("training step")
     ax.set_ylabel("E(t) = ||theta_a - theta_b|| / ||theta_b||")
@@ -77,7 +82,7 @@ def dose_ratio(v: Verdict, path: Path) -> Path | None:
     fig, ax = subplots(figsize=(8, 4.2))
     for e in curves:
         ok = np.isfinite(e.log_ratio)
-        line, = ax.plot(e.steps[ok], e.log_ratio[ok], linewidth=0.8, alpha=0.5, label=f"replicate {e.replicate}")
+        (line,) = ax.plot(e.steps[ok], e.log_ratio[ok], linewidth=0.8, alpha=0.5, label=f"replicate {e.replicate}")
         inside = ok & e.in_window
         ax.plot(e.steps[inside], e.log_ratio[inside], linewidth=2, color=line.get_color())
     if v.window:
@@ -105,8 +110,14 @@ def phi(v: Verdict, path: Path) -> Path | None:
         for i, e in enumerate(curves):
             values = np.asarray(e.phi.get(role, []), dtype=float)
             ok = np.isfinite(values) & (values > 0)
-            ax.plot(e.steps[ok], values[ok], color=color, linewidth=1, alpha=0.7,
-                    label=(v.study if role == "study" else v.reference) if i == 0 else None)
+            ax.plot(
+                e.steps[ok],
+                values[ok],
+                color=color,
+                linewidth=1,
+                alpha=0.7,
+                label=(v.study if role == "study" else v.reference) if i == 0 else None,
+            )
             for _level, which, style in ((SATURATED, e.t10, ":"), (HALF_WAY, e.t50, "--")):
                 if which.get(role) is not None:
                     ax.axvline(which[role], color=color, linestyle=style, linewidth=0.8, alpha=0.6)

@@ -95,8 +95,7 @@ def relative_growth(analysis: Analysis, metric: str, out_dir: Path) -> Path | No
         ax.plot(p.steps, rel, marker="o", markersize=2.5, label=f"{run_label(p)}: {rate}", **style[p.name])
         if np.isfinite(g.value):
             fit = g.value * (p.steps - p.steps.mean()) + rel.mean()  # the OLS line through the points
-            ax.plot(p.steps, fit, color=style[p.name]["color"], alpha=0.45, linewidth=1,
-                    linestyle=(0, (4, 3)))
+            ax.plot(p.steps, fit, color=style[p.name]["color"], alpha=0.45, linewidth=1, linestyle=(0, (4, 3)))
     ax.set_xlabel("training step")
     ax.set_ylabel(f"increase in {METRIC_LABELS[metric]}\nsince the first tracked step")
     ax.set_title(f"Relative growth and fitted rate g (95% CI): {METRIC_LABELS[metric]}")
@@ -144,8 +143,13 @@ def heatmap(pair: PairData, out_dir: Path, metric: str = "wasserstein", rows: in
     fig, ax = subplots(figsize=(10, 0.26 * len(order) + 1.9))
     masked = np.ma.masked_where(~(np.isfinite(shown) & (shown > 0)), shown)
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
-    image = ax.imshow(masked, aspect="auto", interpolation="nearest", cmap=cmap,
-                      norm=LogNorm(vmin=positive.min(), vmax=positive.max()))
+    image = ax.imshow(
+        masked,
+        aspect="auto",
+        interpolation="nearest",
+        cmap=cmap,
+        norm=LogNorm(vmin=positive.min(), vmax=positive.max()),
+    )
     ax.set_yticks(range(len(order)))
     ax.set_yticklabels([f"{pair.layers[i]}  [{pair.kinds[i]}]" for i in order], fontsize=7)
     ticks = np.arange(0, len(pair.steps), -(-len(pair.steps) // 10))  # at most 10 evenly spaced labels
@@ -153,8 +157,10 @@ def heatmap(pair: PairData, out_dir: Path, metric: str = "wasserstein", rows: in
     ax.set_xticklabels([str(pair.steps[i]) for i in ticks], fontsize=8)
     ax.set_xlabel("training step")
     fig.colorbar(image, ax=ax, label=METRIC_LABELS[metric], pad=0.01)
-    ax.set_title(f"{short_label(pair)}: top {len(order)} layers by final {METRIC_LABELS[metric]} (grey: zero or NaN)",
-                 fontsize=10)
+    ax.set_title(
+        f"{short_label(pair)}: top {len(order)} layers by final {METRIC_LABELS[metric]} (grey: zero or NaN)",
+        fontsize=10,
+    )
     return _finish(fig, out_dir / f"heatmap_{file_stem(pair.name)}.png")
 
 
@@ -167,8 +173,16 @@ def losses(pair: PairData, out_dir: Path) -> Path | None:
         ax.plot(pair.loss_steps, pair.loss[arm], color=color, linewidth=1, label=f"arm {arm}")
         flagged = pair.spikes[arm]
         if flagged.any():
-            ax.plot(pair.loss_steps[flagged], pair.loss[arm][flagged], linestyle="none", marker="v", markersize=8,
-                    color="#d62728", markeredgecolor="black", label=f"spike flagged in arm {arm} ({flagged.sum()})")
+            ax.plot(
+                pair.loss_steps[flagged],
+                pair.loss[arm][flagged],
+                linestyle="none",
+                marker="v",
+                markersize=8,
+                color="#d62728",
+                markeredgecolor="black",
+                label=f"spike flagged in arm {arm} ({flagged.sum()})",
+            )
     ax.set_xlabel("training step")
     ax.set_ylabel("training loss")
     ax.set_title(f"{short_label(pair)}: loss of both arms")

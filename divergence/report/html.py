@@ -12,8 +12,13 @@ from divergence.report import content
 from divergence.report.content import Table
 from divergence.report.figures import shown_runs
 
-STATUS_COLORS = {"bounded": "#1a7f37", "not_bounded": "#cf222e", "inconclusive": "#9a6700", "no_verdict": "#57606a",
-                 "preliminary": "#0969da"}
+STATUS_COLORS = {
+    "bounded": "#1a7f37",
+    "not_bounded": "#cf222e",
+    "inconclusive": "#9a6700",
+    "no_verdict": "#57606a",
+    "preliminary": "#0969da",
+}
 
 CSS = """
 body { font: 15px/1.5 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #1f2328; margin: 0;
@@ -38,8 +43,10 @@ code { background: #eff1f3; padding: 1px 4px; border-radius: 3px; font-size: 13p
 
 def render_html(analysis: Analysis, figures: dict[str, Path], generated: str) -> str:
     """The whole report as one HTML string."""
-    body = [f"<h1>Divergence report</h1><p class='meta'>divergence {escape(__version__)} · {escape(generated)} · "
-            f"{len(analysis.pairs)} pair runs</p>"]
+    body = [
+        f"<h1>Divergence report</h1><p class='meta'>divergence {escape(__version__)} · {escape(generated)} · "
+        f"{len(analysis.pairs)} pair runs</p>"
+    ]
     body += _verdicts(analysis)
     body += [f"<div class='warn'>{escape(w)}</div>" for w in analysis.warnings]
     body += ["<h2>Dose ratio</h2>", _figure(figures.get("log_e"), content.LOG_E_CAPTION)]
@@ -52,35 +59,50 @@ def render_html(analysis: Analysis, figures: dict[str, Path], generated: str) ->
     body += [f"<p>{escape(t)}</p>" for t in content.noise_floor_text(analysis)]
     body += ["<h2>Weight difference over training</h2>"]
     for metric in TRAJECTORY_METRICS:
-        body.append(_figure(figures.get(f"trajectory_{metric}"), f"Whole-model {METRIC_LABELS[metric]} per pair "
-                            "(log scale; values of exactly 0 cannot be drawn on it)."))
+        body.append(
+            _figure(
+                figures.get(f"trajectory_{metric}"),
+                f"Whole-model {METRIC_LABELS[metric]} per pair (log scale; values of exactly 0 cannot be drawn on it).",
+            )
+        )
     for pair in shown_runs(analysis):
         body += _pair_section(pair, figures)
     body += ["<h2>Appendix: legacy ratio of growth rates</h2>", f"<p class='meta'>{escape(content.LEGACY_NOTE)}</p>"]
     if analysis.verdicts:
         body.append(_table(content.ratio_table(analysis)))
     for metric in TRAJECTORY_METRICS:
-        body.append(_figure(figures.get(f"relative_{metric}"), f"Increase of the layer-mean {METRIC_LABELS[metric]} "
-                            "since the first tracked step; dashed: the least-squares fit whose slope is g."))
+        body.append(
+            _figure(
+                figures.get(f"relative_{metric}"),
+                f"Increase of the layer-mean {METRIC_LABELS[metric]} "
+                "since the first tracked step; dashed: the least-squares fit whose slope is g.",
+            )
+        )
     body.append(_figure(figures.get("growth_rates"), "Growth rate g of each run with its 95% bootstrap interval."))
     body += ["<h2>Method</h2>"] + [f"<p>{escape(t)}</p>" for t in content.METHOD]
     body.append("<p class='meta'>Every number above is in <code>summary.json</code> beside this file.</p>")
-    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>Divergence report</title><style>{CSS}</style></head>"
-            f"<body><main>{''.join(body)}</main></body></html>\n")
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>Divergence report</title><style>{CSS}</style></head>"
+        f"<body><main>{''.join(body)}</main></body></html>\n"
+    )
 
 
 def _verdicts(analysis: Analysis) -> list[str]:
     if not analysis.verdicts:
-        return ["<div class='verdict' style='border-color:#57606a'><div class='status'>No verdict</div>"
-                "<div class='headline'>No pair under study (category optimization) among the inputs.</div></div>"]
+        return [
+            "<div class='verdict' style='border-color:#57606a'><div class='status'>No verdict</div>"
+            "<div class='headline'>No pair under study (category optimization) among the inputs.</div></div>"
+        ]
     out = []
     for v in analysis.verdicts:
         color = STATUS_COLORS[v.status]
-        parts = [f"<div class='verdict' style='border-color:{color}'>",
-                 f"<div class='status' style='color:{color}'>{escape(v.status.replace('_', ' '))}</div>",
-                 f"<div class='headline'>{escape(v.headline)}</div>"]
+        parts = [
+            f"<div class='verdict' style='border-color:{color}'>",
+            f"<div class='status' style='color:{color}'>{escape(v.status.replace('_', ' '))}</div>",
+            f"<div class='headline'>{escape(v.headline)}</div>",
+        ]
         notes = content.notes(v)
         if notes:
             parts.append("<ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
@@ -89,15 +111,25 @@ def _verdicts(analysis: Analysis) -> list[str]:
 
 
 def _pair_section(pair, figures: dict[str, Path]) -> list[str]:
-    out = [f"<h2>Pair {escape(pair.name)} <span class='meta'>({escape(content.ROLES.get(pair.category, ''))}: "
-           f"{escape(pair.label)})</span></h2>"]
+    out = [
+        f"<h2>Pair {escape(pair.name)} <span class='meta'>({escape(content.ROLES.get(pair.category, ''))}: "
+        f"{escape(pair.label)})</span></h2>"
+    ]
     out.append(_figure(figures.get(f"loss/{pair.name}"), content.spikes_text(pair)))
     if content.all_zero(pair):
         return out + ["<p>Every layer is exactly equal in both arms at every tracked step.</p>"]
-    out.append(_figure(figures.get(f"heatmap/{pair.name}"),
-                       "Per-layer Wasserstein distance over training, largest final value on top."))
-    out += ["<h3>Most divergent layers</h3>", _table(content.top_layers_table(pair)),
-            "<h3>By kind of layer</h3>", _table(content.kinds_table(pair))]
+    out.append(
+        _figure(
+            figures.get(f"heatmap/{pair.name}"),
+            "Per-layer Wasserstein distance over training, largest final value on top.",
+        )
+    )
+    out += [
+        "<h3>Most divergent layers</h3>",
+        _table(content.top_layers_table(pair)),
+        "<h3>By kind of layer</h3>",
+        _table(content.kinds_table(pair)),
+    ]
     return out
 
 
@@ -105,9 +137,15 @@ def _table(table: Table) -> str:
     if not table.rows:
         return "<p class='meta'>(no data)</p>"
     head = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
-    rows = "".join("<tr>" + "".join(
-        f"<td>{escape(cell)}</td>" if i < table.align_left else f"<td class='num'>{escape(cell)}</td>"
-        for i, cell in enumerate(row)) + "</tr>" for row in table.rows)
+    rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{escape(cell)}</td>" if i < table.align_left else f"<td class='num'>{escape(cell)}</td>"
+            for i, cell in enumerate(row)
+        )
+        + "</tr>"
+        for row in table.rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
@@ -115,5 +153,7 @@ def _figure(path: Path | None, caption: str) -> str:
     if path is None:
         return f"<p class='meta'>{escape(caption)} (no data to draw)</p>"
     data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-    return (f"<figure><img alt='{escape(Path(path).stem)}' src='data:image/png;base64,{data}'>"
-            f"<figcaption>{escape(caption)}</figcaption></figure>")
+    return (
+        f"<figure><img alt='{escape(Path(path).stem)}' src='data:image/png;base64,{data}'>"
+        f"<figcaption>{escape(caption)}</figcaption></figure>"
+    )

@@ -30,8 +30,10 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
             continue
         found = _runs_below(path)
         if not found:
-            raise UserInputError(f"{path}: no pair runs here (expected {PAIR_FILE} and {STORE_FILE} in it "
-                                 "or in its subfolders); point at the folder paired training wrote")
+            raise UserInputError(
+                f"{path}: no pair runs here (expected {PAIR_FILE} and {STORE_FILE} in it "
+                "or in its subfolders); point at the folder paired training wrote"
+            )
         runs.extend(found)
     unique = list(dict.fromkeys(p.resolve() for p in runs))
     return unique
@@ -55,8 +57,10 @@ def load_pairs(paths: list[str | Path]) -> list[PairData]:
         pair = load_pair(folder)
         key = (pair.name, pair.replicate)
         if key in seen:
-            raise UserInputError(f"{folder}: pair name {pair.name!r} replicate {pair.replicate} is also used by "
-                                 f"{seen[key]}; report on one of them, or set another 'replicate' in its {PAIR_FILE}")
+            raise UserInputError(
+                f"{folder}: pair name {pair.name!r} replicate {pair.replicate} is also used by "
+                f"{seen[key]}; report on one of them, or set another 'replicate' in its {PAIR_FILE}"
+            )
         seen[key] = folder
         pairs.append(pair)
     return pairs
@@ -69,11 +73,13 @@ def load_pair(folder: str | Path) -> PairData:
     if not store.exists():
         raise UserInputError(f"{store.path}: no metrics store here; was {folder} written by paired training?")
     try:
-        return pair_from_records(info, store.step_records(), store.tensor_records(), folder=str(folder),
-                                 replicate=_replicate(folder, info))
+        return pair_from_records(
+            info, store.step_records(), store.tensor_records(), folder=str(folder), replicate=_replicate(folder, info)
+        )
     except (KeyError, TypeError) as err:
-        raise UserInputError(f"{store.path}: a record lacks or mistypes the key {err}; "
-                             "was it written by this version of divergence?") from None
+        raise UserInputError(
+            f"{store.path}: a record lacks or mistypes the key {err}; was it written by this version of divergence?"
+        ) from None
 
 
 def _replicate(folder: Path, info: PairInfo) -> int:

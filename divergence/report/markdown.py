@@ -20,24 +20,42 @@ def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path,
     lines += [f"> Warning: {w}" for w in analysis.warnings] + ([""] if analysis.warnings else [])
     lines += ["## Dose ratio", "", _image(figures.get("log_e"), out_dir, "log E(t)"), ""]
     for v in analysis.verdicts:
-        lines += [_image(figures.get(f"{kind}/{v.study}"), out_dir, f"{kind} {v.study}") for kind, _ in
-                  content.DOSE_CAPTIONS] + [""]
+        lines += [
+            _image(figures.get(f"{kind}/{v.study}"), out_dir, f"{kind} {v.study}") for kind, _ in content.DOSE_CAPTIONS
+        ] + [""]
     if analysis.verdicts:
         lines += ["### Every estimate", "", _table(content.estimates_table(analysis)), ""]
     lines += [*content.calibration_text(analysis), ""]
     lines += ["## Pairs", "", _table(content.pairs_table(analysis)), "", "### Noise floor", ""]
     lines += [*content.noise_floor_text(analysis), "", "## Weight difference over training", ""]
-    lines += [_image(figures.get(f"trajectory_{m}"), out_dir, f"whole-model {METRIC_LABELS[m]}") for m in TRAJECTORY_METRICS]
+    lines += [
+        _image(figures.get(f"trajectory_{m}"), out_dir, f"whole-model {METRIC_LABELS[m]}") for m in TRAJECTORY_METRICS
+    ]
     lines.append("")
     for pair in shown_runs(analysis):
-        lines += [f"## Pair {pair.name} ({content.ROLES.get(pair.category, pair.category)}: {pair.label})", "",
-                  _image(figures.get(f"loss/{pair.name}"), out_dir, "loss"), "", content.spikes_text(pair), ""]
+        lines += [
+            f"## Pair {pair.name} ({content.ROLES.get(pair.category, pair.category)}: {pair.label})",
+            "",
+            _image(figures.get(f"loss/{pair.name}"), out_dir, "loss"),
+            "",
+            content.spikes_text(pair),
+            "",
+        ]
         if content.all_zero(pair):
             lines += ["Every layer is exactly equal in both arms at every tracked step.", ""]
             continue
-        lines += [_image(figures.get(f"heatmap/{pair.name}"), out_dir, "per-layer heatmap"), "",
-                  "### Most divergent layers", "", _table(content.top_layers_table(pair)), "",
-                  "### By kind of layer", "", _table(content.kinds_table(pair)), ""]
+        lines += [
+            _image(figures.get(f"heatmap/{pair.name}"), out_dir, "per-layer heatmap"),
+            "",
+            "### Most divergent layers",
+            "",
+            _table(content.top_layers_table(pair)),
+            "",
+            "### By kind of layer",
+            "",
+            _table(content.kinds_table(pair)),
+            "",
+        ]
     lines += ["## Appendix: legacy ratio of growth rates", "", f"_{content.LEGACY_NOTE}_", ""]
     if analysis.verdicts:
         lines += [_table(content.ratio_table(analysis)), ""]

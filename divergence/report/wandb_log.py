@@ -83,8 +83,19 @@ def dose_rows(summary: dict) -> list[list]:
         dose = v.get("dose_ratio")
         if dose:
             window = dose.get("window") or (None, None)
-            rows.append([v["study"], dose.get("reference"), dose.get("metric"), dose.get("log10"), dose.get("lo"),
-                         dose.get("hi"), dose.get("replicates"), window[0], window[1]])
+            rows.append(
+                [
+                    v["study"],
+                    dose.get("reference"),
+                    dose.get("metric"),
+                    dose.get("log10"),
+                    dose.get("lo"),
+                    dose.get("hi"),
+                    dose.get("replicates"),
+                    window[0],
+                    window[1],
+                ]
+            )
     return rows
 
 
@@ -98,8 +109,14 @@ def report_group(folders: list[str | Path], out_dir: Path) -> str:
     return Path(out_dir).resolve().name
 
 
-def log_report(summary: dict, figures: dict[str, Path], files: list[Path], out_dir: Path, project: str | None,
-               folders: list[str | Path] = ()) -> str:
+def log_report(
+    summary: dict,
+    figures: dict[str, Path],
+    files: list[Path],
+    out_dir: Path,
+    project: str | None,
+    folders: list[str | Path] = (),
+) -> str:
     """Log everything to one wandb run; return where it went (a local folder or a URL)."""
     import wandb
 
@@ -110,9 +127,16 @@ def log_report(summary: dict, figures: dict[str, Path], files: list[Path], out_d
     if offline:
         config["inputs"] = {a.name: a.digest for a in inputs}
     run = wandb.init(
-        project=project or target.project, entity=target.entity, dir=target.dir, job_type="report",
-        group=target.group, tags=list(target.tags), name=f"report-{file_stem(out_dir.name)}", config=config,
-        mode=target.mode, settings=wandb.Settings(silent=True),
+        project=project or target.project,
+        entity=target.entity,
+        dir=target.dir,
+        job_type="report",
+        group=target.group,
+        tags=list(target.tags),
+        name=f"report-{file_stem(out_dir.name)}",
+        config=config,
+        mode=target.mode,
+        settings=wandb.Settings(silent=True),
     )
     try:
         if not offline:

@@ -48,8 +48,15 @@ class ArmJournal:
         self.last_step = start_step
         self.next_step = start_step if initial else start_step + self.stride
 
-    def start(self, start_step: int, *, world_size: int, tensor_order: list | None = None,
-              global_batch: int | None = None, max_steps: int | None = None) -> ArmStatus:
+    def start(
+        self,
+        start_step: int,
+        *,
+        world_size: int,
+        tensor_order: list | None = None,
+        global_batch: int | None = None,
+        max_steps: int | None = None,
+    ) -> ArmStatus:
         """Rank zero, at a (re)start from ``start_step``: cut the records of later steps, then write
         ``status.json`` with the next attempt. ``tensor_order``: the weights' names when known now;
         else a restart keeps the earlier attempt's (a fresh start learns them at its first save).
@@ -58,17 +65,27 @@ class ArmJournal:
         drop_after(self.folder, start_step)
         if tensor_order is None:
             tensor_order = previous.tensor_order if previous is not None and start_step > 0 else []
-        self.status = ArmStatus(self.arm, attempt=previous.attempt + 1 if previous is not None else 1,
-                                start_step=start_step, max_steps=self.max_steps if max_steps is None else max_steps,
-                                world_size=world_size,
-                                tensor_order=list(tensor_order), global_batch=global_batch)
+        self.status = ArmStatus(
+            self.arm,
+            attempt=previous.attempt + 1 if previous is not None else 1,
+            start_step=start_step,
+            max_steps=self.max_steps if max_steps is None else max_steps,
+            world_size=world_size,
+            tensor_order=list(tensor_order),
+            global_batch=global_batch,
+        )
         self.status.write(self.folder)
         return self.status
 
     def check(self, step, where: str | None = None) -> int:
         """``step`` when it is the one recorded next (``arm_steps.check_step``), else a one-line error."""
-        return check_step(step, expected=self.next_step, max_steps=self.max_steps, stride=self.stride,
-                          where=where or f"{self.folder}: step {step!r}")
+        return check_step(
+            step,
+            expected=self.next_step,
+            max_steps=self.max_steps,
+            stride=self.stride,
+            where=where or f"{self.folder}: step {step!r}",
+        )
 
     def advance(self, step: int) -> None:
         """``step`` is recorded: the next one is ``step + stride``."""

@@ -55,9 +55,11 @@ def claim_arm_folder(folder: str | Path, arm: str, start_step: int, resume: bool
 
     status = ArmStatus.read(folder)
     state = f" ({status.state}, attempt {status.attempt})" if status is not None else ""
-    raise UserInputError(f"{folder}: already holds arm {arm}'s records up to step {last}{state}; starting at step 0 "
-                         f"would cut them. To continue it, {how_to_resume}; to train it again from step 0, pass "
-                         "resume=True; or write into a new pair folder")
+    raise UserInputError(
+        f"{folder}: already holds arm {arm}'s records up to step {last}{state}; starting at step 0 "
+        f"would cut them. To continue it, {how_to_resume}; to train it again from step 0, pass "
+        "resume=True; or write into a new pair folder"
+    )
 
 
 def _weights_steps(folder: Path) -> list[int]:

@@ -72,8 +72,11 @@ def batch_mismatch(statuses: dict[str, "ArmStatus | None"]) -> str | None:
         return None
     if all(s.global_batch is not None for s in known.values()):
         if len({s.global_batch for s in known.values()}) > 1:
-            return "different global batches (" + ", ".join(
-                f"arm {arm}: {s.global_batch}" for arm, s in known.items()) + ")"
+            return (
+                "different global batches ("
+                + ", ".join(f"arm {arm}: {s.global_batch}" for arm, s in known.items())
+                + ")"
+            )
         return None
     if len({s.world_size for s in known.values()}) > 1:
         return "different world sizes (" + ", ".join(f"arm {arm}: {s.world_size}" for arm, s in known.items()) + ")"

@@ -13,8 +13,16 @@ from divergence.errors import UserInputError
 from divergence.store.metrics_store import MetricsStore
 from divergence.tables import write_csv
 
-METRIC_COLUMNS = ("wasserstein", "max_abs_diff", "mean_abs_diff", "rms_diff", "rel_l2", "cosine",
-                  "nonfinite_a", "nonfinite_b")
+METRIC_COLUMNS = (
+    "wasserstein",
+    "max_abs_diff",
+    "mean_abs_diff",
+    "rms_diff",
+    "rel_l2",
+    "cosine",
+    "nonfinite_a",
+    "nonfinite_b",
+)
 COLUMNS = ("step", "tensor", "module", "kind", *METRIC_COLUMNS, "numel")
 
 

@@ -58,8 +58,10 @@ def require_step(record: dict) -> int:
 
 def unreadable(path: Path, number: int, reason: str) -> UserInputError:
     """The one-line error for line ``number`` of ``path``, with the command that repairs it."""
-    return UserInputError(f"{path}: line {number}: {reason}; nothing was changed. Run `divergence store repair "
-                          f"{repair_folder(path)}` to keep every committed record and move such lines aside")
+    return UserInputError(
+        f"{path}: line {number}: {reason}; nothing was changed. Run `divergence store repair "
+        f"{repair_folder(path)}` to keep every committed record and move such lines aside"
+    )
 
 
 def repair_folder(path: Path) -> Path:

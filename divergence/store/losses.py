@@ -27,7 +27,6 @@ from divergence.pairfolder.folder import arm_folder
 from divergence.store.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
 
 
-
 class LossFile:
     """Append and read one arm's losses; reading is incremental (``read_new``)."""
 
@@ -104,8 +103,12 @@ class LossFile:
                     except UnreadableLine as err:
                         raise unreadable(self.path, number, str(err)) from None
                     if last is not None and record["step"] <= last:
-                        raise unreadable(self.path, number, f"step {record['step']} does not follow step {last} of "
-                                                            "the line before (a duplicated or misplaced line)")
+                        raise unreadable(
+                            self.path,
+                            number,
+                            f"step {record['step']} does not follow step {last} of "
+                            "the line before (a duplicated or misplaced line)",
+                        )
                     last = record["step"]
                     yield number, raw, record
         except OSError as err:

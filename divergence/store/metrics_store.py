@@ -188,12 +188,19 @@ class MetricsStore:
             step = record["step"]
             if last is not None and step <= last[0]:
                 what = "is stored twice" if step == last[0] else f"comes after step {last[0]}"
-                raise unreadable(self.path, number, f"step {step} {what} (committed on line {last[1]}): "
-                                                     "a duplicated or misplaced step block")
+                raise unreadable(
+                    self.path,
+                    number,
+                    f"step {step} {what} (committed on line {last[1]}): a duplicated or misplaced step block",
+                )
             for line, tensor in pending:
                 if tensor["step"] != step:
-                    raise unreadable(self.path, line, f"a tensor record of step {tensor['step']} inside the "
-                                                      f"block of step {step} (committed on line {number})")
+                    raise unreadable(
+                        self.path,
+                        line,
+                        f"a tensor record of step {tensor['step']} inside the "
+                        f"block of step {step} (committed on line {number})",
+                    )
             yield end, [t for _, t in pending], record
             pending, last = [], (step, number)
 

@@ -95,8 +95,11 @@ def _split_store(lines: list[bytes]) -> tuple[list[int], list[tuple[int, str]], 
             aside += [(n, why) for n, _ in pending] + [(number, why)]
         else:
             for n, tensor_step in pending:
-                (keep.append(n) if tensor_step == step else
-                 aside.append((n, f"a tensor record of step {tensor_step} in the block of step {step}")))
+                (
+                    keep.append(n)
+                    if tensor_step == step
+                    else aside.append((n, f"a tensor record of step {tensor_step} in the block of step {step}"))
+                )
             keep.append(number)
             last, committed = step, committed + 1
         pending = []
@@ -130,4 +133,3 @@ def _side_file(path: Path, stamp: str) -> Path:
         serial += 1
         side = path.with_name(f"{path.name}.unreadable-{stamp}-{serial}")
     return side
-

@@ -30,8 +30,18 @@ from divergence.errors import RecipeError
 from divergence.config.schema import apply_overrides, load_yaml
 from divergence.study.config import PRECISION_AUTO, Study, _existing, _pair, study_name
 
-CALIBRATION_KEYS = {"name", "description", "base", "recipe", "doses", "references", "horizons", "replicates",
-                    "tracking", "jobs"}
+CALIBRATION_KEYS = {
+    "name",
+    "description",
+    "base",
+    "recipe",
+    "doses",
+    "references",
+    "horizons",
+    "replicates",
+    "tracking",
+    "jobs",
+}
 CALIBRATION_OVERRIDES = ("base=", "doses=", "references.", "horizons=", "replicates=", "jobs=", "name=")
 LADDER_ROLE = "ladder"
 # Doses stay below 1e16: from there Python writes 1e+16, and a '+' may not be in the pair's name
@@ -58,16 +68,28 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
     data = apply_overrides(load_yaml(path), [o for o in overrides if o.startswith(CALIBRATION_OVERRIDES)])
     unknown = sorted(set(data) - CALIBRATION_KEYS)
     if unknown:
-        raise RecipeError(f"{path}: unknown key {unknown[0]!r}; a calibration recipe has "
-                          f"{', '.join(sorted(CALIBRATION_KEYS))}")
+        raise RecipeError(
+            f"{path}: unknown key {unknown[0]!r}; a calibration recipe has {', '.join(sorted(CALIBRATION_KEYS))}"
+        )
     if "base" not in data:
         raise RecipeError(f"{path}: missing key 'base' (the run recipe every pair trains, e.g. base: tiny.yaml)")
     base = _existing(path.parent / str(data["base"]), "base", path)
     shared = {"base": str(base), "recipe": data.get("recipe") or {}, "tracking": data.get("tracking") or {}}
     doses = _doses(data.get("doses"), path)
-    pairs = [_pair(LADDER_ROLE, {"name": ladder_name(eps), "arms": {"a": [{"grad-noise": eps}], "b": []},
-                                 "description": f"relative gradient noise {eps:g} vs none"}, path, shared,
-                   key=f"doses ({eps:g})") for eps in doses]
+    pairs = [
+        _pair(
+            LADDER_ROLE,
+            {
+                "name": ladder_name(eps),
+                "arms": {"a": [{"grad-noise": eps}], "b": []},
+                "description": f"relative gradient noise {eps:g} vs none",
+            },
+            path,
+            shared,
+            key=f"doses ({eps:g})",
+        )
+        for eps in doses
+    ]
     references = data.get("references") or {}
     if not isinstance(references, dict) or set(references) - set(REFERENCE_ROLES):
         raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(REFERENCE_ROLES)}")
@@ -78,8 +100,11 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
         if spec:
             pairs.append(_pair(role, spec, path, shared))
     horizons = data.get("horizons", [100, 300])
-    if not isinstance(horizons, list) or not horizons or any(
-            isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in horizons):
+    if (
+        not isinstance(horizons, list)
+        or not horizons
+        or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in horizons)
+    ):
         raise RecipeError(f"{path}: horizons: expected a list of positive step counts, got {horizons!r}")
     replicates, jobs = data.get("replicates", 3), data.get("jobs", "auto")
     if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:

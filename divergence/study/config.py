@@ -48,8 +48,18 @@ from divergence.recipe.pair import PAIR_KEYS, existing_file, pair_name
 from divergence.config.schema import apply_overrides, load_yaml
 from divergence.config.yaml_safe import short
 
-STUDY_KEYS = {"name", "description", "base", "recipe", "study", "references", "tracking", "jobs", "replicates",
-              "numerics"}
+STUDY_KEYS = {
+    "name",
+    "description",
+    "base",
+    "recipe",
+    "study",
+    "references",
+    "tracking",
+    "jobs",
+    "replicates",
+    "numerics",
+}
 # Command-line KEY=VALUE overrides that change the study itself; every other one goes to each pair.
 STUDY_OVERRIDES = ("base=", "study=", "study.", "references.", "jobs=", "name=", "replicates=", "numerics=")
 REFERENCE_ROLES = ("seed", "precision", "control")
@@ -65,7 +75,7 @@ class StudyPair:
     name: str
     recipe: dict  # a pair recipe as plain data, ``base`` an absolute path
     note: str = ""
-    key: str = ""   # where the study recipe gives it: ``study``, ``references.seed``, ``doses (1e-05)``
+    key: str = ""  # where the study recipe gives it: ``study``, ``references.seed``, ``doses (1e-05)``
     file: str = ""  # the pair file it names there, if any
 
     @property
@@ -89,7 +99,9 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
     data = apply_overrides(load_yaml(path), [o for o in overrides if o.startswith(STUDY_OVERRIDES)])
     unknown = sorted(map(str, set(data) - STUDY_KEYS))
     if unknown:
-        raise RecipeError(f"{path}: unknown key {short(unknown[0])}; a study recipe has {', '.join(sorted(STUDY_KEYS))}")
+        raise RecipeError(
+            f"{path}: unknown key {short(unknown[0])}; a study recipe has {', '.join(sorted(STUDY_KEYS))}"
+        )
     if "base" not in data:
         raise RecipeError(f"{path}: missing key 'base' (the run recipe every pair trains, e.g. base: tiny.yaml)")
     base = _existing(path.parent / str(data["base"]), "base", path)
@@ -106,9 +118,15 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
         spec, note = references.get(role), ""
         if spec == "auto" and role == "precision":
             spec = PRECISION_AUTO["cuda" if device_type == "cuda" else "cpu"]
-            note = "" if device_type == "cuda" else ("bf16-vs-fp32 stands in for fp16-vs-fp32: fp16 autocast on a "
-                                                      "CPU runs 10-20x slower than fp32; set references.precision to "
-                                                      "pairs/fp16-vs-fp32.yaml to insist")
+            note = (
+                ""
+                if device_type == "cuda"
+                else (
+                    "bf16-vs-fp32 stands in for fp16-vs-fp32: fp16 autocast on a "
+                    "CPU runs 10-20x slower than fp32; set references.precision to "
+                    "pairs/fp16-vs-fp32.yaml to insist"
+                )
+            )
         if spec:
             pairs.append(_pair(role, spec, path, shared, note))
     names = [p.name for p in pairs]
@@ -137,16 +155,27 @@ def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "", key: 
     elif isinstance(spec, dict) and "arms" in spec:
         data = copy.deepcopy(spec)
     else:
-        raise RecipeError(f"{study_path}: {key}: expected a pair recipe file or {{name: ..., arms: {{a: [...], b: [...]}}}}")
+        raise RecipeError(
+            f"{study_path}: {key}: expected a pair recipe file or {{name: ..., arms: {{a: [...], b: [...]}}}}"
+        )
     if "name" not in data:
         raise RecipeError(f"{study_path}: {key}: the pair needs a name")
     recipe = {k: v for k, v in data.items() if k not in ("base", "recipe", "tracking")}
-    recipe.update(base=shared["base"], recipe=copy.deepcopy(shared["recipe"]),
-                  tracking={**(data.get("tracking") or {}), **shared["tracking"]})
+    recipe.update(
+        base=shared["base"],
+        recipe=copy.deepcopy(shared["recipe"]),
+        tracking={**(data.get("tracking") or {}), **shared["tracking"]},
+    )
     if note:
         recipe["description"] = f"{data.get('description', data['name'])} (stand-in for fp16 vs fp32 on a CPU)"
-    return StudyPair(role, pair_name(data["name"], f"{study_path}: {key}: name"), recipe, note, key,
-                     spec if isinstance(spec, str) else "")
+    return StudyPair(
+        role,
+        pair_name(data["name"], f"{study_path}: {key}: name"),
+        recipe,
+        note,
+        key,
+        spec if isinstance(spec, str) else "",
+    )
 
 
 def in_study(message: str, pair: StudyPair, study: Study) -> str:
@@ -168,21 +197,32 @@ def _in_deployment(pair: StudyPair, study_path: Path) -> StudyPair:
 
     arms = pair.recipe.get("arms") if isinstance(pair.recipe.get("arms"), dict) else {}
     where = f"{study_path}: {pair.key} ({pair.file}): " if pair.file else f"{study_path}: {pair.key}."
-    variants = [parse_variant(spec, f"{where}arms.{arm}[{i}]")
-                for arm, specs in arms.items() for i, spec in enumerate(specs or [])]
+    variants = [
+        parse_variant(spec, f"{where}arms.{arm}[{i}]")
+        for arm, specs in arms.items()
+        for i, spec in enumerate(specs or [])
+    ]
     recipe = pair.recipe["recipe"]
-    base_precision = (((recipe.get("train") or {}).get("precision"))
-                      or ((load_yaml(Path(pair.recipe["base"])).get("train") or {}).get("precision"))
-                      or RunRecipe().train.precision)
+    base_precision = (
+        ((recipe.get("train") or {}).get("precision"))
+        or ((load_yaml(Path(pair.recipe["base"])).get("train") or {}).get("precision"))
+        or RunRecipe().train.precision
+    )
     precision = deployment_precision(variants, base_precision)
     if precision is None:
         return pair
     train = {**(recipe.get("train") or {}), "precision": precision}
     used = ", ".join(dict.fromkeys(d.what for d in (v.deployment() for v in variants) if d and d.precisions))
-    note = (f"both arms train in {precision}, where {used} is used (its deployment numerics; the base trains in "
-            f"{base_precision}); numerics=base studies it in the base's")
-    return StudyPair(pair.role, pair.name, {**pair.recipe, "recipe": {**recipe, "train": train}},
-                     "; ".join(n for n in (pair.note, note) if n))
+    note = (
+        f"both arms train in {precision}, where {used} is used (its deployment numerics; the base trains in "
+        f"{base_precision}); numerics=base studies it in the base's"
+    )
+    return StudyPair(
+        pair.role,
+        pair.name,
+        {**pair.recipe, "recipe": {**recipe, "train": train}},
+        "; ".join(n for n in (pair.note, note) if n),
+    )
 
 
 def _existing(path: Path, key: str, study_path: Path) -> Path:

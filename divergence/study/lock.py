@@ -45,8 +45,10 @@ def study_lock(out: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            raise UserInputError(f"{out}: another study or calibration (pid {holder or 'unknown'}) is training in "
-                                 "this folder; wait for it to end or stop it, or give another --out") from None
+            raise UserInputError(
+                f"{out}: another study or calibration (pid {holder or 'unknown'}) is training in "
+                "this folder; wait for it to end or stop it, or give another --out"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield

@@ -97,8 +97,16 @@ def plan_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
                     check_host(*resolved.arm_recipes.values())  # the study trains its pairs on this machine
                 except RecipeError as err:
                     raise RecipeError(in_study(str(err).replace(f"{checked}: ", ""), pair, study)) from None
-                jobs.append(PairJob(pair, out / "recipes" / checked.name, run_folder(out, pair.name, replicate),
-                                    resolved.base.train.max_steps, replicate=replicate, recipe_text=text))
+                jobs.append(
+                    PairJob(
+                        pair,
+                        out / "recipes" / checked.name,
+                        run_folder(out, pair.name, replicate),
+                        resolved.base.train.max_steps,
+                        replicate=replicate,
+                        recipe_text=text,
+                    )
+                )
     return jobs
 
 
@@ -121,8 +129,12 @@ def run_jobs(jobs: list[PairJob], overrides: list[str], parallel: int, show_prog
     for job in jobs:
         job.skipped = job.finished()
     total = sum(j.max_steps for j in jobs)
-    bars = {j.label: tqdm(total=j.max_steps, desc=f"{j.label:<22}", position=i + 1, leave=True,
-                          disable=not show_progress, unit="step") for i, j in enumerate(jobs)}
+    bars = {
+        j.label: tqdm(
+            total=j.max_steps, desc=f"{j.label:<22}", position=i + 1, leave=True, disable=not show_progress, unit="step"
+        )
+        for i, j in enumerate(jobs)
+    }
     overall = tqdm(total=total, desc=f"{'study':<22}", position=0, leave=True, disable=not show_progress, unit="step")
     waiting = [j for j in jobs if not j.skipped]
     running: list[PairJob] = []
@@ -161,8 +173,18 @@ def _end(processes: list[subprocess.Popen]) -> None:
 
 
 def _start(job: PairJob, overrides: list[str]) -> PairJob:
-    command = [sys.executable, "-m", "divergence", "train", "--recipe", str(job.recipe_path), "--out", str(job.out),
-               *overrides, "log.progress_bar=false"]
+    command = [
+        sys.executable,
+        "-m",
+        "divergence",
+        "train",
+        "--recipe",
+        str(job.recipe_path),
+        "--out",
+        str(job.out),
+        *overrides,
+        "log.progress_bar=false",
+    ]
     # no thread count here: train.cpu_threads is the recipe's, the same whatever ``parallel`` (a
     # CPU's numbers depend on it), so a study gives the same numbers with --jobs 1 and --jobs 2
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # each job its own wandb service
@@ -191,8 +213,9 @@ def _check_exit(job: PairJob) -> None:
     log = _log_path(job)
     lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
     last = lines[-1] if lines else "(no output)"
-    raise PairFailed(f"pair {job.pair.name} (replicate {job.replicate}) failed (exit {code}): {last} "
-                     f"[full log: {log}]", code)
+    raise PairFailed(
+        f"pair {job.pair.name} (replicate {job.replicate}) failed (exit {code}): {last} [full log: {log}]", code
+    )
 
 
 def _log_path(job: PairJob) -> Path:

@@ -45,8 +45,15 @@ class StepRecorder:
         """The record's loss part (NaN losses and no spikes at step 0, ``losses`` None); every rank."""
         return loss_record(losses, self.spikes)
 
-    def commit(self, step: int, record: dict, comparison: tuple[list, dict] | None = None, extra: dict | None = None,
-               log: StepLog | None = None, stored: Callable[[int], None] | None = None) -> list[dict]:
+    def commit(
+        self,
+        step: int,
+        record: dict,
+        comparison: tuple[list, dict] | None = None,
+        extra: dict | None = None,
+        log: StepLog | None = None,
+        stored: Callable[[int], None] | None = None,
+    ) -> list[dict]:
         """Finish ``record`` (from ``losses``) and write step ``step``: ``comparison`` is
         ``(tensor records, summary)`` at a tracked step, None at an untracked one; ``extra``
         (tracked steps only) adds keys after ``tracked``; ``stored(step)`` runs once the store
@@ -88,8 +95,7 @@ class StepRecorder:
 def first_nonfinite(losses: dict[str, float] | None, exempt: tuple[str, ...] = ()) -> str | None:
     """The first arm (or run) whose loss is NaN or infinite, ``exempt`` ones aside (a loss-scaled
     arm skips such a step itself); None when every loss is finite."""
-    return next((name for name, loss in (losses or {}).items()
-                 if not math.isfinite(loss) and name not in exempt), None)
+    return next((name for name, loss in (losses or {}).items() if not math.isfinite(loss) and name not in exempt), None)
 
 
 def diverged(what: str, loss: float, step: int, where: str, advice: str) -> TrainingDiverged:

@@ -22,7 +22,7 @@ class SpikeDetector:
         if not math.isfinite(loss):
             return True
         spike = len(self.history) >= self.window and loss > self.factor * statistics.median(self.history)
-        self.history = (self.history + [loss])[-self.window:]
+        self.history = (self.history + [loss])[-self.window :]
         return spike
 
     def state_dict(self) -> dict:

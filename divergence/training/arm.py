@@ -44,11 +44,11 @@ from divergence.training.precision import PrecisionPolicy
 class StepOutput:
     """What one optimizer step of an arm reports (detached scalars)."""
 
-    loss: torch.Tensor       # () float32: mean squared error of the prediction (mean over micro-batches)
+    loss: torch.Tensor  # () float32: mean squared error of the prediction (mean over micro-batches)
     grad_norm: torch.Tensor  # () float32: global gradient norm after unscaling, before clipping
-    lr: float                # learning rate used at this step
-    loss_scale: float        # fp16 loss scale used at this step (1.0 when not scaling)
-    skipped: bool            # the loss scaler skipped the step (overflowing fp16 gradients)
+    lr: float  # learning rate used at this step
+    loss_scale: float  # fp16 loss scale used at this step (1.0 when not scaling)
+    skipped: bool  # the loss scaler skipped the step (overflowing fp16 gradients)
 
 
 class Arm(torch.nn.Module):
@@ -61,8 +61,9 @@ class Arm(torch.nn.Module):
         self.text_encoder = build_text_encoder(recipe.model.text_encoder, tokenizer, seed)
         channels, side, _ = latent_shape(recipe)
         # the denoiser (a UNet or a transformer) keeps the attribute name ``unet``: checkpoint keys
-        self.unet = build_denoiser(recipe.model, channels, side, self.text_encoder.config.hidden_size, seed,
-                                   recipe.data.resolution)
+        self.unet = build_denoiser(
+            recipe.model, channels, side, self.text_encoder.config.hidden_size, seed, recipe.data.resolution
+        )
         apply_lora(self.unet, recipe.model.lora, seed)
         if recipe.model.gradient_checkpointing:
             self.unet.enable_gradient_checkpointing()
@@ -114,7 +115,9 @@ class Arm(torch.nn.Module):
 
     @with_arm_numerics  # TF32 as this arm's recipe says, for its step only
     def training_step(
-        self, inputs: DiffusionInputs | Sequence[DiffusionInputs], *,
+        self,
+        inputs: DiffusionInputs | Sequence[DiffusionInputs],
+        *,
         backward: Callable[[torch.Tensor], None] | None = None,
     ) -> StepOutput:
         """One optimizer step on one batch or its micro-batches: forward and backward of each,
@@ -218,5 +221,7 @@ def regroup(micro: list[DiffusionInputs], k: int) -> list[DiffusionInputs]:
     size = whole["noisy"].shape[0]
     if size % k:
         raise RuntimeError(f"train.accumulate={k} does not divide the step's {size} examples")
-    return [DiffusionInputs(micro[0].step, *(whole[f][i * size // k:(i + 1) * size // k] for f in fields))
-            for i in range(k)]
+    return [
+        DiffusionInputs(micro[0].step, *(whole[f][i * size // k : (i + 1) * size // k] for f in fields))
+        for i in range(k)
+    ]

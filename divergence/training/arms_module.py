@@ -53,9 +53,17 @@ class ArmsModule(L.LightningModule):
     the optimizers exist; ``recorders``: ``{name: ShadowRecorder or None}``.
     """
 
-    def __init__(self, recipes: dict[str, RunRecipe], *, folders: dict[str, str], labels: dict[str, str],
-                 config: dict, config_key: str = "recipe", variants: dict | None = None,
-                 recorders: dict | None = None):
+    def __init__(
+        self,
+        recipes: dict[str, RunRecipe],
+        *,
+        folders: dict[str, str],
+        labels: dict[str, str],
+        config: dict,
+        config_key: str = "recipe",
+        variants: dict | None = None,
+        recorders: dict | None = None,
+    ):
         super().__init__()
         self.automatic_optimization = False
         self.recipes, self.folders, self.config, self.config_key = recipes, folders, config, config_key
@@ -64,13 +72,16 @@ class ArmsModule(L.LightningModule):
         first = next(iter(recipes.values()))
         self.inputs = Inputs(first)
         self.workers = first.data.workers
-        self.arms = torch.nn.ModuleDict({
-            name: Arm(recipe, self.inputs.tokenizer, name=labels[name], recorder=self.recorders.get(name))
-            for name, recipe in recipes.items()})
+        self.arms = torch.nn.ModuleDict(
+            {
+                name: Arm(recipe, self.inputs.tokenizer, name=labels[name], recorder=self.recorders.get(name))
+                for name, recipe in recipes.items()
+            }
+        )
         self.tensor_order = {name: list(arm.weights()) for name, arm in self.arms.items()}  # before any wrapping
         self.last_outputs: dict[str, StepOutput] | None = None  # this rank's
         self.last_costs: dict[str, dict] = {}  # this rank's: {arm: {"seconds", "peak_bytes"}} of the last step
-        self.step_losses: dict[str, float] | None = None       # averaged over ranks
+        self.step_losses: dict[str, float] | None = None  # averaged over ranks
 
     def checkpoint_arms(self) -> dict[str, Arm]:
         """Arms by folder prefix (weights go to ``<out>/<prefix>/checkpoints``)."""
@@ -117,12 +128,19 @@ class ArmsModule(L.LightningModule):
         if self.trainer.strategy.reduce_boolean_decision(bad is not None, all=False):
             name = bad if bad is not None else next(iter(self.step_losses))
             what = f"arm {name}" if len(self.arms) > 1 or name in ARMS else f"run {self.arms[name].name}"
-            raise diverged(what, self.step_losses[name], self.global_step, "",
-                           "lower train.lr, set train.grad_clip, or train in 16-mixed with loss scaling")
+            raise diverged(
+                what,
+                self.step_losses[name],
+                self.global_step,
+                "",
+                "lower train.lr, set train.grad_clip, or train in 16-mixed with loss scaling",
+            )
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint[STATE_KEY] = {self.config_key: self.config, "arms": {
-            self.folders[name]: arm.train_state_dict() for name, arm in self.arms.items()}}
+        checkpoint[STATE_KEY] = {
+            self.config_key: self.config,
+            "arms": {self.folders[name]: arm.train_state_dict() for name, arm in self.arms.items()},
+        }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         saved = checkpoint[STATE_KEY]["arms"]
@@ -132,12 +150,13 @@ class ArmsModule(L.LightningModule):
 
     def _log_step(self) -> None:
         if len(self.arms) == 1:  # a single run or a separate arm: its own train/* series
-            (name, out), = self.last_outputs.items()
+            ((name, out),) = self.last_outputs.items()
             self.log("train/loss", self.step_losses[name], prog_bar=True)
             self.log_dict({"train/grad_norm": out.grad_norm, "train/lr": out.lr, "train/loss_scale": out.loss_scale})
         else:  # a pair: the tracker logs train/loss_<arm>; the progress bar shows them too
-            self.log_dict({f"loss_{name}": loss for name, loss in self.step_losses.items()},
-                          prog_bar=True, logger=False)
+            self.log_dict(
+                {f"loss_{name}": loss for name, loss in self.step_losses.items()}, prog_bar=True, logger=False
+            )
 
 
 def rename_single_arm_keys(state_dict: dict, name: str | None) -> None:

@@ -29,8 +29,9 @@ from divergence.atomic import atomic_target
 from divergence.errors import UserInputError
 
 STORAGES = ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
-RESUME_GLOBALS = frozenset({"collections.OrderedDict", "torch._utils._rebuild_tensor_v2",
-                            *(f"torch.{dtype}Storage" for dtype in STORAGES)})
+RESUME_GLOBALS = frozenset(
+    {"collections.OrderedDict", "torch._utils._rebuild_tensor_v2", *(f"torch.{dtype}Storage" for dtype in STORAGES)}
+)
 _MAX_PICKLE = 256 * 1024 * 1024  # the pickle holds names and numbers only; tensors are separate members
 _STRINGS = ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING", "STRING")
 _GETS = ("GET", "BINGET", "LONG_BINGET")
@@ -67,7 +68,8 @@ def check_resume_file(path: str | Path) -> None:
         if name not in RESUME_GLOBALS:
             raise UserInputError(
                 f"{path}: refused: its pickle references {name}, which could run code; divergence's own "
-                f"{_unusable('holds only tensors and plain containers, so this file is not one')}")
+                f"{_unusable('holds only tensors and plain containers, so this file is not one')}"
+            )
 
 
 def _pickle_globals(path: Path) -> list[str]:
@@ -106,9 +108,10 @@ def _globals(data: bytes) -> list[str]:
             if name in ("GLOBAL", "INST"):
                 found.append(arg.replace(" ", "."))
             elif name == "STACK_GLOBAL":
-                module, attr = (pushed[-2:] if len(pushed) >= 2 else [None, None])
-                found.append(f"{module}.{attr}" if isinstance(module, str) and isinstance(attr, str)
-                             else "<unresolved>")
+                module, attr = pushed[-2:] if len(pushed) >= 2 else [None, None]
+                found.append(
+                    f"{module}.{attr}" if isinstance(module, str) and isinstance(attr, str) else "<unresolved>"
+                )
             elif name.startswith("EXT"):
                 found.append(f"<copyreg extension {arg}>")
             if name in _STRINGS:
@@ -127,8 +130,10 @@ def _globals(data: bytes) -> list[str]:
 
 
 def _unusable(reason: str) -> str:
-    return (f"resume state {reason}; nothing was run. Remove it to train this folder again from its "
-            "start, or train into a new --out")
+    return (
+        f"resume state {reason}; nothing was run. Remove it to train this folder again from its "
+        "start, or train into a new --out"
+    )
 
 
 def _first_line(err: BaseException) -> str:

@@ -30,9 +30,15 @@ class ArmEMA:
 
         self.names = [EMA_PREFIX + name for name in params]
         self.model = EMAModel(
-            list(params.values()), decay=float(config.decay), min_decay=float(config.min_decay),
-            update_after_step=int(config.update_after_step), use_ema_warmup=bool(config.use_warmup),
-            inv_gamma=float(config.inv_gamma), power=float(config.power), foreach=bool(config.foreach))
+            list(params.values()),
+            decay=float(config.decay),
+            min_decay=float(config.min_decay),
+            update_after_step=int(config.update_after_step),
+            use_ema_warmup=bool(config.use_warmup),
+            inv_gamma=float(config.inv_gamma),
+            power=float(config.power),
+            foreach=bool(config.foreach),
+        )
 
     def to(self, device: torch.device) -> None:
         self.model.to(device=device)

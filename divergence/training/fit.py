@@ -44,21 +44,38 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
     if train.cpu_threads:
         torch.set_num_threads(train.cpu_threads)
     given = (*first_callbacks, *callbacks)  # a WeightCheckpoint given replaces the default one
-    own = [] if any(isinstance(c, WeightCheckpoint) for c in given) else [WeightCheckpoint(out, every, arms=checkpoint_arms)]
+    own = (
+        []
+        if any(isinstance(c, WeightCheckpoint) for c in given)
+        else [WeightCheckpoint(out, every, arms=checkpoint_arms)]
+    )
     own.append(ResumeCheckpoint(out.resume_dir, every))
     if recipe.sample.enabled:
         own.append(SampleGrid(out, recipe.sample, arms=checkpoint_arms, inputs=lambda m: m.inputs))
     trainer = L.Trainer(
-        max_steps=train.max_steps, max_epochs=-1, precision="32-true",  # arms apply their own precision
-        accelerator=train.accelerator, devices=train.devices, strategy=strategy_for(module, train.strategy),
+        max_steps=train.max_steps,
+        max_epochs=-1,
+        precision="32-true",  # arms apply their own precision
+        accelerator=train.accelerator,
+        devices=train.devices,
+        strategy=strategy_for(module, train.strategy),
         num_nodes=train.num_nodes,
         logger=build_loggers(log, out, recipe.name, identity or RunIdentity.for_run(recipe, out)) or False,
-        callbacks=[*first_callbacks, *own, *callbacks, SlurmRequeue(),  # last: after every record of a step
-                   *([TQDMProgressBar()] if log.progress_bar else [])],
-        enable_checkpointing=False, enable_progress_bar=log.progress_bar, enable_model_summary=log.progress_bar,
-        log_every_n_steps=log.every_n_steps, plugins=[AtomicCheckpointIO()],
+        callbacks=[
+            *first_callbacks,
+            *own,
+            *callbacks,
+            SlurmRequeue(),  # last: after every record of a step
+            *([TQDMProgressBar()] if log.progress_bar else []),
+        ],
+        enable_checkpointing=False,
+        enable_progress_bar=log.progress_bar,
+        enable_model_summary=log.progress_bar,
+        log_every_n_steps=log.every_n_steps,
+        plugins=[AtomicCheckpointIO()],
         default_root_dir=str(out.resume_dir),  # where Lightning writes hpc_ckpt_N.ckpt on SLURM's requeue signal
-        use_distributed_sampler=False, num_sanity_val_steps=0,
+        use_distributed_sampler=False,
+        num_sanity_val_steps=0,
     )
     start = resume_from(out)
     # loaded by AtomicCheckpointIO: weights_only, and only the globals our own resume state holds
@@ -108,8 +125,9 @@ def writable_folder(out: RunFolder | Path) -> None:
         probe.touch()
         probe.unlink()
     except OSError as err:
-        raise UserInputError(f"--out {out}: cannot write there ({err.strerror or err}); "
-                             "choose a folder you can write to") from None
+        raise UserInputError(
+            f"--out {out}: cannot write there ({err.strerror or err}); choose a folder you can write to"
+        ) from None
 
 
 def checkpoint_arms(module) -> dict:

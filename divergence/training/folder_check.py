@@ -31,30 +31,49 @@ from divergence.pairfolder.layout import PAIR_FILE, PAIR_RECIPE_FILE, RUN_RECIPE
 from divergence.config.yaml_safe import read_yaml
 
 # Keys of a run recipe that may differ between a folder and the command resuming it.
-RESUMABLE_CHANGES = ("train.max_steps", "train.checkpoint_every", "data.workers", "log.", "sample.every",
-                     "sample.enabled")
+RESUMABLE_CHANGES = (
+    "train.max_steps",
+    "train.checkpoint_every",
+    "data.workers",
+    "log.",
+    "sample.every",
+    "sample.enabled",
+)
 # Keys of pair.yaml that may differ between the jobs of one pair folder: how each job runs,
 # not what it computes. Different global batches (batch_size x devices x num_nodes x accumulate)
 # are refused separately (``separate_arm.check_arm_folder``): they change the batches.
-PER_JOB_KEYS = ("train.accelerator", "train.devices", "train.num_nodes", "train.strategy", "train.cpu_threads",
-                "train.accumulate", "data.workers", "log.")
+PER_JOB_KEYS = (
+    "train.accelerator",
+    "train.devices",
+    "train.num_nodes",
+    "train.strategy",
+    "train.cpu_threads",
+    "train.accumulate",
+    "data.workers",
+    "log.",
+)
 
 
 @dataclass(frozen=True)
 class FolderKind:
     """What a folder holds: its saved recipe file, what may change, and how to name it."""
 
-    saved: str              # recipe.yaml or pair.yaml
-    changeable: tuple       # prefixes of run-recipe keys that may change
-    what: str               # "a run", "a pair", ...
+    saved: str  # recipe.yaml or pair.yaml
+    changeable: tuple  # prefixes of run-recipe keys that may change
+    what: str  # "a run", "a pair", ...
     tracking_changes: bool  # tracking.* may change (the lockstep tracker reads it as it goes)
     fix: str = "resume with the same recipe or choose a new --out"
 
 
 RUN = FolderKind(RUN_RECIPE_FILE, RESUMABLE_CHANGES, "a run", False)
 LOCKSTEP = FolderKind(PAIR_RECIPE_FILE, RESUMABLE_CHANGES, "a pair", True)
-SEPARATE = FolderKind(PAIR_RECIPE_FILE, PER_JOB_KEYS, "separate arms of a pair", False,
-                      "both arms and the comparator of a folder must train the same pair")
+SEPARATE = FolderKind(
+    PAIR_RECIPE_FILE,
+    PER_JOB_KEYS,
+    "separate arms of a pair",
+    False,
+    "both arms and the comparator of a folder must train the same pair",
+)
 
 
 def check_folder(out: PairFolder | Path, kind: FolderKind, config: dict, *, arm: str | None = None) -> None:
@@ -77,13 +96,17 @@ def check_folder(out: PairFolder | Path, kind: FolderKind, config: dict, *, arm:
     if arm:
         LossFile(folder.arm(arm)).check()  # a resumed arm cuts it: every line of it must read first
     saved_path = out / kind.saved
-    trained = {RUN: folder.resume_dir.is_dir() or folder.checkpoints_dir.is_dir(),
-               LOCKSTEP: folder.resume_dir.is_dir(), SEPARATE: True}[kind]
+    trained = {
+        RUN: folder.resume_dir.is_dir() or folder.checkpoints_dir.is_dir(),
+        LOCKSTEP: folder.resume_dir.is_dir(),
+        SEPARATE: True,
+    }[kind]
     if saved_path.is_file() and trained:
         key, old, new = first_change(read_yaml(saved_path) or {}, config, kind)
         if key is not None:
-            raise UserInputError(f"--out {out}: its {kind.saved} ({kind.what}) has {key} = {old!r}, this command "
-                                 f"{new!r}; {kind.fix}")
+            raise UserInputError(
+                f"--out {out}: its {kind.saved} ({kind.what}) has {key} = {old!r}, this command {new!r}; {kind.fix}"
+            )
 
 
 def check_numerics(out: PairFolder | Path, numerics: dict) -> None:
@@ -98,10 +121,12 @@ def check_numerics(out: PairFolder | Path, numerics: dict) -> None:
     for arm in sorted(set(saved) & set(numerics)):
         for key in sorted(set(saved[arm] or {}) & set(numerics[arm])):
             if saved[arm][key] != numerics[arm][key]:
-                raise UserInputError(f"--out {out}: its {PAIR_FILE} says arm {arm} trained with {key} = "
-                                     f"{saved[arm][key]!r}, this command {numerics[arm][key]!r}; resume in the "
-                                     f"numerics the pair started in (set train.cpu_threads, train.accelerator to "
-                                     "match) or choose a new --out")
+                raise UserInputError(
+                    f"--out {out}: its {PAIR_FILE} says arm {arm} trained with {key} = "
+                    f"{saved[arm][key]!r}, this command {numerics[arm][key]!r}; resume in the "
+                    f"numerics the pair started in (set train.cpu_threads, train.accelerator to "
+                    "match) or choose a new --out"
+                )
 
 
 def first_change(saved: dict, now: dict, kind: FolderKind) -> tuple:

@@ -60,25 +60,42 @@ def memory_floors(recipe) -> list[tuple[str, int, int, str]]:
     c0 = model.unet.block_out_channels[0]
     example = FP32 * side * side * (4 * channels + c0)
     if model.vae is not None:
-        example += FP32 * data.resolution ** 2 * (3 + model.vae.block_out_channels[0])
+        example += FP32 * data.resolution**2 * (3 + model.vae.block_out_channels[0])
     shape = f"{channels}x{side}x{side}"
     text = model.text_encoder
     unet_params = sum(9 * c * c for c in model.unet.block_out_channels)
-    text_params = text.num_layers * (4 * text.hidden_size ** 2 + 2 * text.hidden_size * text.intermediate_size) \
+    text_params = (
+        text.num_layers * (4 * text.hidden_size**2 + 2 * text.hidden_size * text.intermediate_size)
         + model.tokenizer.max_length * text.hidden_size
+    )
     trained = 4 + (train.ema is not None)  # weights, gradients, AdamW's two moments (and the EMA)
     weights = trained * FP32 * unet_params + (trained if text.train else 1) * FP32 * text_params
     floors = [
-        ("model", 1, weights, "model (one 3x3 convolution per UNet level and the text encoder's layers, "
-                              "with gradients and AdamW state" + (" and the EMA)" if train.ema else ")")),
-        ("train.batch_size", train.batch_size, example,
-         f"examples of {shape} (inputs, noise, prediction and the UNet's first {c0}-channel feature map, fp32)"),
+        (
+            "model",
+            1,
+            weights,
+            "model (one 3x3 convolution per UNet level and the text encoder's layers, "
+            "with gradients and AdamW state" + (" and the EMA)" if train.ema else ")"),
+        ),
+        (
+            "train.batch_size",
+            train.batch_size,
+            example,
+            f"examples of {shape} (inputs, noise, prediction and the UNet's first {c0}-channel feature map, fp32)",
+        ),
         ("noise.num_train_timesteps", recipe.noise.num_train_timesteps, 20, "timesteps of the noise schedule"),
     ]
     if sample.enabled:
         images = sample.per_prompt * len(sample.prompts) * (2 if sample.guidance_scale > 1 else 1)
-        floors.append(("sample.per_prompt", sample.per_prompt, example * images // sample.per_prompt,
-                       f"images per prompt of the sample grid ({len(sample.prompts)} prompts)"))
+        floors.append(
+            (
+                "sample.per_prompt",
+                sample.per_prompt,
+                example * images // sample.per_prompt,
+                f"images per prompt of the sample grid ({len(sample.prompts)} prompts)",
+            )
+        )
     if data.source == "shapes":
         floors.append(("data.num_examples", data.num_examples, 8, "examples (the epoch permutation, int64)"))
     return floors
@@ -93,9 +110,13 @@ def check_memory(recipe, memory: int | None = None) -> None:
         need = value * unit
         if need > memory:
             largest = memory // unit
-            fix = (f"use at most {largest}" if key != "model" and largest >= 1 else
-                   "lower data.resolution or model.unet.block_out_channels" if key != "model" else
-                   "make the model smaller (model.unet.block_out_channels, model.text_encoder sizes)")
+            fix = (
+                f"use at most {largest}"
+                if key != "model" and largest >= 1
+                else "lower data.resolution or model.unet.block_out_channels"
+                if key != "model"
+                else "make the model smaller (model.unet.block_out_channels, model.text_encoder sizes)"
+            )
             raise RecipeError(
                 f"{key}: {value} {what} need at least {_size(need)}, more than this machine's {_size(memory)} "
                 f"of memory; {fix} (the rule: a lower bound on what the run must hold at once fits in memory)"

@@ -26,10 +26,10 @@ class DiffusionInputs:
     """What an arm trains on at one step (on the arm's device)."""
 
     step: int
-    noisy: torch.Tensor      # (B, C, h, w) float32: x_t
+    noisy: torch.Tensor  # (B, C, h, w) float32: x_t
     timesteps: torch.Tensor  # (B,) int64
     input_ids: torch.Tensor  # (B, L) int64
-    target: torch.Tensor     # (B, C, h, w) float32: eps or v
+    target: torch.Tensor  # (B, C, h, w) float32: eps or v
 
 
 class Inputs:
@@ -47,8 +47,14 @@ class Inputs:
         self.noise_scheduler = build_noise_scheduler(recipe.noise)
         self.latent_shape = latent_shape(recipe)
         self.batches = StepBatches(
-            build_dataset(recipe.data), self.tokenizer, recipe.data, recipe.train.batch_size,
-            self.latent_shape, recipe.noise.num_train_timesteps, self.codec.latent_space, recipe.train.accumulate,
+            build_dataset(recipe.data),
+            self.tokenizer,
+            recipe.data,
+            recipe.train.batch_size,
+            self.latent_shape,
+            recipe.noise.num_train_timesteps,
+            self.codec.latent_space,
+            recipe.train.accumulate,
         )
 
     def stream(self, start: int, rank: int = 0, world_size: int = 1) -> StepStream:
@@ -70,6 +76,9 @@ class Inputs:
         sched = self.noise_scheduler
         with torch.autocast(x0.device.type, enabled=False):
             noisy = sched.add_noise(x0, batch.noise, batch.timesteps)
-            target = batch.noise if sched.config.prediction_type == "epsilon" else (
-                sched.get_velocity(x0, batch.noise, batch.timesteps))
+            target = (
+                batch.noise
+                if sched.config.prediction_type == "epsilon"
+                else (sched.get_velocity(x0, batch.noise, batch.timesteps))
+            )
         return DiffusionInputs(batch.step, noisy, batch.timesteps, batch.input_ids, target)

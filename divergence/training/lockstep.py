@@ -48,15 +48,26 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     if global_rank_zero():
         writable_folder(out)
         write_pair_files(out, pair, keep=False)
-    tracker = DivergenceTracker(out, pair.tracking, pair.base.train.checkpoint_every, probe=pair_probe(pair, module),
-                                losses=lambda m: m.step_losses, weights=lambda m: (m.arms["a"].weights(),
-                                                                                    m.arms["b"].weights()))
+    tracker = DivergenceTracker(
+        out,
+        pair.tracking,
+        pair.base.train.checkpoint_every,
+        probe=pair_probe(pair, module),
+        losses=lambda m: m.step_losses,
+        weights=lambda m: (m.arms["a"].weights(), m.arms["b"].weights()),
+    )
     callbacks = [*callbacks, StepCosts(out, costs=lambda m: m.last_costs)]  # costs.jsonl: each arm's step time, memory
     recorders = {arm: r for arm, r in module.recorders.items() if r is not None}
     if recorders:
         callbacks = [*callbacks, AttentionOutputDeviation(out, recorders, pair.tracking.attention_every)]
-    trainer = fit(module, replace(pair.base, name=pair.name), out, first_callbacks=[tracker], callbacks=callbacks,
-                  identity=RunIdentity.for_pair(pair, out, pair_config(pair)))
+    trainer = fit(
+        module,
+        replace(pair.base, name=pair.name),
+        out,
+        first_callbacks=[tracker],
+        callbacks=callbacks,
+        identity=RunIdentity.for_pair(pair, out, pair_config(pair)),
+    )
     if trainer.is_global_zero:
         finish_pair(out, trainer.global_step, trainer.global_step >= pair.base.train.max_steps)
     return trainer

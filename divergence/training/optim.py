@@ -32,8 +32,15 @@ ADAMW_FLAGS = dict(zip(ADAMW_IMPLS, ((None, None), (False, False), (True, False)
 
 def build_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
     foreach, fused = ADAMW_FLAGS[config.adamw_impl]
-    return torch.optim.AdamW(params, lr=config.lr, betas=tuple(config.betas), eps=config.eps,
-                             weight_decay=config.weight_decay, foreach=foreach, fused=fused)
+    return torch.optim.AdamW(
+        params,
+        lr=config.lr,
+        betas=tuple(config.betas),
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+        foreach=foreach,
+        fused=fused,
+    )
 
 
 def build_lr_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig):
@@ -60,6 +67,11 @@ def build_lr_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig):
     """
     from diffusers.optimization import get_scheduler
 
-    return get_scheduler(config.lr_schedule, optimizer, num_warmup_steps=config.warmup_steps,
-                         num_training_steps=config.max_steps, num_cycles=config.lr_num_cycles,
-                         power=config.lr_power)
+    return get_scheduler(
+        config.lr_schedule,
+        optimizer,
+        num_warmup_steps=config.warmup_steps,
+        num_training_steps=config.max_steps,
+        num_cycles=config.lr_num_cycles,
+        power=config.lr_power,
+    )

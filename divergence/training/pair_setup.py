@@ -33,18 +33,32 @@ def pair_module(pair: PairRecipe, arms: tuple[str, ...] = ARMS):
     folders = {arm: arm if len(arms) > 1 else "" for arm in arms}
     recorders = {arm: shadow_recorder(pair.arm_recipes[arm]) for arm in arms}
     config, key = (pair_config(pair), "pair") if len(arms) > 1 else (to_dict(pair.arm_recipes[arms[0]]), "recipe")
-    return ArmsModule({arm: pair.arm_recipes[arm] for arm in arms}, folders=folders,
-                      labels={arm: f"{pair.name}.{arm}" for arm in arms}, config=config, config_key=key,
-                      variants={arm: pair.arms[arm] for arm in arms}, recorders=recorders)
+    return ArmsModule(
+        {arm: pair.arm_recipes[arm] for arm in arms},
+        folders=folders,
+        labels={arm: f"{pair.name}.{arm}" for arm in arms},
+        config=config,
+        config_key=key,
+        variants={arm: pair.arms[arm] for arm in arms},
+        recorders=recorders,
+    )
 
 
 def pair_info(pair: PairRecipe) -> PairInfo:
     """The ``pair.json`` of a pair that starts training (``finished`` false)."""
     numerics = pair_numerics(pair)
-    return PairInfo(name=pair.name, category=pair.category, arms=pair.labels(), description=pair.summary_line(),
-                    max_steps=pair.base.train.max_steps, recipe=pair_config(pair)["recipes"]["a"],
-                    replicate=pair.replicate, tracking=to_dict(pair.tracking), numerics=numerics,
-                    outside_deployment=outside_deployment(pair.arms, numerics))
+    return PairInfo(
+        name=pair.name,
+        category=pair.category,
+        arms=pair.labels(),
+        description=pair.summary_line(),
+        max_steps=pair.base.train.max_steps,
+        recipe=pair_config(pair)["recipes"]["a"],
+        replicate=pair.replicate,
+        tracking=to_dict(pair.tracking),
+        numerics=numerics,
+        outside_deployment=outside_deployment(pair.arms, numerics),
+    )
 
 
 def pair_numerics(pair: PairRecipe) -> dict:
@@ -75,9 +89,15 @@ def shadow_recorder(recipe):
 
 def pair_config(pair: PairRecipe) -> dict:
     """The resolved pair as plain data: name, arms' variants and both arms' recipes."""
-    return {"name": pair.name, "category": pair.category, "control": pair.control, "replicate": pair.replicate,
-            "arms": pair.labels(), "tracking": to_dict(pair.tracking),
-            "recipes": {arm: to_dict(pair.arm_recipes[arm]) for arm in ARMS}}
+    return {
+        "name": pair.name,
+        "category": pair.category,
+        "control": pair.control,
+        "replicate": pair.replicate,
+        "arms": pair.labels(),
+        "tracking": to_dict(pair.tracking),
+        "recipes": {arm: to_dict(pair.arm_recipes[arm]) for arm in ARMS},
+    }
 
 
 def check_shared_inputs(pair: PairRecipe) -> None:
@@ -85,8 +105,10 @@ def check_shared_inputs(pair: PairRecipe) -> None:
     a, b = (to_dict(pair.arm_recipes[arm]) for arm in ARMS)
     for key in SHARED_INPUTS:
         if _get(a, key) != _get(b, key):
-            raise RecipeError(f"arms differ in {key}, which decides the shared inputs; a pair must train on "
-                              "identical batches (change it in the base recipe for both arms)")
+            raise RecipeError(
+                f"arms differ in {key}, which decides the shared inputs; a pair must train on "
+                "identical batches (change it in the base recipe for both arms)"
+            )
 
 
 def _get(data: dict, dotted: str):

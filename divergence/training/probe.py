@@ -88,8 +88,10 @@ class FunctionProbe:
         from divergence.attention.joint import KernelJointAttnProcessor
         from divergence.attention.processor import KernelAttnProcessor
 
-        joint = isinstance(module.processor, KernelJointAttnProcessor) or type(module.processor).__name__ == \
-            "JointAttnProcessor2_0"
+        joint = (
+            isinstance(module.processor, KernelJointAttnProcessor)
+            or type(module.processor).__name__ == "JointAttnProcessor2_0"
+        )
         if self._baseline is None:
             self._baseline = {False: KernelAttnProcessor("baseline"), True: KernelJointAttnProcessor("baseline")}
         return self._baseline[joint]
@@ -103,8 +105,15 @@ def probe_inputs(inputs: Inputs, size: int, seed: int, device) -> DiffusionInput
 
     batches = inputs.batches
     config = replace(batches.config, seed=derive_seed("probe", seed) % 2**31)
-    draws = StepBatches(batches.dataset, batches.tokenize, config, size,
-                        batches.latent_shape, batches.num_train_timesteps, batches.latent_space)
+    draws = StepBatches(
+        batches.dataset,
+        batches.tokenize,
+        config,
+        size,
+        batches.latent_shape,
+        batches.num_train_timesteps,
+        batches.latent_space,
+    )
     with torch.no_grad():
         return inputs.prepare(draws.batch(0).to(device))
 
@@ -117,8 +126,10 @@ def reference_numerics(arm, baseline_for):
 
     bad = sorted({p.dtype for p in arm.parameters() if p.dtype != torch.float32}, key=str)
     if bad:
-        raise RuntimeError(f"probe: arm {arm.name} holds {bad[0]} weights; the probe evaluates fp32 weights "
-                           "(set tracking.probe.enabled=false for this pair)")
+        raise RuntimeError(
+            f"probe: arm {arm.name} holds {bad[0]} weights; the probe evaluates fp32 weights "
+            "(set tracking.probe.enabled=false for this pair)"
+        )
     modules = attention_modules(arm.unet)
     saved = {name: module.processor for name, module in modules.items()}
     modes = [(module, module.training) for module in arm.modules()]

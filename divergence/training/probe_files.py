@@ -46,8 +46,9 @@ class FileProbe:
         recipes = {arm: parse(RunRecipe, self.pair.recipe_config["recipes"][arm], f"recipes.{arm}") for arm in ARMS}
         inputs = Inputs(recipes["a"])
         device = torch.device(self.device)
-        self._arms = {arm: Arm(recipes[arm], inputs.tokenizer, name=f"{self.pair.name}.{arm}").to(device)
-                      for arm in ARMS}
+        self._arms = {
+            arm: Arm(recipes[arm], inputs.tokenizer, name=f"{self.pair.name}.{arm}").to(device) for arm in ARMS
+        }
         inputs.to(device)
         seed = replicate_seed(self.pair.tracking.probe.seed, self.pair.replicate)
         self._probe = FunctionProbe(inputs, self.pair.tracking.probe, seed)
@@ -63,7 +64,7 @@ def _load_weights(arm, path: str) -> None:
     except (OSError, SafetensorError) as err:
         raise CheckpointError(f"{path}: unreadable ({err})") from None
     for prefix, network in (("unet.", arm.unet), ("text_encoder.", arm.text_encoder)):
-        state = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+        state = {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix)}
         try:
             network.load_state_dict(state, strict=True)
         except RuntimeError as err:

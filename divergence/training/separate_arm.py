@@ -57,9 +57,12 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
         if lock is not None:
             write_pair_files(out, pair, keep=True)
         per_rank = recipe.train.batch_size * recipe.train.accumulate
-        first = [WeightCheckpoint(folder, recipe.train.checkpoint_every, pair.tracking, arms=checkpoint_arms),
-                 ArmProgress(folder, arm, per_rank, loss=lambda m: m.step_losses[arm],
-                             tensor_order=lambda m: m.tensor_order[arm])]
+        first = [
+            WeightCheckpoint(folder, recipe.train.checkpoint_every, pair.tracking, arms=checkpoint_arms),
+            ArmProgress(
+                folder, arm, per_rank, loss=lambda m: m.step_losses[arm], tensor_order=lambda m: m.tensor_order[arm]
+            ),
+        ]
         identity = RunIdentity.for_pair(pair, out, pair_config(pair), job_type="arm", arm=arm)
         return fit(module, recipe, folder, first_callbacks=first, callbacks=callbacks, identity=identity)
     finally:
@@ -83,11 +86,13 @@ def check_arm_folder(out: PairFolder | Path, pair: PairRecipe, arm: str) -> None
         if other.global_batch is None:  # written before global batches were recorded
             raise UserInputError(
                 f"arm {arm}: {world_size} ranks (train.devices x train.num_nodes), but the other arm trains on "
-                f"{other.world_size}; both arms need the same world size, or their batches differ")
+                f"{other.world_size}; both arms need the same world size, or their batches differ"
+            )
         raise UserInputError(
             f"arm {arm}: global batch {mine.global_batch} (train.batch_size {train.batch_size} x {world_size} ranks x "
             f"train.accumulate {train.accumulate}), but the other arm's is {other.global_batch}; both arms need the "
-            "same global batch, or they train on different examples")
+            "same global batch, or they train on different examples"
+        )
 
 
 def global_batch(train, world_size: int) -> int:
@@ -102,5 +107,7 @@ def _check_fsdp(recipe) -> None:
     if recipe.sample.enabled:
         raise UserInputError("train.strategy=fsdp: sampling does not run on sharded weights; add sample.enabled=false")
     if recipe.train.grad_clip is not None:
-        raise UserInputError("train.strategy=fsdp: the arm would clip by the norm of its own shard, not the global "
-                             "norm; add train.grad_clip=null (or train with train.strategy=ddp)")
+        raise UserInputError(
+            "train.strategy=fsdp: the arm would clip by the norm of its own shard, not the global "
+            "norm; add train.grad_clip=null (or train with train.strategy=ddp)"
+        )

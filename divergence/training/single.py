@@ -48,8 +48,13 @@ def train_run(recipe: RunRecipe, out: str | Path, callbacks: list | tuple = ()):
     check_folder(out, RUN, to_dict(recipe))
     recorder = shadow_recorder(recipe)
     # builds everything: bad paths and variants fail before any file
-    module = ArmsModule({RUN_ARM: recipe}, folders={RUN_ARM: ""}, labels={RUN_ARM: recipe.name},
-                        config=to_dict(recipe), recorders={RUN_ARM: recorder})
+    module = ArmsModule(
+        {RUN_ARM: recipe},
+        folders={RUN_ARM: ""},
+        labels={RUN_ARM: recipe.name},
+        config=to_dict(recipe),
+        recorders={RUN_ARM: recorder},
+    )
     if global_rank_zero():
         writable_folder(out)
         write_atomic(out.recipe, yaml.safe_dump(to_dict(recipe), sort_keys=False))

@@ -54,7 +54,9 @@ class Attention(Variant):
         modules = attention_modules(arm.unet)
         wrong = [n for n, m in modules.items() if m.processor is not arm.processors.get(n)]
         if not modules or wrong:
-            raise RuntimeError(f"attention variant {self.label()} did not reach {len(wrong) or 'any'} attention modules")
+            raise RuntimeError(
+                f"attention variant {self.label()} did not reach {len(wrong) or 'any'} attention modules"
+            )
 
 
 @register

@@ -39,11 +39,15 @@ class Deployment:
     def outside(self, numerics: dict) -> str | None:
         """Why an arm training in ``numerics`` (``precision``, ``device``) is outside this deployment."""
         if self.precisions and numerics.get("precision") not in self.precisions:
-            return (f"{self.what} is used under {' or '.join(self.precisions)} autocast, but trains here in "
-                    f"{numerics.get('precision')}")
+            return (
+                f"{self.what} is used under {' or '.join(self.precisions)} autocast, but trains here in "
+                f"{numerics.get('precision')}"
+            )
         if self.devices and numerics.get("device") not in self.devices:
-            return (f"{self.what} is a {' or '.join(self.devices)} setting, but trains here on a "
-                    f"{numerics.get('device')}, where it changes nothing")
+            return (
+                f"{self.what} is a {' or '.join(self.devices)} setting, but trains here on a "
+                f"{numerics.get('device')}, where it changes nothing"
+            )
         return None
 
 
@@ -88,10 +92,15 @@ def arm_numerics(recipe, device: str | None = None) -> dict:
     """
     train = recipe.train
     device = device or resolve_device(train)
-    return {"device": device, "precision": train.precision,
-            "attention": recipe.attention.name, "tf32": bool(train.tf32), "deterministic": bool(train.deterministic),
-            "cpu_threads": resolve_threads(train),
-            "cpu_autocast": train.cpu_autocast if device == "cpu" and train.precision != "32-true" else None}
+    return {
+        "device": device,
+        "precision": train.precision,
+        "attention": recipe.attention.name,
+        "tf32": bool(train.tf32),
+        "deterministic": bool(train.deterministic),
+        "cpu_threads": resolve_threads(train),
+        "cpu_autocast": train.cpu_autocast if device == "cpu" and train.precision != "32-true" else None,
+    }
 
 
 def outside_deployment(arms: dict, numerics: dict) -> str | None:

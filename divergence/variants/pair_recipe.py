@@ -16,7 +16,13 @@ from divergence.errors import RecipeError
 from divergence.pairfolder.layout import ARMS
 from divergence.pairfolder.settings import TrackingConfig
 from divergence.recipe.pair import (
-    PAIR_KEYS, PAIR_OVERRIDE_PREFIXES, PairRecipe, _base_data, _bool, pair_name, with_replicate,
+    PAIR_KEYS,
+    PAIR_OVERRIDE_PREFIXES,
+    PairRecipe,
+    _base_data,
+    _bool,
+    pair_name,
+    with_replicate,
 )
 from divergence.recipe.run import RunRecipe
 from divergence.variants.registry import parse_variant
@@ -38,15 +44,24 @@ def load_pair_recipe(path: str | Path, overrides: Iterable[str] = ()) -> PairRec
     if isinstance(replicate, bool) or not isinstance(replicate, int) or replicate < 0:
         raise RecipeError(f"{path}: replicate: expected a non-negative integer, got {replicate!r}")
     base = with_replicate(parse(RunRecipe, base_data), replicate)
-    arms = {arm: tuple(parse_variant(spec, f"arms.{arm}[{i}]") for i, spec in enumerate(_arm_list(data, arm)))
-            for arm in ARMS}
+    arms = {
+        arm: tuple(parse_variant(spec, f"arms.{arm}[{i}]") for i, spec in enumerate(_arm_list(data, arm)))
+        for arm in ARMS
+    }
     arm_recipes = {arm: with_replicate(_arm_recipe(base_data, arms[arm], f"{name}.{arm}"), replicate) for arm in ARMS}
     control = _bool(data.get("control", False), "control")
     _check_arms(arm_recipes, control)
     tracking = parse(TrackingConfig, data.get("tracking"), "tracking")
-    return PairRecipe(name=name, base=base, arms=arms, arm_recipes=arm_recipes,
-                      control=control, description=str(data.get("description", "")), tracking=tracking,
-                      replicate=replicate)
+    return PairRecipe(
+        name=name,
+        base=base,
+        arms=arms,
+        arm_recipes=arm_recipes,
+        control=control,
+        description=str(data.get("description", "")),
+        tracking=tracking,
+        replicate=replicate,
+    )
 
 
 def _arm_list(data: dict, arm: str) -> list:
@@ -83,13 +98,20 @@ def _arm_recipe(base_data: dict, variants, name: str) -> RunRecipe:
 def _check_arms(recipes: dict, control: bool) -> None:
     a, b = (dict(to_dict(recipes[arm]), name=None) for arm in ARMS)
     if a == b and not control:
-        raise RecipeError("arms a and b are identical: give them different variants, or set control: true "
-                          "for the harness's zero check")
+        raise RecipeError(
+            "arms a and b are identical: give them different variants, or set control: true "
+            "for the harness's zero check"
+        )
     if a != b and control:
         raise RecipeError("control: true but the arms differ; a control pair has two identical arms")
     if to_dict(recipes["a"].model) != to_dict(recipes["b"].model):
-        changed = [k for k in ("unet", "text_encoder", "tokenizer", "vae")
-                   if getattr(recipes["a"].model, k) != getattr(recipes["b"].model, k)]
+        changed = [
+            k
+            for k in ("unet", "text_encoder", "tokenizer", "vae")
+            if getattr(recipes["a"].model, k) != getattr(recipes["b"].model, k)
+        ]
         if changed:
-            raise RecipeError(f"arms build different models (model.{changed[0]} differs): "
-                              "weights could not be matched tensor by tensor")
+            raise RecipeError(
+                f"arms build different models (model.{changed[0]} differs): "
+                "weights could not be matched tensor by tensor"
+            )

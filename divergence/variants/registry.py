@@ -85,7 +85,7 @@ def parse_variant(spec: Any, key: str) -> Variant:
     if isinstance(spec, str):
         name, value = spec, None
     elif isinstance(spec, dict) and len(spec) == 1:
-        (name, value), = spec.items()
+        ((name, value),) = spec.items()
     else:
         raise RecipeError(f"{key}: a variant is a name or a one-key mapping {{name: value}}, got {short(spec)}")
     if not isinstance(name, str) or name not in VARIANTS:

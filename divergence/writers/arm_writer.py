@@ -52,7 +52,11 @@ from divergence.store.arm_records import claim_arm_folder
 from divergence.pairfolder.arm_steps import check_loss, check_step, check_stride, loss_value, tracked_with_stride
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.pair_json import (
-    DEFAULT_EVERY, check_pair_files, schedule_config, tracking_schedule, write_pair_files,
+    DEFAULT_EVERY,
+    check_pair_files,
+    schedule_config,
+    tracking_schedule,
+    write_pair_files,
 )
 from divergence.pairfolder.weights_file import save_weights
 from divergence.pairfolder.settings import DENSE_DEFAULT
@@ -86,9 +90,20 @@ class ArmWriter:
 
     how_to_resume = "pass start_step=G, the step of the checkpoint this process resumes from"
 
-    def __init__(self, out: str | Path, arm: str, *, max_steps: int, every: int = DEFAULT_EVERY,
-                 start_step: int = 0, resume: bool = False, stride: int = 1, weights: Callable | None = None,
-                 rank: int | None = None, **pair):
+    def __init__(
+        self,
+        out: str | Path,
+        arm: str,
+        *,
+        max_steps: int,
+        every: int = DEFAULT_EVERY,
+        start_step: int = 0,
+        resume: bool = False,
+        stride: int = 1,
+        weights: Callable | None = None,
+        rank: int | None = None,
+        **pair,
+    ):
         if arm not in ARMS:
             raise UserInputError(f"arm={arm!r}: must be one of {', '.join(ARMS)}")
         self.out, self.arm, self.max_steps, self.every = Path(out), arm, max_steps, every
@@ -99,8 +114,12 @@ class ArmWriter:
         self.lock: ArmLock | None = None
         self.schedule = schedule_config(tracking_schedule(every, dense=pair.get("dense", DENSE_DEFAULT)))
         self.stride = check_stride(stride, max_steps, "ArmWriter") if isinstance(max_steps, int) else stride
-        start_step = check_step(start_step, expected=start_step, max_steps=max_steps if isinstance(max_steps, int)
-                                else None, where="ArmWriter(start_step=...)")
+        start_step = check_step(
+            start_step,
+            expected=start_step,
+            max_steps=max_steps if isinstance(max_steps, int) else None,
+            where="ArmWriter(start_step=...)",
+        )
         if start_step % self.stride:
             raise UserInputError(f"ArmWriter: start_step={start_step} is not a multiple of stride={self.stride}")
         self.journal = ArmJournal(self.folder, arm, max_steps=max_steps, stride=self.stride)  # status, losses, steps
@@ -190,7 +209,9 @@ class ArmWriter:
         try:
             claim_arm_folder(self.folder, self.arm, start_step, resume, self.how_to_resume)
             if saved is None:
-                saved = write_pair_files(self.pair_folder, max_steps=self.max_steps, every=self.every, stride=stride, **pair)
+                saved = write_pair_files(
+                    self.pair_folder, max_steps=self.max_steps, every=self.every, stride=stride, **pair
+                )
             self.schedule = schedule_config(saved.get("tracking") or {"every": self.every})
             self._start(start_step)
         except BaseException:

@@ -49,8 +49,15 @@ class ArmWriterCallback(TrainerCallback):
     """Write arm ``arm`` of the pair folder ``out``; ``module``: compare only this submodule;
     ``resume``: train the arm again from step 0 into an arm folder that holds its records."""
 
-    def __init__(self, out: str | Path, arm: str, every: int = DEFAULT_EVERY, module: str | None = None,
-                 resume: bool = False, **pair):
+    def __init__(
+        self,
+        out: str | Path,
+        arm: str,
+        every: int = DEFAULT_EVERY,
+        module: str | None = None,
+        resume: bool = False,
+        **pair,
+    ):
         self.out, self.arm, self.every, self.module, self.pair = Path(out), arm, every, module, pair
         self.resume = resume
         self.writer: ArmWriter | None = None
@@ -60,12 +67,23 @@ class ArmWriterCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if args.logging_steps != 1 or args.logging_strategy != "steps":
-            raise UserInputError(f"TrainingArguments(logging_steps={args.logging_steps}, logging_strategy="
-                                 f"{args.logging_strategy!s}): ArmWriterCallback needs each step's loss; "
-                                 "set logging_steps=1 and logging_strategy='steps'")
-        self.writer = _broadcast_errors(lambda: _Writer(
-            self.out, self.arm, max_steps=state.max_steps, every=self.every, start_step=state.global_step,
-            resume=self.resume, rank=0 if state.is_world_process_zero else 1, **self.pair))
+            raise UserInputError(
+                f"TrainingArguments(logging_steps={args.logging_steps}, logging_strategy="
+                f"{args.logging_strategy!s}): ArmWriterCallback needs each step's loss; "
+                "set logging_steps=1 and logging_strategy='steps'"
+            )
+        self.writer = _broadcast_errors(
+            lambda: _Writer(
+                self.out,
+                self.arm,
+                max_steps=state.max_steps,
+                every=self.every,
+                start_step=state.global_step,
+                resume=self.resume,
+                rank=0 if state.is_world_process_zero else 1,
+                **self.pair,
+            )
+        )
         self._hook = model.register_forward_hook(self._capture)
         self._save(state.global_step, model)
         if state.global_step == 0:
@@ -75,9 +93,11 @@ class ArmWriterCallback(TrainerCallback):
         loss = _step_nonfinite(self._seen, getattr(args, "device", None))  # every process: a collective
         if loss is None and not self._seen and getattr(args, "logging_nan_inf_filter", False):
             self.writer.finish("failed")  # the Trainer has no exception hook: release the arm now
-            raise UserInputError("ArmWriterCallback: the model's output holds no loss (a compute_loss of your own, "
-                                 "or a label smoother?), so a NaN or infinite loss would be logged as the mean of "
-                                 "the earlier ones; set TrainingArguments(logging_nan_inf_filter=False)")
+            raise UserInputError(
+                "ArmWriterCallback: the model's output holds no loss (a compute_loss of your own, "
+                "or a label smoother?), so a NaN or infinite loss would be logged as the mean of "
+                "the earlier ones; set TrainingArguments(logging_nan_inf_filter=False)"
+            )
         self._seen = []
         if loss is not None:
             self._nonfinite[state.global_step] = loss

@@ -38,8 +38,9 @@ LAYERS = (
 )
 
 
-def records(rate, *, steps=range(0, 201, 10), offset=0.0, noise=0.05, seed=0, spikes=(), layers=LAYERS,
-            nan_layer=None, every=5):
+def records(
+    rate, *, steps=range(0, 201, 10), offset=0.0, noise=0.05, seed=0, spikes=(), layers=LAYERS, nan_layer=None, every=5
+):
     """[(step, tensor records, step record)] of a pair whose layers grow at ``rate`` per step.
 
     A step record is written every ``every`` steps (and at every tracked step and spike): enough
@@ -50,8 +51,14 @@ def records(rate, *, steps=range(0, 201, 10), offset=0.0, noise=0.05, seed=0, sp
     out = []
     for t in sorted(set(steps) | set(spikes) | set(range(steps[0], steps[-1] + 1, every))):
         tracked = t in steps
-        tensors = [_tensor(name, kind, numel, offset + rate * t * (1 + noise * rng.standard_normal()))
-                   for name, kind, numel in layers] if tracked else []
+        tensors = (
+            [
+                _tensor(name, kind, numel, offset + rate * t * (1 + noise * rng.standard_normal()))
+                for name, kind, numel in layers
+            ]
+            if tracked
+            else []
+        )
         if nan_layer is not None and tracked and t >= steps[len(steps) // 2]:
             tensors[nan_layer] = _tensor(*layers[nan_layer], math.nan)
         out.append((t, tensors, _step(t, tensors, tracked, t in spikes)))
@@ -59,9 +66,15 @@ def records(rate, *, steps=range(0, 201, 10), offset=0.0, noise=0.05, seed=0, sp
 
 
 def info(name, category, *, finished=True, max_steps=None, last_step=200, description=None):
-    return PairInfo(name=name, category=category, arms={"a": [f"{name}-a"], "b": [f"{name}-b"]},
-                    description=description if description is not None else name.replace("-", " "),
-                    max_steps=max_steps or last_step, finished=finished, last_step=last_step)
+    return PairInfo(
+        name=name,
+        category=category,
+        arms={"a": [f"{name}-a"], "b": [f"{name}-b"]},
+        description=description if description is not None else name.replace("-", " "),
+        max_steps=max_steps or last_step,
+        finished=finished,
+        last_step=last_step,
+    )
 
 
 def make_pair(name, category, rate, *, finished=True, max_steps=None, description=None, **kwargs) -> PairData:
@@ -69,8 +82,11 @@ def make_pair(name, category, rate, *, finished=True, max_steps=None, descriptio
     rows = records(rate, **kwargs)
     steps = [r[2] | {"step": r[0]} for r in rows]
     tensors = [t | {"step": r[0]} for r in rows for t in r[1]]
-    return pair_from_records(info(name, category, finished=finished, max_steps=max_steps, last_step=rows[-1][0],
-                                  description=description), steps, tensors)
+    return pair_from_records(
+        info(name, category, finished=finished, max_steps=max_steps, last_step=rows[-1][0], description=description),
+        steps,
+        tensors,
+    )
 
 
 def write_pair(folder, name, category, rate, *, finished=True, max_steps=None, description=None, **kwargs):
@@ -79,23 +95,43 @@ def write_pair(folder, name, category, rate, *, finished=True, max_steps=None, d
     rows = records(rate, **kwargs)
     for step, tensors, step_record in rows:
         store.append_step(step, tensors, step_record)
-    info(name, category, finished=finished, max_steps=max_steps, last_step=rows[-1][0],
-         description=description).write(folder)
+    info(name, category, finished=finished, max_steps=max_steps, last_step=rows[-1][0], description=description).write(
+        folder
+    )
     return folder
 
 
 def _tensor(name, kind, numel, w):
     nonfinite = 0 if math.isfinite(w) else 1
     norm = math.sqrt(numel) * 0.02
-    return {"tensor": name, "module": name.rsplit(".", 1)[0], "kind": kind, "shape": [numel], "numel": numel,
-            "wasserstein": w, "max_abs_diff": 3 * w, "mean_abs_diff": w, "rms_diff": 1.2 * w,
-            "rel_l2": 1.2 * w * math.sqrt(numel) / norm, "cosine": 1.0 - w, "nonfinite_a": 0, "nonfinite_b": nonfinite,
-            "norm_a": norm, "norm_b": norm}
+    return {
+        "tensor": name,
+        "module": name.rsplit(".", 1)[0],
+        "kind": kind,
+        "shape": [numel],
+        "numel": numel,
+        "wasserstein": w,
+        "max_abs_diff": 3 * w,
+        "mean_abs_diff": w,
+        "rms_diff": 1.2 * w,
+        "rel_l2": 1.2 * w * math.sqrt(numel) / norm,
+        "cosine": 1.0 - w,
+        "nonfinite_a": 0,
+        "nonfinite_b": nonfinite,
+        "norm_a": norm,
+        "norm_b": norm,
+    }
 
 
 def _step(t, records, tracked, spike):
-    record = {"tracked": tracked, "loss_a": 1.0 / (1 + 0.02 * t) + (0.5 if spike else 0.0),
-              "loss_b": 1.0 / (1 + 0.02 * t) + 0.001, "loss_diff": 0.001, "spike_a": spike, "spike_b": False}
+    record = {
+        "tracked": tracked,
+        "loss_a": 1.0 / (1 + 0.02 * t) + (0.5 if spike else 0.0),
+        "loss_b": 1.0 / (1 + 0.02 * t) + 0.001,
+        "loss_diff": 0.001,
+        "spike_a": spike,
+        "spike_b": False,
+    }
     if tracked:
         kinds = {}
         for kind in {r["kind"] for r in records}:
@@ -106,8 +142,10 @@ def _step(t, records, tracked, spike):
 
 def study_pairs(*, study=1e-4, precision=4e-4, seed_rate=1.25e-4, control=0.0, overrides=None) -> list[PairData]:
     """The four pairs of the paper's design in memory; a rate of None leaves a pair out."""
-    return [make_pair(name, category, rate, **options) for name, category, rate, options
-            in _study_specs(study, precision, seed_rate, control, overrides or {})]
+    return [
+        make_pair(name, category, rate, **options)
+        for name, category, rate, options in _study_specs(study, precision, seed_rate, control, overrides or {})
+    ]
 
 
 def write_study(root, *, study=1e-4, precision=4e-4, seed_rate=1.25e-4, control=0.0, overrides=None):
@@ -119,15 +157,21 @@ def write_study(root, *, study=1e-4, precision=4e-4, seed_rate=1.25e-4, control=
 
 def _study_specs(study, precision, seed_rate, control, overrides):
     """(name, category, rate, options); ``overrides[name]`` overrides one pair's options."""
-    specs = [("flash-vs-baseline", "optimization", study, "flash vs baseline"),
-             ("fp16-vs-fp32", "precision", precision, "fp16 vs fp32"),
-             ("seed-vs-seed", "seed", seed_rate, "seed 0 vs seed 1"),
-             ("control", "control", control, "control")]
+    specs = [
+        ("flash-vs-baseline", "optimization", study, "flash vs baseline"),
+        ("fp16-vs-fp32", "precision", precision, "fp16 vs fp32"),
+        ("seed-vs-seed", "seed", seed_rate, "seed 0 vs seed 1"),
+        ("control", "control", control, "control"),
+    ]
     for i, (name, category, rate, description) in enumerate(specs):
         if rate is None:
             continue
-        options = {"offset": 0.01 if category == "seed" else 0.0,  # different inits start apart
-                   "seed": i, "description": description, "noise": 0.0 if category == "control" else 0.05}
+        options = {
+            "offset": 0.01 if category == "seed" else 0.0,  # different inits start apart
+            "seed": i,
+            "description": description,
+            "noise": 0.0 if category == "control" else 0.05,
+        }
         yield name, category, rate, options | overrides.get(name, {})
 
 
@@ -182,16 +226,22 @@ def dose_records(name, category, eps, *, replicate=0, horizon=400, probe=True, l
     for t in sorted(set(steps) | set(range(0, horizon + 1, loss_every))):
         loss_b = 1.0 / (1 + 0.02 * t)
         share = phi.get(t, phi[max(s for s in steps if s <= t)])
-        record = {"step": t, "tracked": t in phi, "loss_b": loss_b,
-                  "loss_a": loss_b * (1 + OUTCOME * share * w) if category != "control" or eps else loss_b,
-                  "spike_a": False, "spike_b": False}
+        record = {
+            "step": t,
+            "tracked": t in phi,
+            "loss_b": loss_b,
+            "loss_a": loss_b * (1 + OUTCOME * share * w) if category != "control" or eps else loss_b,
+            "spike_a": False,
+            "spike_b": False,
+        }
         if t in phi:
             i = steps.index(t)
             rows = [_tensor(n, k, numel, float(e[i]) * 0.01) | {"step": t} for n, k, numel in DOSE_LAYERS]
             record.update(summarize(rows), rel_l2=float(e[i]), kinds={r["kind"]: summarize([r]) for r in rows})
             if probe:
-                record.update(probe_rel_diff=float(f[i]), probe_loss_b=loss_b,
-                              probe_loss_a=loss_b * (1 + OUTCOME * share * w))
+                record.update(
+                    probe_rel_diff=float(f[i]), probe_loss_b=loss_b, probe_loss_a=loss_b * (1 + OUTCOME * share * w)
+                )
             tensors += rows
         step_records.append(record)
     return step_records, tensors
@@ -218,14 +268,17 @@ def dose_pair(name, category, eps, *, replicate=0, horizon=400, probe=True, reci
 @functools.lru_cache(maxsize=256)
 def _full_pair(name, category, eps, replicate, probe, description):
     steps, tensors = dose_records(name, category, eps, replicate=replicate, horizon=max(FULL, 0), probe=probe)
-    return pair_from_records(info(name, category, last_step=FULL, description=description), steps, tensors,
-                             replicate=replicate)
+    return pair_from_records(
+        info(name, category, last_step=FULL, description=description), steps, tensors, replicate=replicate
+    )
 
 
-DOSE_STUDY = (("flash-vs-baseline", "optimization", "flash vs baseline"),
-              ("bf16-vs-fp32", "precision", "bf16 vs fp32"),
-              ("seed-vs-seed", "seed", "seed 0 vs seed 1"),
-              ("control", "control", "control"))
+DOSE_STUDY = (
+    ("flash-vs-baseline", "optimization", "flash vs baseline"),
+    ("bf16-vs-fp32", "precision", "bf16 vs fp32"),
+    ("seed-vs-seed", "seed", "seed 0 vs seed 1"),
+    ("control", "control", "control"),
+)
 
 
 def _dose_specs(study, precision, control, replicates, seed):
@@ -238,15 +291,19 @@ def _dose_specs(study, precision, control, replicates, seed):
             yield name, category, description, doses[category], r
 
 
-def dose_study(*, study=1e-8, precision=1e-5, control=0.0, replicates=4, horizon=400, probe=True,
-               seed=True) -> list[PairData]:
+def dose_study(
+    *, study=1e-8, precision=1e-5, control=0.0, replicates=4, horizon=400, probe=True, seed=True
+) -> list[PairData]:
     """The study design with known doses; ``precision``/``control`` None or ``seed`` False leave a pair out."""
-    return [dose_pair(name, category, eps, replicate=r, horizon=horizon, probe=probe, description=description)
-            for name, category, description, eps, r in _dose_specs(study, precision, control, replicates, seed)]
+    return [
+        dose_pair(name, category, eps, replicate=r, horizon=horizon, probe=probe, description=description)
+        for name, category, description, eps, r in _dose_specs(study, precision, control, replicates, seed)
+    ]
 
 
-def write_dose_study(root, *, study=1e-8, precision=1e-5, control=0.0, replicates=4, horizon=200, probe=True,
-                     seed=True):
+def write_dose_study(
+    root, *, study=1e-8, precision=1e-5, control=0.0, replicates=4, horizon=200, probe=True, seed=True
+):
     """The same pairs as run folders (metrics.jsonl + pair.json with ``replicate``) under ``root``."""
     import json
 

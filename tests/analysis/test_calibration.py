@@ -15,8 +15,13 @@ RECIPE = {"model": {"seed": 3, "unet": {"block_out_channels": [32]}}, "train": {
 
 
 def ladder(dose_of=lambda eps: eps, replicates=4, horizon=300):
-    return {eps: [dose_pair(f"grad-noise-{eps:g}", "optimization", dose_of(eps), replicate=r, horizon=horizon,
-                            recipe=RECIPE) for r in range(replicates)] for eps in DOSES}
+    return {
+        eps: [
+            dose_pair(f"grad-noise-{eps:g}", "optimization", dose_of(eps), replicate=r, horizon=horizon, recipe=RECIPE)
+            for r in range(replicates)
+        ]
+        for eps in DOSES
+    }
 
 
 def seeds(replicates=4, horizon=300):
@@ -30,8 +35,15 @@ def calibration():
 
 def test_a_dose_like_ladder_passes_every_criterion(calibration):
     criteria = calibration["criteria"]
-    assert set(criteria) == {"monotone", "slope", "horizon_stability", "recovery", "coverage", "synthetic_bounded",
-                             "synthetic_not_bounded"}
+    assert set(criteria) == {
+        "monotone",
+        "slope",
+        "horizon_stability",
+        "recovery",
+        "coverage",
+        "synthetic_bounded",
+        "synthetic_not_bounded",
+    }
     failed = {k: c for k, c in criteria.items() if not c["pass"]}
     assert not failed and calibration["passed"]
     assert 0.85 <= criteria["slope"]["value"] <= 1.15 and criteria["recovery"]["value"] <= 0.2

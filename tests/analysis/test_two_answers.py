@@ -93,7 +93,9 @@ def test_an_inconclusive_dose_says_how_many_replicates_would_exclude_zero():
     offsets = (-0.35, 0.1, -0.3, 0.05)  # each replicate's plateau, around a dose ratio of 1
 
     def spread(p):
-        return dataclasses.replace(p, rel_l2=p.rel_l2 * 10 ** offsets[p.replicate]) if p.category == "optimization" else p
+        return (
+            dataclasses.replace(p, rel_l2=p.rel_l2 * 10 ** offsets[p.replicate]) if p.category == "optimization" else p
+        )
 
     pairs = [spread(p) for p in dose_study(study=1e-5, precision=1e-5, horizon=200)]
     analysis = analyze(pairs, n_boot=50)

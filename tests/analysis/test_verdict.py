@@ -30,8 +30,11 @@ def test_recovers_the_dose_ratio_at_every_horizon_and_keeps_its_status(probe):
         assert v.status == "bounded", (h, v.headline)
         assert {e.space for e in v.estimates} == {"function" if probe else "weight"}
         assert v.outcome_source == ("probe" if probe else "training")
-    assert re.match(r"Bounded: flash vs baseline perturbs training 1\d\d\dx less than bf16 vs fp32 "
-                    r"\(log10 dose ratio -3\.\d\d, 95% CI -3\.\d\d to -[23]\.\d\d, 4 replicates", verdicts[0].headline)
+    assert re.match(
+        r"Bounded: flash vs baseline perturbs training 1\d\d\dx less than bf16 vs fp32 "
+        r"\(log10 dose ratio -3\.\d\d, 95% CI -3\.\d\d to -[23]\.\d\d, 4 replicates",
+        verdicts[0].headline,
+    )
 
 
 def test_the_window_ends_where_the_reference_saturates():
@@ -51,7 +54,7 @@ def test_a_pair_ten_times_above_the_precision_dose_is_not_bounded(horizon):
     v = verdict(study=1e-4, precision=1e-5, horizon=horizon)
     assert v.status == "not_bounded" and abs(v.dose.mean - 1.0) < 0.2 and v.dose.lo > 0
     factor = float(re.search(r"perturbs training ([0-9.]+)x more than bf16 vs fp32", v.headline).group(1))
-    assert 10 ** 0.8 < factor < 10 ** 1.2
+    assert 10**0.8 < factor < 10**1.2
 
 
 def test_one_replicate_is_preliminary_with_what_the_point_estimates_say():
@@ -92,8 +95,10 @@ def test_no_precision_pair_gives_no_verdict():
 
 def test_a_ratio_that_drifts_is_not_dose_like():
     pairs = dose_study(horizon=200)
-    pairs = [dataclasses.replace(p, rel_l2=p.rel_l2 * 10 ** (p.steps / 200)) if p.category == "optimization" else p
-             for p in pairs]  # X grows 0.0115/step faster than P: 1 dex across the window
+    pairs = [
+        dataclasses.replace(p, rel_l2=p.rel_l2 * 10 ** (p.steps / 200)) if p.category == "optimization" else p
+        for p in pairs
+    ]  # X grows 0.0115/step faster than P: 1 dex across the window
     v = analyze(pairs, n_boot=100).verdicts[0]
     assert v.status == "inconclusive" and not v.dose_like
     assert "is not dose-like" in v.headline and v.drift > 0.5
@@ -101,8 +106,12 @@ def test_a_ratio_that_drifts_is_not_dose_like():
 
 def test_an_outcome_outside_the_seed_margin_is_not_bounded():
     pairs = dose_study(horizon=200)
-    pairs = [dataclasses.replace(p, probe=p.probe | {"probe_loss_a": p.probe["probe_loss_b"] * 1.05})
-             if p.category == "optimization" else p for p in pairs]
+    pairs = [
+        dataclasses.replace(p, probe=p.probe | {"probe_loss_a": p.probe["probe_loss_b"] * 1.05})
+        if p.category == "optimization"
+        else p
+        for p in pairs
+    ]
     v = analyze(pairs, n_boot=100).verdicts[0]
     assert v.dose.hi < 0 and v.outcome.mean == pytest.approx(0.05) and v.status == "not_bounded"
 
@@ -125,8 +134,18 @@ def test_summary_schema_2():
     assert summary["schema"] == 2
     v = summary["verdicts"][0]
     assert {"status", "headline", "dose_ratio", "outcome", "reasons"} <= set(v)
-    assert set(v["dose_ratio"]) == {"reference", "metric", "log10", "lo", "hi", "replicates", "window", "common_start",
-                                    "status", "replicates_needed"}
+    assert set(v["dose_ratio"]) == {
+        "reference",
+        "metric",
+        "log10",
+        "lo",
+        "hi",
+        "replicates",
+        "window",
+        "common_start",
+        "status",
+        "replicates_needed",
+    }
     assert v["dose_ratio"]["status"] == "bounded" and v["outcome"]["status"] == "within"
     assert set(v["dose_ratio"]["replicates_needed"]) == {"exclude_0", "exclude_0.3_dex"}
     assert 2 <= v["dose_ratio"]["replicates_needed"]["exclude_0.3_dex"] <= 4  # -3 dex, 4 tight replicates
@@ -161,8 +180,10 @@ def test_replicates_are_common_random_numbers_across_horizons():
 
 def test_a_pair_whose_arms_stay_bitwise_equal_is_bounded_in_words():
     """Gradient checkpointing on CPU: E_X = 0 at every step, so log10(E_X/E_P) is -inf; said in words."""
-    pairs = [dataclasses.replace(p, rel_l2=p.rel_l2 * 0) if p.category == "optimization" else p
-             for p in dose_study(horizon=100)]
+    pairs = [
+        dataclasses.replace(p, rel_l2=p.rel_l2 * 0) if p.category == "optimization" else p
+        for p in dose_study(horizon=100)
+    ]
     v = analyze(pairs, n_boot=100).verdicts[0]
     assert v.status == "bounded" and "does not perturb training at all" in v.headline
     assert to_summary(analyze(pairs, n_boot=100))["verdicts"][0]["dose_ratio"]["log10"] is None
@@ -173,15 +194,18 @@ def test_a_reference_that_never_drifts_and_a_pair_that_does_not_grow_are_named()
     zero_ref = [dataclasses.replace(p, rel_l2=p.rel_l2 * 0) if p.category == "precision" else p for p in pairs]
     v = analyze(zero_ref, n_boot=100).verdicts[0]
     assert v.status == "no_verdict" and "cannot serve as the yardstick" in v.headline
-    flat = [dataclasses.replace(p, rel_l2=np.full(len(p.steps), 1e-3)) if p.category == "optimization" else p
-            for p in pairs]
+    flat = [
+        dataclasses.replace(p, rel_l2=np.full(len(p.steps), 1e-3)) if p.category == "optimization" else p for p in pairs
+    ]
     v = analyze(flat, n_boot=100).verdicts[0]
     assert v.status == "no_verdict" and "does not grow over training" in v.headline
 
 
 def test_no_control_and_an_unfinished_run_are_caveats():
-    pairs = [dataclasses.replace(p, finished=False) if p.key == "flash-vs-baseline" else p
-             for p in dose_study(horizon=100, control=None)]
+    pairs = [
+        dataclasses.replace(p, finished=False) if p.key == "flash-vs-baseline" else p
+        for p in dose_study(horizon=100, control=None)
+    ]
     v = analyze(pairs, n_boot=100).verdicts[0]
     assert v.status == "bounded"
     assert any("no control pair" in c for c in v.caveats) and any("is unfinished" in c for c in v.caveats)

@@ -27,8 +27,9 @@ def _with_transient(p):
     if p.category != "optimization":
         return p
     factor = 10 ** _level(p.replicate, p.steps.astype(float))
-    return dataclasses.replace(p, rel_l2=p.rel_l2 * factor,
-                               probe=p.probe | {"probe_rel_diff": p.probe["probe_rel_diff"] * factor})
+    return dataclasses.replace(
+        p, rel_l2=p.rel_l2 * factor, probe=p.probe | {"probe_rel_diff": p.probe["probe_rel_diff"] * factor}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +48,7 @@ def test_every_replicate_is_read_on_its_plateau_from_one_common_step_past_the_tr
     for e in v.estimates:  # its plateau: the median of its own log ratio well past the transient
         plateau = np.median(e.log_ratio[e.steps >= 20])
         assert e.log10 == pytest.approx(plateau, abs=0.03), (e.replicate, e.window)
-    assert v.dose.mean == pytest.approx(np.mean([np.median(e.log_ratio[e.steps >= 20]) for e in v.estimates]),
-                                        abs=0.02)
+    assert v.dose.mean == pytest.approx(np.mean([np.median(e.log_ratio[e.steps >= 20]) for e in v.estimates]), abs=0.02)
     windows = ", ".join(f"{e.window[0]}-{e.window[1]}" for e in v.estimates)
     assert f"windows steps {windows}" in v.headline or f"window steps {v.window[0]}-{HORIZON} in every" in v.headline
     dose = to_summary(analysis)["verdicts"][0]

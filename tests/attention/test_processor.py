@@ -20,8 +20,14 @@ def _set(model, make):
 @pytest.fixture(scope="module")
 def transformer():
     torch.manual_seed(0)
-    model = Transformer2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=16, num_layers=1,
-                               norm_num_groups=4, cross_attention_dim=12).eval()
+    model = Transformer2DModel(
+        num_attention_heads=2,
+        attention_head_dim=8,
+        in_channels=16,
+        num_layers=1,
+        norm_num_groups=4,
+        cross_attention_dim=12,
+    ).eval()
     g = torch.Generator().manual_seed(1)
     return model, torch.randn(2, 16, 4, 4, generator=g), torch.randn(2, 5, 12, generator=g)
 
@@ -50,8 +56,9 @@ def test_group_norm_residual_rescale_and_mask_paths():
     """A bare Attention module with the options AttnProcessor2_0 handles: 4-D input, group norm,
     residual connection, output rescaling and an attention mask."""
     torch.manual_seed(0)
-    attn = Attention(query_dim=16, heads=2, dim_head=8, norm_num_groups=4, residual_connection=True,
-                     rescale_output_factor=2.0).eval()
+    attn = Attention(
+        query_dim=16, heads=2, dim_head=8, norm_num_groups=4, residual_connection=True, rescale_output_factor=2.0
+    ).eval()
     g = torch.Generator().manual_seed(2)
     x = torch.randn(2, 16, 3, 3, generator=g)
     mask = torch.ones(2, 9)

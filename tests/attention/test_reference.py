@@ -11,9 +11,11 @@ from divergence.attention.reference import baseline_attention, golden_attention
 
 def _qkv(lq=40, lk=40, d=8, dtype=torch.float64, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(2, 3, lq, d, generator=g, dtype=dtype),
-            torch.randn(2, 3, lk, d, generator=g, dtype=dtype),
-            torch.randn(2, 3, lk, d, generator=g, dtype=dtype))
+    return (
+        torch.randn(2, 3, lq, d, generator=g, dtype=dtype),
+        torch.randn(2, 3, lk, d, generator=g, dtype=dtype),
+        torch.randn(2, 3, lk, d, generator=g, dtype=dtype),
+    )
 
 
 def test_baseline_is_the_textbook_formula():
@@ -24,12 +26,14 @@ def test_baseline_is_the_textbook_formula():
 
 def test_causal_and_masks_match_sdpa_math():
     q, k, v = _qkv(lq=30, lk=30)
-    torch.testing.assert_close(baseline_attention(q, k, v, causal=True),
-                               F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    torch.testing.assert_close(
+        baseline_attention(q, k, v, causal=True), F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    )
     keep = torch.rand(30, 30, generator=torch.Generator().manual_seed(1)) > 0.3
     keep[:, 0] = True  # no fully masked row
-    torch.testing.assert_close(baseline_attention(q, k, v, attn_mask=keep),
-                               F.scaled_dot_product_attention(q, k, v, attn_mask=keep))
+    torch.testing.assert_close(
+        baseline_attention(q, k, v, attn_mask=keep), F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    )
 
 
 def test_golden_is_fp64_and_stays_fp64():

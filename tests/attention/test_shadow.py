@@ -41,8 +41,11 @@ def test_returns_the_primary_and_records_the_difference():
 
 def test_every_kth_call_and_mean_over_calls():
     attn, recorder = _attn(), ShadowRecorder()
-    attn.set_processor(ShadowAttnProcessor("sdpa-math", get_kernel("tiled", block_q=4, block_kv=4), every=2,
-                                           recorder=recorder, layer_name="a"))
+    attn.set_processor(
+        ShadowAttnProcessor(
+            "sdpa-math", get_kernel("tiled", block_q=4, block_kv=4), every=2, recorder=recorder, layer_name="a"
+        )
+    )
     with torch.no_grad():
         for seed in range(5):  # calls 0, 2, 4 are compared
             attn(_x(seed))

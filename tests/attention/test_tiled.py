@@ -25,8 +25,10 @@ def _max(a, b):
     return (a.double() - b.double()).abs().max().item()
 
 
-@pytest.mark.parametrize("l,lk,bq,bkv,causal", [(256, 256, 16, 32, False), (100, 100, 16, 24, True),
-                                                  (70, 130, 32, 16, False), (130, 130, 128, 7, True)])
+@pytest.mark.parametrize(
+    "l,lk,bq,bkv,causal",
+    [(256, 256, 16, 32, False), (100, 100, 16, 24, True), (70, 130, 32, 16, False), (130, 130, 128, 7, True)],
+)
 def test_fp64_equals_golden_to_rounding(l, lk, bq, bkv, causal):
     q, k, v = _qkv(l, lk=lk)
     out = flash_attention_tiled(q, k, v, block_q=bq, block_kv=bkv, causal=causal)
@@ -49,8 +51,10 @@ def test_output_keeps_the_input_format():
 
 
 def test_precision_moves_the_result():
-    outs = {dt: flash_attention_tiled(*_qkv(256, dtype=dt), block_q=32, block_kv=32)
-            for dt in (torch.bfloat16, torch.float16, torch.float32)}
+    outs = {
+        dt: flash_attention_tiled(*_qkv(256, dtype=dt), block_q=32, block_kv=32)
+        for dt in (torch.bfloat16, torch.float16, torch.float32)
+    }
     gold = golden_attention(*_qkv(256))
     errs = [_max(outs[dt], gold) for dt in (torch.bfloat16, torch.float16, torch.float32)]
     assert errs[0] > errs[1] > errs[2] > 0  # fewer mantissa bits, more error
@@ -80,6 +84,7 @@ def test_accumulate_and_causal_move_the_result():
 
 def test_more_key_tiles_more_deviation_from_baseline():
     """Fig. 5's claim, averaged over seeds so one lucky draw cannot decide it."""
+
     def mean_dev(l):
         devs = []
         for seed in range(3):
@@ -87,6 +92,7 @@ def test_more_key_tiles_more_deviation_from_baseline():
             out = flash_attention_tiled(q, k, v, block_q=32, block_kv=16)
             devs.append((out.double() - baseline_attention(q, k, v).double()).abs().max().item())
         return sum(devs) / len(devs)
+
     assert mean_dev(1024) > mean_dev(64)
 
 

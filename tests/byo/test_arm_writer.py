@@ -113,9 +113,15 @@ def test_steps_are_checked_before_anything_is_written(tmp_path):
     writer.record(0, model)
     writer.record(1, model, 0.5)
     before = _files(tmp_path)
-    for step, match in ((3, "step 3 skips step 2"), (1, "step 1 is recorded already"), (0, "step 0 comes after step 1"),
-                        (2.0, r"step 2\.0 \(float\) is not an integer"), (True, r"step True \(bool\)"),
-                        (-1, "step -1 is negative"), (5, "step 5 is past max_steps=4")):
+    for step, match in (
+        (3, "step 3 skips step 2"),
+        (1, "step 1 is recorded already"),
+        (0, "step 0 comes after step 1"),
+        (2.0, r"step 2\.0 \(float\) is not an integer"),
+        (True, r"step True \(bool\)"),
+        (-1, "step -1 is negative"),
+        (5, "step 5 is past max_steps=4"),
+    ):
         with pytest.raises(UserInputError, match=match) as err:
             writer.record(step, model, 0.25)
         assert str(tmp_path / "a") in _one_line(err) or "ArmWriter.record" in _one_line(err)
@@ -130,8 +136,11 @@ def test_the_loss_is_a_number_and_a_nonfinite_one_is_stored_as_it_is(tmp_path):
     model = net()
     writer = ArmWriter(tmp_path, "a", max_steps=3, every=1, dense=[])
     writer.record(0, model)
-    for loss, match in ((torch.ones(3), r"a Tensor of shape \(3,\)"), ("0.5", r"loss '0.5' \(str\) is not a number"),
-                        (None, "give the step's loss")):
+    for loss, match in (
+        (torch.ones(3), r"a Tensor of shape \(3,\)"),
+        ("0.5", r"loss '0.5' \(str\) is not a number"),
+        (None, "give the step's loss"),
+    ):
         with pytest.raises(UserInputError, match=match) as err:
             writer.record(1, model, loss)
         _one_line(err)
@@ -176,10 +185,12 @@ def test_a_rerun_is_refused_unless_it_resumes(tmp_path):
 def test_a_folder_of_another_pair_is_refused(tmp_path):
     train(tmp_path, "a", lr=0.1)  # pair "sgd-lr", category optimization
     before = _files(tmp_path)
-    for pair, match in (({"name": "other"}, "holds pair 'sgd-lr' with name 'sgd-lr', not 'other'"),
-                        ({"category": "control"}, "with category 'optimization', not 'control'"),
-                        ({"arms": {"a": "x", "b": "y"}}, "with arms"),
-                        ({"replicate": 1}, "with replicate 0, not 1")):
+    for pair, match in (
+        ({"name": "other"}, "holds pair 'sgd-lr' with name 'sgd-lr', not 'other'"),
+        ({"category": "control"}, "with category 'optimization', not 'control'"),
+        ({"arms": {"a": "x", "b": "y"}}, "with arms"),
+        ({"replicate": 1}, "with replicate 0, not 1"),
+    ):
         with pytest.raises(UserInputError, match=match) as err:
             ArmWriter(tmp_path, "b", max_steps=STEPS, every=2, dense=[], **pair)
         _one_line(err)

@@ -26,8 +26,12 @@ def test_own_lightning_module_in_lockstep(tmp_path):
 
 
 def test_plain_loop_as_two_processes_and_watch(tmp_path):
-    done = subprocess.run([sys.executable, str(EXAMPLES / "plain_loop.py"), "--out", str(tmp_path), "--steps", "6",
-                           "--every", "3"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "plain_loop.py"), "--out", str(tmp_path), "--steps", "6", "--every", "3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     store = MetricsStore(tmp_path)
     assert store.steps() == list(range(7))

@@ -32,9 +32,18 @@ def arm_trainer(tmp_path, arm: str, lr: float, logging_steps: int = 1):
     model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2))
     tokens = torch.randint(0, 32, (16, 8), generator=torch.Generator().manual_seed(1))
     data = [{"input_ids": t, "labels": t} for t in tokens]
-    args = TrainingArguments(output_dir=str(tmp_path / f"hf-{arm}"), max_steps=STEPS, per_device_train_batch_size=4,
-                             learning_rate=lr, logging_steps=logging_steps, report_to=[], save_strategy="no",
-                             use_cpu=True, seed=0, disable_tqdm=True)
+    args = TrainingArguments(
+        output_dir=str(tmp_path / f"hf-{arm}"),
+        max_steps=STEPS,
+        per_device_train_batch_size=4,
+        learning_rate=lr,
+        logging_steps=logging_steps,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+    )
     callback = ArmWriterCallback(tmp_path / "pair", arm, every=2, name="gpt2-lr", dense=[])
     return Trainer(model=model, args=args, train_dataset=data, callbacks=[callback])
 
@@ -66,7 +75,9 @@ def handler_loop(out, arm: str, lr: float, logging_steps: int = 1):
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    handler = CallbackHandler([ArmWriterCallback(out, arm, every=2, name="gpt2-lr", dense=[])], model, None, optimizer, None)
+    handler = CallbackHandler(
+        [ArmWriterCallback(out, arm, every=2, name="gpt2-lr", dense=[])], model, None, optimizer, None
+    )
     args = SimpleNamespace(logging_steps=logging_steps, logging_strategy="steps")  # TrainingArguments needs accelerate
     state, control = TrainerState(max_steps=STEPS, is_world_process_zero=True), TrainerControl()
     handler.on_train_begin(args, state, control)
@@ -126,8 +137,12 @@ def test_a_loss_the_callback_cannot_see_needs_the_filter_off(tmp_path):
             return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), inputs["labels"][:, 1:].flatten())
 
     base = arm_trainer(tmp_path, "a", 1e-3)
-    run = OwnLoss(model=base.model, args=base.args, train_dataset=base.train_dataset,
-                  callbacks=[c for c in base.callback_handler.callbacks if type(c).__name__ == "ArmWriterCallback"])
+    run = OwnLoss(
+        model=base.model,
+        args=base.args,
+        train_dataset=base.train_dataset,
+        callbacks=[c for c in base.callback_handler.callbacks if type(c).__name__ == "ArmWriterCallback"],
+    )
     with pytest.raises(UserInputError, match="set TrainingArguments.logging_nan_inf_filter=False."):
         run.train()
     run.args.logging_nan_inf_filter = False

@@ -40,11 +40,19 @@ def stores(tmp_path_factory):
     for arm, approximate in ARMS.items():
         pl.seed_everything(0, verbose=False)
         module = build(0, approximate=approximate)
-        trainer(STEPS, [ArmCheckpoints(root / "separate", arm, every=EVERY, name="gelu", dense=[])]).fit(module, loader())
+        trainer(STEPS, [ArmCheckpoints(root / "separate", arm, every=EVERY, name="gelu", dense=[])]).fit(
+            module, loader()
+        )
     assert Comparator(root / "separate", log=False, progress=False, probe=FileProbe).run(poll=0.05, timeout=10) == 0
     pl.seed_everything(0, verbose=False)
-    pair = LockstepPair(build(0, approximate="none"), build(0, approximate="tanh"), out=root / "lockstep",
-                        every=EVERY, name="gelu", dense=[])
+    pair = LockstepPair(
+        build(0, approximate="none"),
+        build(0, approximate="tanh"),
+        out=root / "lockstep",
+        every=EVERY,
+        name="gelu",
+        dense=[],
+    )
     trainer(STEPS).fit(pair, loader())
     return root / "separate", root / "lockstep"
 
@@ -107,7 +115,12 @@ def test_arm_logs_are_namespaced_and_bad_input_is_named(tmp_path):
     with open(tmp_path / "csv" / "version_0" / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     keys = set(rows[0])
-    assert {"divergence/model/wasserstein", "divergence/kind/linear/max_abs_diff", "train/loss_a", "train/loss_b"} <= keys
+    assert {
+        "divergence/model/wasserstein",
+        "divergence/kind/linear/max_abs_diff",
+        "train/loss_a",
+        "train/loss_b",
+    } <= keys
     logged = [float(r["divergence/model/max_abs_diff"]) for r in rows if r["divergence/model/max_abs_diff"]]
     assert logged == [r["max_abs_diff"] for r in MetricsStore(tmp_path).step_records()]
 
@@ -120,8 +133,14 @@ def test_lockstep_pair_resumes_from_a_checkpoint(tmp_path):
         pl.seed_everything(0, verbose=False)
         pair = LockstepPair(build(0), build(0, approximate="tanh"), out=tmp_path / "pair", every=2)
         saver = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=-1)
-        run = pl.Trainer(max_steps=max_steps, accelerator="cpu", logger=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[saver])
+        run = pl.Trainer(
+            max_steps=max_steps,
+            accelerator="cpu",
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[saver],
+        )
         run.fit(pair, loader(), ckpt_path=ckpt_path)
         return run
 
@@ -186,7 +205,10 @@ class TwoOptimizers(pl.LightningModule):
         return loss
 
     def configure_optimizers(self):
-        return [torch.optim.SGD(self.first.parameters(), lr=self.lr), torch.optim.SGD(self.second.parameters(), lr=self.lr)]
+        return [
+            torch.optim.SGD(self.first.parameters(), lr=self.lr),
+            torch.optim.SGD(self.second.parameters(), lr=self.lr),
+        ]
 
 
 def test_arm_checkpoints_on_two_optimizers_records_every_second_step(tmp_path):
@@ -214,7 +236,8 @@ def test_epochs_that_end_before_max_steps_end_the_pair(tmp_path):
     for arm, approximate in ARMS.items():
         pl.seed_everything(0, verbose=False)
         trainer(batches + 5, [ArmCheckpoints(tmp_path, arm, every=3, dense=[])], max_epochs=1).fit(
-            build(0, approximate=approximate), loader())
+            build(0, approximate=approximate), loader()
+        )
     assert json.loads((tmp_path / "pair.json").read_text())["max_steps"] == batches
     assert json.loads((tmp_path / "a" / "status.json").read_text())["state"] == "finished"
     assert Comparator(tmp_path, log=False, progress=False, probe=FileProbe).run(poll=0.05, timeout=5) == 0
@@ -233,8 +256,9 @@ def test_a_training_step_without_a_loss_is_named(tmp_path):
         def configure_optimizers(self):
             return torch.optim.SGD(self.layer.parameters(), lr=0.1)
 
-    with pytest.raises(UserInputError, match=r"training_step returned nothing \(None, which Lightning passes on as") \
-            as err:
+    with pytest.raises(
+        UserInputError, match=r"training_step returned nothing \(None, which Lightning passes on as"
+    ) as err:
         trainer(2, [ArmCheckpoints(tmp_path, "a")]).fit(NoLoss(None), loader())
     assert "returned dict" not in str(err.value)  # the issue's words for a None
 
@@ -261,6 +285,7 @@ def test_a_control_pair_with_an_empty_tensor_is_exactly_zero(tmp_path):
 def test_a_vector_loss_is_named_not_averaged(tmp_path):
     """The issue's case: a vector loss was a raw ValueError in ArmWriter; through ArmCheckpoints'
     ``loss=`` it was averaged silently. Both are one line naming what was given."""
+
     class PerSample(Denoiser):
         def training_step(self, batch, batch_idx):
             (x,) = batch

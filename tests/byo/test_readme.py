@@ -18,7 +18,7 @@ def python_blocks(section: str) -> list[str]:
     text = README.read_text()
     start = text.index(f"## {section}\n")
     end = text.find("\n## ", start + 1)
-    return re.findall(r"```python\n(.*?)```", text[start:end if end > 0 else None], flags=re.S)
+    return re.findall(r"```python\n(.*?)```", text[start : end if end > 0 else None], flags=re.S)
 
 
 def test_python_api_examples_run(tmp_path, monkeypatch, capsys):
@@ -62,8 +62,9 @@ def test_compare_state_dicts_errors_speak_python():
     assert "--" not in str(err.value)
     partial = divergence.compare_state_dicts(a, {"w": torch.ones(2)}, intersection=True)
     assert partial.summary["max_abs_diff"] == 1.0 and partial.skipped == [{"name": "only_a", "reason": "only in A"}]
-    mapped = divergence.compare_state_dicts({"attn.q": torch.zeros(2)}, {"attn.to_q": torch.ones(2)},
-                                            maps={r"attn\.q$": "attn.to_q"})
+    mapped = divergence.compare_state_dicts(
+        {"attn.q": torch.zeros(2)}, {"attn.to_q": torch.ones(2)}, maps={r"attn\.q$": "attn.to_q"}
+    )
     assert [r["name"] for r in mapped.records] == ["attn.to_q"]
     with pytest.raises(divergence.UserInputError, match=r"maps: '\(' is not a valid regular expression"):
         divergence.compare_state_dicts(a, a, maps={"(": "x"})

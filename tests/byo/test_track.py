@@ -24,9 +24,16 @@ def tiny_unet():
     from diffusers import UNet2DModel
 
     torch.manual_seed(0)
-    return UNet2DModel(sample_size=8, in_channels=3, out_channels=3, layers_per_block=1, block_out_channels=(8, 16),
-                       norm_num_groups=4, down_block_types=("DownBlock2D", "DownBlock2D"),
-                       up_block_types=("UpBlock2D", "UpBlock2D"))
+    return UNet2DModel(
+        sample_size=8,
+        in_channels=3,
+        out_channels=3,
+        layers_per_block=1,
+        block_out_channels=(8, 16),
+        norm_num_groups=4,
+        down_block_types=("DownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "UpBlock2D"),
+    )
 
 
 def test_diffusers_series_with_a_component(tmp_path, capsys):
@@ -40,8 +47,9 @@ def test_diffusers_series_with_a_component(tmp_path, capsys):
             unet.save_pretrained(tmp_path / arm / f"checkpoint-{step}" / "unet")
             (tmp_path / arm / f"checkpoint-{step}" / "optimizer.bin").write_bytes(b"not weights")
     out = tmp_path / "pair"
-    code = main(["track", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--component", "unet",
-                 "--quiet"])
+    code = main(
+        ["track", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--component", "unet", "--quiet"]
+    )
     assert code == 0
     err = capsys.readouterr().err
     assert "steps only in b" in err and ": 30" in err
@@ -65,8 +73,14 @@ def test_lightning_checkpoint_series(tmp_path):
     for arm, approximate in (("a", "none"), ("b", "tanh")):
         pl.seed_everything(0, verbose=False)
         every = ModelCheckpoint(dirpath=tmp_path / arm, every_n_train_steps=2, save_top_k=-1, save_last=True)
-        fit = pl.Trainer(max_steps=4, accelerator="cpu", logger=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[every])
+        fit = pl.Trainer(
+            max_steps=4,
+            accelerator="cpu",
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[every],
+        )
         fit.fit(build(0, approximate=approximate), loader())
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
     assert names == ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt", "last.ckpt"]

@@ -37,8 +37,9 @@ def own_writer(out, arm, loss_steps, weight_steps, state="finished", last_step=3
     for step in loss_steps:
         losses.append(step, 1.0 / step)
     for step in weight_steps:
-        save_weights(ArmFolder(folder).weights(step), {"w": torch.full((3,), float(step))}, step=step,
-                     arm=arm, recipe={})
+        save_weights(
+            ArmFolder(folder).weights(step), {"w": torch.full((3,), float(step))}, step=step, arm=arm, recipe={}
+        )
     ArmStatus(arm, state=state, last_step=last_step, max_steps=3).write(folder)
 
 
@@ -98,8 +99,9 @@ def test_a_store_without_arm_folders_is_done_or_one_line(tmp_path, capsys):
     assert code == 0 and took < BOUND and MetricsStore(out).steps() == [0, 5, 10]
     cut = tmp_path / "cut"  # a one-process pair whose run ended at step 0 of 4
     write_pair_files(cut, max_steps=4, every=1, dense=[], log={"wandb": False})
-    MetricsStore(cut).open_for_append().append_step(0, [], {"tracked": True, "loss_a": float("nan"),
-                                                            "loss_b": float("nan")})
+    MetricsStore(cut).open_for_append().append_step(
+        0, [], {"tracked": True, "loss_a": float("nan"), "loss_b": float("nan")}
+    )
     code, err, took = watch(cut, capsys)
     assert code == 2 and took < BOUND and len(err) == 1
     assert "no arm folders (a/, b/) to follow, and its store ends at step 0 of 4" in err[0]

@@ -48,6 +48,15 @@ def build(seed: int = 0, **kwargs) -> Denoiser:
 
 
 def trainer(max_steps: int, callbacks=(), logger=False, **kwargs) -> pl.Trainer:
-    return pl.Trainer(max_steps=max_steps, accelerator="cpu", devices=1, logger=logger, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, callbacks=list(callbacks),
-                      deterministic=True, **kwargs)
+    return pl.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=list(callbacks),
+        deterministic=True,
+        **kwargs,
+    )

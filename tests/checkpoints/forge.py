@@ -51,6 +51,10 @@ class RunsCode:
 
 
 def evil_pickle(path: Path, marker: Path, protocol: int, zip_format: bool = True) -> Path:
-    torch.save({"w": torch.ones(2), "payload": RunsCode(marker)}, path, pickle_protocol=protocol,
-               _use_new_zipfile_serialization=zip_format)
+    torch.save(
+        {"w": torch.ones(2), "payload": RunsCode(marker)},
+        path,
+        pickle_protocol=protocol,
+        _use_new_zipfile_serialization=zip_format,
+    )
     return path

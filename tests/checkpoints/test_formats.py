@@ -27,9 +27,13 @@ def _assert_same(source, state, prefix=""):
 
 def test_safetensors_file_all_dtypes(tmp_path):
     state = {
-        "f32": torch.randn(3, 5), "f64": torch.randn(4, dtype=torch.float64),
-        "bf16": torch.randn(7).bfloat16(), "f16": torch.randn(2, 2).half(),
-        "i64": torch.arange(5), "scalar": torch.tensor(2.5), "empty": torch.zeros(0, 3),
+        "f32": torch.randn(3, 5),
+        "f64": torch.randn(4, dtype=torch.float64),
+        "bf16": torch.randn(7).bfloat16(),
+        "f16": torch.randn(2, 2).half(),
+        "i64": torch.arange(5),
+        "scalar": torch.tensor(2.5),
+        "empty": torch.zeros(0, 3),
     }
     save_file(state, tmp_path / "w.safetensors", metadata={"recipe": "{}"})
     source = open_checkpoint(tmp_path / "w.safetensors")
@@ -106,8 +110,14 @@ def test_lightning_trainer_checkpoint(tmp_path):
 
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=4)
     model = Tiny()
-    trainer = L.Trainer(max_steps=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu")
+    trainer = L.Trainer(
+        max_steps=2,
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
     trainer.fit(model, data)
     ckpt = next(tmp_path.rglob("*.ckpt"))
     _assert_same(open_checkpoint(ckpt), model.state_dict())

@@ -32,6 +32,7 @@ def _reference_refuses(path):
 
 # --- safetensors: the reference's rules ------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "header,data,match",
     [
@@ -54,8 +55,10 @@ def test_safetensors_refused_where_the_reference_refuses(tmp_path, header, data,
 
 
 def test_duplicate_names_are_refused_not_last_wins(tmp_path):
-    raw = b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a": ' \
-          b'{"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}'
+    raw = (
+        b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a": '
+        b'{"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}'
+    )
     _refused(write_safetensors(tmp_path / "w.safetensors", raw, b"\0" * 8), "'a' appears twice")
 
 
@@ -77,9 +80,12 @@ def test_header_over_the_limit_is_refused_before_reading_it(tmp_path):
 
 def test_every_reference_dtype_reads_back_exactly(tmp_path):
     state = {
-        "u16": torch.tensor([1, 65535], dtype=torch.uint16), "u32": torch.tensor([7, 2**32 - 1], dtype=torch.uint32),
-        "u64": torch.tensor([3, 2**40], dtype=torch.uint64), "c64": torch.tensor([1 + 2j, -3j], dtype=torch.complex64),
-        "f8": torch.tensor([0.5, -2.0]).to(torch.float8_e4m3fn), "f8b": torch.tensor([4.0]).to(torch.float8_e5m2),
+        "u16": torch.tensor([1, 65535], dtype=torch.uint16),
+        "u32": torch.tensor([7, 2**32 - 1], dtype=torch.uint32),
+        "u64": torch.tensor([3, 2**40], dtype=torch.uint64),
+        "c64": torch.tensor([1 + 2j, -3j], dtype=torch.complex64),
+        "f8": torch.tensor([0.5, -2.0]).to(torch.float8_e4m3fn),
+        "f8b": torch.tensor([4.0]).to(torch.float8_e5m2),
     }
     save_file(state, tmp_path / "w.safetensors")
     source, reference = open_checkpoint(tmp_path / "w.safetensors"), load_file(tmp_path / "w.safetensors")
@@ -90,11 +96,15 @@ def test_every_reference_dtype_reads_back_exactly(tmp_path):
 
 # --- torch pickles -----------------------------------------------------------------------------
 
+
 def test_storage_shorter_than_declared_is_refused_not_read_past(tmp_path):
     """The archive's data/0 record holds 100 of 4000 declared bytes; a memory map would read zip bytes."""
     torch.save({"w": torch.arange(1000, dtype=torch.float32), "v": torch.ones(3000)}, tmp_path / "ok.pt")
-    bad = rewrite_torch_zip(tmp_path / "ok.pt", tmp_path / "short.pt",
-                            records={"data/0": torch.arange(25, dtype=torch.float32).numpy().tobytes()})
+    bad = rewrite_torch_zip(
+        tmp_path / "ok.pt",
+        tmp_path / "short.pt",
+        records={"data/0": torch.arange(25, dtype=torch.float32).numpy().tobytes()},
+    )
     _refused(bad, "storage data/0 declares 4000 bytes but the archive holds 100")
 
 
@@ -133,6 +143,7 @@ def test_code_running_pickles_name_the_global_at_every_protocol(tmp_path, protoc
 
 # --- folders and shard indexes -----------------------------------------------------------------
 
+
 def _index(tmp_path, weight_map_json: str):
     folder = tmp_path / "model"
     folder.mkdir()
@@ -168,6 +179,7 @@ def test_pipeline_component_that_is_corrupt_is_an_error_not_skipped(tmp_path):
 
 
 # --- what the path itself is -------------------------------------------------------------------
+
 
 def test_fifo_is_refused_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "w.safetensors")

@@ -24,8 +24,9 @@ def test_compile_and_fsdp_wrappers_anywhere():
     a = _src(["_orig_mod.blk._fsdp_wrapped_module.lin.weight"])
     b = _src(["blk._checkpoint_wrapped_module.lin.weight"])
     m = match_tensors(a, b)
-    assert m.pairs == [("blk.lin.weight", "_orig_mod.blk._fsdp_wrapped_module.lin.weight",
-                        "blk._checkpoint_wrapped_module.lin.weight")]
+    assert m.pairs == [
+        ("blk.lin.weight", "_orig_mod.blk._fsdp_wrapped_module.lin.weight", "blk._checkpoint_wrapped_module.lin.weight")
+    ]
 
 
 def test_component_prefix_against_bare_names():

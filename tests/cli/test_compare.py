@@ -10,15 +10,32 @@ from safetensors.torch import save_file
 
 from divergence.cli import main
 
-RECORD_KEYS = {"name", "shape", "numel", "dtype_a", "dtype_b", "wasserstein", "max_abs_diff", "mean_abs_diff",
-               "rms_diff", "rel_l2", "cosine", "nonfinite_a", "nonfinite_b"}
+RECORD_KEYS = {
+    "name",
+    "shape",
+    "numel",
+    "dtype_a",
+    "dtype_b",
+    "wasserstein",
+    "max_abs_diff",
+    "mean_abs_diff",
+    "rms_diff",
+    "rel_l2",
+    "cosine",
+    "nonfinite_a",
+    "nonfinite_b",
+}
 
 
 @pytest.fixture
 def pair(tmp_path):
     g = torch.Generator().manual_seed(0)
-    a = {"blk.attn.to_q.weight": torch.randn(16, 16, generator=g), "blk.conv.weight": torch.randn(4, 2, 3, 3, generator=g),
-         "blk.conv.bias": torch.randn(4, generator=g), "blk.norm.weight": torch.ones(4)}
+    a = {
+        "blk.attn.to_q.weight": torch.randn(16, 16, generator=g),
+        "blk.conv.weight": torch.randn(4, 2, 3, 3, generator=g),
+        "blk.conv.bias": torch.randn(4, generator=g),
+        "blk.norm.weight": torch.ones(4),
+    }
     b = {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in a.items()}
     b["blk.conv.weight"] = b["blk.conv.weight"] * 3  # the most divergent tensor
     save_file(a, tmp_path / "a.safetensors")
@@ -102,7 +119,10 @@ def _bad_inputs(tmp_path, pa):
         "format": ([str(tmp_path / "weird.npz")], "unknown checkpoint format"),
         "mismatch": ([str(tmp_path / "other.safetensors")], "do not match: 4 only in"),
         "disjoint": ([str(tmp_path / "other.safetensors"), "--intersection"], "no tensor names in common"),
-        "shapes": ([str(tmp_path / "shape.safetensors")], "with different shapes (blk.attn.to_q.weight [16, 16] vs [3])"),
+        "shapes": (
+            [str(tmp_path / "shape.safetensors")],
+            "with different shapes (blk.attn.to_q.weight [16, 16] vs [3])",
+        ),
     }
 
 
@@ -163,10 +183,11 @@ def test_metric_names_are_one_contract():
     from divergence.store.export import METRIC_COLUMNS
 
     assert METRIC_CHOICES == METRIC_NAMES == METRIC_COLUMNS[: len(METRIC_NAMES)]
-    assert METRIC_COLUMNS[len(METRIC_NAMES):] == ("nonfinite_a", "nonfinite_b")
+    assert METRIC_COLUMNS[len(METRIC_NAMES) :] == ("nonfinite_a", "nonfinite_b")
 
 
 # --- issue 15: numbers that were wrong with exit 0 -----------------------------------------------
+
 
 def test_complex_tensors_are_compared_on_real_and_imaginary_parts(tmp_path, capsys):
     a = {"w": torch.tensor([1 + 1j, 2 + 2j, 3 - 1j], dtype=torch.complex64)}
@@ -193,7 +214,10 @@ def _with_buffer(tmp_path, counter_a, counter_b):
 
 def test_integer_buffers_are_reported_apart_from_the_model_numbers(tmp_path, capsys):
     pa, pb = _with_buffer(tmp_path, 0, 1000)
-    assert main(["compare", pa, pb, "--quiet", "--json", str(tmp_path / "o.json"), "--fail-above", "max_abs_diff=0.01"]) == 0
+    assert (
+        main(["compare", pa, pb, "--quiet", "--json", str(tmp_path / "o.json"), "--fail-above", "max_abs_diff=0.01"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "1 integer/bool buffers" in out and "left out: 1 integer/bool buffers" in out
     payload = json.loads((tmp_path / "o.json").read_text())
@@ -214,7 +238,9 @@ def test_exclude_is_a_regular_expression_and_repeatable(pair, tmp_path, capsys):
     payload = json.loads(out.read_text())
     assert sorted(r["name"] for r in payload["tensors"]) == ["blk.attn.to_q.weight", "blk.conv.bias"]
     assert {s["name"]: s["reason"] for s in payload["skipped"]} == {
-        "blk.conv.weight": r"excluded by --exclude conv\.w", "blk.norm.weight": "excluded by --exclude ^blk.norm"}
+        "blk.conv.weight": r"excluded by --exclude conv\.w",
+        "blk.norm.weight": "excluded by --exclude ^blk.norm",
+    }
     assert "skipped 2 tensors" in capsys.readouterr().out
     assert main([*args, "--exclude", "("]) == 2
     assert "--exclude '(': not a valid regular expression" in _error_line(capsys)
@@ -242,6 +268,7 @@ def test_mostly_nan_tensor_fails_fail_above_unless_allowed(pair, tmp_path, capsy
 
 # --- issue 15: output paths are checked first, temporary files never left behind ----------------
 
+
 @pytest.mark.parametrize(
     "flag,value,expected",
     [
@@ -254,8 +281,19 @@ def test_mostly_nan_tensor_fails_fail_above_unless_allowed(pair, tmp_path, capsy
 def test_bad_output_path_is_refused_before_reading_a_checkpoint(tmp_path, capsys, flag, value, expected):
     (tmp_path / "garbage.safetensors").write_bytes(b"\x07" * 3)  # reading it would be a different error
     value = {"DIR": str(tmp_path), "A": str(tmp_path / "garbage.safetensors")}.get(value, value)
-    assert main(["compare", str(tmp_path / "garbage.safetensors"), str(tmp_path / "garbage.safetensors"),
-                 "--quiet", flag, value]) == 2
+    assert (
+        main(
+            [
+                "compare",
+                str(tmp_path / "garbage.safetensors"),
+                str(tmp_path / "garbage.safetensors"),
+                "--quiet",
+                flag,
+                value,
+            ]
+        )
+        == 2
+    )
     assert expected in _error_line(capsys)
     assert not list(tmp_path.glob(".*tmp*")) and not list(tmp_path.glob(".*probe*"))
 
@@ -276,20 +314,45 @@ def test_read_only_folder_is_refused_before_the_comparison(pair, tmp_path, capsy
 
 def test_outputs_written_leave_no_temporary_files(pair, tmp_path):
     pa, pb, *_ = pair
-    assert main(["compare", str(pa), str(pb), "--quiet", "--json", str(tmp_path / "o.json"),
-                 "--csv", str(tmp_path / "o.csv")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(pa),
+                str(pb),
+                "--quiet",
+                "--json",
+                str(tmp_path / "o.json"),
+                "--csv",
+                str(tmp_path / "o.csv"),
+            ]
+        )
+        == 0
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.safetensors", "b.safetensors", "o.csv", "o.json"]
 
 
 # --- issue 15: hostile checkpoints through the command line ----------------------------------------
+
 
 def test_float8_checkpoints_compare(tmp_path, capsys):
     a = torch.tensor([0.5, -2.0, 448.0]).to(torch.float8_e4m3fn)
     b = torch.tensor([0.5, -2.0, 416.0]).to(torch.float8_e4m3fn)
     save_file({"w": a}, tmp_path / "a.safetensors")
     torch.save({"w": b}, tmp_path / "b.pt")
-    assert main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.pt"), "--quiet",
-                 "--json", str(tmp_path / "o.json")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(tmp_path / "a.safetensors"),
+                str(tmp_path / "b.pt"),
+                "--quiet",
+                "--json",
+                str(tmp_path / "o.json"),
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "o.json").read_text())["tensors"][0]["max_abs_diff"] == 32.0
 
 
@@ -304,18 +367,26 @@ def test_short_storage_in_pt_is_exit_2_not_garbage(tmp_path, capsys):
 
 def test_every_safetensors_dtype_compares(tmp_path):
     a = {
-        "f64": torch.tensor([1.0, 2.0], dtype=torch.float64), "bf16": torch.tensor([1.0, 2.0]).bfloat16(),
-        "f8": torch.tensor([1.0, 2.0]).to(torch.float8_e5m2), "c64": torch.tensor([1 + 1j, 2j]),
-        "u16": torch.tensor([1, 2], dtype=torch.uint16), "u32": torch.tensor([1, 2], dtype=torch.uint32),
-        "u64": torch.tensor([1, 2], dtype=torch.uint64), "i8": torch.tensor([1, -2], dtype=torch.int8),
+        "f64": torch.tensor([1.0, 2.0], dtype=torch.float64),
+        "bf16": torch.tensor([1.0, 2.0]).bfloat16(),
+        "f8": torch.tensor([1.0, 2.0]).to(torch.float8_e5m2),
+        "c64": torch.tensor([1 + 1j, 2j]),
+        "u16": torch.tensor([1, 2], dtype=torch.uint16),
+        "u32": torch.tensor([1, 2], dtype=torch.uint32),
+        "u64": torch.tensor([1, 2], dtype=torch.uint64),
+        "i8": torch.tensor([1, -2], dtype=torch.int8),
         "mask": torch.tensor([True, False]),
     }
     b = {k: (v.double() + 1).to(v.dtype) if not v.is_complex() and v.dtype != torch.bool else v for k, v in a.items()}
     save_file(a, tmp_path / "a.safetensors")
     save_file(b, tmp_path / "b.safetensors")
     out = tmp_path / "o.json"
-    assert main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--quiet",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            ["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors"), "--quiet", "--json", str(out)]
+        )
+        == 0
+    )
     payload = json.loads(out.read_text())
     diffs = {r["name"]: r["max_abs_diff"] for r in payload["tensors"]}
     assert diffs == {"f64": 1, "bf16": 1, "f8": 1, "c64": 0, "u16": 1, "u32": 1, "u64": 1, "i8": 1, "mask": 0}

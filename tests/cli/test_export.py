@@ -8,17 +8,42 @@ import pytest
 from divergence.cli import main
 from divergence.store import MetricsStore
 
-CONTRACT = ["step", "tensor", "module", "kind", "wasserstein", "max_abs_diff", "mean_abs_diff", "rms_diff",
-            "rel_l2", "cosine", "nonfinite_a", "nonfinite_b"]
+CONTRACT = [
+    "step",
+    "tensor",
+    "module",
+    "kind",
+    "wasserstein",
+    "max_abs_diff",
+    "mean_abs_diff",
+    "rms_diff",
+    "rel_l2",
+    "cosine",
+    "nonfinite_a",
+    "nonfinite_b",
+]
 
 
 @pytest.fixture
 def store_dir(tmp_path):
     store = MetricsStore(tmp_path / "run").open_for_append()
     for step in (0, 10):
-        records = [{"tensor": "unet.blk.to_q.weight", "module": "unet.blk.to_q", "kind": "attn_q", "numel": 4,
-                    "wasserstein": step * 0.1, "max_abs_diff": step * 0.2, "mean_abs_diff": 0.0, "rms_diff": 0.0,
-                    "rel_l2": math.inf if step else 0.0, "cosine": 1.0, "nonfinite_a": 0, "nonfinite_b": 0}]
+        records = [
+            {
+                "tensor": "unet.blk.to_q.weight",
+                "module": "unet.blk.to_q",
+                "kind": "attn_q",
+                "numel": 4,
+                "wasserstein": step * 0.1,
+                "max_abs_diff": step * 0.2,
+                "mean_abs_diff": 0.0,
+                "rms_diff": 0.0,
+                "rel_l2": math.inf if step else 0.0,
+                "cosine": 1.0,
+                "nonfinite_a": 0,
+                "nonfinite_b": 0,
+            }
+        ]
         store.append_step(step, records, {"wasserstein": step * 0.1})
     return tmp_path / "run"
 
@@ -42,7 +67,9 @@ def test_parquet_contract(store_dir, tmp_path):
     assert table.column("step").to_pylist() == [0, 10]
 
 
-@pytest.mark.parametrize("args,expected", [([], "nothing to write"), (["--csv", "/nonexistent/x.csv"], "does not exist")])
+@pytest.mark.parametrize(
+    "args,expected", [([], "nothing to write"), (["--csv", "/nonexistent/x.csv"], "does not exist")]
+)
 def test_bad_input(store_dir, capsys, args, expected):
     assert main(["export", str(store_dir), *args]) == 2
     assert expected in capsys.readouterr().err

@@ -58,11 +58,23 @@ def test_image_folder_errors_name_the_file(tmp_path):
 def test_webdataset_groups_members_by_key(tmp_path):
     shards = tmp_path / "shards"
     shards.mkdir()
-    _shard(shards / "000000.tar", [("a/0001.png", _png((1, 2, 3))), ("a/0001.txt", b"first\n"),
-                                   ("a/0002.png", _png((4, 5, 6))), ("a/0002.txt", b"second")])
-    _shard(shards / "000001.tar", [("0003.jpg.png", _png((7, 8, 9))),
-                                   ("0003.json", json.dumps({"text": "third"}).encode()),
-                                   ("0004.png", _png((0, 0, 0)))])  # no caption: skipped
+    _shard(
+        shards / "000000.tar",
+        [
+            ("a/0001.png", _png((1, 2, 3))),
+            ("a/0001.txt", b"first\n"),
+            ("a/0002.png", _png((4, 5, 6))),
+            ("a/0002.txt", b"second"),
+        ],
+    )
+    _shard(
+        shards / "000001.tar",
+        [
+            ("0003.jpg.png", _png((7, 8, 9))),
+            ("0003.json", json.dumps({"text": "third"}).encode()),
+            ("0004.png", _png((0, 0, 0))),
+        ],
+    )  # no caption: skipped
     data = WebDatasetShards(shards)
     assert len(data) == 3
     assert [data[i][1] for i in range(3)] == ["first", "second", "third"]
@@ -81,7 +93,9 @@ def test_webdataset_errors(tmp_path):
 def test_real_images_are_resized_and_cropped_to_square(tmp_path):
     data = ImageFolderDataset(_folder(tmp_path / "images"))
     config = DataConfig(source="imagefolder", path=str(tmp_path), resolution=16, center_crop=False, random_flip=True)
-    batches = StepBatches(data, lambda caps: __import__("torch").zeros(len(caps), 4), config, 2, (3, 16, 16), 1000, False)
+    batches = StepBatches(
+        data, lambda caps: __import__("torch").zeros(len(caps), 4), config, 2, (3, 16, 16), 1000, False
+    )
     batch = batches.batch(0)
     assert batch.pixels.shape == (2, 3, 16, 16)
     again = StepBatches(data, lambda caps: __import__("torch").zeros(len(caps), 4), config, 2, (3, 16, 16), 1000, False)

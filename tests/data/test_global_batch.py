@@ -26,8 +26,14 @@ def odd_images(tmp_path):
         Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(tmp_path / f"{i}.png")
         lines.append(json.dumps({"file_name": f"{i}.png", "text": f"caption {i}"}))
     (tmp_path / "metadata.jsonl").write_text("\n".join(lines) + "\n")
-    return ("data.source=imagefolder", f"data.path={tmp_path}", "data.random_flip=true", "data.center_crop=false",
-            "data.caption_dropout=0.5", "model.vae={block_out_channels: [8, 16], latent_channels: 4}")
+    return (
+        "data.source=imagefolder",
+        f"data.path={tmp_path}",
+        "data.random_flip=true",
+        "data.center_crop=false",
+        "data.caption_dropout=0.5",
+        "model.vae={block_out_channels: [8, 16], latent_channels: 4}",
+    )
 
 
 def _cat(batches: list[StepBatch]) -> StepBatch:
@@ -46,16 +52,22 @@ def _old_batch(batches, step: int) -> StepBatch:
         captions.append(caption)
     drop = torch.rand(size, generator=gen("captions")) < cfg.caption_dropout
     shape = (size, *batches.latent_shape)
-    return StepBatch(step, torch.stack(images), batches.tokenize(["" if d else c for c, d in zip(captions, drop)]),
-                     torch.randn(shape, generator=gen("noise")),
-                     torch.randint(0, batches.num_train_timesteps, (size,), generator=gen("timesteps")),
-                     torch.randn(shape, generator=gen("posterior")))
+    return StepBatch(
+        step,
+        torch.stack(images),
+        batches.tokenize(["" if d else c for c, d in zip(captions, drop)]),
+        torch.randn(shape, generator=gen("noise")),
+        torch.randint(0, batches.num_train_timesteps, (size,), generator=gen("timesteps")),
+        torch.randn(shape, generator=gen("posterior")),
+    )
 
 
 def test_one_rank_accumulating_sees_what_several_ranks_see(odd_images):
     """(1 rank, accumulate 4) = (2 ranks, accumulate 2) = (4 ranks, accumulate 1), example for example."""
-    split = {(world, k): Inputs(tiny_recipe(*odd_images, f"train.accumulate={k}")).batches for world, k in
-             ((1, 4), (2, 2), (4, 1))}
+    split = {
+        (world, k): Inputs(tiny_recipe(*odd_images, f"train.accumulate={k}")).batches
+        for world, k in ((1, 4), (2, 2), (4, 1))
+    }
     for step in range(3):
         whole = split[1, 4].batch(step)
         assert whole.pixels.shape[0] == 8

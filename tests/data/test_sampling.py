@@ -14,7 +14,8 @@ from tests.training.tiny import tiny_recipe
 
 def _same(a: StepBatch, b: StepBatch) -> bool:
     return all(
-        torch.equal(getattr(a, f.name), getattr(b, f.name)) if isinstance(getattr(a, f.name), torch.Tensor)
+        torch.equal(getattr(a, f.name), getattr(b, f.name))
+        if isinstance(getattr(a, f.name), torch.Tensor)
         else getattr(a, f.name) == getattr(b, f.name)
         for f in dataclasses.fields(StepBatch)
     )
@@ -74,7 +75,8 @@ def test_shapes_are_rendered_from_seed_and_index():
 
 def test_captions_describe_the_picture():
     image, caption = next(
-        (im, c) for im, c in (ShapesDataset(0, 200, 32)[i] for i in range(200))
+        (im, c)
+        for im, c in (ShapesDataset(0, 200, 32)[i] for i in range(200))
         if c.startswith("a large red") and c.endswith("in the centre") and " and " not in c
     )
     r, g, b = image.getpixel((16, 16))

@@ -47,9 +47,12 @@ def _assert_refused(path, capsys, marker=None):
 
 # --- safetensors ------------------------------------------------------------------------------
 
+
 def _valid_header():
-    return {"a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
-            "b": {"dtype": "I64", "shape": [1], "data_offsets": [16, 24]}}
+    return {
+        "a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+        "b": {"dtype": "I64", "shape": [1], "data_offsets": [16, 24]},
+    }
 
 
 _BAD_VALUES = [-1, 2**64, 2**70, 1.5, "3", None, True, [], {}, [1, 2, 3], "F32", float("inf")]
@@ -123,6 +126,7 @@ def test_random_safetensors_bytes(tmp_path, capsys, seed):
 
 # --- torch pickles ----------------------------------------------------------------------------
 
+
 def _evil_opcodes(marker, protocol) -> bytes:
     return pickle.dumps({"w": RunsCode(marker)}, protocol=protocol)
 
@@ -134,20 +138,25 @@ def test_mutated_torch_archive(tmp_path, capsys, seed):
     torch.save({"w": torch.randn(3, 3), "n": torch.tensor(5)}, tmp_path / "ok.pt")
     kind = seed % 4
     if kind == 0:
+
         def transform(body):
             body = bytearray(body)
             for _ in range(rng.randint(1, 6)):
                 body[rng.randrange(len(body))] = rng.randrange(256)
             return bytes(body)
     elif kind == 1:
+
         def transform(body):
             return body[: rng.randrange(1, len(body))]
     elif kind == 2:
+
         def transform(body):
             return _evil_opcodes(marker, rng.choice([2, 3, 4, 5]))
     else:
+
         def transform(body):
             return body
+
     records = {"data/0": os.urandom(rng.choice([0, 8, 35, 37]))} if kind == 3 else None
     path = rewrite_torch_zip(tmp_path / "ok.pt", tmp_path / f"fuzz{seed}.pt", pickle=transform, records=records)
     code, err = _compare(path, capsys)
@@ -187,8 +196,21 @@ def test_bare_code_running_pickle_at_every_protocol(tmp_path, capsys, protocol):
 
 # --- shard indexes ----------------------------------------------------------------------------
 
-_INDEX_VALUES = [3, 1.5, None, True, [], {}, "", "/etc/passwd", "../x.safetensors", "a/../../x.safetensors",
-                 "missing.safetensors", "C:\\x.safetensors", "\\\\server\\x.safetensors"]
+_INDEX_VALUES = [
+    3,
+    1.5,
+    None,
+    True,
+    [],
+    {},
+    "",
+    "/etc/passwd",
+    "../x.safetensors",
+    "a/../../x.safetensors",
+    "missing.safetensors",
+    "C:\\x.safetensors",
+    "\\\\server\\x.safetensors",
+]
 
 
 @pytest.mark.parametrize("seed", range(CASES))

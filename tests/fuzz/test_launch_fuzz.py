@@ -25,15 +25,61 @@ from tests.scaleout.launch_stubs import MARKER
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 PAIR = RECIPES / "pairs" / "seed-vs-seed.yaml"
 STUDY = RECIPES / "study.yaml"
-FRAGMENTS = (f"$(touch {MARKER})", f"`touch {MARKER}`", f";touch {MARKER};", f"\ntouch {MARKER}\n", "'", '"', "--",
-             "-", " ", "#", "\\", f"&&touch {MARKER}", f"|touch {MARKER}", f">{MARKER}", "\r", "\t", "é", "${IFS}",
-             "%", "*", "..", "x", "a100", "{a,b}", "~", "!", "$HOME", "\n#SBATCH --wrap=touch " + MARKER, "=", ":",
-             ",", "[", "]")
+FRAGMENTS = (
+    f"$(touch {MARKER})",
+    f"`touch {MARKER}`",
+    f";touch {MARKER};",
+    f"\ntouch {MARKER}\n",
+    "'",
+    '"',
+    "--",
+    "-",
+    " ",
+    "#",
+    "\\",
+    f"&&touch {MARKER}",
+    f"|touch {MARKER}",
+    f">{MARKER}",
+    "\r",
+    "\t",
+    "é",
+    "${IFS}",
+    "%",
+    "*",
+    "..",
+    "x",
+    "a100",
+    "{a,b}",
+    "~",
+    "!",
+    "$HOME",
+    "\n#SBATCH --wrap=touch " + MARKER,
+    "=",
+    ":",
+    ",",
+    "[",
+    "]",
+)
 # where a value enters: (command, scheduler, how the value is put in)
-ENTRIES = [(what, scheduler, place) for what, scheduler in (("recipe", "slurm"), ("recipe", "torchrun"), ("study", "slurm"))
-           for place in ("name=", "recipe-name", "--group", "--partition", "--time", "--account", "--mem", "--sbatch",
-                         "--out", "--command", "--strategy", "--container-image")
-           if not (place == "--container-image" and scheduler == "torchrun")]
+ENTRIES = [
+    (what, scheduler, place)
+    for what, scheduler in (("recipe", "slurm"), ("recipe", "torchrun"), ("study", "slurm"))
+    for place in (
+        "name=",
+        "recipe-name",
+        "--group",
+        "--partition",
+        "--time",
+        "--account",
+        "--mem",
+        "--sbatch",
+        "--out",
+        "--command",
+        "--strategy",
+        "--container-image",
+    )
+    if not (place == "--container-image" and scheduler == "torchrun")
+]
 ENTRIES += [("study", "slurm", "inline-name")]
 CASES = 72
 SEED = 24

@@ -111,35 +111,54 @@ def test_malformed_run_recipe_file_is_one_line(case, tmp_path, capsys):
 # ---- run recipes: command-line overrides ---------------------------------------------------------
 
 OVERRIDES = [
-    ("train.lr=1e999", "train.lr"), ("train.lr=-1e999", "train.lr"), ("train.lr=.inf", "train.lr"),
-    ("train.lr=-.inf", "train.lr"), ("train.lr=.nan", "train.lr"), ("train.lr=0", "train.lr"),
-    ("train.lr=-0.1", "train.lr"), ("train.lr=1000", "train.lr"), ("train.lr=fast", "train.lr"), ("train.eps=.inf", "train.eps"),
-    ("train.grad_clip=.inf", "train.grad_clip"), ("train.weight_decay=1e999", "train.weight_decay"),
-    ('train.strategy=""', "train.strategy"), ("train.strategy=' '", "train.strategy"),
-    ("train.strategy=ddp_typo", "train.strategy"), ("train.strategy=../etc", "train.strategy"),
+    ("train.lr=1e999", "train.lr"),
+    ("train.lr=-1e999", "train.lr"),
+    ("train.lr=.inf", "train.lr"),
+    ("train.lr=-.inf", "train.lr"),
+    ("train.lr=.nan", "train.lr"),
+    ("train.lr=0", "train.lr"),
+    ("train.lr=-0.1", "train.lr"),
+    ("train.lr=1000", "train.lr"),
+    ("train.lr=fast", "train.lr"),
+    ("train.eps=.inf", "train.eps"),
+    ("train.grad_clip=.inf", "train.grad_clip"),
+    ("train.weight_decay=1e999", "train.weight_decay"),
+    ('train.strategy=""', "train.strategy"),
+    ("train.strategy=' '", "train.strategy"),
+    ("train.strategy=ddp_typo", "train.strategy"),
+    ("train.strategy=../etc", "train.strategy"),
     ("train.strategy=[ddp]", "train.strategy"),
-    ("train.batch_size=100000000", "train.batch_size"), ("train.batch_size=1e8", "train.batch_size"),
-    ("train.batch_size=0", "batch_size"), ("train.batch_size=2.5", "train.batch_size"),
-    ("train.batch_size=true", "train.batch_size"), ("train.batch_size=" + str(2 ** 70), "train.batch_size"),
-    ("data.resolution=1048576", "train.batch_size"), ("data.num_examples=1000000000000000", "data.num_examples"),
+    ("train.batch_size=100000000", "train.batch_size"),
+    ("train.batch_size=1e8", "train.batch_size"),
+    ("train.batch_size=0", "batch_size"),
+    ("train.batch_size=2.5", "train.batch_size"),
+    ("train.batch_size=true", "train.batch_size"),
+    ("train.batch_size=" + str(2**70), "train.batch_size"),
+    ("data.resolution=1048576", "train.batch_size"),
+    ("data.num_examples=1000000000000000", "data.num_examples"),
     ("sample.per_prompt=1000000000000", "sample.per_prompt"),
     ("noise.num_train_timesteps=1000000000000000", "noise.num_train_timesteps"),
     ("model.unet.block_out_channels=[8000000,8000000,8000000]", "model"),
     ("model.text_encoder.hidden_size=4000000", "model"),
-    ("model.seed=" + str(2 ** 64), "model.seed"), ("data.seed=-1", "data.seed"),
-    ("train.max_steps=0", "max_steps"), ("train.precision=fp8", "train.precision"),
-    ("train.deterministic=maybe", "train.deterministic"), ("train.tf32=1", "train.tf32"),
-    ("train.bogus=1", "train.bogus"), ("train.lr=[&a [1,2], *a]", "anchors and aliases"),
+    ("model.seed=" + str(2**64), "model.seed"),
+    ("data.seed=-1", "data.seed"),
+    ("train.max_steps=0", "max_steps"),
+    ("train.precision=fp8", "train.precision"),
+    ("train.deterministic=maybe", "train.deterministic"),
+    ("train.tf32=1", "train.tf32"),
+    ("train.bogus=1", "train.bogus"),
+    ("train.lr=[&a [1,2], *a]", "anchors and aliases"),
     ("train.lr=" + "[" * 1000 + "]" * 1000, "nested more than"),
-    ("train", "KEY=VALUE"), ("=1", "key is empty"), ("train.lr.x=1", "not a section"),
+    ("train", "KEY=VALUE"),
+    ("=1", "key is empty"),
+    ("train.lr.x=1", "not a section"),
 ]
 
 
 @pytest.mark.parametrize("override, key", OVERRIDES, ids=[o[:40] for o, _ in OVERRIDES])
 def test_malformed_override_is_one_line(override, key, tmp_path, capsys):
     out = tmp_path / "run"
-    code, err, seconds = run_cli(["train", "--recipe", str(RECIPES / "tiny.yaml"), "--out", str(out), override],
-                                 capsys)
+    code, err, seconds = run_cli(["train", "--recipe", str(RECIPES / "tiny.yaml"), "--out", str(out), override], capsys)
     assert_one_line(code, err, seconds, key)
     assert not out.exists()
 
@@ -152,6 +171,7 @@ def test_batch_refusal_explains_the_rule(tmp_path, capsys):
 
 # ---- pair recipes ------------------------------------------------------------------------------
 
+
 def _pair(**changes) -> dict:
     data = {"name": "p", "base": str(RECIPES / "tiny.yaml"), "arms": {"a": [{"adamw-impl": "fused"}], "b": []}}
     data.update(changes)
@@ -159,8 +179,10 @@ def _pair(**changes) -> dict:
 
 
 PAIRS = {
-    "bomb-in-arms": (bomb() + f"name: p\nbase: {RECIPES / 'tiny.yaml'}\narms: {{a: *l8, b: []}}\n",
-                     "anchors and aliases"),
+    "bomb-in-arms": (
+        bomb() + f"name: p\nbase: {RECIPES / 'tiny.yaml'}\narms: {{a: *l8, b: []}}\n",
+        "anchors and aliases",
+    ),
     "unknown-key": (_pair(bogus=1), "bogus"),
     "arms-list": (_pair(arms=[1, 2]), "arms"),
     "arm-not-list": (_pair(arms={"a": 5, "b": []}), "arms.a"),
@@ -168,7 +190,7 @@ PAIRS = {
     "unknown-variant": (_pair(arms={"a": ["warp-speed"], "b": []}), "arms.a[0]"),
     "variant-not-hashable": (_pair(arms={"a": [{"seed": 1, "x": 2}], "b": []}), "arms.a[0]"),
     "seed-negative": (_pair(arms={"a": [{"seed": -1}], "b": []}), "arms.a[0]"),
-    "seed-huge": (_pair(arms={"a": [{"seed": 2 ** 64}], "b": []}), "model.seed"),
+    "seed-huge": (_pair(arms={"a": [{"seed": 2**64}], "b": []}), "model.seed"),
     "tf32-not-bool": (_pair(arms={"a": [{"tf32": "yes please"}], "b": []}), "arms.a[0]"),
     "identical-arms": (_pair(arms={"a": [], "b": []}), "identical"),
     "control-not-bool": (_pair(control="yes"), "control"),
@@ -176,7 +198,7 @@ PAIRS = {
     "tracking-every-zero": (_pair(tracking={"every": 0}), "tracking.every"),
     "recipe-lr-inf": (_pair(recipe={"train": {"lr": float("inf")}}), "train.lr"),
     "recipe-strategy-empty": (_pair(recipe={"train": {"strategy": ""}}), "train.strategy"),
-    "recipe-huge-batch": (_pair(recipe={"train": {"batch_size": 10 ** 8}}), "train.batch_size"),
+    "recipe-huge-batch": (_pair(recipe={"train": {"batch_size": 10**8}}), "train.batch_size"),
     "base-missing": (_pair(base="nope.yaml"), "nope.yaml"),
     "base-nul": (_pair(base="a\x00b.yaml"), "base"),
     "base-folder": (_pair(base="."), "base"),
@@ -212,9 +234,14 @@ def test_malformed_pair_recipe_is_one_line(case, tmp_path, capsys):
 
 # ---- study recipes ------------------------------------------------------------------------------
 
+
 def _study(**changes) -> dict:
-    data = {"name": "s", "base": str(RECIPES / "tiny.yaml"), "study": str(RECIPES / "pairs/fused-adamw.yaml"),
-            "references": {"control": str(RECIPES / "pairs/control.yaml")}}
+    data = {
+        "name": "s",
+        "base": str(RECIPES / "tiny.yaml"),
+        "study": str(RECIPES / "pairs/fused-adamw.yaml"),
+        "references": {"control": str(RECIPES / "pairs/control.yaml")},
+    }
     data.update(changes)
     return data
 
@@ -229,7 +256,7 @@ STUDIES = {
     "jobs-inf": (_study(jobs=float("inf")), "jobs"),
     "lr-inf": (_study(recipe={"train": {"lr": float("inf")}}), "train.lr"),
     "strategy-empty": (_study(recipe={"train": {"strategy": ""}}), "train.strategy"),
-    "huge-batch": (_study(recipe={"train": {"batch_size": 10 ** 8}}), "train.batch_size"),
+    "huge-batch": (_study(recipe={"train": {"batch_size": 10**8}}), "train.batch_size"),
     "inline-name-escapes": (_study(study={"name": "../x", "arms": {"a": ["tf32"], "b": []}}), "name"),
     "inline-unknown-variant": (_study(study={"name": "x", "arms": {"a": ["nope"], "b": []}}), "study.arms.a[0]"),
     "name-null": (_study(name=None), "name"),
@@ -257,8 +284,27 @@ def test_microbench_recipe_refuses_a_bomb(tmp_path, capsys):
 
 # ---- random mutations of the shipped recipe ------------------------------------------------------
 
-BAD_VALUES = [float("inf"), float("-inf"), float("nan"), 1e308 * 10, -1, 0, 2 ** 64, -(2 ** 64), "", " ", "x" * 10_000,
-              [], {}, [[[[1]]]], None, True, 1.5, 10 ** 12, {"k": "v"}]
+BAD_VALUES = [
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    1e308 * 10,
+    -1,
+    0,
+    2**64,
+    -(2**64),
+    "",
+    " ",
+    "x" * 10_000,
+    [],
+    {},
+    [[[[1]]]],
+    None,
+    True,
+    1.5,
+    10**12,
+    {"k": "v"},
+]
 
 
 def _leaves(data, prefix=""):
@@ -302,14 +348,20 @@ def test_real_command_refuses_the_bomb_fast(tmp_path):
     """Through ``python -m divergence`` as a user runs it: exit 2, one line, in seconds."""
     path = tmp_path / "bomb.yaml"
     path.write_text(bomb() + "train: {lr: *l8}\n")
-    proc = subprocess.run([sys.executable, "-m", "divergence", "train", "--recipe", str(path), "--out",
-                           str(tmp_path / "run")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "divergence", "train", "--recipe", str(path), "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and str(path) in proc.stderr, proc.stderr[:2000]
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("saved, recipe", [("recipe.yaml", RECIPES / "tiny.yaml"),
-                                            ("pair.yaml", RECIPES / "pairs" / "control.yaml")])
+@pytest.mark.parametrize(
+    "saved, recipe", [("recipe.yaml", RECIPES / "tiny.yaml"), ("pair.yaml", RECIPES / "pairs" / "control.yaml")]
+)
 def test_a_bomb_in_a_copied_run_folder_is_refused(saved, recipe, tmp_path, capsys):
     """A run folder copied in from elsewhere, its saved recipe a YAML bomb: refused, not walked."""
     out = tmp_path / "run"

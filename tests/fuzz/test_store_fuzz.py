@@ -116,7 +116,7 @@ def _store_cases():
 def test_a_garbage_store_line_is_one_line_naming_it(lockstep, capsys, tmp_path, name, line, at):
     path = lockstep / "metrics.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
-    path.write_bytes(b"".join(lines[:at - 1] + [line + b"\n"] + lines[at - 1:]))  # becomes line `at`
+    path.write_bytes(b"".join(lines[: at - 1] + [line + b"\n"] + lines[at - 1 :]))  # becomes line `at`
     where = f"{path}: line {at}"
     _refused(capsys, lockstep, ["export", str(lockstep), "--csv", str(tmp_path / "x.csv")], where, "store repair")
     assert not (tmp_path / "x.csv").exists()
@@ -132,12 +132,11 @@ def test_tears_mid_file_are_errors_not_the_end_of_the_store(lockstep, capsys, tm
         lines = original.splitlines(keepends=True)
         at = rng.randrange(1, len(lines) - 1)  # a line with more lines after it: a tear mid-file
         cut = rng.randrange(1, len(lines[at - 1]) - 1)
-        torn = lines[at - 1][:cut] + lines[at][rng.randrange(0, len(lines[at]) - 1):]  # half a line runs into the next
+        torn = lines[at - 1][:cut] + lines[at][rng.randrange(0, len(lines[at]) - 1) :]  # half a line runs into the next
         if _parses(torn):
             continue  # the halves happen to form a record: a loss no reader can see, not a tear to detect
-        path.write_bytes(b"".join(lines[:at - 1] + [torn] + lines[at + 1:]))
-        _refused(capsys, lockstep, ["export", str(lockstep), "--csv", str(tmp_path / "x.csv")],
-                 f"{path}: line {at}")
+        path.write_bytes(b"".join(lines[: at - 1] + [torn] + lines[at + 1 :]))
+        _refused(capsys, lockstep, ["export", str(lockstep), "--csv", str(tmp_path / "x.csv")], f"{path}: line {at}")
         _refused(capsys, lockstep, _train(lockstep), f"{path}: line {at}")
         checked += 1
     assert checked >= 6
@@ -154,11 +153,15 @@ def _parses(raw: bytes) -> bool:
 def test_a_duplicated_step_block_is_refused_naming_the_step(lockstep, capsys, tmp_path, step):
     path = lockstep / "metrics.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
-    block = lines[3 * step:3 * step + 3]
-    path.write_bytes(b"".join(lines[:3 * step + 3] + block + lines[3 * step + 3:]))  # the block twice in a row
+    block = lines[3 * step : 3 * step + 3]
+    path.write_bytes(b"".join(lines[: 3 * step + 3] + block + lines[3 * step + 3 :]))  # the block twice in a row
     duplicate_commit = 3 * step + 6
-    _refused(capsys, lockstep, ["export", str(lockstep), "--csv", str(tmp_path / "x.csv")],
-             f"line {duplicate_commit}: step {step} is stored twice")
+    _refused(
+        capsys,
+        lockstep,
+        ["export", str(lockstep), "--csv", str(tmp_path / "x.csv")],
+        f"line {duplicate_commit}: step {step} is stored twice",
+    )
     _refused(capsys, lockstep, _train(lockstep), f"step {step} is stored twice")
 
 
@@ -172,8 +175,16 @@ def test_a_torn_final_line_is_still_the_uncommitted_tail(lockstep, tmp_path):
 # -- malformed loss files -----------------------------------------------------------------------
 def _loss_cases():
     rng = random.Random(RNG_SEED + 1)
-    fixed = [b"[]", b"{}", b'{"step":2}', b'{"step":2,"loss":"low"}', b'{"step":-1,"loss":1.0}',
-             b'{"step":2,"loss":true}', b"garbage", b'{"step":1,"loss":1.0}']  # the last: step 1 again
+    fixed = [
+        b"[]",
+        b"{}",
+        b'{"step":2}',
+        b'{"step":2,"loss":"low"}',
+        b'{"step":-1,"loss":1.0}',
+        b'{"step":2,"loss":true}',
+        b"garbage",
+        b'{"step":1,"loss":1.0}',
+    ]  # the last: step 1 again
     cases = [(f"fixed-{i}", line, rng.randrange(2, 5)) for i, line in enumerate(fixed)]
     cases += [(f"random-{i}", _garbage(rng), rng.randrange(1, 5)) for i in range(6)]
     return cases
@@ -183,7 +194,7 @@ def _loss_cases():
 def test_a_garbage_loss_line_is_one_line_naming_it(arms, capsys, name, line, at):
     path = arms / "b" / "losses.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
-    path.write_bytes(b"".join(lines[:at - 1] + [line + b"\n"] + lines[at - 1:]))
+    path.write_bytes(b"".join(lines[: at - 1] + [line + b"\n"] + lines[at - 1 :]))
     where = f"{path}: line {at}"
     _refused(capsys, arms, _watch(arms), where)
     _refused(capsys, arms, _train(arms, "--arm", "b"), where)
@@ -225,7 +236,7 @@ def _broken_files():
     rng = random.Random(RNG_SEED + 2)
     yield "zero-bytes", b"", "is empty"
     for i in range(6):
-        yield f"truncated-{i}", whole[:rng.randrange(1, len(whole) - 1)], "truncated or corrupt"
+        yield f"truncated-{i}", whole[: rng.randrange(1, len(whole) - 1)], "truncated or corrupt"
     yield "text", b"this is not a checkpoint\n", "truncated or corrupt"
     with zipfile.ZipFile(buffer := io.BytesIO(), "w") as archive:
         archive.writestr("archive/version", "3")

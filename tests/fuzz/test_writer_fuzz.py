@@ -44,17 +44,36 @@ def _files(folder: Path) -> dict:
 
 
 def _loss(rng: random.Random):
-    return rng.choice([rng.uniform(0.1, 2.0), rng.uniform(0.1, 2.0), math.inf, math.nan,
-                       torch.tensor(rng.uniform(0.1, 2.0)), torch.tensor([rng.uniform(0.1, 2.0)])])
+    return rng.choice(
+        [
+            rng.uniform(0.1, 2.0),
+            rng.uniform(0.1, 2.0),
+            math.inf,
+            math.nan,
+            torch.tensor(rng.uniform(0.1, 2.0)),
+            torch.tensor([rng.uniform(0.1, 2.0)]),
+        ]
+    )
 
 
 def _bad_call(rng: random.Random, writer: ArmWriter):
     """A step and loss that are (most likely) wrong: what a buggy loop hands the writer."""
     nxt, last = writer.next_step, writer.next_step - writer.stride
-    return rng.choice([
-        (last, 0.5), (last - 1, 0.5), (nxt + 1, 0.5), (nxt + 2, 0.5), (float(nxt), 0.5), (True, 0.5), (-1, 0.5),
-        (writer.max_steps + 1, 0.5), (nxt, torch.ones(3)), (nxt, "0.5"), (nxt, None),
-    ])
+    return rng.choice(
+        [
+            (last, 0.5),
+            (last - 1, 0.5),
+            (nxt + 1, 0.5),
+            (nxt + 2, 0.5),
+            (float(nxt), 0.5),
+            (True, 0.5),
+            (-1, 0.5),
+            (writer.max_steps + 1, 0.5),
+            (nxt, torch.ones(3)),
+            (nxt, "0.5"),
+            (nxt, None),
+        ]
+    )
 
 
 def _value(loss) -> float:
@@ -71,8 +90,16 @@ class Arm:
         self.writer = self._writer(0)
 
     def _writer(self, start: int, resume: bool = False) -> ArmWriter:
-        return ArmWriter(self.out, self.name, max_steps=self.max_steps, every=self.every, dense=[], start_step=start,
-                         resume=resume, log={"wandb": False})
+        return ArmWriter(
+            self.out,
+            self.name,
+            max_steps=self.max_steps,
+            every=self.every,
+            dense=[],
+            start_step=start,
+            resume=resume,
+            log={"wandb": False},
+        )
 
     def drive(self, stop: int) -> None:
         for _ in range(60):
@@ -158,10 +185,16 @@ def test_watch_ends_by_itself_without_a_timeout(tmp_path):
         with ArmWriter(tmp_path, name, max_steps=4, every=2, dense=[], log={"wandb": False}) as writer:
             writer.record(0, torch.nn.Linear(2, 1))
             writer.record(1, torch.nn.Linear(2, 1), 0.5)
-    run = subprocess.run([sys.executable, "-m", "divergence", "watch", str(tmp_path), "--no-log", "--quiet",
-                          "--poll", "0.05"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    run = subprocess.run(
+        [sys.executable, "-m", "divergence", "watch", str(tmp_path), "--no-log", "--quiet", "--poll", "0.05"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert run.returncode == 2, run.stderr
     assert run.stderr.strip().splitlines() == [
         "divergence watch: arm a failed at step 1, before step 2 (max_steps 4); the pair cannot be completed as it "
         "is. Restart the arm (from its checkpoint, saying where it resumes), then run watch again: it continues "
-        "from its store"]
+        "from its store"
+    ]

@@ -41,9 +41,17 @@ def shadow_pair(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("wandb")
     out = tmp / "study-x" / "flash-vs-baseline"
-    pair = pair_recipe("flash-vs-baseline", "train.max_steps=2", "tracking.every=1", "tracking.attention_every=1",
-                       "train.checkpoint_every=0", SHADOW, "log.wandb=true", "log.artifacts=[2]",
-                       "log.tags=[nightly]")
+    pair = pair_recipe(
+        "flash-vs-baseline",
+        "train.max_steps=2",
+        "tracking.every=1",
+        "tracking.attention_every=1",
+        "train.checkpoint_every=0",
+        SHADOW,
+        "log.wandb=true",
+        "log.artifacts=[2]",
+        "log.tags=[nightly]",
+    )
     printed = io.StringIO()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -59,12 +67,23 @@ def shadow_pair(tmp_path_factory):
 SUMMARY = {
     "settings": {"bootstrap_replicates": 200, "seed": 0},
     "pairs": {"flash-vs-baseline": {"growth_rate": {}}},
-    "verdicts": [{
-        "study": "flash-vs-baseline", "status": "bounded", "headline": "Bounded: flash vs baseline ...",
-        "dose_ratio": {"reference": "bf16-vs-fp32", "metric": "rel_l2", "log10": -3.9, "lo": -4.2, "hi": -3.6,
-                       "replicates": 3, "window": [1, 40]},
-        "outcome": {"mean": 0.001, "lo": -0.002, "hi": 0.004, "margin": 0.01},
-    }],
+    "verdicts": [
+        {
+            "study": "flash-vs-baseline",
+            "status": "bounded",
+            "headline": "Bounded: flash vs baseline ...",
+            "dose_ratio": {
+                "reference": "bf16-vs-fp32",
+                "metric": "rel_l2",
+                "log10": -3.9,
+                "lo": -4.2,
+                "hi": -3.6,
+                "replicates": 3,
+                "window": [1, 40],
+            },
+            "outcome": {"mean": 0.001, "lo": -0.002, "hi": 0.004, "margin": 0.01},
+        }
+    ],
 }
 
 

@@ -32,8 +32,13 @@ def run_info(path: Path) -> dict:
     config = {item.key: json.loads(item.value_json) for item in run.config.update if item.key != "_wandb"}
     for record in records(path, "config"):  # later config updates (Lightning's log_hyperparams)
         config.update({item.key: json.loads(item.value_json) for item in record.config.update})
-    return {"group": run.run_group, "job_type": run.job_type, "tags": list(run.tags), "project": run.project,
-            "config": config}
+    return {
+        "group": run.run_group,
+        "job_type": run.job_type,
+        "tags": list(run.tags),
+        "project": run.project,
+        "config": config,
+    }
 
 
 def defined_metrics(path: Path) -> dict[str, dict]:

@@ -64,7 +64,9 @@ def test_the_spec_names_only_keys_the_runs_log(capsys, shadow_pair, report_run):
     for folder in (shadow_pair[0], report_run[0]):
         for path in run_files(folder):
             logged |= history_keys(path)
-    named = {s for s in _strings(_spec(capsys)) if s.startswith(PREFIXES) or s.startswith(("^divergence", "^attention"))}
+    named = {
+        s for s in _strings(_spec(capsys)) if s.startswith(PREFIXES) or s.startswith(("^divergence", "^attention"))
+    }
     assert named, "the spec names no keys"
     for key in named:
         if key.startswith("^"):

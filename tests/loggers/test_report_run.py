@@ -14,8 +14,10 @@ def test_the_report_run_is_in_the_pairs_group_with_its_summary_under_report(repo
     assert info["job_type"] == "report" and info["group"] == shadow_pair[0].name and "report" in info["tags"]
     summary = summary_values(path)
     assert summary["report/dose_ratio/flash_vs_baseline/log10"] == -3.9
-    assert (summary["report/dose_ratio/flash_vs_baseline/lo"], summary["report/dose_ratio/flash_vs_baseline/hi"]) \
-        == (-4.2, -3.6)
+    assert (summary["report/dose_ratio/flash_vs_baseline/lo"], summary["report/dose_ratio/flash_vs_baseline/hi"]) == (
+        -4.2,
+        -3.6,
+    )
     assert summary["report/dose_ratio/flash_vs_baseline/replicates"] == 3
     assert summary["report/dose_ratio/flash_vs_baseline/window_end"] == 40
     assert summary["report/outcome/flash_vs_baseline/margin"] == 0.01

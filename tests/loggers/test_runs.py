@@ -11,8 +11,14 @@ def test_the_run_is_filed_with_group_job_type_tags_and_the_resolved_recipe(shado
     [path] = run_files(out)
     info = run_info(path)
     assert info["group"] == "flash-vs-baseline" and info["job_type"] == "pair" and info["project"] == "divergence"
-    assert {"pair:flash-vs-baseline", "category:optimization", "replicate:0", "a:attention=shadow",
-            "b:attention=baseline", "nightly"} <= set(info["tags"]), info["tags"]
+    assert {
+        "pair:flash-vs-baseline",
+        "category:optimization",
+        "replicate:0",
+        "a:attention=shadow",
+        "b:attention=baseline",
+        "nightly",
+    } <= set(info["tags"]), info["tags"]
     config = info["config"]
     assert config["name"] == "flash-vs-baseline" and config["tracking"]["every"] == 1
     assert config["recipes"]["a"]["train"]["max_steps"] == 2
@@ -44,8 +50,12 @@ def test_keys_are_sortable_and_per_layer_values_are_compact(shadow_pair):
     [path] = run_files(out)
     keys = history_keys(path)
     # wandb's run table sorts and filters by [_a-zA-Z][_a-zA-Z0-9]* segments: no dots, no hyphens
-    assert all(segment and not segment[0].isdigit() and segment.replace("_", "a").isalnum()
-               for key in keys for segment in key.split("/") if key != "_step" and not key.startswith("_"))
+    assert all(
+        segment and not segment[0].isdigit() and segment.replace("_", "a").isalnum()
+        for key in keys
+        for segment in key.split("/")
+        if key != "_step" and not key.startswith("_")
+    )
     assert not any(k.startswith(("divergence/wasserstein/", "divergence/max_abs_diff/")) for k in keys)
     assert {"divergence/top_layers", "divergence/heatmap", "divergence/layers"} <= keys
 
@@ -62,5 +72,7 @@ def test_an_offline_run_says_so_in_one_line_with_the_sync_command(shadow_pair):
     out, printed = shadow_pair
     [path] = run_files(out)
     lines = [line for line in printed.splitlines() if line.startswith("wandb:")]
-    assert lines == [f"wandb: {path.parent} is an offline run (no WANDB_MODE, WANDB_API_KEY or `wandb login` "
-                     f"credentials); upload it later with: wandb sync {path.parent}"]
+    assert lines == [
+        f"wandb: {path.parent} is an offline run (no WANDB_MODE, WANDB_API_KEY or `wandb login` "
+        f"credentials); upload it later with: wandb sync {path.parent}"
+    ]

@@ -69,6 +69,8 @@ def test_an_empty_pair_has_no_difference():
     full = compare_tensors(torch.tensor([1.0, 2.0]), torch.tensor([1.5, 0.0]))
     with_empty, without = summarize([full, empty]), summarize([full])
     assert with_empty["tensors_nonfinite"] == 0 and with_empty["tensors"] == 2
-    assert {k: v for k, v in with_empty.items() if k != "tensors"} == {k: v for k, v in without.items() if k != "tensors"}
+    assert {k: v for k, v in with_empty.items() if k != "tensors"} == {
+        k: v for k, v in without.items() if k != "tensors"
+    }
     alone = summarize([empty])
     assert alone["max_abs_diff"] == alone["wasserstein"] == alone["rel_l2"] == 0.0 and alone["cosine"] == 1.0

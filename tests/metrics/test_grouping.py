@@ -15,7 +15,10 @@ def _records(pairs):
 
 def test_model_aggregate_matches_flat_concatenation():
     g = torch.Generator().manual_seed(0)
-    pairs = {f"layer{i}.weight": (torch.randn(10 * (i + 1), generator=g), torch.randn(10 * (i + 1), generator=g)) for i in range(4)}
+    pairs = {
+        f"layer{i}.weight": (torch.randn(10 * (i + 1), generator=g), torch.randn(10 * (i + 1), generator=g))
+        for i in range(4)
+    }
     summary = summarize(_records(pairs))
     flat_a = torch.cat([a for a, _ in pairs.values()])
     flat_b = torch.cat([b for _, b in pairs.values()])
@@ -28,7 +31,10 @@ def test_model_aggregate_matches_flat_concatenation():
 
 
 def test_nonfinite_tensors_are_counted_not_averaged():
-    pairs = {"a.weight": (torch.ones(4), torch.zeros(4)), "b.weight": (torch.tensor([float("nan")] * 4), torch.zeros(4))}
+    pairs = {
+        "a.weight": (torch.ones(4), torch.zeros(4)),
+        "b.weight": (torch.tensor([float("nan")] * 4), torch.zeros(4)),
+    }
     summary = summarize(_records(pairs))
     assert summary["tensors_nonfinite"] == 1 and summary["nonfinite_a"] == 4
     assert summary["max_abs_diff"] == 1.0 and not math.isnan(summary["wasserstein"])

@@ -7,8 +7,20 @@ import pytest
 
 from divergence.cli import main
 
-CONTRACT = ["impl", "precision", "accumulate", "seq_len", "head_dim", "block_q", "block_kv", "block_order",
-            "max_abs_err", "mean_abs_err", "std_abs_err", "max_abs_diff_vs_baseline"]
+CONTRACT = [
+    "impl",
+    "precision",
+    "accumulate",
+    "seq_len",
+    "head_dim",
+    "block_q",
+    "block_kv",
+    "block_order",
+    "max_abs_err",
+    "mean_abs_err",
+    "std_abs_err",
+    "max_abs_diff_vs_baseline",
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +58,29 @@ def test_writes_figures_and_reports(quick_run):
 
 
 def test_flags_narrow_the_sweep(tmp_path):
-    code = main(["microbench", "--quick", "--no-progress", "--precision", "bf16", "--seq-len", "64", "--block-size",
-                 "8x16", "16", "--impl", "baseline", "flash", "--accumulate", "fp32", "--input-dist", "normal:0.5",
-                 "--out", str(tmp_path)])
+    code = main(
+        [
+            "microbench",
+            "--quick",
+            "--no-progress",
+            "--precision",
+            "bf16",
+            "--seq-len",
+            "64",
+            "--block-size",
+            "8x16",
+            "16",
+            "--impl",
+            "baseline",
+            "flash",
+            "--accumulate",
+            "fp32",
+            "--input-dist",
+            "normal:0.5",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 0
     with open(tmp_path / "results.csv") as f:
         rows = list(csv.DictReader(f))
@@ -59,19 +91,22 @@ def test_flags_narrow_the_sweep(tmp_path):
     assert {r["block_order"] for r in rows if r["input_dist"] == "normal:0.5"} == {"", "default"}
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--precision", "bf8"], "'bf8' is not one of bf16, fp16, fp32, fp64"),
-    (["--block-size", "256"], "block size 256x256"),
-    (["--block-size", "8y8"], "block size '8y8'"),
-    (["--impl", "sdpa-efficient"], "--impl sdpa-efficient is unavailable on cpu"),
-    (["--impl", "flash-attn"], "--impl flash-attn is unavailable"),
-    (["--impl", "warp-attn"], "'warp-attn' is not one of"),
-    (["--seq-len", "0"], "positive lengths"),
-    (["--accumulate", "fp16"], "'fp16' is not one of"),
-    (["--input-dist", "normal:0"], "inputs.scales: 'normal:0': the std must be in"),
-    (["--set", "inputs.heads=two"], "inputs.heads: expected an integer"),
-    (["--recipe", "/nonexistent/microbench.yaml"], "recipe file not found"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--precision", "bf8"], "'bf8' is not one of bf16, fp16, fp32, fp64"),
+        (["--block-size", "256"], "block size 256x256"),
+        (["--block-size", "8y8"], "block size '8y8'"),
+        (["--impl", "sdpa-efficient"], "--impl sdpa-efficient is unavailable on cpu"),
+        (["--impl", "flash-attn"], "--impl flash-attn is unavailable"),
+        (["--impl", "warp-attn"], "'warp-attn' is not one of"),
+        (["--seq-len", "0"], "positive lengths"),
+        (["--accumulate", "fp16"], "'fp16' is not one of"),
+        (["--input-dist", "normal:0"], "inputs.scales: 'normal:0': the std must be in"),
+        (["--set", "inputs.heads=two"], "inputs.heads: expected an integer"),
+        (["--recipe", "/nonexistent/microbench.yaml"], "recipe file not found"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(argv, needle, tmp_path, capsys):
     assert main(["microbench", "--quick", "--no-progress", *argv, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
@@ -82,7 +117,23 @@ def test_bad_input_exits_2_with_one_line(argv, needle, tmp_path, capsys):
 
 def test_cuda_unavailable_exits_2(tmp_path, capsys, monkeypatch):
     import torch
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert main(["microbench", "--quick", "--impl", "baseline", "flash", "sdpa-flash", "--device", "cuda",
-                 "--out", str(tmp_path)]) == 2
+    assert (
+        main(
+            [
+                "microbench",
+                "--quick",
+                "--impl",
+                "baseline",
+                "flash",
+                "sdpa-flash",
+                "--device",
+                "cuda",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     assert "CUDA is not available" in capsys.readouterr().err

@@ -28,19 +28,22 @@ def test_plan_has_no_duplicates_and_all_studies():
     assert not [c for c in cases if c.precision in ("fp32", "fp64") and c.accumulate == "fp32"]
 
 
-@pytest.mark.parametrize("override,message", [
-    ("sweep.precisions=[bf8]", "sweep.precisions: 'bf8' is not one of bf16"),
-    ("sweep.impls=[flashy]", "sweep.impls: 'flashy' is not one of"),
-    ("sweep.accumulate=[fp8]", "sweep.accumulate: 'fp8'"),
-    ("sweep.reference_seq_len=3", "reference_seq_len: 3 is not one of"),
-    ("sweep.device=tpu", "sweep.device: 'tpu'"),
-    ("tiles.orders=[diagonal]", "tiles.orders: 'diagonal'"),
-    ("tiles.block_sizes=[12y3]", "block size '12y3'"),
-    ("inputs.heads=0", "inputs.heads: must be at least 1"),
-    ("inputs.std=1000", "inputs.std"),
-    ("inputs.headz=2", "unknown key 'inputs.headz'"),
-    ("tiles.memory=1000000", "larger than sequence length 256"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("sweep.precisions=[bf8]", "sweep.precisions: 'bf8' is not one of bf16"),
+        ("sweep.impls=[flashy]", "sweep.impls: 'flashy' is not one of"),
+        ("sweep.accumulate=[fp8]", "sweep.accumulate: 'fp8'"),
+        ("sweep.reference_seq_len=3", "reference_seq_len: 3 is not one of"),
+        ("sweep.device=tpu", "sweep.device: 'tpu'"),
+        ("tiles.orders=[diagonal]", "tiles.orders: 'diagonal'"),
+        ("tiles.block_sizes=[12y3]", "block size '12y3'"),
+        ("inputs.heads=0", "inputs.heads: must be at least 1"),
+        ("inputs.std=1000", "inputs.std"),
+        ("inputs.headz=2", "unknown key 'inputs.headz'"),
+        ("tiles.memory=1000000", "larger than sequence length 256"),
+    ],
+)
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(RecipeError, match=message.replace("(", r"\(").replace("[", r"\[")):
         load_recipe(None, [override])

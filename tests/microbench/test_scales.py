@@ -20,8 +20,24 @@ NUMERIC = ("max_abs_err", "mean_abs_err", "block_q", "block_kv", "seq_len")
 @pytest.fixture(scope="module")
 def quick_csv(tmp_path_factory):
     out = tmp_path_factory.mktemp("scales")
-    assert main(["microbench", "--quick", "--no-progress", "--precision", "bf16", "fp16", "--impl", "baseline",
-                 "flash", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "microbench",
+                "--quick",
+                "--no-progress",
+                "--precision",
+                "bf16",
+                "fp16",
+                "--impl",
+                "baseline",
+                "flash",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     with open(out / "results.csv") as f:
         reader = csv.DictReader(f)
         rows = list(reader)
@@ -61,7 +77,12 @@ def test_plan_keeps_the_scale_study_small():
     assert {c.seq_len for c in scaled} == {64, 128}
     assert {c.block_order for c in scaled if c.impl == "flash"} == {"default"}
     assert {(c.precision, c.accumulate) for c in scaled if c.impl == "flash"} == {
-        ("bf16", "none"), ("bf16", "fp32"), ("fp16", "none"), ("fp16", "fp32"), ("fp32", "none")}
+        ("bf16", "none"),
+        ("bf16", "fp32"),
+        ("fp16", "none"),
+        ("fp16", "fp32"),
+        ("fp32", "none"),
+    }
     default = load_recipe(None)
     assert default.sweep.scale_lengths() == [256, 512, 1024, 2048, 4096]
 
@@ -73,7 +94,11 @@ def test_csv_has_the_new_columns_and_both_modes(quick_csv):
     for spec in ("normal:0.25", "uniform:0:1", "normal:2"):
         flash = [r for r in rows if r["input_dist"] == spec and r["impl"] == "flash"]
         assert {(r["precision"], r["accumulate"]) for r in flash} == {
-            ("bf16", "none"), ("bf16", "fp32"), ("fp16", "none"), ("fp16", "fp32")}
+            ("bf16", "none"),
+            ("bf16", "fp32"),
+            ("fp16", "none"),
+            ("fp16", "fp32"),
+        }
     uniform = next(r for r in rows if r["input_dist"] == "uniform:0:1")
     assert float(uniform["input_scale"]) == pytest.approx(0.288675, rel=1e-5)
     assert uniform["distribution"] == "uniform"
@@ -101,8 +126,11 @@ def test_scale_table_is_computed_from_the_csv_rows(quick_csv):
 def test_narrow_inputs_raise_the_bf16_ratio():
     # Robust over seeds 0-7 at this size: N(0, 0.25^2) and U(0, 1) give 2.1-3.9x (max) against
     # 0.95-1.2x for N(0, 2^2); the assertion keeps a 1.5x margin.
-    recipe = load_recipe(None, ["sweep.precisions=[bf16]", "sweep.impls=[baseline, flash]",
-                                "sweep.accumulate=[none]", "sweep.seq_lens=[128]"], quick=True)
+    recipe = load_recipe(
+        None,
+        ["sweep.precisions=[bf16]", "sweep.impls=[baseline, flash]", "sweep.accumulate=[none]", "sweep.seq_lens=[128]"],
+        quick=True,
+    )
     cases = [c for c in plan(recipe)[0] if c.block_order in ("", "default")]
     rows, _ = run_sweep(recipe, cases, progress=False)
     wide = cell(rows, recipe, "normal:2", 128, "bf16", "none")

@@ -44,8 +44,9 @@ def test_tiled_takes_its_options():
 
 def test_shadow_records_per_layer_deviation_while_training():
     recorder = ShadowRecorder()
-    arm, inputs = _arm("attention.name=shadow", "attention.options={primary: sdpa, secondary: baseline}",
-                       recorder=recorder)
+    arm, inputs = _arm(
+        "attention.name=shadow", "attention.options={primary: sdpa, secondary: baseline}", recorder=recorder
+    )
     arm.training_step(inputs.prepare(inputs.batches.batch(0)))
     stats = recorder.drain()
     assert set(stats) == set(attention_modules(arm.unet))
@@ -85,8 +86,11 @@ def test_verify_fails_loudly_when_a_module_lost_its_processor():
 
 def test_a_model_without_attention_is_an_error():
     with pytest.raises(UserInputError, match="no attention modules"):
-        _arm("model.unet.down_block_types=[DownBlock2D,DownBlock2D,DownBlock2D]",
-             "model.unet.up_block_types=[UpBlock2D,UpBlock2D,UpBlock2D]", "model.unet.mid_block=false")
+        _arm(
+            "model.unet.down_block_types=[DownBlock2D,DownBlock2D,DownBlock2D]",
+            "model.unet.up_block_types=[UpBlock2D,UpBlock2D,UpBlock2D]",
+            "model.unet.mid_block=false",
+        )
 
 
 def test_attention_config_rejects_empty_name():

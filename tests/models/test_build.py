@@ -47,11 +47,14 @@ def test_byte_tokenizer_truncates_and_pads():
     assert ids.tolist() == [[256, 97, 98, 99, 257], [256, 257, 258, 258, 258]]
 
 
-@pytest.mark.parametrize("build, key", [
-    (lambda p: build_tokenizer(TokenizerConfig(kind="clip", path=p)), "model.tokenizer.path"),
-    (lambda p: build_text_encoder(TextEncoderConfig(path=p), ByteTokenizer(8), 0), "model.text_encoder.path"),
-    (lambda p: build_vae(VAEConfig(path=p), 0), "model.vae.path"),
-])
+@pytest.mark.parametrize(
+    "build, key",
+    [
+        (lambda p: build_tokenizer(TokenizerConfig(kind="clip", path=p)), "model.tokenizer.path"),
+        (lambda p: build_text_encoder(TextEncoderConfig(path=p), ByteTokenizer(8), 0), "model.text_encoder.path"),
+        (lambda p: build_vae(VAEConfig(path=p), 0), "model.vae.path"),
+    ],
+)
 def test_missing_local_folder_says_what_to_put_there(build, key, tmp_path):
     with pytest.raises(UserInputError, match=f"{key} .*nowhere.*put"):
         build(str(tmp_path / "nowhere"))

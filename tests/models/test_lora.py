@@ -71,11 +71,14 @@ def test_lora_init_follows_model_seed():
     assert not torch.equal(next(iter(factors(a).values())), next(iter(factors(c).values())))
 
 
-@pytest.mark.parametrize("override, match", [
-    ("model.lora={rank: 0}", "model.lora.rank"),
-    ("model.lora={alpha: -1}", "model.lora.alpha"),
-    ("model.lora={targets: []}", "model.lora.targets"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("model.lora={rank: 0}", "model.lora.rank"),
+        ("model.lora={alpha: -1}", "model.lora.alpha"),
+        ("model.lora={targets: []}", "model.lora.targets"),
+    ],
+)
 def test_bad_lora_recipes_name_the_key(override, match):
     with pytest.raises(RecipeError, match=match):
         tiny_recipe(override)

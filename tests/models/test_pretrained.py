@@ -41,11 +41,19 @@ def _equal(module, saved_module):
 
 def test_every_part_loads_from_a_saved_folder_with_subfolder_and_variant(saved):
     root, unet, sd3 = saved
-    arm = _arm(f"model.unet.path={root}", "model.unet.subfolder=unet", "model.unet.variant=v1",
-               f"model.text_encoder.path={root / 'text_encoder'}")
+    arm = _arm(
+        f"model.unet.path={root}",
+        "model.unet.subfolder=unet",
+        "model.unet.variant=v1",
+        f"model.text_encoder.path={root / 'text_encoder'}",
+    )
     assert _equal(arm.unet, unet.unet) and _equal(arm.text_encoder, unet.text_encoder)
-    arm = _arm("model.denoiser=transformer", "model.transformer.kind=sd3", f"model.transformer.path={root}",
-               "model.transformer.subfolder=transformer")
+    arm = _arm(
+        "model.denoiser=transformer",
+        "model.transformer.kind=sd3",
+        f"model.transformer.path={root}",
+        "model.transformer.subfolder=transformer",
+    )
     assert _equal(arm.unet.transformer, sd3.unet.transformer)
     assert not _equal(arm.text_encoder, sd3.text_encoder)  # model.seed=0 here: only the path loads
 
@@ -93,8 +101,18 @@ def test_both_arms_of_a_pair_start_from_the_saved_weights(saved, part, tmp_path)
     source = unet.unet if part == "unet" else sd3.unet.transformer
     extra = [] if part == "unet" else ["model.denoiser=transformer", "model.transformer.kind=sd3"]
     variant = ["model.unet.variant=v1"] if part == "unet" else []
-    train_pair(pair_recipe("control", "train.max_steps=1", "tracking.every=1", *extra, *variant,
-                           f"model.{part}.path={root}", f"model.{part}.subfolder={part}"), tmp_path)
+    train_pair(
+        pair_recipe(
+            "control",
+            "train.max_steps=1",
+            "tracking.every=1",
+            *extra,
+            *variant,
+            f"model.{part}.path={root}",
+            f"model.{part}.subfolder={part}",
+        ),
+        tmp_path,
+    )
     prefix = "unet." if part == "unet" else "unet.transformer."
     expected = {prefix + k: v for k, v in source.state_dict().items()}
     for arm in "ab":

@@ -53,9 +53,18 @@ def _sd3_attention(context_pre_only):
     from diffusers.models.attention_processor import Attention, JointAttnProcessor2_0
 
     torch.manual_seed(0)
-    return Attention(query_dim=32, added_kv_proj_dim=32, dim_head=8, heads=4, out_dim=32, bias=True,
-                     context_pre_only=context_pre_only, processor=JointAttnProcessor2_0(), qk_norm="rms_norm",
-                     eps=1e-6)
+    return Attention(
+        query_dim=32,
+        added_kv_proj_dim=32,
+        dim_head=8,
+        heads=4,
+        out_dim=32,
+        bias=True,
+        context_pre_only=context_pre_only,
+        processor=JointAttnProcessor2_0(),
+        qk_norm="rms_norm",
+        eps=1e-6,
+    )
 
 
 @pytest.mark.parametrize("context_pre_only", [False, True])
@@ -85,8 +94,9 @@ def test_joint_shadow_compares_the_joint_attention():
 
 def test_shadow_on_sd3_records_every_joint_layer():
     recorder = ShadowRecorder()
-    arm, inputs = _arm("sd3", "attention.name=shadow", "attention.options={primary: sdpa, secondary: baseline}",
-                       recorder=recorder)
+    arm, inputs = _arm(
+        "sd3", "attention.name=shadow", "attention.options={primary: sdpa, secondary: baseline}", recorder=recorder
+    )
     assert all(isinstance(p, ShadowJointAttnProcessor) for p in arm.processors.values())
     arm.training_step(inputs.prepare(inputs.batches.batch(0)))
     stats = recorder.drain()
@@ -107,9 +117,17 @@ def test_control_arms_stay_bitwise_identical(kind):
 def test_flux_attention_is_found_by_interface_and_refused_by_name():
     from diffusers import FluxTransformer2DModel
 
-    flux = FluxTransformer2DModel(patch_size=1, in_channels=4, num_layers=1, num_single_layers=1,
-                                  attention_head_dim=8, num_attention_heads=2, joint_attention_dim=16,
-                                  pooled_projection_dim=16, axes_dims_rope=(2, 2, 4))
+    flux = FluxTransformer2DModel(
+        patch_size=1,
+        in_channels=4,
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=8,
+        num_attention_heads=2,
+        joint_attention_dim=16,
+        pooled_projection_dim=16,
+        axes_dims_rope=(2, 2, 4),
+    )
     modules = attention_modules(flux)
     assert len(modules) == 2  # FluxAttention is no diffusers Attention subclass, yet it is found
     with pytest.raises(UserInputError, match="transformer_blocks.0.attn.*FluxAttnProcessor"):
@@ -122,7 +140,11 @@ def test_kinds_recognise_joint_attention_projections():
     kinds = classify_kinds(shapes)
     block = "transformer.transformer_blocks.0.attn."
     assert [kinds[block + p + ".weight"] for p in ("add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")] == [
-        "attn_q", "attn_k", "attn_v", "attn_out"]
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_out",
+    ]
     assert kinds[block + "to_out.0.weight"] == "attn_out"
 
 
@@ -132,12 +154,15 @@ def test_plain_processors_on_pixart():
     assert {n.rsplit(".", 1)[-1] for n in arm.processors} == {"attn1", "attn2"}
 
 
-@pytest.mark.parametrize("override, key", [
-    ("model.transformer.kind=flux", "model.transformer.kind"),
-    ("model.denoiser=dit", "model.denoiser"),
-    ("model.transformer.patch_size=3", "data.resolution"),
-    ("model.transformer.head_dim=0", "model.transformer.head_dim"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("model.transformer.kind=flux", "model.transformer.kind"),
+        ("model.denoiser=dit", "model.denoiser"),
+        ("model.transformer.patch_size=3", "data.resolution"),
+        ("model.transformer.head_dim=0", "model.transformer.head_dim"),
+    ],
+)
 def test_bad_transformer_recipes_name_the_key(override, key):
     with pytest.raises(RecipeError, match=key.replace(".", r"\.")):
         tiny_recipe("model.denoiser=transformer", override)

@@ -67,9 +67,14 @@ def test_watch_follows_a_writer_folder_from_pair_json_alone_and_keeps_its_keys(t
 
 def test_schedule_of_the_built_in_trainers_pair_json(tmp_path):
     # the built-in trainer keeps checkpoint_every and log in pair.json's recipe
-    info = PairInfo(name="p", category="control", arms={"a": [], "b": []}, max_steps=30,
-                    recipe={"train": {"checkpoint_every": 7}, "log": {"wandb": False}},
-                    tracking={"every": 10, "dense": [], "probe": {"enabled": True, "size": 2}})
+    info = PairInfo(
+        name="p",
+        category="control",
+        arms={"a": [], "b": []},
+        max_steps=30,
+        recipe={"train": {"checkpoint_every": 7}, "log": {"wandb": False}},
+        tracking={"every": 10, "dense": [], "probe": {"enabled": True, "size": 2}},
+    )
     info.write(tmp_path)
     schedule = read_schedule(tmp_path)
     assert (schedule.name, schedule.max_steps, schedule.checkpoint_every) == ("p", 30, 7)
@@ -80,19 +85,24 @@ def test_schedule_of_the_built_in_trainers_pair_json(tmp_path):
 
 def test_older_folder_without_tracking_falls_back_to_pair_yaml(tmp_path):
     PairInfo(name="old", category="optimization", arms={"a": ["x"], "b": ["y"]}, max_steps=12).write(tmp_path)
-    recipe = {"name": "old", "tracking": {"every": 5, "dense": [], "probe": {"enabled": False}},
-              "recipes": {"a": {"name": "old", "train": {"max_steps": 12, "checkpoint_every": 4},
-                                "log": {"wandb": False}}}}
+    recipe = {
+        "name": "old",
+        "tracking": {"every": 5, "dense": [], "probe": {"enabled": False}},
+        "recipes": {"a": {"name": "old", "train": {"max_steps": 12, "checkpoint_every": 4}, "log": {"wandb": False}}},
+    }
     (tmp_path / PAIR_RECIPE_FILE).write_text(yaml.safe_dump(recipe))
     schedule = read_schedule(tmp_path)
     assert (schedule.max_steps, schedule.checkpoint_every, schedule.tracking.every) == (12, 4, 5)
     assert [s for s in range(13) if schedule.tracked(s)] == [0, 4, 5, 8, 10, 12]
 
 
-@pytest.mark.parametrize("content, message", [
-    ({"name": "p", "category": "control", "arms": {"a": [], "b": []}, "max_steps": 3}, "no tracking.every"),
-    ({"contract": CONTRACT + 1, "name": "p"}, "upgrade divergence"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ({"name": "p", "category": "control", "arms": {"a": [], "b": []}, "max_steps": 3}, "no tracking.every"),
+        ({"contract": CONTRACT + 1, "name": "p"}, "upgrade divergence"),
+    ],
+)
 def test_unreadable_schedule_names_the_file(tmp_path, content, message):
     (tmp_path / PAIR_FILE).write_text(json.dumps(content))
     with pytest.raises(UserInputError, match=message):
@@ -129,8 +139,9 @@ def test_watch_runs_with_the_training_package_blocked(tmp_path):
     _train(tmp_path, "a", 0.1)
     _train(tmp_path, "b", 0.2)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", BLOCKED, str(tmp_path)], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED, str(tmp_path)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert MetricsStore(tmp_path).last_step() == 4
 

@@ -13,17 +13,30 @@ from divergence.store.losses import LossFile
 
 def test_every_path_is_the_contracts_name_under_the_folder(tmp_path):
     folder = PairFolder(tmp_path)
-    expected = {"pair_json": "pair.json", "pair_yaml": "pair.yaml", "recipe": "recipe.yaml",
-                "metrics": "metrics.jsonl", "attention": "attention.jsonl", "watch_state": "watch.json",
-                "retention": "retention.json", "wandb_id": "wandb-id", "csv_dir": "csv",
-                "tensorboard_dir": "tensorboard", "resume_dir": "resume", "samples_dir": "samples",
-                "checkpoints_dir": "checkpoints"}
+    expected = {
+        "pair_json": "pair.json",
+        "pair_yaml": "pair.yaml",
+        "recipe": "recipe.yaml",
+        "metrics": "metrics.jsonl",
+        "attention": "attention.jsonl",
+        "watch_state": "watch.json",
+        "retention": "retention.json",
+        "wandb_id": "wandb-id",
+        "csv_dir": "csv",
+        "tensorboard_dir": "tensorboard",
+        "resume_dir": "resume",
+        "samples_dir": "samples",
+        "checkpoints_dir": "checkpoints",
+    }
     assert {name: getattr(folder, name) for name in expected} == {k: tmp_path / v for k, v in expected.items()}
     assert folder.resume_file == tmp_path / "resume" / "last.ckpt"
     arm = folder.arm("b")
     assert isinstance(arm, ArmFolder) and arm.arm == "b"
-    assert (arm.losses, arm.status, arm.writer_lock) == (tmp_path / "b" / "losses.jsonl",
-                                                        tmp_path / "b" / "status.json", tmp_path / "b" / "writer.lock")
+    assert (arm.losses, arm.status, arm.writer_lock) == (
+        tmp_path / "b" / "losses.jsonl",
+        tmp_path / "b" / "status.json",
+        tmp_path / "b" / "writer.lock",
+    )
     assert arm.weights(120) == tmp_path / "b" / "checkpoints" / "step_000120.safetensors"
     assert list(folder.arms) == ["a", "b"] and folder.arms["a"] == ArmFolder(tmp_path / "a")
 

@@ -38,8 +38,9 @@ def wandb_history(out: Path) -> list[dict]:
             record = wandb_internal_pb2.Record()
             record.ParseFromString(data)
             if record.WhichOneof("record_type") == "history":
-                row = {item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                       for item in record.history.item}
+                row = {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item
+                }
                 rows.append(dict(row, _step=record.history.step.num, _file=path.parent.name))
     return rows
 
@@ -63,9 +64,9 @@ def _leveldb_records(raw: bytes, block: int = 32768):
         if block - pos % block < 7:  # block trailer: zero padding
             pos += block - pos % block
             continue
-        length = int.from_bytes(raw[pos + 4:pos + 6], "little")
+        length = int.from_bytes(raw[pos + 4 : pos + 6], "little")
         kind = raw[pos + 6]
-        data = raw[pos + 7:pos + 7 + length]
+        data = raw[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == 1:
             yield data

@@ -38,8 +38,9 @@ def test_seed_pair_differs_from_step_zero_on_identical_inputs(tmp_path):
 
 
 def test_flash_vs_baseline_drifts_apart_and_compare_reproduces_it(tmp_path, capsys):
-    train_pair(pair_recipe("flash-vs-baseline", "train.max_steps=8", "tracking.every=2",
-                           "train.checkpoint_every=4"), tmp_path)
+    train_pair(
+        pair_recipe("flash-vs-baseline", "train.max_steps=8", "tracking.every=2", "train.checkpoint_every=4"), tmp_path
+    )
     steps = step_records(tmp_path)
     assert steps[0]["max_abs_diff"] == 0.0  # same init, same data: only the kernel differs
     assert 0 < steps[2]["wasserstein"] and steps[2]["wasserstein"] < steps[8]["wasserstein"]
@@ -67,13 +68,23 @@ def test_wandb_offline_run_holds_the_per_layer_keys(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))  # no credentials: offline
-    train_pair(pair_recipe("seed-vs-seed", "train.max_steps=2", "tracking.every=1", "log.wandb=true",
-                           "log.per_layer_scalars=true"), tmp_path)
+    train_pair(
+        pair_recipe(
+            "seed-vs-seed", "train.max_steps=2", "tracking.every=1", "log.wandb=true", "log.per_layer_scalars=true"
+        ),
+        tmp_path,
+    )
     rows = wandb_history(tmp_path)
     keys = set().union(*rows)
-    assert {"divergence/model/wasserstein", "divergence/model/max_abs_diff", "train/loss_a", "train/loss_b",
-            "divergence/wasserstein/unet_conv_in", "divergence/max_abs_diff/unet_conv_in",
-            "divergence/kind/attn_q/wasserstein"} <= keys
+    assert {
+        "divergence/model/wasserstein",
+        "divergence/model/max_abs_diff",
+        "train/loss_a",
+        "train/loss_b",
+        "divergence/wasserstein/unet_conv_in",
+        "divergence/max_abs_diff/unet_conv_in",
+        "divergence/kind/attn_q/wasserstein",
+    } <= keys
     assert any(k.startswith("divergence/layers") for k in keys)
     assert any(k.startswith("divergence/heatmap/") for k in keys)
 
@@ -113,8 +124,12 @@ def test_bad_pair_input_through_the_cli(tmp_path, capsys, args, message):
 
 def test_shadow_attention_logs_per_layer_output_deviation(tmp_path):
     """The paper's in-model comparison: arm a runs sdpa-flash and baseline on identical inputs."""
-    pair = pair_recipe("flash-vs-baseline", "train.max_steps=4", "tracking.attention_every=2",
-                       "arms.a=[{attention: {name: shadow, options: {primary: sdpa-flash, secondary: baseline}}}]")
+    pair = pair_recipe(
+        "flash-vs-baseline",
+        "train.max_steps=4",
+        "tracking.attention_every=2",
+        "arms.a=[{attention: {name: shadow, options: {primary: sdpa-flash, secondary: baseline}}}]",
+    )
     train_pair(pair, tmp_path)
     lines = [json.loads(line) for line in (tmp_path / "attention.jsonl").read_text().splitlines()]
     assert {r["step"] for r in lines} == {2, 4} and {r["arm"] for r in lines} == {"a"}

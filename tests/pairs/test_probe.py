@@ -10,8 +10,13 @@ from divergence.training.lockstep import train_pair
 
 from .helpers import pair_recipe, step_records
 
-SMALL = ("train.max_steps=3", "tracking.probe.size=4", "tracking.dense=[]", "tracking.every=2",
-         "tracking.probe.every=1")
+SMALL = (
+    "train.max_steps=3",
+    "tracking.probe.size=4",
+    "tracking.dense=[]",
+    "tracking.every=2",
+    "tracking.probe.every=1",
+)
 PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")
 
 
@@ -28,8 +33,10 @@ def test_control_pair_probe_is_exactly_zero(tmp_path):
 
 
 def test_probe_runs_at_tracked_multiples_of_its_every_and_at_the_last_step(tmp_path):
-    train_pair(pair_recipe("control", "train.max_steps=5", "tracking.dense=[]", "tracking.every=1",
-                           "tracking.probe.every=2"), tmp_path)
+    train_pair(
+        pair_recipe("control", "train.max_steps=5", "tracking.dense=[]", "tracking.every=1", "tracking.probe.every=2"),
+        tmp_path,
+    )
     steps = step_records(tmp_path)
     assert all(steps[s]["tracked"] for s in range(6))
     assert [s for s, r in steps.items() if "probe_rel_diff" in r] == [0, 2, 4, 5]
@@ -39,8 +46,9 @@ def test_probe_runs_at_tracked_multiples_of_its_every_and_at_the_last_step(tmp_p
 def test_probe_does_not_change_training_and_sees_the_flash_kernel(tmp_path):
     on, off = tmp_path / "on", tmp_path / "off"
     train_pair(pair_recipe("flash-vs-baseline", *SMALL, "train.checkpoint_every=3"), on)
-    train_pair(pair_recipe("flash-vs-baseline", *SMALL, "train.checkpoint_every=3",
-                           "tracking.probe.enabled=false"), off)
+    train_pair(
+        pair_recipe("flash-vs-baseline", *SMALL, "train.checkpoint_every=3", "tracking.probe.enabled=false"), off
+    )
     with_probe, without = step_records(on), step_records(off)
     for step in (1, 2, 3):
         assert with_probe[step]["loss_a"] == without[step]["loss_a"]

@@ -27,8 +27,13 @@ def _kill_mid_segment(out, *extra, after_step=13, timeout=120):
     # a fresh job: not attached to this test process's wandb service (WANDB_SERVICE)
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
     env["PYTHONPATH"] = os.getcwd()
-    proc = subprocess.Popen([sys.executable, "-m", "divergence", *_command(out, *extra)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "divergence", *_command(out, *extra)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
         store = out / "metrics.jsonl"

@@ -31,6 +31,6 @@ def test_alias_in_an_override_is_refused_but_plain_text_stays_text():
 
 
 def test_short_bounds_any_value():
-    assert len(short("x" * 10 ** 6)) <= 80
-    assert len(short(list(range(10 ** 5)))) <= 80
+    assert len(short("x" * 10**6)) <= 80
+    assert len(short(list(range(10**5)))) <= 80
     assert short("abc") == "'abc'"

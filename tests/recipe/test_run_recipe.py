@@ -27,16 +27,19 @@ def test_overrides_reach_nested_keys():
     assert recipe.train.lr == 0.0003 and recipe.model.unet.block_out_channels == (16, 32, 32)
 
 
-@pytest.mark.parametrize("override, key", [
-    ("model.unet.bogus=1", "model.unet.bogus"),
-    ("train.lr=fast", "train.lr"),
-    ("train.batch_size=0", "batch_size"),
-    ("train.precision=fp8", "train.precision"),
-    ("model.unet.norm_num_groups=7", "norm_num_groups"),
-    ("model.unet.down_block_types=[DownBlock2D]", "down_block_types"),
-    ("data.resolution=34", "data.resolution"),
-    ("data.source=imagefolder", "path"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("model.unet.bogus=1", "model.unet.bogus"),
+        ("train.lr=fast", "train.lr"),
+        ("train.batch_size=0", "batch_size"),
+        ("train.precision=fp8", "train.precision"),
+        ("model.unet.norm_num_groups=7", "norm_num_groups"),
+        ("model.unet.down_block_types=[DownBlock2D]", "down_block_types"),
+        ("data.resolution=34", "data.resolution"),
+        ("data.source=imagefolder", "path"),
+    ],
+)
 def test_bad_recipe_is_one_line_exit_2(override, key, tmp_path, capsys):
     code = main(["train", "--recipe", str(RECIPES / "tiny.yaml"), "--out", str(tmp_path / "run"), override])
     err = capsys.readouterr().err
@@ -55,8 +58,12 @@ def test_sd15_without_local_weights_says_what_to_put_where(tmp_path, capsys, mon
     assert main(["train", "--recipe", str(RECIPES / "sd15.yaml"), "--out", "run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    for key, path in [("model.tokenizer.path", "pretrained/sd15/tokenizer"), ("model.vae.path", "pretrained/sd15/vae"),
-                      ("model.text_encoder.path", "pretrained/sd15/text_encoder"), ("data.path", "data/train")]:
+    for key, path in [
+        ("model.tokenizer.path", "pretrained/sd15/tokenizer"),
+        ("model.vae.path", "pretrained/sd15/vae"),
+        ("model.text_encoder.path", "pretrained/sd15/text_encoder"),
+        ("data.path", "data/train"),
+    ]:
         assert f"{key} {path!r}" in err, err
 
 
@@ -72,8 +79,17 @@ def test_unknown_key_error_lists_allowed_keys():
 
 
 def test_variant_the_device_cannot_run_fails_at_start(tmp_path, capsys):
-    code = main(["train", "--out", str(tmp_path / "run"), "attention.name=sdpa-efficient",
-                 "train.accelerator=cpu", "log.wandb=false", "log.progress_bar=false"])
+    code = main(
+        [
+            "train",
+            "--out",
+            str(tmp_path / "run"),
+            "attention.name=sdpa-efficient",
+            "train.accelerator=cpu",
+            "log.wandb=false",
+            "log.progress_bar=false",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "attention.name 'sdpa-efficient'" in err and "cpu" in err, err
     assert not (tmp_path / "run" / "checkpoints").exists()

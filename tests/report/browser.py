@@ -17,9 +17,18 @@ import time
 from pathlib import Path
 
 CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--remote-debugging-pipe")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--remote-debugging-pipe",
+)
 ERROR_EVENTS = ("Runtime.exceptionThrown", "Runtime.consoleAPICalled", "Log.entryAdded")
 
 
@@ -34,7 +43,9 @@ class Browser:
         script = f'exec "$0" "$@" 3<&{to_browser_r} 4>&{from_browser_w} {to_browser_r}<&- {from_browser_w}>&-'
         self.process = subprocess.Popen(
             ["bash", "-c", script, str(CHROMIUM), *FLAGS, f"--user-data-dir={self._profile.name}", "about:blank"],
-            pass_fds=(to_browser_r, from_browser_w), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE if os.environ.get("CHROMIUM_DEBUG") else subprocess.DEVNULL,
+            pass_fds=(to_browser_r, from_browser_w),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE if os.environ.get("CHROMIUM_DEBUG") else subprocess.DEVNULL,
         )
         os.close(to_browser_r)
         os.close(from_browser_w)
@@ -87,8 +98,11 @@ class Browser:
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Runtime", "Log", "Page"):
             self.send(f"{domain}.enable", session=session)
-        self.send("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session)
+        self.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+            session,
+        )
         self.send("Page.navigate", {"url": Path(path).resolve().as_uri()}, session)
         self.wait_for("Page.loadEventFired", session)
         return Page(self, session)
@@ -125,8 +139,9 @@ class Page:
         self.browser, self.session = browser, session
 
     def evaluate(self, expression: str):
-        result = self.browser.send("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                                        "awaitPromise": True}, self.session)
+        result = self.browser.send(
+            "Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}, self.session
+        )
         if "exceptionDetails" in result:
             raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
         return result["result"].get("value")
@@ -138,7 +153,11 @@ class Page:
             if event.get("sessionId") != self.session or event.get("method") not in ERROR_EVENTS:
                 continue
             params = event["params"]
-            if event["method"] == "Runtime.consoleAPICalled" and params.get("type") not in ("error", "warning", "assert"):
+            if event["method"] == "Runtime.consoleAPICalled" and params.get("type") not in (
+                "error",
+                "warning",
+                "assert",
+            ):
                 continue
             if event["method"] == "Log.entryAdded" and params["entry"].get("level") not in ("error", "warning"):
                 continue
@@ -147,8 +166,15 @@ class Page:
 
     def screenshot(self, path: Path) -> None:
         height = int(self.evaluate("document.documentElement.scrollHeight"))
-        self.browser.send("Emulation.setDeviceMetricsOverride",
-                          {"width": int(self.evaluate("window.innerWidth")), "height": min(height, 16000),
-                           "deviceScaleFactor": 1, "mobile": False}, self.session)
+        self.browser.send(
+            "Emulation.setDeviceMetricsOverride",
+            {
+                "width": int(self.evaluate("window.innerWidth")),
+                "height": min(height, 16000),
+                "deviceScaleFactor": 1,
+                "mobile": False,
+            },
+            self.session,
+        )
         data = self.browser.send("Page.captureScreenshot", {"format": "png"}, self.session)["data"]
         Path(path).write_bytes(base64.b64decode(data))

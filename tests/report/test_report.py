@@ -144,8 +144,9 @@ def _bad_inputs(tmp_path: Path):
     write_pair(twins / "two", "same", "precision", 1e-4)
     bad_replicate = tmp_path / "bad-replicate"
     write_pair(bad_replicate, "p", "optimization", 1e-4)
-    (bad_replicate / "pair.json").write_text(json.dumps(json.loads((bad_replicate / "pair.json").read_text())
-                                                        | {"replicate": -1}))
+    (bad_replicate / "pair.json").write_text(
+        json.dumps(json.loads((bad_replicate / "pair.json").read_text()) | {"replicate": -1})
+    )
     return {
         "missing": ([str(tmp_path / "nowhere")], "not a folder"),
         "empty": ([str(empty)], "no pair runs here"),
@@ -154,8 +155,10 @@ def _bad_inputs(tmp_path: Path):
         "no store": ([str(no_store)], "no metrics store here"),
         "duplicate names": ([str(twins)], "pair name 'same' replicate 0 is also used by"),
         "bad replicate": ([str(bad_replicate)], "'replicate' is -1; it must be an integer >= 0"),
-        "bad calibration": ([str(no_info.parent / "twins" / "one"), "--calibration", str(broken / "pair.json")],
-                            "unreadable calibration"),
+        "bad calibration": (
+            [str(no_info.parent / "twins" / "one"), "--calibration", str(broken / "pair.json")],
+            "unreadable calibration",
+        ),
         "two dirs, no --out": ([str(no_info), str(broken)], "say where the report goes with --out"),
     }
 
@@ -201,8 +204,10 @@ def test_a_calibration_next_to_the_inputs_is_found_and_stated(study, tmp_path):
     from divergence.report.inputs import load_pairs
     from tests.analysis.synthetic import dose_pair
 
-    ladder = {eps: [dose_pair(f"grad-noise-{eps:g}", "optimization", eps, replicate=r, horizon=120) for r in range(3)]
-              for eps in (1e-9, 1e-8, 1e-7, 1e-6, 1e-5)}
+    ladder = {
+        eps: [dose_pair(f"grad-noise-{eps:g}", "optimization", eps, replicate=r, horizon=120) for r in range(3)]
+        for eps in (1e-9, 1e-8, 1e-7, 1e-6, 1e-5)
+    }
     seeds = [dose_pair("seed-vs-seed", "seed", 0.0, replicate=r, horizon=120) for r in range(3)]
     (tmp_path / "calibration.json").write_text(json.dumps(evaluate(ladder, seeds, horizons=(60, 120))))
     runs = tmp_path / "runs"

@@ -28,8 +28,11 @@ def test_file_stems_differ_for_names_that_slug_alike():
 
 
 def test_pairs_whose_names_slug_alike_get_their_own_figures(tmp_path):
-    pairs = [dose_pair(name, "optimization", eps, replicate=r, horizon=120)
-             for name, eps in zip(TWINS, (1e-8, 1e-6)) for r in range(2)]
+    pairs = [
+        dose_pair(name, "optimization", eps, replicate=r, horizon=120)
+        for name, eps in zip(TWINS, (1e-8, 1e-6))
+        for r in range(2)
+    ]
     pairs += [dose_pair("bf16-vs-fp32", "precision", 1e-5, replicate=r, horizon=120) for r in range(2)]
     analysis = analyze(pairs, n_boot=100)
     assert sorted(v.study for v in analysis.verdicts) == sorted(TWINS)

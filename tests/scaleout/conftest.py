@@ -10,8 +10,13 @@ from tests.pairs.helpers import pair_recipe
 from tests.training.tiny import one_torch_thread  # noqa: F401  (autouse: tiny models, one thread)
 
 # steps 0..4; tracked: 0, 2 (checkpoint), 3 (every), 4 (checkpoint, last); probed: 0, 2, 4 (not 3)
-STEPS = ("train.max_steps=4", "train.checkpoint_every=2", "tracking.every=3", "tracking.dense=[]",
-         "tracking.probe.every=2")
+STEPS = (
+    "train.max_steps=4",
+    "train.checkpoint_every=2",
+    "tracking.every=3",
+    "tracking.dense=[]",
+    "tracking.probe.every=2",
+)
 
 
 def seed_pair(*overrides):

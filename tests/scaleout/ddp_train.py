@@ -11,7 +11,7 @@ import sys
 
 def main(argv: list[str]) -> int:
     split = argv.index("--")
-    options, train_args = argv[:split], argv[split + 1:]
+    options, train_args = argv[:split], argv[split + 1 :]
     if "--nan-on-rank" in options:
         rank = int(options[options.index("--nan-on-rank") + 1])
         step = int(options[options.index("--nan-at-step") + 1])

@@ -16,9 +16,23 @@ STUBS = ("sbatch", "srun", "scontrol", "torchrun", "divergence")
 MARKER = "PWNED"
 # Values that break out of a shell word, an #SBATCH line or a comment if pasted raw; each would
 # create MARKER in the working directory if the shell ran it.
-HOSTILE = (f"x$(touch {MARKER})", f"x`touch {MARKER}`", f"x;touch {MARKER}", f"x\ntouch {MARKER}",
-           f"x'$(touch {MARKER})'", f'x"$(touch {MARKER})"', f"--x$(touch {MARKER})", "-x", "x y", "x#y",
-           "x\\y", f"x&&touch {MARKER}", f"x|touch {MARKER}", f"x>{MARKER}", f"x\r\ntouch {MARKER}")
+HOSTILE = (
+    f"x$(touch {MARKER})",
+    f"x`touch {MARKER}`",
+    f"x;touch {MARKER}",
+    f"x\ntouch {MARKER}",
+    f"x'$(touch {MARKER})'",
+    f'x"$(touch {MARKER})"',
+    f"--x$(touch {MARKER})",
+    "-x",
+    "x y",
+    "x#y",
+    "x\\y",
+    f"x&&touch {MARKER}",
+    f"x|touch {MARKER}",
+    f"x>{MARKER}",
+    f"x\r\ntouch {MARKER}",
+)
 
 
 def install(folder: Path) -> dict:
@@ -28,8 +42,10 @@ def install(folder: Path) -> dict:
     bin_dir.mkdir(parents=True, exist_ok=True)
     for name in STUBS:
         path = bin_dir / name
-        path.write_text("#!/bin/bash\n{ printf '%s' \"${0##*/}\"; printf ' [%s]' \"$@\"; printf '\\n'; } >> "
-                        f"'{calls}'\n" + ('echo "4242;cluster"\n' if name == "sbatch" else ""))
+        path.write_text(
+            "#!/bin/bash\n{ printf '%s' \"${0##*/}\"; printf ' [%s]' \"$@\"; printf '\\n'; } >> "
+            f"'{calls}'\n" + ('echo "4242;cluster"\n' if name == "sbatch" else "")
+        )
         path.chmod(0o755)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242"}
 

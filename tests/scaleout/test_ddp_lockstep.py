@@ -40,14 +40,38 @@ def launch(out, *options, recipe="seed-vs-seed"):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    args = ["--recipe", str(PAIRS / f"{recipe}.yaml"), "--out", str(out), *PAIR_FAST, *STEPS,
-            "train.strategy=ddp", "train.devices=2"]
+    args = [
+        "--recipe",
+        str(PAIRS / f"{recipe}.yaml"),
+        "--out",
+        str(out),
+        *PAIR_FAST,
+        *STEPS,
+        "train.strategy=ddp",
+        "train.devices=2",
+    ]
     procs = []
     for rank in range(2):
-        env = dict(os.environ, PYTHONPATH=os.getcwd(), OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), WORLD_SIZE="2", LOCAL_RANK=str(rank), RANK=str(rank), NODE_RANK="0")
-        procs.append(subprocess.Popen([sys.executable, "-m", "tests.scaleout.ddp_train", *options, "--", *args],
-                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.getcwd(),
+            OMP_NUM_THREADS="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            WORLD_SIZE="2",
+            LOCAL_RANK=str(rank),
+            RANK=str(rank),
+            NODE_RANK="0",
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.scaleout.ddp_train", *options, "--", *args],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     try:
         errors = [p.communicate(timeout=TIMEOUT)[1] for p in procs]
         return [(p.returncode, err) for p, err in zip(procs, errors)]
@@ -73,7 +97,7 @@ def test_a_ddp_control_pair_stays_exactly_zero_and_starts_where_one_process_star
     first, last = (f"step_{s:06d}.safetensors" for s in (0, 4))
     ddp_a, single_a = (path / "a/checkpoints" for path in (out, trained / "lockstep"))
     assert load_file(ddp_a / first) == load_file(single_a / first)  # arm a: model seed 0 in both recipes
-    assert load_file(ddp_a / last) != load_file(single_a / last)    # a global batch of 2 x batch_size
+    assert load_file(ddp_a / last) != load_file(single_a / last)  # a global batch of 2 x batch_size
     assert json.loads((out / "pair.json").read_text())["finished"] is True
     accumulated = tmp_path / "accumulated"  # 1 process, 2 micro-batches: the global batch of 2 ranks
     train_pair(pair_recipe("control", *STEPS, "train.accumulate=2"), accumulated)

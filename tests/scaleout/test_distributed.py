@@ -53,9 +53,24 @@ def test_a_two_process_ddp_arm_on_cpu_completes_and_checkpoints(tmp_path):
     """torchrun, 2 processes, gloo: about 10 s on 2 cores."""
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     env = dict(os.environ, PYTHONPATH=os.getcwd(), OMP_NUM_THREADS="1")
-    command = [torchrun, "--standalone", "--nproc-per-node=2", "-m", "divergence", "train",
-               "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--arm", "a", "--out", str(tmp_path),
-               *PAIR_FAST, *STEPS, "train.strategy=ddp", "train.devices=2"]
+    command = [
+        torchrun,
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "divergence",
+        "train",
+        "--recipe",
+        str(PAIRS / "seed-vs-seed.yaml"),
+        "--arm",
+        "a",
+        "--out",
+        str(tmp_path),
+        *PAIR_FAST,
+        *STEPS,
+        "train.strategy=ddp",
+        "train.devices=2",
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     names = sorted(p.name for p in (tmp_path / "a/checkpoints").iterdir())

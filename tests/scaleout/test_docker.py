@@ -7,14 +7,32 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-INSTRUCTIONS = {"FROM", "ARG", "ENV", "RUN", "COPY", "ADD", "WORKDIR", "ENTRYPOINT", "CMD", "VOLUME", "LABEL",
-                "EXPOSE", "USER", "SHELL", "HEALTHCHECK", "STOPSIGNAL", "ONBUILD"}
+INSTRUCTIONS = {
+    "FROM",
+    "ARG",
+    "ENV",
+    "RUN",
+    "COPY",
+    "ADD",
+    "WORKDIR",
+    "ENTRYPOINT",
+    "CMD",
+    "VOLUME",
+    "LABEL",
+    "EXPOSE",
+    "USER",
+    "SHELL",
+    "HEALTHCHECK",
+    "STOPSIGNAL",
+    "ONBUILD",
+}
 
 
 def _instructions(path: Path) -> list[tuple[str, str]]:
     """(KEYWORD, arguments) per instruction: comments dropped, continuation lines joined."""
-    text = re.sub(r"\\\n", " ", "\n".join(line for line in path.read_text().splitlines()
-                                           if not line.lstrip().startswith("#")))
+    text = re.sub(
+        r"\\\n", " ", "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+    )
     return [tuple(line.strip().split(None, 1)) for line in text.splitlines() if line.strip()]
 
 
@@ -43,6 +61,14 @@ def test_dockerfile_is_well_formed_and_copies_files_that_exist():
 
 def test_docker_readme_covers_one_node_and_slurm():
     text = (ROOT / "docker/README.md").read_text()
-    for needle in ("docker build -f docker/Dockerfile", "--gpus all", "enroot import", "--container-image",
-                   "apptainer", "divergence launch", "--scheduler slurm", "--scheduler torchrun"):
+    for needle in (
+        "docker build -f docker/Dockerfile",
+        "--gpus all",
+        "enroot import",
+        "--container-image",
+        "apptainer",
+        "divergence launch",
+        "--scheduler slurm",
+        "--scheduler torchrun",
+    ):
         assert needle in text, needle

@@ -32,8 +32,9 @@ def test_arm_refuses_a_global_batch_other_than_the_other_arms(trained, tmp_path,
     assert ArmStatus.read(tmp_path / "arms/a").global_batch == 2
     train = ["train", "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--arm", "b", "--out", str(tmp_path / "arms")]
     assert main([*train, *PAIR_FAST, *STEPS, "train.devices=2"]) == 2
-    assert_one_line(capsys, "arm b: global batch 4 (train.batch_size 2 x 2 ranks x train.accumulate 1)",
-                    "the other arm's is 2")
+    assert_one_line(
+        capsys, "arm b: global batch 4 (train.batch_size 2 x 2 ranks x train.accumulate 1)", "the other arm's is 2"
+    )
     assert main([*train, *PAIR_FAST, *STEPS, "train.accumulate=3"]) == 2
     assert_one_line(capsys, "arm b: global batch 6", "the other arm's is 2")
 

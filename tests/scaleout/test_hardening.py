@@ -91,7 +91,7 @@ def test_a_garbage_line_in_a_real_store_stops_the_resume_and_repair_recovers_eve
     path = out / "metrics.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
     at = next(i for i, line in enumerate(lines) if b'"type":"step","step":1,' in line) + 2  # after step 1
-    path.write_bytes(b"".join(lines[:at - 1] + [b"garbage\n"] + lines[at - 1:]))
+    path.write_bytes(b"".join(lines[: at - 1] + [b"garbage\n"] + lines[at - 1 :]))
     damaged = path.read_bytes()
     assert main(_train(out)) == 2
     assert_one_line(capsys, f"metrics.jsonl: line {at}: not JSON", f"divergence store repair {out}")
@@ -128,6 +128,7 @@ def test_timeout_counts_from_the_last_progress_even_while_a_step_is_retried(arms
     def replaced_mid_read(path_a, path_b, *args, **kwargs):
         _rewrite(path_b)  # a new file under the name, as a restarted arm writes it
         raise CheckpointError(f"{path_b}: tensor 'x' is truncated")
+
     monkeypatch.setattr(follow, "compare_files", replaced_mid_read)
     started = time.monotonic()
     assert _bounded(60, _watch, arms, timeout=1) == 1
@@ -182,7 +183,18 @@ def test_an_immutable_out_is_one_line(tmp_path, capsys):
     _immutable(folder)
     try:
         for out in (folder, folder / "run"):
-            assert main(["train", "--out", str(out), *[o for o in PAIR_FAST if not o.startswith("tracking.")], "train.max_steps=1"]) == 2
+            assert (
+                main(
+                    [
+                        "train",
+                        "--out",
+                        str(out),
+                        *[o for o in PAIR_FAST if not o.startswith("tracking.")],
+                        "train.max_steps=1",
+                    ]
+                )
+                == 2
+            )
             assert_one_line(capsys, f"--out {out}: cannot write there", "choose a folder you can write to")
         assert list(folder.iterdir()) == []
     finally:

@@ -28,14 +28,36 @@ def _fake(bin_dir, name, body):
 
 
 def test_slurm_dry_run_prints_all_scripts_and_writes_nothing(tmp_path, capsys):
-    assert _launch(tmp_path, "--scheduler", "slurm", "--nodes", "2", "--gpus-per-node", "8", "--dry-run",
-                   "train.max_steps=1000") == 0
+    assert (
+        _launch(
+            tmp_path,
+            "--scheduler",
+            "slurm",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "8",
+            "--dry-run",
+            "train.max_steps=1000",
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     for name in ("arm-a.sbatch", "arm-b.sbatch", "watch.sbatch", "submit.sh"):
         assert f"/run/launch/{name} <==" in out
-    for flag in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=8", "#SBATCH --gres=gpu:8", "--arm a", "--arm b",
-                 "train.devices=8", "train.num_nodes=2", "train.strategy=ddp", "train.max_steps=1000",
-                 "--dependency=after:", f"divergence watch {tmp_path / 'run'}"):
+    for flag in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=8",
+        "#SBATCH --gres=gpu:8",
+        "--arm a",
+        "--arm b",
+        "train.devices=8",
+        "train.num_nodes=2",
+        "train.strategy=ddp",
+        "train.max_steps=1000",
+        "--dependency=after:",
+        f"divergence watch {tmp_path / 'run'}",
+    ):
         assert flag in out, flag
     assert not (tmp_path / "run").exists()
 
@@ -44,8 +66,10 @@ def test_slurm_scripts_parse_and_submit_chains_the_comparator_after_both_arms(tm
     calls = tmp_path / "sbatch-calls"
     _fake(tmp_path / "bin", "sbatch", f'echo "$@" >> {calls}\necho "$((100 + $(wc -l < {calls})));cluster"\n')
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    assert _launch(tmp_path, "--scheduler", "slurm", "--gpus-per-node", "4", "--partition", "gpu",
-                   "--time", "1:00:00") == 0
+    assert (
+        _launch(tmp_path, "--scheduler", "slurm", "--gpus-per-node", "4", "--partition", "gpu", "--time", "1:00:00")
+        == 0
+    )
     launch_dir = tmp_path / "run/launch"
     for path in launch_dir.iterdir():
         _bash_n(path)
@@ -60,8 +84,9 @@ def test_slurm_scripts_parse_and_submit_chains_the_comparator_after_both_arms(tm
 
 
 def test_torchrun_scripts_give_each_arm_its_gpus_and_port(tmp_path, capsys):
-    assert _launch(tmp_path, "--scheduler", "torchrun", "--gpus-per-node", "2", "--comparator-gpus", "2",
-                   "--dry-run") == 0
+    assert (
+        _launch(tmp_path, "--scheduler", "torchrun", "--gpus-per-node", "2", "--comparator-gpus", "2", "--dry-run") == 0
+    )
     out = capsys.readouterr().out
     assert "CUDA_VISIBLE_DEVICES_A:-0,1" in out and "CUDA_VISIBLE_DEVICES_B:-2,3" in out
     assert "--nnodes=1 --nproc-per-node=2" in out and "MASTER_PORT_A:-29500" in out and "MASTER_PORT_B:-29501" in out
@@ -81,11 +106,14 @@ def test_torchrun_start_runs_both_arms_and_the_comparator(tmp_path, monkeypatch)
     assert f"divergence watch {tmp_path / 'run'} --poll 30 --device cpu" in calls
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--scheduler", "slurm"], "'sbatch' is not on PATH"),
-    (["--scheduler", "torchrun"], "'torchrun' is not on PATH"),
-    (["--scheduler", "slurm", "--nodes", "0", "--dry-run"], "--nodes 0: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--scheduler", "slurm"], "'sbatch' is not on PATH"),
+        (["--scheduler", "torchrun"], "'torchrun' is not on PATH"),
+        (["--scheduler", "slurm", "--nodes", "0", "--dry-run"], "--nodes 0: must be >= 1"),
+    ],
+)
 def test_bad_launch_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.setenv("PATH", str(tmp_path))  # neither sbatch nor torchrun
     assert _launch(tmp_path, *args) == 2

@@ -20,29 +20,60 @@ STUDY = str(PAIRS.parent / "study.yaml")
 
 
 def test_cluster_options_reach_every_job(tmp_path, capsys):
-    assert main(["launch", "--recipe", RECIPE, "--scheduler", "slurm", "--out", str(tmp_path / "run"), "--dry-run",
-                 "--cpus-per-task", "12", "--mem", "200G", "--container-image", "/img/div.sqsh",
-                 "--sbatch", "constraint=h100", "--sbatch", "exclusive", "--comparator-cpu"]) == 0
+    assert (
+        main(
+            [
+                "launch",
+                "--recipe",
+                RECIPE,
+                "--scheduler",
+                "slurm",
+                "--out",
+                str(tmp_path / "run"),
+                "--dry-run",
+                "--cpus-per-task",
+                "12",
+                "--mem",
+                "200G",
+                "--container-image",
+                "/img/div.sqsh",
+                "--sbatch",
+                "constraint=h100",
+                "--sbatch",
+                "exclusive",
+                "--comparator-cpu",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     scripts = dict(part.split(" <==\n", 1) for part in out.split("# ==> ")[1:])
     for name in ("arm-a.sbatch", "arm-b.sbatch", "watch.sbatch"):
         text = scripts[str(tmp_path / "run/launch" / name)]
-        for line in ("#SBATCH --cpus-per-task=12", "#SBATCH --mem=200G", "#SBATCH --constraint=h100",
-                     "#SBATCH --exclusive", "#SBATCH --requeue",
-                     f"srun --container-image=/img/div.sqsh --container-mounts={tmp_path / 'run'}:{tmp_path / 'run'},"
-                     f"{PAIRS.resolve()}:{PAIRS.resolve()} divergence "):
+        for line in (
+            "#SBATCH --cpus-per-task=12",
+            "#SBATCH --mem=200G",
+            "#SBATCH --constraint=h100",
+            "#SBATCH --exclusive",
+            "#SBATCH --requeue",
+            f"srun --container-image=/img/div.sqsh --container-mounts={tmp_path / 'run'}:{tmp_path / 'run'},"
+            f"{PAIRS.resolve()}:{PAIRS.resolve()} divergence ",
+        ):
             assert line in text, (name, line)
     watch, arm = scripts[str(tmp_path / "run/launch/watch.sbatch")], scripts[str(tmp_path / "run/launch/arm-a.sbatch")]
     assert "--gres" not in watch and "--device cpu" in watch and "#SBATCH --signal=B:USR1@120" in watch
     assert "#SBATCH --gres=gpu:1" in arm and "#SBATCH --signal=SIGUSR1@120" in arm
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--sbatch", "time=1:00:00"], "launch sets --time itself; use --time"),
-    (["--sbatch", "gres=gpu:8"], "launch sets --gres itself"),
-    (["--sbatch", "constraint=a b"], "expected KEY=VALUE"),
-    (["--cpus-per-task", "0"], "--cpus-per-task 0: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--sbatch", "time=1:00:00"], "launch sets --time itself; use --time"),
+        (["--sbatch", "gres=gpu:8"], "launch sets --gres itself"),
+        (["--sbatch", "constraint=a b"], "expected KEY=VALUE"),
+        (["--cpus-per-task", "0"], "--cpus-per-task 0: must be >= 1"),
+    ],
+)
 def test_bad_cluster_options_are_one_line(tmp_path, capsys, args, message):
     assert main(["launch", "--recipe", RECIPE, "--scheduler", "slurm", "--dry-run", *args]) == 2
     err = capsys.readouterr().err
@@ -52,8 +83,11 @@ def test_bad_cluster_options_are_one_line(tmp_path, capsys, args, message):
 def _run_watch_script(tmp_path, sig):
     """Run watch.sbatch as SLURM's batch shell would, with a watch that runs until stopped; send ``sig``."""
     calls = tmp_path / "calls"
-    _fake(tmp_path / "bin", "srun", f'echo "srun $@" >> {calls}\ntrap "echo stopped >> {calls}; exit 143" TERM\n'
-          'sleep 60 & wait\n')
+    _fake(
+        tmp_path / "bin",
+        "srun",
+        f'echo "srun $@" >> {calls}\ntrap "echo stopped >> {calls}; exit 143" TERM\nsleep 60 & wait\n',
+    )
     _fake(tmp_path / "bin", "scontrol", f'echo "scontrol $@" >> {calls}\n')
     plan = LaunchPlan(recipe=Path(RECIPE), out=tmp_path / "run", name="p", comparator_cpu=True)
     script = tmp_path / "watch.sbatch"
@@ -86,8 +120,9 @@ def test_the_comparator_job_exits_cleanly_on_term(tmp_path):
 
 def test_study_dry_run_prints_every_job_with_its_dependencies(tmp_path, capsys):
     out = tmp_path / "study"
-    assert main(["launch", "--study", STUDY, "--scheduler", "slurm", "--out", str(out), "--dry-run",
-                 "replicates=2"]) == 0
+    assert (
+        main(["launch", "--study", STUDY, "--scheduler", "slurm", "--out", str(out), "--dry-run", "replicates=2"]) == 0
+    )
     text = capsys.readouterr().out
     runs = [f"{pair}-r{r}" for r in (0, 1) for pair in ("flash-vs-baseline", "seed-vs-seed", "fp16-vs-fp32")]
     runs.append("control-r0")  # the control once
@@ -100,11 +135,15 @@ def test_study_dry_run_prints_every_job_with_its_dependencies(tmp_path, capsys):
         job = f"flash-attention-{run}"
         assert jobs[f"{job}-arm-a"] == (str(out / pair / r / "launch/arm-a.sbatch"), "-")
         assert jobs[f"{job}-arm-b"] == (str(out / pair / r / "launch/arm-b.sbatch"), "-")
-        assert jobs[f"{job}-watch"] == (str(out / pair / r / "launch/watch.sbatch"),
-                                        f"after (started): {job}-arm-a, {job}-arm-b")
+        assert jobs[f"{job}-watch"] == (
+            str(out / pair / r / "launch/watch.sbatch"),
+            f"after (started): {job}-arm-a, {job}-arm-b",
+        )
     assert "control-r1" not in text
-    assert jobs["flash-attention-report"] == (str(out / "launch/report.sbatch"),
-                                              f"afterok (succeeded): all {3 * len(runs)} jobs above")
+    assert jobs["flash-attention-report"] == (
+        str(out / "launch/report.sbatch"),
+        f"afterok (succeeded): all {3 * len(runs)} jobs above",
+    )
     assert "--dependency=afterok$all" in text and f"srun divergence report {out}" in text
     assert not out.exists()
 
@@ -114,8 +153,25 @@ def test_study_submission_chains_every_pair_then_the_report(tmp_path, monkeypatc
     _fake(tmp_path / "bin", "sbatch", f'echo "$@" >> {calls}\necho "$((100 + $(wc -l < {calls})));cluster"\n')
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     out = tmp_path / "study"
-    assert main(["launch", "--study", STUDY, "--scheduler", "slurm", "--out", str(out), "--comparator-cpu",
-                 "--mem", "32G", "replicates=1", "train.max_steps=50"]) == 0
+    assert (
+        main(
+            [
+                "launch",
+                "--study",
+                STUDY,
+                "--scheduler",
+                "slurm",
+                "--out",
+                str(out),
+                "--comparator-cpu",
+                "--mem",
+                "32G",
+                "replicates=1",
+                "train.max_steps=50",
+            ]
+        )
+        == 0
+    )
     for script in [*out.glob("*/r*/launch/*"), *out.glob("launch/*")]:
         _bash_n(script)
     lines = calls.read_text().splitlines()

@@ -56,22 +56,42 @@ def test_a_hostile_name_in_a_shared_recipe_is_refused(value, tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     pair = yaml.safe_load(Path(PAIR).read_text()) | {"name": value, "base": str(RECIPES / "tiny.yaml")}
     (tmp_path / "pair.yaml").write_text(yaml.safe_dump(pair))
-    study = yaml.safe_load(Path(STUDY).read_text()) | {"base": str(RECIPES / "tiny.yaml"), "study": str(RECIPES / "pairs/fused-adamw.yaml"),
-                                           "references": {"control": str(RECIPES / "pairs/control.yaml")}}
+    study = yaml.safe_load(Path(STUDY).read_text()) | {
+        "base": str(RECIPES / "tiny.yaml"),
+        "study": str(RECIPES / "pairs/fused-adamw.yaml"),
+        "references": {"control": str(RECIPES / "pairs/control.yaml")},
+    }
     (tmp_path / "named.yaml").write_text(yaml.safe_dump(study | {"name": value}))
     inline = study | {"study": {"name": value, "arms": {"a": [{"tf32": True}], "b": []}}}
     (tmp_path / "inline.yaml").write_text(yaml.safe_dump(inline))
     for what, recipe in (("--recipe", "pair.yaml"), ("--study", "named.yaml"), ("--study", "inline.yaml")):
-        _refused(capsys, tmp_path, ["launch", what, str(tmp_path / recipe), "--scheduler", "slurm", "--out",
-                                    str(tmp_path / "out"), "--dry-run"], "name")
+        _refused(
+            capsys,
+            tmp_path,
+            [
+                "launch",
+                what,
+                str(tmp_path / recipe),
+                "--scheduler",
+                "slurm",
+                "--out",
+                str(tmp_path / "out"),
+                "--dry-run",
+            ],
+            "name",
+        )
 
 
 @pytest.mark.parametrize("value", ["/tmp/x\ny", "/tmp/x\ry", "/tmp/x\x1by"])
 def test_an_out_with_a_control_character_is_refused(value, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     for scheduler in ("slurm", "torchrun"):
-        _refused(capsys, tmp_path, ["launch", "--recipe", PAIR, "--scheduler", scheduler, "--out", value,
-                                    "--dry-run"], "--out")
+        _refused(
+            capsys,
+            tmp_path,
+            ["launch", "--recipe", PAIR, "--scheduler", scheduler, "--out", value, "--dry-run"],
+            "--out",
+        )
 
 
 def test_the_first_shell_breakout_of_the_issue_is_refused(tmp_path, monkeypatch, capsys):
@@ -79,8 +99,21 @@ def test_the_first_shell_breakout_of_the_issue_is_refused(tmp_path, monkeypatch,
     env = launch_stubs.install(tmp_path)
     monkeypatch.setenv("PATH", env["PATH"])
     monkeypatch.chdir(tmp_path)
-    _refused(capsys, tmp_path, ["launch", "--study", STUDY, "--scheduler", "slurm", "--out", str(tmp_path / "out"),
-                                f"name=x$(touch {MARKER})"], "name")
+    _refused(
+        capsys,
+        tmp_path,
+        [
+            "launch",
+            "--study",
+            STUDY,
+            "--scheduler",
+            "slurm",
+            "--out",
+            str(tmp_path / "out"),
+            f"name=x$(touch {MARKER})",
+        ],
+        "name",
+    )
 
 
 def _hostile_folder(tmp_path, *parts):
@@ -105,8 +138,20 @@ def test_awkward_paths_and_words_are_quoted_and_run_nothing(scheduler, tmp_path,
     else:  # an #SBATCH --output= line holds the pair folder: no spaces or quotes there
         out = tmp_path / "out" / "run&a|b"
         extra = ["--container-image", f"img$(touch {MARKER})", "--sbatch", "constraint=a100&nvlink|h100"]
-    args = ["launch", "--recipe", str(recipe), "--scheduler", scheduler, "--out", str(out), "--strategy",
-            f"ddp$(touch {MARKER})", "--command", f"divergence --x=$(touch {MARKER})", *extra]
+    args = [
+        "launch",
+        "--recipe",
+        str(recipe),
+        "--scheduler",
+        scheduler,
+        "--out",
+        str(out),
+        "--strategy",
+        f"ddp$(touch {MARKER})",
+        "--command",
+        f"divergence --x=$(touch {MARKER})",
+        *extra,
+    ]
     assert main(args) == 0, capfd.readouterr().err
     launch_stubs.check_scripts(out, env, tmp_path)
     assert not list(tmp_path.rglob(MARKER))
@@ -127,9 +172,25 @@ def test_a_study_launch_quotes_and_runs_nothing(tmp_path, monkeypatch, capfd):
     monkeypatch.chdir(tmp_path)
     folder = _hostile_folder(tmp_path, f"s $(touch {MARKER}); `touch {MARKER}`")
     out = tmp_path / "study"
-    assert main(["launch", "--study", str(folder / "recipes" / "study.yaml"), "--scheduler", "slurm", "--out",
-                 str(out), "--command", f"divergence $(touch {MARKER})", "--container-image", f"i`touch {MARKER}`",
-                 "replicates=1"]) == 0, capfd.readouterr().err
+    assert (
+        main(
+            [
+                "launch",
+                "--study",
+                str(folder / "recipes" / "study.yaml"),
+                "--scheduler",
+                "slurm",
+                "--out",
+                str(out),
+                "--command",
+                f"divergence $(touch {MARKER})",
+                "--container-image",
+                f"i`touch {MARKER}`",
+                "replicates=1",
+            ]
+        )
+        == 0
+    ), capfd.readouterr().err
     launch_stubs.check_scripts(out, env, tmp_path)
     assert not list(tmp_path.rglob(MARKER))
     assert f"[$(touch] [{MARKER})] [report] [{out}]" in launch_stubs.calls(tmp_path)

@@ -43,11 +43,21 @@ def _job(tmp_path, out, signal_at):
     (bin_dir / "scontrol").write_text(SCONTROL)
     (bin_dir / "scontrol").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
-    env.update(PYTHONPATH=os.getcwd(), PATH=f"{bin_dir}:{env['PATH']}", REQUEUE_LOG=str(tmp_path / "requeued"),
-               SLURM_NTASKS="1", SLURM_JOB_NAME="arm-a", SLURM_JOB_ID="4242", SLURM_PROCID="0",
-               SLURM_LOCALID="0", SLURM_NODEID="0", OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-c", DRIVER, str(out), str(signal_at)], env=env,
-                          capture_output=True, text=True, timeout=120)
+    env.update(
+        PYTHONPATH=os.getcwd(),
+        PATH=f"{bin_dir}:{env['PATH']}",
+        REQUEUE_LOG=str(tmp_path / "requeued"),
+        SLURM_NTASKS="1",
+        SLURM_JOB_NAME="arm-a",
+        SLURM_JOB_ID="4242",
+        SLURM_PROCID="0",
+        SLURM_LOCALID="0",
+        SLURM_NODEID="0",
+        OMP_NUM_THREADS="1",
+    )
+    return subprocess.run(
+        [sys.executable, "-c", DRIVER, str(out), str(signal_at)], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_requeue_resumes_from_the_hpc_checkpoint_and_removes_it(tmp_path):

@@ -56,6 +56,7 @@ def test_a_restarted_comparator_continues_without_duplicates_or_gaps(arms, train
         appended.append(step)
         if step == 2:
             raise Stop  # killed after committing step 2
+
     monkeypatch.setattr(MetricsStore, "append_step", append_then_die)
     with pytest.raises(Stop):
         _watch(arms)
@@ -85,8 +86,9 @@ def test_an_arm_restarted_from_an_earlier_step_is_followed(arms, trained, monkey
     status.write(arms / "b")
     steps = []
     original = MetricsStore.append_step
-    monkeypatch.setattr(MetricsStore, "append_step",
-                        lambda self, step, *a: (steps.append(step), original(self, step, *a)))
+    monkeypatch.setattr(
+        MetricsStore, "append_step", lambda self, step, *a: (steps.append(step), original(self, step, *a))
+    )
     assert _watch(arms, timeout=30) == 0
     assert steps == [3, 4]  # steps after 2 recomputed from the new attempt
     assert json.loads((arms / "watch.json").read_text())["attempts"] == {"a": 1, "b": 2}

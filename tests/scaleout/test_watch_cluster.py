@@ -9,13 +9,15 @@ import time
 from divergence.cli import main
 
 
-
 def test_watch_started_before_the_arms_waits_for_their_folder(arms, trained, tmp_path, capsys):
     later = tmp_path / "later"
     arms.rename(later)  # the folder does not exist when watch starts
     result = {}
-    thread = threading.Thread(target=lambda: result.update(code=main(
-        ["watch", str(arms), "--poll", "0.01", "--timeout", "30", "--quiet", "--no-log"])))
+    thread = threading.Thread(
+        target=lambda: result.update(
+            code=main(["watch", str(arms), "--poll", "0.01", "--timeout", "30", "--quiet", "--no-log"])
+        )
+    )
     thread.start()
     time.sleep(0.5)
     assert thread.is_alive()  # waiting, not failed
@@ -108,6 +110,7 @@ def test_a_comparator_killed_between_compare_and_delete_loses_nothing(arms, trai
         if step == 2:
             raise Killed  # compared and noted, not committed: nothing may be deleted
         original_append(self, step, *args)
+
     monkeypatch.setattr(MetricsStore, "append_step", killed_before_commit)
     with pytest.raises(Killed):
         Comparator(arms, log=False, progress=False, probe=FileProbe).run(poll=0.01, timeout=30)

@@ -22,6 +22,8 @@ def compare_then_watch(rank: int, world_size: int, init: str, a: str, b: str, pa
             with open(result, "wb") as f:
                 pickle.dump((comparison.records, comparison.summary), f)
         assert (comparison is None) == (rank != 0)
-        assert Comparator(pair, ranks, "cpu", log=False, progress=False, probe=FileProbe).run(poll=0.01, timeout=60) == 0
+        assert (
+            Comparator(pair, ranks, "cpu", log=False, progress=False, probe=FileProbe).run(poll=0.01, timeout=60) == 0
+        )
     finally:
         ranks.close()

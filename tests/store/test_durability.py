@@ -28,6 +28,7 @@ def fsynced(monkeypatch):
     def spy(fd):
         seen.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
         return real(fd)
+
     monkeypatch.setattr(os, "fsync", spy)
     return seen
 
@@ -46,10 +47,17 @@ def test_every_atomic_write_fsyncs_the_file_and_its_folder(tmp_path, fsynced):
     PairInfo(name="p", category="control", arms={"a": [], "b": []}).write(tmp_path)
     ArmStatus(arm="a").write(tmp_path)
     save_weights(tmp_path / "w" / "step_000000.safetensors", {"w": torch.ones(3)}, step=0, arm="a", recipe={})
-    AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.ones(2)}, "global_step": 1},
-                                         tmp_path / "resume" / "last.ckpt")
-    for name in ("summary.json", "rows.csv", "pair.json", "status.json", "w/step_000000.safetensors",
-                 "resume/last.ckpt"):
+    AtomicCheckpointIO().save_checkpoint(
+        {"state_dict": {"w": torch.ones(2)}, "global_step": 1}, tmp_path / "resume" / "last.ckpt"
+    )
+    for name in (
+        "summary.json",
+        "rows.csv",
+        "pair.json",
+        "status.json",
+        "w/step_000000.safetensors",
+        "resume/last.ckpt",
+    ):
         _durable(fsynced, (tmp_path / name).resolve())
     assert load_resume_state(tmp_path / "resume" / "last.ckpt")["global_step"] == 1
 
@@ -60,6 +68,7 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path):
     def rows():
         yield {"x": 1}
         raise UserInputError("the store became unreadable mid-export")
+
     with pytest.raises(UserInputError, match="unreadable mid-export"):
         write_csv(tmp_path / "rows.csv", rows(), ["x"])
     assert list(tmp_path.iterdir()) == []

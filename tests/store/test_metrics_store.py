@@ -19,7 +19,9 @@ def _tensor(name, value):
 
 def test_round_trip_with_nonfinite_values(tmp_path):
     store = MetricsStore(tmp_path).open_for_append()
-    store.append_step(0, [_tensor("a", 0.0), {"tensor": "b", "rel_l2": math.inf, "wasserstein": math.nan}], {"loss_a": 1.0})
+    store.append_step(
+        0, [_tensor("a", 0.0), {"tensor": "b", "rel_l2": math.inf, "wasserstein": math.nan}], {"loss_a": 1.0}
+    )
     store.append_step(10, [_tensor("a", 0.5)], {"loss_a": 0.5})
     again = MetricsStore(tmp_path)
     assert again.steps() == [0, 10] and again.last_step() == 10
@@ -116,7 +118,7 @@ def _steps(folder, steps, tensors=("w", "b")):
 
 def _insert(path, at, *new_lines):
     lines = path.read_bytes().splitlines(keepends=True)
-    path.write_bytes(b"".join(lines[:at - 1] + [line + b"\n" for line in new_lines] + lines[at - 1:]))
+    path.write_bytes(b"".join(lines[: at - 1] + [line + b"\n" for line in new_lines] + lines[at - 1 :]))
 
 
 def test_a_garbage_line_mid_file_is_an_error_and_resume_cuts_nothing(tmp_path):
@@ -125,8 +127,12 @@ def test_a_garbage_line_mid_file_is_an_error_and_resume_cuts_nothing(tmp_path):
     store = _steps(tmp_path, range(9))
     _insert(store.path, 10, b"\x00garbage")  # after step 2's block (3 lines a step)
     before = store.path.read_bytes()
-    for read in (lambda s: s.steps(), lambda s: list(s.tensor_records()), lambda s: s.open_for_append(),
-                 lambda s: s.truncate_after(7)):
+    for read in (
+        lambda s: s.steps(),
+        lambda s: list(s.tensor_records()),
+        lambda s: s.open_for_append(),
+        lambda s: s.truncate_after(7),
+    ):
         with pytest.raises(UserInputError, match=r"metrics.jsonl: line 10: not JSON .*divergence store repair"):
             read(MetricsStore(tmp_path))
     assert store.path.read_bytes() == before

@@ -23,9 +23,12 @@ def _with_step(folder, step: int, kind: str) -> int:
 @pytest.mark.parametrize("command", ["report", "export"])
 def test_a_step_past_int64_is_one_line_naming_the_file_and_line(command, kind, tmp_path, capsys):
     run = write_pair(tmp_path / "run", "p", "optimization", 1e-4)
-    line = _with_step(run, 2 ** 63, kind)
-    args = (["report", str(run), "--out", str(tmp_path / "report"), "--no-wandb"] if command == "report"
-            else ["export", str(run), "--parquet", str(tmp_path / "m.parquet")])
+    line = _with_step(run, 2**63, kind)
+    args = (
+        ["report", str(run), "--out", str(tmp_path / "report"), "--no-wandb"]
+        if command == "report"
+        else ["export", str(run), "--parquet", str(tmp_path / "m.parquet")]
+    )
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{run / 'metrics.jsonl'}: line {line}: " in err and "64-bit" in err, err
@@ -34,5 +37,5 @@ def test_a_step_past_int64_is_one_line_naming_the_file_and_line(command, kind, t
 
 def test_the_largest_int64_step_is_read(tmp_path):
     run = write_pair(tmp_path / "run", "p", "optimization", 1e-4)
-    _with_step(run, 2 ** 63 - 1, "step")
-    assert MetricsStore(run).step_records()[-1]["step"] == 2 ** 63 - 1
+    _with_step(run, 2**63 - 1, "step")
+    assert MetricsStore(run).step_records()[-1]["step"] == 2**63 - 1

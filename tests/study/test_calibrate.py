@@ -25,8 +25,15 @@ def test_shipped_ladder_spans_the_references_doses():
     assert {p.role for p in pairs} == {"ladder", "seed", "precision"} and calibration.horizons == (100, 300)
 
 
-@pytest.mark.parametrize("text,message", [("doses: [0.1, -1]", "doses[1]"), ("doses: []", "doses:"),
-                                          ("doses: [1e-3]\nhorizons: [0]", "horizons"), ("flavour: 1", "unknown key")])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("doses: [0.1, -1]", "doses[1]"),
+        ("doses: []", "doses:"),
+        ("doses: [1e-3]\nhorizons: [0]", "horizons"),
+        ("flavour: 1", "unknown key"),
+    ],
+)
 def test_bad_calibration_recipes(tmp_path, text, message):
     path = tmp_path / "calibration.yaml"
     path.write_text(f"base: {RECIPES}/tiny.yaml\n{text}\n")
@@ -42,18 +49,35 @@ def test_calibrate_trains_the_ladder_and_calls_evaluate(tmp_path, monkeypatch, c
         calls.append((ladder, seed_pairs, horizons, references))
         return {"doses": sorted(ladder), "replicates": [len(v) for _, v in sorted(ladder.items())]}
 
-    monkeypatch.setitem(sys.modules, "divergence.analysis.calibration",
-                        types.SimpleNamespace(evaluate=evaluate))
+    monkeypatch.setitem(sys.modules, "divergence.analysis.calibration", types.SimpleNamespace(evaluate=evaluate))
     out = tmp_path / "cal"
-    args = ["calibrate", "--out", str(out), "--max-steps", "3", "--replicates", "2", "--jobs", "2", "--quiet",
-            "doses=[1.0e-4,1.0e-2]", "references.precision=null", "horizons=[2,3]", "train.batch_size=2",
-            "tracking.probe.size=2", "sample.enabled=false", "log.wandb=false"]
+    args = [
+        "calibrate",
+        "--out",
+        str(out),
+        "--max-steps",
+        "3",
+        "--replicates",
+        "2",
+        "--jobs",
+        "2",
+        "--quiet",
+        "doses=[1.0e-4,1.0e-2]",
+        "references.precision=null",
+        "horizons=[2,3]",
+        "train.batch_size=2",
+        "tracking.probe.size=2",
+        "sample.enabled=false",
+        "log.wandb=false",
+    ]
     assert main(args) == 0
-    (ladder, seed_pairs, horizons, references), = calls
+    ((ladder, seed_pairs, horizons, references),) = calls
     assert sorted(ladder) == [1e-4, 1e-2] and horizons == (2, 3) and references == {}  # precision=null
     assert all(len(runs) == 2 for runs in ladder.values()) and len(seed_pairs) == 2
     run = ladder[1e-2][1]
     assert run.name == "grad-noise-0.01" and Path(run.folder) == (out / "grad-noise-0.01" / "r1").resolve()
     assert json.loads((out / "grad-noise-0.01" / "r1" / "pair.json").read_text())["arms"] == {
-        "a": ["grad-noise=0.01"], "b": []}
+        "a": ["grad-noise=0.01"],
+        "b": [],
+    }
     assert json.loads((out / "calibration.json").read_text()) == {"doses": [1e-4, 1e-2], "replicates": [2, 2]}

@@ -10,14 +10,26 @@ from divergence.errors import RecipeError
 from divergence.study import load_study
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-QUICK = ["--max-steps", "6", "--no-wandb", "--quiet", "tracking.every=1", "tracking.probe.size=4", "train.batch_size=2",
-         "sample.enabled=false"]
+QUICK = [
+    "--max-steps",
+    "6",
+    "--no-wandb",
+    "--quiet",
+    "tracking.every=1",
+    "tracking.probe.size=4",
+    "train.batch_size=2",
+    "sample.enabled=false",
+]
 
 
 def test_default_study_resolves_every_pair_onto_one_base():
     study = load_study(RECIPES / "study.yaml", device_type="cpu")
     assert [(p.role, p.name) for p in study.pairs] == [
-        ("study", "flash-vs-baseline"), ("seed", "seed-vs-seed"), ("precision", "bf16-vs-fp32"), ("control", "control")]
+        ("study", "flash-vs-baseline"),
+        ("seed", "seed-vs-seed"),
+        ("precision", "bf16-vs-fp32"),
+        ("control", "control"),
+    ]
     assert len({p.recipe["base"] for p in study.pairs}) == 1
     assert len({p.recipe["recipe"]["train"]["max_steps"] for p in study.pairs}) == 1 and study.replicates >= 3
     assert "stand-in" in study.pairs[2].recipe["description"] and study.pairs[2].note
@@ -44,8 +56,10 @@ def test_inline_study_pair_and_overrides():
         ("base: {r}/tiny.yaml\nstudy: {r}/pairs/control.yaml\nreferences: {{noise: x}}", "references"),
         ("base: {r}/tiny.yaml\nstudy: {r}/pairs/control.yaml\njobs: 0", "jobs"),
         ("base: {r}/tiny.yaml\nstudy: {r}/pairs/control.yaml\nreplicates: 0", "replicates: expected a positive"),
-        ("base: {r}/tiny.yaml\nstudy: {r}/pairs/seed-vs-seed.yaml\nreferences: {{seed: {r}/pairs/seed-vs-seed.yaml}}",
-         "two pairs share a name"),
+        (
+            "base: {r}/tiny.yaml\nstudy: {r}/pairs/seed-vs-seed.yaml\nreferences: {{seed: {r}/pairs/seed-vs-seed.yaml}}",
+            "two pairs share a name",
+        ),
     ],
 )
 def test_bad_study_recipes(tmp_path, text, message):
@@ -80,8 +94,10 @@ def test_replicates_lay_out_one_folder_per_pair_and_replicate(tmp_path):
     study = load_study(RECIPES / "study.yaml", ["replicates=3"])
     jobs = prepare_jobs(study, tmp_path, ["train.max_steps=2"])
     runs = sorted(str(j.out.relative_to(tmp_path)) for j in jobs)
-    assert runs == sorted([f"{name}/r{r}" for name in ("flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32")
-                           for r in range(3)] + ["control/r0"])
+    assert runs == sorted(
+        [f"{name}/r{r}" for name in ("flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32") for r in range(3)]
+        + ["control/r0"]
+    )
     assert len({j.recipe_path for j in jobs}) == len(jobs) == 10
     from divergence.variants.pair_recipe import load_pair_recipe
 
@@ -101,8 +117,17 @@ def test_the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_n
     # --jobs 2 (side by side); the thread count is the recipe's (train.cpu_threads), not --jobs' (before: 2
     # threads with --jobs 1 on a 2-core machine and 1 with --jobs 2, and the stores differed from step 1)
     def only(replicates, *extra):
-        return ["--max-steps", "3", "--replicates", str(replicates), *QUICK[2:], "numerics=base", "references.seed=null",
-                "references.precision=null", *extra]
+        return [
+            "--max-steps",
+            "3",
+            "--replicates",
+            str(replicates),
+            *QUICK[2:],
+            "numerics=base",
+            "references.seed=null",
+            "references.precision=null",
+            *extra,
+        ]
 
     one, two = tmp_path / "jobs1", tmp_path / "jobs2"
     assert main(["study", "--out", str(one), "--jobs", "1", *only(1, "references.control=null")]) == 0
@@ -122,7 +147,17 @@ def test_the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_n
     capsys.readouterr()
 
     # a resume in another thread count is refused in one line, before anything trains
-    code = main(["train", "--recipe", str(two / "recipes" / "flash-vs-baseline-r0.yaml"), "--out", str(two / run),
-                 *QUICK[4:], "train.max_steps=5", "train.cpu_threads=2"])
+    code = main(
+        [
+            "train",
+            "--recipe",
+            str(two / "recipes" / "flash-vs-baseline-r0.yaml"),
+            "--out",
+            str(two / run),
+            *QUICK[4:],
+            "train.max_steps=5",
+            "train.cpu_threads=2",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "train.cpu_threads = 1, this command 2" in err

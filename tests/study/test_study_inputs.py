@@ -36,9 +36,16 @@ def test_an_empty_study_name_is_refused_naming_the_key(tmp_path, capsys):
 
 def _inline(tmp_path):
     path = tmp_path / "inline.yaml"
-    path.write_text(yaml.safe_dump({"name": "s", "base": str(RECIPES / "tiny.yaml"),
-                                    "study": {"name": "x", "arms": {"a": ["nosuch"], "b": []}},
-                                    "references": {"control": str(RECIPES / "pairs" / "control.yaml")}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "s",
+                "base": str(RECIPES / "tiny.yaml"),
+                "study": {"name": "x", "arms": {"a": ["nosuch"], "b": []}},
+                "references": {"control": str(RECIPES / "pairs" / "control.yaml")},
+            }
+        )
+    )
     return path
 
 
@@ -57,9 +64,16 @@ def test_a_reference_file_error_names_the_key_and_the_file(tmp_path, capsys):
     bad = tmp_path / "bad-pair.yaml"
     bad.write_text(yaml.safe_dump({"name": "bad", "arms": {"a": [{"tf32": "maybe"}], "b": []}}))
     study = tmp_path / "study.yaml"
-    study.write_text(yaml.safe_dump({"name": "s", "base": str(RECIPES / "tiny.yaml"),
-                                     "study": str(RECIPES / "pairs" / "fused-adamw.yaml"),
-                                     "references": {"seed": str(bad)}}))
+    study.write_text(
+        yaml.safe_dump(
+            {
+                "name": "s",
+                "base": str(RECIPES / "tiny.yaml"),
+                "study": str(RECIPES / "pairs" / "fused-adamw.yaml"),
+                "references": {"seed": str(bad)},
+            }
+        )
+    )
     assert main(["study", "--recipe", str(study), "--out", str(tmp_path / "out"), "--quiet", "--no-wandb"]) == 2
     assert_one_line(capsys, f"{study}: references.seed ({bad}): arms.a[0]")
     assert not (tmp_path / "out").exists()
@@ -74,7 +88,20 @@ def test_bad_jobs_leaves_nothing(tmp_path, capsys):
 
 def test_a_study_folder_that_cannot_be_made_is_one_line(tmp_path, capsys):
     (tmp_path / "file").write_text("")
-    assert main(["study", "--out", str(tmp_path / "file" / "study"), "--quiet", "--no-wandb", "--max-steps", "1",
-                 "replicates=1"]) == 2
+    assert (
+        main(
+            [
+                "study",
+                "--out",
+                str(tmp_path / "file" / "study"),
+                "--quiet",
+                "--no-wandb",
+                "--max-steps",
+                "1",
+                "replicates=1",
+            ]
+        )
+        == 2
+    )
     assert_one_line(capsys, str(tmp_path / "file" / "study"))
     assert os.listdir(tmp_path) == ["file"]

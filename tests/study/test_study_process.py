@@ -17,16 +17,31 @@ from divergence.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
-QUICK = ["--no-wandb", "--quiet", "--replicates", "1", "tracking.every=1", "tracking.probe.size=4",
-         "train.batch_size=2", "sample.enabled=false"]
+QUICK = [
+    "--no-wandb",
+    "--quiet",
+    "--replicates",
+    "1",
+    "tracking.every=1",
+    "tracking.probe.size=4",
+    "train.batch_size=2",
+    "sample.enabled=false",
+]
 
 
 def _study_recipe(tmp_path, *references) -> Path:
     """A study of fused AdamW, with the named reference pairs (each one more child)."""
     path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "small", "base": str(RECIPES / "tiny.yaml"), "study": str(RECIPES / "pairs" / "fused-adamw.yaml"),
-        "references": {role: str(RECIPES / "pairs" / f"{pair}.yaml") for role, pair in references}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "small",
+                "base": str(RECIPES / "tiny.yaml"),
+                "study": str(RECIPES / "pairs" / "fused-adamw.yaml"),
+                "references": {role: str(RECIPES / "pairs" / f"{pair}.yaml") for role, pair in references},
+            }
+        )
+    )
     return path
 
 
@@ -60,9 +75,13 @@ def _train_children(pid: int) -> list[int]:
 
 def _start_study(recipe: Path, out: Path, *extra: str) -> tuple[subprocess.Popen, list[int]]:
     """A study in a subprocess, once it has started ``len(references) + 1`` children; its children's pids."""
-    process = subprocess.Popen([sys.executable, "-m", "divergence", "study", "--recipe", str(recipe), "--out",
-                                str(out), *QUICK, *extra], cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "divergence", "study", "--recipe", str(recipe), "--out", str(out), *QUICK, *extra],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 180
     wanted = len(yaml.safe_load(recipe.read_text())["references"]) + 1
     while time.monotonic() < deadline:
@@ -108,8 +127,23 @@ def test_a_second_study_on_the_folder_is_refused_until_the_first_is_killed(tmp_p
     first, children = _start_study(recipe, out, "--max-steps", "3")
     try:
         assert main(["study", "--recipe", str(recipe), "--out", str(out), "--max-steps", "3", *QUICK]) == 2
-        assert main(["calibrate", "--out", str(out), "--quiet", "--max-steps", "3", "doses=[1.0e-4]",
-                     "references.precision=null", "train.batch_size=2", "sample.enabled=false"]) == 2
+        assert (
+            main(
+                [
+                    "calibrate",
+                    "--out",
+                    str(out),
+                    "--quiet",
+                    "--max-steps",
+                    "3",
+                    "doses=[1.0e-4]",
+                    "references.precision=null",
+                    "train.batch_size=2",
+                    "sample.enabled=false",
+                ]
+            )
+            == 2
+        )
         errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
         assert len(errors) == 2
         for err in errors:

@@ -42,8 +42,9 @@ def test_k_micro_batches_equal_one_batch_k_times_larger(clip):
         assert torch.allclose(b.loss, a.loss, rtol=1e-5, atol=0)
         assert torch.allclose(b.grad_norm, a.grad_norm, rtol=1e-5, atol=0)
         assert b.lr == a.lr
-    grads = [(p.grad, q.grad) for p, q in zip(big.trainable_parameters(), acc.trainable_parameters())
-             if p.grad is not None]
+    grads = [
+        (p.grad, q.grad) for p, q in zip(big.trainable_parameters(), acc.trainable_parameters()) if p.grad is not None
+    ]
     assert 0 < _rel_l2(*zip(*grads)) < 2e-5  # the last step's gradients
     updates = [(wb - w0, wa - w0) for w0, wb, wa in zip(init, big.weights().values(), acc.weights().values())]
     assert 0 < _rel_l2(*zip(*updates)) < 1e-4

@@ -26,7 +26,10 @@ def test_arm_alone_equals_arm_in_lockstep():
     recipe = tiny_recipe()
     inputs = Inputs(recipe)
     alone = _arm(recipe, inputs)
-    paired, other = _arm(recipe, inputs, "a"), _arm(tiny_recipe("train.precision=bf16-mixed", "model.seed=3"), inputs, "b")
+    paired, other = (
+        _arm(recipe, inputs, "a"),
+        _arm(tiny_recipe("train.precision=bf16-mixed", "model.seed=3"), inputs, "b"),
+    )
     for step in range(2):
         batch = inputs.prepare(inputs.batches.batch(step))
         alone.training_step(batch)
@@ -90,8 +93,9 @@ def test_train_state_round_trip_continues_identically():
 
 
 def test_latent_space_and_v_prediction():
-    recipe = tiny_recipe("model.vae={block_out_channels: [8, 16], latent_channels: 4}",
-                         "noise.prediction_type=v_prediction")
+    recipe = tiny_recipe(
+        "model.vae={block_out_channels: [8, 16], latent_channels: 4}", "noise.prediction_type=v_prediction"
+    )
     inputs = Inputs(recipe)
     prepared = inputs.prepare(inputs.batches.batch(0))
     assert prepared.noisy.shape == prepared.target.shape == (2, 4, 16, 16)

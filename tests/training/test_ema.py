@@ -59,8 +59,12 @@ def test_no_ema_by_default_and_bad_settings_name_the_key():
     recipe = tiny_recipe()
     assert recipe.train.ema is None
     assert not [k for k in Arm(recipe, Inputs(recipe).tokenizer).weights() if k.startswith("ema.")]
-    for bad, key in (("{decay: 1.5}", "train.ema.decay"), ("{power: 0}", "train.ema.power"),
-                     ("{update_after_step: -1}", "train.ema.update_after_step"), ("{decay_rate: 0.9}", "decay_rate")):
+    for bad, key in (
+        ("{decay: 1.5}", "train.ema.decay"),
+        ("{power: 0}", "train.ema.power"),
+        ("{update_after_step: -1}", "train.ema.update_after_step"),
+        ("{decay_rate: 0.9}", "decay_rate"),
+    ):
         with pytest.raises(RecipeError, match=key):
             tiny_recipe(f"train.ema={bad}")
     with pytest.raises(RecipeError, match="train.ema: an EMA of LoRA factors"):
@@ -68,8 +72,14 @@ def test_no_ema_by_default_and_bad_settings_name_the_key():
 
 
 def test_checkpoints_hold_both_and_resume_is_bitwise(tmp_path):
-    recipe = tiny_recipe(EMA, "train.max_steps=5", "train.checkpoint_every=2", "sample.enabled=false",
-                         "log.csv=false", "train.accumulate=2")
+    recipe = tiny_recipe(
+        EMA,
+        "train.max_steps=5",
+        "train.checkpoint_every=2",
+        "sample.enabled=false",
+        "log.csv=false",
+        "train.accumulate=2",
+    )
     train_run(recipe, tmp_path / "straight")
     with pytest.raises(SystemError, match="simulated crash"):
         train_run(recipe, tmp_path / "resumed", callbacks=[Crash(3)])  # last.ckpt holds step 2

@@ -19,6 +19,7 @@ DTYPES = [torch.bfloat16, torch.float16]
 def _ulps(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """How many representable 16-bit values lie between x and y (same dtype): their bit patterns'
     distance, monotone in the value within one sign (a sign flip counts the values across zero)."""
+
     def ordered(t):
         bits = t.view(torch.int16).to(torch.int32)
         return torch.where(bits < 0, -(bits & 0x7FFF), bits)
@@ -57,14 +58,22 @@ def _within_fp32_accumulation(ours: torch.Tensor, module, x, dtype) -> list[tupl
     and the largest error over its bound ulp16(exact) + n u32 sum|terms| (Higham 2002, eq. 3.5: a
     sum of n terms accumulated in fp32, u32 = 2^-24, then one rounding to 16 bits)."""
     out = []
-    for what, mine, exact, scale in zip(("output", "grad x", "grad w"), ours, _fp64(module, x, dtype),
-                                        _fp64(module, x, dtype, absolute=True)):
-        terms = {"output": module.weight[0].numel(), "grad x": module.weight.shape[0] * module.weight[0][0].numel(),
-                 "grad w": x.numel() // x.shape[1]}[what]
+    for what, mine, exact, scale in zip(
+        ("output", "grad x", "grad w"), ours, _fp64(module, x, dtype), _fp64(module, x, dtype, absolute=True)
+    ):
+        terms = {
+            "output": module.weight[0].numel(),
+            "grad x": module.weight.shape[0] * module.weight[0][0].numel(),
+            "grad w": x.numel() // x.shape[1],
+        }[what]
         mine = mine.to(dtype).double()
-        ulp = torch.finfo(dtype).eps * torch.exp2(torch.floor(torch.log2(exact.abs().clamp(min=torch.finfo(dtype).tiny))))
+        ulp = torch.finfo(dtype).eps * torch.exp2(
+            torch.floor(torch.log2(exact.abs().clamp(min=torch.finfo(dtype).tiny)))
+        )
         bound = ulp + terms * 2.0**-24 * scale
-        out.append(((mine == exact.to(dtype).double()).double().mean().item(), ((mine - exact).abs() / bound).max().item()))
+        out.append(
+            ((mine == exact.to(dtype).double()).double().mean().item(), ((mine - exact).abs() / bound).max().item())
+        )
     return out
 
 
@@ -91,8 +100,9 @@ def test_an_emulated_op_and_its_gradients_are_as_exact_as_fp32_accumulation(dtyp
     ours = _run(emulated, x, dtype)
     for result in ours:  # the gradients of fp32 leaves are fp32 holding 16-bit values
         assert torch.equal(result.float(), result.float().to(dtype).float())
-    for what, (exact_fraction, worst) in zip(("output", "grad x", "grad w"),
-                                             _within_fp32_accumulation(ours, native, x, dtype)):
+    for what, (exact_fraction, worst) in zip(
+        ("output", "grad x", "grad w"), _within_fp32_accumulation(ours, native, x, dtype)
+    ):
         assert exact_fraction > 0.99, (what, exact_fraction)
         assert worst <= 1.0, (what, worst)
 
@@ -135,9 +145,14 @@ def test_the_arm_emulates_only_in_16_bit_and_keeps_its_weights():
 def test_a_bf16_step_emulated_is_a_bf16_step_native_to_bf16_precision():
     """A whole training step: the emulated and the native arm end as close to each other as a bf16
     arm ends to an fp32 one, or closer (both are bf16 computations of the same step)."""
-    arms = {name: ready_arm(*overrides) for name, overrides in {
-        "emulate": ("train.precision=bf16-mixed",), "native": ("train.precision=bf16-mixed", "train.cpu_autocast=native"),
-        "fp32": ()}.items()}
+    arms = {
+        name: ready_arm(*overrides)
+        for name, overrides in {
+            "emulate": ("train.precision=bf16-mixed",),
+            "native": ("train.precision=bf16-mixed", "train.cpu_autocast=native"),
+            "fp32": (),
+        }.items()
+    }
     inputs = arms["fp32"][1]
     batch = inputs.prepare(inputs.batches.batch(0))
     losses = {name: arm.training_step(batch).loss.item() for name, (arm, _) in arms.items()}
@@ -162,8 +177,10 @@ def test_two_emulated_arms_are_exactly_equal():
 
 def test_gradient_checkpointing_recomputes_the_emulated_forward():
     """Recomputation in the backward runs under the autocast state checkpointing saved: the same ops."""
-    (plain, inputs), (ckpt, _) = (ready_arm("train.precision=bf16-mixed"),
-                                  ready_arm("train.precision=bf16-mixed", "model.gradient_checkpointing=true"))
+    (plain, inputs), (ckpt, _) = (
+        ready_arm("train.precision=bf16-mixed"),
+        ready_arm("train.precision=bf16-mixed", "model.gradient_checkpointing=true"),
+    )
     batch = inputs.prepare(inputs.batches.batch(0))
     assert plain.training_step(batch).loss.item() == ckpt.training_step(batch).loss.item()
     assert all(torch.equal(p, q) for p, q in zip(plain.parameters(), ckpt.parameters()))

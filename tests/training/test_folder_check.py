@@ -98,7 +98,9 @@ def test_a_resume_in_another_thread_count_is_refused_the_cadence_may_change(tmp_
     with pytest.raises(UserInputError, match=r"has recipes.a.train.cpu_threads = 1, this command 2"):
         check_folder(out, LOCKSTEP, pair_config(pair_recipe("seed-vs-seed", "train.cpu_threads=2")))
     with pytest.raises(UserInputError, match=r"has train.cpu_threads = 1, this command 0"):
-        check_folder(_run_folder(tmp_path / "run", to_dict(tiny_recipe())), RUN, to_dict(tiny_recipe("train.cpu_threads=0")))
+        check_folder(
+            _run_folder(tmp_path / "run", to_dict(tiny_recipe())), RUN, to_dict(tiny_recipe("train.cpu_threads=0"))
+        )
 
 
 def test_a_resume_in_other_numerics_than_pair_json_recorded_is_refused(tmp_path):

@@ -22,7 +22,7 @@ def test_batch_floor_counts_inputs_and_first_feature_map():
 
 
 def test_largest_batch_the_message_offers_passes_and_one_more_fails():
-    memory = 10 ** 9
+    memory = 10**9
     with pytest.raises(RecipeError) as err:
         check_memory(recipe("train.batch_size=100000"), memory)  # 4.5 GB
     largest = int(re.search(r"use at most (\d+)", str(err.value)).group(1))
@@ -45,7 +45,6 @@ def test_ema_adds_one_fp32_copy_of_the_trained_weights():
     frozen = ("model.text_encoder={train: false}",)
     assert model_floor(*frozen, "train.ema={decay: 0.99}") > model_floor(*frozen)
     assert model_floor(*frozen, "train.ema={decay: 0.99}") * 4 < model_floor(*frozen) * 5
-
 
 
 def test_a_recipe_too_large_for_this_machine_is_still_a_recipe():

@@ -26,8 +26,14 @@ def _lrs(scheduler, optimizer) -> list[float]:
 @pytest.mark.parametrize("name", LR_SCHEDULES)
 def test_every_step_equals_get_scheduler_on_a_bare_optimizer(name):
     warmup = 0 if name == "constant" else WARMUP
-    recipe = tiny_recipe(f"train.lr_schedule={name}", f"train.warmup_steps={warmup}", f"train.max_steps={STEPS}",
-                         "train.lr_num_cycles=3", "train.lr_power=2.0", "train.lr=0.01")
+    recipe = tiny_recipe(
+        f"train.lr_schedule={name}",
+        f"train.warmup_steps={warmup}",
+        f"train.max_steps={STEPS}",
+        "train.lr_num_cycles=3",
+        "train.lr_power=2.0",
+        "train.lr=0.01",
+    )
     ours_opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=0.01)
     ours = _lrs(build_lr_schedule(ours_opt, recipe.train), ours_opt)
     bare_opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=0.01)
@@ -42,9 +48,14 @@ def test_constant_with_a_warmup_is_refused_with_the_fix():
         tiny_recipe("train.warmup_steps=10")
 
 
-@pytest.mark.parametrize("override, key", [("train.lr_schedule=cosine_restarts", "train.lr_schedule"),
-                                           ("train.lr_num_cycles=0", "train.lr_num_cycles"),
-                                           ("train.lr_power=0", "train.lr_power")])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("train.lr_schedule=cosine_restarts", "train.lr_schedule"),
+        ("train.lr_num_cycles=0", "train.lr_num_cycles"),
+        ("train.lr_power=0", "train.lr_power"),
+    ],
+)
 def test_bad_schedule_keys_name_the_key(override, key):
     with pytest.raises(RecipeError, match=key):
         tiny_recipe(override)
@@ -56,8 +67,9 @@ def test_polynomial_needs_lr_above_its_end():
 
 
 def test_resume_continues_the_schedule_bitwise():
-    recipe = tiny_recipe("train.lr_schedule=cosine_with_restarts", "train.warmup_steps=2", "train.max_steps=6",
-                         "train.lr_num_cycles=2")
+    recipe = tiny_recipe(
+        "train.lr_schedule=cosine_with_restarts", "train.warmup_steps=2", "train.max_steps=6", "train.lr_num_cycles=2"
+    )
     inputs = Inputs(recipe)
     batches = [inputs.prepare(inputs.batches.batch(s)) for s in range(5)]
 

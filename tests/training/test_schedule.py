@@ -24,8 +24,24 @@ def test_custom_dense_and_off():
     assert _tracked(tracking, 120) == [0, 2, 4, 6, 9, 50, 100, 120]
     assert _tracked(TrackingConfig(every=7, dense=()), 30, checkpoint_every=10) == [0, 7, 10, 14, 20, 21, 28, 30]
     # the dense schedule adds steps, never removes one that tracking.every asks for
-    assert _tracked(TrackingConfig(every=2, dense=((6, 1), (20, 5))), 22) == [0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 15,
-                                                                              16, 18, 20, 22]
+    assert _tracked(TrackingConfig(every=2, dense=((6, 1), (20, 5))), 22) == [
+        0,
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        8,
+        10,
+        12,
+        14,
+        15,
+        16,
+        18,
+        20,
+        22,
+    ]
 
 
 @pytest.mark.parametrize("dense", [[[20, 1], [10, 5]], [[20, 0]], [[20]], [[0, 1]], [[5, 1], [5, 2]]])

@@ -70,8 +70,13 @@ def test_two_runs_write_bitwise_identical_checkpoints(tmp_path):
 
 
 def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path):
-    overrides = ("train.max_steps=5", "train.checkpoint_every=2", "sample.enabled=false", "log.csv=false",
-                 "train.precision=bf16-mixed")
+    overrides = (
+        "train.max_steps=5",
+        "train.checkpoint_every=2",
+        "sample.enabled=false",
+        "log.csv=false",
+        "train.precision=bf16-mixed",
+    )
     recipe = tiny_recipe(*overrides)
     train_run(recipe, tmp_path / "straight")
     with pytest.raises(SystemError, match="simulated crash"):
@@ -113,8 +118,9 @@ def test_wandb_writes_an_offline_run(tmp_path, monkeypatch):
     assert runs[0].name.endswith(run_id)
 
 
-@pytest.mark.parametrize("env, offline", [({}, True), ({"WANDB_MODE": "online"}, False),
-                                          ({"WANDB_API_KEY": "x" * 40}, False)])
+@pytest.mark.parametrize(
+    "env, offline", [({}, True), ({"WANDB_MODE": "online"}, False), ({"WANDB_API_KEY": "x" * 40}, False)]
+)
 def test_wandb_is_online_only_when_the_user_configured_it(env, offline, monkeypatch, tmp_path):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -128,8 +134,13 @@ def test_trains_on_an_image_folder(tmp_path):
     from tests.data.test_folders import _folder
 
     _folder(tmp_path / "images", n=4)
-    recipe = tiny_recipe("train.max_steps=2", "data.source=imagefolder", f"data.path={tmp_path / 'images'}",
-                         "sample.enabled=false", "log.csv=false")
+    recipe = tiny_recipe(
+        "train.max_steps=2",
+        "data.source=imagefolder",
+        f"data.path={tmp_path / 'images'}",
+        "sample.enabled=false",
+        "log.csv=false",
+    )
     assert train_run(recipe, tmp_path / "run").global_step == 2
 
 
@@ -145,8 +156,16 @@ def test_a_nonfinite_loss_stops_a_run_in_one_line_after_recording_the_step(tmp_p
         return out
 
     monkeypatch.setattr(arm_module.Arm, "training_step", poisoned)
-    args = ["train", "--out", str(tmp_path), "--max-steps", "4", *FAST, "sample.enabled=false",
-            "train.checkpoint_every=1"]
+    args = [
+        "train",
+        "--out",
+        str(tmp_path),
+        "--max-steps",
+        "4",
+        *FAST,
+        "sample.enabled=false",
+        "train.checkpoint_every=1",
+    ]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "divergence train: error: run tiny: loss is inf at step 2" in err and "Traceback" not in err

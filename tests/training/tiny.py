@@ -7,8 +7,13 @@ from divergence.recipe.run import RunRecipe
 from divergence.config.schema import apply_overrides, parse
 
 FAST = (
-    "train.batch_size=2", "sample.steps=2", "sample.per_prompt=1", "sample.prompts=[a red circle, a blue square]",
-    "log.wandb=false", "log.progress_bar=false", "train.accelerator=cpu",
+    "train.batch_size=2",
+    "sample.steps=2",
+    "sample.per_prompt=1",
+    "sample.prompts=[a red circle, a blue square]",
+    "log.wandb=false",
+    "log.progress_bar=false",
+    "train.accelerator=cpu",
 )
 
 

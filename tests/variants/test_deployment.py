@@ -49,23 +49,35 @@ def test_the_default_study_trains_the_flash_pair_in_bf16_and_the_references_on_t
 
 def test_pair_json_records_each_arms_numerics_and_an_arm_outside_its_deployment():
     fp32 = pair_info(pair_recipe("flash-vs-baseline"))
-    assert fp32.numerics["a"] == {"device": "cpu", "precision": "32-true", "attention": "sdpa-flash", "tf32": False,
-                                  "deterministic": True, "cpu_threads": 1, "cpu_autocast": None}
+    assert fp32.numerics["a"] == {
+        "device": "cpu",
+        "precision": "32-true",
+        "attention": "sdpa-flash",
+        "tf32": False,
+        "deterministic": True,
+        "cpu_threads": 1,
+        "cpu_autocast": None,
+    }
     assert fp32.numerics["b"]["attention"] == "baseline"
-    assert fp32.outside_deployment == ("sdpa-flash is used under bf16-mixed or 16-mixed autocast, but trains here in "
-                                       "32-true (arm a)")
+    assert fp32.outside_deployment == (
+        "sdpa-flash is used under bf16-mixed or 16-mixed autocast, but trains here in 32-true (arm a)"
+    )
     bf16 = pair_info(pair_recipe("flash-vs-baseline", "train.precision=bf16-mixed"))
     assert bf16.outside_deployment is None and {bf16.numerics[a]["precision"] for a in "ab"} == {"bf16-mixed"}
     assert {bf16.numerics[a]["cpu_autocast"] for a in "ab"} == {"emulate"}  # 16-bit on a CPU: how it was computed
     tf32 = pair_info(pair_recipe("tf32-vs-fp32"))
-    assert "tf32 is a cuda setting, but trains here on a cpu, where it changes nothing (arm a)" == tf32.outside_deployment
+    assert (
+        "tf32 is a cuda setting, but trains here on a cpu, where it changes nothing (arm a)" == tf32.outside_deployment
+    )
     assert json.loads(json.dumps(bf16.to_json()))["numerics"]["a"]["cpu_threads"] == 1
 
 
 def test_the_report_says_a_pair_outside_its_deployment_in_one_caveat_line():
     line = "sdpa-flash is used under bf16-mixed or 16-mixed autocast, but trains here in 32-true (arm a)"
-    pairs = [dataclasses.replace(p, outside_deployment=line) if p.category == "optimization" else p
-             for p in dose_study(horizon=100)]
+    pairs = [
+        dataclasses.replace(p, outside_deployment=line) if p.category == "optimization" else p
+        for p in dose_study(horizon=100)
+    ]
     analysis = analyze(pairs, n_boot=50)
     caveats = [c for c in analysis.verdicts[0].caveats if "deployment" in c]
     assert caveats == [f"studied outside its deployment numerics: {line}"]

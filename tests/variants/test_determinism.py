@@ -43,7 +43,9 @@ class RecordNumerics(Callback):
         for name, arm in pl_module.arms.items():
             arm.unet.register_forward_pre_hook(
                 lambda module, args, name=name: self.in_arm[name].add(
-                    (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)))
+                    (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+                )
+            )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.between_steps.append(numerics_state())
@@ -53,8 +55,11 @@ def test_a_run_trains_deterministic_with_tf32_only_inside_its_arm(tmp_path):
     before = numerics_state()
     recorder = RecordNumerics()
     # the function-space probe runs both arms in the reference numerics (TF32 off) on purpose: left out here
-    train_pair(pair_recipe("tf32-vs-fp32", "train.max_steps=2", "tracking.every=1", "tracking.probe.enabled=false"),
-               tmp_path, callbacks=[recorder])
+    train_pair(
+        pair_recipe("tf32-vs-fp32", "train.max_steps=2", "tracking.every=1", "tracking.probe.enabled=false"),
+        tmp_path,
+        callbacks=[recorder],
+    )
     assert recorder.in_arm == {"a": {(True, True)}, "b": {(False, False)}}
     assert len(recorder.between_steps) == 2
     for state in recorder.between_steps:
@@ -79,8 +84,11 @@ def test_deterministic_false_leaves_torch_defaults(tmp_path):
 def test_a_kernel_without_a_deterministic_implementation_is_one_line_naming_it():
     train = pair_recipe("control").base.train
     torch.use_deterministic_algorithms(False)  # a Trainer(deterministic=True) earlier in this process leaves it on
-    with pytest.raises(UserInputError, match=r"^put_ has no deterministic implementation .* "
-                                             r"set train\.deterministic=false") as err:
+    with pytest.raises(
+        UserInputError,
+        match=r"^put_ has no deterministic implementation .* "
+        r"set train\.deterministic=false",
+    ) as err:
         with determinism(train):
             torch.zeros(4).put_(torch.tensor([0, 0]), torch.tensor([1.0, 2.0]))  # no deterministic CPU kernel
     assert "\n" not in str(err.value)

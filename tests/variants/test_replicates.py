@@ -27,8 +27,10 @@ def test_replicate_zero_is_the_recipe_and_other_replicates_differ():
 
 @pytest.mark.parametrize("replicate", [0, 3])
 def test_every_pair_type_shares_a_replicates_seeds(replicate):
-    pairs = {name: load_pair_recipe(PAIRS / f"{name}.yaml", [f"replicate={replicate}"])
-             for name in ("flash-vs-baseline", "bf16-vs-fp32", "seed-vs-seed", "control")}
+    pairs = {
+        name: load_pair_recipe(PAIRS / f"{name}.yaml", [f"replicate={replicate}"])
+        for name in ("flash-vs-baseline", "bf16-vs-fp32", "seed-vs-seed", "control")
+    }
     arm_a = {_seeds(p)["a"] for p in pairs.values()}
     assert len(arm_a) == 1  # one init and one data seed for every pair's arm a
     assert {p.probe_seed for p in pairs.values()} == {pairs["control"].probe_seed}
@@ -45,7 +47,10 @@ def test_same_weights_and_batches_across_pair_types_not_across_replicates():
         return arm.weights()["unet.conv_in.weight"], inputs.batches.batch(4)
 
     (w_flash, b_flash), (w_bf16, b_bf16), (w_other, b_other) = (
-        built("flash-vs-baseline", 1), built("bf16-vs-fp32", 1), built("flash-vs-baseline", 2))
+        built("flash-vs-baseline", 1),
+        built("bf16-vs-fp32", 1),
+        built("flash-vs-baseline", 2),
+    )
     assert torch.equal(w_flash, w_bf16) and not torch.equal(w_flash, w_other)
     for field in ("pixels", "input_ids", "noise", "timesteps"):
         assert torch.equal(getattr(b_flash, field), getattr(b_bf16, field)), field

@@ -38,8 +38,15 @@ class ArmProgress(Callback):
     """Arm ``arm``'s progress: ``loss(pl_module)`` (the step's loss, averaged over ranks) and
     ``tensor_order(pl_module)`` (its weights' names in order), for any LightningModule."""
 
-    def __init__(self, folder: ArmFolder | str | Path, arm: str, per_rank_batch: int | None = None, *,
-                 loss: Callable[[object], float], tensor_order: Callable[[object], list]):
+    def __init__(
+        self,
+        folder: ArmFolder | str | Path,
+        arm: str,
+        per_rank_batch: int | None = None,
+        *,
+        loss: Callable[[object], float],
+        tensor_order: Callable[[object], list],
+    ):
         """``per_rank_batch``: examples per optimizer step on one rank (``batch_size x accumulate``);
         the status records ``global_batch`` = that x the world size (null when not given)."""
         self.journal = ArmJournal(folder, arm, max_steps=None)
@@ -57,9 +64,13 @@ class ArmProgress(Callback):
         self.journal.resume_at(start, initial=False)  # step 0 has no loss: the first is start + 1
         if not trainer.is_global_zero:
             return
-        self.journal.start(start, world_size=trainer.world_size, tensor_order=list(self.tensor_order(pl_module)),
-                           global_batch=self.per_rank_batch * trainer.world_size if self.per_rank_batch else None,
-                           max_steps=trainer.max_steps)
+        self.journal.start(
+            start,
+            world_size=trainer.world_size,
+            tensor_order=list(self.tensor_order(pl_module)),
+            global_batch=self.per_rank_batch * trainer.world_size if self.per_rank_batch else None,
+            max_steps=trainer.max_steps,
+        )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         where = f"{self.folder}: step {trainer.global_step}"  # checked on every rank: every rank stops alike

@@ -34,8 +34,11 @@ class AttentionOutputDeviation(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         """On resume at step G, drop lines after G: the run records those steps again."""
         if trainer.is_global_zero and self.path.is_file():
-            kept = [line for line in self.path.read_text().splitlines(keepends=True)
-                    if line.endswith("\n") and json.loads(line)["step"] <= trainer.global_step]
+            kept = [
+                line
+                for line in self.path.read_text().splitlines(keepends=True)
+                if line.endswith("\n") and json.loads(line)["step"] <= trainer.global_step
+            ]
             write_atomic(self.path, "".join(kept))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -48,8 +51,11 @@ class AttentionOutputDeviation(Callback):
             self._log(trainer, step, stats)
 
     def _write(self, step: int, stats: dict) -> None:
-        lines = [json.dumps({"step": step, "arm": arm, "layer": layer, **values})
-                 for arm, layers in stats.items() for layer, values in layers.items()]
+        lines = [
+            json.dumps({"step": step, "arm": arm, "layer": layer, **values})
+            for arm, layers in stats.items()
+            for layer, values in layers.items()
+        ]
         with open(self.path, "a") as f:
             f.write("\n".join(lines) + "\n")
 

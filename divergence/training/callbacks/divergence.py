@@ -47,13 +47,25 @@ class DivergenceTracker(Callback):
     A non-finite loss is recorded here (as a spike); the module then stops the run on every rank.
     """
 
-    def __init__(self, out: str | Path, tracking: TrackingConfig, checkpoint_every: int = 0,
-                 probe: Callable[[object], dict] | None = None, *,
-                 losses: Callable[[object], dict[str, float]], weights: Callable[[object], tuple[dict, dict]]):
+    def __init__(
+        self,
+        out: str | Path,
+        tracking: TrackingConfig,
+        checkpoint_every: int = 0,
+        probe: Callable[[object], dict] | None = None,
+        *,
+        losses: Callable[[object], dict[str, float]],
+        weights: Callable[[object], tuple[dict, dict]],
+    ):
         """``probe(pl_module) -> {key: float}``: extra step-record keys at tracked steps (rank zero);
         ``losses(pl_module)``: ``{arm: loss}`` averaged over ranks; ``weights(pl_module)``: the
         two arms' ``{name: tensor}``."""
-        self.folder, self.tracking, self.checkpoint_every, self.probe = PairFolder(out), tracking, checkpoint_every, probe
+        self.folder, self.tracking, self.checkpoint_every, self.probe = (
+            PairFolder(out),
+            tracking,
+            checkpoint_every,
+            probe,
+        )
         self.losses, self.weights = losses, weights
         self.recorder = StepRecorder(None, tracking.spike_factor, tracking.spike_window)
 
@@ -90,5 +102,6 @@ class DivergenceTracker(Callback):
             if self.probe is not None and probe_due(step, trainer.max_steps, self.tracking.probe):
                 extra = self.probe(pl_module)
         table = is_table_step(step, trainer.max_steps, self.checkpoint_every)
-        self.recorder.commit(step, record, comparison, extra,
-                             log=lambda s, r, t: log_step(trainer.loggers, s, r, t, table=table))
+        self.recorder.commit(
+            step, record, comparison, extra, log=lambda s, r, t: log_step(trainer.loggers, s, r, t, table=table)
+        )

@@ -20,8 +20,14 @@ from divergence.recipe.run import SampleConfig
 
 
 class SampleGrid(Callback):
-    def __init__(self, root: str | Path, config: SampleConfig, *, arms: Callable[[object], dict],
-                 inputs: Callable[[object], object]):
+    def __init__(
+        self,
+        root: str | Path,
+        config: SampleConfig,
+        *,
+        arms: Callable[[object], dict],
+        inputs: Callable[[object], object],
+    ):
         """``arms(pl_module)``: ``{folder prefix: Arm}`` to sample; ``inputs(pl_module)``: the shared
         ``divergence.training.inputs.Inputs`` (tokenizer, codec, noise scheduler)."""
         self.root, self.config, self.arms, self.inputs = Path(root), config, arms, inputs
@@ -42,8 +48,16 @@ class SampleGrid(Callback):
         inputs = self.inputs(pl_module)
         decode = inputs.codec.decode if inputs.codec.latent_space else None
         for prefix, arm in self.arms(pl_module).items():
-            images = generate(arm.unet, arm.text_encoder, inputs.tokenizer, inputs.noise_scheduler,
-                              self.config, inputs.latent_shape, decode=decode, autocast=arm.policy.autocast)
+            images = generate(
+                arm.unet,
+                arm.text_encoder,
+                inputs.tokenizer,
+                inputs.noise_scheduler,
+                self.config,
+                inputs.latent_shape,
+                decode=decode,
+                autocast=arm.policy.autocast,
+            )
             grid = image_grid(images, self.config.per_prompt)
             path = RunFolder(self.root / prefix).samples_dir / f"step_{step:06d}.png"
             path.parent.mkdir(parents=True, exist_ok=True)

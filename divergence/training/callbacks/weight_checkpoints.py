@@ -93,7 +93,7 @@ def _subtree(state: dict, module_path: str) -> dict:
     prefix = f"{module_path}." if module_path else ""
     out = {}
     for key, value in state.items():
-        name = key[len(prefix):] if key.startswith(prefix) else None
+        name = key[len(prefix) :] if key.startswith(prefix) else None
         if name is not None and name.startswith(NETWORKS):
             out[name] = value
     return out
