@@ -124,9 +124,10 @@ def run(args) -> int:
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
-    from divergence.pairfolder.layout import RUN_RECIPE_FILE  # a run folder's resolved recipe, as train's
+    from divergence.pairfolder.folder import RunFolder
 
-    (out / RUN_RECIPE_FILE).write_text(yaml.safe_dump(to_dict(recipe), sort_keys=False))
+    # a run folder's resolved recipe, as train's
+    RunFolder(out).recipe.write_text(yaml.safe_dump(to_dict(recipe), sort_keys=False))
 
     cases, notes = plan(recipe)
     start = time.perf_counter()

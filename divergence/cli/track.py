@@ -184,14 +184,15 @@ def _publish(staging, out) -> None:
     import os
 
     from divergence.atomic import fsync_folder
-    from divergence.pairfolder.layout import METRICS_FILE, PAIR_FILE
+    from divergence.pairfolder.folder import PairFolder
 
     if staging.parent != out:
         os.replace(staging, out)
         fsync_folder(out.parent)
         return
-    for name in (METRICS_FILE, PAIR_FILE):
-        os.replace(staging / name, out / name)
+    built, target = PairFolder(staging), PairFolder(out)
+    os.replace(built.metrics, target.metrics)
+    os.replace(built.pair_json, target.pair_json)  # last: readers start from it
     fsync_folder(out)
 
 

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.pairfolder.layout import CHECKPOINTS_DIR
-from divergence.pairfolder.weights_file import completed, identity, weights_path
+from divergence.pairfolder.folder import ArmFolder
+from divergence.pairfolder.weights_file import completed, identity
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
 
 
 class ArmFeed:
     def __init__(self, folder: str | Path):
-        self.folder = Path(folder)
+        self.folder = ArmFolder(folder)
         self.loss_file = LossFile(self.folder)
 
     def status(self) -> ArmStatus | None:
@@ -32,7 +32,7 @@ class ArmFeed:
 
     def checkpoint(self, step: int) -> tuple[Path, tuple] | None:
         """The complete weights file of ``step`` and its identity, or None while it is not complete."""
-        path = weights_path(self.folder / CHECKPOINTS_DIR, step)
+        path = self.folder.weights(step)
         found = completed(path, step)
         return None if found is None else (path, found)
 

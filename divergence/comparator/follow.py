@@ -46,7 +46,8 @@ from divergence.comparator.ranks import Ranks
 from divergence.comparator.retention import Retention
 from divergence.comparator.stalls import ENDED, armless, stall
 from divergence.errors import CheckpointError, UserInputError
-from divergence.pairfolder.layout import ARMS, WATCH_STATE_FILE
+from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.layout import ARMS
 from divergence.pairfolder.pair_json import finish_pair
 from divergence.pairfolder.schedule import PairSchedule, read_schedule
 from divergence.store import MetricsStore
@@ -85,9 +86,10 @@ class Comparator:
         """``probe``: the function-space probe's factory ``(PairSchedule, device) -> probe`` (``due(step)``,
         ``record(paths)``), used when the pair's ``tracking.probe`` is enabled; ``divergence watch``
         passes the built-in trainer's ``FileProbe`` (``training.probe_files``). None: no probe."""
-        self.out, self.ranks, self.device = Path(out), ranks or Ranks(), device
+        self.folder, self.ranks, self.device = PairFolder(out), ranks or Ranks(), device
+        self.out = self.folder.path
         self._probe_factory = probe
-        self.pair = read_schedule(self.out)
+        self.pair = read_schedule(self.folder)
         failed = None
         if self.ranks.is_zero:  # the other ranks only measure
             try:
@@ -100,11 +102,11 @@ class Comparator:
 
     def _open(self, log: bool, progress: bool) -> None:
         """Rank 0's part: the arms' feeds, the store (every line read), spikes, logs, progress."""
-        self.feeds = {arm: ArmFeed(self.out / arm) for arm in ARMS}
+        self.feeds = {arm: ArmFeed(self.folder.arm(arm)) for arm in ARMS}
         for feed in self.feeds.values():
             feed.loss_file.check()
-        self.store = MetricsStore(self.out).open_for_append()
-        self.retention = Retention.for_pair(self.out, self.pair)
+        self.store = MetricsStore(self.folder).open_for_append()
+        self.retention = Retention.for_pair(self.folder, self.pair)
         self.retention.recover(self.store.last_step())  # a deletion cut short by a kill
         tracking = self.pair.tracking
         self.recorder = StepRecorder(self.store, tracking.spike_factor, tracking.spike_window)
@@ -298,27 +300,27 @@ class Comparator:
     # -- rank 0: state, logs, progress -------------------------------------------------------------
     def _read_state(self) -> dict:
         try:
-            return json.loads((self.out / WATCH_STATE_FILE).read_text())["attempts"]
+            return json.loads(self.folder.watch_state.read_text())["attempts"]
         except (OSError, ValueError, KeyError):
             return {}
 
     def _write_state(self) -> None:
         from divergence.tables import write_json
 
-        write_json(self.out / WATCH_STATE_FILE, {"attempts": self.attempts})
+        write_json(self.folder.watch_state, {"attempts": self.attempts})
 
     def _logger(self):
         from divergence.loggers.step_logger import StepLogger
 
         pair = self.pair
         return StepLogger(
-            self.out, pair.log, pair.name, pair.checkpoint_every, pair.max_steps, pair.recipe_config or pair.info
+            self.folder, pair.log, pair.name, pair.checkpoint_every, pair.max_steps, pair.recipe_config or pair.info
         )
 
     def _finish(self) -> None:
         if not self.ranks.is_zero:
             return
-        finish_pair(self.out, self.store.last_step(), True)
+        finish_pair(self.folder, self.store.last_step(), True)
 
     def _close(self) -> None:
         if self.ranks.is_zero:

@@ -22,14 +22,14 @@ import json
 from pathlib import Path
 
 from divergence.tables import write_json
-from divergence.pairfolder.layout import RETENTION_FILE as FILE
+from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.weights_file import identity
 
 
 class Retention:
     def __init__(self, out: str | Path, keep: int | None, tracked_steps: list[int]):
         """``tracked_steps``: every tracked step of the pair, increasing (the last is kept)."""
-        self.path, self.keep, self.tracked = Path(out) / FILE, keep or 0, tracked_steps
+        self.path, self.keep, self.tracked = PairFolder(out).retention, keep or 0, tracked_steps
 
     @classmethod
     def for_pair(cls, out: str | Path, pair) -> Retention:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.pairfolder.layout import ARMS, CHECKPOINTS_DIR, LOSSES_FILE, weights_name, weights_path
+from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.layout import ARMS, CHECKPOINTS_DIR, LOSSES_FILE, weights_name
 
 ENDED = ("finished", "failed")
 
@@ -55,11 +56,11 @@ def _missing(arm: str, status, step: int, pair, feed) -> str | None:
         return f"{ended}, before step {step}" + (f" (max_steps {pair.max_steps})" if step <= pair.max_steps else "")
     if step > 0 and step not in feed.losses():
         return f"{ended}, but its {arm}/{LOSSES_FILE} has no step {step} (a gap)"
-    if pair.tracked(step) and not weights_path(feed.folder / CHECKPOINTS_DIR, step).exists():
+    if pair.tracked(step) and not feed.folder.weights(step).exists():
         return f"{ended}, but it has no {arm}/{CHECKPOINTS_DIR}/{weights_name(step)} (tracked step {step})"
     return None
 
 
 def armless(out: Path) -> bool:
     """No arm folder in ``out``: a pair trained in one process or built by ``track``, if it has a store."""
-    return not any((Path(out) / arm).is_dir() for arm in ARMS)
+    return not any(arm.path.is_dir() for arm in PairFolder(out).arms.values())

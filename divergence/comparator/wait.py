@@ -13,11 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from divergence.pairfolder.layout import PAIR_FILE as PAIR_INFO_FILE
+from divergence.pairfolder.folder import PairFolder
 
 
 def pair_started(out: Path) -> bool:
-    return (Path(out) / PAIR_INFO_FILE).is_file()
+    return PairFolder(out).pair_json.is_file()
 
 
 def wait_for_pair(out: str | Path, poll: float, timeout: float | None, say=None) -> bool:
@@ -26,7 +26,7 @@ def wait_for_pair(out: str | Path, poll: float, timeout: float | None, say=None)
     out = Path(out)
     if pair_started(out):
         return True
-    (say or _stderr)(f"divergence watch: waiting for {out / PAIR_INFO_FILE} (the arms create it when they start)")
+    (say or _stderr)(f"divergence watch: waiting for {PairFolder(out).pair_json} (the arms create it when they start)")
     start = time.monotonic()
     while not pair_started(out):
         if timeout is not None and time.monotonic() - start > timeout:

@@ -21,7 +21,7 @@ from typing import Callable
 
 from divergence.errors import UserInputError
 from divergence.pairfolder.arm_steps import check_tensor_names
-from divergence.pairfolder.layout import PAIR_FILE
+from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.pair_json import (
     IDENTITY,
     check_same_pair,
@@ -41,7 +41,8 @@ from divergence.loggers.step_logging import log_step
 
 class PairTracker:
     def __init__(self, out: str | Path, every: int, pair: dict, resume: bool = False):
-        self.out, self.pair, self.resume = Path(out), pair, resume
+        self.folder, self.pair, self.resume = PairFolder(out), pair, resume
+        self.out = self.folder.path
         self.schedule = tracking_schedule(
             every, pair.get("spike_factor", 3.0), pair.get("spike_window", 20), pair.get("dense", DENSE_DEFAULT)
         )
@@ -71,10 +72,10 @@ class PairTracker:
 
     def _open(self, step: int) -> None:
         """Rank 0: refuse another pair's folder, or a re-run over stored steps; then write and cut."""
-        saved = read_pair_json(self.out) if (self.out / PAIR_FILE).is_file() else None
+        saved = read_pair_json(self.folder) if self.folder.pair_json.is_file() else None
         if saved is not None:
             check_same_pair(self.out, saved, self.pair)
-        store = MetricsStore(self.out)
+        store = MetricsStore(self.folder)
         last = store.last_step() if store.exists() else None  # every line read: an unreadable one is an error
         if last is not None and step == 0 and not self.resume:
             raise UserInputError(
@@ -84,7 +85,7 @@ class PairTracker:
                 "new out folder"
             )
         kept = {k: saved[k] for k in (*IDENTITY, "description", "log") if k in saved} if saved else {}
-        write_pair_files(self.out, max_steps=self.max_steps, every=self.schedule["every"], **{**kept, **self.pair})
+        write_pair_files(self.folder, max_steps=self.max_steps, every=self.schedule["every"], **{**kept, **self.pair})
         self.recorder.store = store.open_for_append()
         self.recorder.store.truncate_after(step if step > 0 else -1)  # from step 0 (resume=True): every step again
 
@@ -125,7 +126,7 @@ class PairTracker:
         if not trainer.is_global_zero or self.recorder.store is None:
             return
         last = self.recorder.store.last_step()
-        finish_pair(self.out, last, last is not None and last >= self.max_steps)
+        finish_pair(self.folder, last, last is not None and last >= self.max_steps)
 
     def state_dict(self) -> dict:
         return self.recorder.state_dict()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lightning.pytorch.loggers import WandbLogger
 
-from divergence.pairfolder.layout import CSV_DIR, TENSORBOARD_DIR, WANDB_ID_FILE
+from divergence.pairfolder.folder import RunFolder, run_folder
 from divergence.pairfolder.settings import LogConfig
 from divergence.loggers.wandb_mode import offline_notice, wandb_offline, wandb_target
 
@@ -103,16 +103,18 @@ class DivergenceWandbLogger(WandbLogger):
         return run
 
 
-def build_loggers(config: LogConfig, out: Path, run_name: str, identity: RunIdentity | None = None) -> list:
+def build_loggers(config: LogConfig, out: RunFolder | Path, run_name: str, identity: RunIdentity | None = None) -> list:
     """The run's loggers; ``identity`` files its wandb run (default: a run of its own in ``out``)."""
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    out = run_folder(out)
 
     loggers = []
     if config.wandb:
         import wandb
 
-        identity = identity or RunIdentity("arm", Path(out).resolve().name)
-        target = wandb_target(config, identity.group, identity.tags, out)
+        identity = identity or RunIdentity("arm", out.path.resolve().name)
+        target = wandb_target(config, identity.group, identity.tags, out.path)
         offline = target.mode in ("offline", "dryrun")
         loggers.append(
             DivergenceWandbLogger(
@@ -129,14 +131,16 @@ def build_loggers(config: LogConfig, out: Path, run_name: str, identity: RunIden
                 tags=list(target.tags),
                 config=identity.config,
                 log_config=config,
-                store_dir=out,
+                store_dir=out.path,
                 **({"settings": wandb.Settings(silent=True)} if offline else {}),  # offline: our one line only
             )
         )
     if config.csv:
-        loggers.append(CSVLogger(save_dir=str(out), name=CSV_DIR, version=""))
+        loggers.append(CSVLogger(save_dir=str(out.csv_dir.parent), name=out.csv_dir.name, version=""))
     if config.tensorboard:
-        loggers.append(TensorBoardLogger(save_dir=str(out), name=TENSORBOARD_DIR, version=""))
+        loggers.append(
+            TensorBoardLogger(save_dir=str(out.tensorboard_dir.parent), name=out.tensorboard_dir.name, version="")
+        )
     return loggers
 
 
@@ -152,11 +156,11 @@ def finish_wandb(loggers, artifacts: bool = True) -> None:
             logger.experiment.finish()
 
 
-def _wandb_id(out: Path) -> str:
+def _wandb_id(folder: RunFolder) -> str:
     """The run's wandb id, made and kept by global rank zero (the only rank that logs to wandb)."""
     from divergence.atomic import write_atomic
 
-    path = out / WANDB_ID_FILE
+    path, out = folder.wandb_id, folder.path
     if path.is_file():
         return path.read_text().strip()
     out.mkdir(parents=True, exist_ok=True)

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from divergence.pairfolder.folder import RunFolder
 from divergence.pairfolder.settings import LogConfig
 
 
 class StepLogger:
-    def __init__(self, out: Path, log: LogConfig, name: str, checkpoint_every: int, max_steps: int, hparams: dict):
+    def __init__(
+        self, out: RunFolder | Path, log: LogConfig, name: str, checkpoint_every: int, max_steps: int, hparams: dict
+    ):
         from divergence.loggers.sinks import RunIdentity, build_loggers
 
         self.loggers = build_loggers(log, out, name, RunIdentity.for_comparator(out, hparams))

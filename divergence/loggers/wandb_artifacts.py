@@ -22,6 +22,7 @@ from pathlib import Path
 from divergence.errors import UserInputError
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.recipe.names import NAME, file_stem
+from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import METRICS_FILE as STORE_FILE
 
 
@@ -35,7 +36,7 @@ def artifact_slug(name: str) -> str:
 def store_artifact_name(folder: str | Path) -> str | None:
     """``store-<pair>[-r<replicate>]`` for a pair folder, or None when it holds no store."""
     folder = Path(folder)
-    if not (folder / STORE_FILE).is_file():
+    if not PairFolder(folder).metrics.is_file():
         return None
     try:
         info = PairInfo.read(folder)
@@ -53,7 +54,7 @@ def store_artifact(folder: str | Path):
     if name is None:
         return None
     artifact = wandb.Artifact(name, type="store", description=f"metrics store of the pair run {Path(folder).name}")
-    artifact.add_file(str(Path(folder) / STORE_FILE), name=STORE_FILE)
+    artifact.add_file(str(PairFolder(folder).metrics), name=STORE_FILE)
     return artifact
 
 
@@ -62,9 +63,9 @@ def weights_artifact(folder: str | Path, run_name: str, step: int):
     import wandb
 
     folder = Path(folder)
-    from divergence.pairfolder.layout import CHECKPOINTS_DIR, weights_path
+    from divergence.pairfolder.layout import CHECKPOINTS_DIR, weights_name
 
-    target = weights_path(CHECKPOINTS_DIR, step).name
+    target = weights_name(step)
     files = sorted(p for p in folder.rglob(target) if p.parent.name == CHECKPOINTS_DIR)
     if not files:
         return None

@@ -3,7 +3,10 @@
 One package owns every file name and format of a run, pair and arm folder:
 
 - ``layout``: the file names (``PAIR_FILE``, ``METRICS_FILE``, ``LOSSES_FILE``, ``STATUS_FILE``,
-  ``CHECKPOINTS_DIR``, ``weights_path``, ...) and the contract version ``CONTRACT``;
+  ``CHECKPOINTS_DIR``, ``weights_name``, ...) and the contract version ``CONTRACT``;
+- ``folder``: the pair folder as one object with its paths by name (``PairFolder``: ``pair_json``,
+  ``metrics``, ``wandb_id``, ``resume_dir``, ...; ``PairFolder.arm(name)``, an ``ArmFolder``:
+  ``losses``, ``status``, ``writer_lock``, ``weights(step)``), handed to every writer and reader;
 - ``settings``: ``pair.json``'s ``tracking`` and ``log`` (``TrackingConfig``, ``LogConfig``) and
   the tracked-step rule ``is_tracked``;
 - ``pair_json``: ``pair.json`` (``PairInfo``, ``write_pair_files``, ``read_pair_json``);
@@ -37,8 +40,8 @@ from divergence.pairfolder.layout import (
     STATUS_FILE,
     WATCH_STATE_FILE,
     weights_name,
-    weights_path,
 )
+from divergence.pairfolder.folder import ArmFolder, PairFolder, RunFolder
 
 _LAZY = {
     "PairInfo": "divergence.pairfolder.pair_json",
@@ -51,6 +54,9 @@ _LAZY = {
 }
 
 __all__ = [
+    "ArmFolder",
+    "PairFolder",
+    "RunFolder",
     "ARMS",
     "ATTENTION_FILE",
     "CHECKPOINTS_DIR",
@@ -63,7 +69,6 @@ __all__ = [
     "STATUS_FILE",
     "WATCH_STATE_FILE",
     "weights_name",
-    "weights_path",
     *_LAZY,
 ]
 

@@ -23,6 +23,7 @@ import socket
 from pathlib import Path
 
 from divergence.errors import UserInputError
+from divergence.pairfolder.folder import arm_folder
 from divergence.pairfolder.layout import WRITER_LOCK_FILE
 
 
@@ -30,8 +31,8 @@ class ArmLock:
     """An exclusive lock on arm folder ``folder`` (created); ``release()`` or the process's end frees it."""
 
     def __init__(self, folder: str | Path):
-        self.folder = Path(folder)
-        self.path = self.folder / WRITER_LOCK_FILE
+        self.folder = arm_folder(folder).path
+        self.path = arm_folder(folder).writer_lock
         self._file = None
         try:
             self.folder.mkdir(parents=True, exist_ok=True)

@@ -16,18 +16,20 @@
       resume/                  RESUME_DIR         the resumable state: last.ckpt (RESUME_FILE), hpc_ckpt_N.ckpt
       samples/                 SAMPLES_DIR        sample grids at checkpoint steps (built-in trainer)
       a/, b/                   ARMS               one folder per arm trained as its own job
-        checkpoints/           CHECKPOINTS_DIR    step_NNNNNN.safetensors (weights_name)
+        checkpoints/           CHECKPOINTS_DIR    step_NNNNNN.safetensors (weights_name; ArmFolder.weights(step))
         losses.jsonl           LOSSES_FILE        one loss per optimizer step (divergence.store.losses)
         status.json            STATUS_FILE        running / finished / failed (divergence.store.arm_status)
         writer.lock            WRITER_LOCK_FILE   held by the one process writing the arm (divergence.pairfolder.arm_lock)
 
 A run folder (one arm trained alone) holds ``recipe.yaml`` (RUN_RECIPE_FILE), ``checkpoints/``,
 ``resume/``, ``csv/`` and ``wandb-id``.
+
+This module spells the names; ``divergence.pairfolder.folder`` joins them to a folder
+(``PairFolder(out).metrics``, ``PairFolder(out).arm("a").weights(120)``): code that needs a path
+asks a ``PairFolder``, ``ArmFolder`` or ``RunFolder`` for it rather than joining a name to ``out``.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 CONTRACT = 1  # the version of docs/pair-folder.md this package reads and writes
 ARMS = ("a", "b")
@@ -54,11 +56,6 @@ WRITER_LOCK_FILE = "writer.lock"
 def weights_name(step: int) -> str:
     """The weights file of ``step``: ``step_000120.safetensors`` (zero-padded to six digits)."""
     return f"step_{step:06d}.safetensors"
-
-
-def weights_path(directory: str | Path, step: int) -> Path:
-    """``directory/step_NNNNNN.safetensors`` (``directory``: an arm's or run's ``checkpoints/``)."""
-    return Path(directory) / weights_name(step)
 
 
 def weights_step(name: str) -> int | None:

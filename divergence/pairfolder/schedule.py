@@ -17,6 +17,7 @@ from divergence.config.schema import parse
 from divergence.config.yaml_safe import read_yaml
 from divergence.errors import RecipeError, UserInputError
 from divergence.pairfolder.arm_steps import check_stride
+from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import PAIR_FILE, PAIR_RECIPE_FILE
 from divergence.pairfolder.pair_json import read_pair_json
 from divergence.pairfolder.settings import LogConfig, ProbeConfig, TrackingConfig, is_tracked
@@ -52,27 +53,27 @@ class PairSchedule:
 
 def read_schedule(out: str | Path) -> PairSchedule:
     """The ``PairSchedule`` of pair folder ``out``; a ``UserInputError`` naming the file and key."""
-    out = Path(out)
-    if not (out / PAIR_FILE).is_file() and not (out / PAIR_RECIPE_FILE).is_file():
+    out = PairFolder(out)
+    if not out.pair_json.is_file() and not out.pair_yaml.is_file():
         raise UserInputError(
             f"{out}: no {PAIR_FILE}; start the arms first (they write it), "
             f"e.g. divergence train --recipe PAIR --arm a --out {out}"
         )
     config = _read_recipe(out)
-    info = read_pair_json(out) if (out / PAIR_FILE).is_file() else {}
+    info = read_pair_json(out) if out.pair_json.is_file() else {}
     tracking = info.get("tracking") or {}
     if "every" in tracking:
         return _from_pair_json(out, info, config)
     if config is None:
         raise UserInputError(
-            f"{out / PAIR_FILE}: no tracking.every, and no {PAIR_RECIPE_FILE} to read it from; "
+            f"{out.pair_json}: no tracking.every, and no {PAIR_RECIPE_FILE} to read it from; "
             f"write {PAIR_FILE} with divergence.writers.write_pair_files"
         )
     return _from_recipe(out, info, config)
 
 
-def _from_pair_json(out: Path, info: dict, config: dict | None) -> PairSchedule:
-    path = out / PAIR_FILE
+def _from_pair_json(out: PairFolder, info: dict, config: dict | None) -> PairSchedule:
+    path = out.pair_json
     tracking, recipe = info["tracking"], info.get("recipe") or {}
     train = recipe.get("train") or {}
     try:
@@ -87,7 +88,7 @@ def _from_pair_json(out: Path, info: dict, config: dict | None) -> PairSchedule:
     return replace(_schedule(name, max_steps, checkpoint_every, parsed, log, info, config), stride=stride)
 
 
-def _from_recipe(out: Path, info: dict, config: dict) -> PairSchedule:
+def _from_recipe(out: PairFolder, info: dict, config: dict) -> PairSchedule:
     """A folder of an older version: the schedule in ``pair.yaml`` (``recipes.a.train``), the
     built-in trainer's resolved pair recipe (every key written, so no recipe default is needed;
     a missing ``checkpoint_every`` is no checkpoint step)."""
@@ -99,9 +100,9 @@ def _from_recipe(out: Path, info: dict, config: dict) -> PairSchedule:
         log = parse(LogConfig, arm.get("log"), "log")
         name = config["name"]
     except (KeyError, TypeError) as err:
-        raise UserInputError(f"{out / PAIR_RECIPE_FILE}: not a pair file (missing {err})") from None
+        raise UserInputError(f"{out.pair_yaml}: not a pair file (missing {err})") from None
     except ValueError as err:
-        raise UserInputError(f"{out / PAIR_RECIPE_FILE}: {err}") from None
+        raise UserInputError(f"{out.pair_yaml}: {err}") from None
     return _schedule(name, max_steps, checkpoint_every, parsed, log, info or {"name": name}, config)
 
 
@@ -112,9 +113,9 @@ def _schedule(name, max_steps, checkpoint_every, tracking, log, info, config) ->
     return PairSchedule(name, max_steps, checkpoint_every, tracking, log, replicate, info, config)
 
 
-def _read_recipe(out: Path) -> dict | None:
+def _read_recipe(out: PairFolder) -> dict | None:
     """``pair.yaml`` as plain data, read by the hardened loader (``divergence.config.yaml_safe``)."""
-    path = out / PAIR_RECIPE_FILE
+    path = out.pair_yaml
     if not path.is_file():
         return None
     try:

@@ -26,7 +26,6 @@ import torch
 
 from divergence.atomic import atomic_file
 from divergence.errors import CheckpointError
-from divergence.pairfolder.layout import weights_path  # noqa: F401  (the file name rule)
 
 FORMAT = "divergence.weights/1"
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors reference implementation's limit

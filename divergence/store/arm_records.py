@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from divergence.errors import UserInputError
-from divergence.pairfolder.layout import CHECKPOINTS_DIR, weights_path, weights_step
+from divergence.pairfolder.folder import arm_folder
+from divergence.pairfolder.layout import weights_step
 
 
 def recorded_after(folder: str | Path, step: int) -> int | None:
@@ -37,7 +38,7 @@ def drop_after(folder: str | Path, step: int) -> None:
     LossFile(folder).truncate_after(step)
     for s in _weights_steps(folder):
         if s > step:
-            weights_path(folder / CHECKPOINTS_DIR, s).unlink(missing_ok=True)
+            arm_folder(folder).weights(s).unlink(missing_ok=True)
 
 
 def claim_arm_folder(folder: str | Path, arm: str, start_step: int, resume: bool, how_to_resume: str) -> None:
@@ -62,7 +63,7 @@ def claim_arm_folder(folder: str | Path, arm: str, start_step: int, resume: bool
 
 
 def _weights_steps(folder: Path) -> list[int]:
-    checkpoints = folder / CHECKPOINTS_DIR
+    checkpoints = arm_folder(folder).checkpoints_dir
     if not checkpoints.is_dir():
         return []
     return [s for s in (weights_step(p.name) for p in checkpoints.iterdir()) if s is not None]

@@ -22,7 +22,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from divergence.pairfolder.layout import STATUS_FILE
+from divergence.pairfolder.folder import arm_folder
 from divergence.tables import write_json
 
 STATES = ("running", "finished", "failed")
@@ -48,14 +48,14 @@ class ArmStatus:
     def finished(self) -> bool:
         return self.state == "finished"
 
-    def write(self, arm_folder: str | Path) -> None:
-        write_json(Path(arm_folder) / STATUS_FILE, asdict(self))
+    def write(self, folder: str | Path) -> None:
+        write_json(arm_folder(folder).status, asdict(self))
 
     @classmethod
-    def read(cls, arm_folder: str | Path) -> "ArmStatus | None":
+    def read(cls, folder: str | Path) -> "ArmStatus | None":
         """The status, or None when the arm has not started (or its file is being replaced)."""
         try:
-            data = json.loads((Path(arm_folder) / STATUS_FILE).read_text())
+            data = json.loads(arm_folder(folder).status.read_text())
         except (OSError, ValueError):
             return None
         return cls(**{k: data[k] for k in data if k in cls.__dataclass_fields__})

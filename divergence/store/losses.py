@@ -23,7 +23,7 @@ from pathlib import Path
 
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
-from divergence.pairfolder.layout import LOSSES_FILE
+from divergence.pairfolder.folder import arm_folder
 from divergence.store.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
 
 
@@ -31,7 +31,7 @@ class LossFile:
     """Append and read one arm's losses; reading is incremental (``read_new``)."""
 
     def __init__(self, folder: str | Path):
-        self.path = Path(folder) / LOSSES_FILE
+        self.path = arm_folder(folder).losses
         self.reset()
 
     # -- writing (the arm's rank zero) ------------------------------------------------------

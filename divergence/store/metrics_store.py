@@ -49,7 +49,7 @@ from typing import Iterator
 
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
-from divergence.pairfolder.layout import METRICS_FILE
+from divergence.pairfolder.folder import PairFolder
 from divergence.store.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
 
 TYPES = ("tensor", "step")
@@ -60,7 +60,7 @@ class MetricsStore:
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
-        self.path = self.folder / METRICS_FILE
+        self.path = PairFolder(folder).metrics
         self._last: int | None = None
         self._last_known = False
 

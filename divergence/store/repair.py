@@ -25,7 +25,8 @@ from pathlib import Path
 
 from divergence.atomic import write_atomic
 from divergence.errors import UserInputError
-from divergence.pairfolder.layout import ARMS, LOSSES_FILE as LOSSES, METRICS_FILE as STORE
+from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.layout import LOSSES_FILE as LOSSES, METRICS_FILE as STORE
 from divergence.store.jsonl import UnreadableLine
 from divergence.store.losses import parse_loss
 from divergence.store.metrics_store import MetricsStore, parse_record
@@ -47,7 +48,8 @@ def repair_folder(folder: str | Path) -> list[Repair]:
     folder = Path(folder)
     if not folder.is_dir():
         raise UserInputError(f"{folder}: no such folder")
-    paths = [p for p in (folder / STORE, folder / LOSSES, *(folder / arm / LOSSES for arm in ARMS)) if p.is_file()]
+    pair = PairFolder(folder)  # a pair folder's store, a legacy pair-level losses file, each arm's losses
+    paths = [p for p in (pair.metrics, folder / LOSSES, *(arm.losses for arm in pair.arms.values())) if p.is_file()]
     if not paths:
         raise UserInputError(f"{folder}: holds no {STORE} and no <arm>/{LOSSES}; give a pair folder")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -12,12 +12,13 @@ from pathlib import Path
 
 from divergence.atomic import temp_path
 from divergence.errors import UserInputError
-from divergence.pairfolder.layout import RESUME_DIR
+from divergence.pairfolder.folder import RunFolder, run_folder
 from divergence.recipe.run import RunRecipe
 
 
-def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(), identity=None):
-    """Fit ``module`` (one run or a pair) in the run folder ``out``, resuming from its last .ckpt.
+def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(), callbacks=(), identity=None):
+    """Fit ``module`` (one run or a pair) in the run folder ``out`` (a ``RunFolder``: a run's, a
+    lockstep pair's or a separate arm's), resuming from its last .ckpt.
 
     ``recipe`` gives the hardware, cadence and logging; ``identity`` (a
     ``divergence.loggers.sinks.RunIdentity``) files the wandb run, by default as a run of its
@@ -36,6 +37,7 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     from divergence.models.determinism import determinism
     from divergence.loggers.sinks import RunIdentity, build_loggers, finish_wandb, global_rank_zero
 
+    out = run_folder(out)
     train, log, every = recipe.train, recipe.log, recipe.train.checkpoint_every
     if global_rank_zero():
         writable_folder(out)  # the loggers write into it first (an arm's folder is new on its first run)
@@ -47,7 +49,7 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
         if any(isinstance(c, WeightCheckpoint) for c in given)
         else [WeightCheckpoint(out, every, arms=checkpoint_arms)]
     )
-    own.append(ResumeCheckpoint(out / RESUME_DIR, every))
+    own.append(ResumeCheckpoint(out.resume_dir, every))
     if recipe.sample.enabled:
         own.append(SampleGrid(out, recipe.sample, arms=checkpoint_arms, inputs=lambda m: m.inputs))
     trainer = L.Trainer(
@@ -71,7 +73,7 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
         enable_model_summary=log.progress_bar,
         log_every_n_steps=log.every_n_steps,
         plugins=[AtomicCheckpointIO()],
-        default_root_dir=str(out / RESUME_DIR),  # where Lightning writes hpc_ckpt_N.ckpt on SLURM's requeue signal
+        default_root_dir=str(out.resume_dir),  # where Lightning writes hpc_ckpt_N.ckpt on SLURM's requeue signal
         use_distributed_sampler=False,
         num_sanity_val_steps=0,
     )
@@ -87,7 +89,7 @@ def fit(module, recipe: RunRecipe, out: Path, *, first_callbacks=(), callbacks=(
     return trainer
 
 
-def resume_from(out: Path) -> Path | None:
+def resume_from(out: RunFolder | Path) -> Path | None:
     """The state ``fit`` resumes from: the newest of ``resume/last.ckpt`` and Lightning's
     ``resume/hpc_ckpt_N.ckpt`` (``resume_file``); rank zero removes the HPC checkpoints it
     supersedes. Checked against the weights-only allow-list before it is returned."""
@@ -95,11 +97,12 @@ def resume_from(out: Path) -> Path | None:
     from divergence.training.callbacks.resume import drop_superseded, resume_file
     from divergence.training.checkpoint_io import check_resume_file
 
-    start = resume_file(out / RESUME_DIR)
+    out = run_folder(out)
+    start = resume_file(out.resume_dir)
     if start is not None:
         check_resume_file(start)
         if global_rank_zero():
-            drop_superseded(out / RESUME_DIR, start)
+            drop_superseded(out.resume_dir, start)
     return start
 
 
@@ -112,9 +115,10 @@ def strategy_for(module, strategy: str) -> str:
     return strategy
 
 
-def writable_folder(out: Path) -> None:
+def writable_folder(out: RunFolder | Path) -> None:
     """Create ``out`` and prove a file can be written there: a read-only or immutable folder is
     one line now, not a traceback halfway through a run."""
+    out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = temp_path(out / "write-test")

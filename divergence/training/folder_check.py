@@ -26,14 +26,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from divergence.errors import UserInputError
-from divergence.pairfolder.layout import (
-    CHECKPOINTS_DIR,
-    PAIR_FILE,
-    PAIR_RECIPE_FILE,
-    RESUME_DIR,
-    RESUME_FILE,
-    RUN_RECIPE_FILE,
-)
+from divergence.pairfolder.folder import PairFolder, RunFolder
+from divergence.pairfolder.layout import PAIR_FILE, PAIR_RECIPE_FILE, RUN_RECIPE_FILE
 from divergence.config.yaml_safe import read_yaml
 
 # Keys of a run recipe that may differ between a folder and the command resuming it.
@@ -82,27 +76,29 @@ SEPARATE = FolderKind(
 )
 
 
-def check_folder(out: Path, kind: FolderKind, config: dict, *, arm: str | None = None) -> None:
+def check_folder(out: PairFolder | Path, kind: FolderKind, config: dict, *, arm: str | None = None) -> None:
     """Refuse ``out`` for this command (see the module docstring); ``config``: what the command
     would save (``to_dict(recipe)`` or ``pair_config(pair)``); ``arm``: the separate arm trained."""
     from divergence.store import MetricsStore
     from divergence.store.losses import LossFile
 
+    folder = PairFolder(out)
+    out = folder.path
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out}: exists and is not a folder")
-    if kind is not RUN and (out / RUN_RECIPE_FILE).is_file():
+    if kind is not RUN and folder.recipe.is_file():
         raise UserInputError(f"--out {out}: holds a single run, not a pair; choose a new --out")
-    if kind is SEPARATE and (out / RESUME_DIR).is_dir():
+    if kind is SEPARATE and folder.resume_dir.is_dir():
         raise UserInputError(f"--out {out}: holds a lockstep pair run; train separate arms in a new --out")
-    check_resume(out / arm if arm else out)
+    check_resume(folder.arm(arm) if arm else folder)
     if kind is LOCKSTEP and MetricsStore(out).exists():
         MetricsStore(out).check()  # resuming cuts the store: every line of it must read first
     if arm:
-        LossFile(out / arm).check()  # a resumed arm cuts it: every line of it must read first
+        LossFile(folder.arm(arm)).check()  # a resumed arm cuts it: every line of it must read first
     saved_path = out / kind.saved
     trained = {
-        RUN: (out / RESUME_DIR).is_dir() or (out / CHECKPOINTS_DIR).is_dir(),
-        LOCKSTEP: (out / RESUME_DIR).is_dir(),
+        RUN: folder.resume_dir.is_dir() or folder.checkpoints_dir.is_dir(),
+        LOCKSTEP: folder.resume_dir.is_dir(),
         SEPARATE: True,
     }[kind]
     if saved_path.is_file() and trained:
@@ -113,12 +109,13 @@ def check_folder(out: Path, kind: FolderKind, config: dict, *, arm: str | None =
             )
 
 
-def check_numerics(out: Path, numerics: dict) -> None:
+def check_numerics(out: PairFolder | Path, numerics: dict) -> None:
     """Refuse to resume the lockstep pair in ``out`` in other numerics than ``pair.json`` recorded
     (``numerics``: arm -> ``arm_numerics``); folders written before the key pass."""
     from divergence.pairfolder.pair_json import read_pair_json
 
-    if not ((out / RESUME_DIR).is_dir() and (out / PAIR_FILE).is_file()):
+    folder = PairFolder(out)
+    if not (folder.resume_dir.is_dir() and folder.pair_json.is_file()):
         return
     saved = read_pair_json(out).get("numerics") or {}
     for arm in sorted(set(saved) & set(numerics)):
@@ -191,13 +188,14 @@ def _pair_defaults() -> dict:
     return {"replicate": 0, "control": False, **flatten_keys({"tracking": to_dict(TrackingConfig())})}
 
 
-def check_resume(out: Path) -> None:
+def check_resume(out: RunFolder | Path) -> None:
     """The folder's resume state loads without running code, before anything is written or run."""
     from divergence.training.callbacks.resume import resume_file
     from divergence.training.checkpoint_io import check_resume_file
 
-    last = out / RESUME_DIR / RESUME_FILE
-    for path in {resume_file(out / RESUME_DIR), last if last.exists() or last.is_symlink() else None} - {None}:
+    folder = RunFolder(out)
+    last = folder.resume_file
+    for path in {resume_file(folder.resume_dir), last if last.exists() or last.is_symlink() else None} - {None}:
         check_resume_file(path)
 
 

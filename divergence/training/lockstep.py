@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from divergence.recipe.pair import PairRecipe
+from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.pair_json import finish_pair
 from divergence.training.callbacks.step_costs import StepCosts
 from divergence.training.pair_setup import pair_info  # noqa: F401  (importers)
@@ -40,7 +41,7 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     from divergence.loggers.sinks import RunIdentity
     from divergence.training.pair_setup import pair_config, pair_module, pair_numerics, write_pair_files
 
-    out = Path(out)
+    out = PairFolder(out)
     check_folder(out, LOCKSTEP, pair_config(pair))
     check_numerics(out, pair_numerics(pair))
     module = pair_module(pair)  # builds both arms: bad variants fail before any file is written

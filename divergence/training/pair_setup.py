@@ -14,8 +14,7 @@ import yaml
 
 from divergence.atomic import write_atomic
 from divergence.errors import RecipeError
-from divergence.pairfolder.layout import PAIR_RECIPE_FILE
-from divergence.pairfolder.layout import PAIR_FILE as PAIR_INFO_FILE
+from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.config.schema import to_dict
@@ -67,12 +66,13 @@ def pair_numerics(pair: PairRecipe) -> dict:
     return {arm: arm_numerics(pair.arm_recipes[arm]) for arm in ARMS}
 
 
-def write_pair_files(out: Path, pair: PairRecipe, *, keep: bool) -> None:
+def write_pair_files(out: PairFolder | Path, pair: PairRecipe, *, keep: bool) -> None:
     """``pair.yaml`` and ``pair.json`` (atomic: separate arms may race); ``keep``: leave files a
     first job wrote. Call on global rank zero only."""
-    if not (keep and (out / PAIR_RECIPE_FILE).is_file()):
-        write_atomic(out / PAIR_RECIPE_FILE, yaml.safe_dump(pair_config(pair), sort_keys=False))
-    if not (keep and (out / PAIR_INFO_FILE).is_file()):
+    out = PairFolder(out)
+    if not (keep and out.pair_yaml.is_file()):
+        write_atomic(out.pair_yaml, yaml.safe_dump(pair_config(pair), sort_keys=False))
+    if not (keep and out.pair_json.is_file()):
         pair_info(pair).write(out)
 
 

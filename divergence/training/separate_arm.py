@@ -26,6 +26,7 @@ from pathlib import Path
 
 from divergence.errors import UserInputError
 from divergence.recipe.pair import ARMS, PairRecipe
+from divergence.pairfolder.folder import PairFolder
 from divergence.store.arm_status import ArmStatus, batch_mismatch
 
 
@@ -44,11 +45,11 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
 
     if arm not in ARMS:
         raise UserInputError(f"--arm {arm!r}: must be one of {', '.join(ARMS)}")
-    out = Path(out)
+    out = PairFolder(out)
     recipe = pair.arm_recipes[arm]
     check_arm_folder(out, pair, arm)
     module = pair_module(pair, (arm,))  # builds the arm: bad variants fail before any file is written
-    folder, lock = out / arm, None
+    folder, lock = out.arm(arm), None
     if global_rank_zero():  # whichever arm starts first writes the pair's files
         writable_folder(out)
         lock = ArmLock(folder)  # one writer per arm (divergence.pairfolder.arm_lock), held while it trains
@@ -69,7 +70,7 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
             lock.release()
 
 
-def check_arm_folder(out: Path, pair: PairRecipe, arm: str) -> None:
+def check_arm_folder(out: PairFolder | Path, pair: PairRecipe, arm: str) -> None:
     """The folder holds nothing, or this pair's separate-job run; the other arm trains alike."""
     from divergence.training.folder_check import SEPARATE, check_folder
     from divergence.training.pair_setup import pair_config
@@ -78,7 +79,7 @@ def check_arm_folder(out: Path, pair: PairRecipe, arm: str) -> None:
     train = pair.arm_recipes[arm].train
     if train.strategy.startswith("fsdp"):
         _check_fsdp(pair.arm_recipes[arm])
-    other = ArmStatus.read(out / ARMS[1 - ARMS.index(arm)])
+    other = ArmStatus.read(PairFolder(out).arm(ARMS[1 - ARMS.index(arm)]))
     world_size = train.devices * train.num_nodes
     mine = ArmStatus(arm, world_size=world_size, global_batch=global_batch(train, world_size))
     if other is not None and batch_mismatch({arm: mine, other.arm: other}) is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from divergence.atomic import write_atomic
-from divergence.pairfolder.layout import RUN_RECIPE_FILE
+from divergence.pairfolder.folder import RunFolder
 from divergence.recipe.run import RunRecipe
 from divergence.config.schema import to_dict
 
@@ -44,7 +44,7 @@ def train_run(recipe: RunRecipe, out: str | Path, callbacks: list | tuple = ()):
     from divergence.training.folder_check import RUN, check_folder
     from divergence.training.pair_setup import shadow_recorder
 
-    out = Path(out)
+    out = RunFolder(out)
     check_folder(out, RUN, to_dict(recipe))
     recorder = shadow_recorder(recipe)
     # builds everything: bad paths and variants fail before any file
@@ -57,7 +57,7 @@ def train_run(recipe: RunRecipe, out: str | Path, callbacks: list | tuple = ()):
     )
     if global_rank_zero():
         writable_folder(out)
-        write_atomic(out / RUN_RECIPE_FILE, yaml.safe_dump(to_dict(recipe), sort_keys=False))
+        write_atomic(out.recipe, yaml.safe_dump(to_dict(recipe), sort_keys=False))
     if recorder is not None:  # the shadow variant: log its attention-output deviation
         callbacks = [*callbacks, AttentionOutputDeviation(out, {"run": recorder}, recipe.log.every_n_steps)]
     return fit(module, recipe, out, callbacks=callbacks)

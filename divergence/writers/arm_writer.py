@@ -47,16 +47,10 @@ import torch
 
 from divergence.errors import UserInputError
 from divergence.pairfolder.arm_lock import ArmLock
-from divergence.store.arm_records import claim_arm_folder, drop_after
-from divergence.pairfolder.arm_steps import (
-    check_loss,
-    check_step,
-    check_stride,
-    check_tensor_names,
-    loss_value,
-    tracked_with_stride,
-)
-from divergence.pairfolder.layout import CHECKPOINTS_DIR
+from divergence.store.arm_journal import ArmJournal
+from divergence.store.arm_records import claim_arm_folder
+from divergence.pairfolder.arm_steps import check_loss, check_step, check_stride, loss_value, tracked_with_stride
+from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.pair_json import (
     DEFAULT_EVERY,
     check_pair_files,
@@ -64,10 +58,8 @@ from divergence.pairfolder.pair_json import (
     tracking_schedule,
     write_pair_files,
 )
-from divergence.pairfolder.weights_file import save_weights, weights_path
+from divergence.pairfolder.weights_file import save_weights
 from divergence.pairfolder.settings import DENSE_DEFAULT
-from divergence.store.arm_status import ArmStatus
-from divergence.store.losses import LossFile
 from divergence.tracking.records import ARMS
 from divergence.pairfolder.settings import is_tracked
 
@@ -115,10 +107,10 @@ class ArmWriter:
         if arm not in ARMS:
             raise UserInputError(f"arm={arm!r}: must be one of {', '.join(ARMS)}")
         self.out, self.arm, self.max_steps, self.every = Path(out), arm, max_steps, every
-        self.folder = self.out / arm
+        self.pair_folder = PairFolder(out)
+        self.folder = self.pair_folder.arm(arm)
         self.weights = weights or state_weights
         self.rank = global_rank() if rank is None else rank
-        self.status: ArmStatus | None = None
         self.lock: ArmLock | None = None
         self.schedule = schedule_config(tracking_schedule(every, dense=pair.get("dense", DENSE_DEFAULT)))
         self.stride = check_stride(stride, max_steps, "ArmWriter") if isinstance(max_steps, int) else stride
@@ -130,8 +122,8 @@ class ArmWriter:
         )
         if start_step % self.stride:
             raise UserInputError(f"ArmWriter: start_step={start_step} is not a multiple of stride={self.stride}")
-        self.last_step = start_step
-        self.next_step = 0 if start_step == 0 else start_step + self.stride  # the step record() takes next
+        self.journal = ArmJournal(self.folder, arm, max_steps=max_steps, stride=self.stride)  # status, losses, steps
+        self.journal.resume_at(start_step, initial=start_step == 0)  # a fresh start records step 0 first
         self.saved_step: int | None = None  # the step whose weights ``save`` wrote last
         if self.is_writer:
             self._open(start_step, resume, stride, pair)
@@ -139,6 +131,21 @@ class ArmWriter:
     @property
     def is_writer(self) -> bool:
         return self.rank == 0
+
+    @property
+    def status(self):
+        """The arm's ``ArmStatus`` as written to ``status.json`` (rank zero; None elsewhere)."""
+        return self.journal.status
+
+    @property
+    def last_step(self) -> int:
+        """The step recorded last (or resumed from)."""
+        return self.journal.last_step
+
+    @property
+    def next_step(self) -> int:
+        """The step ``record`` takes next."""
+        return self.journal.next_step
 
     def tracked(self, step: int) -> bool:
         """Whether the weights of ``step`` are saved (and compared)."""
@@ -165,29 +172,19 @@ class ArmWriter:
                     raise UserInputError(f"{where}: step {step} is tracked; give the model (or its state dict)")
                 self.save(step, self.weights(model))
             if value is not None:
-                self.loss_file.append(step, value)
-        self.last_step, self.next_step = step, step + self.stride
+                self.journal.append(step, value, where)
+        self.journal.advance(step)
 
     def check(self, step, where: str | None = None) -> int:
         """``step`` when it is the one ``record`` takes next (see ``arm_steps.check_step``), else a one-line error."""
-        return check_step(
-            step,
-            expected=self.next_step,
-            max_steps=self.max_steps,
-            stride=self.stride,
-            where=where or f"{self.folder}: step {step!r}",
-        )
+        return self.journal.check(step, where)
 
     def save(self, step: int, tensors: dict) -> Path:
         """Write the weights file of ``step`` (atomically; any device, copied to the CPU)."""
-        if not self.status.tensor_order:
-            self.status.tensor_order = list(tensors)
-            self.status.write(self.folder)
-        else:
-            check_tensor_names(tensors, self.status.tensor_order, step, f"{self.folder}")
+        self.journal.check_tensors(tensors, step)
         self.saved_step = step
         cpu = {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}  # copies: tied weights
-        return save_weights(weights_path(self.folder / CHECKPOINTS_DIR, step), cpu, step=step, arm=self.arm, recipe={})
+        return save_weights(self.folder.weights(step), cpu, step=step, arm=self.arm, recipe={})
 
     def finish(self, state: str | None = None) -> None:
         """Mark the arm ``finished`` (all ``max_steps`` recorded) or ``failed``; call it once at the end.
@@ -196,9 +193,7 @@ class ArmWriter:
         """
         if not self.is_writer or self.lock is None or not self.lock.held:
             return
-        self.status.state = state or ("finished" if self.last_step >= self.max_steps else "failed")
-        self.status.last_step = self.last_step
-        self.status.write(self.folder)
+        self.journal.end(state or ("finished" if self.last_step >= self.max_steps else "failed"), self.last_step)
         self.lock.release()
 
     def __enter__(self) -> "ArmWriter":
@@ -209,12 +204,14 @@ class ArmWriter:
 
     def _open(self, start_step: int, resume: bool, stride: int, pair: dict) -> None:
         """Rank 0: check the folder (reading only), take the arm's lock, then write."""
-        saved = check_pair_files(self.out, max_steps=self.max_steps, every=self.every, stride=stride, **pair)
+        saved = check_pair_files(self.pair_folder, max_steps=self.max_steps, every=self.every, stride=stride, **pair)
         self.lock = ArmLock(self.folder)
         try:
             claim_arm_folder(self.folder, self.arm, start_step, resume, self.how_to_resume)
             if saved is None:
-                saved = write_pair_files(self.out, max_steps=self.max_steps, every=self.every, stride=stride, **pair)
+                saved = write_pair_files(
+                    self.pair_folder, max_steps=self.max_steps, every=self.every, stride=stride, **pair
+                )
             self.schedule = schedule_config(saved.get("tracking") or {"every": self.every})
             self._start(start_step)
         except BaseException:
@@ -222,20 +219,7 @@ class ArmWriter:
             raise
 
     def _start(self, start_step: int) -> None:
-        previous = ArmStatus.read(self.folder)
-        self.loss_file = LossFile(self.folder)
-        drop_after(self.folder, start_step)
-        attempt = previous.attempt + 1 if previous is not None else 1
-        order = previous.tensor_order if previous is not None and start_step > 0 else []
-        self.status = ArmStatus(
-            self.arm,
-            attempt=attempt,
-            start_step=start_step,
-            max_steps=self.max_steps,
-            world_size=world_size(),
-            tensor_order=order,
-        )
-        self.status.write(self.folder)
+        self.journal.start(start_step, world_size=world_size())
 
 
 def state_weights(model) -> dict[str, torch.Tensor]:

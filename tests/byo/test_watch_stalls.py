@@ -16,7 +16,7 @@ from divergence.pairfolder import write_pair_files
 from divergence.store import MetricsStore
 from divergence.store.arm_status import ArmStatus
 from divergence.store.losses import LossFile
-from divergence.pairfolder.layout import CHECKPOINTS_DIR, weights_path
+from divergence.pairfolder import ArmFolder
 from divergence.pairfolder.weights_file import save_weights
 from divergence.writers import ArmWriter
 
@@ -38,11 +38,7 @@ def own_writer(out, arm, loss_steps, weight_steps, state="finished", last_step=3
         losses.append(step, 1.0 / step)
     for step in weight_steps:
         save_weights(
-            weights_path(folder / CHECKPOINTS_DIR, step),
-            {"w": torch.full((3,), float(step))},
-            step=step,
-            arm=arm,
-            recipe={},
+            ArmFolder(folder).weights(step), {"w": torch.full((3,), float(step))}, step=step, arm=arm, recipe={}
         )
     ArmStatus(arm, state=state, last_step=last_step, max_steps=3).write(folder)
 

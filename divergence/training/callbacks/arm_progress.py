@@ -13,10 +13,14 @@ tracker does after a resume.
 Must come before the resumable checkpoint in the callback list: the loss of a step is on
 disk before a ``last.ckpt`` that resumes after it.
 
-The rules every arm writer shares (``divergence.pairfolder``): each step recorded once and in
-order (``arm_steps.check_step``), the loss a number (NaN and infinities stored as they are), a
-restart's cut (``arm_records.drop_after``). The arm's lock (one writer per arm) is taken by
-``divergence.training.separate_arm.train_arm`` before anything is written.
+A thin adapter: the arm side of the contract (status, losses, the step order, a restart's cut) is
+``divergence.store.arm_journal.ArmJournal``, the journal ``divergence.writers.ArmWriter`` keeps
+too; this callback only reads the trainer (its step, world size, ``max_steps``) and the module
+(the step's loss, the weights' names). It is not built on ``ArmWriter`` itself, which also writes
+``pair.json``, the weights files and takes the arm's lock: here ``WeightCheckpoint`` writes the
+weights (gathered under FSDP, with the arm's recipe in their metadata, also at
+``checkpoint_every`` steps), and ``divergence.training.separate_arm.train_arm`` writes
+``pair.yaml``/``pair.json`` and holds the lock (``pairfolder.arm_lock``) before anything is written.
 """
 
 from __future__ import annotations
@@ -26,10 +30,8 @@ from typing import Callable
 
 from lightning.pytorch.callbacks import Callback
 
-from divergence.store.arm_records import drop_after
-from divergence.pairfolder.arm_steps import check_step, loss_value
-from divergence.store.arm_status import ArmStatus
-from divergence.store.losses import LossFile
+from divergence.pairfolder.folder import ArmFolder
+from divergence.store.arm_journal import ArmJournal
 
 
 class ArmProgress(Callback):
@@ -38,7 +40,7 @@ class ArmProgress(Callback):
 
     def __init__(
         self,
-        folder: str | Path,
+        folder: ArmFolder | str | Path,
         arm: str,
         per_rank_batch: int | None = None,
         *,
@@ -47,37 +49,35 @@ class ArmProgress(Callback):
     ):
         """``per_rank_batch``: examples per optimizer step on one rank (``batch_size x accumulate``);
         the status records ``global_batch`` = that x the world size (null when not given)."""
-        self.folder, self.arm, self.per_rank_batch = Path(folder), arm, per_rank_batch
+        self.journal = ArmJournal(folder, arm, max_steps=None)
+        self.folder, self.arm, self.per_rank_batch = self.journal.folder, arm, per_rank_batch
         self.loss, self.tensor_order = loss, tensor_order
-        self.losses = LossFile(self.folder)
-        self.status: ArmStatus | None = None
-        self._next = 1  # the step whose loss comes next
+
+    @property
+    def status(self):
+        """The arm's ``ArmStatus`` as written (rank zero, once training started; else None)."""
+        return self.journal.status
 
     def on_train_start(self, trainer, pl_module) -> None:
         start = trainer.global_step
-        self._next = start + 1
+        self.journal.max_steps = trainer.max_steps if trainer.max_steps > 0 else None
+        self.journal.resume_at(start, initial=False)  # step 0 has no loss: the first is start + 1
         if not trainer.is_global_zero:
             return
-        drop_after(self.folder, start)
-        previous = ArmStatus.read(self.folder)
-        self.status = ArmStatus(
-            arm=self.arm,
-            attempt=previous.attempt + 1 if previous else 1,
-            start_step=start,
-            max_steps=trainer.max_steps,
+        self.journal.start(
+            start,
             world_size=trainer.world_size,
             tensor_order=list(self.tensor_order(pl_module)),
             global_batch=self.per_rank_batch * trainer.world_size if self.per_rank_batch else None,
+            max_steps=trainer.max_steps,
         )
-        self.status.write(self.folder)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         where = f"{self.folder}: step {trainer.global_step}"  # checked on every rank: every rank stops alike
-        limit = trainer.max_steps if trainer.max_steps > 0 else None
-        step = check_step(trainer.global_step, expected=self._next, max_steps=limit, where=where)
+        step = self.journal.check(trainer.global_step, where)
         if trainer.is_global_zero:
-            self.losses.append(step, loss_value(self.loss(pl_module), where))
-        self._next = step + 1
+            self.journal.append(step, self.loss(pl_module), where)
+        self.journal.advance(step)
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._end(trainer, "finished")
@@ -86,6 +86,5 @@ class ArmProgress(Callback):
         self._end(trainer, "failed")
 
     def _end(self, trainer, state: str) -> None:
-        if trainer.is_global_zero and self.status is not None:
-            self.status.state, self.status.last_step = state, trainer.global_step
-            self.status.write(self.folder)
+        if trainer.is_global_zero:
+            self.journal.end(state, trainer.global_step)

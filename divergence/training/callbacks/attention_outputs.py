@@ -21,14 +21,14 @@ from pathlib import Path
 from lightning.pytorch.callbacks import Callback
 
 from divergence.atomic import write_atomic
-from divergence.pairfolder.layout import ATTENTION_FILE as FILENAME
+from divergence.pairfolder.folder import PairFolder
 from divergence.loggers.step_logging import log_at_step
 from divergence.loggers.wandb_mode import key_part
 
 
 class AttentionOutputDeviation(Callback):
-    def __init__(self, out: str | Path, recorders: dict, every: int):
-        self.path = Path(out) / FILENAME
+    def __init__(self, out: PairFolder | str | Path, recorders: dict, every: int):
+        self.path = PairFolder(out).attention
         self.recorders, self.every = recorders, every
 
     def on_train_start(self, trainer, pl_module) -> None:

@@ -34,6 +34,7 @@ from typing import Callable
 from lightning.pytorch.callbacks import Callback
 
 from divergence.loggers.step_logging import is_table_step, log_step
+from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.settings import TrackingConfig, is_tracked, probe_due
 from divergence.store import MetricsStore
 from divergence.tracking.recorder import StepRecorder
@@ -59,14 +60,19 @@ class DivergenceTracker(Callback):
         """``probe(pl_module) -> {key: float}``: extra step-record keys at tracked steps (rank zero);
         ``losses(pl_module)``: ``{arm: loss}`` averaged over ranks; ``weights(pl_module)``: the
         two arms' ``{name: tensor}``."""
-        self.out, self.tracking, self.checkpoint_every, self.probe = Path(out), tracking, checkpoint_every, probe
+        self.folder, self.tracking, self.checkpoint_every, self.probe = (
+            PairFolder(out),
+            tracking,
+            checkpoint_every,
+            probe,
+        )
         self.losses, self.weights = losses, weights
         self.recorder = StepRecorder(None, tracking.spike_factor, tracking.spike_window)
 
     # -- Lightning hooks: thin, the work is in the helpers below ---------------------------
     def on_train_start(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
-            self.recorder.store = MetricsStore(self.out).open_for_append()
+            self.recorder.store = MetricsStore(self.folder).open_for_append()
             self.recorder.store.truncate_after(trainer.global_step)
 
         store = self.recorder.store

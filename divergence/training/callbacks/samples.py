@@ -15,7 +15,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 
 from divergence.models.sampling import generate, image_grid
-from divergence.pairfolder.layout import SAMPLES_DIR
+from divergence.pairfolder.folder import RunFolder
 from divergence.recipe.run import SampleConfig
 
 
@@ -59,7 +59,7 @@ class SampleGrid(Callback):
                 autocast=arm.policy.autocast,
             )
             grid = image_grid(images, self.config.per_prompt)
-            path = self.root / prefix / SAMPLES_DIR / f"step_{step:06d}.png"
+            path = RunFolder(self.root / prefix).samples_dir / f"step_{step:06d}.png"
             path.parent.mkdir(parents=True, exist_ok=True)
             grid.save(path)
             self._log(trainer, f"samples/{arm.name}", grid, step)

@@ -22,8 +22,8 @@ from typing import Callable
 
 from lightning.pytorch.callbacks import Callback
 
-from divergence.pairfolder.layout import CHECKPOINTS_DIR
-from divergence.pairfolder.weights_file import save_weights, weights_path
+from divergence.pairfolder.folder import RunFolder
+from divergence.pairfolder.weights_file import save_weights
 from divergence.config.schema import to_dict
 from divergence.pairfolder.settings import is_tracked
 
@@ -56,7 +56,7 @@ class WeightCheckpoint(Callback):
 
     def _save(self, trainer, pl_module, overwrite: bool = True) -> None:
         step, arms = trainer.global_step, self.arms(pl_module)
-        paths = {folder: weights_path(self.root / folder / CHECKPOINTS_DIR, step) for folder in arms}
+        paths = {folder: RunFolder(self.root / folder).weights(step) for folder in arms}
         needed = overwrite or not all(p.exists() for p in paths.values())
         if not trainer.strategy.broadcast(needed):  # rank zero's view decides: a gather is collective
             return
