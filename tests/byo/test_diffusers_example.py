@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from divergence.cli import main as cli
 from divergence.pairfolder.layout import CHECKPOINTS_DIR, LOSSES_FILE
@@ -21,6 +22,15 @@ pytest.importorskip("diffusers")
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "diffusers_text_to_image.py"
 METRICS = ("max_abs_diff", "rel_l2", "wasserstein")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: the tiny UNet's kernels are too small to share, and the cores are shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def run_example(*argv) -> None:
