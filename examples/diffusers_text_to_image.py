@@ -35,7 +35,7 @@ from accelerate.utils import set_seed
 from diffusers import DDPMScheduler, UNet2DConditionModel
 from transformers import CLIPTextConfig, CLIPTextModel
 
-import divergence  # divergence: (1/7)
+import divergence  # divergence:
 
 CAPTIONS = ["a red square", "a blue circle", "a green triangle", "a yellow star"]
 
@@ -53,7 +53,7 @@ def parse_args(argv=None):
     p.add_argument("--mixed_precision", default="no", choices=("no", "bf16", "fp16"))
     p.add_argument("--num_examples", type=int, default=8)
     p.add_argument("--stop_after_steps", type=int, default=None, help="stop there, as a preempted job would")
-    p.add_argument("--divergence_dir", default=None, help="the pair folder (both arms the same)")
+    p.add_argument("--divergence_dir", required=True, help="the pair folder (both arms the same)")
     p.add_argument("--divergence_arm", default="a", choices=("a", "b"))
     p.add_argument("--divergence_every", type=int, default=2)
     p.add_argument("--divergence_name", default="diffusers-text-to-image")
@@ -159,19 +159,18 @@ def main(argv=None) -> int:
             first_epoch = global_step // steps_per_epoch
     resume_batches = (global_step % steps_per_epoch) * args.gradient_accumulation_steps
 
-    writer = None
-    if args.divergence_dir:  # divergence: (2/7) one arm of the pair; start_step: a resume keeps the steps before it
-        writer = divergence.ArmWriter(
-            args.divergence_dir,
-            args.divergence_arm,
-            max_steps=args.max_train_steps,
-            every=args.divergence_every,
-            start_step=global_step,
-            name=args.divergence_name,
-            category=args.divergence_category,
-        )
-        if global_step == 0:  # divergence: (3/7) the initial weights
-            writer.record(0, accelerator.unwrap_model(unet))  # divergence: (4/7)
+    # divergence: one arm of the pair; start_step: a resume keeps every step before it
+    writer = divergence.ArmWriter(
+        args.divergence_dir,
+        args.divergence_arm,
+        max_steps=args.max_train_steps,
+        every=args.divergence_every,
+        start_step=global_step,
+        name=args.divergence_name,
+        category=args.divergence_category,
+    )
+    if global_step == 0:  # divergence: the initial weights
+        writer.record(0, accelerator.unwrap_model(unet))  # divergence:
 
     train_loss = 0.0
     for epoch in range(first_epoch, num_epochs):
@@ -196,8 +195,7 @@ def main(argv=None) -> int:
 
             if accelerator.sync_gradients:  # one optimizer step done: global_step counts it
                 global_step += 1
-                if writer is not None:  # divergence: (5/7) the step's loss; the weights at tracked steps
-                    writer.record(global_step, accelerator.unwrap_model(unet), train_loss)  # divergence: (6/7)
+                writer.record(global_step, accelerator.unwrap_model(unet), train_loss)  # divergence: loss; weights
                 train_loss = 0.0
                 if global_step % args.checkpointing_steps == 0 and accelerator.is_main_process:
                     save_path = os.path.join(args.output_dir, f"checkpoint-{global_step}")
@@ -209,8 +207,8 @@ def main(argv=None) -> int:
             break
 
     accelerator.wait_for_everyone()
-    if writer is not None and global_step != args.stop_after_steps:
-        writer.finish()  # divergence: (7/7) the arm is finished
+    if global_step != args.stop_after_steps:  # a preempted job ends without finishing
+        writer.finish()  # divergence: the arm is finished
     accelerator.end_training()
     return 0
 

@@ -101,3 +101,15 @@ def test_two_arms_with_a_resume_then_watch_report_track(tmp_path, capsys):
     tracked = step_metrics(MetricsStore(tmp_path / "tracked"))
     assert sorted(tracked) == [2, 4, 6]
     assert tracked == {s: watched[s] for s in (2, 4, 6)}
+
+
+def test_the_readme_lines_are_the_example_lines():
+    """Every piece of code in the README's diffusers block is in the example, as written."""
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    start = readme.index("### An accelerate + diffusers script")
+    block = readme[start:].split("```python\n", 1)[1].split("```", 1)[0]
+    source = EXAMPLE.read_text()
+    pieces = [p.strip() for line in block.splitlines() for p in line.split("#", 1)[0].split(",")]
+    missing = [p for p in pieces if p and p not in source]
+    assert not missing and len([p for p in pieces if p]) > 10
+    assert source.count("  # divergence:") + source.count("    # divergence:") == 6  # the six statements
