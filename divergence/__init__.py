@@ -20,6 +20,7 @@ Importing ``divergence`` loads nothing heavy: each name is imported on first use
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 from divergence.errors import CheckpointError, UserInputError
 
@@ -57,7 +58,10 @@ __all__ = ["CheckpointError", "UserInputError", "__version__", *_LAZY]
 
 def __getattr__(name: str):
     if name not in _LAZY:
-        raise AttributeError(f"module 'divergence' has no attribute {name!r}")
+        raise AttributeError(
+            f"module 'divergence' has no attribute {name!r} (divergence was imported from "
+            f"{Path(__file__).parent}; is a folder named 'divergence' shadowing the installed package?)"
+        )
     value = getattr(importlib.import_module(_LAZY[name]), name)
     globals()[name] = value
     return value

@@ -78,8 +78,7 @@ def main(argv=None) -> int:
     code = divergence_cli(["watch", args.out, "--poll", "0.2", "--timeout", "120", "--quiet"])
     if any(job.wait() != 0 for job in jobs) or code != 0:
         return 1
-    print(f"{args.out}: store complete; next: divergence report {args.out} --out report")
-    return 0
+    return 0  # watch has printed the result and the next command
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from divergence.analysis import outcome
-from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate_replicates, local_rates
+from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate_replicates
+from divergence.analysis.no_window import why_no_window
 from divergence.analysis.headline import STATUS_WORDS, factor_text, headline, percent
 from divergence.analysis.layers import noise_floor
 from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
@@ -126,7 +127,7 @@ def judge(
         return _no_drift(study, reference, caveats)
     if not usable:
         return _no_verdict(
-            name, reference[0].name, _why_no_window(study, reference, estimates, min_window), floor=floor, label=label
+            name, reference[0].name, why_no_window(study, reference, estimates, min_window), floor=floor, label=label
         )
     dose, dose_f = pool([e.log10 for e in usable]), pool([e.log10_function for e in usable])
     where = outcome.source(study + seeds)
@@ -209,28 +210,6 @@ def _no_drift(study, reference, caveats) -> Verdict:
         tuple(caveats),
         indicative="bounded" if status == "preliminary" else None,
         dose_status="bounded",
-    )
-
-
-def _why_no_window(study, reference, estimates, min_window) -> str:
-    """The reason no replicate has a window: a reference that does not drift, a pair that does not
-    grow, or tracking too sparse in the early steps."""
-    if _all_zero(reference) or not any(np.any(np.isfinite(p.rel_l2) & (p.rel_l2 > 0)) for p in reference):
-        return (
-            f"{reference[0].name}'s difference is zero (or missing) at every tracked step, so it cannot serve "
-            "as the yardstick: check that its arms differ in precision"
-        )
-    rates = np.concatenate([local_rates(p.steps, p.rel_l2) for p in study]) if study else np.zeros(0)
-    rates = rates[np.isfinite(rates)]
-    if rates.size and np.median(rates) <= 0:
-        return (
-            f"{study[0].name}'s difference does not grow over training (constant or shrinking), unlike a "
-            "perturbation that training amplifies: there is no dose ratio to read; see the curves"
-        )
-    longest = max((e.n_window for e in estimates), default=0)
-    return (
-        f"the window where {study[0].name} and {reference[0].name} both still grow alike is {longest} tracked "
-        f"step(s) (need {min_window}): track earlier and densely (every step in the first tens of steps)"
     )
 
 

@@ -43,6 +43,8 @@ def find_series(folder: str | Path, component: str | None = None) -> dict[int, P
                 f"{entry}: no component {component!r} in it (found: "
                 f"{', '.join(sorted(p.name for p in entry.iterdir())[:8]) or 'nothing'})"
             )
+        if not component and entry.is_dir():
+            _check_no_component_needed(entry)
         if step in series:
             raise UserInputError(
                 f"{folder}: two checkpoints of step {step} ({series[step].name}, {entry.name}); move one of them out"
@@ -54,6 +56,19 @@ def find_series(folder: str | Path, component: str | None = None) -> dict[int, P
             "step_N.safetensors or step_N/ save_pretrained folders)"
         )
     return dict(sorted(series.items()))
+
+
+def _check_no_component_needed(entry: Path) -> None:
+    """An accelerate ``checkpoint-N/`` whose model lies in a subfolder (diffusers' save hook writes
+    ``checkpoint-N/unet``) beside optimizer and RNG files: name the subfolder to compare."""
+    if (entry / "model_index.json").is_file() or any(entry.glob("*.safetensors")):
+        return  # a pipeline (read component by component) or the model's own weights at the top
+    models = sorted(d.name for d in entry.iterdir() if d.is_dir() and any(d.glob("*.safetensors")))
+    if models:
+        raise UserInputError(
+            f"{entry}: the model lies in a subfolder ({', '.join(models)}) beside optimizer and RNG files; "
+            f"pass --component {models[0]} to compare it"
+        )
 
 
 def step_of(entry: Path) -> int | None:

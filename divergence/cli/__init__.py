@@ -29,6 +29,7 @@ COMMANDS = (
     "watch",
     "launch",
     "track",
+    "pair",
     "dashboard",
 )
 

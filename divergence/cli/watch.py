@@ -12,6 +12,7 @@ Under ``torchrun`` the checkpoint pairs are divided among the ranks (gloo on CPU
 from __future__ import annotations
 
 import argparse
+import time
 
 HELP = "follow a pair's separately trained arms and write its metrics store as they go"
 
@@ -42,7 +43,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--device", default="auto", help="auto (this rank's GPU if any), cpu or cuda")
     p.add_argument("--no-log", action="store_true", help="write the store only; no wandb/CSV logs")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar; only the result line")
     return p
 
 
@@ -85,10 +86,27 @@ def run(args) -> int:
     from divergence.comparator.ranks import ranks_from_environment
 
     ranks, device = ranks_from_environment(args.device)
+    started = time.monotonic()
     try:
         comparator = Comparator(
             args.dir, ranks, device, log=not args.no_log, progress=not args.quiet and ranks.is_zero, probe=_file_probe
         )
-        return comparator.run(args.poll, args.timeout)
+        code = comparator.run(args.poll, args.timeout)
+        if code == 0 and ranks.is_zero:
+            print(summary_line(args.dir, time.monotonic() - started))
+        return code
     finally:
         ranks.close()
+
+
+def summary_line(out, seconds: float) -> str:
+    """What a complete watch leaves: steps compared, the last tracked step's max_abs_diff, the time, the next command."""
+    from divergence.store import MetricsStore
+
+    records = MetricsStore(out).step_records()
+    tracked = [r for r in records if r.get("tracked")]
+    last = f"; step {tracked[-1]['step']}: max_abs_diff {tracked[-1]['max_abs_diff']:.4g}" if tracked else ""
+    return (
+        f"{out}: {len(records)} steps stored ({len(tracked)} compared){last}; {seconds:.1f} s; "
+        f"next: divergence report {out}"
+    )

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from divergence.comparator.distributed import compare_files
 from divergence.comparator.feeds import ArmFeed, unchanged
+from divergence.comparator.prefetch import Prefetch
 from divergence.comparator.ranks import Ranks
 from divergence.comparator.retention import Retention
 from divergence.comparator.stalls import ENDED, armless, stall
@@ -82,12 +83,14 @@ class Comparator:
         log: bool = True,
         progress: bool = True,
         probe=None,
+        prefetch: bool = True,
     ):
         """``probe``: the function-space probe's factory ``(PairSchedule, device) -> probe`` (``due(step)``,
         ``record(paths)``), used when the pair's ``tracking.probe`` is enabled; ``divergence watch``
         passes the built-in trainer's ``FileProbe`` (``training.probe_files``). None: no probe."""
         self.folder, self.ranks, self.device = PairFolder(out), ranks or Ranks(), device
         self.out = self.folder.path
+        self._prefetch_wanted = prefetch
         self._probe_factory = probe
         self.pair = read_schedule(self.folder)
         failed = None
@@ -103,6 +106,10 @@ class Comparator:
     def _open(self, log: bool, progress: bool) -> None:
         """Rank 0's part: the arms' feeds, the store (every line read), spikes, logs, progress."""
         self.feeds = {arm: ArmFeed(self.folder.arm(arm)) for arm in ARMS}
+        pair = self.pair
+        self.prefetch = (
+            Prefetch(self.feeds, pair.tracked, pair.max_steps, pair.stride) if self._prefetch_wanted else None
+        )
         for feed in self.feeds.values():
             feed.loss_file.check()
         self.store = MetricsStore(self.folder).open_for_append()
@@ -215,7 +222,10 @@ class Comparator:
         tracked = self.pair.tracked(step)
         found = {}
         if tracked:
-            found = {arm: feed.checkpoint(step) for arm, feed in self.feeds.items()}
+            found = {
+                arm: self.prefetch.checkpoint(arm, step) if self.prefetch else feed.checkpoint(step)
+                for arm, feed in self.feeds.items()
+            }
             if any(f is None for f in found.values()):
                 return None
         order = statuses["a"].tensor_order if statuses.get("a") else []
@@ -260,6 +270,8 @@ class Comparator:
         in one arm, a shape that differs) are a permanent error: the next plan stops every rank.
         """
         result = None
+        if task.tracked and self.ranks.is_zero and self.prefetch is not None:
+            self.prefetch.after(task.step)  # the next tracked step's files read during this comparison
         if task.tracked:
             try:
                 result = compare_files(task.paths["a"], task.paths["b"], self.ranks, self.device, task.order)
@@ -324,6 +336,8 @@ class Comparator:
 
     def _close(self) -> None:
         if self.ranks.is_zero:
+            if self.prefetch is not None:
+                self.prefetch.close()
             if self.logger is not None:
                 self.logger.close()
             if self.bar is not None:

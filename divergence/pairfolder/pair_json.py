@@ -162,6 +162,7 @@ def write_pair_files(
     dense=DENSE_DEFAULT,
     log: dict | None = None,
     stride: int = 1,
+    keep: int | None = None,
 ) -> dict:
     """Write ``pair.json`` into ``out`` (created); return its content.
 
@@ -169,7 +170,8 @@ def write_pair_files(
     arm's list of short labels, e.g. ``["attention=flash"]``); ``log``: the ``log`` section
     ``divergence watch`` sends its logs with (``{"wandb": false}`` for CSV only); ``stride``:
     the arms record every ``stride``-th step (``tracking.stride``, written when not 1; see
-    ``divergence.pairfolder.arm_steps``).
+    ``divergence.pairfolder.arm_steps``); ``keep``: ``tracking.keep``, the files ``divergence
+    watch`` keeps once it has compared a step (``divergence.comparator.retention``; None: all).
     """
     from divergence.pairfolder.arm_steps import MAX_STEP, check_stride
 
@@ -185,6 +187,8 @@ def write_pair_files(
     tracking = tracking_schedule(every, spike_factor, spike_window, dense)
     if check_stride(stride, max_steps, PAIR_FILE) > 1:
         tracking["stride"] = stride
+    if check_keep(keep):
+        tracking["keep"] = keep
     arms = _arm_labels(arms)
     info = PairInfo(
         name=name or out.resolve().name,
@@ -233,10 +237,13 @@ def check_pair_files(
     existing = read_pair_json(out)
     check_same_pair(out, existing, kwargs)
     schedule = existing.get("tracking") or {}
+    keep = check_keep(kwargs.get("keep"))  # given: both arms must agree (None: not given, joins any)
+    saved_keep = (schedule.get("keep") or None) if keep is not None else None
     for key, now, saved in (
         ("max_steps", max_steps, existing.get("max_steps")),
         ("every", every, schedule.get("every", every)),
         ("stride", stride, schedule.get("stride", 1)),
+        ("keep", keep, saved_keep),
     ):
         if saved != now:
             raise UserInputError(
@@ -244,6 +251,15 @@ def check_pair_files(
                 "train both arms with the same value, or use a new folder"
             )
     return existing
+
+
+def check_keep(keep) -> int | None:
+    """``keep`` when None or an integer >= 0, else a one-line error (``tracking.keep``'s rule)."""
+    if keep is not None and (not isinstance(keep, int) or isinstance(keep, bool) or keep < 0):
+        raise UserInputError(
+            f"keep={keep!r}: must be an integer >= 0 (keep every keep-th tracked step's weights files) or None (all)"
+        )
+    return keep or None
 
 
 IDENTITY = ("name", "category", "arms", "replicate")  # what makes two pair.json the same pair

@@ -82,6 +82,12 @@ class ArmWriter:
     weights : ``model -> {name: tensor}``; default: the floating-point entries of
         ``model.state_dict()`` (``model`` may also be such a dict already).
     rank : this process's global rank; default from ``torch.distributed`` or ``$RANK``.
+    global_batch : examples per optimizer step over all ranks (batch size x ranks x accumulation),
+        in ``status.json``; given by both arms, ``divergence watch`` compares it instead of the
+        world sizes (2 ranks x batch 2 and 1 rank x batch 4 are one pair).
+    keep : ``tracking.keep`` in ``pair.json``: once ``divergence watch`` has compared a step it
+        deletes both arms' weights files of it but every keep-th tracked step's and the last's
+        (``divergence.comparator.retention``); None (default): keep all. Both arms the same.
     **pair : for ``pair.json`` when this arm writes it: ``name``, ``category``, ``arms``,
         ``description``, ``replicate``, ``spike_factor``, ``spike_window``, ``log``; a folder
         whose ``pair.json`` differs in a given ``name``, ``category``, ``arms`` or ``replicate``
@@ -102,6 +108,7 @@ class ArmWriter:
         stride: int = 1,
         weights: Callable | None = None,
         rank: int | None = None,
+        global_batch: int | None = None,
         **pair,
     ):
         if arm not in ARMS:
@@ -112,6 +119,7 @@ class ArmWriter:
         self.weights = weights or state_weights
         self.rank = global_rank() if rank is None else rank
         self.lock: ArmLock | None = None
+        self.global_batch = check_global_batch(global_batch)
         self.schedule = schedule_config(tracking_schedule(every, dense=pair.get("dense", DENSE_DEFAULT)))
         self.stride = check_stride(stride, max_steps, "ArmWriter") if isinstance(max_steps, int) else stride
         start_step = check_step(
@@ -219,7 +227,16 @@ class ArmWriter:
             raise
 
     def _start(self, start_step: int) -> None:
-        self.journal.start(start_step, world_size=world_size())
+        self.journal.start(start_step, world_size=world_size(), global_batch=self.global_batch)
+
+
+def check_global_batch(value) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise UserInputError(
+            f"global_batch={value!r}: must be an integer >= 1, the examples of one optimizer step over all "
+            "ranks (batch size x ranks x accumulation), or None"
+        )
+    return value
 
 
 def state_weights(model) -> dict[str, torch.Tensor]:

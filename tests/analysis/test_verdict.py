@@ -86,6 +86,26 @@ def test_an_exact_control_says_nothing_about_a_floor():
 def test_a_reference_saturated_from_the_start_gives_no_verdict_track_earlier():
     v = verdict(precision=0.5, horizon=100)
     assert v.status == "no_verdict" and "track earlier" in v.headline
+    assert "saturated before the window" in v.headline and "0 tracked step(s) before it" in v.headline
+
+
+def test_too_few_tracked_steps_is_named_as_the_cause():
+    v = verdict(horizon=3)
+    assert v.status == "no_verdict"
+    assert "too few tracked steps" in v.headline and "share 3 tracked step(s)" in v.headline
+    assert "track earlier and densely" in v.headline and "saturated" not in v.headline
+
+
+def test_pairs_that_do_not_grow_alike_are_not_told_to_track_densely():
+    """A reference that stays flat while the pair under study grows: tracked densely, the rates differ."""
+    pairs = [
+        dataclasses.replace(p, rel_l2=np.full(len(p.rel_l2), 1e-4)) if p.category == "precision" else p
+        for p in dose_study()
+    ]
+    v = analyze(pairs, n_boot=100).verdicts[0]
+    assert v.status == "no_verdict"
+    assert "flash-vs-baseline and bf16-vs-fp32 do not grow alike" in v.headline
+    assert "at most 0 in a row (need 5)" in v.headline and "track earlier" not in v.headline
 
 
 def test_no_precision_pair_gives_no_verdict():

@@ -68,3 +68,14 @@ def test_compare_state_dicts_errors_speak_python():
     assert [r["name"] for r in mapped.records] == ["attn.to_q"]
     with pytest.raises(divergence.UserInputError, match=r"maps: '\(' is not a valid regular expression"):
         divergence.compare_state_dicts(a, a, maps={"(": "x"})
+
+
+def test_a_missing_name_says_where_divergence_was_imported_from():
+    import divergence
+
+    with pytest.raises(AttributeError) as err:
+        divergence.ArmWritr  # noqa: B018 (a typo, or another folder named divergence)
+    message = str(err.value)
+    assert "has no attribute 'ArmWritr'" in message
+    assert f"imported from {Path(divergence.__file__).parent}" in message and "shadowing" in message
+    assert not hasattr(divergence, "__wrapped__")  # hasattr still works: an AttributeError

@@ -155,3 +155,17 @@ def test_a_step_past_int64_is_refused_naming_the_file(tmp_path, capsys):
     assert main(["track", a, b, "--out", str(tmp_path / "pair"), "--quiet"]) == 2
     assert f"step_{2**63}.safetensors: step {2**63} does not fit in 64 bits" in _error(capsys)
     assert not (tmp_path / "pair").exists()
+
+
+def test_checkpoint_folders_with_the_model_in_a_subfolder_suggest_the_component(tmp_path, capsys):
+    """accelerate's checkpoint-N/ with diffusers' save hook: optimizer.bin at the top, the UNet in unet/."""
+    for arm in "ab":
+        for step in (0, 10):
+            tiny_unet().save_pretrained(tmp_path / arm / f"checkpoint-{step}" / "unet")
+            (tmp_path / arm / f"checkpoint-{step}" / "optimizer.bin").write_bytes(b"not weights")
+    out = tmp_path / "pair"
+    assert main(["track", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pass --component unet" in err and len(err.splitlines()) == 1
+    assert not out.exists()  # nothing left behind: the corrected command is not refused
+    assert main(["track", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--component", "unet"]) == 0

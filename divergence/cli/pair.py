@@ -1,0 +1,76 @@
+"""``divergence pair set OUT KEY=VALUE ...``: name a pair folder after the fact.
+
+The keys are ``pair.json``'s identity (``docs/pair-folder.md``): ``name`` (what every verdict
+calls the pair), ``category`` (its role in the verdict: ``control`` identical arms, ``seed``
+only the seed, ``precision`` only the training precision, ``optimization`` anything else, the
+pair under study), ``description`` (one line), ``arms.a`` / ``arms.b`` (the arm's labels,
+comma-separated: ``arms.a=attention=flash``). Nothing else in the folder changes. Refused while
+a writer holds an arm (its ``writer.lock``): the arms' writers check ``pair.json`` when they
+start, so it changes between runs, not under one.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "set a pair folder's name, category, description or arm labels (pair.json) after the fact"
+KEYS = ("name", "category", "description", "arms.a", "arms.b")
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("pair", help=HELP, description=HELP + ". " + __doc__.split("\n\n")[1].replace("\n", " "))
+    p.add_argument("action", choices=("set",), help="set: change the given keys")
+    p.add_argument("dir", help="the pair folder (holds pair.json)")
+    p.add_argument("values", nargs="+", metavar="KEY=VALUE", help=f"keys: {', '.join(KEYS)}")
+    return p
+
+
+def parse_values(values: list[str]) -> dict:
+    """``KEY=VALUE`` words as ``{key: value}``, each key known and given once, each value checked."""
+    from divergence.errors import UserInputError
+    from divergence.pairfolder.pair_json import CATEGORIES
+    from divergence.recipe.names import check_name
+
+    out = {}
+    for word in values:
+        key, sep, value = word.partition("=")
+        if not sep or key not in KEYS:
+            raise UserInputError(f"{word!r}: give KEY=VALUE with KEY one of {', '.join(KEYS)}")
+        if key in out:
+            raise UserInputError(f"{key}: given twice")
+        if key == "name":
+            check_name(value, "name", "pair name", "the pair in every verdict and report")
+        elif key == "category" and value not in CATEGORIES:
+            raise UserInputError(f"category={value!r}: must be one of {', '.join(CATEGORIES)}")
+        elif key.startswith("arms.") and not [v for v in value.split(",") if v.strip()]:
+            raise UserInputError(f"{key}={value!r}: give the arm's labels, comma-separated (arms.a=attention=flash)")
+        out[key] = value
+    return out
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from divergence.pairfolder.arm_lock import ArmLock
+    from divergence.pairfolder.layout import ARMS, PAIR_FILE
+    from divergence.pairfolder.pair_json import PairInfo
+
+    changes = parse_values(args.values)
+    info = PairInfo.read(args.dir)  # a one-line error when missing or unreadable
+    locks = []
+    try:
+        for arm in ARMS:  # no writer may start (or be running) while pair.json changes
+            if (Path(args.dir) / arm).is_dir():
+                locks.append(ArmLock(Path(args.dir) / arm))
+        for key, value in changes.items():
+            if key.startswith("arms."):
+                info.arms = {**info.arms, key[5:]: [v.strip() for v in value.split(",") if v.strip()]}
+            else:
+                setattr(info, key, value)
+        info.write(args.dir)
+    finally:
+        for lock in locks:
+            lock.release()
+    shown = ", ".join(f"{k}={v}" for k, v in changes.items())
+    print(f"{Path(args.dir) / PAIR_FILE}: {shown}; next: divergence report {args.dir}")
+    return 0

@@ -1,0 +1,45 @@
+"""What ``divergence watch`` leaves on the terminal: a summary line and the next command, even with ``--quiet``."""
+
+import torch
+
+from divergence.cli import main
+from divergence.store import MetricsStore
+from divergence.writers import ArmWriter
+
+
+def two_arms(out, steps=6, every=2, **pair):
+    """Two tiny linear models, arm b with another learning rate, written with ``ArmWriter``."""
+    for arm, lr in (("a", 0.1), ("b", 0.1001)):
+        torch.manual_seed(0)
+        net = torch.nn.Linear(4, 3)
+        opt = torch.optim.SGD(net.parameters(), lr=lr)
+        x = torch.randn(16, 4, generator=torch.Generator().manual_seed(1))
+        with ArmWriter(out, arm, max_steps=steps, every=every, dense=[], **pair) as writer:
+            writer.record(0, net)
+            for step in range(1, steps + 1):
+                loss = net(x).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                writer.record(step, net, loss)
+
+
+def test_quiet_watch_prints_the_result_line_only(tmp_path, capsys):
+    two_arms(tmp_path)
+    capsys.readouterr()
+    assert main(["watch", str(tmp_path), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    lines = captured.out.splitlines()
+    assert len(lines) == 1, lines
+    last = MetricsStore(tmp_path).step_records()[-1]
+    assert lines[0].startswith(f"{tmp_path}: 7 steps stored (4 compared); step 6: max_abs_diff ")
+    assert f"max_abs_diff {last['max_abs_diff']:.4g};" in lines[0]
+    assert lines[0].endswith(f" s; next: divergence report {tmp_path}")
+
+
+def test_watch_with_its_progress_bar_ends_with_the_same_line(tmp_path, capsys):
+    two_arms(tmp_path)
+    capsys.readouterr()
+    assert main(["watch", str(tmp_path), "--no-log", "--poll", "0.05", "--timeout", "30"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f"next: divergence report {tmp_path}")

@@ -1,0 +1,75 @@
+"""``divergence pair set OUT KEY=VALUE ...``: a pair folder named after the fact, as the verdict then reads it."""
+
+import json
+
+import pytest
+
+from divergence.cli import main
+from divergence.pairfolder.arm_lock import ArmLock
+from tests.analysis.synthetic import write_dose_study
+
+
+def verdicts(root, tmp_path):
+    assert main(["report", str(root), "--out", str(tmp_path / "report"), "--no-wandb"]) == 0
+    return json.loads((tmp_path / "report" / "summary.json").read_text())["verdicts"]
+
+
+def test_the_verdict_names_the_pair_by_the_name_set(tmp_path, capsys):
+    root = write_dose_study(tmp_path / "study", replicates=2)
+    for folder in root.glob("flash-vs-baseline-r*"):
+        assert main(["pair", "set", str(folder), "name=my-kernel", "description=my kernel vs theirs"]) == 0
+    assert "name=my-kernel" in capsys.readouterr().out
+    (verdict,) = verdicts(root, tmp_path)
+    assert verdict["study"] == "my-kernel"
+    assert "my kernel vs theirs perturbs training" in verdict["headline"]
+
+
+def test_a_category_set_to_control_takes_the_pair_out_of_the_study(tmp_path):
+    root = write_dose_study(tmp_path / "study", replicates=2, control=None)
+    for folder in root.glob("flash-vs-baseline-r*"):
+        assert main(["pair", "set", str(folder), "category=control"]) == 0
+    assert verdicts(root, tmp_path) == []  # an identical-arms run is a control, not a pair under study
+
+
+def test_arm_labels_and_the_rest_of_pair_json_kept(tmp_path):
+    root = write_dose_study(tmp_path / "study", replicates=1)
+    folder = next(root.glob("flash-vs-baseline-r*"))
+    before = json.loads((folder / "pair.json").read_text())
+    assert main(["pair", "set", str(folder), "arms.a=attention=flash,precision=bf16", "arms.b=attention=sdpa"]) == 0
+    after = json.loads((folder / "pair.json").read_text())
+    assert after["arms"] == {"a": ["attention=flash", "precision=bf16"], "b": ["attention=sdpa"]}
+    assert {k: v for k, v in after.items() if k != "arms"} == {k: v for k, v in before.items() if k != "arms"}
+
+
+@pytest.mark.parametrize(
+    "word, says",
+    [
+        ("name=has space", "name: "),
+        ("category=fast", "category='fast': must be one of optimization, seed, precision, control"),
+        ("colour=red", "'colour=red': give KEY=VALUE with KEY one of name, category"),
+        ("name", "'name': give KEY=VALUE"),
+        ("arms.a=,", "arms.a=',': give the arm's labels"),
+    ],
+)
+def test_bad_values_are_one_line_and_exit_2(tmp_path, capsys, word, says):
+    root = write_dose_study(tmp_path / "study", replicates=1)
+    folder = next(root.glob("flash-vs-baseline-r*"))
+    before = (folder / "pair.json").read_bytes()
+    assert main(["pair", "set", str(folder), word]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1
+    assert (folder / "pair.json").read_bytes() == before
+
+
+def test_refused_while_a_writer_holds_an_arm_and_without_pair_json(tmp_path, capsys):
+    root = write_dose_study(tmp_path / "study", replicates=1)
+    folder = next(root.glob("flash-vs-baseline-r*"))
+    lock = ArmLock(folder / "b")
+    try:
+        assert main(["pair", "set", str(folder), "name=other"]) == 2
+        assert "still writes this arm" in capsys.readouterr().err
+    finally:
+        lock.release()
+    assert json.loads((folder / "pair.json").read_text())["name"] == "flash-vs-baseline"
+    assert main(["pair", "set", str(tmp_path / "nowhere"), "name=x"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
