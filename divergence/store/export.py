@@ -10,19 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from divergence.errors import UserInputError
+from divergence.metrics.pair import METRIC_NAMES
 from divergence.store.metrics_store import MetricsStore
 from divergence.tables import write_csv
 
-METRIC_COLUMNS = (
-    "wasserstein",
-    "max_abs_diff",
-    "mean_abs_diff",
-    "rms_diff",
-    "rel_l2",
-    "cosine",
-    "nonfinite_a",
-    "nonfinite_b",
-)
+METRIC_COLUMNS = (*METRIC_NAMES, "nonfinite_a", "nonfinite_b")
 COLUMNS = ("step", "tensor", "module", "kind", *METRIC_COLUMNS, "numel")
 
 
