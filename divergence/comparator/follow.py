@@ -21,7 +21,9 @@ pair (``divergence.comparator.distributed``).
 A step that can never come (an arm ended before it, or with a gap where it should be; no arm
 folders at all) is stated in one line and exit code 2 (``divergence.comparator.stalls``); arms
 that are running are waited for. Arms that record every ``tracking.stride``-th step are followed
-at those steps.
+at those steps. An open-ended pair (``max_steps`` null: ``ArmWriter`` without ``max_steps``) ends
+where both arms finish: a step is taken once an arm has recorded past it (so it is known not to
+be the last) or both arms have ended, and ``pair.json`` then gets the last step as ``max_steps``.
 
 It reads only the pair-folder contract (``divergence.pairfolder``: the schedule from ``pair.json``)
 and imports nothing from the training package. The function-space probe (``tracking.probe``)
@@ -37,7 +39,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from divergence.comparator.distributed import compare_files
@@ -158,11 +160,13 @@ class Comparator:
             raise UserInputError(self._fatal)
         statuses = {arm: feed.status() for arm, feed in self.feeds.items()}
         self._follow_restarts(statuses)
+        if self.pair.open_ended:
+            self._end_when_finished(statuses)
         last = self.store.last_step()
         step, task = self.pair.next_step(last), None
         if last is not None and armless(self.out):
             return self._nothing_to_follow(last)
-        if step > self.pair.max_steps:
+        if self.pair.max_steps is not None and step > self.pair.max_steps:
             if all(s is not None and s.state in ENDED for s in statuses.values()):
                 return Task("done")
         else:
@@ -191,16 +195,34 @@ class Comparator:
         confirmed, self._stall_seen = seen is not None and seen == self._stall_seen, seen
         return why if confirmed else None
 
+    def _end_when_finished(self, statuses: dict) -> None:
+        """An open-ended pair whose arms have both ended: its last step is the later of theirs (an
+        arm that ended before it is then a stall, said as for any pair)."""
+        ends = [s.last_step for s in statuses.values() if s is not None and s.state in ENDED]
+        if len(ends) < len(ARMS) or any(end is None for end in ends):
+            return
+        end = max(ends)
+        self.pair = replace(self.pair, max_steps=end)
+        self.retention.end_at(end)
+        if self.prefetch is not None:
+            self.prefetch.max_steps = end
+        if self.logger is not None:
+            self.logger.max_steps = end
+        if self.bar is not None:
+            self.bar.total = end // self.pair.stride + 1
+            self.bar.refresh()
+
     def _nothing_to_follow(self, last: int) -> Task:
         """A store without arm folders: complete (done), or a one-process pair's that ended early."""
-        if last >= self.pair.max_steps:
+        end = self.pair.max_steps
+        if end is None and self.pair.info.get("finished") or end is not None and last >= end:
             return Task("done")
         return Task(
             "stop",
             code=EXIT_USAGE,
             message=(
                 f"{self.out}: no arm folders (a/, b/) to follow, and its store ends at step {last} of "
-                f"{self.pair.max_steps}: a pair trained in one process or built by divergence track, not arm jobs"
+                f"{end or 'an open-ended run'}: a pair trained in one process or built by divergence track, not arm jobs"
             ),
         )
 
@@ -214,11 +236,13 @@ class Comparator:
     def _ready(self, step: int, statuses: dict) -> Task | None:
         """The task of ``step`` when both arms have written everything it needs, else None."""
         losses = None
-        if step > 0:
+        if step > 0 or self.pair.open_ended:
             seen = {arm: feed.losses() for arm, feed in self.feeds.items()}
-            if any(step not in seen[arm] for arm in ARMS):
+            if step > 0 and any(step not in seen[arm] for arm in ARMS):
                 return None
-            losses = {arm: seen[arm][step] for arm in ARMS}
+            if self.pair.open_ended and not any(step + self.pair.stride in seen[arm] for arm in ARMS):
+                return None  # it may be the last step, a compared one: known when an arm moves on or both end
+            losses = {arm: seen[arm][step] for arm in ARMS} if step > 0 else None
         tracked = self.pair.tracked(step)
         found = {}
         if tracked:
@@ -362,7 +386,7 @@ def _progress_bar(pair: PairSchedule, done: int):
     from tqdm import tqdm
 
     return tqdm(
-        total=pair.max_steps // pair.stride + 1,
+        total=None if pair.open_ended else pair.max_steps // pair.stride + 1,
         initial=done,
         desc=f"watch {pair.name}",
         unit="step",

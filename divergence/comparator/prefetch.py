@@ -16,19 +16,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from divergence.comparator.feeds import ArmFeed, unchanged
 
+LOOKAHEAD = 100_000  # records searched for an open-ended pair's next tracked step (every <= this)
+
 
 class Prefetch:
-    def __init__(self, feeds: dict[str, ArmFeed], tracked, max_steps: int, stride: int = 1):
-        """``tracked(step) -> bool``: the pair's schedule; ``feeds``: the arms' ``ArmFeed``."""
+    def __init__(self, feeds: dict[str, ArmFeed], tracked, max_steps: int | None, stride: int = 1):
+        """``tracked(step) -> bool``: the pair's schedule; ``feeds``: the arms' ``ArmFeed``;
+        ``max_steps``: the last step (None: open-ended, the schedule's next step is looked for)."""
         self.feeds, self.tracked, self.max_steps, self.stride = feeds, tracked, max_steps, stride
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="divergence-prefetch")
         self._pending: dict[tuple[str, int], Future] = {}
 
     def after(self, step: int) -> None:
         """Start checking the files of the first tracked step after ``step`` (once per step)."""
-        following = next(
-            (s for s in range(step + self.stride, self.max_steps + 1, self.stride) if self.tracked(s)), None
-        )
+        end = step + self.stride * LOOKAHEAD if self.max_steps is None else self.max_steps
+        following = next((s for s in range(step + self.stride, end + 1, self.stride) if self.tracked(s)), None)
         if following is None:
             return
         for arm, feed in self.feeds.items():

@@ -53,7 +53,8 @@ def _missing(arm: str, status, step: int, pair, feed) -> str | None:
     last = status.last_step
     ended = f"arm {arm} {status.state} at step {last}"
     if last is None or step > last:
-        return f"{ended}, before step {step}" + (f" (max_steps {pair.max_steps})" if step <= pair.max_steps else "")
+        known = pair.max_steps is not None and step <= pair.max_steps
+        return f"{ended}, before step {step}" + (f" (max_steps {pair.max_steps})" if known else "")
     if step > 0 and step not in feed.losses():
         return f"{ended}, but its {arm}/{LOSSES_FILE} has no step {step} (a gap)"
     if pair.tracked(step) and not feed.folder.weights(step).exists():

@@ -13,7 +13,9 @@ over its accumulated micro-batches, averaged over ranks), the weights at step 0,
 Nothing is asked of the module: the loss is ``training_step``'s returned loss (or what the
 ``loss`` function takes from its output), the weights are the module's own (or those of its
 submodule ``module``, e.g. ``"unet"``), gathered from every rank under FSDP. Only global
-rank zero writes. A run resumed from a checkpoint at step G starts a new attempt from G.
+rank zero writes. A run resumed from a checkpoint at step G starts a new attempt from G. A Trainer with no finite
+length (an iterable dataset, no ``max_steps``) trains an open-ended arm: its last step is where
+``fit`` ends, its weights saved then (``divergence.writers.arm_writer``).
 
 Put it before a ``ModelCheckpoint`` in the callback list, so a step's weights exist before
 a resumable checkpoint of that step does.
@@ -106,7 +108,7 @@ class ArmCheckpoints(Callback):
             lambda: _Writer(
                 self.out,
                 self.arm,
-                max_steps=max_steps(trainer, stride),
+                max_steps=max_steps(trainer, stride, required=False),
                 every=self.every,
                 start_step=self._step,
                 resume=self.resume,
@@ -135,6 +137,9 @@ class ArmCheckpoints(Callback):
         self.writer.record(step, None, loss)
 
     def on_train_end(self, trainer, pl_module) -> None:
+        last = self.writer.last_step
+        if self.writer.max_steps is None and last > 0 and not self.writer.tracked(last):
+            self._save(trainer, pl_module, last)  # an open-ended run's last step is compared (every rank)
         self.writer.finish()
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:

@@ -47,10 +47,11 @@ def _module_path(root, target) -> str:
     raise UserInputError(f"{type(target).__name__} is not inside {type(root).__name__}")
 
 
-def max_steps(trainer, per_batch: int = 1) -> int:
+def max_steps(trainer, per_batch: int = 1, required: bool = True) -> int | None:
     """The run's last step: ``Trainer(max_steps=...)`` or the end of its epochs, whichever comes first.
 
-    ``per_batch``: how far ``global_step`` moves per batch (1; a manual-optimization module that
+    ``required=False``: None for a Trainer with no finite length (an infinite iterable dataset and
+    no ``max_steps``) instead of an error. ``per_batch``: how far ``global_step`` moves per batch (1; a manual-optimization module that
     steps each of its k optimizers once per batch moves it by k). ``Trainer(max_steps=10,
     max_epochs=1)`` on 4 batches ends at step 4, so 4 is the pair's last step, not 10.
     """
@@ -59,6 +60,8 @@ def max_steps(trainer, per_batch: int = 1) -> int:
     if epochs is not None and epochs >= 0 and batches != math.inf:
         epoch_steps = math.ceil(batches / trainer.accumulate_grad_batches) * max(epochs, 1) * per_batch
         steps = min(steps, epoch_steps)
+    if (steps == math.inf or steps < 1) and not required:
+        return None  # open-ended: the last step is where training ends (``ArmWriter`` without max_steps)
     if steps == math.inf or steps < 1:
         raise UserInputError(
             "the Trainer has no finite length: give Trainer(max_steps=N) or max_epochs "

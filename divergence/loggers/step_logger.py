@@ -19,21 +19,27 @@ from divergence.pairfolder.settings import LogConfig
 
 class StepLogger:
     def __init__(
-        self, out: RunFolder | Path, log: LogConfig, name: str, checkpoint_every: int, max_steps: int, hparams: dict
+        self,
+        out: RunFolder | Path,
+        log: LogConfig,
+        name: str,
+        checkpoint_every: int,
+        max_steps: int | None,
+        hparams: dict,
     ):
         from divergence.loggers.sinks import RunIdentity, build_loggers
 
         self.loggers = build_loggers(log, out, name, RunIdentity.for_comparator(out, hparams))
         for logger in self.loggers:
             logger.log_hyperparams(hparams)
-        self.checkpoint_every, self.max_steps = checkpoint_every, max_steps
+        self.checkpoint_every, self.max_steps = checkpoint_every, max_steps  # None until an open pair ends
         self.complete = False
 
     def log(self, step: int, record: dict, tensors: list[dict]) -> None:
         from divergence.loggers.step_logging import is_table_step, log_step
 
         log_step(self.loggers, step, record, tensors, table=is_table_step(step, self.max_steps, self.checkpoint_every))
-        self.complete = self.complete or step >= self.max_steps
+        self.complete = self.complete or (self.max_steps is not None and step >= self.max_steps)
 
     def close(self) -> None:
         from divergence.loggers.sinks import finish_wandb

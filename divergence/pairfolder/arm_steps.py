@@ -152,11 +152,12 @@ def tracked_with_stride(step: int, stride: int, tracked: Callable[[int], bool]) 
     return step == 0 or any(tracked(t) for t in range(step - stride + 1, step + 1))
 
 
-def check_stride(stride, max_steps: int, where: str) -> int:
-    """``stride`` is an integer >= 1 that divides ``max_steps`` (the last step is a recorded one)."""
+def check_stride(stride, max_steps: int | None, where: str) -> int:
+    """``stride`` is an integer >= 1 that divides ``max_steps`` (the last step is a recorded one;
+    None: open-ended, the last step is a recorded one by construction)."""
     if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
         raise UserInputError(f"{where}: stride={stride!r}: must be an integer >= 1 (steps counted per record)")
-    if max_steps % stride:
+    if max_steps is not None and max_steps % stride:
         raise UserInputError(
             f"{where}: max_steps={max_steps} is not a multiple of stride={stride} (steps counted "
             f"per record, e.g. one per optimizer of a manual-optimization module); use "

@@ -10,7 +10,9 @@ Keys (``docs/pair-folder.md``; ``PairInfo`` holds them):
 - ``arms``: ``{"a": [variant, ...], "b": [...]}``, each variant a short string
   (``attention=sdpa-flash``);
 - ``description``: one line a person reads (``sdpa-flash vs baseline attention``);
-- ``max_steps``, ``finished`` (bool), ``last_step`` (int or null);
+- ``max_steps``, ``finished`` (bool), ``last_step`` (int or null); ``max_steps`` is null for an
+  open-ended pair (writers not told their length: the arms' last step is where they finish,
+  written here by ``divergence watch`` when the pair is complete);
 - ``recipe``: the built-in trainer's resolved base recipe as plain data (arm a's, with its
   replicate's seeds); ``{}`` for any other training;
 - ``replicate``: which replicate of the pair this run is (int, 0 when absent). Replicate r of
@@ -52,7 +54,7 @@ class PairInfo:
     category: str
     arms: dict[str, list[str]]
     description: str = ""
-    max_steps: int = 0
+    max_steps: int | None = 0
     finished: bool = False
     last_step: int | None = None
     recipe: dict = field(default_factory=dict)
@@ -150,7 +152,7 @@ def schedule_config(tracking: dict) -> TrackingConfig:
 def write_pair_files(
     out: str | Path,
     *,
-    max_steps: int,
+    max_steps: int | None,
     every: int = DEFAULT_EVERY,
     name: str | None = None,
     category: str = "optimization",
@@ -166,6 +168,8 @@ def write_pair_files(
 ) -> dict:
     """Write ``pair.json`` into ``out`` (created); return its content.
 
+    ``max_steps``: the arms' number of optimizer steps, or None for an open-ended pair (an
+    epoch-based loop that does not know it: the arms end where their writers ``finish``).
     ``name`` defaults to the folder's name; ``arms`` to ``{"a": ["a"], "b": ["b"]}`` (each
     arm's list of short labels, e.g. ``["attention=flash"]``); ``log``: the ``log`` section
     ``divergence watch`` sends its logs with (``{"wandb": false}`` for CSV only); ``stride``:
@@ -176,8 +180,13 @@ def write_pair_files(
     from divergence.pairfolder.arm_steps import MAX_STEP, check_stride
 
     out = Path(out)
-    if not isinstance(max_steps, int) or isinstance(max_steps, bool) or not 1 <= max_steps <= MAX_STEP:
-        raise UserInputError(f"max_steps={max_steps!r}: must be an integer >= 1 (the arms' number of optimizer steps)")
+    if max_steps is not None and (
+        not isinstance(max_steps, int) or isinstance(max_steps, bool) or not 1 <= max_steps <= MAX_STEP
+    ):
+        raise UserInputError(
+            f"max_steps={max_steps!r}: must be an integer >= 1 (the arms' number of optimizer steps), "
+            "or None (open-ended: the arms end where they finish)"
+        )
     if category not in CATEGORIES:
         raise UserInputError(f"category={category!r}: must be one of {', '.join(CATEGORIES)}")
     if not isinstance(replicate, int) or replicate < 0:
@@ -206,16 +215,19 @@ def write_pair_files(
 
 
 def finish_pair(out: str | Path, last_step: int | None, finished: bool) -> PairInfo:
-    """Mark the pair of folder ``out`` ended: ``pair.json``'s ``last_step`` and ``finished`` (every
-    other key, also the ones this version does not know, as read). The one place a pair folder is
-    finished: the lockstep trainer, ``LockstepPair``, ``divergence watch`` and ``divergence track``."""
+    """Mark the pair of folder ``out`` ended: ``pair.json``'s ``last_step`` and ``finished``, and an
+    open-ended pair's ``max_steps`` (its last step, once finished; every other key, also the ones
+    this version does not know, as read). The one place a pair folder is finished: the lockstep
+    trainer, ``LockstepPair``, ``divergence watch`` and ``divergence track``."""
     info = PairInfo.read(out)
     info.finished, info.last_step = finished, last_step
+    if info.max_steps is None and finished and last_step:
+        info.max_steps = last_step
     info.write(out)
     return info
 
 
-def ensure_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_EVERY, **kwargs) -> dict:
+def ensure_pair_files(out: str | Path, *, max_steps: int | None, every: int = DEFAULT_EVERY, **kwargs) -> dict:
     """The folder's ``pair.json``, written by ``write_pair_files`` when missing.
 
     The arm that starts first writes it; the other finds it and must agree on ``max_steps``,
@@ -227,7 +239,7 @@ def ensure_pair_files(out: str | Path, *, max_steps: int, every: int = DEFAULT_E
 
 
 def check_pair_files(
-    out: str | Path, *, max_steps: int, every: int = DEFAULT_EVERY, stride: int = 1, **kwargs
+    out: str | Path, *, max_steps: int | None, every: int = DEFAULT_EVERY, stride: int = 1, **kwargs
 ) -> dict | None:
     """``pair.json`` of ``out`` when it describes this pair, None when there is none; otherwise a
     ``UserInputError`` (another pair, or another length or schedule). Reads only."""
@@ -239,8 +251,9 @@ def check_pair_files(
     schedule = existing.get("tracking") or {}
     keep = check_keep(kwargs.get("keep"))  # given: both arms must agree (None: not given, joins any)
     saved_keep = (schedule.get("keep") or None) if keep is not None else None
+    saved_steps = existing.get("max_steps") if max_steps is not None else None  # None joins a finished open pair
     for key, now, saved in (
-        ("max_steps", max_steps, existing.get("max_steps")),
+        ("max_steps", max_steps, saved_steps),
         ("every", every, schedule.get("every", every)),
         ("stride", stride, schedule.get("stride", 1)),
         ("keep", keep, saved_keep),

@@ -30,7 +30,7 @@ class PairSchedule:
     """The pair of a folder as its readers follow it."""
 
     name: str
-    max_steps: int
+    max_steps: int | None  # None: an open-ended pair, whose last step is where its arms finish
     checkpoint_every: int
     tracking: TrackingConfig  # every, dense, the spike rule; probe enabled only with a pair.yaml
     log: LogConfig
@@ -45,6 +45,11 @@ class PairSchedule:
         return tracked_with_stride(
             step, self.stride, lambda t: is_tracked(t, self.max_steps, self.tracking, self.checkpoint_every)
         )
+
+    @property
+    def open_ended(self) -> bool:
+        """The arms' writers were not told their length: the last step is known once both finish."""
+        return self.max_steps is None
 
     def next_step(self, last: int | None) -> int:
         """The step recorded after ``last`` (None: nothing yet, so step 0)."""
@@ -80,7 +85,7 @@ def _from_pair_json(out: PairFolder, info: dict, config: dict | None) -> PairSch
         parsed = parse(TrackingConfig, {k: v for k, v in tracking.items() if k in _TRACKING_KEYS}, "tracking")
         checkpoint_every = int(tracking.get("checkpoint_every", train.get("checkpoint_every", 0)) or 0)
         log = parse(LogConfig, info.get("log", recipe.get("log")), "log")
-        max_steps = int(info["max_steps"])
+        max_steps = None if info["max_steps"] is None else int(info["max_steps"])
         name = str(info["name"])
         stride = check_stride(tracking.get("stride", 1), max_steps, "tracking.stride")
     except (KeyError, TypeError, ValueError) as err:

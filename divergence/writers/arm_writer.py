@@ -9,6 +9,11 @@
         writer.record(step, model, loss)         # the loss; the weights at tracked steps
     writer.finish()
 
+A loop that does not know its length (epochs over a stream, an early stop) leaves ``max_steps``
+out: ``ArmWriter(out, "a")``. The last step is then the one recorded last when ``finish()`` is
+called: ``finish`` saves its weights (the model last given to ``record``, or ``finish(model=...)``)
+and ``divergence watch`` ends the pair there (``pair.json``'s ``max_steps`` is null until then).
+
 Arm ``b`` runs the same loop (another process, another machine) into the same folder, and
 ``divergence watch runs/flash-vs-sdpa`` builds the pair's metrics store as both go.
 
@@ -33,7 +38,7 @@ What is checked (``divergence.pairfolder``, the rules every arm writer shares): 
 arm at a time (``<arm>/writer.lock``, refused naming the holder's pid; a crashed writer's lock
 is released by the OS), a folder of another pair (``pair.json`` with another name, category,
 arms or replicate) is refused, each step is an integer recorded once and in order from 0 to
-``max_steps`` (``arm_steps.check_step``), the loss is a number (NaN and infinities are stored
+``max_steps`` when given (``arm_steps.check_step``), the loss is a number (NaN and infinities are stored
 as such), and the weights of every tracked step hold the tensors of the first.
 """
 
@@ -71,7 +76,8 @@ class ArmWriter:
     ----------
     out : the pair folder both arms write into.
     arm : ``"a"`` or ``"b"``.
-    max_steps : the arm's number of optimizer steps (both arms the same).
+    max_steps : the arm's number of optimizer steps (both arms the same); None (default): not
+        known in advance, the last step is the one recorded when ``finish()`` is called.
     every : compare the arms' weights every ``every`` steps (and at step 0 and the last).
     start_step : the step this process resumes from (0 for a fresh start).
     resume : continue an arm folder that holds records of later steps from ``start_step`` 0
@@ -101,7 +107,7 @@ class ArmWriter:
         out: str | Path,
         arm: str,
         *,
-        max_steps: int,
+        max_steps: int | None = None,
         every: int = DEFAULT_EVERY,
         start_step: int = 0,
         resume: bool = False,
@@ -121,18 +127,14 @@ class ArmWriter:
         self.lock: ArmLock | None = None
         self.global_batch = check_global_batch(global_batch)
         self.schedule = schedule_config(tracking_schedule(every, dense=pair.get("dense", DENSE_DEFAULT)))
-        self.stride = check_stride(stride, max_steps, "ArmWriter") if isinstance(max_steps, int) else stride
-        start_step = check_step(
-            start_step,
-            expected=start_step,
-            max_steps=max_steps if isinstance(max_steps, int) else None,
-            where="ArmWriter(start_step=...)",
-        )
+        self.stride = check_stride(stride, max_steps, "ArmWriter")
+        start_step = check_step(start_step, expected=start_step, max_steps=max_steps, where="ArmWriter(start_step=...)")
         if start_step % self.stride:
             raise UserInputError(f"ArmWriter: start_step={start_step} is not a multiple of stride={self.stride}")
         self.journal = ArmJournal(self.folder, arm, max_steps=max_steps, stride=self.stride)  # status, losses, steps
         self.journal.resume_at(start_step, initial=start_step == 0)  # a fresh start records step 0 first
         self.saved_step: int | None = None  # the step whose weights ``save`` wrote last
+        self.last_model: tuple | None = None  # an open-ended arm: (step, model) given to ``record`` last
         if self.is_writer:
             self._open(start_step, resume, stride, pair)
 
@@ -175,6 +177,8 @@ class ArmWriter:
             check_loss(loss, where)
             value = loss_value(loss, where) if self.is_writer else None  # read (a device sync) where written
         if self.is_writer:
+            if self.max_steps is None and model is not None:
+                self.last_model = (step, model)
             if self.tracked(step) and self.saved_step != step:
                 if model is None:
                     raise UserInputError(f"{where}: step {step} is tracked; give the model (or its state dict)")
@@ -194,15 +198,42 @@ class ArmWriter:
         cpu = {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}  # copies: tied weights
         return save_weights(self.folder.weights(step), cpu, step=step, arm=self.arm, recipe={})
 
-    def finish(self, state: str | None = None) -> None:
+    def finish(self, state: str | None = None, model=None) -> None:
         """Mark the arm ``finished`` (all ``max_steps`` recorded) or ``failed``; call it once at the end.
 
-        It also releases the arm's lock: another process may write the arm after it.
+        Without ``max_steps`` the arm is finished at the step recorded last (step 0 alone: failed),
+        whose weights are saved here when the schedule did not: ``model``'s, else what ``record``
+        was given at that step, else the module last given to ``record`` (its weights as they are
+        now: call ``finish`` right after the last ``record``); a state dict given at an earlier
+        step may be a stale copy, so it is refused. It also releases the arm's lock: another
+        process may write the arm after it.
         """
         if not self.is_writer or self.lock is None or not self.lock.held:
             return
-        self.journal.end(state or ("finished" if self.last_step >= self.max_steps else "failed"), self.last_step)
+        try:
+            if state is None and self.max_steps is None and self.last_step > 0:
+                self._save_last(model)
+        except BaseException:
+            self.journal.end("failed", self.last_step)
+            self.lock.release()
+            raise
+        self.journal.end(state or ("finished" if self.last_step >= (self.max_steps or 1) else "failed"), self.last_step)
         self.lock.release()
+
+    def _save_last(self, model) -> None:
+        """An open-ended arm's last step is a compared one: its weights file, if not written yet."""
+        step = self.last_step
+        if self.saved_step == step or self.folder.weights(step).exists() and self.saved_step is None:
+            return  # saved by the schedule (or, after a restart at this very step, by the earlier attempt)
+        if model is None and self.last_model is not None:
+            given_at, given = self.last_model
+            model = given if given_at == step or isinstance(given, torch.nn.Module) else None
+        if model is None:
+            raise UserInputError(
+                f"ArmWriter.finish(): the last step {step} is compared but no model was given to record it; "
+                "call finish(model=...) with the model (or its state dict)"
+            )
+        self.save(step, self.weights(model))
 
     def __enter__(self) -> "ArmWriter":
         return self

@@ -244,6 +244,28 @@ def test_epochs_that_end_before_max_steps_end_the_pair(tmp_path):
     assert MetricsStore(tmp_path).steps() == list(range(batches + 1))
 
 
+class Stream(torch.utils.data.IterableDataset):
+    """A stream of unknown length (no ``__len__``): the Trainer cannot say where it ends."""
+
+    def __iter__(self):
+        yield from loader()
+
+
+def test_a_trainer_of_unknown_length_trains_an_open_ended_arm(tmp_path):
+    """No max_steps and an iterable dataset: the arms end where fit ends, and watch ends there too."""
+    batches = len(loader())
+    for arm, approximate in ARMS.items():
+        pl.seed_everything(0, verbose=False)
+        trainer(-1, [ArmCheckpoints(tmp_path, arm, every=3, dense=[])], max_epochs=1).fit(
+            build(0, approximate=approximate), torch.utils.data.DataLoader(Stream(), batch_size=None)
+        )
+    assert json.loads((tmp_path / "pair.json").read_text())["max_steps"] is None
+    assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir())[-1] == f"step_{batches:06d}.safetensors"
+    assert Comparator(tmp_path, log=False, progress=False, probe=FileProbe).run(poll=0.05, timeout=5) == 0
+    assert MetricsStore(tmp_path).steps() == list(range(batches + 1))
+    assert json.loads((tmp_path / "pair.json").read_text())["max_steps"] == batches
+
+
 def test_a_training_step_without_a_loss_is_named(tmp_path):
     class NoLoss(pl.LightningModule):
         def __init__(self, returns):

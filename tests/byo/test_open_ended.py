@@ -1,0 +1,105 @@
+"""``ArmWriter(out, arm)`` without ``max_steps``: a loop that does not know its length (epochs over
+a stream, an early stop). The last step is where ``finish()`` is called; ``watch`` ends the pair
+there and stores what it would have stored had the length been given."""
+
+import json
+
+import pytest
+import torch
+
+from divergence.cli import main
+from divergence.errors import UserInputError
+from divergence.pairfolder.layout import CHECKPOINTS_DIR
+from divergence.store import MetricsStore
+from divergence.writers import ArmWriter
+
+
+def train(out, arm, steps=7, lr=0.1, state_dicts=False, **options):
+    """SGD on a linear layer for ``steps`` steps; the writer is not told ``steps`` unless in ``options``."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 3)
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(1))
+    weights = (lambda: {k: v.clone() for k, v in net.state_dict().items()}) if state_dicts else (lambda: net)
+    with ArmWriter(out, arm, every=3, dense=[], log={"wandb": False}, **options) as writer:
+        writer.record(0, weights())
+        for step in range(1, steps + 1):
+            loss = net(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            writer.record(step, weights() if writer.tracked(step) else None, loss)
+    return net
+
+
+def watch(out, capsys):
+    code = main(["watch", str(out), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "20"])
+    return code, capsys.readouterr().err.strip()
+
+
+def saved_steps(folder):
+    return sorted(int(p.stem[5:]) for p in (folder / CHECKPOINTS_DIR).iterdir())
+
+
+def test_the_last_step_is_where_finish_is_called(tmp_path, capsys):
+    open_, known = tmp_path / "open", tmp_path / "known"
+    for out, options in ((open_, {}), (known, {"max_steps": 7})):
+        train(out, "a", **options)
+        assert json.loads((out / "pair.json").read_text())["max_steps"] == options.get("max_steps")
+        train(out, "b", lr=0.1001, **options)
+        assert watch(out, capsys) == (0, "")
+    assert saved_steps(open_ / "a") == [0, 3, 6, 7]  # the schedule's, and the last saved by finish()
+    info = json.loads((open_ / "pair.json").read_text())
+    assert (info["max_steps"], info["last_step"], info["finished"]) == (7, 7, True)
+    assert json.loads((open_ / "a" / "status.json").read_text())["state"] == "finished"
+    same = MetricsStore(known).step_records(), MetricsStore(open_).step_records()
+    assert [r["step"] for r in same[1] if r["tracked"]] == [0, 3, 6, 7]
+    assert same[0] == same[1]  # record for record what a writer told its length stores
+
+
+def test_keep_keeps_the_last_step_of_an_open_pair(tmp_path, capsys):
+    train(tmp_path, "a", steps=10, keep=2)
+    train(tmp_path, "b", steps=10, lr=0.1001, keep=2)
+    assert watch(tmp_path, capsys) == (0, "")
+    for arm in "ab":  # tracked 0, 3, 6, 9, 10: the 0th and 2nd kept, and the last
+        assert saved_steps(tmp_path / arm) == [0, 6, 10]
+
+
+def test_arms_that_end_at_different_steps_are_one_line(tmp_path, capsys):
+    train(tmp_path, "a", steps=5)
+    train(tmp_path, "b", steps=7, lr=0.1001)
+    code, err = watch(tmp_path, capsys)
+    assert code == 2 and "arm a finished at step 5, before step 6" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_a_stale_state_dict_is_not_saved_as_the_last_step(tmp_path):
+    """Copies handed to record at tracked steps: finish cannot know the last step's weights."""
+    with pytest.raises(UserInputError, match=r"last step 7 is compared .* finish\(model=...\)"):
+        train(tmp_path, "a", state_dicts=True)
+    assert json.loads((tmp_path / "a" / "status.json").read_text())["state"] == "failed"
+    assert saved_steps(tmp_path / "a") == [0, 3, 6]
+
+
+def test_finish_takes_the_model(tmp_path):
+    net = torch.nn.Linear(2, 2)
+    writer = ArmWriter(tmp_path, "a", every=5, dense=[])
+    writer.record(0, net)
+    writer.record(1, None, 0.5)
+    writer.finish(model=net.state_dict())
+    assert saved_steps(tmp_path / "a") == [0, 1]
+    status = json.loads((tmp_path / "a" / "status.json").read_text())
+    assert (status["state"], status["last_step"], status["max_steps"]) == ("finished", 1, None)
+
+
+def test_an_arm_that_recorded_only_step_0_has_failed(tmp_path):
+    writer = ArmWriter(tmp_path, "a")
+    writer.record(0, torch.nn.Linear(2, 2))
+    writer.finish()
+    assert json.loads((tmp_path / "a" / "status.json").read_text())["state"] == "failed"
+
+
+def test_an_arm_told_its_length_joins_only_a_pair_of_that_length(tmp_path):
+    train(tmp_path, "a")  # open-ended
+    with pytest.raises(UserInputError, match="the pair has max_steps=None, this arm max_steps=7"):
+        ArmWriter(tmp_path, "b", max_steps=7, every=3, dense=[])
