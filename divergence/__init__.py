@@ -23,6 +23,9 @@ import importlib
 from pathlib import Path
 
 from divergence.errors import CheckpointError, UserInputError
+from divergence.import_noise import silence_import_noise
+
+silence_import_noise()  # torchao's CPU-build kernel warnings and kin (logging filters only)
 
 __version__ = "0.1.0"
 

@@ -28,8 +28,6 @@ artifacts are cached across runs.
 from __future__ import annotations
 
 import dataclasses
-import logging
-import sys
 
 import torch
 
@@ -72,24 +70,6 @@ def fp8_hardware(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= FP8_MIN_CAPABILITY
 
 
-def import_torchao() -> None:
-    """Import torchao without its import-time warnings, once: "Failed to load ..._C_mxfp8.so /
-    _C_cutlass_90a.so" (CUDA kernels for MX formats and Hopper that a CPU build cannot load and the
-    FP8 / INT8 training used here does not call) and torch's deprecation notice for its enums
-    (``torch.utils._pytree``). Only those two loggers, only during the import; errors still show."""
-    if "torchao" in sys.modules:
-        return
-    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    try:
-        import torchao  # noqa: F401
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
-
-
 def convertible(module: torch.nn.Module) -> bool:
     """An ``nn.Linear`` whose input and output dimensions are multiples of 16."""
     return isinstance(module, torch.nn.Linear) and module.in_features % 16 == 0 and module.out_features % 16 == 0
@@ -98,7 +78,6 @@ def convertible(module: torch.nn.Module) -> bool:
 def convert_fp8(modules: dict[str, torch.nn.Module], recipe: str, emulate: bool) -> list[str]:
     """Swap every convertible linear layer of ``modules`` for torchao's ``Float8Linear`` with the
     ``recipe`` scaling; return the converted layers' names (``unet.<fqn>``)."""
-    import_torchao()
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     config = dataclasses.replace(Float8LinearConfig.from_recipe_name(recipe), emulate=emulate)
@@ -112,7 +91,6 @@ def convert_fp8(modules: dict[str, torch.nn.Module], recipe: str, emulate: bool)
 def convert_int8(modules: dict[str, torch.nn.Module]) -> list[str]:
     """Swap every convertible linear layer for ``Int8Linear`` (torchao's INT8 mixed-precision training
     linear, module swap: see the module docstring); return the converted layers' names."""
-    import_torchao()
     from torchao.prototype.quantized_training import int8_mixed_precision_training
 
     config = int8_mixed_precision_training(module_swap=True)
@@ -133,7 +111,6 @@ def int8_linear_class() -> type:
     its input and the output's gradient as 2-D (``A.view(-1, A.shape[-1])``), which fails on the
     transposed activations of an attention block; ``.contiguous()`` copies them first (same values)."""
     if not _INT8_LINEAR:
-        import_torchao()
         from torchao.prototype.quantized_training.int8_mixed_precision import (
             Int8MixedPrecisionTrainingLinear,
             _Int8MixedPrecisionTrainingLinearFunction,
@@ -159,7 +136,6 @@ def int8_linear_class() -> type:
 
 def fp8_layers(arm) -> list[str]:
     """The names of the arm's layers that compute in FP8 now (``Float8Linear``)."""
-    import_torchao()
     from torchao.float8.float8_linear import Float8Linear
 
     return [
