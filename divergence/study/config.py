@@ -65,6 +65,7 @@ STUDY_OVERRIDES = ("base=", "study=", "study.", "references.", "jobs=", "name=",
 REFERENCE_ROLES = ("seed", "precision", "control")
 NUMERICS = ("deployment", "base")
 PRECISION_AUTO = {"cuda": "pairs/fp16-vs-fp32.yaml", "cpu": "pairs/bf16-vs-fp32.yaml"}
+SHIPPED_RECIPES = Path(__file__).resolve().parents[1] / "recipes"  # auto's pairs, beside a recipe or shipped
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
         spec, note = references.get(role), ""
         if spec == "auto" and role == "precision":
             spec = PRECISION_AUTO["cuda" if device_type == "cuda" else "cpu"]
+            if existing_file(path.parent / spec) is None:  # a study recipe outside recipes/: the shipped pair
+                spec = str(SHIPPED_RECIPES / spec)
             note = (
                 ""
                 if device_type == "cuda"

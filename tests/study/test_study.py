@@ -40,6 +40,16 @@ def test_precision_auto_is_the_papers_fp16_pair_on_a_gpu():
     assert study.pairs[2].name == "fp16-vs-fp32" and not study.pairs[2].note
 
 
+def test_precision_auto_from_a_recipe_outside_recipes_is_the_shipped_pair(tmp_path):
+    """A copy of study.yaml in a folder of one's own (absolute base and study): auto still resolves."""
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        f"base: {RECIPES}/tiny.yaml\nstudy: {RECIPES}/pairs/fused-adamw.yaml\nreferences: {{precision: auto}}\n"
+    )
+    study = load_study(path)
+    assert [p.name for p in study.pairs] == ["fused-adamw", "bf16-vs-fp32"]
+
+
 def test_inline_study_pair_and_overrides():
     study = load_study(RECIPES / "study.yaml", ["study=pairs/fused-adamw.yaml", "references.control=null"])
     assert [p.name for p in study.pairs] == ["fused-adamw", "seed-vs-seed", "bf16-vs-fp32"]
