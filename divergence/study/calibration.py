@@ -28,7 +28,7 @@ from pathlib import Path
 
 from divergence.errors import RecipeError
 from divergence.config.schema import apply_overrides, load_yaml
-from divergence.study.config import PRECISION_AUTO, Study, _existing, _pair, study_name
+from divergence.study.config import Study, _existing, _pair, precision_auto, study_name
 
 CALIBRATION_KEYS = {
     "name",
@@ -96,7 +96,7 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
     for role in REFERENCE_ROLES:
         spec = references.get(role)
         if spec == "auto" and role == "precision":
-            spec = PRECISION_AUTO["cuda" if device_type == "cuda" else "cpu"]
+            spec = precision_auto(path, device_type)
         if spec:
             pairs.append(_pair(role, spec, path, shared))
     horizons = data.get("horizons", [100, 300])

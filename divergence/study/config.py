@@ -118,9 +118,7 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
     for role in REFERENCE_ROLES:
         spec, note = references.get(role), ""
         if spec == "auto" and role == "precision":
-            spec = PRECISION_AUTO["cuda" if device_type == "cuda" else "cpu"]
-            if existing_file(path.parent / spec) is None:  # a study recipe outside recipes/: the shipped pair
-                spec = str(SHIPPED_RECIPES / spec)
+            spec = precision_auto(path, device_type)
             note = (
                 ""
                 if device_type == "cuda"
@@ -148,6 +146,13 @@ def study_name(data: dict, path: Path) -> str:
     """The recipe's ``name`` (default: the file's stem), held to the one name rule: it names the
     study's folder (``runs/<name>``) and, through ``launch --study``, every SLURM job."""
     return check_name(data.get("name", path.stem), f"{path}: name", "study name", "the study's folder and its jobs")
+
+
+def precision_auto(recipe_path: Path, device_type: str) -> str:
+    """``references.precision: auto``: fp16-vs-fp32 on a GPU, bf16-vs-fp32 on a CPU, the pair file
+    beside the recipe (``recipes/pairs/``), else the shipped one (a recipe in a folder of one's own)."""
+    spec = PRECISION_AUTO["cuda" if device_type == "cuda" else "cpu"]
+    return spec if existing_file(recipe_path.parent / spec) is not None else str(SHIPPED_RECIPES / spec)
 
 
 def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "", key: str | None = None) -> StudyPair:
