@@ -61,6 +61,21 @@ def test_a_ladder_that_is_not_dose_like_fails(calibration):
     assert not bad["criteria"]["recovery"]["pass"] and not bad["passed"]
 
 
+def test_recovery_is_checked_above_the_arithmetic_floor():
+    """Rounding acts as a dose f of its own (E ~ eps + f): the lowest dose measures f, and recovery
+    is checked where f adds at most 0.04 dex (the tiny recipe: f ~ 1e-6 against a ladder from 1e-6)."""
+    floored = evaluate(ladder(lambda eps: eps + 2e-9 if eps else 0.0), seeds())
+    recovery = floored["criteria"]["recovery"]
+    assert recovery["floor_eps"] == pytest.approx(2e-9, rel=0.15)  # the synthetic ladder has its noise
+    assert recovery["below_floor"] == [1e-9, 1e-8] and recovery["doses"] == [1e-7, 1e-6, 1e-5]
+    assert recovery["pass"] and recovery["value"] < 0.02  # 1e-7 is 2e-9 above its truth: 0.009 dex
+
+
+def test_a_ladder_without_a_floor_checks_every_dose(calibration):
+    recovery = calibration["criteria"]["recovery"]
+    assert recovery["floor_eps"] < 1e-10 and recovery["below_floor"] == [] and len(recovery["doses"]) == 5
+
+
 def test_horizons_beyond_the_runs_are_evaluated_at_the_last_step():
     short = evaluate(ladder(replicates=3, horizon=150), seeds(3, 150), horizons=(100, 300))
     assert short["horizons_used"] == [100, 150] and "horizon 300 exceeds the runs' 150 steps" in short["notes"][0]
