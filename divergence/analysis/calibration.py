@@ -363,6 +363,19 @@ def equivalent_dose(calibration: dict, log10_ratio_vs_reference: float, referenc
     return float(10**log_eps)
 
 
+def reference_doses(calibration: dict) -> dict[str, float]:
+    """Each reference the calibration placed (``references``), as its own equivalent dose: the
+    relative gradient noise per step that perturbs training as much as that reference does."""
+    doses = {name: equivalent_dose(calibration, 0.0, name) for name in calibration.get("references") or {}}
+    return {name: dose for name, dose in doses.items() if dose is not None}
+
+
+def floor_dose(calibration: dict) -> float | None:
+    """The arithmetic floor f the ladder measured (``criteria.recovery.floor_eps``), None when absent or 0."""
+    floor = ((calibration.get("criteria") or {}).get("recovery") or {}).get("floor_eps")
+    return floor if isinstance(floor, (int, float)) and floor > 0 else None
+
+
 def _dose_dict(e: float, truth: float, per_h: dict) -> dict:
     first = next(iter(per_h.values()))[e]
     p = first["pooled"]

@@ -250,10 +250,14 @@ def _num(x):
 def _calibration_dict(calibration: dict | None) -> dict | None:
     if calibration is None:
         return None
+    from divergence.analysis.calibration import floor_dose, reference_doses
+
     return {
         "recipe": calibration.get("recipe"),
         "line": calibration.get("line"),
         "criteria": {k: c.get("pass") for k, c in (calibration.get("criteria") or {}).items()},
+        "reference_doses": reference_doses(calibration),
+        "floor_eps": floor_dose(calibration),
     }
 
 

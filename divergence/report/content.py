@@ -288,6 +288,18 @@ def calibration_text(analysis: Analysis) -> list[str]:
         for v in analysis.verdicts
         if v.equivalent_dose is not None
     ]
+    from divergence.analysis.calibration import floor_dose, reference_doses
+
+    out += [
+        f"{name} (reference): perturbs training like a relative gradient noise of {dose:.1g} per step."
+        for name, dose in reference_doses(c).items()
+    ]
+    floor = floor_dose(c)
+    if floor is not None:
+        out.append(
+            f"The ladder's floor: the arms' own rounding, once they differ, acts like a relative gradient "
+            f"noise of about {floor:.1g} per step; a pair below it is indistinguishable from rounding."
+        )
     return out
 
 

@@ -100,6 +100,23 @@ def test_the_report_states_the_equivalent_dose_for_the_same_recipe(calibration):
     assert other.equivalent_dose is None and any("another recipe" in c for c in other.caveats)
 
 
+def test_the_report_states_the_references_own_dose_and_the_floor(calibration):
+    """The precision reference placed on the ladder is a dose too (1e-5 here), and the floor is said."""
+    from divergence.analysis.calibration import reference_doses
+    from divergence.report.content import calibration_text
+
+    pairs = [p.__class__(**{**p.__dict__, "recipe": RECIPE}) for p in dose_study(horizon=300)]
+    precision = [p for p in pairs if p.category == "precision"]
+    placed = place_reference(calibration, precision, None)
+    placed["criteria"] = {**placed["criteria"], "recovery": {**placed["criteria"]["recovery"], "floor_eps": 2e-9}}
+    analysis = analyze(pairs, n_boot=100, calibration=placed)
+    doses = reference_doses(analysis.calibration)
+    assert abs(math.log10(doses[precision[0].name]) - (-5)) < 0.25
+    text = "\n".join(calibration_text(analysis))
+    assert f"{precision[0].name} (reference): perturbs training like a relative gradient noise of 1e-05" in text
+    assert "rounding, once they differ, acts like a relative gradient noise of about 2e-09 per step" in text
+
+
 def test_the_recipe_identity_leaves_out_what_the_arms_variants_set():
     ladder_arm = {**RECIPE, "train": {**RECIPE["train"], "grad_noise": 1e-3}}
     flash_arm = {**RECIPE, "attention": {"name": "sdpa-flash"}, "train": {**RECIPE["train"], "precision": "bf16-mixed"}}
