@@ -20,8 +20,10 @@ from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.config.schema import to_dict
 from divergence.variants.deployment import arm_numerics, outside_deployment
 
-# Recipe sections that decide the inputs: both arms must agree on them to share one batch.
-SHARED_INPUTS = ("data", "noise", "model.tokenizer", "model.vae", "train.batch_size", "train.max_steps")
+# Recipe sections that decide the inputs: both arms must agree on them to share one batch. The
+# batch itself is the step's global batch, batch_size x accumulate examples (``data.batches``): arms
+# that split it differently (4 micro-batches of 4 against one of 16) see the same examples.
+SHARED_INPUTS = ("data", "noise", "model.tokenizer", "model.vae", "train.max_steps")
 
 
 def pair_module(pair: PairRecipe, arms: tuple[str, ...] = ARMS):
@@ -109,6 +111,13 @@ def check_shared_inputs(pair: PairRecipe) -> None:
                 f"arms differ in {key}, which decides the shared inputs; a pair must train on "
                 "identical batches (change it in the base recipe for both arms)"
             )
+    sizes = {arm: (r.train.accumulate, r.train.batch_size) for arm, r in pair.arm_recipes.items()}
+    if len({k * b for k, b in sizes.values()}) > 1:
+        said = ", ".join(f"arm {arm} {k}x{b} = {k * b}" for arm, (k, b) in sizes.items())
+        raise RecipeError(
+            f"arms differ in the global batch (train.accumulate x train.batch_size: {said}), which decides "
+            "the shared inputs; a pair must train on identical batches (the same product for both arms)"
+        )
 
 
 def _get(data: dict, dotted: str):

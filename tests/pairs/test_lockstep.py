@@ -11,7 +11,7 @@ from divergence.cli import main
 from divergence.errors import TrainingDiverged
 from divergence.training.lockstep import train_pair
 
-from .helpers import pair_recipe, step_records, store_lines, wandb_history
+from .helpers import PAIR_FAST, PAIRS, pair_recipe, step_records, store_lines, wandb_history
 
 
 def test_control_pair_is_exactly_zero_at_every_step(tmp_path):
@@ -136,3 +136,27 @@ def test_shadow_attention_logs_per_layer_output_deviation(tmp_path):
     layers = {r["layer"] for r in lines}
     assert any("attn1" in name for name in layers) and any("attn2" in name for name in layers)
     assert all(0 <= r["mean_abs_diff"] <= r["max_abs_diff"] < 1e-3 and r["calls"] >= 1 for r in lines)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in PAIRS.glob("*.yaml")))
+def test_every_shipped_pair_shares_its_inputs(name):
+    """The atlas's first full run died on grad-accumulation (4x4 vs 1x16 compared batch_size, not the
+    global batch): every shipped pair passes the check the trainer makes before anything trains."""
+    from divergence.training.pair_setup import check_shared_inputs
+
+    check_shared_inputs(pair_recipe(name))
+
+
+def test_a_pair_whose_global_batches_differ_is_refused(tmp_path, capsys):
+    args = ["arms.a=[{grad-accumulation: 2x4}]", "arms.b=[{grad-accumulation: 1x4}]"]
+    code = main(["train", "--recipe", str(PAIRS / "grad-accumulation.yaml"), "--out", str(tmp_path / "r"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and "global batch (train.accumulate x train.batch_size: arm a 2x4 = 8, arm b 1x4 = 4)" in err, err
+
+
+def test_grad_accumulation_trains_as_a_pair(tmp_path):
+    """4 micro-batches of 1 against one batch of 4, two steps through divergence train."""
+    args = [*PAIR_FAST, "train.max_steps=2", "arms.a=[{grad-accumulation: 4x1}]", "arms.b=[{grad-accumulation: 1x4}]"]
+    assert main(["train", "--recipe", str(PAIRS / "grad-accumulation.yaml"), "--out", str(tmp_path / "r"), *args]) == 0
+    steps = step_records(tmp_path / "r")
+    assert sorted(steps) == [0, 1, 2] and 0 < steps[2]["wasserstein"]
