@@ -196,9 +196,10 @@ class Comparator:
         return why if confirmed else None
 
     def _end_when_finished(self, statuses: dict) -> None:
-        """An open-ended pair whose arms have both ended: its last step is the later of theirs (an
-        arm that ended before it is then a stall, said as for any pair)."""
-        ends = [s.last_step for s in statuses.values() if s is not None and s.state in ENDED]
+        """An open-ended pair whose arms have both finished: its last step is the later of theirs (an
+        arm that ended before it is then a stall, said as for any pair). An arm that failed ends
+        nothing: the steps after its last are a stall, as for a pair of known length."""
+        ends = [s.last_step for s in statuses.values() if s is not None and s.state == "finished"]
         if len(ends) < len(ARMS) or any(end is None for end in ends):
             return
         end = max(ends)
@@ -240,7 +241,8 @@ class Comparator:
             seen = {arm: feed.losses() for arm, feed in self.feeds.items()}
             if step > 0 and any(step not in seen[arm] for arm in ARMS):
                 return None
-            if self.pair.open_ended and not any(step + self.pair.stride in seen[arm] for arm in ARMS):
+            ended = all(s is not None and s.state in ENDED for s in statuses.values())
+            if self.pair.open_ended and not ended and not any(step + self.pair.stride in seen[arm] for arm in ARMS):
                 return None  # it may be the last step, a compared one: known when an arm moves on or both end
             losses = {arm: seen[arm][step] for arm in ARMS} if step > 0 else None
         tracked = self.pair.tracked(step)

@@ -103,3 +103,21 @@ def test_an_arm_told_its_length_joins_only_a_pair_of_that_length(tmp_path):
     train(tmp_path, "a")  # open-ended
     with pytest.raises(UserInputError, match="the pair has max_steps=None, this arm max_steps=7"):
         ArmWriter(tmp_path, "b", max_steps=7, every=3, dense=[])
+
+
+def test_arms_that_failed_end_nothing(tmp_path, capsys):
+    """Both arms crashed after step 3: the steps they wrote are stored, step 4 is a stall (exit 2),
+    and the pair is not marked finished at a crash."""
+    for arm, lr in (("a", 0.1), ("b", 0.1001)):
+        with pytest.raises(RuntimeError, match="crash"):
+            with ArmWriter(tmp_path, arm, every=3, dense=[]) as writer:
+                net = torch.nn.Linear(2, 2)
+                writer.record(0, net)
+                for step in (1, 2, 3):
+                    writer.record(step, net if writer.tracked(step) else None, lr * step)
+                raise RuntimeError("crash")
+    code, err = watch(tmp_path, capsys)
+    assert code == 2 and "arm a failed at step 3, before step 4" in err
+    assert MetricsStore(tmp_path).steps() == [0, 1, 2, 3]
+    info = json.loads((tmp_path / "pair.json").read_text())
+    assert (info["max_steps"], info["finished"]) == (None, False)
