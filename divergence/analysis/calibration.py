@@ -80,6 +80,9 @@ _VOLATILE = {
     "tf32",
     "adamw_impl",
 }
+# what the atlas's variants set, read as the base has them (kept in the identity at these values,
+# so a base recipe's identity is the same as before these variants existed)
+_AS_BASE = {"fp8": None, "int8": False, "compile": False, "gradient_checkpointing": False}
 
 
 def recipe_identity(recipe: dict) -> dict:
@@ -88,12 +91,24 @@ def recipe_identity(recipe: dict) -> dict:
 
     def strip(node):
         if isinstance(node, dict):
+            node = {**node, **{k: v for k, v in _AS_BASE.items() if k in node}}
             return {k: strip(v) for k, v in sorted(node.items()) if k not in _VOLATILE}
         return node
 
-    kept = strip(recipe or {})
+    kept = strip(_global_batch(recipe or {}))
     digest = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return {"id": digest, "sections": sorted(kept)}
+
+
+def _global_batch(recipe: dict) -> dict:
+    """The step's examples as one batch (``batch_size x accumulate``, accumulate 1): 4 micro-batches
+    of 4 train on the global batch of one batch of 16 (the ``grad-accumulation`` variant's arm)."""
+    train = recipe.get("train")
+    if not isinstance(train, dict) or not isinstance(train.get("accumulate"), int) or train["accumulate"] == 1:
+        return recipe
+    if not isinstance(train.get("batch_size"), int):
+        return recipe
+    return {**recipe, "train": {**train, "batch_size": train["batch_size"] * train["accumulate"], "accumulate": 1}}
 
 
 def evaluate(

@@ -121,6 +121,24 @@ def test_the_recipe_identity_leaves_out_what_the_arms_variants_set():
     ladder_arm = {**RECIPE, "train": {**RECIPE["train"], "grad_noise": 1e-3}}
     flash_arm = {**RECIPE, "attention": {"name": "sdpa-flash"}, "train": {**RECIPE["train"], "precision": "bf16-mixed"}}
     assert recipe_identity(ladder_arm) == recipe_identity(flash_arm) == recipe_identity(RECIPE)
+
+
+def test_the_atlas_variants_arms_are_the_calibrated_recipe():
+    """fp8 / int8 / compile / checkpointing arms, and 4 micro-batches of 4 against a batch of 16, are
+    the base recipe's calibration (the first atlas had no equivalent dose for them)."""
+    base = {  # every key present, as in a resolved recipe
+        "model": {**RECIPE["model"], "gradient_checkpointing": False},
+        "train": {**RECIPE["train"], "batch_size": 16, "accumulate": 1, "fp8": None, "compile": False},
+    }
+    arms = [
+        {**base, "train": {**base["train"], "fp8": "tensorwise", "precision": "bf16-mixed"}},
+        {**base, "train": {**base["train"], "compile": True}},
+        {**base, "train": {**base["train"], "batch_size": 4, "accumulate": 4}},
+        {**base, "model": {**base["model"], "gradient_checkpointing": True}},
+    ]
+    assert {recipe_identity(arm)["id"] for arm in arms} == {recipe_identity(base)["id"]}
+    other = {**base, "train": {**base["train"], "batch_size": 4, "accumulate": 2}}  # another global batch
+    assert recipe_identity(other) != recipe_identity(base)
     assert recipe_identity({**RECIPE, "train": {**RECIPE["train"], "lr": 1e-4}}) != recipe_identity(RECIPE)
 
 
