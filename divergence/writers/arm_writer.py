@@ -119,6 +119,11 @@ class ArmWriter:
     ):
         if arm not in ARMS:
             raise UserInputError(f"arm={arm!r}: must be one of {', '.join(ARMS)}")
+        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+            raise UserInputError(
+                f"max_steps={max_steps!r}: must be an integer >= 1, or None (the last step is the one "
+                "recorded when finish() is called)"
+            )
         self.out, self.arm, self.max_steps, self.every = Path(out), arm, max_steps, every
         self.pair_folder = PairFolder(out)
         self.folder = self.pair_folder.arm(arm)

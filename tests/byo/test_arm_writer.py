@@ -83,8 +83,9 @@ def test_a_restarted_arm_cuts_what_it_recomputes(tmp_path):
 def test_mistakes_are_named(tmp_path):
     with pytest.raises(UserInputError, match="arm='c'"):
         ArmWriter(tmp_path, "c", max_steps=3)
-    with pytest.raises(UserInputError, match="max_steps=0"):
-        ArmWriter(tmp_path, "a", max_steps=0)
+    for bad in (0, "10", 2.0, True):
+        with pytest.raises(UserInputError, match=f"max_steps={bad!r}: must be an integer >= 1, or None"):
+            ArmWriter(tmp_path, "a", max_steps=bad)
     writer = ArmWriter(tmp_path, "a", max_steps=3, every=1)
     with pytest.raises(UserInputError, match=r"call record\(0, model\)"):
         writer.record(1, net(), 0.5)
