@@ -117,46 +117,63 @@ def render_html(atlas: dict, figure: Path) -> str:
 
 def draw_figure(atlas: dict, path: Path) -> Path:
     """log10 dose ratio (with its interval) against speed-up (arm b's step time over arm a's), one
-    point per row that has both; the precision reference (0) and each backbone's seed ceiling
-    marked; the rows without a point named under the axes."""
+    point per row that has both, one panel per backbone (shared axes); the precision reference (0)
+    and the backbone's seed ceiling marked; labels nudged apart; the rows without a point named
+    under the axes."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     placed = [r for r in atlas["rows"] if _placeable(r)]
-    fig = Figure(figsize=(7.5, 5.5))
-    ax = fig.subplots()
-    markers = {"unet": "o", "dit": "s"}
-    for row in placed:
-        dose, speedup = row["dose_ratio"], 1.0 / row["cost"]["time_ratio"]
-        lo, hi = dose.get("lo"), dose.get("hi")
-        yerr = [[dose["log10"] - lo], [hi - dose["log10"]]] if lo is not None and hi is not None else None
-        ax.errorbar([speedup], [dose["log10"]], yerr=yerr, fmt=markers.get(row["backbone"], "^"), capsize=3)
-        ax.annotate(
-            f"{row['optimization']} ({row['backbone']})",
-            (speedup, dose["log10"]),
-            fontsize=8,
-            xytext=(4, 4),
-            textcoords="offset points",
-        )
-    ax.axhline(0.0, color="k", lw=1, label="precision reference (0 dex)")
-    for backbone, info in atlas.get("backbones", {}).items():
-        if info.get("seed_ceiling") is not None:
-            color = "tab:red" if backbone == "unet" else "tab:purple"
-            ax.axhline(info["seed_ceiling"], ls="--", lw=1, color=color, label=f"seed ceiling ({backbone})")
-    ax.set_xscale("log")
-    ax.margins(x=0.3, y=0.15)  # room for the labels at the ends
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("speed-up: step time of arm b / arm a (per step, median)")
-    ax.set_ylabel("log10 dose ratio vs precision reference")
-    ax.set_title("Deviation against speed-up")
-    ax.legend(fontsize=8, loc="best")
+    backbones = list(dict.fromkeys(r["backbone"] for r in placed)) or ["unet"]
+    fig = Figure(figsize=(6 * len(backbones), 5.5))
+    axes = fig.subplots(1, len(backbones), sharex=True, sharey=True, squeeze=False)[0]
+    for ax, backbone in zip(axes, backbones):
+        rows = [r for r in placed if r["backbone"] == backbone]
+        for row in rows:
+            dose, speedup = row["dose_ratio"], 1.0 / row["cost"]["time_ratio"]
+            lo, hi = dose.get("lo"), dose.get("hi")
+            yerr = [[dose["log10"] - lo], [hi - dose["log10"]]] if lo is not None and hi is not None else None
+            ax.errorbar([speedup], [dose["log10"]], yerr=yerr, fmt="o", capsize=3)
+        ax.axhline(0.0, color="k", lw=1, label="precision reference (0 dex)")
+        ceiling = atlas.get("backbones", {}).get(backbone, {}).get("seed_ceiling")
+        if ceiling is not None:
+            ax.axhline(ceiling, ls="--", lw=1, color="tab:red", label="seed ceiling")
+        ax.set_xscale("log")
+        ax.margins(x=0.3, y=0.15)  # room for the labels at the ends
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("speed-up: step time of arm b / arm a (per step, median)")
+        ax.set_title(f"{backbone}: deviation against speed-up")
+        ax.legend(fontsize=8, loc="lower left")
+        _labels(fig, ax, [(r["optimization"], 1.0 / r["cost"]["time_ratio"], r["dose_ratio"]["log10"]) for r in rows])
+    axes[0].set_ylabel("log10 dose ratio vs precision reference")
     left = [f"{r['optimization']} ({r['backbone']}): {r['status']}" for r in atlas["rows"] if not _placeable(r)]
     if left:
         fig.text(0.01, 0.01, "not placed: " + "; ".join(left), fontsize=6, wrap=True)
     fig.tight_layout(rect=(0, 0.06 if left else 0, 1, 1))
     fig.savefig(path, dpi=110)
     return path
+
+
+def _labels(fig, ax, points: list[tuple[str, float, float]], height: float = 11.0) -> None:
+    """Each point's name beside it, moved down in steps of one line until it overlaps no name
+    placed before it (greedy, in display pixels, from the top point down)."""
+    fig.canvas.draw()  # the axes' limits and transforms as drawn
+    taken: list[tuple[float, float, float]] = []  # (x0, x1, y) of the names placed, in pixels
+    for name, x, y in sorted(points, key=lambda p: -p[2]):
+        px, py = ax.transData.transform((x, y))
+        width, shift = 6.0 * len(name), 0.0
+        while any(abs(py + shift - ty) < height and px < tx1 and tx0 < px + width for tx0, tx1, ty in taken):
+            shift -= height
+        taken.append((px, px + width, py + shift))
+        ax.annotate(
+            name,
+            (x, y),
+            xytext=(5, 3 + shift),
+            textcoords="offset points",
+            fontsize=8,
+            arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.5"} if shift else None,
+        )
 
 
 def _placeable(row: dict) -> bool:

@@ -127,3 +127,23 @@ def test_bad_names_are_one_line():
     with pytest.raises(UserInputError, match="--backbone vit: unknown backbone; known: unet, dit"):
         backbones("vit")
     assert [o.name for o in select(["flash", "fp8-tensorwise"])] == ["fp8-tensorwise", "flash"]
+
+
+def test_names_of_points_that_sit_together_are_moved_apart():
+    """Compile, accumulation and fused AdamW sat on one spot in the first atlas's figure."""
+    from matplotlib.figure import Figure
+
+    from divergence.atlas.render import _labels
+
+    fig = Figure()
+    ax = fig.subplots()
+    ax.set_xlim(0.1, 10)
+    ax.set_ylim(-5, 5)
+    _labels(
+        fig,
+        ax,
+        [("compile", 1.0, -3.3), ("grad-accumulation", 1.01, -3.35), ("fused-adamw", 1.0, -3.4), ("far", 0.2, 4)],
+    )
+    offsets = {t.get_text(): t.xyann[1] for t in ax.texts}
+    assert offsets["compile"] == offsets["far"] == 3  # the top one and one alone stay beside their point
+    assert len({offsets[n] for n in ("compile", "grad-accumulation", "fused-adamw")}) == 3
