@@ -241,9 +241,8 @@ class Comparator:
             seen = {arm: feed.losses() for arm, feed in self.feeds.items()}
             if step > 0 and any(step not in seen[arm] for arm in ARMS):
                 return None
-            ended = all(s is not None and s.state in ENDED for s in statuses.values())
-            if self.pair.open_ended and not ended and not any(step + self.pair.stride in seen[arm] for arm in ARMS):
-                return None  # it may be the last step, a compared one: known when an arm moves on or both end
+            if self.pair.open_ended and self._may_be_last(step, seen, statuses):
+                return None
             losses = {arm: seen[arm][step] for arm in ARMS} if step > 0 else None
         tracked = self.pair.tracked(step)
         found = {}
@@ -264,6 +263,12 @@ class Comparator:
             taken={arm: taken for arm, (_, taken) in found.items()},
             order=order,
         )
+
+    def _may_be_last(self, step: int, seen: dict, statuses: dict) -> bool:
+        """An open-ended pair's ``step`` may be its last (a compared one) until an arm has recorded
+        past it or both arms have ended."""
+        ended = all(s is not None and s.state in ENDED for s in statuses.values())
+        return not ended and not any(step + self.pair.stride in seen[arm] for arm in ARMS)
 
     def _follow_restarts(self, statuses: dict) -> None:
         """An arm restarted from step G: drop stored steps after G (they are recomputed)."""

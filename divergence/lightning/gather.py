@@ -60,9 +60,9 @@ def max_steps(trainer, per_batch: int = 1, required: bool = True) -> int | None:
     if epochs is not None and epochs >= 0 and batches != math.inf:
         epoch_steps = math.ceil(batches / trainer.accumulate_grad_batches) * max(epochs, 1) * per_batch
         steps = min(steps, epoch_steps)
-    if (steps == math.inf or steps < 1) and not required:
-        return None  # open-ended: the last step is where training ends (``ArmWriter`` without max_steps)
     if steps == math.inf or steps < 1:
+        if not required:
+            return None  # open-ended: the last step is where training ends (``ArmWriter`` without max_steps)
         raise UserInputError(
             "the Trainer has no finite length: give Trainer(max_steps=N) or max_epochs "
             "with a sized dataloader, so both arms know their last step"

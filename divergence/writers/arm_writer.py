@@ -228,7 +228,7 @@ class ArmWriter:
     def _save_last(self, model) -> None:
         """An open-ended arm's last step is a compared one: its weights file, if not written yet."""
         step = self.last_step
-        if self.saved_step == step or self.folder.weights(step).exists() and self.saved_step is None:
+        if self.saved_step == step or (self.saved_step is None and self.folder.weights(step).exists()):
             return  # saved by the schedule (or, after a restart at this very step, by the earlier attempt)
         if model is None and self.last_model is not None:
             given_at, given = self.last_model
