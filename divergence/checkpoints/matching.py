@@ -4,7 +4,9 @@ Names are normalized in three steps before they are matched:
 
 1. wrapper components that never name a real module are dropped wherever they occur:
    ``_orig_mod`` (torch.compile), ``_fsdp_wrapped_module`` (FSDP),
-   ``_checkpoint_wrapped_module`` (activation checkpointing);
+   ``_checkpoint_wrapped_module`` (activation checkpointing); a file holding two names that
+   become one (``w`` and ``_orig_mod.w``) is refused, as a ``--map`` that renames two tensors
+   to one is;
 2. a leading component that every name on one side shares (``model.`` from a Lightning
    module, ``module.`` from DDP, ``unet.``) is stripped from that side when doing so matches
    more names with the other side; repeated while it helps;
@@ -82,8 +84,7 @@ def match_tensors(
 ) -> Match:
     rules = parse_maps(maps) if maps and isinstance(maps[0], str) else (maps or [])
     excludes = parse_excludes(exclude)
-    names_a = {_drop_wrappers(n): n for n in a.names}
-    names_b = {_drop_wrappers(n): n for n in b.names}
+    names_a, names_b = _without_wrappers(a), _without_wrappers(b)
     names_a, names_b, stripped_a, stripped_b = _strip_common_prefixes(names_a, names_b)
     names_a, names_b = _apply_maps(names_a, rules, a), _apply_maps(names_b, rules, b)
     match = Match(pairs=[], stripped_a=stripped_a, stripped_b=stripped_b)
@@ -117,6 +118,23 @@ def _set_aside(names_a: dict, names_b: dict, excludes: list[re.Pattern], match: 
             names_a.pop(name, None)
             names_b.pop(name, None)
     return names_a, names_b
+
+
+def _without_wrappers(source: TensorSource) -> dict:
+    """``{name without wrapper components: original name}``; two names that become one (``w`` and
+    ``_orig_mod.w`` in one file) are refused, as ``--map`` renaming two tensors to one is: keeping
+    either would compare a tensor chosen by key order."""
+    names: dict[str, str] = {}
+    for original in source.names:
+        name = _drop_wrappers(original)
+        if name in names:
+            raise CheckpointError(
+                f"{source.path}: holds both {names[name]!r} and {original!r}, which are the same tensor "
+                f"{name!r} once wrapper components ({', '.join(WRAPPER_COMPONENTS)}) are dropped; "
+                "save one model's state dict per file"
+            )
+        names[name] = original
+    return names
 
 
 def _drop_wrappers(name: str) -> str:

@@ -84,3 +84,21 @@ def test_shape_mismatch_and_intersection():
 def test_nothing_in_common_is_an_error_even_with_intersection():
     with pytest.raises(CheckpointError, match="no tensor names in common"):
         match_tensors(_src(["a.weight", "b.weight"]), _src(["c.bias", "d.bias"]), intersection=True)
+
+
+@pytest.mark.parametrize("order", [("w", "_orig_mod.w"), ("_orig_mod.w", "w")])
+def test_two_names_that_lose_a_wrapper_into_one_are_refused_in_either_order(tmp_path, capsys, order):
+    """``w`` and ``_orig_mod.w`` in one file: before, the last in key order silently won."""
+    from safetensors.torch import save_file
+
+    from divergence.cli import main
+
+    values = {"w": torch.zeros(2), "_orig_mod.w": torch.ones(2)}
+    a = _src(order)
+    with pytest.raises(CheckpointError, match="holds both .* same tensor 'w'"):
+        match_tensors(a, _src(["w"]))
+    save_file({name: values[name] for name in order}, str(tmp_path / "a.safetensors"))
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "b.safetensors"))
+    assert main(["compare", str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a.safetensors" in err[0] and "'_orig_mod.w'" in err[0]
