@@ -13,6 +13,9 @@ The header is validated as strictly as the reference library (``safetensors`` 0.
   uses NaN/Infinity;
 - an entry's dtype is unknown, its shape is not a list of non-negative integers below 2^63,
   or its offsets are not two integers ``begin <= end``;
+- the product of its dimensions, taken left to right, passes 2^63-1 at any point (the
+  reference's ``checked_mul`` fold; ``[2^62, 2^62, 0]`` holds no element but no tensor
+  library can build that shape);
 - ``end - begin`` differs from ``prod(shape) * itemsize``;
 - the tensors, sorted by offset, do not tile the data exactly: a gap or an overlap between
   two tensors, or bytes after the last one (the reference's ``InvalidOffset`` and
@@ -174,6 +177,10 @@ def _parse_entry(path: Path, name: str, entry) -> tuple[TensorInfo, tuple[int, i
         and offsets[0] <= offsets[1]
     ):
         raise CheckpointError(f"{where}: data_offsets must be two integers begin <= end, got {str(offsets)[:80]}")
+    if _overflows(shape):
+        raise CheckpointError(
+            f"{where}: shape {str(shape)[:80]} overflows: the product of its dimensions passes 2^63-1"
+        )
     torch_dtype = DTYPES[dtype]
     expected = math.prod(shape) * torch_dtype.itemsize
     if offsets[1] - offsets[0] != expected:
@@ -181,6 +188,16 @@ def _parse_entry(path: Path, name: str, entry) -> tuple[TensorInfo, tuple[int, i
             f"{where}: {offsets[1] - offsets[0]} bytes for shape {shape} {dtype} (expected {expected})"
         )
     return TensorInfo(tuple(shape), torch_dtype), (offsets[0], offsets[1])
+
+
+def _overflows(shape: list[int]) -> bool:
+    """Whether multiplying the dimensions in order ever passes ``MAX_DIM`` (a later 0 does not undo it)."""
+    count = 1
+    for d in shape:
+        count *= d
+        if count > MAX_DIM:
+            return True
+    return False
 
 
 def _is_count(value, largest: int) -> bool:

@@ -43,6 +43,7 @@ def _reference_refuses(path):
         ({"a": {"dtype": "F32", "shape": ["2"], "data_offsets": [0, 8]}}, 8, "shape must be a list of integers"),
         ({"a": {"dtype": "F32", "shape": [-1, -8], "data_offsets": [0, 32]}}, 32, "shape must be"),
         ({"a": {"dtype": "F32", "shape": [2**70, 0], "data_offsets": [0, 0]}}, 0, "shape must be"),
+        ({"a": {"dtype": "F32", "shape": [2**62, 2**62, 0], "data_offsets": [0, 0]}}, 0, "'a'.* overflows"),
         ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}, 8, "begin <= end"),
         ({"a": {"dtype": "Q4", "shape": [2], "data_offsets": [0, 8]}}, 8, "dtype 'Q4'"),
         ({"a": F32_2, "__metadata__": {"step": 3}}, 8, "__metadata__ must map strings"),

@@ -101,6 +101,24 @@ def test_mutated_safetensors_header(tmp_path, capsys, seed):
     _assert_refused(path, capsys)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_empty_tensor_with_huge_dimensions_read_as_the_reference_reads_it(tmp_path, capsys, seed):
+    """A shape holding 0 among dimensions of up to 2^62: where the product taken in order passes
+    2^63-1 before the 0 ([2^62, 2^62, 0]) the reference refuses it and so must we, in one line;
+    a 0 early enough ([0, 2^62, 2^62]) is a valid empty tensor, compared like any other."""
+    rng = random.Random(seed)
+    shape = [2 ** rng.randrange(32, 63), 2 ** rng.randrange(32, 63)]
+    shape.insert(seed % 3, 0)
+    path = write_safetensors(
+        tmp_path / f"empty{seed}.safetensors", {"a": {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]}}
+    )
+    if _reference_accepts(path):
+        code, err = _compare(path, capsys)
+        assert code == 0, err
+    else:
+        _assert_refused(path, capsys)
+
+
 @pytest.mark.parametrize("seed", range(CASES))
 def test_random_safetensors_bytes(tmp_path, capsys, seed):
     rng = random.Random(1000 + seed)
