@@ -17,7 +17,8 @@ Names that match an ``--exclude PATTERN`` (a Python regular expression, found an
 the normalized name with ``re.search``) are set aside before anything else is checked and
 returned as skipped. Names present on one side only, and pairs whose shapes differ, are an
 error listing the first few and the count, unless ``intersection=True``: then they are
-returned as skipped.
+returned as skipped. Entries a reader found that are not tensors (``TensorSource.skipped``: a
+module's ``_extra_state`` in a ``.ckpt``) are returned as skipped too.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Match:
     only_b: list[str] = field(default_factory=list)
     shape_mismatch: list[tuple[str, tuple, tuple]] = field(default_factory=list)
     excluded: list[tuple[str, str]] = field(default_factory=list)  # (name, the pattern it matched)
+    not_tensors: list[tuple[str, str, str]] = field(default_factory=list)  # (name, side, type) the readers left out
     stripped_a: str = ""
     stripped_b: str = ""
 
@@ -51,6 +53,7 @@ class Match:
             + [{"name": n, "reason": "only in B"} for n in self.only_b]
             + [{"name": n, "reason": f"shape {list(sa)} in A, {list(sb)} in B"} for n, sa, sb in self.shape_mismatch]
             + [{"name": n, "reason": f"excluded by --exclude {p}"} for n, p in self.excluded]
+            + [{"name": n, "reason": f"in {side}: a {kind}, not a tensor"} for n, side, kind in self.not_tensors]
         )
 
 
@@ -88,6 +91,7 @@ def match_tensors(
     names_a, names_b, stripped_a, stripped_b = _strip_common_prefixes(names_a, names_b)
     names_a, names_b = _apply_maps(names_a, rules, a), _apply_maps(names_b, rules, b)
     match = Match(pairs=[], stripped_a=stripped_a, stripped_b=stripped_b)
+    match.not_tensors = [(n, side, k) for side, s in (("A", a), ("B", b)) for n, k in s.skipped.items()]
     if excludes:
         names_a, names_b = _set_aside(names_a, names_b, excludes, match)
     for name, original_a in names_a.items():

@@ -18,7 +18,8 @@ A file's declared sizes are checked before any tensor byte is read:
   rest of the archive;
 - no tensor may need more bytes, once materialized, than the whole file holds (a stride-0
   view can declare 10^12 elements over a one-element storage);
-- the state dict is looked for at most ``MAX_DEPTH`` dictionaries deep.
+- the state dict is looked for at most ``MAX_DEPTH`` dictionaries deep; its entries that are
+  not tensors (a module's ``_extra_state``) are left out, named in the source's ``skipped``.
 
 Zip-format files are then memory-mapped, so a tensor's bytes are read when it is
 compared, not when the file is opened.
@@ -54,9 +55,13 @@ _ZIP_MAGIC, _PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
 
 
 def load_pickled(path: str | Path, prefix: str = "") -> InMemorySource:
-    """The state dict inside a pickled checkpoint, as a tensor source."""
+    """The state dict inside a pickled checkpoint, as a tensor source; its entries that are not
+    tensors (a module's ``_extra_state``) are left out and listed in the source's ``skipped``."""
     path = Path(path)
-    return InMemorySource(path, find_state_dict(load_checked(path), path), prefix)
+    entries = state_entries(load_checked(path), path)
+    source = InMemorySource(path, _tensors_of(entries), prefix)
+    source.skipped = {prefix + k: type(v).__name__ for k, v in entries.items() if not isinstance(v, torch.Tensor)}
+    return source
 
 
 def load_checked(path: str | Path):
@@ -203,13 +208,23 @@ def _unsafe_globals(data: bytes, allowed: list) -> list[str]:
 
 def find_state_dict(obj, path: Path) -> dict[str, torch.Tensor]:
     """The ``{name: tensor}`` mapping in a loaded checkpoint (a Lightning ``.ckpt`` keeps it
-    under ``state_dict``; training scripts often use ``model`` or ``model_state_dict``)."""
+    under ``state_dict``; training scripts often use ``model`` or ``model_state_dict``), without
+    the state dict's entries that are not tensors."""
+    return _tensors_of(state_entries(obj, path))
+
+
+def state_entries(obj, path: Path) -> dict:
+    """The state dict in a loaded checkpoint, every entry: a mapping of tensors, or one under a key
+    of ``STATE_DICT_KEYS``, or, failing both, a mapping holding tensors beside other values (a
+    module's ``get_extra_state()`` puts a dict or a string under ``<module>._extra_state``)."""
     for _ in range(MAX_DEPTH + 1):
         if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
             return {str(k): v for k, v in obj.items()}
         if not isinstance(obj, dict):
             raise CheckpointError(f"{path}: holds a {type(obj).__name__}, not a state dict of tensors")
         key = next((k for k in STATE_DICT_KEYS if isinstance(obj.get(k), dict)), None)
+        if key is None and any(isinstance(v, torch.Tensor) for v in obj.values()):
+            return {str(k): v for k, v in obj.items()}
         if key is None:
             keys = ", ".join(map(str, list(obj)[:8]))[:200]
             raise CheckpointError(
@@ -218,6 +233,10 @@ def find_state_dict(obj, path: Path) -> dict[str, torch.Tensor]:
             )
         obj = obj[key]
     raise CheckpointError(f"{path}: no state dict within {MAX_DEPTH} nested dictionaries; is this a checkpoint?")
+
+
+def _tensors_of(entries: dict) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in entries.items() if isinstance(v, torch.Tensor)}
 
 
 def _inert_globals(data: bytes) -> list:

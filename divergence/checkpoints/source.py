@@ -36,6 +36,7 @@ class TensorSource:
 
     path = None
     metadata: dict = {}
+    skipped: dict = {}  # {name: type name} of entries of the file that are not tensors, left out of names
 
     def __init__(self, infos: dict[str, TensorInfo]):
         self._infos = dict(infos)
@@ -68,9 +69,10 @@ class CompositeSource(TensorSource):
                 infos[name] = part.info(name)
                 self._owner[name] = part
         super().__init__(infos)
-        self.metadata = {}
+        self.metadata, self.skipped = {}, {}
         for part in parts:
             self.metadata.update(part.metadata)
+            self.skipped.update(part.skipped)
 
     def load(self, name: str) -> torch.Tensor:
         self.info(name)

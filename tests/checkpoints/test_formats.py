@@ -184,3 +184,56 @@ def test_unknown_format_and_missing_path(tmp_path):
         open_checkpoint(tmp_path / "w.npz")
     with pytest.raises(CheckpointError, match="no such file"):
         open_checkpoint(tmp_path / "absent.safetensors")
+
+
+class _Versioned(torch.nn.Linear):
+    """A layer with extra state (as transformer_engine's and torchao's layers have): its state dict
+    holds ``<name>._extra_state``, a plain dict, beside its tensors."""
+
+    def get_extra_state(self):
+        return {"format": 2}
+
+    def set_extra_state(self, state):
+        assert state == {"format": 2}
+
+
+def test_lightning_checkpoint_with_extra_state_reads_its_tensors_and_names_the_rest(tmp_path, capsys):
+    import lightning as L
+
+    from divergence.cli import main
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = _Versioned(4, 2)
+
+        def training_step(self, batch, _):
+            return self.net(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=4)
+    models = []
+    for seed, run in enumerate("ab"):
+        torch.manual_seed(seed)
+        models.append(Tiny())
+        L.Trainer(
+            max_steps=2,
+            default_root_dir=tmp_path / run,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            accelerator="cpu",
+        ).fit(models[-1], data)
+    ckpt_a, ckpt_b = (next((tmp_path / run).rglob("*.ckpt")) for run in ("a", "b"))
+    source = open_checkpoint(ckpt_a)
+    tensors = {k: v for k, v in models[0].state_dict().items() if isinstance(v, torch.Tensor)}
+    _assert_same(source, tensors)
+    assert source.skipped == {"net._extra_state": "dict"}
+    out = tmp_path / "c.json"
+    assert main(["compare", str(ckpt_a), str(ckpt_b), "--json", str(out)]) == 0
+    assert "skipped 2 tensors: net._extra_state (in A: a dict, not a tensor)" in capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert {r["name"] for r in result["tensors"]} == {"net.weight", "net.bias"}
+    assert result["skipped"][1] == {"name": "net._extra_state", "reason": "in B: a dict, not a tensor"}
