@@ -169,3 +169,52 @@ def test_checkpoint_folders_with_the_model_in_a_subfolder_suggest_the_component(
     assert "pass --component unet" in err and len(err.splitlines()) == 1
     assert not out.exists()  # nothing left behind: the corrected command is not refused
     assert main(["track", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--component", "unet"]) == 0
+
+
+def test_lightning_checkpoints_are_numbered_by_the_global_step_they_hold(tmp_path, capsys):
+    """The issue's case: ``epoch=0/1/2.ckpt`` holding global_step 2/4/6 were numbered 0/1/2 (the
+    last digits of the name), and a ``last-v1.ckpt`` holding step 4 became step 1."""
+    import shutil
+
+    pl.seed_everything(0, verbose=False)
+    every_epoch = ModelCheckpoint(dirpath=tmp_path / "a", filename="{epoch}", save_top_k=-1, every_n_epochs=1)
+    pl.Trainer(
+        max_epochs=3,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[every_epoch],
+    ).fit(build(0), loader(n=16))  # 2 batches per epoch
+    a = tmp_path / "a"
+    assert sorted(p.name for p in a.iterdir()) == ["epoch=0.ckpt", "epoch=1.ckpt", "epoch=2.ckpt"]
+    shutil.copy(a / "epoch=1.ckpt", a / "last-v1.ckpt")  # repeats step 4: left out
+    assert find_series(a) == {2: a / "epoch=0.ckpt", 4: a / "epoch=1.ckpt", 6: a / "epoch=2.ckpt"}
+    shutil.copytree(a, tmp_path / "b")
+    (tmp_path / "b" / "epoch=1.ckpt").unlink()  # now the last-v1.ckpt's step 4 is b's only one
+    b = tmp_path / "b"
+    assert find_series(b) == {2: b / "epoch=0.ckpt", 4: b / "last-v1.ckpt", 6: b / "epoch=2.ckpt"}
+    out = tmp_path / "pair"
+    assert main(["track", str(a), str(b), "--out", str(out), "--quiet"]) == 0
+    assert MetricsStore(out).steps() == [2, 4, 6]
+    # two files of one step, whatever their names say: one line, exit 2, nothing written
+    shutil.copy(a / "epoch=2.ckpt", a / "model-9.ckpt")
+    assert main(["track", str(a), str(b), "--out", str(tmp_path / "pair2"), "--quiet"]) == 2
+    line = _error(capsys)
+    assert "two checkpoints of step 6 (epoch=2.ckpt, model-9.ckpt)" in line and "global_step" in line
+    assert not (tmp_path / "pair2").exists()
+
+
+def test_ckpt_without_a_stored_step_falls_back_to_its_name_and_a_bad_one_is_one_line(tmp_path):
+    import pytest
+
+    from divergence.errors import CheckpointError
+
+    state = {"state_dict": {"w": torch.zeros(2)}}
+    torch.save(state, tmp_path / "model-500.ckpt")  # no global_step: the name's number
+    torch.save(state, tmp_path / "epoch=3.ckpt")  # no global_step, no step= in the name: left out
+    torch.save(state, tmp_path / "last.ckpt")
+    assert find_series(tmp_path) == {500: tmp_path / "model-500.ckpt"}
+    torch.save({**state, "global_step": -3}, tmp_path / "epoch=4-step=7.ckpt")
+    with pytest.raises(CheckpointError, match=r"epoch=4-step=7.ckpt: global_step is '-3', not a step number"):
+        find_series(tmp_path)
