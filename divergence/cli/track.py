@@ -27,7 +27,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "track",
         help=HELP,
         description=HELP + ". Series: accelerate/diffusers checkpoint-N/ folders (with --component unet), "
-        "Lightning *step=N*.ckpt files, step_N.safetensors files or save_pretrained folders.",
+        "Lightning .ckpt files (numbered by their global_step), step_N.safetensors files or save_pretrained folders.",
     )
     p.add_argument("a", help="folder of arm a's checkpoints")
     p.add_argument("b", help="folder of arm b's checkpoints")
