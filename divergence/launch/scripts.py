@@ -11,7 +11,9 @@ requeues the job and stops ``watch``, which resumes from its store when it start
 SIGTERM (preemption, ``scancel``) it stops ``watch`` and exits cleanly. With
 ``comparator_cpu`` it asks for no GPU and compares on CPU. ``--cpus-per-task``, ``--mem``,
 free ``#SBATCH`` lines and a pyxis ``--container-image`` (on every ``srun``, with the pair
-folder and the recipe's folder mounted at the same paths) apply to every job.
+folder and the recipe's folder mounted at the same paths; neither may then hold ``,`` or ``:``,
+which pyxis's mount list cannot escape) apply to every job. In ``#SBATCH --output`` a ``%`` of
+the pair folder is written ``%%`` (sbatch reads ``%j`` there as the job id).
 ``submit.sh`` submits the arms, then the comparator with
 ``--dependency=after:A:B`` (it starts once both arms have started, and follows them). Every
 script exports one ``WANDB_RUN_GROUP`` (``--group``, default the pair folder's name), so the
@@ -105,6 +107,9 @@ class LaunchPlan:
                 )
         if self.scheduler == "slurm":
             sbatch_value(str(self.log_dir), "--out")  # in every #SBATCH --output= line
+        if self.container_image:
+            for flag, folder in (("--out", self.out), ("--recipe", self.recipe.parent)):
+                mount_path(folder, flag)
         self.command_words  # noqa: B018 - refuses a --command that is not words
 
     @property
@@ -181,7 +186,7 @@ def sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int)
     ]
     if gpus:
         lines.append(f"#SBATCH --gres=gpu:{gpus}")
-    lines.append(f"#SBATCH --output={plan.log_dir}/{job}-%j.out")
+    lines.append(f"#SBATCH --output={slurm_filename(plan.log_dir)}/{job}-%j.out")
     for option, value in (
         ("cpus-per-task", plan.cpus_per_task),
         ("mem", plan.mem),
@@ -340,6 +345,25 @@ def sbatch_value(value: str, flag: str) -> str:
             "(no spaces, quotes or newlines, no leading '-')"
         )
     return value
+
+
+def slurm_filename(path: Path) -> str:
+    """``path`` as a literal in an sbatch filename pattern: ``%`` starts a pattern there (``%j``,
+    the job id), and ``%%`` stands for one ``%`` (sbatch's "filename pattern"); the folder
+    ``mkdir -p`` makes is the literal path."""
+    return str(path).replace("%", "%%")
+
+
+def mount_path(folder: Path, flag: str) -> str:
+    """``folder`` if it can stand in pyxis's ``--container-mounts=SRC:DST,...`` list, which
+    splits on ``,`` and ``:`` and has no escape for either; else a one-line error naming ``flag``."""
+    text = str(folder)
+    if "," in text or ":" in text:
+        raise UserInputError(
+            f"{flag} {short(text)}: the folder holds ',' or ':', which cannot stand in pyxis's "
+            "--container-mounts list (SRC:DST,...); with --container-image choose a folder without them"
+        )
+    return text
 
 
 def srun_prefix(plan: LaunchPlan) -> str:

@@ -9,6 +9,7 @@ run it: the tests put ``touch MARKER`` in such values and check that no marker a
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -69,3 +70,16 @@ def check_scripts(out: Path, env: dict, cwd: Path) -> None:
         assert parsed.returncode == 0, f"{path}: {parsed.stderr}"
         ran = subprocess.run(["bash", str(path)], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
         assert ran.returncode == 0, f"{path}: exit {ran.returncode}: {ran.stderr[-2000:]}"
+    for path in (p for p in found if p.suffix == ".sbatch"):  # the folders the submit scripts made
+        line = next(x for x in path.read_text().splitlines() if x.startswith("#SBATCH --output="))
+        log = Path(sbatch_filename(line.removeprefix("#SBATCH --output=")))
+        assert log.parent.is_dir(), f"{path}: sbatch would write {log}, in a folder no script made"
+
+
+def sbatch_filename(pattern: str, job_id: str = "4242") -> str:
+    """What sbatch makes of an ``--output`` filename pattern (sbatch(1), "filename pattern"): ``%%`` is
+    one ``%``; ``%j`` the job id, ``%x`` the job name, ``%A %a %J %N %n %s %t %u`` others, with an
+    optional zero-padding width (``%5j``)."""
+    values = {"j": job_id, "J": job_id, "A": job_id, "x": "job", "a": "0", "N": "node", "n": "0"}
+    values |= {"s": "batch", "t": "0", "u": "user"}
+    return re.sub(r"%(%|\d*[AaJjNnstux])", lambda m: "%" if m[1] == "%" else values[m[1][-1]], pattern)

@@ -200,3 +200,34 @@ def test_launch_errors_name_the_command_once(tmp_path, capsys):
     """``launch --command`` used to overwrite the subcommand's name: "divergence divergence: error"."""
     assert main(["launch", "--recipe", PAIR, "--scheduler", "slurm", "--dry-run", "arms.a=[{nosuch: 1}]"]) == 2
     assert capsys.readouterr().err.startswith("divergence launch: error: arms.a[0]: unknown variant")
+
+
+def test_a_percent_in_the_pair_folder_is_the_folder_logs_go_to(tmp_path, monkeypatch):
+    """``run%j`` as the pair folder: ``mkdir -p`` makes ``run%j/logs``; sbatch must write there, not
+    into ``run4242/logs`` (a folder nobody made, so SLURM fails the job)."""
+    env = launch_stubs.install(tmp_path)
+    monkeypatch.setenv("PATH", env["PATH"])
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run%j-100%%x"
+    assert main(["launch", "--recipe", PAIR, "--scheduler", "slurm", "--out", str(out)]) == 0
+    launch_stubs.check_scripts(out, env, tmp_path)
+    for script in ("arm-a.sbatch", "arm-b.sbatch", "watch.sbatch"):
+        line = next(x for x in (out / "launch" / script).read_text().splitlines() if x.startswith("#SBATCH --output="))
+        written = Path(launch_stubs.sbatch_filename(line.removeprefix("#SBATCH --output=")))
+        assert written.parent == out / "logs" and written.parent.is_dir(), line
+        assert written.name == f"{script.removesuffix('.sbatch')}-4242.out"
+
+
+@pytest.mark.parametrize("where", ["--out", "--recipe"])
+@pytest.mark.parametrize("character", [",", ":"])
+def test_a_comma_or_colon_in_a_mounted_folder_is_refused_with_a_container_image(where, character, tmp_path, capsys):
+    """pyxis's ``--container-mounts=SRC:DST,SRC:DST`` splits on both and escapes neither."""
+    folder = tmp_path / f"a{character}b"
+    recipe = _hostile_folder(folder) / "recipes" / "pairs" / "seed-vs-seed.yaml" if where == "--recipe" else PAIR
+    out = folder / "out" if where == "--out" else tmp_path / "out"
+    args = ["launch", "--recipe", str(recipe), "--scheduler", "slurm", "--out", str(out), "--dry-run"]
+    err = assert_one_line_exit2(
+        main([*args, "--container-image", "/img/div.sqsh"]), capsys, where, "--container-mounts"
+    )
+    assert "',' or ':'" in err and not out.exists()
+    assert main(args) == 0  # without a container nothing is mounted: the folder is fine
