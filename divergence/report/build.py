@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from divergence.analysis import MIN_STEPS, Analysis, analyze, to_summary
+from divergence.analysis.calibration_file import check_calibration
 from divergence.analysis.dose import probe_values
 from divergence.analysis.growth import N_BOOT
 from divergence.errors import UserInputError
@@ -118,13 +119,9 @@ def load_calibration(path: str | Path | None, inputs: list[str | Path]) -> dict 
         raise UserInputError(f"{path}: no such calibration file; write one with divergence calibrate") from None
     except (OSError, ValueError) as err:
         raise UserInputError(f"{path}: unreadable calibration ({err})") from None
-    missing = [k for k in ("recipe", "line", "anchor_curve", "criteria") if k not in data]
-    if not isinstance(data, dict) or missing:
-        raise UserInputError(
-            f"{path}: not a calibration.json (missing {', '.join(missing) or 'everything'}); "
-            "write one with divergence calibrate"
-        )
-    return data
+    except RecursionError:
+        raise UserInputError(f"{path}: unreadable calibration (JSON nested too deeply)") from None
+    return check_calibration(data, path)
 
 
 def _check_writable(folder: Path) -> None:
