@@ -95,6 +95,7 @@ class Comparator:
         self._prefetch_wanted = prefetch
         self._probe_factory = probe
         self.pair = read_schedule(self.folder)
+        self.planned = self.pair.max_steps  # the length the writers were told (None: open-ended)
         failed = None
         if self.ranks.is_zero:  # the other ranks only measure
             try:
@@ -160,8 +161,7 @@ class Comparator:
             raise UserInputError(self._fatal)
         statuses = {arm: feed.status() for arm, feed in self.feeds.items()}
         self._follow_restarts(statuses)
-        if self.pair.open_ended:
-            self._end_when_finished(statuses)
+        self._follow_length(statuses)
         last = self.store.last_step()
         step, task = self.pair.next_step(last), None
         if last is not None and armless(self.out):
@@ -195,22 +195,25 @@ class Comparator:
         confirmed, self._stall_seen = seen is not None and seen == self._stall_seen, seen
         return why if confirmed else None
 
-    def _end_when_finished(self, statuses: dict) -> None:
-        """An open-ended pair whose arms have both finished: its last step is the later of theirs (an
-        arm that ended before it is then a stall, said as for any pair). An arm that failed ends
-        nothing: the steps after its last are a stall, as for a pair of known length."""
+    def _follow_length(self, statuses: dict) -> None:
+        """The pair's length, read again at every look, never frozen: where both arms finished (an
+        open-ended pair's end, or an early stop), else the length the writers were told (None:
+        open-ended, still running). An arm that finished before the later one is then a stall, said
+        as for any pair; an arm that failed ends nothing; an arm that restarts after both finished
+        (an open pair trained on) makes the length unknown again."""
         ends = [s.last_step for s in statuses.values() if s is not None and s.state == "finished"]
-        if len(ends) < len(ARMS) or any(end is None for end in ends):
+        both = len(ends) == len(ARMS) and all(end is not None for end in ends)
+        length = max(ends) if both else self.planned
+        if length == self.pair.max_steps:
             return
-        end = max(ends)
-        self.pair = replace(self.pair, max_steps=end)
-        self.retention.end_at(end)
+        self.pair = replace(self.pair, max_steps=length)
+        self.retention.end_at(length)
         if self.prefetch is not None:
-            self.prefetch.max_steps = end
+            self.prefetch.max_steps, self.prefetch.tracked = length, self.pair.tracked
         if self.logger is not None:
-            self.logger.max_steps = end
+            self.logger.max_steps = length
         if self.bar is not None:
-            self.bar.total = end // self.pair.stride + 1
+            self.bar.total = None if length is None else length // self.pair.stride + 1
             self.bar.refresh()
 
     def _nothing_to_follow(self, last: int) -> Task:
@@ -236,14 +239,12 @@ class Comparator:
 
     def _ready(self, step: int, statuses: dict) -> Task | None:
         """The task of ``step`` when both arms have written everything it needs, else None."""
-        losses = None
-        if step > 0 or self.pair.open_ended:
-            seen = {arm: feed.losses() for arm, feed in self.feeds.items()}
-            if step > 0 and any(step not in seen[arm] for arm in ARMS):
-                return None
-            if self.pair.open_ended and self._may_be_last(step, seen, statuses):
-                return None
-            losses = {arm: seen[arm][step] for arm in ARMS} if step > 0 else None
+        seen = {arm: feed.losses() for arm, feed in self.feeds.items()}
+        if step > 0 and any(step not in seen[arm] for arm in ARMS):
+            return None
+        if self._may_be_last(step, seen, statuses):
+            return None
+        losses = {arm: seen[arm][step] for arm in ARMS} if step > 0 else None
         tracked = self.pair.tracked(step)
         found = {}
         if tracked:
@@ -265,8 +266,10 @@ class Comparator:
         )
 
     def _may_be_last(self, step: int, seen: dict, statuses: dict) -> bool:
-        """An open-ended pair's ``step`` may be its last (a compared one) until an arm has recorded
-        past it or both arms have ended."""
+        """A ``step`` before ``max_steps`` (or of an open-ended pair) may be the pair's last, a compared
+        one (arms that stop early finish there), until an arm has recorded past it or both have ended."""
+        if self.pair.max_steps is not None and step >= self.pair.max_steps:
+            return False
         ended = all(s is not None and s.state in ENDED for s in statuses.values())
         return not ended and not any(step + self.pair.stride in seen[arm] for arm in ARMS)
 

@@ -36,7 +36,8 @@ class Retention:
         last is set by ``end_at`` once known."""
         self.path, self.keep, self.tracked = PairFolder(out).retention, keep or 0, list(tracked_steps)
         self.schedule = schedule
-        self.last = None if schedule is not None else (self.tracked[-1] if self.tracked else -1)
+        self.planned_last = None if schedule is not None else (self.tracked[-1] if self.tracked else -1)
+        self.last = self.planned_last
 
     @classmethod
     def for_pair(cls, out: str | Path, pair) -> Retention:
@@ -47,9 +48,10 @@ class Retention:
         steps = [s for s in range(pair.max_steps + 1) if pair.tracked(s)] if keep else []
         return cls(out, keep, steps)
 
-    def end_at(self, last: int) -> None:
-        """An open-ended pair's last step, once both arms have finished (its files are kept)."""
-        self.last = last
+    def end_at(self, last: int | None) -> None:
+        """The pair's last step, once both arms have finished there (its files are kept); None: the
+        planned one again (an arm restarted)."""
+        self.last = self.planned_last if last is None else last
 
     def kept(self, step: int) -> bool:
         """The files of ``step`` stay: keep-all, the last tracked step, or every keep-th tracked step."""

@@ -15,7 +15,9 @@ Nothing is asked of the module: the loss is ``training_step``'s returned loss (o
 submodule ``module``, e.g. ``"unet"``), gathered from every rank under FSDP. Only global
 rank zero writes. A run resumed from a checkpoint at step G starts a new attempt from G. A Trainer with no finite
 length (an iterable dataset, no ``max_steps``) trains an open-ended arm: its last step is where
-``fit`` ends, its weights saved then (``divergence.writers.arm_writer``).
+``fit`` ends, its weights saved then (``divergence.writers.arm_writer``). A Trainer stopped early
+by a callback (``EarlyStopping``: ``trainer.should_stop``) finishes the arm at the step reached, its
+weights saved there; ``divergence watch`` ends the pair there once both arms stopped at it.
 
 Put it before a ``ModelCheckpoint`` in the callback list, so a step's weights exist before
 a resumable checkpoint of that step does.
@@ -138,9 +140,10 @@ class ArmCheckpoints(Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         last = self.writer.last_step
-        if self.writer.max_steps is None and last > 0 and not self.writer.tracked(last):
-            self._save(trainer, pl_module, last)  # an open-ended run's last step is compared (every rank)
-        self.writer.finish()
+        early = bool(trainer.should_stop) and last > 0  # a callback stopped fit: a finish at the step reached
+        if (self.writer.max_steps is None or early) and last > 0 and not self.writer.tracked(last):
+            self._save(trainer, pl_module, last)  # a run that ends off the schedule is compared there (every rank)
+        self.writer.finish("finished" if early else None)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if self.writer is not None:
