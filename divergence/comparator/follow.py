@@ -318,7 +318,6 @@ class Comparator:
             return True
         if task.tracked and not self._files_unchanged(task):
             return False  # replaced while it was read: the numbers may mix two files
-        record = self.recorder.losses(task.losses)
         comparison = extra = None
         if task.tracked:
             comparison = comparison_records(result)
@@ -329,6 +328,7 @@ class Comparator:
                     return False  # an arm replaced a file mid-read: retried next poll
             # tracking.keep: what this step's commit makes deletable, noted first
             self.retention.note(task.step, task.paths, task.taken)
+        record = self.recorder.losses(task.losses)  # the spike detectors see a step once: when it is committed
         self.recorder.commit(
             task.step,
             record,
