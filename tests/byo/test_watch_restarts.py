@@ -2,12 +2,23 @@
 a correct store, or one line and exit 2, and nothing lost. Arms are written through ``ArmWriter``
 with tiny modules, as a user's loop writes them."""
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
 import torch
 
 from divergence.comparator.follow import Comparator
 from divergence.errors import CheckpointError
 from divergence.store import MetricsStore
 from divergence.writers import ArmWriter
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_arm(out, arm, losses, every=1, start=0, state=None, **options):
@@ -53,3 +64,71 @@ def test_a_step_retried_after_a_probe_failure_feeds_the_spike_detector_once(tmp_
     assert comparator.probe.failed  # step 2 was retried
     assert comparator.recorder.spikes["a"].history == [1.0, 1.0, 5.0]
     assert [r["spike_a"] for r in MetricsStore(tmp_path).step_records()[1:]] == [False, False, False]
+
+
+def watch(out, capsys, *options):
+    """``divergence watch`` in a thread (``options``: its flags), ended or not after 60 s: (code, stderr
+    lines, seconds)."""
+    from divergence.cli import main
+
+    result, started = {}, time.monotonic()
+    thread = threading.Thread(
+        target=lambda: result.update(code=main(["watch", str(out), "--no-log", "--quiet", *options])), daemon=True
+    )
+    thread.start()
+    thread.join(60)
+    took = time.monotonic() - started
+    return result.get("code"), capsys.readouterr().err.strip().splitlines(), took
+
+
+def test_an_arm_that_failed_is_blamed_not_the_one_that_finished(tmp_path, capsys):
+    """Minor finding: a finished at step 3 and b failed at step 3 (an open-ended pair); watch said
+    "arm a finished at step 3, before step 4". The arm to restart is b."""
+    write_arm(tmp_path, "a", {1: 1.0, 2: 1.0, 3: 1.0})
+    write_arm(tmp_path, "b", {1: 1.0, 2: 1.0, 3: 1.0}, state="failed")
+    code, err, _ = watch(tmp_path, capsys, "--poll", "0.02", "--timeout", "10")
+    assert code == 2 and len(err) == 1
+    assert "arm b failed at step 3, before step 4" in err[0]
+    assert MetricsStore(tmp_path).steps() == [0, 1, 2, 3]
+
+
+ARM_THAT_HANGS = """
+import sys, time, torch
+from divergence.writers import ArmWriter
+writer = ArmWriter(sys.argv[1], "a", max_steps=6, every=2, dense=[], log={"wandb": False})
+net = torch.nn.Linear(2, 2)
+writer.record(0, net)
+for step in (1, 2):
+    writer.record(step, net, 0.5)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_watch_ends_within_its_poll_interval_on_an_arm_killed_with_sigkill(tmp_path, capsys):
+    """Minor finding: arm a's process was SIGKILLed at step 2; its status still says running, and
+    watch without --timeout waited forever. Its lock is free: it is dead, said in one line (exit 2)."""
+    arm = subprocess.Popen(
+        [sys.executable, "-c", ARM_THAT_HANGS, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert arm.stdout.readline().strip() == "ready"
+        write_arm(tmp_path, "b", {step: 0.5 for step in range(1, 7)}, every=2, max_steps=6)
+        assert watch(tmp_path, capsys, "--poll", "0.02", "--timeout", "1")[0] == 1  # alive: waited for
+    finally:
+        arm.send_signal(signal.SIGKILL)
+        arm.wait()
+    assert json.loads((tmp_path / "a" / "status.json").read_text())["state"] == "running"
+    code, err, took = watch(tmp_path, capsys, "--poll", "0.5")  # no --timeout
+    assert code == 2 and len(err) == 1, err
+    assert (
+        "arm a died: its a/status.json says running (attempt 1, from step 0) but no process holds a/writer.lock"
+        in (err[0])
+    )
+    assert "Restart the arm (from its checkpoint, saying where it resumes)" in err[0]
+    assert took < 0.5 * 2 + 5  # two looks a poll apart (a stall is acted on when seen twice), and the startup
+    assert MetricsStore(tmp_path).steps() == [0, 1, 2]  # what arm a wrote is stored
