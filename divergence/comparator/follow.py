@@ -54,7 +54,7 @@ from divergence.pairfolder.layout import ARMS
 from divergence.pairfolder.pair_json import finish_pair
 from divergence.pairfolder.schedule import PairSchedule, read_schedule
 from divergence.store import MetricsStore
-from divergence.store.arm_status import batch_mismatch
+from divergence.store.arm_status import batch_mismatch, restart_point
 from divergence.tracking.recorder import StepRecorder
 from divergence.tracking.records import comparison_records
 
@@ -117,7 +117,7 @@ class Comparator:
             feed.loss_file.check()
         self.store = MetricsStore(self.folder).open_for_append()
         self.retention = Retention.for_pair(self.folder, self.pair)
-        self.retention.recover(self.store.last_step())  # a deletion cut short by a kill
+        self.retention.recover(self.store.last_step())  # a note of a step the store does not hold
         tracking = self.pair.tracking
         self.recorder = StepRecorder(self.store, tracking.spike_factor, tracking.spike_window)
         self.recorder.replay()
@@ -162,6 +162,7 @@ class Comparator:
         statuses = {arm: feed.status() for arm, feed in self.feeds.items()}
         self._follow_restarts(statuses)
         self._follow_length(statuses)
+        self._follow_checkpoints(statuses)
         last = self.store.last_step()
         step, task = self.pair.next_step(last), None
         if last is not None and armless(self.out):
@@ -281,6 +282,8 @@ class Comparator:
                 continue
             last = self.store.last_step()
             if arm in self.attempts and last is not None and status.start_step < last:
+                self._check_restart(arm, status, statuses)
+                self.retention.forget_after(status.start_step)
                 self.store.truncate_after(status.start_step)
                 self.recorder.replay()
                 if self.bar is not None:
@@ -295,6 +298,38 @@ class Comparator:
             raise UserInputError(
                 f"{self.out}: the arms train on {mismatch}; their batches differ, so they are not a pair"
             )
+
+    def _check_restart(self, arm: str, status, statuses: dict) -> None:
+        """Arm ``arm`` restarted from step G: the steps after G are compared again, with the other
+        arm's weights files of them. When ``tracking.keep`` deleted one (the arm restarted from a
+        checkpoint older than the one it reported), refuse in one line and keep the store as it is."""
+        start = status.start_step
+        for other, seen in statuses.items():
+            if other == arm or seen is None:
+                continue
+            if self.attempts.get(other) != seen.attempt and seen.start_step <= start:
+                continue  # restarted too, from G or earlier: it writes those files again
+            folder = self.folder.arm(other)
+            gone = [
+                r["step"]
+                for r in self.store.step_records()
+                if r["step"] > start and r.get("tracked") and not folder.weights(r["step"]).exists()
+            ]
+            if gone:
+                raise UserInputError(
+                    f"{self.out}: arm {arm} restarted from step {start}, but arm {other}'s weights files of "
+                    f"the compared steps {', '.join(map(str, gone))} after it are gone (tracking.keep deletes "
+                    "them once both arms' checkpoints are past them), so those steps cannot be compared again; "
+                    f"the store keeps them. Restart arm {arm} from a checkpoint of step {max(gone)} or later, "
+                    f"or arm {other} too, from step {start} or earlier"
+                )
+
+    def _follow_checkpoints(self, statuses: dict) -> None:
+        """``tracking.keep``: delete the compared files no restart can need any more (``Retention``)."""
+        horizon = min(restart_point(status) for status in statuses.values())
+        if horizon != self.retention.horizon:
+            self.retention.horizon = horizon
+            self.retention.sweep(self.store.last_step())
 
     # -- every rank: measure; rank 0: record -----------------------------------------------------
     def _take(self, task: Task) -> bool:

@@ -99,6 +99,7 @@ class ArmCheckpoints(Callback):
         self.writer: ArmWriter | None = None
         self._losses: list[torch.Tensor] = []
         self._step = 0
+        self._saving: int | None = None  # the step of a resumable checkpoint being written
 
     # -- Lightning hooks -------------------------------------------------------------------
     def on_train_start(self, trainer, pl_module) -> None:
@@ -124,7 +125,13 @@ class ArmCheckpoints(Callback):
         if self._step == 0:
             self.writer.record(0)  # its weights are saved: step 0 is recorded
 
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self._saving = trainer.global_step  # written after this hook returns: said at the next batch's end
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self._saving is not None and self.writer is not None:
+            self.writer.checkpointed(self._saving)  # a restart resumes there or later (tracking.keep)
+            self._saving = None
         loss = self.loss_of(outputs)
         check_loss(loss, "ArmCheckpoints: the loss of a batch")  # one value: a vector is not averaged away
         self._losses.append(torch.as_tensor(loss, dtype=torch.float32).reshape(()))

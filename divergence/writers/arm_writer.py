@@ -206,6 +206,20 @@ class ArmWriter:
         cpu = {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}  # copies: tied weights
         return save_weights(self.folder.weights(step), cpu, step=step, arm=self.arm, recipe={})
 
+    def checkpointed(self, step: int) -> None:
+        """Say that a resumable checkpoint of ``step`` (a recorded step) is saved: a restart resumes
+        there or later. With ``tracking.keep``, ``divergence watch`` deletes no compared weights file
+        of a step after both arms' newest checkpoints, since a restart from one recomputes those steps
+        and they are compared again; call it after each checkpoint is written. Until the first call
+        the arm's start counts (step 0, or ``start_step``)."""
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= self.last_step:
+            raise UserInputError(
+                f"ArmWriter.checkpointed({step!r}): give the step of the checkpoint saved, an integer from 0 "
+                f"to {self.last_step} (the step recorded last)"
+            )
+        if self.is_writer and self.lock is not None and self.lock.held:
+            self.journal.checkpointed(step)
+
     def finish(self, state: str | None = None, model=None) -> None:
         """Mark the arm ``finished`` or ``failed``; call it once at the end.
 

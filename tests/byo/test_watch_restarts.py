@@ -132,3 +132,55 @@ def test_watch_ends_within_its_poll_interval_on_an_arm_killed_with_sigkill(tmp_p
     assert "Restart the arm (from its checkpoint, saying where it resumes)" in err[0]
     assert took < 0.5 * 2 + 5  # two looks a poll apart (a stall is acted on when seen twice), and the startup
     assert MetricsStore(tmp_path).steps() == [0, 1, 2]  # what arm a wrote is stored
+
+
+def saved_steps(folder):
+    return sorted(int(p.stem[5:]) for p in (folder / "checkpoints").iterdir())
+
+
+def test_keep_leaves_the_files_a_restart_from_the_last_checkpoint_needs(tmp_path, capsys):
+    """Finding 2: with tracking.keep, watch compared to step 8 and deleted both arms' files of the
+    steps it does not keep; arm a was requeued from its checkpoint of step 4, and b's files of 5-8
+    were gone. Files are now deleted only up to both arms' newest checkpoints (4 here), so the
+    restart is followed to a complete store; once both arms finish, the rest goes."""
+    writers, net = {}, torch.nn.Linear(2, 2)
+    for arm in "ab":  # tracked 0..8; keep 2 keeps 0, 2, 4, 6, 8
+        writers[arm] = ArmWriter(tmp_path, arm, max_steps=8, every=1, dense=[], keep=2, log={"wandb": False})
+        writers[arm].record(0, net)
+        for step in range(1, 9):
+            writers[arm].record(step, net, 1.0 / step)
+            if step == 4:
+                writers[arm].checkpointed(4)  # its resumable checkpoint (a Lightning callback says so itself)
+    code, err, _ = watch(tmp_path, capsys, "--poll", "0.02", "--timeout", "1")
+    assert code == 1 and MetricsStore(tmp_path).steps() == list(range(9))  # the arms still run
+    assert saved_steps(tmp_path / "a") == saved_steps(tmp_path / "b") == [0, 2, 4, 5, 6, 7, 8]
+    writers["a"].lock.release()  # arm a's job killed, requeued from its checkpoint of step 4
+    write_arm(tmp_path, "a", {step: 2.0 / step for step in range(5, 9)}, start=4, max_steps=8, keep=2)
+    writers["b"].finish()
+    code, err, _ = watch(tmp_path, capsys, "--poll", "0.02", "--timeout", "10")
+    assert (code, err) == (0, [])
+    records = MetricsStore(tmp_path).step_records()
+    assert [r["step"] for r in records] == list(range(9)) and all(r["tracked"] for r in records)
+    assert [r["loss_a"] for r in records[5:]] == [2.0 / step for step in range(5, 9)]  # the new attempt's
+    assert saved_steps(tmp_path / "a") == saved_steps(tmp_path / "b") == [0, 2, 4, 6, 8]
+    assert not (tmp_path / "retention.json").exists()
+
+
+def test_a_restart_from_before_deleted_files_is_one_line_and_keeps_the_store(tmp_path, capsys):
+    """Finding 2, the files gone anyway: both arms finished at 8 (their last checkpoint) and watch
+    deleted 1, 3, 5, 7; arm a then restarts from step 4. Watch blamed arm b ("no step_000005") and
+    had cut the store after 4. Now: one line naming the restart and the files, the store untouched."""
+    for arm in "ab":
+        write_arm(tmp_path, arm, {step: 1.0 / step for step in range(1, 9)}, max_steps=8, keep=2)
+    assert watch(tmp_path, capsys, "--poll", "0.02", "--timeout", "10")[:2] == (0, [])
+    assert saved_steps(tmp_path / "b") == [0, 2, 4, 6, 8]
+    store = (tmp_path / "metrics.jsonl").read_bytes()
+    write_arm(tmp_path, "a", {step: 2.0 / step for step in range(5, 9)}, start=4, max_steps=8, keep=2)
+    code, err, _ = watch(tmp_path, capsys, "--poll", "0.02", "--timeout", "10")
+    assert code == 2 and len(err) == 1, err
+    assert (
+        "arm a restarted from step 4, but arm b's weights files of the compared steps 5, 7 after it are gone"
+        in (err[0])
+    )
+    assert "Restart arm a from a checkpoint of step 7 or later, or arm b too, from step 4 or earlier" in err[0]
+    assert (tmp_path / "metrics.jsonl").read_bytes() == store  # nothing lost
