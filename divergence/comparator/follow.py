@@ -54,7 +54,7 @@ from divergence.pairfolder.layout import ARMS
 from divergence.pairfolder.pair_json import finish_pair
 from divergence.pairfolder.schedule import PairSchedule, read_schedule
 from divergence.store import MetricsStore
-from divergence.store.arm_status import batch_mismatch
+from divergence.store.arm_status import batch_mismatch, restart_point
 from divergence.tracking.recorder import StepRecorder
 from divergence.tracking.records import comparison_records
 
@@ -95,6 +95,7 @@ class Comparator:
         self._prefetch_wanted = prefetch
         self._probe_factory = probe
         self.pair = read_schedule(self.folder)
+        self.planned = self.pair.max_steps  # the length the writers were told (None: open-ended)
         failed = None
         if self.ranks.is_zero:  # the other ranks only measure
             try:
@@ -116,7 +117,7 @@ class Comparator:
             feed.loss_file.check()
         self.store = MetricsStore(self.folder).open_for_append()
         self.retention = Retention.for_pair(self.folder, self.pair)
-        self.retention.recover(self.store.last_step())  # a deletion cut short by a kill
+        self.retention.recover(self.store.last_step())  # a note of a step the store does not hold
         tracking = self.pair.tracking
         self.recorder = StepRecorder(self.store, tracking.spike_factor, tracking.spike_window)
         self.recorder.replay()
@@ -160,8 +161,8 @@ class Comparator:
             raise UserInputError(self._fatal)
         statuses = {arm: feed.status() for arm, feed in self.feeds.items()}
         self._follow_restarts(statuses)
-        if self.pair.open_ended:
-            self._end_when_finished(statuses)
+        self._follow_length(statuses)
+        self._follow_checkpoints(statuses)
         last = self.store.last_step()
         step, task = self.pair.next_step(last), None
         if last is not None and armless(self.out):
@@ -195,22 +196,25 @@ class Comparator:
         confirmed, self._stall_seen = seen is not None and seen == self._stall_seen, seen
         return why if confirmed else None
 
-    def _end_when_finished(self, statuses: dict) -> None:
-        """An open-ended pair whose arms have both finished: its last step is the later of theirs (an
-        arm that ended before it is then a stall, said as for any pair). An arm that failed ends
-        nothing: the steps after its last are a stall, as for a pair of known length."""
+    def _follow_length(self, statuses: dict) -> None:
+        """The pair's length, read again at every look, never frozen: where both arms finished (an
+        open-ended pair's end, or an early stop), else the length the writers were told (None:
+        open-ended, still running). An arm that finished before the later one is then a stall, said
+        as for any pair; an arm that failed ends nothing; an arm that restarts after both finished
+        (an open pair trained on) makes the length unknown again."""
         ends = [s.last_step for s in statuses.values() if s is not None and s.state == "finished"]
-        if len(ends) < len(ARMS) or any(end is None for end in ends):
+        both = len(ends) == len(ARMS) and all(end is not None for end in ends)
+        length = max(ends) if both else self.planned
+        if length == self.pair.max_steps:
             return
-        end = max(ends)
-        self.pair = replace(self.pair, max_steps=end)
-        self.retention.end_at(end)
+        self.pair = replace(self.pair, max_steps=length)
+        self.retention.end_at(length)
         if self.prefetch is not None:
-            self.prefetch.max_steps = end
+            self.prefetch.max_steps, self.prefetch.tracked = length, self.pair.tracked
         if self.logger is not None:
-            self.logger.max_steps = end
+            self.logger.max_steps = length
         if self.bar is not None:
-            self.bar.total = end // self.pair.stride + 1
+            self.bar.total = None if length is None else length // self.pair.stride + 1
             self.bar.refresh()
 
     def _nothing_to_follow(self, last: int) -> Task:
@@ -236,14 +240,12 @@ class Comparator:
 
     def _ready(self, step: int, statuses: dict) -> Task | None:
         """The task of ``step`` when both arms have written everything it needs, else None."""
-        losses = None
-        if step > 0 or self.pair.open_ended:
-            seen = {arm: feed.losses() for arm, feed in self.feeds.items()}
-            if step > 0 and any(step not in seen[arm] for arm in ARMS):
-                return None
-            if self.pair.open_ended and self._may_be_last(step, seen, statuses):
-                return None
-            losses = {arm: seen[arm][step] for arm in ARMS} if step > 0 else None
+        seen = {arm: feed.losses() for arm, feed in self.feeds.items()}
+        if step > 0 and any(step not in seen[arm] for arm in ARMS):
+            return None
+        if self._may_be_last(step, seen, statuses):
+            return None
+        losses = {arm: seen[arm][step] for arm in ARMS} if step > 0 else None
         tracked = self.pair.tracked(step)
         found = {}
         if tracked:
@@ -265,8 +267,10 @@ class Comparator:
         )
 
     def _may_be_last(self, step: int, seen: dict, statuses: dict) -> bool:
-        """An open-ended pair's ``step`` may be its last (a compared one) until an arm has recorded
-        past it or both arms have ended."""
+        """A ``step`` before ``max_steps`` (or of an open-ended pair) may be the pair's last, a compared
+        one (arms that stop early finish there), until an arm has recorded past it or both have ended."""
+        if self.pair.max_steps is not None and step >= self.pair.max_steps:
+            return False
         ended = all(s is not None and s.state in ENDED for s in statuses.values())
         return not ended and not any(step + self.pair.stride in seen[arm] for arm in ARMS)
 
@@ -278,6 +282,8 @@ class Comparator:
                 continue
             last = self.store.last_step()
             if arm in self.attempts and last is not None and status.start_step < last:
+                self._check_restart(arm, status, statuses)
+                self.retention.forget_after(status.start_step)
                 self.store.truncate_after(status.start_step)
                 self.recorder.replay()
                 if self.bar is not None:
@@ -292,6 +298,38 @@ class Comparator:
             raise UserInputError(
                 f"{self.out}: the arms train on {mismatch}; their batches differ, so they are not a pair"
             )
+
+    def _check_restart(self, arm: str, status, statuses: dict) -> None:
+        """Arm ``arm`` restarted from step G: the steps after G are compared again, with the other
+        arm's weights files of them. When ``tracking.keep`` deleted one (the arm restarted from a
+        checkpoint older than the one it reported), refuse in one line and keep the store as it is."""
+        start = status.start_step
+        for other, seen in statuses.items():
+            if other == arm or seen is None:
+                continue
+            if self.attempts.get(other) != seen.attempt and seen.start_step <= start:
+                continue  # restarted too, from G or earlier: it writes those files again
+            folder = self.folder.arm(other)
+            gone = [
+                r["step"]
+                for r in self.store.step_records()
+                if r["step"] > start and r.get("tracked") and not folder.weights(r["step"]).exists()
+            ]
+            if gone:
+                raise UserInputError(
+                    f"{self.out}: arm {arm} restarted from step {start}, but arm {other}'s weights files of "
+                    f"the compared steps {', '.join(map(str, gone))} after it are gone (tracking.keep deletes "
+                    "them once both arms' checkpoints are past them), so those steps cannot be compared again; "
+                    f"the store keeps them. Restart arm {arm} from a checkpoint of step {max(gone)} or later, "
+                    f"or arm {other} too, from step {start} or earlier"
+                )
+
+    def _follow_checkpoints(self, statuses: dict) -> None:
+        """``tracking.keep``: delete the compared files no restart can need any more (``Retention``)."""
+        horizon = min(restart_point(status) for status in statuses.values())
+        if horizon != self.retention.horizon:
+            self.retention.horizon = horizon
+            self.retention.sweep(self.store.last_step())
 
     # -- every rank: measure; rank 0: record -----------------------------------------------------
     def _take(self, task: Task) -> bool:
@@ -315,7 +353,6 @@ class Comparator:
             return True
         if task.tracked and not self._files_unchanged(task):
             return False  # replaced while it was read: the numbers may mix two files
-        record = self.recorder.losses(task.losses)
         comparison = extra = None
         if task.tracked:
             comparison = comparison_records(result)
@@ -326,6 +363,7 @@ class Comparator:
                     return False  # an arm replaced a file mid-read: retried next poll
             # tracking.keep: what this step's commit makes deletable, noted first
             self.retention.note(task.step, task.paths, task.taken)
+        record = self.recorder.losses(task.losses)  # the spike detectors see a step once: when it is committed
         self.recorder.commit(
             task.step,
             record,

@@ -9,13 +9,23 @@ An open-ended pair (``max_steps`` null: writers not told their length) has its l
 only when both arms finish; the comparator holds each step back until an arm is past it (or
 both have finished), so a step it deletes is never the last.
 
+Never a file a restarted arm could need: an arm that restarts from its checkpoint of step G
+recomputes the steps after G, and the comparator compares them again, with the OTHER arm's
+files of those steps. So the files of a step are deleted only once the step is no later than
+both arms' restart points (``divergence.store.arm_status.restart_point``: an arm's newest
+resumable checkpoint, which its writer reports in ``status.json``, or its last step once
+finished); until then they wait in the note (``horizon``). An arm restarted from a checkpoint
+older than the one it reported may still find a file gone: the comparator then refuses that
+restart in one line and keeps its store (``Comparator._follow_restarts``).
+
 Never before the commit, and nothing but the file compared: before committing the step, the
-comparator writes what it will delete (paths and file identities: inode, size, mtime) to
-``DIR/retention.json``, durably; after the commit it deletes each file still identical to the
-one compared (an arm that restarted and rewrote it meanwhile keeps its new file), then clears
-the note. A comparator killed anywhere in between loses nothing: started again, it finishes
-the noted deletion if the store holds that step, and drops the note if it does not (the step
-is compared again, and noted again).
+comparator adds what it will delete (paths and file identities: inode, size, mtime) to
+``DIR/retention.json``, durably; after the commit (and at each look, as the arms' checkpoints
+move on) it deletes each noted file of a step at or before the horizon that is still identical
+to the one compared (an arm that restarted and rewrote it keeps its new file), then drops it
+from the note. A comparator killed anywhere in between loses nothing: started again, it keeps
+the noted steps the store holds and drops the ones it does not (they are compared again, and
+noted again).
 """
 
 from __future__ import annotations
@@ -36,7 +46,9 @@ class Retention:
         last is set by ``end_at`` once known."""
         self.path, self.keep, self.tracked = PairFolder(out).retention, keep or 0, list(tracked_steps)
         self.schedule = schedule
-        self.last = None if schedule is not None else (self.tracked[-1] if self.tracked else -1)
+        self.planned_last = None if schedule is not None else (self.tracked[-1] if self.tracked else -1)
+        self.last = self.planned_last
+        self.horizon = -1  # the latest step no restart of either arm recomputes (set by the comparator)
 
     @classmethod
     def for_pair(cls, out: str | Path, pair) -> Retention:
@@ -47,9 +59,10 @@ class Retention:
         steps = [s for s in range(pair.max_steps + 1) if pair.tracked(s)] if keep else []
         return cls(out, keep, steps)
 
-    def end_at(self, last: int) -> None:
-        """An open-ended pair's last step, once both arms have finished (its files are kept)."""
-        self.last = last
+    def end_at(self, last: int | None) -> None:
+        """The pair's last step, once both arms have finished there (its files are kept); None: the
+        planned one again (an arm restarted)."""
+        self.last = self.planned_last if last is None else last
 
     def kept(self, step: int) -> bool:
         """The files of ``step`` stay: keep-all, the last tracked step, or every keep-th tracked step."""
@@ -69,34 +82,63 @@ class Retention:
         """Before the commit of ``step``: what its commit makes deletable (nothing if it is kept)."""
         if not self.kept(step):
             files = {arm: [str(paths[arm]), list(taken[arm])] for arm in paths}
-            write_json(self.path, {"step": step, "files": files})
+            self._write([e for e in self._pending() if e["step"] != step] + [{"step": step, "files": files}])
 
     def release(self, step: int) -> list[Path]:
-        """After the commit of ``step``: delete the files noted for it (if still the ones compared)."""
+        """After the commit of ``step``: delete the noted files that are due (``sweep``)."""
+        return self.sweep(step)
+
+    def sweep(self, stored: int | None) -> list[Path]:
+        """Delete the noted files of the steps the store holds (``stored``: its last step) that no
+        restart recomputes (at or before ``horizon``), if still the files compared."""
         pending = self._pending()
-        if pending is None or pending.get("step") != step:
+        due = [e for e in pending if stored is not None and e["step"] <= min(stored, self.horizon)]
+        if not due:
             return []
         removed = []
-        for path, taken in pending["files"].values():
-            if identity(path) == tuple(taken):
-                Path(path).unlink(missing_ok=True)
-                removed.append(Path(path))
-        self.path.unlink(missing_ok=True)
+        for entry in due:
+            for path, taken in entry["files"].values():
+                if identity(path) == tuple(taken):
+                    Path(path).unlink(missing_ok=True)
+                    removed.append(Path(path))
+        self._write([e for e in pending if e not in due])
         return removed
 
-    def recover(self, last_stored: int | None) -> list[Path]:
-        """At start: finish a deletion whose step the store holds; forget one whose step it does not."""
+    def forget_after(self, step: int | None) -> None:
+        """Drop the notes of the steps after ``step`` (None: all): not in the store (a kill between
+        note and commit), or dropped from it (an arm restarted): they are compared, and noted, again."""
         pending = self._pending()
-        if pending is None:
-            return []
-        if last_stored is not None and isinstance(pending.get("step"), int) and pending["step"] <= last_stored:
-            return self.release(pending["step"])
-        self.path.unlink(missing_ok=True)
+        kept = [e for e in pending if step is not None and e["step"] <= step]
+        if len(kept) != len(pending):
+            self._write(kept)
+
+    def recover(self, last_stored: int | None) -> list[Path]:
+        """At start: keep the notes of the steps the store holds, for ``sweep``; forget the others, and
+        the ones whose files were all rewritten or removed since (nothing of them will be deleted).
+        Deletes nothing itself (the arms' restart points are not known yet): returns []."""
+        self.forget_after(last_stored)
+        pending = self._pending()
+        live = [e for e in pending if any(identity(p) == tuple(t) for p, t in e["files"].values())]
+        if len(live) != len(pending):
+            self._write(live)
         return []
 
-    def _pending(self) -> dict | None:
+    def _write(self, pending: list[dict]) -> None:
+        if pending:
+            write_json(self.path, {"pending": pending})
+        else:
+            self.path.unlink(missing_ok=True)
+
+    def _pending(self) -> list[dict]:
+        """The noted steps, ``[{"step": S, "files": {arm: [path, identity]}}]`` (a note of an earlier
+        version, one step's ``{"step", "files"}``, read as one)."""
         try:
             data = json.loads(self.path.read_text())
         except (OSError, ValueError):
-            return None  # none, or a note cut short: deleting nothing loses nothing
-        return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
+            return []  # none, or a note cut short: deleting nothing loses nothing
+        entries = data.get("pending", [data]) if isinstance(data, dict) else []
+        return [
+            e
+            for e in entries
+            if isinstance(e, dict) and isinstance(e.get("step"), int) and isinstance(e.get("files"), dict)
+        ]

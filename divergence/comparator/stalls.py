@@ -9,13 +9,18 @@
   step N: a gap (a writer that skipped steps, a restart that did not say where it resumed
   from, files removed by hand). A weights file that is there but not complete yet (being
   copied in, or filled in place) is waited for: it may still become complete;
+- an arm is ``running`` by its ``status.json`` but no process holds its ``writer.lock`` (the
+  liveness rule: its writer was killed, ``kill -9`` too, or its machine went down; the OS drops a
+  dead holder's lock), so it writes nothing more (``divergence.pairfolder.arm_lock.writer_alive``);
 - the folder has no arm folders at all but a store of steps: a pair written in one process
   (``LockstepPair``, ``divergence train`` of a pair) or by ``divergence track``; there is nothing
   to follow (a complete one is simply done).
 
 An arm's status is written after its last records, so once it reads ``finished`` or ``failed``
 every loss and weights file it will ever write is there: the verdict cannot be premature. An
-arm still ``running`` (or restarted: a new ``attempt``) is waited for, as before. A restarting
+arm still ``running`` with its lock held (or restarted: a new ``attempt``) is waited for, as
+before, and so is one whose writer takes no lock (no ``writer.lock`` file). When several arms
+stop the pair, one that failed or died is named before one that finished. A restarting
 arm cuts its old records before it writes its new status, so the comparator acts on a stall
 only when two looks in a row find it with the same statuses (``Comparator._stalled``).
 """
@@ -25,7 +30,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from divergence.pairfolder.folder import PairFolder
-from divergence.pairfolder.layout import ARMS, CHECKPOINTS_DIR, LOSSES_FILE, weights_name
+from divergence.pairfolder.arm_lock import writer_alive
+from divergence.pairfolder.layout import ARMS, CHECKPOINTS_DIR, LOSSES_FILE, STATUS_FILE, WRITER_LOCK_FILE, weights_name
 
 ENDED = ("finished", "failed")
 
@@ -34,19 +40,39 @@ def stall(out: Path, step: int, pair, statuses: dict, feeds: dict) -> str | None
     """Why step ``step`` of the pair in ``out`` will never be written, in one line; None while it may be.
 
     ``pair``: the ``PairSchedule``; ``statuses``/``feeds``: each arm's ``ArmStatus`` (or None)
-    and ``ArmFeed``, read in that order (statuses first: an ended arm's files are all there).
+    and ``ArmFeed``, read in that order (statuses first: an ended arm's files are all there). An arm
+    that failed or died is named before one that finished: it is the one to restart.
     """
+    found = []
     for arm in ARMS:
         status = statuses.get(arm)
-        if status is None or status.state not in ENDED:
+        if status is None:
             continue
-        why = _missing(arm, status, step, pair, feeds[arm])
+        if status.state in ENDED:
+            why = _missing(arm, status, step, pair, feeds[arm])
+        else:
+            why = _dead(arm, status, feeds[arm])
         if why is not None:
-            return (
-                f"{why}; the pair cannot be completed as it is. Restart the arm (from its checkpoint, saying where "
-                "it resumes), then run watch again: it continues from its store"
-            )
-    return None
+            found.append((status.state == "finished", why))
+    if not found:
+        return None
+    _, why = min(found, key=lambda item: item[0])
+    return (
+        f"{why}; the pair cannot be completed as it is. Restart the arm (from its checkpoint, saying where "
+        "it resumes), then run watch again: it continues from its store"
+    )
+
+
+def _dead(arm: str, status, feed) -> str | None:
+    """A ``running`` arm whose ``writer.lock`` no process holds has died (killed, its node lost):
+    it writes nothing more. An arm whose writer takes no lock (no lock file) is waited for."""
+    if writer_alive(feed.folder) is not False:
+        return None
+    since = f"attempt {status.attempt}, from step {status.start_step}"
+    return (
+        f"arm {arm} died: its {arm}/{STATUS_FILE} says running ({since}) but no process holds "
+        f"{arm}/{WRITER_LOCK_FILE} (its writer was killed, or its machine went down)"
+    )
 
 
 def _missing(arm: str, status, step: int, pair, feed) -> str | None:

@@ -15,7 +15,9 @@ Nothing is asked of the module: the loss is ``training_step``'s returned loss (o
 submodule ``module``, e.g. ``"unet"``), gathered from every rank under FSDP. Only global
 rank zero writes. A run resumed from a checkpoint at step G starts a new attempt from G. A Trainer with no finite
 length (an iterable dataset, no ``max_steps``) trains an open-ended arm: its last step is where
-``fit`` ends, its weights saved then (``divergence.writers.arm_writer``).
+``fit`` ends, its weights saved then (``divergence.writers.arm_writer``). A Trainer stopped early
+by a callback (``EarlyStopping``: ``trainer.should_stop``) finishes the arm at the step reached, its
+weights saved there; ``divergence watch`` ends the pair there once both arms stopped at it.
 
 Put it before a ``ModelCheckpoint`` in the callback list, so a step's weights exist before
 a resumable checkpoint of that step does.
@@ -97,6 +99,7 @@ class ArmCheckpoints(Callback):
         self.writer: ArmWriter | None = None
         self._losses: list[torch.Tensor] = []
         self._step = 0
+        self._saving: int | None = None  # the step of a resumable checkpoint being written
 
     # -- Lightning hooks -------------------------------------------------------------------
     def on_train_start(self, trainer, pl_module) -> None:
@@ -122,7 +125,13 @@ class ArmCheckpoints(Callback):
         if self._step == 0:
             self.writer.record(0)  # its weights are saved: step 0 is recorded
 
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self._saving = trainer.global_step  # written after this hook returns: said at the next batch's end
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self._saving is not None and self.writer is not None:
+            self.writer.checkpointed(self._saving)  # a restart resumes there or later (tracking.keep)
+            self._saving = None
         loss = self.loss_of(outputs)
         check_loss(loss, "ArmCheckpoints: the loss of a batch")  # one value: a vector is not averaged away
         self._losses.append(torch.as_tensor(loss, dtype=torch.float32).reshape(()))
@@ -138,9 +147,10 @@ class ArmCheckpoints(Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         last = self.writer.last_step
-        if self.writer.max_steps is None and last > 0 and not self.writer.tracked(last):
-            self._save(trainer, pl_module, last)  # an open-ended run's last step is compared (every rank)
-        self.writer.finish()
+        early = bool(trainer.should_stop) and last > 0  # a callback stopped fit: a finish at the step reached
+        if (self.writer.max_steps is None or early) and last > 0 and not self.writer.tracked(last):
+            self._save(trainer, pl_module, last)  # a run that ends off the schedule is compared there (every rank)
+        self.writer.finish("finished" if early else None)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if self.writer is not None:

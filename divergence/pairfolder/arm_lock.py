@@ -90,3 +90,21 @@ def _refusal(folder: Path, holder: tuple[int, str] | None) -> str:
         f"{folder}: {who} is writing this arm; one writer per arm at a time: stop it first, or train into "
         "another pair folder"
     )
+
+
+def writer_alive(folder: str | Path) -> bool | None:
+    """Whether a live process holds arm folder ``folder``'s ``writer.lock``: True; False when the lock
+    is free (its last writer ended, in any way: a ``kill -9`` too); None when there is no lock file
+    (a writer that takes none). Reads only: a shared lock is tried without waiting and dropped at
+    once (a writer starting in those microseconds is refused as if another held it)."""
+    try:
+        fd = os.open(arm_folder(folder).writer_lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # drops the shared lock, if taken
+    return False

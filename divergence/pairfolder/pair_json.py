@@ -13,6 +13,9 @@ Keys (``docs/pair-folder.md``; ``PairInfo`` holds them):
 - ``max_steps``, ``finished`` (bool), ``last_step`` (int or null); ``max_steps`` is null for an
   open-ended pair (writers not told their length: the arms' last step is where they finish,
   written here by ``divergence watch`` when the pair is complete);
+- ``open_ended`` (optional, true): the pair's writers were not told its length, so ``max_steps``,
+  once written, is where its arms last finished, a fact a reader re-reads from the arms (arms
+  resumed after a finish train on past it), not a length to follow (``is_open_ended``);
 - ``recipe``: the built-in trainer's resolved base recipe as plain data (arm a's, with its
   replicate's seeds); ``{}`` for any other training;
 - ``replicate``: which replicate of the pair this run is (int, 0 when absent). Replicate r of
@@ -207,7 +210,7 @@ def write_pair_files(
         max_steps=max_steps,
         replicate=replicate,
         tracking=tracking,
-        extra={"log": dict(log)} if log else {},
+        extra={**({"log": dict(log)} if log else {}), **({"open_ended": True} if max_steps is None else {})},
     )
     out.mkdir(parents=True, exist_ok=True)
     info.write(out)
@@ -221,10 +224,16 @@ def finish_pair(out: str | Path, last_step: int | None, finished: bool) -> PairI
     trainer, ``LockstepPair``, ``divergence watch`` and ``divergence track``."""
     info = PairInfo.read(out)
     info.finished, info.last_step = finished, last_step
-    if info.max_steps is None and finished and last_step:
-        info.max_steps = last_step
+    if is_open_ended(info.to_json()) and finished and last_step:
+        info.max_steps, info.extra["open_ended"] = last_step, True  # where it ended, not a length to follow
     info.write(out)
     return info
+
+
+def is_open_ended(info: dict) -> bool:
+    """``pair.json`` (``info``) of a pair whose writers were not told its length: ``max_steps`` null,
+    or ``open_ended`` true (then ``max_steps`` is where the arms finished last, not a length)."""
+    return info.get("max_steps") is None or info.get("open_ended") is True
 
 
 def ensure_pair_files(out: str | Path, *, max_steps: int | None, every: int = DEFAULT_EVERY, **kwargs) -> dict:
@@ -251,7 +260,9 @@ def check_pair_files(
     schedule = existing.get("tracking") or {}
     keep = check_keep(kwargs.get("keep"))  # given: both arms must agree (None: not given, joins any)
     saved_keep = (schedule.get("keep") or None) if keep is not None else None
-    saved_steps = existing.get("max_steps") if max_steps is not None else None  # None joins a finished open pair
+    saved_steps = (
+        None if max_steps is None or is_open_ended(existing) else existing.get("max_steps")
+    )  # None joins an open pair
     for key, now, saved in (
         ("max_steps", max_steps, saved_steps),
         ("every", every, schedule.get("every", every)),

@@ -19,7 +19,7 @@ from divergence.errors import RecipeError, UserInputError
 from divergence.pairfolder.arm_steps import check_stride
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import PAIR_FILE, PAIR_RECIPE_FILE
-from divergence.pairfolder.pair_json import read_pair_json
+from divergence.pairfolder.pair_json import is_open_ended, read_pair_json
 from divergence.pairfolder.settings import LogConfig, ProbeConfig, TrackingConfig, is_tracked
 
 _TRACKING_KEYS = {f.name for f in fields(TrackingConfig)}
@@ -85,7 +85,8 @@ def _from_pair_json(out: PairFolder, info: dict, config: dict | None) -> PairSch
         parsed = parse(TrackingConfig, {k: v for k, v in tracking.items() if k in _TRACKING_KEYS}, "tracking")
         checkpoint_every = int(tracking.get("checkpoint_every", train.get("checkpoint_every", 0)) or 0)
         log = parse(LogConfig, info.get("log", recipe.get("log")), "log")
-        max_steps = None if info["max_steps"] is None else int(info["max_steps"])
+        max_steps = info["max_steps"]
+        max_steps = None if is_open_ended(info) else int(max_steps)  # an open pair's end is its arms' to say
         name = str(info["name"])
         stride = check_stride(tracking.get("stride", 1), max_steps, "tracking.stride")
     except (KeyError, TypeError, ValueError) as err:

@@ -69,6 +69,7 @@ class ArmJournal:
             self.arm,
             attempt=previous.attempt + 1 if previous is not None else 1,
             start_step=start_step,
+            checkpoint_step=start_step,  # resumed from it (or, at step 0, started over from nothing)
             max_steps=self.max_steps if max_steps is None else max_steps,
             world_size=world_size,
             tensor_order=list(tensor_order),
@@ -102,6 +103,14 @@ class ArmJournal:
             self.status.write(self.folder)
         else:
             check_tensor_names(names, self.status.tensor_order, step, f"{self.folder}")
+
+    def checkpointed(self, step: int) -> None:
+        """Rank zero: a resumable checkpoint of ``step`` is saved, so a restart resumes at ``step`` or
+        later (``status.json``'s ``checkpoint_step``: ``divergence watch`` with ``tracking.keep``
+        deletes no weights file after it)."""
+        if self.status is not None and step != self.status.checkpoint_step:
+            self.status.checkpoint_step = step
+            self.status.write(self.folder)
 
     def end(self, state: str, last_step: int) -> None:
         """Rank zero: ``status.json`` says ``state`` (``finished`` or ``failed``) at ``last_step``."""

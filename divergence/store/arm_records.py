@@ -5,7 +5,9 @@ removes what the earlier attempt left of them: the ``losses.jsonl`` lines and th
 of steps after G (``drop_after``). That is a resume, and the writer must be told so (a
 ``start_step`` G > 0, a Trainer resumed from a checkpoint, or ``resume=True``): a writer started
 at step 0 into an arm folder that holds later records is refused (``claim_arm_folder``), since
-cutting them would silently throw away a finished or running arm's work.
+cutting them would silently throw away a finished or running arm's work. A resume from a step the
+arm's records do not reach (``start_step`` 5 over losses that end at 3) is refused as well: the steps
+between would be a gap that ``divergence watch`` finds only when the arm ends.
 """
 
 from __future__ import annotations
@@ -42,11 +44,15 @@ def drop_after(folder: str | Path, step: int) -> None:
 
 
 def claim_arm_folder(folder: str | Path, arm: str, start_step: int, resume: bool, how_to_resume: str) -> None:
-    """Refuse to start arm ``arm`` at step 0 over records of later steps unless ``resume`` says so.
+    """Refuse to start arm ``arm`` at step 0 over records of later steps unless ``resume`` says so,
+    and to resume it at a ``start_step`` past its recorded losses (the steps between would be a gap).
 
     ``how_to_resume``: how this writer is told to continue from a checkpoint (its own words).
     """
-    if start_step > 0 or resume:
+    if start_step > 0:
+        _check_reaches(folder, arm, start_step)
+        return
+    if resume:
         return
     last = recorded_after(folder, start_step)
     if last is None:
@@ -59,6 +65,24 @@ def claim_arm_folder(folder: str | Path, arm: str, start_step: int, resume: bool
         f"{folder}: already holds arm {arm}'s records up to step {last}{state}; starting at step 0 "
         f"would cut them. To continue it, {how_to_resume}; to train it again from step 0, pass "
         "resume=True; or write into a new pair folder"
+    )
+
+
+def _check_reaches(folder: str | Path, arm: str, start_step: int) -> None:
+    """The arm's losses reach ``start_step`` (a resume continues its records, it does not skip steps)."""
+    from divergence.store.losses import LossFile
+
+    last = max(LossFile(folder).read_new(), default=None)
+    if last is not None and last >= start_step:
+        return
+    held, fix = (
+        (f"end at step {last}", f"resume from a checkpoint of step {last} or earlier")
+        if last is not None
+        else ("hold no step yet", "start it at step 0")
+    )
+    raise UserInputError(
+        f"{folder}: start_step={start_step}, but arm {arm}'s records ({LossFile(folder).path.name}) {held}: the "
+        f"steps between would be a gap divergence watch waits on; {fix}"
     )
 
 

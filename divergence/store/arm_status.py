@@ -8,6 +8,10 @@ fails). Keys (a contract between the arm jobs and ``divergence watch``):
 - ``start_step``: the global step this attempt started from (0, or the resumed checkpoint's);
   files of later steps left by an earlier attempt were removed before this was written;
 - ``last_step``: the last completed step when the attempt ended (null while running);
+- ``checkpoint_step``: the step of the arm's newest resumable checkpoint, where a restart would
+  resume from (its writer says so: ``ArmWriter.checkpointed``, the Lightning callbacks on each
+  save; the attempt's ``start_step`` until then; absent in older statuses: ``start_step``).
+  ``divergence watch`` with ``tracking.keep`` deletes no weights file after it (``restart_point``);
 - ``max_steps``, ``world_size``: the arm's length and its number of ranks;
 - ``global_batch``: examples per optimizer step, ``batch_size x world_size x accumulate``; both
   arms must train on the same global batch, or they see different examples (null in a status
@@ -35,6 +39,7 @@ class ArmStatus:
     attempt: int = 1
     start_step: int = 0
     last_step: int | None = None
+    checkpoint_step: int | None = None
     max_steps: int = 0
     world_size: int = 1
     global_batch: int | None = None
@@ -59,6 +64,17 @@ class ArmStatus:
         except (OSError, ValueError):
             return None
         return cls(**{k: data[k] for k in data if k in cls.__dataclass_fields__})
+
+
+def restart_point(status: "ArmStatus | None") -> int:
+    """The earliest step arm ``status`` may restart from and recompute the steps after: a finished
+    arm's last step, else its newest resumable checkpoint (its attempt's start until it says one);
+    -1 for an arm not started."""
+    if status is None:
+        return -1
+    if status.state == "finished" and status.last_step is not None:
+        return status.last_step
+    return status.start_step if status.checkpoint_step is None else status.checkpoint_step
 
 
 def batch_mismatch(statuses: dict[str, "ArmStatus | None"]) -> str | None:

@@ -13,6 +13,9 @@ A loop that does not know its length (epochs over a stream, an early stop) leave
 out: ``ArmWriter(out, "a")``. The last step is then the one recorded last when ``finish()`` is
 called: ``finish`` saves its weights (the model last given to ``record``, or ``finish(model=...)``)
 and ``divergence watch`` ends the pair there (``pair.json``'s ``max_steps`` is null until then).
+A loop told its length that stops early on purpose (EarlyStopping, a loss target) calls
+``finish("finished")``: the arm ends at the step reached, its weights saved there, and ``watch``
+ends the pair there once both arms finished at it.
 
 Arm ``b`` runs the same loop (another process, another machine) into the same folder, and
 ``divergence watch runs/flash-vs-sdpa`` builds the pair's metrics store as both go.
@@ -139,7 +142,7 @@ class ArmWriter:
         self.journal = ArmJournal(self.folder, arm, max_steps=max_steps, stride=self.stride)  # status, losses, steps
         self.journal.resume_at(start_step, initial=start_step == 0)  # a fresh start records step 0 first
         self.saved_step: int | None = None  # the step whose weights ``save`` wrote last
-        self.last_model: tuple | None = None  # an open-ended arm: (step, model) given to ``record`` last
+        self.last_model: tuple | None = None  # (step, model) given to ``record`` last: ``finish`` saves its last step
         if self.is_writer:
             self._open(start_step, resume, stride, pair)
 
@@ -182,7 +185,7 @@ class ArmWriter:
             check_loss(loss, where)
             value = loss_value(loss, where) if self.is_writer else None  # read (a device sync) where written
         if self.is_writer:
-            if self.max_steps is None and model is not None:
+            if model is not None:
                 self.last_model = (step, model)
             if self.tracked(step) and self.saved_step != step:
                 if model is None:
@@ -203,30 +206,49 @@ class ArmWriter:
         cpu = {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}  # copies: tied weights
         return save_weights(self.folder.weights(step), cpu, step=step, arm=self.arm, recipe={})
 
-    def finish(self, state: str | None = None, model=None) -> None:
-        """Mark the arm ``finished`` (all ``max_steps`` recorded) or ``failed``; call it once at the end.
+    def checkpointed(self, step: int) -> None:
+        """Say that a resumable checkpoint of ``step`` (a recorded step) is saved: a restart resumes
+        there or later. With ``tracking.keep``, ``divergence watch`` deletes no compared weights file
+        of a step after both arms' newest checkpoints, since a restart from one recomputes those steps
+        and they are compared again; call it after each checkpoint is written. Until the first call
+        the arm's start counts (step 0, or ``start_step``)."""
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= self.last_step:
+            raise UserInputError(
+                f"ArmWriter.checkpointed({step!r}): give the step of the checkpoint saved, an integer from 0 "
+                f"to {self.last_step} (the step recorded last)"
+            )
+        if self.is_writer and self.lock is not None and self.lock.held:
+            self.journal.checkpointed(step)
 
-        Without ``max_steps`` the arm is finished at the step recorded last (step 0 alone: failed),
-        whose weights are saved here when the schedule did not: ``model``'s, else what ``record``
-        was given at that step, else the module last given to ``record`` (its weights as they are
-        now: call ``finish`` right after the last ``record``); a state dict given at an earlier
-        step may be a stale copy, so it is refused. It also releases the arm's lock: another
-        process may write the arm after it.
+    def finish(self, state: str | None = None, model=None) -> None:
+        """Mark the arm ``finished`` or ``failed``; call it once at the end.
+
+        Without ``state``: ``finished`` when every step was recorded (all ``max_steps``; without
+        ``max_steps``, any step after 0), else ``failed``. ``finish("finished")`` before ``max_steps``
+        is an early stop (EarlyStopping, a loss target): the arm ends at the step reached, and
+        ``divergence watch`` ends the pair there once both arms finished there.
+
+        An arm that finishes is compared at its last step, whose weights are saved here when the
+        schedule did not: ``model``'s, else what ``record`` was given at that step, else the module
+        last given to ``record`` (its weights as they are now: call ``finish`` right after the last
+        ``record``); a state dict given at an earlier step may be a stale copy, so it is refused.
+        It also releases the arm's lock: another process may write the arm after it.
         """
         if not self.is_writer or self.lock is None or not self.lock.held:
             return
+        state = state or ("finished" if self.last_step >= (self.max_steps or 1) else "failed")
         try:
-            if state is None and self.max_steps is None and self.last_step > 0:
+            if state == "finished" and self.last_step > 0:
                 self._save_last(model)
         except BaseException:
             self.journal.end("failed", self.last_step)
             self.lock.release()
             raise
-        self.journal.end(state or ("finished" if self.last_step >= (self.max_steps or 1) else "failed"), self.last_step)
+        self.journal.end(state, self.last_step)
         self.lock.release()
 
     def _save_last(self, model) -> None:
-        """An open-ended arm's last step is a compared one: its weights file, if not written yet."""
+        """A finished arm's last step is a compared one: its weights file, if not written yet."""
         step = self.last_step
         if self.saved_step == step or (self.saved_step is None and self.folder.weights(step).exists()):
             return  # saved by the schedule (or, after a restart at this very step, by the earlier attempt)

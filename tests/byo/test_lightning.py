@@ -244,6 +244,30 @@ def test_epochs_that_end_before_max_steps_end_the_pair(tmp_path):
     assert MetricsStore(tmp_path).steps() == list(range(batches + 1))
 
 
+def test_an_early_stop_finishes_the_arms_at_the_step_reached(tmp_path):
+    """Issue 28, finding 13: EarlyStopping stopped both arms at the end of their first epoch (step
+    8 of max_steps 100); both ended ``failed`` and watch stopped at step 9. An early stop is a
+    finish at the step reached: the arms are ``finished`` at 8, compared there, and the pair ends there."""
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    batches = len(loader())
+    for arm, approximate in ARMS.items():
+        pl.seed_everything(0, verbose=False)
+        stop = EarlyStopping(monitor="loss", stopping_threshold=1e9, check_on_train_epoch_end=True)
+        trainer(100, [ArmCheckpoints(tmp_path, arm, every=3, dense=[]), stop]).fit(
+            build(0, approximate=approximate), loader()
+        )
+    status = json.loads((tmp_path / "a" / "status.json").read_text())
+    assert (status["state"], status["last_step"]) == ("finished", batches)
+    assert (tmp_path / "b" / "checkpoints" / f"step_{batches:06d}.safetensors").is_file()
+    assert Comparator(tmp_path, log=False, progress=False, probe=FileProbe).run(poll=0.05, timeout=5) == 0
+    records = MetricsStore(tmp_path).step_records()
+    assert [r["step"] for r in records] == list(range(batches + 1))
+    assert records[-1]["tracked"] and records[-1]["max_abs_diff"] > 0
+    info = json.loads((tmp_path / "pair.json").read_text())
+    assert (info["finished"], info["last_step"]) == (True, batches)
+
+
 class Stream(torch.utils.data.IterableDataset):
     """A stream of unknown length (no ``__len__``): the Trainer cannot say where it ends."""
 

@@ -121,3 +121,54 @@ def test_arms_that_failed_end_nothing(tmp_path, capsys):
     assert MetricsStore(tmp_path).steps() == [0, 1, 2, 3]
     info = json.loads((tmp_path / "pair.json").read_text())
     assert (info["max_steps"], info["finished"]) == (None, False)
+
+
+def resume(out, arm, start, steps, lr=0.1):
+    """The arm restarted from its weights file of step ``start`` (plain SGD: no optimizer state),
+    trained on to ``steps``, open-ended."""
+    from safetensors.torch import load_file
+
+    net = torch.nn.Linear(4, 3)
+    net.load_state_dict(load_file(str(out / arm / CHECKPOINTS_DIR / f"step_{start:06d}.safetensors")))
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(1))
+    with ArmWriter(out, arm, every=3, dense=[], log={"wandb": False}, start_step=start) as writer:
+        for step in range(start + 1, steps + 1):
+            loss = net(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            writer.record(step, net, loss)
+
+
+def test_a_finished_open_pair_trained_on_is_followed_to_its_new_end(tmp_path, capsys):
+    """Issue 28, finding 1: watch finished the open pair at 5 and wrote max_steps 5; both arms then
+    resumed at 3 and trained to 8, and a second watch marked the pair finished at 5 (steps 6-8 never
+    stored). The length is read from the arms at every look: the second watch follows them to 8."""
+    out, whole = tmp_path / "resumed", tmp_path / "whole"
+    for arm, lr in (("a", 0.1), ("b", 0.1001)):
+        train(out, arm, steps=5, lr=lr)
+        train(whole, arm, steps=8, lr=lr)
+    assert watch(out, capsys) == (0, "") and watch(whole, capsys) == (0, "")
+    assert json.loads((out / "pair.json").read_text())["max_steps"] == 5
+    for arm, lr in (("a", 0.1), ("b", 0.1001)):
+        resume(out, arm, 3, 8, lr=lr)
+    assert watch(out, capsys) == (0, "")
+    info = json.loads((out / "pair.json").read_text())
+    assert (info["max_steps"], info["last_step"], info["finished"], info["open_ended"]) == (8, 8, True, True)
+    assert MetricsStore(out).step_records() == MetricsStore(whole).step_records()  # as if trained in one go
+
+
+def test_finish_finished_saves_the_last_steps_weights(tmp_path, capsys):
+    """Issue 28, finding 11: an open-ended ``finish("finished", model=net)`` marked the arm finished
+    without its last step's weights (step 4, off the every-3 schedule), and watch exited 2."""
+    for arm in "ab":
+        net = torch.nn.Linear(2, 2)
+        writer = ArmWriter(tmp_path, arm, every=3, dense=[], log={"wandb": False})
+        writer.record(0, net)
+        for step in (1, 2, 3, 4):
+            writer.record(step, net.state_dict() if writer.tracked(step) else None, 0.5 * step)
+        writer.finish("finished", model=net)
+        assert saved_steps(tmp_path / arm) == [0, 3, 4]
+    assert watch(tmp_path, capsys) == (0, "")
+    assert [r["step"] for r in MetricsStore(tmp_path).step_records() if r["tracked"]] == [0, 3, 4]

@@ -113,3 +113,23 @@ def test_a_resume_at_step_n_keeps_every_earlier_record(tmp_path):
     assert {n: (folder / CHECKPOINTS_DIR / n).read_bytes() for n in early} == early
     assert (folder / LOSSES_FILE).read_text().splitlines()[:3] == lines[:3]
     assert json.loads((folder / "status.json").read_text())["attempt"] == 2
+
+
+def test_a_resume_past_the_recorded_steps_is_refused_at_construction(tmp_path):
+    """Issue 28, finding 12: records that end at 3 and ``start_step=5`` would leave steps 4-5 a gap
+    that watch finds only when the arm ends; the writer refuses it in one line, touching nothing."""
+    with pytest.raises(RuntimeError):
+        with ArmWriter(tmp_path, "a", max_steps=6, every=1, dense=[]) as writer:
+            net = torch.nn.Linear(2, 2)
+            writer.record(0, net)
+            for step in (1, 2, 3):
+                writer.record(step, net, 0.5)
+            raise RuntimeError("killed")
+    before = {p: p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file() and p.name != "writer.lock"}
+    with pytest.raises(UserInputError) as err:
+        ArmWriter(tmp_path, "a", max_steps=6, every=1, dense=[], start_step=5)
+    assert "\n" not in str(err.value)
+    assert "start_step=5, but arm a's records (losses.jsonl) end at step 3" in str(err.value)
+    after = {p: p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file() and p.name != "writer.lock"}
+    assert after == before
+    ArmWriter(tmp_path, "a", max_steps=6, every=1, dense=[], start_step=3).finish("failed")  # at 3: a resume

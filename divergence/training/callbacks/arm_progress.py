@@ -52,6 +52,7 @@ class ArmProgress(Callback):
         self.journal = ArmJournal(folder, arm, max_steps=None)
         self.folder, self.arm, self.per_rank_batch = self.journal.folder, arm, per_rank_batch
         self.loss, self.tensor_order = loss, tensor_order
+        self._saving: int | None = None  # the step of a resumable checkpoint being written
 
     @property
     def status(self):
@@ -72,7 +73,13 @@ class ArmProgress(Callback):
             max_steps=trainer.max_steps,
         )
 
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self._saving = trainer.global_step  # written after this hook returns: said at the next step's end
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.is_global_zero and self._saving is not None:
+            self.journal.checkpointed(self._saving)  # a restart resumes there or later (tracking.keep)
+            self._saving = None
         where = f"{self.folder}: step {trainer.global_step}"  # checked on every rank: every rank stops alike
         step = self.journal.check(trainer.global_step, where)
         if trainer.is_global_zero:
