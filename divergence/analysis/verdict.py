@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -64,9 +63,6 @@ OUTSIDE = "studied outside its deployment numerics"  # the caveat's opening word
 FACTOR_2_DEX = 0.3  # log10(2): an interval beyond +-0.3 dex says "at least 2x less (more)"
 MAX_DISAGREEMENT = 0.3  # dex between the weight-space and function-space dose ratios
 METRIC = "rel_l2"
-
-if TYPE_CHECKING:
-    from divergence.analysis.reordering import Reordering
 
 
 @dataclass(frozen=True)
@@ -96,7 +92,8 @@ class Verdict:
     replicates_needed: dict = field(default_factory=dict)
     saturated: bool = False  # X saturated at the end: its outcome is held to the seed spread itself
     margin_factor: float = MARGIN_FACTOR  # m = margin_factor x sigma_S
-    reordering: Reordering | None = None  # X against the reordering reference (None: the study has none)
+    # X against the reordering reference, a ``reordering.Reordering`` (None: the study has none)
+    reordering: object | None = None
 
     @property
     def dose_like(self) -> bool:
