@@ -40,6 +40,7 @@ import numpy as np
 
 from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate_replicates
 from divergence.analysis.headline import factor_text
+from divergence.analysis.no_window import why_no_window
 from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
 from divergence.analysis.trajectories import PairData
 from divergence.analysis.verdict import _all_zero
@@ -101,7 +102,7 @@ def against_reordering(
     estimates = tuple(estimate_replicates(runs, start, min_window))
     usable = [e for e in estimates if e.usable]
     if not usable:
-        reason = f"no window of {min_window} tracked steps where both pairs grow alike, unsaturated"
+        reason = why_no_window(study, reordering, list(estimates), min_window)
         return Reordering(
             ratio=empty, status=None, replicates_needed=None, reason=reason, estimates=estimates, **common
         )
