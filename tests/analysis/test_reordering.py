@@ -71,6 +71,15 @@ def test_a_pair_ten_times_a_reordering_is_inconclusive_with_the_replicates_that_
     )
 
 
+def test_wandb_summary_keys_carry_the_reordering_reading():
+    from divergence.report.wandb_log import flat_summary
+
+    flat = flat_summary(to_summary(_analysis(1e-8, 5e-9)))
+    assert flat["report/reordering/flash_vs_baseline/status"] == "reordering_like"
+    assert flat["report/reordering/flash_vs_baseline/replicates"] == 4
+    assert not any(k.startswith("report/reordering/") for k in flat_summary(to_summary(_analysis(1e-8, None))))
+
+
 def test_without_a_reordering_reference_the_verdict_reports_as_before_and_the_key_is_null():
     analysis = _analysis(1e-8, None)
     assert analysis.verdicts[0].reordering is None and "reordering" not in analysis.verdicts[0].headline
