@@ -44,8 +44,10 @@ from divergence.analysis.no_window import why_no_window
 from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
 from divergence.analysis.trajectories import PairData
 from divergence.analysis.verdict import _all_zero
+from divergence.variants.registry import VARIANTS, fp32_equivalent
 
 REORDERING_DEX = 1.0  # log10(E_X / E_R) above which X perturbs more than a reordering of fp32 sums
+FP32_EQUIVALENT = tuple(sorted(name for name, cls in VARIANTS.items() if cls.fp32_equivalent))  # the variants' word
 STATUSES = ("reordering_like", "beyond_reordering", "inconclusive")
 METHOD_TEXT = (
     "Reordering reference: a second yardstick R, a pair whose arms differ only in the order of fp32 sums "
@@ -54,8 +56,8 @@ METHOD_TEXT = (
     f"the same t interval: reordering-like when the interval's upper end is at most +{REORDERING_DEX:g} dex "
     f"({10**REORDERING_DEX:g}x a reordering, however far below it), beyond reordering when its lower end is "
     "above it, inconclusive when it holds it (with the replicates that would decide). For a change its "
-    "variants declare fp32-equivalent (gradient accumulation, thread count, AdamW implementation, compile, "
-    "gradient checkpointing), beyond reordering means: if it should be the identity, look for a bug."
+    f"variants declare fp32-equivalent ({', '.join(FP32_EQUIVALENT)}), beyond reordering means: if it should "
+    "be the identity, look for a bug."
 )
 
 
@@ -82,8 +84,6 @@ def against_reordering(
     min_window: int = MIN_WINDOW,
 ) -> Reordering:
     """The replicates of the pair under study against the replicates of the reordering pair R."""
-    from divergence.variants.registry import fp32_equivalent
-
     common = dict(
         reference=reordering[0].name, label=reordering[0].label, fp32_equivalent=fp32_equivalent(study[0].arms)
     )
