@@ -151,7 +151,8 @@ def sentence(r: Reordering, label: str) -> str:
             f"{label} perturbs training {factor}x more than a reordering of fp32 sums ({r.label}; {numbers}): "
             f"if {label} should be the identity, look for a bug."
         )
-    said = f"{against}: {factor}x {'less' if m < 0 else 'more'} ({numbers})"
+    how = "as much" if factor == "1" else f"{factor}x {'less' if m < 0 else 'more'}"
+    said = f"{against}: {how} ({numbers})"
     if r.status == "reordering_like":
         fits = ", as an fp32-equivalent transformation should be" if r.fp32_equivalent else ""
         return f"{said}: reordering-like, no more than {limit}x a reordering{fits}."
