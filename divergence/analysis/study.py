@@ -3,7 +3,8 @@
 Roles come from each pair's category: ``optimization`` pairs are under study (each gets a
 verdict), ``precision`` pairs are the reference P of the dose ratio, ``seed`` pairs the ceiling
 in function space and the scale of the outcome margin (never a rate), ``control`` pairs the
-noise floor. Runs of one pair name are its replicates.
+noise floor, ``reordering`` pairs the second yardstick (``analysis.reordering``: X against a
+reordering of fp32 sums). Runs of one pair name are its replicates.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from divergence.analysis import legacy, outcome
 from divergence.analysis.dose import MIN_WINDOW
 from divergence.analysis.growth import N_BOOT, Estimate, estimate_growth, layer_mean
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, nonfinite_layers, top_layers
+from divergence.analysis.reordering import REORDERING_DEX, Reordering, with_reordering
 from divergence.analysis.replicates import Pooled, group
 from divergence.analysis.trajectories import TRAJECTORY_METRICS, PairData
 from divergence.analysis.headline import headline
 from divergence.analysis.verdict import METRIC, OUTSIDE, Verdict, judge
 
 SCHEMA = 2
-ORDER = ("optimization", "precision", "seed", "control")
+ORDER = ("optimization", "precision", "seed", "control", "reordering")
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,12 @@ def analyze(
     reference = role["precision"][0] if role["precision"] else []
     seeds = role["seed"][0] if role["seed"] else []
     controls = [p for runs in role["control"] for p in runs]
+    reordering = role["reordering"][0] if role["reordering"] else []
     verdicts = []
     for study in role["optimization"]:
         v = judge(study, reference, seeds, controls, margin_factor, start, min_steps)
-        verdicts.append(_with_calibration(v, study, reference, calibration))
+        v = _with_calibration(v, study, reference, calibration)
+        verdicts.append(with_reordering(v, study, reordering, seeds, start, min_steps))
     growth = {p.key: {m: estimate_growth(p, m, n_boot, seed) for m in TRAJECTORY_METRICS} for p in pairs}
     lowest = [runs[0] for runs in role["precision"] + role["seed"]]
     legacy_ratios = {s[0].name: legacy.legacy_ratios(s[0], lowest, n_boot, seed) for s in role["optimization"]}
@@ -80,6 +84,8 @@ def analyze(
         "bootstrap_replicates": n_boot,
         "seed": seed,
         "reference": reference[0].name if reference else None,
+        "reordering_reference": reordering[0].name if reordering else None,
+        "reordering_threshold_dex": REORDERING_DEX,
         "dose_ratio": "per replicate, median over the unsaturated window of log10(E_X/E_P), E = whole-model "
         "rel_l2; pooled mean over replicates with a t interval (R-1 degrees of freedom)",
         "outcome": "mean over the last 10% of steps of (l_a - l_b) / l_b; margin = factor x the seed "
@@ -126,6 +132,12 @@ def _warnings(pairs: list[PairData], floors: tuple[NoiseFloor, ...], role: dict)
         warnings.append(
             f"several precision pairs: the verdict uses {role['precision'][0][0].name}; {names} are "
             "shown but not used as the reference"
+        )
+    if len(role["reordering"]) > 1:
+        names = ", ".join(runs[0].name for runs in role["reordering"][1:])
+        warnings.append(
+            f"several reordering pairs: the verdict uses {role['reordering'][0][0].name}; {names} are "
+            "shown but not used as the reordering reference"
         )
     for floor in floors:
         if not floor.exact:
@@ -205,6 +217,7 @@ def verdict_dict(v: Verdict) -> dict:
         "t50": _phi_steps(v, "t50"),
         "noise_floor_ratio": _num(v.floor),
         "equivalent_dose": v.equivalent_dose,
+        "reordering": reordering_dict(v.reordering),
         "outcome_per_replicate": {str(r): _num(d) for r, d in v.extra.get("outcome_per_replicate", {}).items()},
         "per_replicate": [
             {
@@ -221,6 +234,26 @@ def verdict_dict(v: Verdict) -> dict:
                 "t50": e.t50,
             }
             for e in v.estimates
+        ],
+    }
+
+
+def reordering_dict(r: Reordering | None) -> dict | None:
+    """``verdicts[i].reordering`` (None: the study has no reordering reference)."""
+    if r is None:
+        return None
+    return {
+        **_pooled(r.ratio, "log10"),
+        "status": r.status,
+        "replicates_needed": r.replicates_needed,
+        "reference": r.reference,
+        "threshold_dex": REORDERING_DEX,
+        "fp32_equivalent": r.fp32_equivalent,
+        "drift_dex": _num(r.drift),
+        "reason": r.reason,
+        "per_replicate": [
+            {"replicate": e.replicate, "window": list(e.window) if e.window else None, "log10": _num(e.log10)}
+            for e in r.estimates
         ],
     }
 

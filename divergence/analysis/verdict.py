@@ -92,6 +92,8 @@ class Verdict:
     replicates_needed: dict = field(default_factory=dict)
     saturated: bool = False  # X saturated at the end: its outcome is held to the seed spread itself
     margin_factor: float = MARGIN_FACTOR  # m = margin_factor x sigma_S
+    # X against the reordering reference, a ``reordering.Reordering`` (None: the study has none)
+    reordering: object | None = None
 
     @property
     def dose_like(self) -> bool:

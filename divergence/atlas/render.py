@@ -4,7 +4,8 @@ table), ``atlas.png`` (deviation against speed-up).
 Table columns: optimization, backbone, numerics (arm a's; ``vs`` arm b's where they differ),
 log10 dose ratio against the precision reference with its 95% interval and replicates, the dose
 status, the equivalent gradient-noise dose, the outcome status, the replicates that would decide
-an undecided row, arm a's step time and peak memory over arm b's, and the row's status.
+an undecided row, arm a's step time and peak memory over arm b's, log10(E_X / E_R) against the
+reordering reference with its interval, replicates and status, and the row's status.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import base64
 import html
 from pathlib import Path
 
+from divergence.analysis.reordering import REORDERING_DEX
 from divergence.atlas.rows import numerics_text
 from divergence.tables import write_json
 
@@ -29,6 +31,7 @@ COLUMNS = (
     "replicates to decide",
     "time a/b",
     "memory a/b",
+    "vs reordering: log10 [95% CI] (n) status",
     "status",
 )
 
@@ -47,7 +50,7 @@ def cells(row: dict) -> list[str]:
     """One row of the table as text, in ``COLUMNS`` order."""
     dose, outcome, cost = row.get("dose_ratio") or {}, row.get("outcome") or {}, row.get("cost") or {}
     if row["status"] == "unavailable":
-        return [row["optimization"], row["backbone"], "", "", "", "", "", "", "", "", row.get("reason") or ""]
+        return [row["optimization"], row["backbone"], *[""] * (len(COLUMNS) - 3), row.get("reason") or ""]
     interval = (
         (f"{_num(dose.get('log10'))} [{_num(dose.get('lo'))}, {_num(dose.get('hi'))}] ({dose.get('replicates', '?')})")
         if dose.get("log10") is not None
@@ -64,6 +67,7 @@ def cells(row: dict) -> list[str]:
         _needed(row),
         _ratio(cost.get("time_ratio")),
         _ratio(cost.get("memory_ratio")),
+        _reordering(row.get("reordering")),
         str(row["status"]),
     ]
 
@@ -184,8 +188,26 @@ def _legend(atlas: dict) -> str:
     return (
         f"log10 dose ratio: log10(E_X / E_P) against the precision reference ({_references(atlas)}), 0 by "
         "definition; below 0 perturbs less than low precision. time and memory: arm a (the optimization) over "
-        "arm b, per step, medians in the same runs."
+        "arm b, per step, medians in the same runs. vs reordering: log10(E_X / E_R) against a reordering of fp32 "
+        f"sums ({_reordering_references(atlas)}): reordering_like when its interval ends at most "
+        f"+{REORDERING_DEX:g} dex above it, beyond_reordering when it starts above that."
     )
+
+
+def _reordering_references(atlas: dict) -> str:
+    names = {(r.get("reordering") or {}).get("reference") or "" for r in atlas["rows"]} - {""}
+    return ", ".join(sorted(names)) or "none in this atlas"
+
+
+def _reordering(r: dict | None) -> str:
+    """``+0.31 [+0.12, +0.50] (6) reordering_like``; the replicates that would decide an inconclusive one."""
+    if not r:
+        return "-"
+    if r.get("log10") is None:
+        return str(r.get("status") or "no reading")
+    interval = f" [{_num(r.get('lo'))}, {_num(r.get('hi'))}]" if r.get("lo") is not None else ""
+    needed = f", {r['replicates_needed']} replicates would decide" if r.get("replicates_needed") else ""
+    return f"{_num(r['log10'])}{interval} ({r.get('replicates', '?')}) {r.get('status')}{needed}"
 
 
 def _references(atlas: dict) -> str:

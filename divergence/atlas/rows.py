@@ -7,6 +7,9 @@ A row states, for the pair under study (arm a: the optimization, arm b: what it 
   replicates, its status and the replicates that would decide (``METHOD.md``);
 - ``equivalent_dose``: the relative gradient noise per step it equals, when a calibration is given;
 - ``outcome``: the final relative loss difference's status and interval;
+- ``reordering``: log10(E_X / E_R) against the reordering reference R (a reordering of fp32 sums),
+  its interval, replicates and status (``reordering_like``, ``beyond_reordering``, ``inconclusive``;
+  ``divergence.analysis.reordering``), None when the study has no reordering reference;
 - ``cost``: arm a's step time and peak memory over arm b's (``atlas.costs``);
 - ``status``: the verdict's, or ``unavailable`` with the reason (a GPU-only row on a CPU).
 
@@ -47,6 +50,7 @@ def measured_row(opt: Optimization, backbone: str, pair_name: str, summary: dict
         },
         equivalent_dose=verdict.get("equivalent_dose"),
         outcome={k: outcome.get(k) for k in ("status", "mean", "lo", "hi", "margin", "replicates_needed")},
+        reordering=_reordering(verdict.get("reordering")),
         outside_deployment=verdict.get("outside_deployment"),
         reasons=list(verdict.get("reasons") or []),
         reason=(verdict.get("reasons") or [None])[0],
@@ -72,9 +76,15 @@ def _row(opt: Optimization, backbone: str) -> dict:
         "dose_ratio": None,
         "equivalent_dose": None,
         "outcome": None,
+        "reordering": None,
         "cost": None,
         "report": None,
     }
+
+
+def _reordering(reordering: dict | None) -> dict | None:
+    keys = ("log10", "lo", "hi", "replicates", "status", "replicates_needed", "reference", "fp32_equivalent")
+    return {k: reordering.get(k) for k in keys} if reordering else None
 
 
 def seed_ceiling(summary: dict) -> float | None:

@@ -2,8 +2,8 @@
 
 The keys are ``pair.json``'s identity (``docs/pair-folder.md``): ``name`` (what every verdict
 calls the pair), ``category`` (its role in the verdict: ``control`` identical arms, ``seed``
-only the seed, ``precision`` only the training precision, ``optimization`` anything else, the
-pair under study), ``description`` (one line), ``arms.a`` / ``arms.b`` (the arm's labels,
+only the seed, ``precision`` only the training precision, ``reordering`` only the order of fp32
+sums (the reordering yardstick), ``optimization`` anything else, the pair under study), ``description`` (one line), ``arms.a`` / ``arms.b`` (the arm's labels,
 comma-separated: ``arms.a=attention=flash``). Nothing else in the folder changes. Refused while
 a writer holds an arm (its ``writer.lock``): the arms' writers check ``pair.json`` when they
 start, so it changes between runs, not under one.

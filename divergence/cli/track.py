@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from divergence.pairfolder.pair_json import CATEGORIES
+
 HELP = "turn two checkpoint series trained anywhere into a pair folder with its metrics store"
 
 
@@ -42,7 +44,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--category",
         default="optimization",
-        choices=("optimization", "seed", "precision", "control"),
+        choices=CATEGORIES,
         help="what the arms differ in (default: optimization)",
     )
     p.add_argument(

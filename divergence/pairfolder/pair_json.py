@@ -6,7 +6,8 @@ Keys (``docs/pair-folder.md``; ``PairInfo`` holds them):
 - ``name``: the pair's name (``flash-vs-baseline``);
 - ``category``: what the two arms differ in, which decides its role in a bounding study:
   ``control`` (nothing), ``seed`` (weight-init seed only), ``precision`` (training precision
-  only), ``optimization`` (anything else: the pair under study);
+  only), ``reordering`` (only the order of fp32 sums: the reordering yardstick, e.g. 4x4
+  gradient accumulation vs one batch of 16), ``optimization`` (anything else: the pair under study);
 - ``arms``: ``{"a": [variant, ...], "b": [...]}``, each variant a short string
   (``attention=sdpa-flash``);
 - ``description``: one line a person reads (``sdpa-flash vs baseline attention``);
@@ -47,7 +48,7 @@ from divergence.pairfolder.layout import ARMS, CONTRACT, PAIR_FILE
 from divergence.pairfolder.settings import DENSE_DEFAULT, SPIKE_FACTOR, SPIKE_WINDOW, TrackingConfig
 from divergence.tables import write_json
 
-CATEGORIES = ("optimization", "seed", "precision", "control")
+CATEGORIES = ("optimization", "seed", "precision", "control", "reordering")
 DEFAULT_EVERY = 10
 
 

@@ -14,7 +14,9 @@
 Each arm's run recipe is the base with its variants' overrides applied, validated like any
 (read by ``divergence.variants.pair_recipe.load_pair_recipe``, where the variant registry resolves the arms)
 run recipe. Arms that end up identical are an error unless ``control: true`` (the harness's
-own zero check). Command-line ``key=value`` overrides go to the pair for ``tracking.*``, ``arms.*``,
+own zero check). ``reordering: true`` declares the pair a reordering of fp32 sums (category
+``reordering``, the reordering yardstick of a study, ``recipes/pairs/reordering.yaml``): every
+variant of both arms must be one that declares ``fp32_equivalent``. Command-line ``key=value`` overrides go to the pair for ``tracking.*``, ``arms.*``,
 ``control``, ``name`` and ``replicate``, and to the base recipe (both arms) otherwise.
 
 Replicates: ``replicate: N`` derives the data seed, every arm's init seed and the probe seed
@@ -39,8 +41,8 @@ from divergence.recipe.run import RunRecipe
 from divergence.config.schema import load_yaml
 from divergence.config.yaml_safe import short
 
-PAIR_KEYS = {"name", "description", "base", "recipe", "control", "arms", "tracking", "replicate"}
-PAIR_OVERRIDE_PREFIXES = ("tracking.", "arms.", "control", "name", "description", "replicate")
+PAIR_KEYS = {"name", "description", "base", "recipe", "control", "reordering", "arms", "tracking", "replicate"}
+PAIR_OVERRIDE_PREFIXES = ("tracking.", "arms.", "control", "reordering", "name", "description", "replicate")
 
 
 def replicate_seed(seed: int, replicate: int) -> int:
@@ -71,6 +73,7 @@ class PairRecipe:
     description: str = ""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     replicate: int = 0
+    reordering: bool = False  # a reordering of fp32 sums: the reordering yardstick (category reordering)
 
     @property
     def probe_seed(self) -> int:
@@ -79,9 +82,11 @@ class PairRecipe:
 
     @property
     def category(self) -> str:
-        """``control``, ``seed``, ``precision`` or ``optimization`` (see PairInfo)."""
+        """``control``, ``reordering``, ``seed``, ``precision`` or ``optimization`` (see PairInfo)."""
         if self.control:
             return "control"
+        if self.reordering:
+            return "reordering"
         categories = {v.category for arm in ARMS for v in self.arms[arm]}
         return categories.pop() if len(categories) == 1 else "optimization"
 

@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, kind_table, top_layers
 from divergence.analysis.growth import Estimate
 from divergence.analysis.headline import replicates_sentence
+from divergence.analysis.reordering import METHOD_TEXT as REORDERING_METHOD
 
 ROLES = {
     "optimization": "under study",
     "precision": "reference (the dose ratio's yardstick)",
     "seed": "ceiling (phi) and outcome margin",
     "control": "noise floor",
+    "reordering": "reference (the reordering yardstick)",
 }
 PER = 1000  # growth rates per this many steps
 
@@ -51,6 +53,7 @@ METHOD = [
     "control pair (two identical arms) that differs as much as the pair under study; a non-zero control "
     "smaller than that is the hardware's run-to-run floor, and the pair is stated against it. One replicate "
     "gives point estimates only: preliminary.",
+    REORDERING_METHOD,
     "Deployment numerics: an optimization is measured where it runs. A flash kernel is used under fp16/bf16 "
     "autocast, so a study trains both arms of its pair there; a pair trained outside its deployment numerics is "
     "said in a caveat. Each arm's numerics (device, precision, kernel, TF32, threads) are in its pair.json.",

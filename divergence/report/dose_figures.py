@@ -21,7 +21,13 @@ from divergence.analysis.dose import HALF_WAY, SATURATED
 from divergence.analysis.verdict import Verdict
 from divergence.report.canvas import subplots
 
-COLORS = {"optimization": "#d62728", "precision": "#ff7f0e", "seed": "#1f77b4", "control": "#7f7f7f"}
+COLORS = {
+    "optimization": "#d62728",
+    "precision": "#ff7f0e",
+    "seed": "#1f77b4",
+    "control": "#7f7f7f",
+    "reordering": "#2ca02c",
+}
 DPI = 110
 
 

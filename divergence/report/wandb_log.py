@@ -15,6 +15,8 @@ Summary keys (``flat_summary``), each path segment key-safe (``flash-vs-baseline
     report/outcome/<safe study>/mean, lo, hi, margin
     report/dose_ratio/<safe study>/status            bounded / not_bounded / inconclusive (the dose alone)
     report/outcome/<safe study>/status               within / shifted / undecided (the outcome alone)
+    report/reordering/<safe study>/log10, lo, hi, replicates, status
+                                                     against the reordering reference (when the study has one)
     verdict/<study>/status, verdict/<study>/headline, ratio/<study>/<metric>/<reference>/<key>,
     growth/<pair>/<metric>/<key>                     the earlier keys, unchanged
 
@@ -73,6 +75,8 @@ def _report_keys(verdict: dict) -> dict:
     for key in ("mean", "lo", "hi", "margin", "status"):
         flat[f"report/outcome/{study}/{key}"] = (verdict.get("outcome") or {}).get(key)
     flat[f"report/dose_ratio/{study}/status"] = dose.get("status")
+    for key in ("log10", "lo", "hi", "replicates", "status"):
+        flat[f"report/reordering/{study}/{key}"] = (verdict.get("reordering") or {}).get(key)
     return flat
 
 

@@ -10,6 +10,7 @@
       seed: pairs/seed-vs-seed.yaml        # the paper's reference bound
       precision: auto                      # the upper bound; auto: fp16-vs-fp32 on a GPU, bf16 on a CPU
       control: pairs/control.yaml          # the harness's zero check
+      reordering: pairs/reordering.yaml    # the second yardstick: a reordering of fp32 sums
     tracking: {every: 10}
     replicates: 3                          # replicates of every pair but the control (one suffices)
     numerics: deployment                   # the pair under study in its deployment numerics (or: base)
@@ -27,6 +28,13 @@ recipe), while the precision reference compares bf16 with fp32 on the same base 
 pair and the control train on the base as it is. ``numerics: base`` trains every pair on the
 base as it is (a flash pair then in fp32: outside its deployment, which ``pair.json`` and the
 report say in one line); so does a ``train.precision=...`` override on the command line.
+
+``references.reordering`` names a pair whose arms only reorder fp32 sums (the shipped
+``pairs/reordering.yaml``: 4x4 gradient accumulation vs one batch of 16): it trains as
+``reordering: true`` (category ``reordering``; every variant of its arms must declare
+``fp32_equivalent``, else one line naming the key), in the base numerics, with replicates, and
+each verdict states the pair under study against it beside the dose ratio
+(``divergence.analysis.reordering``).
 
 Replicate r of every pair trains with the pair recipe's ``replicate: r`` (see
 ``divergence.recipe.pair.replicate_seed``): the pairs of one replicate start from the same
@@ -62,7 +70,7 @@ STUDY_KEYS = {
 }
 # Command-line KEY=VALUE overrides that change the study itself; every other one goes to each pair.
 STUDY_OVERRIDES = ("base=", "study=", "study.", "references.", "jobs=", "name=", "replicates=", "numerics=")
-REFERENCE_ROLES = ("seed", "precision", "control")
+REFERENCE_ROLES = ("seed", "precision", "control", "reordering")
 NUMERICS = ("deployment", "base")
 PRECISION_AUTO = {"cuda": "pairs/fp16-vs-fp32.yaml", "cpu": "pairs/bf16-vs-fp32.yaml"}
 SHIPPED_RECIPES = Path(__file__).resolve().parents[1] / "recipes"  # auto's pairs, beside a recipe or shipped
@@ -176,6 +184,8 @@ def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "", key: 
     )
     if note:
         recipe["description"] = f"{data.get('description', data['name'])} (stand-in for fp16 vs fp32 on a CPU)"
+    if role == "reordering":
+        recipe["reordering"] = True  # its category, whatever the file says; its arms are checked when read
     return StudyPair(
         role,
         pair_name(data["name"], f"{study_path}: {key}: name"),

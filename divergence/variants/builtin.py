@@ -97,6 +97,7 @@ class Precision(Variant):
 class GradientCheckpointing(Variant):
     name = "gradient-checkpointing"
     help = "recompute UNet activations during the backward pass instead of storing them"
+    fp32_equivalent = True  # the same forward computed again: identical up to the order of fp32 sums
 
     def validate(self):
         if not isinstance(self.value, bool):
@@ -115,6 +116,7 @@ class AdamWImpl(Variant):
     name = "adamw-impl"
     help = "AdamW implementation: loop (per-tensor), foreach (multi-tensor) or fused (one kernel)"
     default = "fused"
+    fp32_equivalent = True  # the same update rule, its fp32 operations fused or ordered differently
 
     def validate(self):
         if self.value not in ADAMW_IMPLS:

@@ -94,6 +94,7 @@ class Int8Mixed(Variant):
 class Compile(Variant):
     name = "compile"
     help = "the denoiser compiled with torch.compile (inductor) instead of run eagerly"
+    fp32_equivalent = True  # the same graph; inductor fuses and reorders its fp32 operations
 
     def validate(self):
         if not isinstance(self.value, bool):
@@ -113,6 +114,7 @@ class GradAccumulation(Variant):
     name = "grad-accumulation"
     help = "KxB: k micro-batches of b examples per optimizer step (1x16: one batch of 16)"
     default = "4x4"
+    fp32_equivalent = True  # the same mean gradient over the same examples, summed in another order
 
     def validate(self):
         match = _ACCUMULATION.match(str(self.value))
@@ -137,6 +139,7 @@ class CpuThreads(Variant):
     name = "cpu-threads"
     help = "torch intra-op threads of the arm's step on a CPU (train.cpu_threads)"
     default = 2
+    fp32_equivalent = True  # the same kernels, their reductions split over another number of threads
 
     def validate(self):
         if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < 1:

@@ -25,7 +25,7 @@ from divergence.recipe.pair import (
     with_replicate,
 )
 from divergence.recipe.run import RunRecipe
-from divergence.variants.registry import parse_variant
+from divergence.variants.registry import VARIANTS, parse_variant
 
 
 def load_pair_recipe(path: str | Path, overrides: Iterable[str] = ()) -> PairRecipe:
@@ -51,6 +51,9 @@ def load_pair_recipe(path: str | Path, overrides: Iterable[str] = ()) -> PairRec
     arm_recipes = {arm: with_replicate(_arm_recipe(base_data, arms[arm], f"{name}.{arm}"), replicate) for arm in ARMS}
     control = _bool(data.get("control", False), "control")
     _check_arms(arm_recipes, control)
+    reordering = _bool(data.get("reordering", False), "reordering")
+    if reordering:
+        _check_reordering(arms, control)
     tracking = parse(TrackingConfig, data.get("tracking"), "tracking")
     return PairRecipe(
         name=name,
@@ -61,7 +64,21 @@ def load_pair_recipe(path: str | Path, overrides: Iterable[str] = ()) -> PairRec
         description=str(data.get("description", "")),
         tracking=tracking,
         replicate=replicate,
+        reordering=reordering,
     )
+
+
+def _check_reordering(arms: dict, control: bool) -> None:
+    """``reordering: true`` holds only arms that differ by fp32-equivalent variants."""
+    if control:
+        raise RecipeError("reordering: true and control: true; a pair is one or the other")
+    for variant in (v for arm in ARMS for v in arms[arm]):
+        if not variant.fp32_equivalent:
+            allowed = ", ".join(sorted(n for n, cls in VARIANTS.items() if cls.fp32_equivalent))
+            raise RecipeError(
+                f"{variant.key}: {variant.label()} is not an fp32-equivalent transformation, and reordering: true "
+                f"declares a pair that only reorders fp32 sums; use variants among {allowed}"
+            )
 
 
 def _arm_list(data: dict, arm: str) -> list:

@@ -31,8 +31,9 @@ from divergence.config.yaml_safe import short
 from divergence.pairfolder.pair_json import CATEGORIES as PAIR_CATEGORIES
 
 # What a variant changes, which sets a pair's role in a bounding study: a pair's categories
-# (divergence.pairfolder.pair_json.CATEGORIES) but "control", which is a pair of identical arms.
-CATEGORIES = tuple(c for c in PAIR_CATEGORIES if c != "control")
+# (divergence.pairfolder.pair_json.CATEGORIES) but "control", which is a pair of identical arms,
+# and "reordering", which a pair recipe declares (``reordering: true``) of fp32-equivalent arms.
+CATEGORIES = tuple(c for c in PAIR_CATEGORIES if c not in ("control", "reordering"))
 
 VARIANTS: dict[str, type["Variant"]] = {}
 
@@ -45,6 +46,10 @@ class Variant:
     category: ClassVar[str] = "optimization"
     # The value used when the recipe gives the bare name (``- gradient-checkpointing``).
     default: ClassVar[Any] = True
+    # Mathematically the identity in fp32: the change only reorders fp32 sums (accumulation, thread
+    # count, fused kernels, compilation), so a pair of such arms should sit near the reordering
+    # reference, and a verdict says when it does not ("look for a bug"; divergence.analysis.reordering).
+    fp32_equivalent: ClassVar[bool] = False
 
     def __init__(self, value: Any = None, key: str = ""):
         self.value = self.default if value is None else value
@@ -78,6 +83,20 @@ def register(cls: type[Variant]) -> type[Variant]:
         raise ValueError(f"variant {cls.__name__}: category {cls.category!r} is not one of {CATEGORIES}")
     VARIANTS[cls.name] = cls
     return cls
+
+
+def fp32_equivalent(arms: dict) -> bool:
+    """Whether a pair's arms (``pair.json``'s labels, ``{"a": ["grad-accumulation=4x4"], ...}``)
+    differ only by fp32-equivalent variants: at least one label, each naming a registered variant
+    that declares ``fp32_equivalent``. Labels of a user's own training name no variant: False.
+
+    >>> fp32_equivalent({"a": ["adamw-impl=fused"], "b": ["adamw-impl=loop"]})
+    True
+    >>> fp32_equivalent({"a": ["precision=bf16-mixed"], "b": ["precision=32-true"]})
+    False
+    """
+    names = [str(label).split("=", 1)[0] for labels in (arms or {}).values() for label in labels or ()]
+    return bool(names) and all(name in VARIANTS and VARIANTS[name].fp32_equivalent for name in names)
 
 
 def parse_variant(spec: Any, key: str) -> Variant:

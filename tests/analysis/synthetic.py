@@ -278,12 +278,20 @@ DOSE_STUDY = (
     ("bf16-vs-fp32", "precision", "bf16 vs fp32"),
     ("seed-vs-seed", "seed", "seed 0 vs seed 1"),
     ("control", "control", "control"),
+    ("reordering", "reordering", "4x4 vs 1x16 accumulation"),
 )
 
 
-def _dose_specs(study, precision, control, replicates, seed):
-    """(name, category, description, eps, replicate) of the study design; None leaves a pair out."""
-    doses = {"optimization": study, "precision": precision, "seed": 0.0 if seed else None, "control": control}
+def _dose_specs(study, precision, control, replicates, seed, reordering=None):
+    """(name, category, description, eps, replicate) of the study design; None leaves a pair out
+    (the reordering reference is left out unless its dose is given)."""
+    doses = {
+        "optimization": study,
+        "precision": precision,
+        "seed": 0.0 if seed else None,
+        "control": control,
+        "reordering": reordering,
+    }
     for name, category, description in DOSE_STUDY:
         if doses[category] is None:
             continue
@@ -292,22 +300,32 @@ def _dose_specs(study, precision, control, replicates, seed):
 
 
 def dose_study(
-    *, study=1e-8, precision=1e-5, control=0.0, replicates=4, horizon=400, probe=True, seed=True
+    *, study=1e-8, precision=1e-5, control=0.0, replicates=4, horizon=400, probe=True, seed=True, reordering=None
 ) -> list[PairData]:
-    """The study design with known doses; ``precision``/``control`` None or ``seed`` False leave a pair out."""
+    """The study design with known doses; ``precision``/``control`` None or ``seed`` False leave a pair
+    out; ``reordering`` (a dose) adds the reordering reference."""
     return [
         dose_pair(name, category, eps, replicate=r, horizon=horizon, probe=probe, description=description)
-        for name, category, description, eps, r in _dose_specs(study, precision, control, replicates, seed)
+        for name, category, description, eps, r in _dose_specs(study, precision, control, replicates, seed, reordering)
     ]
 
 
 def write_dose_study(
-    root, *, study=1e-8, precision=1e-5, control=0.0, replicates=4, horizon=200, probe=True, seed=True
+    root,
+    *,
+    study=1e-8,
+    precision=1e-5,
+    control=0.0,
+    replicates=4,
+    horizon=200,
+    probe=True,
+    seed=True,
+    reordering=None,
 ):
     """The same pairs as run folders (metrics.jsonl + pair.json with ``replicate``) under ``root``."""
     import json
 
-    for name, category, description, eps, r in _dose_specs(study, precision, control, replicates, seed):
+    for name, category, description, eps, r in _dose_specs(study, precision, control, replicates, seed, reordering):
         folder = root / f"{name}-r{r}"
         steps, tensors = dose_records(name, category, eps, replicate=r, horizon=FULL, probe=probe, loss_every=10)
         steps = [record for record in steps if record["step"] <= horizon]

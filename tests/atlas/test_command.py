@@ -22,20 +22,26 @@ QUICK = [
     "tracking.probe.size=4",
     "references.control=null",
     "references.seed=null",
+    "references.reordering=null",
 ]
 
 
 def test_one_study_per_backbone_trains_the_references_once_and_each_pair_in_its_numerics():
     plan = backbone_study("dit", [OPTIMIZATIONS["fp8-tensorwise"], OPTIMIZATIONS["flash"]], "cpu", [])
     names = [p.name for p in plan.study.pairs]
-    assert names == ["fp8-tensorwise", "flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32", "control"]
+    assert names == ["fp8-tensorwise", "flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32", "control", "reordering"]
     assert plan.pairs == {"fp8-tensorwise": "fp8-tensorwise", "flash": "flash-vs-baseline"}
-    assert plan.references == ("seed-vs-seed", "bf16-vs-fp32", "control")
+    assert plan.references == ("seed-vs-seed", "bf16-vs-fp32", "control", "reordering")
     by_name = {p.name: p for p in plan.study.pairs}
     assert all(Path(p.recipe["base"]).name == "tiny-dit.yaml" for p in plan.study.pairs)
     for name in ("fp8-tensorwise", "flash-vs-baseline"):  # deployment numerics: bf16 autocast for both arms
         assert by_name[name].recipe["recipe"]["train"]["precision"] == "bf16-mixed"
     assert "precision" not in by_name["seed-vs-seed"].recipe["recipe"]["train"]
+    # the reordering reference once per backbone, in the base's fp32, declared a reordering
+    assert (
+        "precision" not in by_name["reordering"].recipe["recipe"]["train"]
+        and by_name["reordering"].recipe["reordering"]
+    )
 
 
 def test_a_tiny_atlas_end_to_end_then_a_second_run_trains_nothing(tmp_path, capsys):

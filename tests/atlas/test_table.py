@@ -147,3 +147,35 @@ def test_names_of_points_that_sit_together_are_moved_apart():
     offsets = {t.get_text(): t.xyann[1] for t in ax.texts}
     assert offsets["compile"] == offsets["far"] == 3  # the top one and one alone stay beside their point
     assert len({offsets[n] for n in ("compile", "grad-accumulation", "fused-adamw")}) == 3
+
+
+def test_the_reordering_column_states_each_row_against_the_reordering_reference(tmp_path):
+    """A study with the reordering reference (R at 1e-11, the pair at 1e-8: +3 dex, beyond) and one
+    without it (the column says '-' and the row's key is null)."""
+    with_r = to_summary(analyze(dose_study(reordering=1e-11, replicates=3, horizon=120), n_boot=100))
+    row = measured_row(OPTIMIZATIONS["compile"], "unet", STUDY, with_r, "r")
+    r = row["reordering"]
+    assert r["status"] == "beyond_reordering" and r["reference"] == "reordering" and r["replicates"] == 3
+    assert abs(r["log10"] - 3) < 0.2 and r["lo"] > 1
+    text = cells(row)
+    column = COLUMNS.index("vs reordering: log10 [95% CI] (n) status")
+    assert (
+        len(text) == len(COLUMNS)
+        and text[column] == f"{r['log10']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}] (3) beyond_reordering"
+    )
+    assert text[-1] == row["status"]
+    r["status"], r["replicates_needed"] = "inconclusive", 9  # an undecided row says what would decide it
+    assert cells(row)[column].endswith("inconclusive, 9 replicates would decide")
+    without = measured_row(
+        OPTIMIZATIONS["flash"],
+        "unet",
+        STUDY,
+        to_summary(analyze(dose_study(replicates=2, horizon=120), n_boot=100)),
+        "r",
+    )
+    assert without["reordering"] is None and cells(without)[column] == "-"
+    assert len(cells(unavailable_row(OPTIMIZATIONS["tf32"], "unet", "GPU only"))) == len(COLUMNS)
+    atlas = {"device": "cpu", "generated": "now", "backbones": {}, "rows": [row, without]}
+    from divergence.atlas.render import markdown
+
+    assert "against a reordering of fp32 sums (reordering)" in markdown(atlas)

@@ -31,6 +31,20 @@ def test_a_category_set_to_control_takes_the_pair_out_of_the_study(tmp_path):
     assert verdicts(root, tmp_path) == []  # an identical-arms run is a control, not a pair under study
 
 
+def test_a_users_own_pair_set_to_reordering_is_the_reordering_reference_of_the_verdict(tmp_path):
+    root = write_dose_study(tmp_path / "study", replicates=2)  # flash at 1e-8 against bf16 at 1e-5
+    mine = write_dose_study(tmp_path / "mine", study=1e-11, precision=None, seed=False, control=None, replicates=2)
+    for folder in mine.glob("flash-vs-baseline-r*"):  # the user's own reordering, trained anywhere
+        assert main(["pair", "set", str(folder), "name=my-reordering", "category=reordering"]) == 0
+    assert main(["report", str(root), str(mine), "--out", str(tmp_path / "report"), "--no-wandb"]) == 0
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    (verdict,) = summary["verdicts"]
+    assert {p["category"] for p in summary["pairs"].values() if p["name"] == "my-reordering"} == {"reordering"}
+    assert verdict["reordering"]["reference"] == "my-reordering" and verdict["reordering"]["replicates"] == 2
+    assert verdict["reordering"]["status"] == "beyond_reordering" and abs(verdict["reordering"]["log10"] - 3) < 0.05
+    assert summary["settings"]["reordering_reference"] == "my-reordering"
+
+
 def test_arm_labels_and_the_rest_of_pair_json_kept(tmp_path):
     root = write_dose_study(tmp_path / "study", replicates=1)
     folder = next(root.glob("flash-vs-baseline-r*"))
@@ -45,7 +59,7 @@ def test_arm_labels_and_the_rest_of_pair_json_kept(tmp_path):
     "word, says",
     [
         ("name=has space", "name: "),
-        ("category=fast", "category='fast': must be one of optimization, seed, precision, control"),
+        ("category=fast", "category='fast': must be one of optimization, seed, precision, control, reordering"),
         ("colour=red", "'colour=red': give KEY=VALUE with KEY one of name, category"),
         ("name", "'name': give KEY=VALUE"),
         ("arms.a=,", "arms.a=',': give the arm's labels"),

@@ -124,7 +124,9 @@ def test_study_dry_run_prints_every_job_with_its_dependencies(tmp_path, capsys):
         main(["launch", "--study", STUDY, "--scheduler", "slurm", "--out", str(out), "--dry-run", "replicates=2"]) == 0
     )
     text = capsys.readouterr().out
-    runs = [f"{pair}-r{r}" for r in (0, 1) for pair in ("flash-vs-baseline", "seed-vs-seed", "fp16-vs-fp32")]
+    runs = [
+        f"{pair}-r{r}" for r in (0, 1) for pair in ("flash-vs-baseline", "seed-vs-seed", "fp16-vs-fp32", "reordering")
+    ]
     runs.append("control-r0")  # the control once
     assert f"# study flash-attention: {len(runs)} pair runs" in text
     table = text.split("\n\n")[0].splitlines()[1:]

@@ -29,6 +29,7 @@ def test_default_study_resolves_every_pair_onto_one_base():
         ("seed", "seed-vs-seed"),
         ("precision", "bf16-vs-fp32"),
         ("control", "control"),
+        ("reordering", "reordering"),
     ]
     assert len({p.recipe["base"] for p in study.pairs}) == 1
     assert len({p.recipe["recipe"]["train"]["max_steps"] for p in study.pairs}) == 1 and study.replicates >= 3
@@ -80,14 +81,57 @@ def test_bad_study_recipes(tmp_path, text, message):
     assert message in str(err.value)
 
 
+def test_references_reordering_is_a_reordering_pair_trained_in_the_base_numerics_with_replicates(tmp_path):
+    from divergence.study import prepare_jobs
+    from divergence.variants.pair_recipe import load_pair_recipe
+
+    study = load_study(RECIPES / "study.yaml", ["replicates=2"])
+    (pair,) = [p for p in study.pairs if p.role == "reordering"]
+    assert (pair.key, pair.file, pair.recipe["reordering"], pair.single) == (
+        "references.reordering",
+        "pairs/reordering.yaml",
+        True,
+        False,
+    )
+    jobs = [j for j in prepare_jobs(study, tmp_path, ["train.max_steps=2"]) if j.pair.role == "reordering"]
+    recipes = [load_pair_recipe(j.recipe_path) for j in jobs]
+    assert [r.replicate for r in recipes] == [0, 1] and {r.category for r in recipes} == {"reordering"}
+    assert {r.base.train.precision for r in recipes} == {"32-true"}  # the base's numerics, not flash's bf16
+    # any pair file of fp32-equivalent arms serves, declared a reordering by the study whatever it says
+    other = load_study(RECIPES / "study.yaml", ["references.reordering=pairs/fused-adamw.yaml"])
+    assert [p.recipe["reordering"] for p in other.pairs if p.role == "reordering"] == [True]
+    assert "reordering" in {p.name for p in load_study(RECIPES / "study-dit.yaml").pairs}
+
+
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        (
+            "pairs/fp16-vs-fp32.yaml",
+            "references.reordering (pairs/fp16-vs-fp32.yaml): arms.a[0]: precision=16-mixed "
+            "is not an fp32-equivalent transformation",
+        ),
+        ("pairs/nowhere.yaml", "references.reordering: "),
+        ("3", "references.reordering: expected a pair recipe file"),
+    ],
+)
+def test_a_bad_references_reordering_is_one_line_and_exit_2_before_training(tmp_path, capsys, value, says):
+    code = main(["study", "--out", str(tmp_path / "s"), *QUICK, f"references.reordering={value}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and says in err, err
+    assert not list((tmp_path / "s").glob("*/*/metrics.jsonl"))
+
+
 def test_tiny_study_end_to_end_then_resume_skips_finished_pairs(tmp_path, capsys):
     out = tmp_path / "study"
     assert main(["study", "--out", str(out), "--jobs", "2", "--replicates", "1", *QUICK]) == 0
     printed = capsys.readouterr().out
     assert "flash attention" in printed and "report:" in printed
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["pairs"]) == {"flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32", "control"}
+    assert set(summary["pairs"]) == {"flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32", "control", "reordering"}
     assert summary["verdicts"][0]["study"] == "flash-vs-baseline"
+    assert summary["pairs"]["reordering"]["category"] == "reordering"
+    assert summary["verdicts"][0]["reordering"]["reference"] == "reordering"
     assert (out / "report.html").is_file() and list((out / "figures").glob("*.png"))
     for name in summary["pairs"]:
         info = json.loads((out / name / "r0" / "pair.json").read_text())
@@ -105,10 +149,14 @@ def test_replicates_lay_out_one_folder_per_pair_and_replicate(tmp_path):
     jobs = prepare_jobs(study, tmp_path, ["train.max_steps=2"])
     runs = sorted(str(j.out.relative_to(tmp_path)) for j in jobs)
     assert runs == sorted(
-        [f"{name}/r{r}" for name in ("flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32") for r in range(3)]
+        [
+            f"{name}/r{r}"
+            for name in ("flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32", "reordering")
+            for r in range(3)
+        ]
         + ["control/r0"]
     )
-    assert len({j.recipe_path for j in jobs}) == len(jobs) == 10
+    assert len({j.recipe_path for j in jobs}) == len(jobs) == 13
     from divergence.variants.pair_recipe import load_pair_recipe
 
     seeds = {(j.pair.name, j.replicate): load_pair_recipe(j.recipe_path).arm_recipes["a"].data.seed for j in jobs}

@@ -39,7 +39,7 @@ def test_the_default_study_trains_the_flash_pair_in_bf16_and_the_references_on_t
     by_role = {p.role: p for p in study.pairs}
     assert by_role["study"].recipe["recipe"]["train"]["precision"] == "bf16-mixed"
     assert "bf16-mixed" in by_role["study"].note and "sdpa-flash" in by_role["study"].note
-    for role in ("seed", "precision", "control"):  # the base's fp32; the precision pair sets its own arms
+    for role in ("seed", "precision", "control", "reordering"):  # the base's fp32; precision sets its own arms
         assert "precision" not in by_role[role].recipe["recipe"]["train"]
     base = load_study(RECIPES / "study.yaml", ["numerics=base"], device_type="cpu")
     assert "precision" not in base.pairs[0].recipe["recipe"]["train"] and not base.pairs[0].note

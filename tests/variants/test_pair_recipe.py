@@ -21,6 +21,7 @@ PAIRS = Path(__file__).resolve().parents[2] / "recipes" / "pairs"
         ("control", "control", lambda r: r.model.seed, 0, 0),
         ("gradient-checkpointing", "optimization", lambda r: r.model.gradient_checkpointing, True, False),
         ("fused-adamw", "optimization", lambda r: r.train.adamw_impl, "fused", "loop"),
+        ("reordering", "reordering", lambda r: (r.train.accumulate, r.train.batch_size), (4, 4), (1, 16)),
     ],
 )
 def test_shipped_pairs(name, category, field, a, b):
@@ -59,12 +60,33 @@ def _write(tmp_path, text):
         ("base: base.yaml\narms: {a: [{seed: 1}, {seed: 2}], b: []}", "sets model.seed, which another variant"),
         ("base: base.yaml\ntracking: {every: 0}\narms: {a: [{seed: 1}], b: []}", "tracking.every: must be >= 1"),
         ("base: base.yaml\nrecipe: {train: {lr: -1}}\narms: {a: [{seed: 1}], b: []}", "lr"),
+        (
+            "base: base.yaml\nreordering: true\narms: {a: [{adamw-impl: fused}], b: [{attention: sdpa-flash}]}",
+            "arms.b[0]: attention=sdpa-flash is not an fp32-equivalent transformation, and reordering: true",
+        ),
+        (
+            "base: base.yaml\nreordering: yes please\narms: {a: [{seed: 1}], b: []}",
+            "reordering: expected true or false",
+        ),
+        ("base: base.yaml\nreordering: true\ncontrol: true\narms: {a: [], b: []}", "a pair is one or the other"),
     ],
 )
 def test_bad_pairs(tmp_path, text, message):
     with pytest.raises(RecipeError, match=None) as err:
         load_pair_recipe(_write(tmp_path, text))
     assert message in str(err.value)
+
+
+def test_variants_declare_whether_they_are_fp32_equivalent():
+    from divergence.variants.registry import fp32_equivalent
+
+    declared = sorted(name for name, cls in VARIANTS.items() if cls.fp32_equivalent)
+    assert declared == ["adamw-impl", "compile", "cpu-threads", "grad-accumulation", "gradient-checkpointing"]
+    assert fp32_equivalent({"a": ["grad-accumulation=4x4"], "b": ["grad-accumulation=1x16"]})
+    assert fp32_equivalent({"a": ["compile"], "b": ["compile=False"]})
+    assert not fp32_equivalent({"a": ["compile", "precision=bf16-mixed"], "b": []})  # one is not
+    assert not fp32_equivalent({"a": ["attention=flash"], "b": ["attention=sdpa"]})  # a registered one that is not
+    assert not fp32_equivalent({"a": ["my-ddp"], "b": []}) and not fp32_equivalent({})  # unknown labels, none
 
 
 def test_registry_is_open_for_new_variants():

@@ -1,0 +1,168 @@
+"""The reordering yardstick: is the pair under study X more than a reordering of fp32 sums?
+
+A parallelization, a fused kernel or a compiled graph is mathematically the identity: it only
+reorders fp32 sums. A bug in it (a gradient averaged over the wrong group, a scale off by 1e-3)
+can still sit far below low precision and read "bounded" against the precision reference P. The
+second reference R is a pair whose arms differ only in the order of fp32 sums (by default 4x4
+gradient accumulation vs one batch of 16, ``recipes/pairs/reordering.yaml``; category
+``reordering``). X is stated against it with the dose ratio's own machinery (``docs/method.md``):
+per replicate r, on the unsaturated window of X against R (``dose.estimate_replicates``),
+
+    lr_r = median over U_r of log10(E_X / E_R)
+
+pooled over replicates to a mean with a t interval [lo, hi] (``replicates.pool``). With the
+threshold d = ``REORDERING_DEX`` (+1 dex: 10x a reordering):
+
+    reordering_like     hi <= d  (no more than 10x the reordering reference, however far below it)
+    beyond_reordering   lo > d   ("perturbs training N x more than a reordering of fp32 sums: if X
+                                  should be the identity, look for a bug")
+    inconclusive        lo <= d < hi, with the replicates that would decide at the observed mean
+                        and spread (``replicates.replicates_to_clear`` with the gap |mean - d|)
+
+One replicate: the point estimate decides, no interval, no replicates planned. X's arms bitwise
+equal at every tracked step where R's differ: reordering_like, no number. No reading (status
+None, with the reason): R's arms bitwise equal, or no window of ``min_window`` steps.
+
+The verdict's sentence says it for every pair; the "look for a bug" clause only for a pair whose
+variants declare themselves fp32-equivalent (``Variant.fp32_equivalent``). Examples, three
+replicates each (t_{0.975, 2} = 4.30):
+
+>>> decide(pool([0.2, 0.4, 0.3])), decide(pool([2.9, 3.1, 3.0])), decide(pool([0.5, 1.5, 1.0]))
+('reordering_like', 'beyond_reordering', 'inconclusive')
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate_replicates
+from divergence.analysis.headline import factor_text
+from divergence.analysis.no_window import why_no_window
+from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
+from divergence.analysis.trajectories import PairData
+from divergence.analysis.verdict import _all_zero
+from divergence.variants.registry import VARIANTS, fp32_equivalent
+
+REORDERING_DEX = 1.0  # log10(E_X / E_R) above which X perturbs more than a reordering of fp32 sums
+FP32_EQUIVALENT = tuple(sorted(name for name, cls in VARIANTS.items() if cls.fp32_equivalent))  # the variants' word
+STATUSES = ("reordering_like", "beyond_reordering", "inconclusive")
+METHOD_TEXT = (
+    "Reordering reference: a second yardstick R, a pair whose arms differ only in the order of fp32 sums "
+    "(by default 4x4 gradient accumulation vs one batch of 16, in fp32). log10(E_X / E_R) is read per "
+    "replicate as the dose ratio is (the median over the unsaturated window of X against R) and pooled with "
+    f"the same t interval: reordering-like when the interval's upper end is at most +{REORDERING_DEX:g} dex "
+    f"({10**REORDERING_DEX:g}x a reordering, however far below it), beyond reordering when its lower end is "
+    "above it, inconclusive when it holds it (with the replicates that would decide). For a change its "
+    f"variants declare fp32-equivalent ({', '.join(FP32_EQUIVALENT)}), beyond reordering means: if it should "
+    "be the identity, look for a bug."
+)
+
+
+@dataclass(frozen=True)
+class Reordering:
+    """X against the reordering reference R: log10(E_X / E_R) pooled over replicates, and its status."""
+
+    reference: str  # R's name
+    label: str  # what a person reads for R
+    ratio: Pooled  # log10(E_X / E_R), per replicate pooled
+    status: str | None  # STATUSES; None: no reading (``reason``)
+    replicates_needed: int | None  # for inconclusive: the replicates that would decide
+    fp32_equivalent: bool  # X's variants declare it the identity in fp32
+    drift: float = math.nan  # mean over replicates of log10(E_X/E_R)'s change across the window, dex
+    estimates: tuple[WindowEstimate, ...] = ()
+    reason: str | None = None  # why there is no number (or none is needed: bitwise-equal arms)
+
+
+def against_reordering(
+    study: list[PairData],
+    reordering: list[PairData],
+    seeds: list[PairData],
+    start: int | None = None,
+    min_window: int = MIN_WINDOW,
+) -> Reordering:
+    """The replicates of the pair under study against the replicates of the reordering pair R."""
+    common = dict(
+        reference=reordering[0].name, label=reordering[0].label, fp32_equivalent=fp32_equivalent(study[0].arms)
+    )
+    empty = pool([])
+    if _all_zero(reordering):
+        reason = f"{reordering[0].name}'s arms are bitwise equal at every tracked step: no reordering to compare with"
+        return Reordering(ratio=empty, status=None, replicates_needed=None, reason=reason, **common)
+    if _all_zero(study):
+        reason = "its arms are bitwise equal at every tracked step"
+        return Reordering(ratio=empty, status="reordering_like", replicates_needed=None, reason=reason, **common)
+    runs = [
+        (x, r, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None))
+        for x in study
+        if (r := replicate_of(reordering, x.replicate)) is not None
+    ]
+    estimates = tuple(estimate_replicates(runs, start, min_window))
+    usable = [e for e in estimates if e.usable]
+    if not usable:
+        reason = why_no_window(study, reordering, list(estimates), min_window)
+        return Reordering(
+            ratio=empty, status=None, replicates_needed=None, reason=reason, estimates=estimates, **common
+        )
+    ratio = pool([e.log10 for e in usable])
+    status = decide(ratio)
+    needed = replicates_to_clear(ratio, abs(ratio.mean - REORDERING_DEX)) if status == "inconclusive" else None
+    drift = float(np.mean([e.drift for e in usable]))
+    return Reordering(ratio=ratio, status=status, replicates_needed=needed, drift=drift, estimates=estimates, **common)
+
+
+def decide(ratio: Pooled) -> str:
+    """reordering_like / beyond_reordering / inconclusive from the interval (the point with one replicate)."""
+    lo, hi = (ratio.lo, ratio.hi) if ratio.interval else (ratio.mean, ratio.mean)
+    if hi <= REORDERING_DEX:
+        return "reordering_like"
+    if lo > REORDERING_DEX:
+        return "beyond_reordering"
+    return "inconclusive"
+
+
+def with_reordering(v, study: list[PairData], reordering: list[PairData], seeds, start, min_window):
+    """The verdict ``v`` with X against R and the sentence that says it; unchanged without R."""
+    if not reordering:
+        return v
+    r = against_reordering(study, reordering, seeds, start, min_window)
+    return replace(v, reordering=r, headline=f"{v.headline} {sentence(r, study[0].label)}")
+
+
+def sentence(r: Reordering, label: str) -> str:
+    """The verdict's reordering clause, one sentence."""
+    against = f"Against a reordering of fp32 sums ({r.label})"
+    if r.status is None:
+        return f"{against}: no reading: {r.reason}."
+    if not math.isfinite(r.ratio.mean):
+        return f"{against}: reordering-like: {r.reason}."
+    m = r.ratio.mean
+    numbers = (
+        f"log10 E_X/E_R {m:+.2f}, 95% CI {r.ratio.lo:+.2f} to {r.ratio.hi:+.2f}, {r.ratio.n} replicates"
+        if r.ratio.interval
+        else f"log10 E_X/E_R {m:+.2f}, one replicate"
+    )
+    factor = factor_text(10 ** abs(m))
+    limit = factor_text(10**REORDERING_DEX)
+    if r.status == "beyond_reordering" and r.fp32_equivalent:
+        return (
+            f"{label} perturbs training {factor}x more than a reordering of fp32 sums ({r.label}; {numbers}): "
+            f"if {label} should be the identity, look for a bug."
+        )
+    how = "as much" if factor == "1" else f"{factor}x {'less' if m < 0 else 'more'}"
+    said = f"{against}: {how} ({numbers})"
+    if r.status == "reordering_like":
+        fits = ", as an fp32-equivalent transformation should be" if r.fp32_equivalent else ""
+        return f"{said}: reordering-like, no more than {limit}x a reordering{fits}."
+    if r.status == "beyond_reordering":
+        return f"{said}: beyond reordering."
+    decide_text = (
+        f"about {r.replicates_needed} replicates would decide"
+        if r.replicates_needed is not None
+        else "one replicate has no interval"
+        if not r.ratio.interval
+        else "no number of replicates within reach decides"
+    )
+    return f"{said}: inconclusive, the interval holds +{REORDERING_DEX:g} dex ({limit}x a reordering); {decide_text}."

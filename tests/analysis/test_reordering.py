@@ -1,0 +1,116 @@
+"""The reordering yardstick on synthetic stores with known doses (docs/method.md): X against the
+reordering reference R is log10(eps_X / eps_R), read with the dose ratio's window, median and t
+interval, and each status follows from where its interval lies against +REORDERING_DEX."""
+
+import dataclasses
+import math
+import re
+
+import numpy as np
+from scipy import stats
+
+from divergence.analysis import analyze, to_summary
+from divergence.analysis.reordering import METHOD_TEXT, REORDERING_DEX, STATUSES
+from divergence.report.content import METHOD
+from tests.analysis.synthetic import dose_study
+
+FP32_EQUIVALENT_ARMS = {"a": ["adamw-impl=fused"], "b": ["adamw-impl=loop"]}  # registered, fp32-equivalent
+KEYS = {"log10", "lo", "hi", "replicates", "status", "replicates_needed"}  # the contract
+
+
+def _analysis(study, reordering, *, fp32_equivalent=False, replicates=4):
+    pairs = dose_study(study=study, precision=1e-5, reordering=reordering, replicates=replicates, horizon=200)
+    if fp32_equivalent:
+        pairs = [
+            dataclasses.replace(p, arms=FP32_EQUIVALENT_ARMS) if p.category == "optimization" else p for p in pairs
+        ]
+    return analyze(pairs, n_boot=50)
+
+
+def _reordering(analysis):
+    return to_summary(analysis)["verdicts"][0]["reordering"]
+
+
+def test_a_pair_twice_a_reordering_is_reordering_like_and_the_dose_verdict_is_unchanged():
+    # eps_X / eps_R = 2: log10 0.30, whose interval (per-replicate spread ~0.07 dex) ends far below +1
+    with_r, without = _analysis(1e-8, 5e-9), _analysis(1e-8, None)
+    r = _reordering(with_r)
+    assert KEYS <= set(r) and r["status"] == "reordering_like" and r["replicates"] == 4
+    assert abs(r["log10"] - math.log10(2)) < 0.1 and r["lo"] < r["log10"] < r["hi"] <= REORDERING_DEX
+    assert r["replicates_needed"] is None and r["reference"] == "reordering"
+    v, v0 = with_r.verdicts[0], without.verdicts[0]
+    assert (v.status, v.dose) == (v0.status, v0.dose)  # the precision verdict is read as before
+    assert v.headline.startswith(v0.headline + " Against a reordering of fp32 sums (4x4 vs 1x16 accumulation)")
+    assert "reordering-like, no more than 10x a reordering." in v.headline
+
+
+def test_a_pair_a_thousand_times_a_reordering_is_beyond_and_an_fp32_equivalent_one_says_look_for_a_bug():
+    # eps_X / eps_R = 1000: log10 +3, lower end far above +1; still bounded against bf16 (-3 dex)
+    plain, identity = _analysis(1e-8, 1e-11), _analysis(1e-8, 1e-11, fp32_equivalent=True)
+    r = _reordering(identity)
+    assert r["status"] == "beyond_reordering" and r["fp32_equivalent"] and r["lo"] > REORDERING_DEX
+    assert abs(r["log10"] - 3.0) < 0.15 and identity.verdicts[0].status == "bounded"
+    n = re.search(r"perturbs training (\d+)x more than a reordering of fp32 sums", identity.verdicts[0].headline)
+    assert n and 10**2.85 < int(n.group(1)) < 10**3.15
+    assert "if flash vs baseline should be the identity, look for a bug." in identity.verdicts[0].headline
+    assert _reordering(plain)["status"] == "beyond_reordering" and not _reordering(plain)["fp32_equivalent"]
+    assert "look for a bug" not in plain.verdicts[0].headline and "beyond reordering." in plain.verdicts[0].headline
+
+
+def test_a_pair_ten_times_a_reordering_is_inconclusive_with_the_replicates_that_would_decide():
+    # eps_X / eps_R = 10**1.05: the interval (+-0.11 dex at 4 replicates) holds +1
+    r = _reordering(_analysis(10**1.05 * 1e-9, 1e-9, fp32_equivalent=True))
+    assert r["status"] == "inconclusive" and r["lo"] <= REORDERING_DEX < r["hi"]
+    values = [x["log10"] for x in r["per_replicate"]]
+    s, gap = np.std(values, ddof=1), abs(np.mean(values) - REORDERING_DEX)
+    expected = next(n for n in range(2, 1001) if stats.t.ppf(0.975, n - 1) * s / math.sqrt(n) < gap)
+    assert expected > 4 and r["replicates_needed"] == expected
+    headline = _analysis(10**1.05 * 1e-9, 1e-9).verdicts[0].headline
+    assert f"inconclusive, the interval holds +1 dex (10x a reordering); about {expected} replicates would decide." in (
+        headline
+    )
+
+
+def test_wandb_summary_keys_carry_the_reordering_reading():
+    from divergence.report.wandb_log import flat_summary
+
+    flat = flat_summary(to_summary(_analysis(1e-8, 5e-9)))
+    assert flat["report/reordering/flash_vs_baseline/status"] == "reordering_like"
+    assert flat["report/reordering/flash_vs_baseline/replicates"] == 4
+    assert not any(k.startswith("report/reordering/") for k in flat_summary(to_summary(_analysis(1e-8, None))))
+
+
+def test_without_a_reordering_reference_the_verdict_reports_as_before_and_the_key_is_null():
+    analysis = _analysis(1e-8, None)
+    assert analysis.verdicts[0].reordering is None and "reordering" not in analysis.verdicts[0].headline
+    summary = to_summary(analysis)
+    assert summary["verdicts"][0]["reordering"] is None
+    assert summary["settings"]["reordering_reference"] is None
+
+
+def test_one_replicate_reads_the_point_estimate_and_plans_nothing():
+    r = _reordering(_analysis(1e-8, 1e-11, replicates=1))
+    assert (r["status"], r["replicates"], r["lo"], r["hi"], r["replicates_needed"]) == (
+        "beyond_reordering",
+        1,
+        None,
+        None,
+        None,
+    )
+
+
+def test_arms_bitwise_equal_are_reordering_like_and_a_zero_reordering_pair_gives_no_reading():
+    pairs = dose_study(study=1e-8, precision=1e-5, reordering=1e-9, replicates=2, horizon=100)
+    zero = [dataclasses.replace(p, rel_l2=np.zeros_like(p.rel_l2)) for p in pairs]
+    equal = [z if p.category == "optimization" else p for p, z in zip(pairs, zero)]
+    r = _reordering(analyze(equal, n_boot=50))
+    assert r["status"] == "reordering_like" and r["log10"] is None and "bitwise equal" in r["reason"]
+    flat = [z if p.category == "reordering" else p for p, z in zip(pairs, zero)]
+    r = _reordering(analyze(flat, n_boot=50))
+    assert r["status"] is None and r["reason"].startswith("reordering's arms are bitwise equal")
+
+
+def test_the_threshold_is_one_constant_the_summary_and_the_method_text_state():
+    assert REORDERING_DEX == 1.0 and STATUSES == ("reordering_like", "beyond_reordering", "inconclusive")
+    assert to_summary(_analysis(1e-8, 5e-9))["settings"]["reordering_threshold_dex"] == REORDERING_DEX
+    assert METHOD_TEXT in METHOD and f"+{REORDERING_DEX:g} dex" in METHOD_TEXT
