@@ -15,9 +15,31 @@ an elementwise ratio is unbounded.
 >>> stats = error_stats(torch.tensor([1.0, 2.0, 4.0]), torch.tensor([1.0, 2.5, 3.0]))
 >>> stats["max_abs"], stats["mean_abs"], round(stats["max_rel"], 4)
 (1.0, 0.5, 0.3333)
+
+Signed statistics (:func:`signed_stats`) say whether the error drifts one way: with
+``e = O - R`` over the ``n`` elements::
+
+    mean_signed = mean e                       the bias
+    se_signed   = std(r) / sqrt(R)             its standard error, over the R row means r of e
+    bias_z      = mean_signed / se_signed      |z| >> 3: a bias, not chance
+    rel_bias    = |mean e| / sqrt(mean e^2)    0: unbiased, 1: every element errs by the same amount
+    majority_sign_frac = the share of the nonzero errors that have the majority sign (0.5 to 1)
+
+An unbiased rounding (round-to-nearest-even on generic data) gives |z| of order 1 and
+``rel_bias`` of order ``1 / sqrt(n)``; a biased one accumulates like ``t`` over ``t`` steps
+instead of ``sqrt(t)`` (Qiu and Yao, arXiv 2510.04212, 2025; docs/method.md). A row (the last
+dimension: one query's output, one key's gradient) shares one softmax, whose rounding errs alike
+in all its elements, so rows, not elements, are the independent units of the standard error
+(a cluster-robust SE); ``bias_z`` is still a screen (rows share keys), not a test at a level.
+
+>>> s = signed_stats(torch.tensor([[1.0], [2.0], [3.0]]), torch.tensor([[0.5], [1.5], [3.0]]))
+>>> s["mean_signed"], round(s["rel_bias"], 3), s["majority_sign_frac"]
+(0.3333333333333333, 0.816, 1.0)
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -38,6 +60,30 @@ def error_stats(out: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
     stats["mean_rel"] = stats["mean_abs"] / mean_ref if mean_ref else float("nan")
     stats["std_rel"] = stats["std_abs"] / mean_ref if mean_ref else float("nan")
     return stats
+
+
+SIGNED_KEYS = ("mean_signed", "se_signed", "bias_z", "rel_bias", "majority_sign_frac")
+
+
+def signed_stats(out: torch.Tensor, ref: torch.Tensor) -> dict[str, float]:
+    """:data:`SIGNED_KEYS` of ``out - ref`` (module docstring); NaN where undefined (no error)."""
+    if out.shape != ref.shape:
+        raise ValueError(f"output shape {tuple(out.shape)} differs from reference shape {tuple(ref.shape)}")
+    err = out.double() - ref.double()
+    row_means = err.reshape(-1, err.shape[-1]).mean(dim=-1) if err.dim() else err.reshape(1)
+    err = err.flatten()
+    mean = err.mean().item()
+    rows = row_means.numel()
+    se = row_means.std(correction=1).item() / math.sqrt(rows) if rows > 1 else float("nan")
+    rms = err.square().mean().sqrt().item()
+    pos, neg = int((err > 0).sum()), int((err < 0).sum())
+    return {
+        "mean_signed": mean,
+        "se_signed": se,
+        "bias_z": mean / se if se > 0 else float("nan"),
+        "rel_bias": abs(mean) / rms if rms > 0 else float("nan"),
+        "majority_sign_frac": max(pos, neg) / (pos + neg) if pos + neg else float("nan"),
+    }
 
 
 def bitwise_equal_fraction(a: torch.Tensor, b: torch.Tensor) -> float:
