@@ -3,7 +3,7 @@
 For every input distribution the sweep ran (the reference inputs and those of the input-scale
 study) at one length, every format, and baseline, flash and flash-unbiased (the reference tile,
 every accumulation mode): the relative bias ``|mean e| / rms e`` and the bias z-score (mean over
-its row-clustered standard error) of the output and of the gradients dQ, dK, dV against the fp64
+its standard error over independent units, ``se_units``) of the output and of the gradients dQ, dK, dV against the fp64
 golden value (:func:`divergence.microbench.metrics.signed_stats`). A magnitude ratio ("2.3x the
 baseline's error") cannot tell an error that wanders (it grows like sqrt(t) over t training
 steps) from one that drifts (like t); these columns can (Qiu and Yao, arXiv 2510.04212, 2025;
@@ -132,8 +132,9 @@ def _get(row: dict, key: str) -> float:
 
 TABLE_TEXT = (
     "Signed error against the fp64 golden value: rel. bias = |mean e| / rms e (0 unbiased, 1 every "
-    "element errs by the same amount), z = mean e over its standard error across rows (|z| >= 3, "
-    "marked * in the findings: biased). Gradients for one seeded output gradient dO: autograd for "
+    "element errs by the same amount), z = mean e over its standard error, across the B x H "
+    "independent (batch, head) slices when there are at least 8 (--set inputs.heads=16), else across "
+    "rows, which tie-heavy inputs correlate, inflating z (|z| >= 3, marked * in the findings: biased). Gradients for one seeded output gradient dO: autograd for "
     "baseline, FlashAttention-2's backward from the stored output for flash and flash-unbiased "
     "(flash with Qiu and Yao's row-maximum change). all-low: every operation in the format (the "
     "paper's, and Qiu and Yao's PyTorch kernel); fp32-acc: kernel-faithful."

@@ -70,7 +70,7 @@ EXTRA = (
     "input_scale",
 )
 # Signed error against the golden value (metrics.signed_stats): forward, then each gradient.
-_SIGNED = ("mean_signed_err", "se_signed_err", "bias_z", "rel_bias", "majority_sign_frac")
+_SIGNED = ("mean_signed_err", "se_signed_err", "se_units", "bias_z", "rel_bias", "majority_sign_frac")
 GRADS = ("dq", "dk", "dv")
 SIGNED = _SIGNED + tuple(f"{g}_{c}" for g in GRADS for c in ("max_abs_err", "mean_abs_err", *_SIGNED))
 COLUMNS = CONTRACT + EXTRA + SIGNED
@@ -233,7 +233,7 @@ def _golden_grads(q, k, v, dout, causal: bool) -> tuple[torch.Tensor, ...]:
 
 
 def _signed_columns(out, ref, prefix: str = "") -> dict:
-    stats = signed_stats(out, ref)
+    stats = signed_stats(out, ref, units=out.shape[0] * out.shape[1])  # (B, H) slices: independent draws
     return {f"{prefix}{col}": stats[key] for col, key in zip(_SIGNED, SIGNED_KEYS)}
 
 

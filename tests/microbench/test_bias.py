@@ -38,6 +38,18 @@ def test_the_bias_z_score_separates_a_biased_rounding_from_round_to_nearest_even
     assert math.isnan(signed_stats(x, x)["bias_z"])  # no error: no bias to speak of
 
 
+def test_the_standard_error_is_over_independent_slices_when_there_are_enough():
+    g = torch.Generator().manual_seed(1)
+    offsets = torch.randn(16, 1, 1, generator=g, dtype=torch.float64)  # one shared error per slice
+    err = offsets + 1e-3 * torch.randn(16, 64, 8, generator=g, dtype=torch.float64)
+    ref = torch.zeros_like(err)
+    by_rows, by_slices = signed_stats(err, ref), signed_stats(err, ref, units=16)
+    assert by_rows["se_units"] == 16 * 64 and by_slices["se_units"] == 16
+    assert by_slices["se_signed"] > 5 * by_rows["se_signed"]  # correlated rows understate the SE, inflate z
+    assert abs(by_slices["bias_z"]) < 4  # zero-mean slice offsets: no bias
+    assert signed_stats(err, ref, units=4)["se_units"] == 16 * 64  # too few slices: rows
+
+
 def _ties_per_row(q, k) -> torch.Tensor:
     """Scores per query row exactly equal to the row's maximum (bf16 inputs, fp32 products)."""
     s = q.float() @ k.float().transpose(-2, -1)
