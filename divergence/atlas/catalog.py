@@ -43,6 +43,11 @@ OPTIMIZATIONS = {
         Optimization("cpu-threads", "pairs/cpu-threads.yaml", "2 vs 1 intra-op CPU threads", devices=("cpu",)),
         Optimization("flash", "pairs/flash-vs-baseline.yaml", "flash attention (sdpa-flash) vs baseline attention"),
         Optimization(
+            "flash-unbiased",
+            "pairs/flash-unbiased.yaml",
+            "flash attention with Qiu and Yao's row-maximum change vs baseline attention",
+        ),
+        Optimization(
             "gradient-checkpointing",
             "pairs/gradient-checkpointing.yaml",
             "gradient checkpointing vs stored activations",

@@ -18,6 +18,11 @@ name                  what runs
 ``flash-attn``        ``flash_attn.flash_attn_func`` from the flash-attn package
 ``tiled``             :func:`~divergence.attention.tiled.flash_attention_tiled`; options
                       ``block_q``, ``block_kv``, ``accumulate``, ``block_order``
+``flash-unbiased``    ``tiled`` with Qiu and Yao's row-maximum change (arXiv
+                      2510.04212), kernel-faithful (fp32 accumulators) by default,
+                      FlashAttention-2's backward
+                      (:mod:`~divergence.attention.tiled_backward`); options those of
+                      ``tiled`` and ``beta``, ``tie_tol``
 ====================  ==========================================================
 
 >>> get_kernel("tiled", block_q=64, block_kv=256).name
@@ -36,6 +41,7 @@ import torch.nn.functional as F
 
 from divergence.attention.reference import baseline_attention
 from divergence.attention.tiled import flash_attention_tiled
+from divergence.attention.tiled_backward import trainable_flash_attention
 from divergence.errors import UserInputError
 
 # Backends with no CPU implementation: say so instead of PyTorch's generic "no viable backend".
@@ -162,19 +168,31 @@ _ACCUMULATE_NAMES = {
 }
 
 
-def _make_tiled(**options) -> Kernel:
-    unknown = sorted(set(options) - set(_TILED_OPTIONS))
+def _tiled_options(name: str, options: dict, allowed: tuple[str, ...], defaults: dict) -> dict:
+    unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise UserInputError(f"kernel 'tiled': unknown option {unknown[0]!r}; allowed: {', '.join(_TILED_OPTIONS)}")
-    options = {"block_q": 64, "block_kv": 256, **options}
+        raise UserInputError(f"kernel {name!r}: unknown option {unknown[0]!r}; allowed: {', '.join(allowed)}")
+    options = {**defaults, **options}
     acc = options.get("accumulate")
     if isinstance(acc, str):  # from a recipe: "none", "fp32", ...
         if acc not in _ACCUMULATE_NAMES:
-            raise UserInputError(f"kernel 'tiled': accumulate {acc!r} is not one of {', '.join(_ACCUMULATE_NAMES)}")
+            raise UserInputError(f"kernel {name!r}: accumulate {acc!r} is not one of {', '.join(_ACCUMULATE_NAMES)}")
         options["accumulate"] = _ACCUMULATE_NAMES[acc]
+    return options
+
+
+def _make_tiled(**options) -> Kernel:
+    options = _tiled_options("tiled", options, _TILED_OPTIONS, {"block_q": 64, "block_kv": 256})
     return Kernel(
         "tiled", flash_attention_tiled, "FlashAttention re-implemented in PyTorch", options=options, probe=False
     )
+
+
+def _make_flash_unbiased(**options) -> Kernel:
+    defaults = {"block_q": 64, "block_kv": 256, "accumulate": torch.float32, "unbiased": True}
+    options = _tiled_options("flash-unbiased", options, (*_TILED_OPTIONS, "beta", "tie_tol"), defaults)
+    what = "FlashAttention re-implemented, row-maximum change of Qiu and Yao (2025), FlashAttention-2 backward"
+    return Kernel("flash-unbiased", trainable_flash_attention, what, options=options, probe=False)
 
 
 KERNELS: dict[str, Callable[..., Kernel]] = {
@@ -183,11 +201,12 @@ KERNELS: dict[str, Callable[..., Kernel]] = {
     **{name: _make_sdpa(name) for name in _SDPA_BACKENDS},
     "flash-attn": _make_flash_attn,
     "tiled": _make_tiled,
+    "flash-unbiased": _make_flash_unbiased,
 }
 
 
 def get_kernel(name: str, **options: Any) -> Kernel:
-    """The kernel registered as ``name``, built with ``options`` (only ``tiled`` takes any)."""
+    """The kernel registered as ``name``, built with ``options`` (only ``tiled`` and ``flash-unbiased`` take any)."""
     if name not in KERNELS:
         raise UserInputError(f"unknown attention kernel {name!r}; known: {', '.join(KERNELS)}")
     return KERNELS[name](**options)

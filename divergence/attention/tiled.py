@@ -25,6 +25,14 @@ Two precision modes:
   kernel): ``S``, ``m``, ``l``, ``O`` are fp32; ``P`` is rounded to the input format only as the
   operand of ``P V``; ``rowsum(P)`` uses the unrounded fp32 ``P``.
 
+``unbiased=True`` is the row-maximum change of Qiu and Yao ("Why Low-Precision Transformer
+Training Fails: An Analysis on Flash Attention", arXiv 2510.04212, 2025, Algorithm 1): when a
+tile's row maximum ``r`` is reached by more than one score (within ``tie_tol``), the max used in
+the exponent is ``beta * r`` for ``r > 0`` and ``0`` for ``r < 0``, so every ``P`` is strictly
+below 1 and the ``P V`` product loses the exact 1s whose low-precision rounding errs with one
+sign. The running max is still ``m' = max(m, adjusted rowmax)``; softmax is shift-invariant, so
+in exact arithmetic nothing changes (docs/method.md).
+
 Only the loop over key/value tiles is sequential; batch, heads and query tiles are one tensor
 operation, so a 16k-token sequence takes seconds on a CPU. Query rows whose tiles lie entirely
 above the causal diagonal skip a key/value tile, as the kernel does; a fully masked tile would
@@ -62,7 +70,11 @@ def flash_attention_tiled(
     accumulate: torch.dtype | None = None,
     block_order: str = "default",
     attn_mask: torch.Tensor | None = None,
-) -> torch.Tensor:
+    unbiased: bool = False,
+    beta: float = 2.0,
+    tie_tol: float = 1e-3,
+    return_lse: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """FlashAttention forward, tiled ``block_q`` x ``block_kv``, in a chosen precision.
 
     Parameters
@@ -76,10 +88,15 @@ def flash_attention_tiled(
         ``torch.float32`` keeps ``S``, ``m``, ``l`` and ``O`` in it (kernel-faithful mode)
     block_order : ``"default"``, ``"swapped"`` or ``"square"`` (see :mod:`.blocks`)
     attn_mask : optional bool (True = keep) or additive mask broadcastable to (B, H, Lq, Lk)
+    unbiased : the row-maximum change (module docstring): ``flash-unbiased``
+    beta : the multiplier of a tied positive row maximum (the paper uses 2 to 8)
+    tie_tol : scores within ``tie_tol`` of their tile's row maximum count as tied with it
+    return_lse : also return the logsumexp ``L = m + log(l)``, (B, H, Lq) in the accumulation
+        format, which FlashAttention-2's backward pass recomputes ``P`` from
 
     Returns
     -------
-    (B, H, Lq, D) tensor in ``q.dtype``.
+    (B, H, Lq, D) tensor in ``q.dtype`` (and ``L`` when ``return_lse``).
 
     Examples
     --------
@@ -103,10 +120,12 @@ def flash_attention_tiled(
     per_row = b * h * group * (block_kv + dv)  # score and P V elements one query row holds
     rows_per_step = max(1, _STEP_ELEMENTS // per_row // block_q) * block_q
     out = torch.empty(b, h, lq, dv, dtype=q.dtype, device=q.device)
+    lse = torch.empty(b, h, lq, dtype=acc, device=q.device)
     ka, va = k.to(acc), v.to(acc)
+    change = (float(beta), float(tie_tol)) if unbiased else None
     for r0 in range(0, lq, rows_per_step):
         r1 = min(lq, r0 + rows_per_step)
-        out[..., r0:r1, :] = _forward_rows(
+        out[..., r0:r1, :], lse[..., r0:r1] = _forward_rows(
             q[..., r0:r1, :],
             ka,
             va,
@@ -119,15 +138,17 @@ def flash_attention_tiled(
             None if mask is None else mask[..., r0:r1, :],
             q.dtype,
             acc,
+            change,
         )
-    return out
+    return (out, lse) if return_lse else out
 
 
-def _forward_rows(q, ka, va, row0, block_q, block_kv, group, scale, causal, mask, dtype, acc):
+def _forward_rows(q, ka, va, row0, block_q, block_kv, group, scale, causal, mask, dtype, acc, change=None):
     """Online softmax over all key/value tiles for query rows ``row0 .. row0 + len(q)``.
 
     ``q`` is (B, H, r, D) in the input format, ``ka``/``va`` (B, H, Lk, D) in ``acc``; rows are
-    padded to whole query tiles (zeros: harmless, cut off at the end). Returns (B, H, r, D).
+    padded to whole query tiles (zeros: harmless, cut off at the end). Returns the (B, H, r, D)
+    output and the (B, H, r) logsumexp.
     """
     b, h, r, _ = q.shape
     lk = ka.shape[-2]
@@ -151,13 +172,16 @@ def _forward_rows(q, ka, va, row0, block_q, block_kv, group, scale, causal, mask
             s = _causal_fill(s, row0 + t0, k0)
         if mask is not None:
             s = s + mask[..., t0:, k0:k1]
-        state = _fold_tiles(s, va[..., k0:k1, :], block_kv, m[..., t0:, :], l[..., t0:, :], o[..., t0:, :], dtype, acc)
+        state = _fold_tiles(
+            s, va[..., k0:k1, :], block_kv, m[..., t0:, :], l[..., t0:, :], o[..., t0:, :], dtype, acc, change
+        )
         m, l, o = (torch.cat([old[..., :t0, :], new], dim=-2) if t0 else new for old, new in zip((m, l, o), state))
     l = torch.where(l == 0, torch.ones_like(l), l)  # fully masked rows give 0, as the kernel
-    return (o / l)[..., :r, :].to(dtype)
+    lse = (m + l.log())[..., :r, 0]
+    return (o / l)[..., :r, :].to(dtype), lse
 
 
-def _fold_tiles(s, v, block_kv, m, l, o, dtype, acc):
+def _fold_tiles(s, v, block_kv, m, l, o, dtype, acc, change=None):
     """Fold consecutive key/value tiles into the running ``m``, ``l``, ``o``; return the new ones.
 
     ``s``: (B, H, rows, W) scores of ``G = ceil(W / Bc)`` tiles; ``v``: (B, H, W, D).
@@ -173,7 +197,10 @@ def _fold_tiles(s, v, block_kv, m, l, o, dtype, acc):
     extra = tiles * block_kv - width  # a short last tile: pad with keys that get P = 0 exactly
     s = F.pad(s, (0, extra), value=float("-inf")).view(b, h, rows, tiles, block_kv)
     v = F.pad(v, (0, 0, 0, extra)).view(b, h, tiles, block_kv, v.shape[-1])
-    running = torch.cummax(torch.cat([m, s.amax(dim=-1)], dim=-1), dim=-1).values  # (B, H, rows, 1 + G)
+    tile_max = s.amax(dim=-1)  # (B, H, rows, G)
+    if change is not None:
+        tile_max = _unbiased_max(s, tile_max, *change)
+    running = torch.cummax(torch.cat([m, tile_max], dim=-1), dim=-1).values  # (B, H, rows, 1 + G)
     m_new = running[..., 1:]
     # A row with every score -inf so far keeps m = -inf; subtract 0 there to avoid inf - inf.
     m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
@@ -187,6 +214,20 @@ def _fold_tiles(s, v, block_kv, m, l, o, dtype, acc):
         l = l * alpha[..., g : g + 1] + rowsum[..., g : g + 1]
         o = o * alpha[..., g : g + 1] + pv[:, :, g]
     return m_new[..., -1:], l, o
+
+
+def _unbiased_max(s, tile_max, beta, tie_tol):
+    """Qiu and Yao's adjusted row maximum of each tile (arXiv 2510.04212, Algorithm 1, lines 7-9).
+
+    ``s``: (B, H, rows, G, Bc) scores, ``tile_max``: (B, H, rows, G). Where more than one score
+    of a tile row lies within ``tie_tol`` of its maximum ``r``: ``beta * r`` if ``r > 0``, ``0`` if
+    ``r < 0`` (so ``exp(s - m) < 1`` for every score); elsewhere ``r`` unchanged.
+    """
+    ties = (s >= (tile_max - tie_tol).unsqueeze(-1)).sum(dim=-1) > 1
+    adjusted = torch.where(
+        tile_max > 0, tile_max * beta, torch.where(tile_max < 0, torch.zeros_like(tile_max), tile_max)
+    )
+    return torch.where(ties & torch.isfinite(tile_max), adjusted, tile_max)
 
 
 def _causal_fill(s, first_row, first_col):

@@ -38,8 +38,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         "--impl",
         nargs="+",
         metavar="NAME",
-        help="baseline, flash (the re-implementation), sdpa, sdpa-flash, sdpa-math, sdpa-efficient, "
-        "sdpa-cudnn, flash-attn",
+        help="baseline, flash (the re-implementation), flash-unbiased (it with Qiu and Yao's row-maximum "
+        "change), sdpa, sdpa-flash, sdpa-math, sdpa-efficient, sdpa-cudnn, flash-attn",
     )
     p.add_argument(
         "--accumulate",
@@ -51,8 +51,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         "--input-dist",
         nargs="+",
         metavar="SPEC",
-        help="distributions of the input-scale study: normal:STD (N(0, STD^2)) or uniform:LOW:HIGH, "
-        "e.g. normal:0.25 normal:2 uniform:0:1",
+        help="distributions of the input-scale study: normal:STD (N(0, STD^2)), uniform:LOW:HIGH, or "
+        "ties[:STD[:KEYS]] (repeated keys: ties at the row maximum), e.g. normal:0.25 uniform:0:1 ties",
     )
     p.add_argument("--device", help="cpu or cuda")
     p.add_argument(

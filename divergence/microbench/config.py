@@ -24,8 +24,19 @@ from divergence.config.schema import apply_overrides, load_yaml, parse, require
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp64")
 ACCUMULATE = ("none", "fp32")
-# "flash" is the re-implementation (kernel "tiled"); the rest are registered kernel names.
-IMPLS = ("baseline", "flash", "sdpa", "sdpa-flash", "sdpa-math", "sdpa-efficient", "sdpa-cudnn", "flash-attn")
+# "flash" is the re-implementation (kernel "tiled"), "flash-unbiased" it with Qiu and Yao's
+# row-maximum change; the rest are registered kernel names.
+IMPLS = (
+    "baseline",
+    "flash",
+    "flash-unbiased",
+    "sdpa",
+    "sdpa-flash",
+    "sdpa-math",
+    "sdpa-efficient",
+    "sdpa-cudnn",
+    "flash-attn",
+)
 DEVICES = ("cpu", "cuda")
 
 # --quick: a sweep of seconds for tests and smoke runs.
@@ -144,16 +155,25 @@ class SweepConfig:
     scale_seq_lens: tuple[int, ...] = ()
     """Lengths of the input-scale study, each one of seq_lens; empty: every swept length up to
     reference_seq_len (the longest lengths cost minutes per distribution on a CPU)."""
-    impls: tuple[str, ...] = ("baseline", "flash", "sdpa-flash", "sdpa-math")
-    """baseline, flash (the re-implementation) and real kernels (sdpa, sdpa-flash, sdpa-math,
-    sdpa-efficient, sdpa-cudnn, flash-attn); baseline always runs, as the reference."""
+    impls: tuple[str, ...] = ("baseline", "flash", "flash-unbiased", "sdpa-flash", "sdpa-math")
+    """baseline, flash (the re-implementation), flash-unbiased (it with the row-maximum change of
+    Qiu and Yao, 2025) and real kernels (sdpa, sdpa-flash, sdpa-math, sdpa-efficient, sdpa-cudnn,
+    flash-attn); baseline always runs, as the reference."""
     accumulate: tuple[str, ...] = ACCUMULATE
     """Modes of the re-implementation: none (all in the input format, the paper's) and fp32
     (kernel-faithful: fp32 S, m, l, O; P rounded to the input format before P V)."""
     device: str = "cpu"
     """cpu or cuda."""
+    backward_max_seq_len: int = 4096
+    """Gradients dq, dk, dv are measured (signed and |error|) at lengths up to this one; 0: none
+    (the fp64 golden gradients hold the whole score matrix)."""
 
     def __post_init__(self):
+        require(
+            self.backward_max_seq_len >= 0,
+            "sweep.backward_max_seq_len",
+            f"must be 0 or more, got {self.backward_max_seq_len}",
+        )
         for key, values, allowed in (
             ("precisions", self.precisions, PRECISIONS),
             ("impls", self.impls, IMPLS),

@@ -1,4 +1,5 @@
-"""The paper's Figures 3-6 as PNG files, one function per figure, and Figure 7 (input scale).
+"""The paper's Figures 3-6 as PNG files, one function per figure, Figure 7 (input scale) and
+Figure 8 (the bias of the error, forward and backward).
 
 Each function takes the sweep's rows and the recipe, writes one PNG into ``out_dir`` and returns
 its path (None when the sweep has no data for it). Deviations span many decades across number
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from divergence.microbench import scale_findings
+from divergence.microbench import bias, scale_findings
 from divergence.microbench.select import (
     MANTISSA_BITS,
     kernels,
@@ -264,11 +265,48 @@ def fig7_input_scale(rows, recipe, out_dir: Path) -> Path | None:
     return _finish(fig, out_dir / "fig7_input_scale.png")
 
 
+def fig8_bias(rows, recipe, out_dir: Path) -> Path | None:
+    """Fig. 8: the relative bias |mean e| / rms e of the output and of dQ, dK, dV, per (input,
+    format), one bar per implementation; a bar with |z| >= 3 solid, one below faded."""
+    groups = [
+        (d, p, bias.length(rows, recipe, d.spec)) for d in bias.dists(recipe) for p in precisions(recipe) if p != "fp64"
+    ]
+    groups = [(d, p, seq) for d, p, seq in groups if seq is not None and bias.impl_rows(rows, recipe, d.spec, seq, p)]
+    if not groups:
+        return None
+    labels = list(dict.fromkeys(lab for d, p, seq in groups for lab, _ in bias.impl_rows(rows, recipe, d.spec, seq, p)))
+    palette = ["#7f7f7f", "#d62728", "#ff9896", "#1f77b4", "#aec7e8", "#2ca02c", "#98df8a"]
+    fig, axes = _subplots(len(bias.QUANTITIES), 1, figsize=(max(8, 1.3 * len(groups) * len(labels) / 3), 11))
+    width = 0.8 / len(labels)
+    for ax, (prefix, name) in zip(axes, bias.QUANTITIES):
+        named = set()
+        for i, label in enumerate(labels):
+            for j, (d, p, seq) in enumerate(groups):
+                found = dict(bias.impl_rows(rows, recipe, d.spec, seq, p))
+                if label not in found:
+                    continue
+                rb, z = bias._get(found[label], f"{prefix}rel_bias"), bias._get(found[label], f"{prefix}bias_z")
+                x = j + (i - (len(labels) - 1) / 2) * width
+                alpha = 1.0 if abs(z) >= bias.BIASED_Z else 0.35
+                ax.bar(
+                    x, rb, width, color=palette[i % len(palette)], alpha=alpha, label=None if label in named else label
+                )
+                named.add(label)
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels([f"{d.label}\n{p}, seq {seq}" for d, p, seq in groups], fontsize=8)
+        ax.set_ylabel(f"{name}: |mean| / rms")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8, ncol=min(4, len(labels)))
+    fig.suptitle("Fig. 8 — relative bias of the error vs fp64 golden (solid: |z| >= 3; faded: below)")
+    return _finish(fig, out_dir / "fig8_bias.png")
+
+
 FIGURES = (fig3_formats, fig4_golden, fig5_seq_len, fig6_tiles)
 
 
 def write_figures(rows, recipe, out_dir: Path) -> list[Path]:
     """Every figure the sweep has data for: Figs. 3-6 on the reference inputs, Fig. 7 on all."""
     ref = reference_rows(rows, recipe)
-    paths = [f(ref, recipe, Path(out_dir)) for f in FIGURES] + [fig7_input_scale(rows, recipe, Path(out_dir))]
+    paths = [f(ref, recipe, Path(out_dir)) for f in FIGURES]
+    paths += [fig7_input_scale(rows, recipe, Path(out_dir)), fig8_bias(rows, recipe, Path(out_dir))]
     return [p for p in paths if p is not None]

@@ -27,17 +27,34 @@ def make_inputs(
     change the inputs of the others, and every distribution of one family transforms the same
     draws (common random numbers): ``normal:0.25`` and ``normal:2`` differ by a power of two,
     which bf16 represents exactly, so their inputs are scaled copies and only the scale differs.
+    ``ties`` inputs are the normal ones with every key replaced by one of the first ``N``
+    keys and V shifted by ``-S`` (:mod:`.scales`).
     """
     dist = dist or cfg.reference_dist()
     gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 1_000_003 + seq_len)
     shape = (cfg.batch, cfg.heads, seq_len, cfg.head_dim)
     out = []
-    for _ in range(3):
-        if dist.family == "normal":
+    for i in range(3):
+        if dist.family in ("normal", "ties"):
             x = torch.randn(shape, generator=gen, dtype=torch.float64) * dist.b
+            if dist.family == "ties" and i == 2:
+                x = x - dist.b  # V ~ N(-S, S^2): mostly negative
         else:
             x = dist.a + torch.rand(shape, generator=gen, dtype=torch.float64) * (dist.b - dist.a)
         x = x.to(torch.bfloat16).double()
         x = torch.where(x.abs() < _FP16_MIN_NORMAL, torch.zeros_like(x), x)
-        out.append(x.to(device))
-    return tuple(out)
+        out.append(x)
+    if dist.family == "ties":  # keys repeated: each key is one of the first int(dist.a) keys
+        pick = torch.randint(int(dist.a), (seq_len,), generator=gen)
+        out[1] = out[1][..., pick, :]
+    return tuple(x.to(device) for x in out)
+
+
+def make_grad_output(cfg: InputsConfig, seq_len: int, device: str = "cpu") -> torch.Tensor:
+    """The output gradient ``dO`` of the backward measurements: (B, H, seq_len, D) fp64 from
+    N(0, 1), exact in every format as Q, K, V are; its own generator, so the forward inputs do
+    not change with it."""
+    gen = torch.Generator(device="cpu").manual_seed(cfg.seed * 1_000_003 + seq_len + 7_919)
+    x = torch.randn((cfg.batch, cfg.heads, seq_len, cfg.head_dim), generator=gen, dtype=torch.float64)
+    x = x.to(torch.bfloat16).double()
+    return torch.where(x.abs() < _FP16_MIN_NORMAL, torch.zeros_like(x), x).to(device)

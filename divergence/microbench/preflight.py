@@ -13,7 +13,7 @@ def check_kernels(recipe: MicrobenchRecipe) -> None:
     from divergence.microbench.sweep import DTYPES
 
     for impl in recipe.sweep.impls:
-        if impl in ("baseline", "flash"):
+        if impl in ("baseline", "flash", "flash-unbiased"):
             continue
         kernel = get_kernel(impl)
         for precision in recipe.sweep.precisions:

@@ -13,7 +13,7 @@ import html
 import math
 from pathlib import Path
 
-from divergence.microbench import findings, scale_findings
+from divergence.microbench import bias, findings, scale_findings
 from divergence.microbench.select import reference_rows
 from divergence.microbench.validation import COLUMNS as VALIDATION_COLUMNS
 
@@ -59,13 +59,21 @@ def _sections(all_rows, checks, recipe, notes, seconds) -> list[tuple[str, list]
     ] + notes
     out = [
         ("Setup", setup),
-        ("Findings", findings.headlines(rows, recipe) + scale_findings.scale_lines(all_rows, recipe)),
+        (
+            "Findings",
+            findings.headlines(rows, recipe)
+            + scale_findings.scale_lines(all_rows, recipe)
+            + bias.bias_lines(all_rows, recipe),
+        ),
     ]
     out.append((f"By number format (seq {s.reference_seq_len})", [findings.format_table(rows, recipe)]))
     out.append(("By sequence length", [findings.length_table(rows, recipe)]))
     head, body = scale_findings.scale_table(all_rows, recipe)
     if body:
         out.append(("By input scale", _scale_text(recipe) + [(head, body)]))
+    head, body = bias.bias_table(all_rows, recipe)
+    if body:
+        out.append(("Bias of the error (forward and backward)", [bias.TABLE_TEXT, (head, body)]))
     if checks:
         out.append(("Re-implementation vs PyTorch's CPU flash kernel", _validation_text(checks)))
     return out

@@ -11,13 +11,20 @@ So the paper's "~10x" belongs to an input scale, a length and a baseline, not to
 Specs:
 
 - ``normal:S``: N(0, S^2), e.g. ``normal:0.25``;
-- ``uniform:LO:HI``: U(LO, HI), e.g. ``uniform:0:1``.
+- ``uniform:LO:HI``: U(LO, HI), e.g. ``uniform:0:1``;
+- ``ties:S:N`` (``ties`` = ``ties:1:16``, ``ties:S`` = ``ties:S:16``): Q from N(0, S^2), every
+  key one of ``N`` distinct N(0, S^2) keys (repeated keys, a low-rank K), so every query row has
+  about ``L / N`` scores exactly tied at its maximum, and V from N(-S, S^2), mostly negative: the
+  two conditions under which Qiu and Yao (arXiv 2510.04212, 2025, section 3.3.2 and Fig. 6a)
+  find bf16 flash attention's rounding of ``P V`` biased.
 
 >>> d = parse_dist("uniform:0:1")
 >>> d.label, round(d.std, 4)
 ('U(0, 1)', 0.2887)
 >>> parse_dist("normal:0.5").label
 'N(0, 0.5²)'
+>>> parse_dist("ties").spec, parse_dist("ties:0.5:8").label
+('ties:1:16', 'ties(N(0, 0.5²), 8 keys)')
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ DEFAULT_SCALES = ("normal:0.25", "normal:0.5", "normal:1", "normal:2", "uniform:
 
 @dataclass(frozen=True)
 class InputDist:
-    """One input distribution: ``family`` normal (``a`` = 0 mean, ``b`` = std) or uniform
-    (``a`` = low, ``b`` = high)."""
+    """One input distribution: ``family`` normal (``a`` = 0 mean, ``b`` = std), uniform
+    (``a`` = low, ``b`` = high) or ties (``a`` = distinct keys, ``b`` = std)."""
 
     family: str
     a: float
@@ -46,6 +53,8 @@ class InputDist:
         """The canonical spec, the ``input_dist`` column of results.csv."""
         if self.family == "normal":
             return f"normal:{_num(self.b)}"
+        if self.family == "ties":
+            return f"ties:{_num(self.b)}:{int(self.a)}"
         return f"uniform:{_num(self.a)}:{_num(self.b)}"
 
     @property
@@ -53,18 +62,21 @@ class InputDist:
         """Human-readable: ``N(0, 0.25²)`` or ``U(0, 1)``."""
         if self.family == "normal":
             return "N(0, 1)" if self.b == 1 else f"N(0, {_num(self.b)}²)"
+        if self.family == "ties":
+            normal = "N(0, 1)" if self.b == 1 else f"N(0, {_num(self.b)}²)"
+            return f"ties({normal}, {int(self.a)} keys)"
         return f"U({_num(self.a)}, {_num(self.b)})"
 
     @property
     def std(self) -> float:
         """Standard deviation of one input element: S, or (HI - LO) / sqrt(12)."""
-        return self.b if self.family == "normal" else (self.b - self.a) / math.sqrt(12)
+        return self.b if self.family in ("normal", "ties") else (self.b - self.a) / math.sqrt(12)
 
 
 def parse_dist(spec: str, key: str = "inputs.scales") -> InputDist:
     """``"normal:S"`` or ``"uniform:LO:HI"`` -> :class:`InputDist`; a RecipeError naming ``key``."""
     parts = str(spec).strip().split(":")
-    hint = "expected normal:STD (e.g. normal:0.5) or uniform:LOW:HIGH (e.g. uniform:0:1)"
+    hint = "expected normal:STD (e.g. normal:0.5), uniform:LOW:HIGH (e.g. uniform:0:1) or ties[:STD[:KEYS]] (e.g. ties:1:16)"
     try:
         numbers = [float(p) for p in parts[1:]]
     except ValueError:
@@ -79,6 +91,11 @@ def parse_dist(spec: str, key: str = "inputs.scales") -> InputDist:
         if not (-_LIMIT <= lo < hi <= _LIMIT):
             raise RecipeError(f"{key}: {spec!r}: needs LOW < HIGH, both within ±{_LIMIT:g}")
         return InputDist("uniform", lo, hi)
+    if parts[0] == "ties" and numbers is not None and len(numbers) <= 2:
+        std, keys = (numbers + [1.0, 16.0][len(numbers) :])[:2]
+        if not 0 < std <= _LIMIT or keys != int(keys) or keys < 1:
+            raise RecipeError(f"{key}: {spec!r}: needs 0 < STD <= {_LIMIT:g} and a whole number of KEYS >= 1")
+        return InputDist("ties", float(int(keys)), std)
     raise RecipeError(f"{key}: {spec!r}: {hint}")
 
 

@@ -29,12 +29,12 @@ def precisions(recipe: MicrobenchRecipe) -> list[str]:
     return [p for p in PRECISIONS if p in recipe.sweep.precisions]
 
 
-def reference_flash(rows, recipe, *, precision, seq_len, accumulate="none") -> dict | None:
-    """The flash row on the reference tile, default order."""
+def reference_flash(rows, recipe, *, precision, seq_len, accumulate="none", impl="flash") -> dict | None:
+    """The flash (or ``impl``: flash-unbiased) row on the reference tile, default order."""
     br, bc = recipe.tiles.reference_tile(recipe.inputs.head_dim)
     return one(
         rows,
-        impl="flash",
+        impl=impl,
         precision=precision,
         seq_len=seq_len,
         accumulate=accumulate,
@@ -46,7 +46,7 @@ def reference_flash(rows, recipe, *, precision, seq_len, accumulate="none") -> d
 
 def kernels(recipe: MicrobenchRecipe) -> list[str]:
     """The real kernels swept, in recipe order."""
-    return [i for i in recipe.sweep.impls if i not in ("baseline", "flash")]
+    return [i for i in recipe.sweep.impls if i not in ("baseline", "flash", "flash-unbiased")]
 
 
 def ratio(a: float, b: float) -> float:

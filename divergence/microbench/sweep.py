@@ -4,6 +4,13 @@ Every row is measured against the fp64 golden value (``max_abs_err``, ...) and a
 baseline in the same number format (``max_abs_diff_vs_baseline``, ...). Rows are grouped by
 input distribution and sequence length so the inputs, the golden value and each format's
 baseline are computed once.
+
+Each row also carries the signed error against the golden value (``mean_signed_err``,
+``bias_z``, ...; :func:`~divergence.microbench.metrics.signed_stats`), of the forward output and,
+up to ``sweep.backward_max_seq_len``, of the gradients ``dq``, ``dk``, ``dv`` for one seeded
+output gradient ``dO``: autograd for baseline and the real kernels, FlashAttention-2's backward
+(:mod:`divergence.attention.tiled_backward`, from the stored rounded output) for ``flash`` and
+``flash-unbiased``, fp64 autograd through the golden attention for the golden gradients.
 """
 
 from __future__ import annotations
@@ -17,10 +24,12 @@ from tqdm.auto import tqdm
 from divergence.attention.blocks import cpu_flash_tile, ordered_tile
 from divergence.attention.kernels import get_kernel
 from divergence.attention.reference import baseline_attention
+from divergence.attention.reference import golden_attention
 from divergence.attention.tiled import flash_attention_tiled, num_rescalings
+from divergence.attention.tiled_backward import flash_attention_tiled_backward
 from divergence.microbench.config import MicrobenchRecipe
-from divergence.microbench.inputs import make_inputs
-from divergence.microbench.metrics import error_stats
+from divergence.microbench.inputs import make_grad_output, make_inputs
+from divergence.microbench.metrics import SIGNED_KEYS, error_stats, signed_stats
 from divergence.microbench.scales import InputDist, parse_dist
 from divergence.microbench.validation import compare_with_kernel
 
@@ -60,7 +69,12 @@ EXTRA = (
     "input_dist",
     "input_scale",
 )
-COLUMNS = CONTRACT + EXTRA
+# Signed error against the golden value (metrics.signed_stats): forward, then each gradient.
+_SIGNED = ("mean_signed_err", "se_signed_err", "se_units", "bias_z", "rel_bias", "majority_sign_frac")
+GRADS = ("dq", "dk", "dv")
+SIGNED = _SIGNED + tuple(f"{g}_{c}" for g in GRADS for c in ("max_abs_err", "mean_abs_err", *_SIGNED))
+COLUMNS = CONTRACT + EXTRA + SIGNED
+FLASH_IMPLS = ("flash", "flash-unbiased")  # the re-implementation, without and with the row-maximum change
 
 
 @dataclass(frozen=True)
@@ -90,9 +104,9 @@ def plan(recipe: MicrobenchRecipe) -> tuple[list[Case], list[str]]:
         for precision in s.precisions:
             cases.append(Case("baseline", precision, seq_len, input_dist=ref))
             for impl in s.impls:
-                if impl == "flash":
+                if impl in FLASH_IMPLS:
                     cases += [
-                        Case("flash", precision, seq_len, acc, *ref_tile, "default", ref_memory, ref)
+                        Case(impl, precision, seq_len, acc, *ref_tile, "default", ref_memory, ref)
                         for acc in accumulate_modes(s.accumulate, precision)
                     ]
                 elif impl != "baseline":
@@ -127,11 +141,12 @@ def _scale_cases(recipe: MicrobenchRecipe, ref_tile, ref_memory) -> list[Case]:
         for seq_len in s.scale_lengths():
             for p in formats:
                 out.append(Case("baseline", p, seq_len, input_dist=dist.spec))
-                if "flash" in s.impls:
-                    out += [
-                        Case("flash", p, seq_len, acc, *ref_tile, "default", ref_memory, dist.spec)
-                        for acc in accumulate_modes(s.accumulate, p)
-                    ]
+                out += [
+                    Case(impl, p, seq_len, acc, *ref_tile, "default", ref_memory, dist.spec)
+                    for impl in FLASH_IMPLS
+                    if impl in s.impls
+                    for acc in accumulate_modes(s.accumulate, p)
+                ]
     return out
 
 
@@ -154,6 +169,9 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
         dist = ref if spec == ref.spec else parse_dist(spec)
         q, k, v = make_inputs(recipe.inputs, seq_len, recipe.sweep.device, dist)
         golden = _attend_baseline(q, k, v, recipe)
+        backward = seq_len <= recipe.sweep.backward_max_seq_len
+        dout = make_grad_output(recipe.inputs, seq_len, recipe.sweep.device) if backward else None
+        golden_grads = _golden_grads(q, k, v, dout, recipe.inputs.causal) if backward else None
         baselines = {}
         for case in group:
             bar.set_postfix_str(f"{case.impl} {case.precision} L={seq_len}", refresh=False)
@@ -165,7 +183,11 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
             out = run_case(case, *inputs, causal=recipe.inputs.causal)
             _sync(recipe.sweep.device)
             seconds = time.perf_counter() - start
-            rows.append(_row(case, recipe, dist, out, golden, baselines[case.precision], seconds))
+            row = _row(case, recipe, dist, out, golden, baselines[case.precision], seconds)
+            if backward:
+                grads = run_backward(case, *inputs, out, dout.to(dtype), causal=recipe.inputs.causal)
+                row.update(_grad_columns(grads, golden_grads))
+            rows.append(row)
             if case.impl == "sdpa-flash" and recipe.sweep.device == "cpu":
                 checks.append(
                     compare_with_kernel(
@@ -181,12 +203,48 @@ def run_case(case: Case, q, k, v, *, causal: bool) -> torch.Tensor:
     """The output of ``case``'s implementation on (B, H, L, D) inputs already in its format."""
     if case.impl == "baseline":
         return baseline_attention(q, k, v, causal=causal)
-    if case.impl == "flash":
-        accumulate = None if case.accumulate == "none" else DTYPES[case.accumulate]
-        return flash_attention_tiled(
-            q, k, v, block_q=case.block_q, block_kv=case.block_kv, causal=causal, accumulate=accumulate
-        )
+    if case.impl in FLASH_IMPLS:
+        return flash_attention_tiled(q, k, v, **_flash_options(case), causal=causal)
     return get_kernel(case.impl)(q, k, v, causal=causal)
+
+
+def run_backward(case: Case, q, k, v, out, dout, *, causal: bool) -> tuple[torch.Tensor, ...]:
+    """``(dq, dk, dv)`` of ``case``'s implementation for the output gradient ``dout`` (module
+    docstring): FlashAttention-2's backward from ``out`` for the re-implementation, else autograd."""
+    if case.impl in FLASH_IMPLS:
+        options = _flash_options(case)
+        _, lse = flash_attention_tiled(q, k, v, **options, causal=causal, return_lse=True)
+        return flash_attention_tiled_backward(q, k, v, out, lse, dout, causal=causal, accumulate=options["accumulate"])
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    attend = baseline_attention if case.impl == "baseline" else get_kernel(case.impl)
+    return torch.autograd.grad(attend(*leaves, causal=causal), leaves, dout)
+
+
+def _flash_options(case: Case) -> dict:
+    accumulate = None if case.accumulate == "none" else DTYPES[case.accumulate]
+    options = {"block_q": case.block_q, "block_kv": case.block_kv, "accumulate": accumulate}
+    return {**options, "unbiased": case.impl == "flash-unbiased"}
+
+
+def _golden_grads(q, k, v, dout, causal: bool) -> tuple[torch.Tensor, ...]:
+    """fp64 autograd through the golden attention: the gradients every gradient is measured against."""
+    leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    return torch.autograd.grad(golden_attention(*leaves, causal=causal), leaves, dout.double())
+
+
+def _signed_columns(out, ref, prefix: str = "") -> dict:
+    stats = signed_stats(out, ref, units=out.shape[0] * out.shape[1])  # (B, H) slices: independent draws
+    return {f"{prefix}{col}": stats[key] for col, key in zip(_SIGNED, SIGNED_KEYS)}
+
+
+def _grad_columns(grads, golden_grads) -> dict:
+    row = {}
+    for name, grad, gold in zip(GRADS, grads, golden_grads):
+        stats = error_stats(grad, gold)
+        row[f"{name}_max_abs_err"] = stats["max_abs"]
+        row[f"{name}_mean_abs_err"] = stats["mean_abs"]
+        row.update(_signed_columns(grad, gold, f"{name}_"))
+    return row
 
 
 def _with_dist(case: Case, spec: str) -> Case:
@@ -232,6 +290,7 @@ def _row(case: Case, recipe: MicrobenchRecipe, dist: InputDist, out, golden, bas
         "seconds": round(seconds, 4),
         "input_dist": dist.spec,
         "input_scale": dist.std,
+        **_signed_columns(out, golden),
     }
 
 

@@ -25,7 +25,9 @@ ADAMW_IMPLS = tuple(i for i in TRAIN_ADAMW_IMPLS if i != "default")  # the varia
 # Kernels that exist on GPUs for fp16/bf16 inputs only: wherever they are deployed, training runs
 # under fp16/bf16 autocast (CUDA's flash SDPA backend and flash-attn refuse fp32; the fp32 "flash"
 # kernel of a CPU is another kernel). bf16 first: no loss scaling, and on a CPU fp16 is slower still.
-LOW_PRECISION_KERNELS = ("sdpa-flash", "flash-attn")
+# flash-unbiased (Qiu and Yao's mitigation of bf16 flash attention's biased rounding) is used
+# where the bias it removes arises: under bf16 autocast.
+LOW_PRECISION_KERNELS = ("sdpa-flash", "flash-attn", "flash-unbiased")
 LOW_PRECISIONS = ("bf16-mixed", "16-mixed")
 
 

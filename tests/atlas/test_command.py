@@ -44,6 +44,14 @@ def test_one_study_per_backbone_trains_the_references_once_and_each_pair_in_its_
     )
 
 
+def test_the_flash_unbiased_row_trains_its_pair_against_baseline_under_bf16_autocast():
+    plan = backbone_study("unet", [OPTIMIZATIONS["flash-unbiased"]], "cpu", [])
+    (pair,) = [p for p in plan.study.pairs if p.role == "study"]
+    assert plan.pairs == {"flash-unbiased": "flash-unbiased"}
+    assert pair.recipe["recipe"]["train"]["precision"] == "bf16-mixed"
+    assert pair.recipe["arms"] == {"a": [{"attention": "flash-unbiased"}], "b": [{"attention": "baseline"}]}
+
+
 def test_a_tiny_atlas_end_to_end_then_a_second_run_trains_nothing(tmp_path, capsys):
     out = tmp_path / "A"
     assert main(["atlas", "--out", str(out), "--only", "fused-adamw", "tf32", "--replicates", "1", *QUICK]) == 0

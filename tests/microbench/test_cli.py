@@ -35,7 +35,7 @@ def test_writes_the_csv_contract(quick_run):
         reader = csv.DictReader(f)
         rows = list(reader)
     assert reader.fieldnames[: len(CONTRACT)] == CONTRACT
-    assert {r["impl"] for r in rows} == {"baseline", "flash", "sdpa-flash", "sdpa-math"}
+    assert {r["impl"] for r in rows} == {"baseline", "flash", "flash-unbiased", "sdpa-flash", "sdpa-math"}
     assert {r["precision"] for r in rows} == {"bf16", "fp16", "fp32", "fp64"}
     assert {r["accumulate"] for r in rows if r["impl"] == "flash"} == {"none", "fp32"}
     baseline = [r for r in rows if r["impl"] == "baseline"]
@@ -45,10 +45,10 @@ def test_writes_the_csv_contract(quick_run):
 
 
 def test_writes_figures_and_reports(quick_run):
-    for name in ("fig3_formats", "fig4_golden", "fig5_seq_len", "fig6_tiles", "fig7_input_scale"):
+    for name in ("fig3_formats", "fig4_golden", "fig5_seq_len", "fig6_tiles", "fig7_input_scale", "fig8_bias"):
         assert (quick_run / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (quick_run / "index.html").read_text()
-    assert page.count("data:image/png;base64,") == 5  # self-contained
+    assert page.count("data:image/png;base64,") == 6  # self-contained
     start = page.index("data:image/png;base64,") + len("data:image/png;base64,")
     assert base64.b64decode(page[start : page.index("'", start)])[:4] == b"\x89PNG"
     summary = (quick_run / "summary.md").read_text()

@@ -12,7 +12,7 @@ from divergence.microbench.config import load_recipe
 from divergence.microbench.inputs import make_inputs
 from divergence.microbench.scale_findings import cell, scale_table
 from divergence.microbench.scales import parse_dist
-from divergence.microbench.sweep import COLUMNS, plan, run_sweep
+from divergence.microbench.sweep import COLUMNS, CONTRACT, EXTRA, plan, run_sweep
 
 NUMERIC = ("max_abs_err", "mean_abs_err", "block_q", "block_kv", "seq_len")
 
@@ -72,7 +72,11 @@ def test_plan_keeps_the_scale_study_small():
     recipe = load_recipe(None, quick=True)
     cases, _ = plan(recipe)
     scaled = [c for c in cases if c.input_dist != "normal:1"]
-    assert {c.impl for c in scaled} == {"baseline", "flash"}  # real kernels stay on the reference inputs
+    assert {c.impl for c in scaled} == {
+        "baseline",
+        "flash",
+        "flash-unbiased",
+    }  # real kernels stay on the reference inputs
     assert "fp64" not in {c.precision for c in scaled}
     assert {c.seq_len for c in scaled} == {64, 128}
     assert {c.block_order for c in scaled if c.impl == "flash"} == {"default"}
@@ -89,7 +93,10 @@ def test_plan_keeps_the_scale_study_small():
 
 def test_csv_has_the_new_columns_and_both_modes(quick_csv):
     _, fields, rows = quick_csv
-    assert fields == list(COLUMNS) and fields[-2:] == ["input_dist", "input_scale"]
+    assert fields == list(COLUMNS) and fields[len(CONTRACT) + len(EXTRA) - 2 : len(CONTRACT) + len(EXTRA)] == [
+        "input_dist",
+        "input_scale",
+    ]
     assert {r["input_dist"] for r in rows} == {"normal:0.25", "normal:0.5", "normal:1", "normal:2", "uniform:0:1"}
     for spec in ("normal:0.25", "uniform:0:1", "normal:2"):
         flash = [r for r in rows if r["input_dist"] == spec and r["impl"] == "flash"]

@@ -29,6 +29,7 @@ def test_flash_kernels_are_used_under_low_precision_autocast():
     assert deployment_precision(flash, "32-true") == "bf16-mixed"  # bf16 first: no loss scaler
     assert deployment_precision(flash, "16-mixed") is None  # a GPU recipe already in fp16 keeps it
     assert deployment_precision(_variants({"attention": "flash-attn"}), "32-true") == "bf16-mixed"
+    assert deployment_precision(_variants({"attention": "flash-unbiased"}), "32-true") == "bf16-mixed"
     assert deployment_precision(_variants({"adamw-impl": "fused"}, {"attention": "baseline"}), "32-true") is None
     assert parse_variant({"tf32": True}, "t").deployment().devices == ("cuda",)
     assert parse_variant({"tf32": False}, "t").deployment() is None
