@@ -11,6 +11,9 @@ exact functions of the per-tensor records, with N_t the tensor's element count:
     rel_l2         sqrt(sum_t ||d_t||^2) / sqrt(sum_t ||a_t||^2)   (global, not a mean)
     cosine         sum_t <a_t, b_t> / sqrt(sum_t ||a_t||^2 sum_t ||b_t||^2)
 
+Norms past 2^200 are squared as (norm 2^-k)^2, scaled back after (exact, as in
+``divergence.metrics.difference``), so finite records give finite aggregates.
+
 Records with non-finite metrics (a NaN or inf in either tensor) are left out of the sums
 and counted in ``tensors_nonfinite``, so they never poison an aggregate silently. Empty
 tensors (N_t = 0) weigh nothing; a group of empty tensors alone has the empty pair's values
@@ -29,7 +32,7 @@ import re
 from collections import defaultdict
 from typing import Iterable
 
-from divergence.metrics.difference import cosine_from_sums, relative_l2
+from divergence.metrics.difference import VALUES_RANGE, cosine_from_sums, relative_l2
 from divergence.metrics.pair import METRIC_NAMES
 
 GROUPINGS = ("tensor", "module", "kind", "model")
@@ -141,18 +144,28 @@ def summarize(records: Iterable[dict], include_buffers: bool = False) -> dict:
         return out | {m: math.nan for m in METRIC_NAMES}
     if n == 0:  # empty tensors only: nothing differs
         return out | {m: 0.0 for m in METRIC_NAMES} | {"cosine": 1.0}
-    sq_diff = math.fsum(r["numel"] * r["rms_diff"] ** 2 for r in finite)
-    sq_a = math.fsum(r["norm_a"] ** 2 for r in finite)
-    sq_b = math.fsum(r["norm_b"] ** 2 for r in finite)
+    k = _exponent(finite)  # squares of norms past 2^200 taken as (x 2^-k)^2, exact (see metrics.difference)
+    sq_diff = math.fsum(r["numel"] * math.ldexp(r["rms_diff"], -k) ** 2 for r in finite)
+    sq_a = math.fsum(math.ldexp(r["norm_a"], -k) ** 2 for r in finite)
+    sq_b = math.fsum(math.ldexp(r["norm_b"], -k) ** 2 for r in finite)
     return out | {
         "wasserstein": math.fsum(r["numel"] * r["wasserstein"] for r in finite) / n,
         "max_abs_diff": max(r["max_abs_diff"] for r in finite),
         "mean_abs_diff": math.fsum(r["numel"] * r["mean_abs_diff"] for r in finite) / n,
-        "rms_diff": math.sqrt(sq_diff / n),
+        "rms_diff": math.ldexp(math.sqrt(sq_diff / n), k),
         "rel_l2": relative_l2(sq_diff, sq_a),
         # <a, b> = (||a||^2 + ||b||^2 - ||a - b||^2) / 2
         "cosine": cosine_from_sums((sq_a + sq_b - sq_diff) / 2, sq_a, sq_b),
     }
+
+
+def _exponent(records: list[dict]) -> int:
+    """0, or the binary exponent of the largest norm (||a||, ||b||, ||d||) when it lies outside
+    VALUES_RANGE, where its square would over- or underflow."""
+    largest = max(max(r["norm_a"], r["norm_b"], r["rms_diff"] * math.sqrt(r["numel"])) for r in records)
+    if not math.isfinite(largest) or largest == 0 or VALUES_RANGE[0] <= largest <= VALUES_RANGE[1]:
+        return 0
+    return math.frexp(largest)[1]
 
 
 def _finite(value) -> bool:

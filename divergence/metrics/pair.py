@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import deque
 from concurrent.futures import Future
@@ -194,8 +193,8 @@ def _record(sums: DifferenceSums, w1: float) -> dict:
         "rms_diff": sums.rms_diff,
         "rel_l2": sums.rel_l2,
         "cosine": sums.cosine,
-        "norm_a": math.sqrt(sums.sum_aa),
-        "norm_b": math.sqrt(sums.sum_bb),
+        "norm_a": sums.norm_a,
+        "norm_b": sums.norm_b,
     }
 
 

@@ -1,13 +1,15 @@
 """Generated malformed checkpoints: every one is exit 2 with one line naming the file, and nothing runs.
 
-Three generators, each seeded so a failure reproduces:
+Four generators, each seeded so a failure reproduces:
 
 - safetensors headers: a valid file's header mutated field by field (dtypes, shapes, offsets,
   lengths, nesting, duplicate keys) plus random bytes; the reference library
   (``safetensors.safe_open``) is the oracle: whatever it refuses, ``compare`` must refuse;
 - torch pickles: a valid ``torch.save`` archive with its ``data.pkl`` bit-flipped, cut, or
   spliced with code-running opcodes, and the legacy format cut at random points;
-- shard indexes: ``weight_map`` values of every JSON type, paths outside the folder, nesting.
+- shard indexes: ``weight_map`` values of every JSON type, paths outside the folder, nesting;
+- state dicts (valid files): names under wrapper components that may collide once dropped, and
+  entries that are not tensors; read (the rest listed as skipped) or refused in one line.
 
 Every case runs ``divergence compare FILE FILE`` in-process with a marker folder that any
 unpickled payload would create.
@@ -251,3 +253,37 @@ def test_mutated_shard_index(tmp_path, capsys, seed):
     if index is not None:
         (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     _assert_refused(folder, capsys)
+
+
+# --- state dicts: wrapper names and entries that are not tensors ---------------------------------
+
+_WRAPPED = ["_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", ""]
+_NOT_TENSORS = [None, {"format": 2}, "v2", 3, 1.5, [1, 2], b"\x00\x01"]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_state_dicts_with_wrapper_names_and_extra_state(tmp_path, capsys, seed):
+    """A Lightning-shaped ``.ckpt`` whose state dict mixes wrapper components (``_orig_mod.``) and
+    entries that are not tensors (a module's ``_extra_state``): compared with itself, it is exit 0
+    with every tensor measured and every other entry listed as skipped, unless two names become one
+    without their wrappers: then exit 2, one line naming the file and both names."""
+    rng = random.Random(5000 + seed)
+    state, extra = {}, {}
+    for layer in rng.sample(["a", "b", "c", "blk.a", "blk.b"], rng.randint(1, 4)):
+        for copy in range(rng.choice([1, 1, 2])):  # a second copy under another wrapper collides
+            state[rng.choice(_WRAPPED) + layer + ".weight"] = torch.full((2,), float(copy))
+        if rng.random() < 0.5:
+            extra[f"{layer}._extra_state"] = rng.choice(_NOT_TENSORS)
+    path = tmp_path / f"fuzz{seed}.ckpt"
+    torch.save({"state_dict": {**state, **extra}, "global_step": seed}, path)
+    bare = [".".join(p for p in n.split(".") if not p.startswith("_") or p == "_extra_state") for n in state]
+    out = tmp_path / "out.json"
+    code = main(["compare", str(path), str(path), "--quiet", "--json", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    if len(set(bare)) < len(bare):
+        assert code == 2 and len(err) == 1 and path.name in err[0] and "holds both" in err[0], err
+        return
+    assert code == 0, err
+    result = json.loads(out.read_text())
+    assert sorted(r["name"] for r in result["tensors"]) == sorted(bare)
+    assert sorted(s["name"] for s in result["skipped"]) == sorted(list(extra) * 2)  # in A and in B

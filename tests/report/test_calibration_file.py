@@ -31,13 +31,14 @@ def pairs(study):
 def calibration():
     """A real calibration of the study's recipe (a synthetic ladder of 5 doses, 3 replicates)."""
     from divergence.analysis.calibration import evaluate
+    from divergence.tables import json_safe
 
     ladder = {
         eps: [dose_pair(f"grad-noise-{eps:g}", "optimization", eps, replicate=r, horizon=120) for r in range(3)]
         for eps in (1e-9, 1e-8, 1e-7, 1e-6, 1e-5)
     }
     seeds = [dose_pair("seed-vs-seed", "seed", 0.0, replicate=r, horizon=120) for r in range(3)]
-    return json.loads(json.dumps(evaluate(ladder, seeds, horizons=(60, 120))))
+    return json.loads(json.dumps(json_safe(evaluate(ladder, seeds, horizons=(60, 120)))))  # as calibrate writes it
 
 
 def _with(calibration, dotted: str, value):
