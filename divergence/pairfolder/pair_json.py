@@ -203,7 +203,7 @@ def write_pair_files(
         name=name or out.resolve().name,
         category=category,
         arms=arms,
-        description=description or " vs ".join(", ".join(arms[a]) for a in ARMS),
+        description=description or arms_line(arms),
         max_steps=max_steps,
         replicate=replicate,
         tracking=tracking,
@@ -212,6 +212,26 @@ def write_pair_files(
     out.mkdir(parents=True, exist_ok=True)
     info.write(out)
     return info.to_json()
+
+
+def arms_line(arms: dict) -> str:
+    """The arms' labels as one line, the ``description`` a pair gets when it is given none.
+
+    >>> arms_line({"a": ["attention=flash"], "b": ["attention=sdpa"]})
+    'attention=flash vs attention=sdpa'
+    """
+    return " vs ".join(", ".join(arms.get(arm) or ()) for arm in ARMS)
+
+
+def pair_label(name: str, description: str, arms: dict) -> str:
+    """What a verdict calls a pair: its ``description`` (the longer form of the name) when a
+    person gave one, else its ``name``. A description that only repeats the arms' labels (what
+    the writers store when given none: ``a vs b``) does not replace the name.
+
+    >>> pair_label("flash-vs-baseline", "a vs b", {"a": ["a"], "b": ["b"]})
+    'flash-vs-baseline'
+    """
+    return description if description and description != arms_line(arms or {}) else name
 
 
 def finish_pair(out: str | Path, last_step: int | None, finished: bool) -> PairInfo:
