@@ -40,7 +40,7 @@ from typing import Callable
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from divergence.errors import UserInputError
+from divergence.errors import UserInputError, in_script
 from divergence.lightning.gather import gather_state, max_steps, submodule
 from divergence.pairfolder.arm_steps import check_loss
 from divergence.pairfolder.pair_json import DEFAULT_EVERY
@@ -99,6 +99,7 @@ class ArmCheckpoints(Callback):
         self._step = 0
 
     # -- Lightning hooks -------------------------------------------------------------------
+    @in_script
     def on_train_start(self, trainer, pl_module) -> None:
         submodule(pl_module, self.module)  # a wrong name fails before any file is written
         self._step = trainer.global_step
@@ -122,6 +123,7 @@ class ArmCheckpoints(Callback):
         if self._step == 0:
             self.writer.record(0)  # its weights are saved: step 0 is recorded
 
+    @in_script
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loss = self.loss_of(outputs)
         check_loss(loss, "ArmCheckpoints: the loss of a batch")  # one value: a vector is not averaged away
@@ -136,6 +138,7 @@ class ArmCheckpoints(Callback):
             self._save(trainer, pl_module, step)
         self.writer.record(step, None, loss)
 
+    @in_script
     def on_train_end(self, trainer, pl_module) -> None:
         last = self.writer.last_step
         if self.writer.max_steps is None and last > 0 and not self.writer.tracked(last):

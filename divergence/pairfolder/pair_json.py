@@ -320,6 +320,12 @@ def check_same_pair(out: str | Path, saved: dict, given: dict) -> None:
 def _arm_labels(arms) -> dict:
     if arms is None:
         return {"a": ["a"], "b": ["b"]}
+    if isinstance(arms, dict) and len(arms) == 1 and set(arms) < set(ARMS):
+        (own,) = arms
+        raise UserInputError(
+            f"arms={arms!r}: labels arm {own!r} only; both arms pass the same dict, with both arms' labels "
+            f"(it names the pair's two sides), e.g. arms={{'a': ['attention=flash'], 'b': ['attention=baseline']}}"
+        )
     if not isinstance(arms, dict) or set(arms) != {"a", "b"}:
         raise UserInputError(
             f"arms={arms!r}: must be a dict with keys 'a' and 'b', e.g. "
