@@ -107,6 +107,9 @@ def with_sources(comparison: Comparison, path_a, path_b, a: TensorSource, b: Ten
     notes = {s.metadata.get("lora") for s in (a, b)} - {None}
     if notes:
         comparison.summary["lora"] = notes.pop()
+    skipped = [s.metadata["skipped_folders"] for s in (a, b) if s.metadata.get("skipped_folders")]
+    if skipped:
+        comparison.summary["skipped_folders"] = skipped  # checkpoint-N/ beside a final pipeline
     return comparison
 
 

@@ -232,6 +232,8 @@ def _print_summary(result) -> None:
     print(f"model: {s['tensors']} tensors, {s['numel']:,} values compared{raw}")
     if s.get("lora"):
         print(f"  {s['lora']}")
+    for line in s.get("skipped_folders", ()):
+        print(f"  {line}")
     for metric in METRIC_CHOICES:
         print(f"  {metric:<14} {format_value(s[metric])}")
     if "ema" in s:
