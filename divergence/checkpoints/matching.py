@@ -4,7 +4,8 @@ Names are normalized in three steps before they are matched:
 
 1. wrapper components that never name a real module are dropped wherever they occur:
    ``_orig_mod`` (torch.compile), ``_fsdp_wrapped_module`` (FSDP),
-   ``_checkpoint_wrapped_module`` (activation checkpointing);
+   ``_checkpoint_wrapped_module`` (activation checkpointing); reported with the stripped
+   prefix of step 2 (``stripped_a``: ``_orig_mod.`` for a compiled model's state dict);
 2. a leading component that every name on one side shares (``model.`` from a Lightning
    module, ``module.`` from DDP, ``unet.``) is stripped from that side when doing so matches
    more names with the other side; repeated while it helps;
@@ -86,7 +87,7 @@ def match_tensors(
     names_b = {_drop_wrappers(n): n for n in b.names}
     names_a, names_b, stripped_a, stripped_b = _strip_common_prefixes(names_a, names_b)
     names_a, names_b = _apply_maps(names_a, rules, a), _apply_maps(names_b, rules, b)
-    match = Match(pairs=[], stripped_a=stripped_a, stripped_b=stripped_b)
+    match = Match(pairs=[], stripped_a=_wrappers(a.names) + stripped_a, stripped_b=_wrappers(b.names) + stripped_b)
     if excludes:
         names_a, names_b = _set_aside(names_a, names_b, excludes, match)
     for name, original_a in names_a.items():
@@ -117,6 +118,12 @@ def _set_aside(names_a: dict, names_b: dict, excludes: list[re.Pattern], match: 
             names_a.pop(name, None)
             names_b.pop(name, None)
     return names_a, names_b
+
+
+def _wrappers(names) -> str:
+    """The wrapper components dropped from ``names``, reported as a stripped prefix is (``_orig_mod.``)."""
+    found = {p for name in names for p in name.split(".") if p in WRAPPER_COMPONENTS}
+    return "".join(f"{w}." for w in WRAPPER_COMPONENTS if w in found)
 
 
 def _drop_wrappers(name: str) -> str:
