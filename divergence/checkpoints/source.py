@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from divergence.checkpoints.tied import untie
 from divergence.errors import CheckpointError
 
 
@@ -36,6 +37,7 @@ class TensorSource:
 
     path = None
     metadata: dict = {}
+    tied: dict = {}  # name -> the other names of the same tensor, left out (divergence.checkpoints.tied)
 
     def __init__(self, infos: dict[str, TensorInfo]):
         self._infos = dict(infos)
@@ -68,9 +70,10 @@ class CompositeSource(TensorSource):
                 infos[name] = part.info(name)
                 self._owner[name] = part
         super().__init__(infos)
-        self.metadata = {}
+        self.metadata, self.tied = {}, {}
         for part in parts:
             self.metadata.update(part.metadata)
+            self.tied.update(part.tied)
 
     def load(self, name: str) -> torch.Tensor:
         self.info(name)
@@ -102,6 +105,7 @@ class InMemorySource(TensorSource):
     def __init__(self, path, state: dict[str, torch.Tensor], prefix: str = ""):
         self.path = path
         self._state = {prefix + k: v for k, v in state.items()}
+        self.tied = untie(self._state)[1]  # every name kept: compare_sources counts a tie once
         for name, tensor in self._state.items():
             check_comparable(path, name, tensor.dtype)
         super().__init__({k: TensorInfo(tuple(v.shape), v.dtype) for k, v in self._state.items()})

@@ -205,8 +205,8 @@ class ArmWriter:
         """Write the weights file of ``step`` (atomically; any device, copied to the CPU)."""
         self.journal.check_tensors(tensors, step)
         self.saved_step = step
-        cpu = {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}  # copies: tied weights
-        return save_weights(self.folder.weights(step), cpu, step=step, arm=self.arm, recipe={})
+        # a tied tensor (wte / lm_head) is saved once, its other names in the file (checkpoints.tied)
+        return save_weights(self.folder.weights(step), tensors, step=step, arm=self.arm, recipe={})
 
     @in_script
     def finish(self, state: str | None = None, model=None) -> None:
