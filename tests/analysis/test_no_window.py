@@ -6,10 +6,7 @@ precision pair is then 0.15 of the seed pair's level at step 1 (saturated is 0.1
 tracking can put steps before step 1: advice to track earlier cannot be followed.
 """
 
-import json
-
-from divergence.cli import main
-from tests.byo.test_pair_names import write_pair
+from tests.byo.test_pair_names import verdicts, write_pair
 
 
 def test_same_start_pairs_are_told_what_was_measured_not_to_track_earlier(tmp_path):
@@ -21,8 +18,7 @@ def test_same_start_pairs_are_told_what_was_measured_not_to_track_earlier(tmp_pa
             ("data-order", "seed", 4.4e-3),
         ):
             write_pair(root / f"{name}-r{r}", name, category, eps, r)
-    assert main(["report", str(root), "--out", str(tmp_path / "report"), "--no-wandb"]) == 0
-    (verdict,) = json.loads((tmp_path / "report" / "summary.json").read_text())["verdicts"]
+    (verdict,) = verdicts(root)
     headline = verdict["headline"]
     assert headline.startswith("No verdict for fused-vs-foreach: saturated at once: at step 1 bf16-vs-fp32's")
     assert "is already 0.15 of the seed pair data-order's" in headline, headline
@@ -41,8 +37,7 @@ def test_saturation_after_untracked_steps_says_which_steps_to_track(tmp_path):
             ("seed", "seed", None),
         ):
             write_pair(root / f"{name}-r{r}", name, category, eps, r, every=5, dense=[])
-    assert main(["report", str(root), "--out", str(tmp_path / "report"), "--no-wandb"]) == 0
-    (verdict,) = json.loads((tmp_path / "report" / "summary.json").read_text())["verdicts"]
+    (verdict,) = verdicts(root)
     assert (
         "saturated before the window: a pair's difference reaches 0.1 of the seed pair's at step 10"
         in (verdict["headline"])
