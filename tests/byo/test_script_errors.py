@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from divergence.errors import ScriptError, UserInputError
 
@@ -50,22 +51,31 @@ def test_an_arm_that_labels_only_itself_gets_one_line(tmp_path):
 
 
 def test_the_trainer_callbacks_logging_steps_refusal_is_one_line(tmp_path):
+    """Raised through the real Trainer as a ``ScriptError``: uncaught, the one line the test above
+    shows a script ending with (its ``code``), not a traceback through the Trainer's frames."""
     pytest.importorskip("accelerate", reason="the transformers Trainer needs accelerate")
-    result = run_script(
-        tmp_path,
-        """
-        import torch
-        from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
-        from divergence.integrations.transformers import ArmWriterCallback
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2))
-        data = [{"input_ids": t, "labels": t} for t in torch.randint(0, 32, (8, 8))]
-        args = TrainingArguments(output_dir="hf", max_steps=2, logging_steps=5, report_to=[], use_cpu=True,
-                                 save_strategy="no", disable_tqdm=True)
-        Trainer(model=model, args=args, train_dataset=data, callbacks=[ArmWriterCallback("pair", "a")]).train()
-        """,
+    from divergence.integrations.transformers import ArmWriterCallback
+
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+    data = [{"input_ids": t, "labels": t} for t in torch.randint(0, 32, (8, 8))]
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "hf"),
+        max_steps=2,
+        logging_steps=5,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
     )
-    assert_one_line_end(result, "logging_steps=5, logging_strategy=steps", "set logging_steps=1")
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[ArmWriterCallback(tmp_path / "pair", "a")])
+    with pytest.raises(ScriptError) as caught:
+        trainer.train()
+    code = caught.value.code
+    assert isinstance(caught.value, SystemExit) and "\n" not in code
+    assert code.startswith("divergence: error: TrainingArguments(logging_steps=5, logging_strategy=steps)")
+    assert code.endswith("set logging_steps=1 and logging_strategy='steps'")
 
 
 def test_caught_it_is_the_user_input_error_it_was():
