@@ -57,7 +57,13 @@ PICKLE_SUFFIXES = (".pt", ".pth", ".ckpt")
 def _pickle_hint(path: Path) -> str:
     """Where a folder holds a torch pickle of the model (DeepSpeed's ``global_stepN/
     mp_rank_00_model_states.pt``), how to point at it; an optimizer state's file is not one."""
-    files = sorted(p.name for p in path.glob("*") if p.suffix in PICKLE_SUFFIXES and p.is_file())
+    files = sorted(
+        p.relative_to(path).as_posix() for p in path.glob("*") if p.suffix in PICKLE_SUFFIXES and p.is_file()
+    )
+    if not files:  # a DeepSpeed save_checkpoint folder: global_stepN/ inside it
+        files = sorted(
+            p.relative_to(path).as_posix() for p in path.glob("global_step*/*model_states.pt") if p.is_file()
+        )
     models = [f for f in files if "model" in f] or [f for f in files if "optim" not in f]
     if not models:
         return ""

@@ -62,3 +62,6 @@ def test_a_deepspeed_folder_names_the_model_file_it_can_read(tmp_path, capsys):
     code = main(["compare", str(a), str(b)])
     assert_one_line_exit2(code, capsys, "no weights found", "it holds mp_rank_00_model_states.pt", str(a / "mp_rank"))
     assert main(["compare", str(a / "mp_rank_00_model_states.pt"), str(b / "mp_rank_00_model_states.pt")]) == 0
+    # DeepSpeed's save_checkpoint folder around it (global_step2/, latest): the file inside is named
+    code = main(["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert_one_line_exit2(code, capsys, "it holds global_step2/mp_rank_00_model_states.pt", str(a / "mp_rank_00"))
