@@ -27,3 +27,36 @@ class TrainingDiverged(UserInputError):
     Raised after the step's records are written, so nothing measured is lost; the fix is
     in the recipe (a lower ``train.lr``, ``train.grad_clip``, or a loss-scaled precision).
     """
+
+
+class ScriptError(UserInputError, SystemExit):
+    """A ``UserInputError`` raised into a person's own training script (``ArmWriter``, the
+    transformers and Lightning callbacks).
+
+    Uncaught, it ends the script as ``sys.exit(message)`` does: one line on stderr
+    (``divergence: error: ...``) and exit status 1, not a traceback through the training
+    loop's and the Trainer's frames. Caught, it is the ``UserInputError`` (a ``ValueError``) it
+    always was. Python prints a ``SystemExit`` whose ``code`` is a string and exits 1; an
+    integer code would exit with it but print nothing, so the command line's status 2 is out of
+    reach here.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.code = f"divergence: error: {message}"
+
+
+def in_script(method):
+    """``method`` with the ``UserInputError`` it raises raised again as a ``ScriptError``."""
+    import functools
+
+    @functools.wraps(method)
+    def raise_in_script(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except ScriptError:
+            raise
+        except UserInputError as err:
+            raise ScriptError(str(err)) from None
+
+    return raise_in_script

@@ -9,19 +9,25 @@ pairs tracked, before either saturates (E >= 0.1 E_S), where both local growth r
     unsaturated = #{t in tracked, t < first saturated step}
     alike       = the longest stretch of unsaturated steps where both grow alike (n_window)
 
-so "track earlier and densely" is said only when tracking is what is missing.
+so "track earlier and densely" is said only when tracking is what is missing. When fewer than
+``min_window`` steps lie between t0 and the first saturated step at all, no tracking can give a
+window: what was measured is said instead (which pair's E reached which share of the seed pair's
+E_S at which step, and whether the seed pair's arms started from the same weights, E_S(0) = 0:
+then its level is no ceiling the others approach, docs/method.md).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from divergence.analysis.dose import SATURATED
 from divergence.analysis.window import RATE_FACTOR, local_rates
 
 
-def why_no_window(study, reference, estimates, min_window: int) -> str:
+def why_no_window(study, reference, estimates, min_window: int, seeds=()) -> str:
     """The reason no replicate has a window: a reference that does not drift, a pair that does not
-    grow, too few tracked steps, saturation before the window, or pairs that do not grow alike."""
+    grow, too few tracked steps, saturation before the window, or pairs that do not grow alike
+    (``seeds``: the seed pair's replicates, whose level saturation is measured against)."""
     if not any(np.any(np.isfinite(p.rel_l2) & (p.rel_l2 > 0)) for p in reference):
         return (
             f"{reference[0].name}'s difference is zero (or missing) at every tracked step, so it cannot serve "
@@ -43,10 +49,13 @@ def why_no_window(study, reference, estimates, min_window: int) -> str:
         )
     best = max(estimates, key=_unsaturated)
     if _unsaturated(best) < min_window:
+        start = best.window_start if best.window_start is not None else 0
+        if best.saturated_at - start < min_window:  # every step before it tracked would still be too few
+            return _saturated_at_once(study, reference, seeds, best, start, min_window)
         return (
-            f"saturated before the window: a pair's difference reaches 0.1 of the seed pair's at step "
+            f"saturated before the window: a pair's difference reaches {SATURATED:g} of the seed pair's at step "
             f"{best.saturated_at}, leaving {_unsaturated(best)} tracked step(s) before it (need {min_window}): "
-            f"track earlier and densely (every step before step {best.saturated_at})"
+            f"track earlier and densely (every step from step {start} to step {best.saturated_at})"
         )
     longest = max((e.n_window for e in estimates), default=0)
     return (
@@ -68,3 +77,37 @@ def _unsaturated(e) -> int:
     steps = np.asarray(e.steps)
     before = steps < e.saturated_at if e.saturated_at is not None else np.ones(len(steps), dtype=bool)
     return int(np.sum((steps >= start) & before))
+
+
+def _saturated_at_once(study, reference, seeds, best, start: int, min_window: int) -> str:
+    """Saturation closer to t0 than ``min_window`` steps: the measured E's, and the seed pair's start."""
+    at = best.saturated_at
+    seed = next((p for p in seeds if p.replicate == best.replicate), seeds[0] if seeds else None)
+    e_s = _e_at(seed, at)
+    shares = [(p.name, _e_at(p, at)) for p in (_of(study, best), _of(reference, best)) if p is not None]
+    name, e = max(shares, key=lambda s: s[1] if np.isfinite(s[1]) else -np.inf)
+    text = (
+        f"saturated at once: at step {at} {name}'s difference E = {e:.2g} is already {e / e_s:.2g} of the seed "
+        f"pair {seed.name}'s (E_S = {e_s:.2g}; saturated is {SATURATED:g} of it), and only {at - start} step(s) "
+        f"come before it from step {start} (need {min_window}), so no tracking gives a window"
+    )
+    if _e_at(seed, 0) == 0:
+        text += (
+            f"; {seed.name}'s arms start from the same weights (E_S = 0 at step 0), so its level is no ceiling "
+            "the other pairs approach: pairs that start alike (a fine-tune, a data-order or noise seed) sit near it "
+            "from the first step. A seed pair whose arms start from different initial weights sets the ceiling "
+            "when training from scratch; a fine-tune, whose arms share the pretrained weights, has no such ceiling"
+        )
+    return text
+
+
+def _of(pairs, estimate):
+    return next((p for p in pairs if p.replicate == estimate.replicate), pairs[0] if pairs else None)
+
+
+def _e_at(pair, step: int) -> float:
+    """E of ``pair`` at ``step``; NaN when the pair is missing or did not track it."""
+    if pair is None:
+        return float("nan")
+    where = np.flatnonzero(np.asarray(pair.steps) == step)
+    return float(pair.rel_l2[where[0]]) if where.size else float("nan")

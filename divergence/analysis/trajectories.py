@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from divergence.metrics.grouping import summarize
+from divergence.pairfolder.pair_json import pair_label
 
 # The two weight metrics of the paper (Fig. 7): 1-D Wasserstein distance between the value
 # distributions, and the elementwise maximum absolute difference.
@@ -68,8 +69,8 @@ class PairData:
 
     @property
     def label(self) -> str:
-        """What a person reads: the description, else the name."""
-        return self.description or self.name
+        """What a verdict calls the pair (``pair_label``): the description, else the name."""
+        return pair_label(self.name, self.description, self.arms)
 
     @property
     def key(self) -> str:

@@ -129,7 +129,11 @@ def judge(
         return _no_drift(study, reference, caveats)
     if not usable:
         return _no_verdict(
-            name, reference[0].name, why_no_window(study, reference, estimates, min_window), floor=floor, label=label
+            name,
+            reference[0].name,
+            why_no_window(study, reference, estimates, min_window, seeds),
+            floor=floor,
+            label=label,
         )
     dose, dose_f = pool([e.log10 for e in usable]), pool([e.log10_function for e in usable])
     where = outcome.source(study + seeds)

@@ -23,7 +23,8 @@ so the EMA never mixes into the raw weights' whole-model numbers.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -107,6 +108,9 @@ def with_sources(comparison: Comparison, path_a, path_b, a: TensorSource, b: Ten
     notes = {s.metadata.get("lora") for s in (a, b)} - {None}
     if notes:
         comparison.summary["lora"] = notes.pop()
+    skipped = [s.metadata["skipped_folders"] for s in (a, b) if s.metadata.get("skipped_folders")]
+    if skipped:
+        comparison.summary["skipped_folders"] = skipped  # checkpoint-N/ beside a final pipeline
     return comparison
 
 
@@ -164,6 +168,7 @@ def compare_sources(
     """One record per matched pair, with ``name, shape, numel, dtype_a, dtype_b``, the
     metrics, ``nonfinite_a/b``, and ``module`` and ``kind`` for grouping. ``device=None``
     compares each pair where tensor a lives."""
+    match, tied = counted_once(a, b, match)
     kinds = classify_kinds({name: a.info(na).shape for name, na, _ in match.pairs})
     pairs = progress(match.pairs) if progress else match.pairs
     records = [
@@ -174,6 +179,7 @@ def compare_sources(
             "dtype_b": b.info(name_b).dtype,
             "module": module_of(name),
             "kind": kinds[name],
+            **({"tied": tied[name]} if name in tied else {}),  # its other names, counted once
         }
         for name, name_a, name_b in match.pairs
     ]
@@ -187,6 +193,29 @@ def compare_sources(
         stripped_prefix_b=match.stripped_b,
     )
     return Comparison(records, summary, match.skipped)
+
+
+def counted_once(a: TensorSource, b: TensorSource, match: Match) -> tuple[Match, dict[str, list[str]]]:
+    """``match`` without the pairs that are a second name of one tensor on both sides (a tied
+    ``lm_head.weight``: ``divergence.checkpoints.tied``), and ``{matched name: [its tied names]}``.
+    Tied on one side only, the two names are two tensors on the other: both are compared.
+    A weights file of ``pairfolder.weights_file`` holds a tied tensor once and names the others."""
+    matched_a = {name_a: name for name, name_a, _ in match.pairs}
+    matched_b = {name_b: name for name, _, name_b in match.pairs}
+    alias_a = {n: kept for kept, names in a.tied.items() for n in names}
+    alias_b = {n: kept for kept, names in b.tied.items() for n in names}
+    tied: dict[str, list[str]] = defaultdict(list)
+    for kept, names in a.tied.items():  # named in a file's metadata, not in the file
+        if kept in matched_a:
+            tied[matched_a[kept]] += [n for n in names if n not in matched_a]
+    pairs = []
+    for name, name_a, name_b in match.pairs:
+        kept = matched_a.get(alias_a.get(name_a))
+        if kept is not None and kept == matched_b.get(alias_b.get(name_b)):
+            tied[kept].append(name)  # the same tensor as ``kept`` on both sides
+        else:
+            pairs.append((name, name_a, name_b))
+    return replace(match, pairs=pairs), {k: v for k, v in tied.items() if v}
 
 
 def _loaded(a: TensorSource, b: TensorSource, pairs, device):

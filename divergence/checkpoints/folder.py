@@ -3,7 +3,10 @@
 Resolution order inside a model folder, as ``from_pretrained`` does:
 ``*.safetensors.index.json`` (sharded) > one ``*.safetensors`` > ``*.bin.index.json`` >
 one ``*.bin``. A pipeline folder (``model_index.json``) is read component by component,
-each tensor named ``<component>.<name>`` (``unet.conv_in.weight``).
+each tensor named ``<component>.<name>`` (``unet.conv_in.weight``): the components
+``model_index.json`` lists, so the ``checkpoint-N/`` folders a diffusers training script leaves
+beside its final pipeline in ``output_dir`` are skipped (and said: ``skipped_folders`` in the
+source's metadata; ``divergence track`` compares them as a series).
 
 A shard index is untrusted input: its ``weight_map`` must map tensor names to file names,
 and every shard must be a relative path inside the folder (no ``..`` component, not
@@ -44,8 +47,27 @@ def open_folder(path: Path, prefix: str = "", pipeline: bool = True) -> TensorSo
             return opener(path, _pick(path, candidates, pattern), prefix)
     raise _NoWeights(
         f"{path}: no weights found: expected a save_pretrained folder (*.safetensors, "
-        "*.safetensors.index.json, *.bin) or a diffusers pipeline (model_index.json)"
+        "*.safetensors.index.json, *.bin) or a diffusers pipeline (model_index.json)" + _pickle_hint(path)
     )
+
+
+PICKLE_SUFFIXES = (".pt", ".pth", ".ckpt")
+
+
+def _pickle_hint(path: Path) -> str:
+    """Where a folder holds a torch pickle of the model (DeepSpeed's ``global_stepN/
+    mp_rank_00_model_states.pt``), how to point at it; an optimizer state's file is not one."""
+    files = sorted(
+        p.relative_to(path).as_posix() for p in path.glob("*") if p.suffix in PICKLE_SUFFIXES and p.is_file()
+    )
+    if not files:  # a DeepSpeed save_checkpoint folder: global_stepN/ inside it
+        files = sorted(
+            p.relative_to(path).as_posix() for p in path.glob("global_step*/*model_states.pt") if p.is_file()
+        )
+    models = [f for f in files if "model" in f] or [f for f in files if "optim" not in f]
+    if not models:
+        return ""
+    return f"; it holds {models[0]}, a torch pickle divergence reads: point at that file ({path / models[0]})"
 
 
 class _NoWeights(CheckpointError):
@@ -119,12 +141,44 @@ def _open_sharded(folder: Path, index: Path, prefix: str) -> TensorSource:
 
 
 def _open_pipeline(path: Path) -> TensorSource:
-    parts = []
+    listed = _pipeline_components(path)
+    parts, skipped = [], []
     for component in sorted(p for p in path.iterdir() if p.is_dir()):
+        if listed is not None and component.name not in listed:
+            skipped.append(component.name)  # checkpoint-N/, logs/: not a part of the pipeline
+            continue
         try:
             parts.append(open_folder(component, prefix=f"{component.name}.", pipeline=False))
         except _NoWeights:
             continue  # tokenizer/, scheduler/ and other folders without weights
     if not parts:
         raise CheckpointError(f"{path}: a diffusers pipeline folder with no component weights")
-    return CompositeSource(path, parts)
+    source = CompositeSource(path, parts)
+    if skipped:
+        source.metadata["skipped_folders"] = _skipped_line(path, skipped)
+    return source
+
+
+def _pipeline_components(path: Path) -> set[str] | None:
+    """The component names ``model_index.json`` lists (its keys but ``_class_name``, ``_diffusers_version``);
+    None when it lists none or cannot be read as a JSON object (every folder is then tried)."""
+    try:
+        index = json.loads((path / "model_index.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    listed = {k for k in index if not k.startswith("_")} if isinstance(index, dict) else set()
+    return listed or None
+
+
+def _skipped_line(path: Path, skipped: list[str]) -> str:
+    series = [s for s in skipped if s.startswith("checkpoint-")]
+    shown = ", ".join(f"{s}/" for s in skipped[:3]) + (f" and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+    line = f"compared {path}'s final pipeline; skipped {shown} (not in its model_index.json)"
+    if series:
+        models = sorted(p.name for p in (path / series[0]).iterdir() if p.is_dir() and "ema" not in p.name)
+        component = f" --component {models[0]}" if models else ""  # diffusers' save hook: checkpoint-N/unet
+        line += (
+            f"; to compare the {len(series)} training checkpoints step by step: divergence track "
+            f"{path} OTHER_OUTPUT_DIR{component} --out PAIR"
+        )
+    return line

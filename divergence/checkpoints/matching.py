@@ -4,9 +4,10 @@ Names are normalized in three steps before they are matched:
 
 1. wrapper components that never name a real module are dropped wherever they occur:
    ``_orig_mod`` (torch.compile), ``_fsdp_wrapped_module`` (FSDP),
-   ``_checkpoint_wrapped_module`` (activation checkpointing); a file holding two names that
-   become one (``w`` and ``_orig_mod.w``) is refused, as a ``--map`` that renames two tensors
-   to one is;
+   ``_checkpoint_wrapped_module`` (activation checkpointing), and reported with the stripped
+   prefix of step 2 (``stripped_a``: ``_orig_mod.`` for a compiled model's state dict); a file
+   holding two names that become one (``w`` and ``_orig_mod.w``) is refused, as a ``--map`` that
+   renames two tensors to one is;
 2. a leading component that every name on one side shares (``model.`` from a Lightning
    module, ``module.`` from DDP, ``unet.``) is stripped from that side when doing so matches
    more names with the other side; repeated while it helps;
@@ -90,7 +91,7 @@ def match_tensors(
     names_a, names_b = _without_wrappers(a), _without_wrappers(b)
     names_a, names_b, stripped_a, stripped_b = _strip_common_prefixes(names_a, names_b)
     names_a, names_b = _apply_maps(names_a, rules, a), _apply_maps(names_b, rules, b)
-    match = Match(pairs=[], stripped_a=stripped_a, stripped_b=stripped_b)
+    match = Match(pairs=[], stripped_a=_wrappers(a.names) + stripped_a, stripped_b=_wrappers(b.names) + stripped_b)
     match.not_tensors = [(n, side, k) for side, s in (("A", a), ("B", b)) for n, k in s.skipped.items()]
     if excludes:
         names_a, names_b = _set_aside(names_a, names_b, excludes, match)
@@ -139,6 +140,12 @@ def _without_wrappers(source: TensorSource) -> dict:
             )
         names[name] = original
     return names
+
+
+def _wrappers(names) -> str:
+    """The wrapper components dropped from ``names``, reported as a stripped prefix is (``_orig_mod.``)."""
+    found = {p for name in names for p in name.split(".") if p in WRAPPER_COMPONENTS}
+    return "".join(f"{w}." for w in WRAPPER_COMPONENTS if w in found)
 
 
 def _drop_wrappers(name: str) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from divergence.checkpoints.tied import untie
 from divergence.errors import CheckpointError
 
 
@@ -37,6 +38,7 @@ class TensorSource:
     path = None
     metadata: dict = {}
     skipped: dict = {}  # {name: type name} of entries of the file that are not tensors, left out of names
+    tied: dict = {}  # name -> the other names of the same tensor, left out (divergence.checkpoints.tied)
 
     def __init__(self, infos: dict[str, TensorInfo]):
         self._infos = dict(infos)
@@ -69,10 +71,11 @@ class CompositeSource(TensorSource):
                 infos[name] = part.info(name)
                 self._owner[name] = part
         super().__init__(infos)
-        self.metadata, self.skipped = {}, {}
+        self.metadata, self.skipped, self.tied = {}, {}, {}
         for part in parts:
             self.metadata.update(part.metadata)
             self.skipped.update(part.skipped)
+            self.tied.update(part.tied)
 
     def load(self, name: str) -> torch.Tensor:
         self.info(name)
@@ -104,6 +107,7 @@ class InMemorySource(TensorSource):
     def __init__(self, path, state: dict[str, torch.Tensor], prefix: str = ""):
         self.path = path
         self._state = {prefix + k: v for k, v in state.items()}
+        self.tied = untie(self._state)[1]  # every name kept: compare_sources counts a tie once
         for name, tensor in self._state.items():
             check_comparable(path, name, tensor.dtype)
         super().__init__({k: TensorInfo(tuple(v.shape), v.dtype) for k, v in self._state.items()})

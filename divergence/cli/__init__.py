@@ -79,5 +79,25 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+EXIT_CLOSED_PIPE = 128 + 13  # 128 + SIGPIPE: the status a shell shows for a writer whose reader left
+
+
 def entry_point() -> None:
-    sys.exit(main())
+    """The installed ``divergence`` command: ``main``, and a reader that closed the pipe early
+    (``divergence compare A B | head``) ends it quietly, as it ends ``cat`` or ``yes``."""
+    try:
+        code = main()
+        sys.stdout.flush()  # a pipe closed under the last print surfaces here
+    except BrokenPipeError:
+        _quiet_stdout()
+        code = EXIT_CLOSED_PIPE
+    sys.exit(code)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's own flush at exit writes nowhere (the
+    recipe of Python's ``signal`` documentation, "Note on SIGPIPE")."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

@@ -203,6 +203,9 @@ def _print_report(result, args) -> None:
 
     weights = result.records if args.include_buffers else [r for r in result.records if not is_buffer(r)]
     rows = aggregate(weights, args.group, args.include_buffers)
+    for row in rows if args.group == "tensor" else ():
+        if row.get("tied"):  # one tensor under several names, compared and counted once
+            row["group"] += f" (tied: {', '.join(row['tied'])})"
     rows.sort(key=lambda r: _sort_key(r[args.sort]), reverse=True)
     shown = rows if args.top == 0 else rows[: args.top]
     columns = ["group", "numel", *METRIC_CHOICES] + (["kind"] if args.group == "tensor" else ["tensors"])
@@ -230,8 +233,13 @@ def _print_summary(result) -> None:
     print()
     raw = " of the raw weights (the EMA under ema.* is summarized below, apart)" if "ema" in s else ""
     print(f"model: {s['tensors']} tensors, {s['numel']:,} values compared{raw}")
+    tied = [f"{r['name']} = {', '.join(r['tied'])}" for r in result.records if r.get("tied")]
+    if tied:
+        print(f"  tied (one tensor, counted once): {'; '.join(tied[:_SHOW])}")
     if s.get("lora"):
         print(f"  {s['lora']}")
+    for line in s.get("skipped_folders", ()):
+        print(f"  {line}")
     for metric in METRIC_CHOICES:
         print(f"  {metric:<14} {format_value(s[metric])}")
     if "ema" in s:

@@ -3,8 +3,10 @@
 The keys are ``pair.json``'s identity (``docs/pair-folder.md``): ``name`` (what every verdict
 calls the pair), ``category`` (its role in the verdict: ``control`` identical arms, ``seed``
 only the seed, ``precision`` only the training precision, ``reordering`` only the order of fp32
-sums (the reordering yardstick), ``optimization`` anything else, the pair under study), ``description`` (one line), ``arms.a`` / ``arms.b`` (the arm's labels,
-comma-separated: ``arms.a=attention=flash``). Nothing else in the folder changes. Refused while
+sums (the reordering yardstick), ``optimization`` anything else, the pair under study),
+``description`` (one line, the name's longer form), ``arms.a`` / ``arms.b`` (the arm's labels,
+comma-separated: ``arms.a=attention=flash``; a description that was only the arms' labels
+follows them). Nothing else in the folder changes. Refused while
 a writer holds an arm (its ``writer.lock``): the arms' writers check ``pair.json`` when they
 start, so it changes between runs, not under one.
 """
@@ -53,7 +55,7 @@ def run(args) -> int:
 
     from divergence.pairfolder.arm_lock import ArmLock
     from divergence.pairfolder.layout import ARMS, PAIR_FILE
-    from divergence.pairfolder.pair_json import PairInfo
+    from divergence.pairfolder.pair_json import PairInfo, arms_line
 
     changes = parse_values(args.values)
     info = PairInfo.read(args.dir)  # a one-line error when missing or unreadable
@@ -62,11 +64,14 @@ def run(args) -> int:
         for arm in ARMS:  # no writer may start (or be running) while pair.json changes
             if (Path(args.dir) / arm).is_dir():
                 locks.append(ArmLock(Path(args.dir) / arm))
+        derived = info.description == arms_line(info.arms)  # the writers' default: the arms' labels
         for key, value in changes.items():
             if key.startswith("arms."):
                 info.arms = {**info.arms, key[5:]: [v.strip() for v in value.split(",") if v.strip()]}
             else:
                 setattr(info, key, value)
+        if derived and "description" not in changes:
+            info.description = arms_line(info.arms)
         info.write(args.dir)
     finally:
         for lock in locks:

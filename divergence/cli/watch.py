@@ -77,9 +77,11 @@ def run(args) -> int:
     from divergence.comparator.wait import wait_for_pair
 
     if not wait_for_pair(args.dir, args.poll, args.timeout):
+        from divergence.pairfolder.starting import how_to_start
+
         print(
             f"divergence watch: timed out: {args.dir} holds no started pair after {args.timeout:g} s; "
-            "start the arms (divergence train --recipe PAIR --arm a --out DIR)",
+            f"start the arms: {how_to_start(args.dir, 'a')}",
             file=sys.stderr,
         )
         return 1

@@ -53,6 +53,7 @@ from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import ARMS
 from divergence.pairfolder.pair_json import finish_pair
 from divergence.pairfolder.schedule import PairSchedule, read_schedule
+from divergence.pairfolder.starting import how_to_start
 from divergence.store import MetricsStore
 from divergence.store.arm_status import batch_mismatch, restart_point
 from divergence.tracking.recorder import StepRecorder
@@ -179,7 +180,8 @@ class Comparator:
         if timeout is not None and time.monotonic() - self._idle_since > timeout:
             return Task(
                 "stop",
-                message=f"timed out: no progress for {timeout:g} s at step {step} ({_arms_line(statuses)})",
+                message=f"timed out: no progress for {timeout:g} s at step {step} ({_arms_line(statuses)})"
+                + "".join(f"; start arm {a}: {how_to_start(self.out, a)}" for a, s in statuses.items() if s is None),
                 code=EXIT_TIMEOUT,
             )
         if task is not None:

@@ -42,7 +42,7 @@ from typing import Callable
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from divergence.errors import UserInputError
+from divergence.errors import UserInputError, in_script
 from divergence.lightning.gather import gather_state, max_steps, submodule
 from divergence.pairfolder.arm_steps import check_loss
 from divergence.pairfolder.pair_json import DEFAULT_EVERY
@@ -102,6 +102,7 @@ class ArmCheckpoints(Callback):
         self._saving: int | None = None  # the step of a resumable checkpoint being written
 
     # -- Lightning hooks -------------------------------------------------------------------
+    @in_script
     def on_train_start(self, trainer, pl_module) -> None:
         submodule(pl_module, self.module)  # a wrong name fails before any file is written
         self._step = trainer.global_step
@@ -128,6 +129,7 @@ class ArmCheckpoints(Callback):
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         self._saving = trainer.global_step  # written after this hook returns: said at the next batch's end
 
+    @in_script
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self._saving is not None and self.writer is not None:
             self.writer.checkpointed(self._saving)  # a restart resumes there or later (tracking.keep)
@@ -145,6 +147,7 @@ class ArmCheckpoints(Callback):
             self._save(trainer, pl_module, step)
         self.writer.record(step, None, loss)
 
+    @in_script
     def on_train_end(self, trainer, pl_module) -> None:
         last = self.writer.last_step
         early = bool(trainer.should_stop) and last > 0  # a callback stopped fit: a finish at the step reached

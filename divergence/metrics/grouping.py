@@ -52,6 +52,11 @@ _ATTENTION = {
     "attn_qkv": {"qkv", "c_attn", "qkv_proj", "wqkv", "in_proj", "to_qkv", "to_added_qkv"},
     "attn_out": {"to_out", "out_proj", "o_proj", "wo", "out_lin", "c_proj_attn", "to_add_out"},
 }
+# Generic projection names that are the attention output projection inside an attention block:
+# nanoGPT's and GPT-2's ``attn.c_proj`` (``mlp.c_proj`` is the MLP's), timm's ``attn.proj``,
+# BERT's ``attention.output.dense``. The block is one of the two modules above the projection.
+_OUT_IN_ATTENTION = {"c_proj", "proj", "dense", "out"}
+_ATTENTION_BLOCK = re.compile(r"attn|attention(?!s$)", re.I)  # not diffusers' ``attentions`` (a list of blocks)
 _NORM = re.compile(r"(^|_)(norm|ln|bn|layernorm|layer_norm|group_norm|batchnorm)(_|\d|$)|norm\d*$", re.I)
 _INDEX = re.compile(r"^\d+$")
 
@@ -80,6 +85,8 @@ def _kind(name: str, shape: tuple[int, ...], weight_ndim: int | None) -> str:
     for kind, names in _ATTENTION.items():
         if last in names:
             return kind
+    if last in _OUT_IN_ATTENTION and any(_ATTENTION_BLOCK.search(p) for p in parts[-3:-1]):
+        return "attn_out"
     if last and (_NORM.search(last) or last in {"ln_f", "ln_1", "ln_2", "final_layer_norm"}):
         return "norm"
     if "embed" in last or last in {"wte", "wpe"}:

@@ -207,7 +207,7 @@ def write_pair_files(
         name=name or out.resolve().name,
         category=category,
         arms=arms,
-        description=description or " vs ".join(", ".join(arms[a]) for a in ARMS),
+        description=description or arms_line(arms),
         max_steps=max_steps,
         replicate=replicate,
         tracking=tracking,
@@ -216,6 +216,26 @@ def write_pair_files(
     out.mkdir(parents=True, exist_ok=True)
     info.write(out)
     return info.to_json()
+
+
+def arms_line(arms: dict) -> str:
+    """The arms' labels as one line, the ``description`` a pair gets when it is given none.
+
+    >>> arms_line({"a": ["attention=flash"], "b": ["attention=sdpa"]})
+    'attention=flash vs attention=sdpa'
+    """
+    return " vs ".join(", ".join(arms.get(arm) or ()) for arm in ARMS)
+
+
+def pair_label(name: str, description: str, arms: dict) -> str:
+    """What a verdict calls a pair: its ``description`` (the longer form of the name) when a
+    person gave one, else its ``name``. A description that only repeats the arms' labels (what
+    the writers store when given none: ``a vs b``) does not replace the name.
+
+    >>> pair_label("flash-vs-baseline", "a vs b", {"a": ["a"], "b": ["b"]})
+    'flash-vs-baseline'
+    """
+    return description if description and description != arms_line(arms or {}) else name
 
 
 def finish_pair(out: str | Path, last_step: int | None, finished: bool) -> PairInfo:
@@ -312,6 +332,12 @@ def check_same_pair(out: str | Path, saved: dict, given: dict) -> None:
 def _arm_labels(arms) -> dict:
     if arms is None:
         return {"a": ["a"], "b": ["b"]}
+    if isinstance(arms, dict) and len(arms) == 1 and set(arms) < set(ARMS):
+        (own,) = arms
+        raise UserInputError(
+            f"arms={arms!r}: labels arm {own!r} only; both arms pass the same dict, with both arms' labels "
+            f"(it names the pair's two sides), e.g. arms={{'a': ['attention=flash'], 'b': ['attention=baseline']}}"
+        )
     if not isinstance(arms, dict) or set(arms) != {"a", "b"}:
         raise UserInputError(
             f"arms={arms!r}: must be a dict with keys 'a' and 'b', e.g. "

@@ -21,6 +21,7 @@ from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import PAIR_FILE, PAIR_RECIPE_FILE
 from divergence.pairfolder.pair_json import is_open_ended, read_pair_json
 from divergence.pairfolder.settings import LogConfig, ProbeConfig, TrackingConfig, is_tracked
+from divergence.pairfolder.starting import how_to_start
 
 _TRACKING_KEYS = {f.name for f in fields(TrackingConfig)}
 
@@ -60,10 +61,7 @@ def read_schedule(out: str | Path) -> PairSchedule:
     """The ``PairSchedule`` of pair folder ``out``; a ``UserInputError`` naming the file and key."""
     out = PairFolder(out)
     if not out.pair_json.is_file() and not out.pair_yaml.is_file():
-        raise UserInputError(
-            f"{out}: no {PAIR_FILE}; start the arms first (they write it), "
-            f"e.g. divergence train --recipe PAIR --arm a --out {out}"
-        )
+        raise UserInputError(f"{out}: no {PAIR_FILE}; start the arms first: {how_to_start(out, 'a')}")
     config = _read_recipe(out)
     info = read_pair_json(out) if out.pair_json.is_file() else {}
     tracking = info.get("tracking") or {}

@@ -7,7 +7,9 @@ This is what ``divergence compare`` (and the pair's divergence tracking) reads::
     ...
 
 Keys are ``unet.<name>`` and ``text_encoder.<name>`` (fp32 master weights). The metadata holds
-``step``, ``arm``, the resolved recipe as JSON (``recipe``) and the writer's completion marker:
+``step``, ``arm``, the resolved recipe as JSON (``recipe``), the tied parameters saved once
+(``divergence.tied``: JSON ``{kept name: [other names]}``, only when there are any) and the
+writer's completion marker:
 ``data_bytes`` (the length of the tensor data after the header) and ``data_crc32`` (its CRC-32,
 8 hex digits). A file is written under a temporary name in the same folder, fsynced and renamed
 (``divergence.atomic``), so a reader either sees the complete file or none at all; a reader that
@@ -25,6 +27,8 @@ from pathlib import Path
 import torch
 
 from divergence.atomic import atomic_file
+from divergence.checkpoints.tied import METADATA_KEY as TIED_KEY
+from divergence.checkpoints.tied import untie
 from divergence.errors import CheckpointError
 
 FORMAT = "divergence.weights/1"
@@ -40,8 +44,11 @@ def save_weights(path: str | Path, tensors: dict[str, torch.Tensor], *, step: in
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tensors, tied = untie(tensors)  # a tied tensor (wte / lm_head) saved once, its other names in the metadata
     cpu = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
     metadata = {"format": FORMAT, "step": str(step), "arm": arm, "recipe": json.dumps(recipe, sort_keys=True)}
+    if tied:
+        metadata[TIED_KEY] = json.dumps(tied, sort_keys=True)
     header, data = _canonical_header(save(cpu, metadata=metadata))
     with atomic_file(path) as f:
         f.write(header)

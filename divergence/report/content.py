@@ -164,7 +164,7 @@ def pairs_table(analysis: Analysis) -> Table:
                 p.name,
                 str(p.replicate),
                 ROLES.get(p.category, p.category),
-                p.label,
+                p.description or p.name,
                 "yes" if p.finished else f"no (step {p.last_step} of {p.max_steps})",
                 str(n),
                 *(number(float(p.model[m][-1])) if n else "–" for m in TRAJECTORY_METRICS),

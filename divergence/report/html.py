@@ -113,7 +113,7 @@ def _verdicts(analysis: Analysis) -> list[str]:
 def _pair_section(pair, figures: dict[str, Path]) -> list[str]:
     out = [
         f"<h2>Pair {escape(pair.name)} <span class='meta'>({escape(content.ROLES.get(pair.category, ''))}: "
-        f"{escape(pair.label)})</span></h2>"
+        f"{escape(pair.description or pair.name)})</span></h2>"
     ]
     out.append(_figure(figures.get(f"loss/{pair.name}"), content.spikes_text(pair)))
     if content.all_zero(pair):

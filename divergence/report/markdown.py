@@ -34,7 +34,7 @@ def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path,
     lines.append("")
     for pair in shown_runs(analysis):
         lines += [
-            f"## Pair {pair.name} ({content.ROLES.get(pair.category, pair.category)}: {pair.label})",
+            f"## Pair {pair.name} ({content.ROLES.get(pair.category, pair.category)}: {pair.description or pair.name})",
             "",
             _image(figures.get(f"loss/{pair.name}"), out_dir, "loss"),
             "",

@@ -42,7 +42,8 @@ arm at a time (``<arm>/writer.lock``, refused naming the holder's pid; a crashed
 is released by the OS), a folder of another pair (``pair.json`` with another name, category,
 arms or replicate) is refused, each step is an integer recorded once and in order from 0 to
 ``max_steps`` when given (``arm_steps.check_step``), the loss is a number (NaN and infinities are stored
-as such), and the weights of every tracked step hold the tensors of the first.
+as such), and the weights of every tracked step hold the tensors of the first. A refusal is a
+``ScriptError`` (``divergence.errors``): uncaught, the script ends with its one line, no traceback.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from typing import Callable
 
 import torch
 
-from divergence.errors import UserInputError
+from divergence.errors import UserInputError, in_script
 from divergence.pairfolder.arm_lock import ArmLock
 from divergence.store.arm_journal import ArmJournal
 from divergence.store.arm_records import claim_arm_folder
@@ -105,6 +106,7 @@ class ArmWriter:
 
     how_to_resume = "pass start_step=G, the step of the checkpoint this process resumes from"
 
+    @in_script
     def __init__(
         self,
         out: str | Path,
@@ -169,6 +171,7 @@ class ArmWriter:
         """Whether the weights of ``step`` are saved (and compared)."""
         return tracked_with_stride(step, self.stride, lambda t: is_tracked(t, self.max_steps, self.schedule, 0))
 
+    @in_script
     def record(self, step: int, model=None, loss=None) -> None:
         """The loss of optimizer step ``step`` (none at step 0) and, at tracked steps, ``model``'s weights.
 
@@ -195,17 +198,20 @@ class ArmWriter:
                 self.journal.append(step, value, where)
         self.journal.advance(step)
 
+    @in_script
     def check(self, step, where: str | None = None) -> int:
         """``step`` when it is the one ``record`` takes next (see ``arm_steps.check_step``), else a one-line error."""
         return self.journal.check(step, where)
 
+    @in_script
     def save(self, step: int, tensors: dict) -> Path:
         """Write the weights file of ``step`` (atomically; any device, copied to the CPU)."""
         self.journal.check_tensors(tensors, step)
         self.saved_step = step
-        cpu = {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}  # copies: tied weights
-        return save_weights(self.folder.weights(step), cpu, step=step, arm=self.arm, recipe={})
+        # a tied tensor (wte / lm_head) is saved once, its other names in the file (checkpoints.tied)
+        return save_weights(self.folder.weights(step), tensors, step=step, arm=self.arm, recipe={})
 
+    @in_script
     def checkpointed(self, step: int) -> None:
         """Say that a resumable checkpoint of ``step`` (a recorded step) is saved: a restart resumes
         there or later. With ``tracking.keep``, ``divergence watch`` deletes no compared weights file
@@ -220,6 +226,7 @@ class ArmWriter:
         if self.is_writer and self.lock is not None and self.lock.held:
             self.journal.checkpointed(step)
 
+    @in_script
     def finish(self, state: str | None = None, model=None) -> None:
         """Mark the arm ``finished`` or ``failed``; call it once at the end.
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from divergence.errors import UserInputError
+from divergence.errors import UserInputError, in_script
 from divergence.pairfolder.pair_json import DEFAULT_EVERY
 from divergence.writers.arm_writer import ArmWriter
 
@@ -65,11 +65,13 @@ class ArmWriterCallback(TrainerCallback):
         self._seen: list[torch.Tensor] = []  # the step's micro-batch losses as the model returned them
         self._nonfinite: dict[int, float] = {}  # step -> its loss, when not finite
 
+    @in_script
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if args.logging_steps != 1 or args.logging_strategy != "steps":
             raise UserInputError(
                 f"TrainingArguments(logging_steps={args.logging_steps}, logging_strategy="
-                f"{args.logging_strategy!s}): ArmWriterCallback needs each step's loss; "
+                f"{getattr(args.logging_strategy, 'value', args.logging_strategy)}): ArmWriterCallback needs each "
+                "step's loss; "
                 "set logging_steps=1 and logging_strategy='steps'"
             )
         self.writer = _broadcast_errors(
@@ -89,6 +91,7 @@ class ArmWriterCallback(TrainerCallback):
         if state.global_step == 0:
             self.writer.record(0)  # its weights are saved: step 0 is recorded
 
+    @in_script
     def on_step_end(self, args, state, control, model=None, **kwargs):
         loss = _step_nonfinite(self._seen, getattr(args, "device", None))  # every process: a collective
         if loss is None and not self._seen and getattr(args, "logging_nan_inf_filter", False):
@@ -103,11 +106,13 @@ class ArmWriterCallback(TrainerCallback):
             self._nonfinite[state.global_step] = loss
         self._save(state.global_step, model)
 
+    @in_script
     def on_log(self, args, state, control, logs=None, **kwargs):
         step = state.global_step
         if logs and "loss" in logs and step >= self.writer.next_step:
             self.writer.record(step, None, self._nonfinite.pop(step, logs["loss"]))
 
+    @in_script
     def on_train_end(self, args, state, control, **kwargs):
         if self._hook is not None:
             self._hook.remove()

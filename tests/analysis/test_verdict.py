@@ -83,10 +83,12 @@ def test_an_exact_control_says_nothing_about_a_floor():
     assert v.floor is None and "floor" not in v.headline
 
 
-def test_a_reference_saturated_from_the_start_gives_no_verdict_track_earlier():
-    v = verdict(precision=0.5, horizon=100)
-    assert v.status == "no_verdict" and "track earlier" in v.headline
-    assert "saturated before the window" in v.headline and "0 tracked step(s) before it" in v.headline
+def test_a_reference_saturated_from_the_start_gives_no_verdict_saying_what_was_measured():
+    v = verdict(precision=0.5, horizon=100)  # E_P = 0.5 E_S at step 1: no step before it can be tracked
+    assert v.status == "no_verdict" and "track earlier" not in v.headline
+    assert "saturated at once: at step 1 bf16-vs-fp32's difference" in v.headline
+    assert "only 0 step(s) come before it from step 1 (need 5), so no tracking gives a window" in v.headline
+    assert "start from the same weights" not in v.headline  # this seed pair's arms start apart
 
 
 def test_too_few_tracked_steps_is_named_as_the_cause():

@@ -27,6 +27,19 @@ def test_compile_and_fsdp_wrappers_anywhere():
     assert m.pairs == [
         ("blk.lin.weight", "_orig_mod.blk._fsdp_wrapped_module.lin.weight", "blk._checkpoint_wrapped_module.lin.weight")
     ]
+    assert (m.stripped_a, m.stripped_b) == ("_orig_mod._fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+
+
+def test_a_compiled_models_orig_mod_is_reported_like_a_prefix(tmp_path, capsys):
+    from safetensors.torch import save_file
+
+    from divergence.cli import main
+
+    weights = {"conv.weight": torch.ones(2, 2), "conv.bias": torch.zeros(2)}
+    save_file({f"_orig_mod.{k}": v for k, v in weights.items()}, tmp_path / "compiled.safetensors")
+    save_file(weights, tmp_path / "eager.safetensors")
+    assert main(["compare", str(tmp_path / "compiled.safetensors"), str(tmp_path / "eager.safetensors")]) == 0
+    assert "matched after stripping '_orig_mod.' from A" in capsys.readouterr().out
 
 
 def test_component_prefix_against_bare_names():

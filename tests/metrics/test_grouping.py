@@ -59,6 +59,16 @@ def test_nonfinite_tensors_are_counted_not_averaged():
         ("time_embedding.linear_1.weight", (128, 32), "linear"),
         ("time_embedding.linear_1.bias", (128,), "linear"),
         ("logit_scale", (), "other"),
+        # attention output projections of other naming schemes; the MLP's c_proj stays a linear
+        ("transformer.h.0.attn.c_proj.weight", (32, 32), "attn_out"),  # nanoGPT, GPT-2
+        ("transformer.h.0.attn.c_proj.bias", (32,), "attn_out"),
+        ("transformer.h.0.mlp.c_proj.weight", (32, 32), "linear"),
+        ("model.layers.0.self_attn.o_proj.weight", (32, 32), "attn_out"),  # LLaMA
+        ("blocks.0.attn.proj.weight", (32, 32), "attn_out"),  # timm ViT
+        ("encoder.layer.0.attention.output.dense.weight", (32, 32), "attn_out"),  # BERT
+        ("encoder.layer.0.output.dense.weight", (32, 32), "linear"),  # BERT's MLP
+        ("down_blocks.0.attentions.0.proj_out.weight", (32, 32), "linear"),  # after the block, not in it
+        ("down_blocks.0.attentions.0.transformer_blocks.0.ff.net.0.proj.weight", (32, 32), "linear"),
     ],
 )
 def test_kinds(name, shape, kind):
