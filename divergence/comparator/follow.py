@@ -21,9 +21,12 @@ pair (``divergence.comparator.distributed``).
 A step that can never come (an arm ended before it, or with a gap where it should be; no arm
 folders at all) is stated in one line and exit code 2 (``divergence.comparator.stalls``); arms
 that are running are waited for. Arms that record every ``tracking.stride``-th step are followed
-at those steps. An open-ended pair (``max_steps`` null: ``ArmWriter`` without ``max_steps``) ends
-where both arms finish: a step is taken once an arm has recorded past it (so it is known not to
-be the last) or both arms have ended, and ``pair.json`` then gets the last step as ``max_steps``.
+at those steps. The pair's length is read from the arms at every look, never frozen: where both
+arms finished (an open-ended pair, ``ArmWriter`` without ``max_steps``, or an early stop), else
+the ``max_steps`` the writers were told; a step before it is taken once an arm has recorded past
+it (so it is known not to be the last) or both arms have ended, and an open pair's ``pair.json``
+then gets the last step as ``max_steps`` (with ``open_ended``: arms resumed after it train on,
+and a later watch follows them). A ``running`` arm whose lock no process holds has died: one line.
 
 It reads only the pair-folder contract (``divergence.pairfolder``: the schedule from ``pair.json``)
 and imports nothing from the training package. The function-space probe (``tracking.probe``)
@@ -46,7 +49,7 @@ from divergence.comparator.distributed import compare_files
 from divergence.comparator.feeds import ArmFeed, unchanged
 from divergence.comparator.prefetch import Prefetch
 from divergence.comparator.ranks import Ranks
-from divergence.comparator.retention import Retention
+from divergence.comparator.retention import Retention, files_lost_to
 from divergence.comparator.stalls import ENDED, armless, stall
 from divergence.errors import CheckpointError, UserInputError
 from divergence.pairfolder.folder import PairFolder
@@ -284,7 +287,9 @@ class Comparator:
                 continue
             last = self.store.last_step()
             if arm in self.attempts and last is not None and status.start_step < last:
-                self._check_restart(arm, status, statuses)
+                lost = files_lost_to(arm, status, statuses, self.attempts, self.folder, self.store.step_records())
+                if lost is not None:  # keep the store as it is: nothing lost
+                    raise UserInputError(f"{self.out}: {lost}")
                 self.retention.forget_after(status.start_step)
                 self.store.truncate_after(status.start_step)
                 self.recorder.replay()
@@ -300,31 +305,6 @@ class Comparator:
             raise UserInputError(
                 f"{self.out}: the arms train on {mismatch}; their batches differ, so they are not a pair"
             )
-
-    def _check_restart(self, arm: str, status, statuses: dict) -> None:
-        """Arm ``arm`` restarted from step G: the steps after G are compared again, with the other
-        arm's weights files of them. When ``tracking.keep`` deleted one (the arm restarted from a
-        checkpoint older than the one it reported), refuse in one line and keep the store as it is."""
-        start = status.start_step
-        for other, seen in statuses.items():
-            if other == arm or seen is None:
-                continue
-            if self.attempts.get(other) != seen.attempt and seen.start_step <= start:
-                continue  # restarted too, from G or earlier: it writes those files again
-            folder = self.folder.arm(other)
-            gone = [
-                r["step"]
-                for r in self.store.step_records()
-                if r["step"] > start and r.get("tracked") and not folder.weights(r["step"]).exists()
-            ]
-            if gone:
-                raise UserInputError(
-                    f"{self.out}: arm {arm} restarted from step {start}, but arm {other}'s weights files of "
-                    f"the compared steps {', '.join(map(str, gone))} after it are gone (tracking.keep deletes "
-                    "them once both arms' checkpoints are past them), so those steps cannot be compared again; "
-                    f"the store keeps them. Restart arm {arm} from a checkpoint of step {max(gone)} or later, "
-                    f"or arm {other} too, from step {start} or earlier"
-                )
 
     def _follow_checkpoints(self, statuses: dict) -> None:
         """``tracking.keep``: delete the compared files no restart can need any more (``Retention``)."""

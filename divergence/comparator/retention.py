@@ -142,3 +142,33 @@ class Retention:
             for e in entries
             if isinstance(e, dict) and isinstance(e.get("step"), int) and isinstance(e.get("files"), dict)
         ]
+
+
+def files_lost_to(arm: str, status, statuses: dict, followed: dict, folder, records: list[dict]) -> str | None:
+    """Why the restart of arm ``arm`` (its ``status``: from step G) cannot be followed, in one line;
+    None when it can. The steps after G are compared again with the other arm's weights files of
+    them; one deleted (the arm restarted from a checkpoint older than the one it reported) cannot be.
+
+    ``statuses``: every arm's status; ``followed``: the attempt of each arm the comparator followed;
+    ``folder``: the ``PairFolder``; ``records``: the store's step records.
+    """
+    start = status.start_step
+    for other, seen in statuses.items():
+        if other == arm or seen is None:
+            continue
+        if followed.get(other) != seen.attempt and seen.start_step <= start:
+            continue  # restarted too, from G or earlier: it writes those files again
+        gone = [
+            r["step"]
+            for r in records
+            if r["step"] > start and r.get("tracked") and not folder.arm(other).weights(r["step"]).exists()
+        ]
+        if gone:
+            return (
+                f"arm {arm} restarted from step {start}, but arm {other}'s weights files of the compared steps "
+                f"{', '.join(map(str, gone))} after it are gone (tracking.keep deletes them once both arms' "
+                "checkpoints are past them), so those steps cannot be compared again; the store keeps them. "
+                f"Restart arm {arm} from a checkpoint of step {max(gone)} or later, or arm {other} too, from step "
+                f"{start} or earlier"
+            )
+    return None

@@ -105,7 +105,9 @@ class DivergenceWandbLogger(WandbLogger):
 
 def build_loggers(config: LogConfig, out: RunFolder | Path, run_name: str, identity: RunIdentity | None = None) -> list:
     """The run's loggers; ``identity`` files its wandb run (default: a run of its own in ``out``)."""
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from divergence.loggers.csv_rows import ContinuedCSVLogger
 
     out = run_folder(out)
 
@@ -136,7 +138,7 @@ def build_loggers(config: LogConfig, out: RunFolder | Path, run_name: str, ident
             )
         )
     if config.csv:
-        loggers.append(CSVLogger(save_dir=str(out.csv_dir.parent), name=out.csv_dir.name, version=""))
+        loggers.append(ContinuedCSVLogger(save_dir=str(out.csv_dir.parent), name=out.csv_dir.name, version=""))
     if config.tensorboard:
         loggers.append(
             TensorBoardLogger(save_dir=str(out.tensorboard_dir.parent), name=out.tensorboard_dir.name, version="")

@@ -184,3 +184,31 @@ def test_a_restart_from_before_deleted_files_is_one_line_and_keeps_the_store(tmp
     )
     assert "Restart arm a from a checkpoint of step 7 or later, or arm b too, from step 4 or earlier" in err[0]
     assert (tmp_path / "metrics.jsonl").read_bytes() == store  # nothing lost
+
+
+def csv_steps(out):
+    import csv
+
+    with open(out / "csv" / "metrics.csv", newline="") as file:
+        return sorted({int(float(row["step"])) for row in csv.DictReader(file) if row.get("train/loss_a")})
+
+
+def test_a_restarted_watch_continues_the_csv_log(tmp_path, capsys):
+    """Finding 9: a restarted watch (as a resumed ``divergence train``) started ``csv/metrics.csv``
+    over, deleting the rows of the steps it had logged before."""
+    from divergence.cli import main
+
+    writers, net = {}, torch.nn.Linear(2, 2)
+    for arm in "ab":
+        writers[arm] = ArmWriter(tmp_path, arm, max_steps=6, every=2, dense=[], log={"wandb": False})
+        writers[arm].record(0, net)
+        for step in (1, 2, 3):
+            writers[arm].record(step, net, 1.0 / step)
+    assert main(["watch", str(tmp_path), "--quiet", "--poll", "0.02", "--timeout", "1"]) == 1  # waits at 3
+    assert csv_steps(tmp_path)[:2] == [1, 2]  # (3 is held back until an arm is past it: it may be the last)
+    for arm in "ab":
+        for step in (4, 5, 6):
+            writers[arm].record(step, net, 1.0 / step)
+        writers[arm].finish()
+    assert main(["watch", str(tmp_path), "--quiet", "--poll", "0.02", "--timeout", "10"]) == 0
+    assert csv_steps(tmp_path) == [1, 2, 3, 4, 5, 6]

@@ -198,3 +198,53 @@ def test_watch_ends_by_itself_without_a_timeout(tmp_path):
         "is. Restart the arm (from its checkpoint, saying where it resumes), then run watch again: it continues "
         "from its store"
     ]
+
+
+RESTART_CASES = 8
+
+
+@pytest.mark.parametrize("case", range(RESTART_CASES))
+def test_arms_requeued_under_a_running_watch_end_in_a_complete_store(tmp_path, case):
+    """Issue 28's restart cases: both arms record part of the pair (with ``keep`` or not, saying some
+    of their checkpoints), a watch follows them while they run, then each arm may be killed and
+    requeued from its newest checkpoint and trains to the end. A second watch ends in the complete
+    store of the last attempts' losses (no file a restart needs was deleted), and with ``keep`` the
+    kept files are there."""
+    rng = random.Random(SEED * 1000 + case)
+    max_steps, every, keep = rng.randint(2, 6), rng.randint(1, 3), rng.choice([None, 1, 2])
+    options = dict(max_steps=max_steps, every=every, dense=[], keep=keep, log={"wandb": False})
+    writers, losses, newest, net = {}, {}, {}, torch.nn.Linear(2, 1)
+    for name in ("a", "b"):
+        writers[name], losses[name], newest[name] = ArmWriter(tmp_path, name, **options), {}, 0
+        writers[name].record(0, net)
+        for step in range(1, rng.randint(1, max_steps) + 1):
+            losses[name][step] = rng.uniform(0.1, 2.0)
+            writers[name].record(step, net, losses[name][step])
+            if rng.random() < 0.4:
+                writers[name].checkpointed(step)
+                newest[name] = step
+    watch = Comparator(tmp_path, log=False, progress=False, probe=FileProbe)
+    assert watch.run(poll=0.01, timeout=0.3) == 1  # the arms still run: waited for
+    for name in ("a", "b"):
+        if rng.random() < 0.5:  # killed (the OS drops its lock), requeued from its newest checkpoint
+            writers[name].lock.release()
+            start = newest[name]
+            writers[name] = ArmWriter(tmp_path, name, start_step=start, resume=start == 0, **options)
+            if start == 0:
+                writers[name].record(0, net)
+            losses[name] = {s: v for s, v in losses[name].items() if s <= start}
+        for step in range(writers[name].next_step, max_steps + 1):
+            losses[name][step] = rng.uniform(0.1, 2.0)
+            writers[name].record(step, net, losses[name][step])
+        writers[name].finish()
+    code = Comparator(tmp_path, log=False, progress=False, probe=FileProbe).run(poll=0.01, timeout=BOUND)
+    assert code == 0
+    records = MetricsStore(tmp_path).step_records()
+    assert [r["step"] for r in records] == list(range(max_steps + 1))
+    for record in records[1:]:
+        assert all(record[f"loss_{name}"] == losses[name][record["step"]] for name in ("a", "b"))
+    tracked = [r["step"] for r in records if r["tracked"]]
+    kept = tracked if not keep else [s for i, s in enumerate(tracked) if i % keep == 0 or s == max_steps]
+    for name in ("a", "b"):
+        saved = sorted(int(p.stem[5:]) for p in (tmp_path / name / "checkpoints").iterdir())
+        assert saved == kept
