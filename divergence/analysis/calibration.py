@@ -4,7 +4,7 @@ The ``grad-noise`` variant multiplies each gradient elementwise by (1 + eps xi),
 so pair ``grad-noise-<eps>`` injects a known relative dose eps per step; eps = 0 is bitwise the
 reference. For every dose i the statistic of ``dose``/``replicates`` is read against an anchor
 dose a (the ladder's middle dose): lr_i = pooled median over the window of log10(E_i / E_a),
-whose truth is log10(eps_i / eps_a). The criteria of ``METHOD.md`` ("Calibration"):
+whose truth is log10(eps_i / eps_a). The criteria of ``docs/method.md`` ("Calibration"):
 
     monotone            Spearman rank correlation of lr_i with eps is 1 at every horizon
     slope               OLS slope b of lr_i on log10(eps_i / eps_a) within [0.85, 1.15]
