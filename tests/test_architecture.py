@@ -1,5 +1,8 @@
 """The package's import graph (``docs/architecture.md``): no cycles, and the layers hold.
 
+The layers are read from ``docs/architecture.md`` ("The layers"), the one place they are stated: a
+package imports only packages of its own layer or of a layer listed before it.
+
 The graph is built with ``ast`` from every module's imports, at module level and inside
 functions (a function-local import hides a cycle from Python, not from this test), plus
 ``importlib.import_module("divergence....")`` with a literal name. Run this file as a script
@@ -9,10 +12,16 @@ to print the graph's cycles and layer violations.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "divergence"
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+# modules every layer may use (``divergence`` itself: the version and the lazy public API, which
+# imports only loose modules), and the entry point that sits with the commands
+LOOSE = {"errors", "extras", "atomic", "tables", "import_noise", "divergence"}
+ENTRY = {"__main__"}
 
 # (importer package, imported package): each must be absent from the graph
 FORBIDDEN = [
@@ -144,6 +153,35 @@ def module_cycles() -> list[list[str]]:
     return cycles({n: {m for m in e if not m.startswith(n + ".")} for n, e in modules.items()})
 
 
+def layers(text: str | None = None) -> list[list[str]]:
+    """The ordered layers of ``docs/architecture.md``: ``N. **name**: `pkg`, `pkg` (...)`` lines."""
+    text = ARCHITECTURE.read_text() if text is None else text
+    section = text.split("## The layers", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\d+\. \*\*[^*]+\*\*: ([^(\n]*)", section, flags=re.MULTILINE)
+    return [re.findall(r"`(\w+)`", row) for row in rows]
+
+
+def layer_violations(order: list[list[str]] | None = None) -> list[tuple[str, str]]:
+    """Package imports that point to a later layer (and packages the list leaves out or repeats)."""
+    order = layers() if order is None else order
+    rank = {p: i for i, names in enumerate(order) for p in names}
+    top = len(order) - 1
+    found = []
+    for name, edges in graph().items():
+        importer = package_of(name)
+        if importer in LOOSE:
+            continue
+        for imported in edges:
+            target = package_of(imported)
+            if target in LOOSE or target == importer:
+                continue
+            if rank.get(importer, top if importer in ENTRY else None) is None or target not in rank:
+                found.append((name, imported))
+            elif rank[target] > rank.get(importer, top if importer in ENTRY else 0):
+                found.append((name, imported))
+    return sorted(set(found))
+
+
 def violations() -> list[tuple[str, str]]:
     modules = graph()
     return sorted((n, m) for n, e in modules.items() for m in e if (package_of(n), package_of(m)) in FORBIDDEN)
@@ -159,6 +197,24 @@ def test_no_import_cycle_between_packages():
 
 def test_the_contract_and_the_comparator_do_not_import_the_trainer():
     assert violations() == []
+
+
+def test_the_documented_layers_name_every_package_once():
+    order = layers()
+    named = [p for names in order for p in names]
+    packages = {package_of(m) for m in MODULES} - LOOSE - ENTRY
+    assert len(order) >= 5 and len(named) == len(set(named))
+    assert set(named) == packages
+
+
+def test_every_import_follows_the_documented_layer_order():
+    assert layer_violations() == []
+
+
+def test_the_layer_check_sees_an_upward_import():
+    """Reversing two layers of the documented order breaks it: the check is not vacuous."""
+    order = layers()
+    assert layer_violations([order[1], order[0], *order[2:]]) != []
 
 
 def test_metrics_import_no_lightning_wandb_or_file_code():
@@ -194,4 +250,6 @@ def test_the_graph_sees_function_local_imports(tmp_path):
 if __name__ == "__main__":
     print("module cycles:", module_cycles())
     print("package cycles:", cycles(package_graph(graph())))
-    print("layer violations:", violations())
+    print("forbidden edges:", violations())
+    print("layers:", layers())
+    print("layer violations:", layer_violations())

@@ -1,5 +1,5 @@
 """The bounding analysis: pure functions from pair runs' records to a dose ratio per replicate,
-pooled over replicates, the outcome test, and the verdict (``METHOD.md``). The legacy growth
+pooled over replicates, the outcome test, and the verdict (``docs/method.md``). The legacy growth
 rates (ratios of slopes) are kept for the report's appendix.
 
 Reads no files: ``divergence.report.inputs`` turns run folders into ``PairData``.

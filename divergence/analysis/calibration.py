@@ -4,7 +4,7 @@ The ``grad-noise`` variant multiplies each gradient elementwise by (1 + eps xi),
 so pair ``grad-noise-<eps>`` injects a known relative dose eps per step; eps = 0 is bitwise the
 reference. For every dose i the statistic of ``dose``/``replicates`` is read against an anchor
 dose a (the ladder's middle dose): lr_i = pooled median over the window of log10(E_i / E_a),
-whose truth is log10(eps_i / eps_a). The criteria of ``METHOD.md`` ("Calibration"):
+whose truth is log10(eps_i / eps_a). The criteria of ``docs/method.md`` ("Calibration"):
 
     monotone            Spearman rank correlation of lr_i with eps is 1 at every horizon
     slope               OLS slope b of lr_i on log10(eps_i / eps_a) within [0.85, 1.15]
@@ -49,12 +49,15 @@ from divergence.analysis.replicates import pool, replicate_of
 from divergence.analysis.trajectories import PairData
 from divergence.analysis.verdict import judge
 from divergence.errors import UserInputError
+from divergence.variants import as_base
 
 SLOPE_RANGE = (0.85, 1.15)
 MAX_HORIZON_SHIFT = 0.15
 MAX_RECOVERY_ERROR = 0.2
 FLOOR_MARGIN = 10  # recovery is checked on doses >= FLOOR_MARGIN x the arithmetic floor (<= 0.04 dex from it)
 MIN_COVERAGE = 0.85
+# Left out of the identity wherever they appear: run length, hardware, seeds (they follow the
+# replicate), logging and names.
 _VOLATILE = {
     "max_steps",
     "checkpoint_every",
@@ -72,43 +75,32 @@ _VOLATILE = {
     "output",
     "variants",
     "workers",
-    # what the arms' variants set (pair.json holds arm a's recipe: the ladder's has grad_noise, a
-    # flash pair's its attention, a precision pair's its precision): the base recipe decides
+    # What the first variants set, left out (rather than read as the base has them, as ``as_base``
+    # reads every variant's keys) before variants declared their keys; kept out so the id of every
+    # calibration.json written since stays the same. A new variant needs no entry here.
     "attention",
     "grad_noise",
     "precision",
     "tf32",
     "adamw_impl",
 }
-# what the atlas's variants set, read as the base has them (kept in the identity at these values,
-# so a base recipe's identity is the same as before these variants existed)
-_AS_BASE = {"fp8": None, "int8": False, "compile": False, "gradient_checkpointing": False}
 
 
 def recipe_identity(recipe: dict) -> dict:
     """What makes two runs the same recipe for calibration: model, data and optimization, without run
-    length, hardware, seeds (they follow the replicate) or logging. ``id``: 12 hex digits."""
+    length, hardware, seeds (they follow the replicate), logging, or what any registered variant
+    sets (``divergence.variants.as_base``: pair.json holds arm a's recipe, and the ladder's arm has
+    grad_noise, a flash pair's its attention, an accumulation pair's its micro-batches: the base recipe
+    decides). ``id``: 12 hex digits."""
 
     def strip(node):
         if isinstance(node, dict):
-            node = {**node, **{k: v for k, v in _AS_BASE.items() if k in node}}
             return {k: strip(v) for k, v in sorted(node.items()) if k not in _VOLATILE}
         return node
 
-    kept = strip(_global_batch(recipe or {}))
+    kept = strip(as_base(recipe or {}))
     digest = hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return {"id": digest, "sections": sorted(kept)}
-
-
-def _global_batch(recipe: dict) -> dict:
-    """The step's examples as one batch (``batch_size x accumulate``, accumulate 1): 4 micro-batches
-    of 4 train on the global batch of one batch of 16 (the ``grad-accumulation`` variant's arm)."""
-    train = recipe.get("train")
-    if not isinstance(train, dict) or not isinstance(train.get("accumulate"), int) or train["accumulate"] == 1:
-        return recipe
-    if not isinstance(train.get("batch_size"), int):
-        return recipe
-    return {**recipe, "train": {**train, "batch_size": train["batch_size"] * train["accumulate"], "accumulate": 1}}
 
 
 def evaluate(

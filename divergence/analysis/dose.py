@@ -1,7 +1,7 @@
 """The dose ratio per replicate: how much more (or less) a change perturbs training than a reference.
 
 Two arms that start from the same weights and differ by a small numeric change separate like
-a chaotic system (``METHOD.md``): linearised, delta_{t+1} = J_t delta_t + eps_X u_t xi_t, with
+a chaotic system (``docs/method.md``): linearised, delta_{t+1} = J_t delta_t + eps_X u_t xi_t, with
 the Jacobian J_t shared by every pair of one recipe. Before saturation every pair's difference
 grows at the recipe's rate lambda, so E_X(t) / E_P(t) ~= eps_X / eps_P at every step: a ratio
 that does not depend on when training stops, unlike a ratio of slopes.
@@ -23,8 +23,8 @@ alike. start = max(10, warm-up) for a recipe with LR warm-up; without one the fi
 (start = 1; the transient rule decides where the reading begins). lr^F is the median over the
 window's probed steps (``tracking.probe.every``; NaN with fewer than ``min_window`` of them).
 
-Saturation is read in weight space, where the statistic is, and not from phi = F / F_S as
-METHOD.md first wrote it. Measured on the tiny recipe (``make demo``, 3 replicates): the seed
+Saturation is read in weight space, where the statistic is, and not from phi = F / F_S as the
+method's first version had it. Measured on the tiny recipe (``make demo``, 3 replicates): the seed
 pair's function distance F_S falls from 1.4 to 0.3 over 30 steps as both seeds learn the same
 data, so phi_P of bf16-vs-fp32 passes 0.1 by step 10 through its shrinking denominator, while
 its weights are 1-2% of a seed change (E_P / E_S = 0.007-0.026), both pairs' local growth rates

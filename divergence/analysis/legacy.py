@@ -2,7 +2,7 @@
 
 rho = g_X / g_ref, the ratio of OLS slopes of the raw weight metric over [0, H] (``growth``),
 against each precision and seed pair, read on the lowest replicate of each. It depends on the
-horizon H by construction (``METHOD.md``, "What goes wrong with a ratio of slopes": it mixes the
+horizon H by construction (``docs/method.md``, "Why not a ratio of slopes": it mixes the
 dose ratio with where each curve sits on its exponential, then crosses 1 once the reference
 saturates), so the verdict does not use it.
 """

@@ -12,7 +12,7 @@ the same source, so the margin is in the same units.
 
 The margin: sigma_S = standard deviation of Delta over the seed pair's replicates (two
 independently initialised models: a difference everyone accepts as "an equivalent model"),
-m = factor * sigma_S (factor 0.5 by default, ``METHOD.md``). With a single seed replicate,
+m = factor * sigma_S (factor 0.5 by default, ``docs/method.md``). With a single seed replicate,
 |Delta_S| stands in for sigma_S (a one-draw estimate of the spread; said as a caveat).
 
 The test, decided on its own (``decide``), from the t interval [lo, hi] of Delta over replicates:
@@ -25,7 +25,7 @@ The test, decided on its own (``decide``), from the t interval [lo, hi] of Delta
 A pair saturated at the end (``saturated_at_end``: phi >= 0.5 at its last tracked step in the
 median replicate, past half way to a different-seed model) has outcome differences that are
 seed-like by nature: its Delta is a draw of about sigma_S's size, and showing a mean under
-0.5 sigma_S then takes ~20 replicates (``METHOD.md``). Its margin is the seed spread itself
+0.5 sigma_S then takes ~20 replicates (``docs/method.md``). Its margin is the seed spread itself
 (factor 1: "no larger than a seed change's") instead of half of it.
 """
 

@@ -2,7 +2,7 @@
 
 Replicate r of every pair starts from the same weights and sees the same batches (common
 random numbers), so the replicates of one pair measure the run-to-run variance of a
-statistic, which a bootstrap over the layers and steps of one run cannot (``METHOD.md``).
+statistic, which a bootstrap over the layers and steps of one run cannot (``docs/method.md``).
 
 For R per-replicate values x_1..x_R: mean xbar, and the two-sided 95% t interval
 

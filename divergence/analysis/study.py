@@ -19,10 +19,10 @@ from divergence.analysis.dose import MIN_WINDOW
 from divergence.analysis.growth import N_BOOT, Estimate, estimate_growth, layer_mean
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, nonfinite_layers, top_layers
 from divergence.analysis.reordering import REORDERING_DEX, Reordering, with_reordering
-from divergence.analysis.replicates import Pooled, group
+from divergence.analysis.replicates import CONFIDENCE, Pooled, group
 from divergence.analysis.trajectories import TRAJECTORY_METRICS, PairData
 from divergence.analysis.headline import headline
-from divergence.analysis.verdict import METRIC, OUTSIDE, Verdict, judge
+from divergence.analysis.verdict import MAX_DRIFT, METRIC, OUTSIDE, Verdict, judge
 
 SCHEMA = 2
 ORDER = ("optimization", "precision", "seed", "control", "reordering")
@@ -76,11 +76,11 @@ def analyze(
     floors = tuple(noise_floor(p) for p in controls)
     settings = {
         "metric": METRIC,
-        "confidence": 0.95,
+        "confidence": CONFIDENCE,
         "min_window": min_steps,
         "window_start": start,
         "margin_factor": margin_factor,
-        "max_drift_dex": 0.5,
+        "max_drift_dex": MAX_DRIFT,
         "bootstrap_replicates": n_boot,
         "seed": seed,
         "reference": reference[0].name if reference else None,
@@ -88,7 +88,7 @@ def analyze(
         "reordering_threshold_dex": REORDERING_DEX,
         "dose_ratio": "per replicate, median over the unsaturated window of log10(E_X/E_P), E = whole-model "
         "rel_l2; pooled mean over replicates with a t interval (R-1 degrees of freedom)",
-        "outcome": "mean over the last 10% of steps of (l_a - l_b) / l_b; margin = factor x the seed "
+        "outcome": f"mean over the last {outcome.LAST_FRACTION:.0%} of steps of (l_a - l_b) / l_b; margin = factor x the seed "
         "pair's spread over replicates",
     }
     return Analysis(

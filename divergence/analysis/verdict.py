@@ -1,5 +1,5 @@
 """The bounding verdict: does the change X perturb training less than low precision P, and does it
-leave the outcome within seed-to-seed spread? (``METHOD.md``, "Verdict".)
+leave the outcome within seed-to-seed spread? (``docs/method.md``, "The two answers".)
 
 Per replicate r, ``dose.estimate`` gives lr_r = median over the unsaturated window of
 log10(E_X / E_P); replicates pool to a mean with a t interval [lo, hi] (``replicates.pool``).
@@ -25,8 +25,8 @@ questions, each decided on its own, then one status:
 Replicates that would decide (``replicates.replicates_to_clear``, at the observed mean and
 spread): to exclude 0 from the dose interval, and to put it beyond +-0.3 dex (a factor 2).
 
-The noise floor (refines METHOD.md's "control pair not exactly zero"): the control pair C
-trains two identical arms, so any E_C > 0 is run-to-run nondeterminism of the hardware and
+The noise floor (refines the method's first rule, "control pair not exactly zero"): the control
+pair C trains two identical arms, so any E_C > 0 is run-to-run nondeterminism of the hardware and
 kernels. When C is not exactly zero the floor ratio
 
     N = 10 ** median over shared steps t (E_C(t) > 0) and replicates of log10(E_X(t) / E_C(t))

@@ -1,5 +1,5 @@
 """Where the dose ratio is read: the steps of the shared exponential regime, past the first-steps
-transient, and the same kind of stretch in every replicate (``METHOD.md``, "Unsaturated window").
+transient, and the same kind of stretch in every replicate (``docs/method.md``, "The unsaturated window").
 
 For one replicate, at the steps both pairs tracked (``dose.estimate_replicates`` builds them):
 

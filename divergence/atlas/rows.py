@@ -4,7 +4,7 @@ A row states, for the pair under study (arm a: the optimization, arm b: what it 
 
 - ``numerics``: what each arm trained in (``pair.json``'s numerics: device, precision, threads...);
 - ``dose_ratio``: log10(E_X / E_P) against the precision reference, its 95% interval over
-  replicates, its status and the replicates that would decide (``METHOD.md``);
+  replicates, its status and the replicates that would decide (``docs/method.md``);
 - ``equivalent_dose``: the relative gradient noise per step it equals, when a calibration is given;
 - ``outcome``: the final relative loss difference's status and interval;
 - ``reordering``: log10(E_X / E_R) against the reordering reference R (a reordering of fp32 sums),

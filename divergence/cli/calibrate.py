@@ -5,7 +5,7 @@ for a ladder of doses, the seed and precision references) with replicates, like 
 study`` (side by side, with progress; finished runs are not trained again, interrupted ones
 resume), then writes ``DIR/calibration.json`` from
 ``divergence.analysis.calibration.evaluate(ladder, seed_pairs, horizons)``: each criterion of
-METHOD.md ("Calibration: a known dose") as a value and pass/fail.
+docs/method.md ("Calibration: a known dose") as a value and pass/fail.
 """
 
 from __future__ import annotations

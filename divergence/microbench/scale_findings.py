@@ -10,7 +10,7 @@ for flash on the reference tile in each accumulation mode: ``none`` (all-low-pre
 operation stored in the input format, the paper's) and ``fp32`` (kernel-faithful: fp32 S, m, l,
 O as FlashAttention-2). The baseline is the textbook formula with every operation stored in the
 input format. A ratio is a property of (input scale, length, baseline), not of flash alone
-(``METHOD.md``, "The microbenchmark's ~10x").
+(``docs/method.md``, "The microbenchmark's ~10x").
 
 Pure functions of the sweep's rows (dicts with the results.csv columns, numbers as numbers).
 """

@@ -6,7 +6,7 @@ s = 0.25 the softmax is nearly flat over thousands of keys (every weight tiny, t
 ``l`` large, many roundings of similar size), at s = 2 it is peaked. U(0, 1) inputs give scores
 with a large common offset and a spread of about 0.17 (d = 64), a nearly flat softmax too.
 So the paper's "~10x" belongs to an input scale, a length and a baseline, not to flash alone
-(``METHOD.md``, "The microbenchmark's ~10x").
+(``docs/method.md``, "The microbenchmark's ~10x").
 
 Specs:
 

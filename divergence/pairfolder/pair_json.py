@@ -125,7 +125,7 @@ def tracking_schedule(
     """The ``tracking`` dict of ``pair.json``; the arguments checked as the recipe checks them.
 
     ``dense`` is the early schedule on top of ``every`` (``[[until, every], ...]``; default every
-    step to 20 and every 5th to 100, where the dose ratio of ``METHOD.md`` is read; ``[]``: off).
+    step to 20 and every 5th to 100, where the dose ratio of ``docs/method.md`` is read; ``[]``: off).
     """
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
         raise UserInputError(f"every={every!r}: must be an integer >= 1 (compare the arms every N steps)")

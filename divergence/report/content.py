@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, kind_table, top_layers
+from divergence.analysis import dose, outcome, replicates, verdict, window
 from divergence.analysis.growth import Estimate
 from divergence.analysis.headline import replicates_sentence
 from divergence.analysis.reordering import METHOD_TEXT as REORDERING_METHOD
@@ -23,51 +24,61 @@ ROLES = {
 }
 PER = 1000  # growth rates per this many steps
 
-METHOD = [
-    "Each pair trains two models that differ in one thing, from the same initial weights and on the same "
-    "batches, and compares them at tracked steps. E(t) = ||theta_a - theta_b|| / ||theta_b|| (whole model); "
-    "F(t), when the probe is recorded, is the same for both arms' outputs on a fixed probe set evaluated in "
-    "the reference numerics; phi(t) = F(t) / F_seed(t) is the fraction of the way to a different-seed model.",
-    "Why not a ratio of slopes: two arms that differ by a small numeric change separate like a chaotic system. "
-    "Every pair's difference grows at the same exponential rate (the recipe's lambda) until it saturates near "
-    "the seed-to-seed level, the larger dose first, so E_X(t) / E_P(t) is the ratio of the per-step doses "
-    "while both grow, whatever the horizon, whereas a ratio of slopes drifts with the horizon and crosses 1.",
-    "Dose ratio: per replicate, the median of log10(E_X / E_P) over the unsaturated window: the first stretch "
-    "of steps, before either pair's E reaches 0.1 E_seed, where their local log-growth rates are within a "
-    "factor 2 (without the probe: where the reference still grows at least half as fast as the pair under "
-    "study), read from one first step common to the replicates, past every replicate's first-steps transient "
-    "(the first step from which its log10(E_X / E_P) stays within 0.05 dex of its plateau for the rest of the "
-    "shared regime). Pooled as a mean over replicates with a t interval. A drift above 0.5 dex across the "
-    "window is 'not dose-like'. The function-space twin uses F instead of E. lambda: slope of ln E over the "
-    "window; t10 / t50: first step with phi >= 0.1 / 0.5.",
-    "Outcome: Delta = mean over the last 10% of steps of (l_a - l_b) / l_b (probe losses, else training losses "
-    "on the shared batches), against the margin m = 0.5 x the seed pair's spread of Delta over replicates; a pair "
-    "under study past half way to a different-seed model at the end (phi >= 0.5) is held to the seed spread "
-    "itself ('no larger than a seed change's').",
-    "Two answers, each decided on its own. The dose: bounded when its interval lies below 0 (X perturbs less "
-    "than low precision), not bounded above 0, inconclusive otherwise. The outcome: within when its interval "
-    "lies inside (-m, m), shifted when wholly outside, undecided otherwise. The verdict's status is the dose's; "
-    "a shifted outcome makes it not bounded; an undecided outcome is said with the replicates that would decide "
-    "it. Replicates that would decide are planned at the observed mean and spread (the fewest n whose t "
-    "interval clears the bound). No verdict without a precision pair, with a window under 5 steps, or with a "
-    "control pair (two identical arms) that differs as much as the pair under study; a non-zero control "
-    "smaller than that is the hardware's run-to-run floor, and the pair is stated against it. One replicate "
-    "gives point estimates only: preliminary.",
-    REORDERING_METHOD,
-    "Deployment numerics: an optimization is measured where it runs. A flash kernel is used under fp16/bf16 "
-    "autocast, so a study trains both arms of its pair there; a pair trained outside its deployment numerics is "
-    "said in a caveat. Each arm's numerics (device, precision, kernel, TF32, threads) are in its pair.json.",
-    "Appendix: the first version's ratio of growth rates (least-squares slope of the raw metric over the whole "
-    "run, bootstrap over layers and steps) is kept for comparison. It depends on the horizon and the verdict "
-    "does not use it.",
-]
+
+def method() -> list[str]:
+    """The report's Method section, rendered from the constants the analysis decides by
+    (``docs/method.md`` states them by name; ``tests/report/test_method_text.py`` ties the two)."""
+    band = f"{window.RATE_FACTOR:g}"
+    return [
+        "Each pair trains two models that differ in one thing, from the same initial weights and on the same "
+        "batches, and compares them at tracked steps. E(t) = ||theta_a - theta_b|| / ||theta_b|| (whole model); "
+        "F(t), when the probe is recorded, is the same for both arms' outputs on a fixed probe set evaluated in "
+        "the reference numerics; phi(t) = F(t) / F_seed(t) is the fraction of the way to a different-seed model.",
+        "Why not a ratio of slopes: two arms that differ by a small numeric change separate like a chaotic system. "
+        "Every pair's difference grows at the same exponential rate (the recipe's lambda) until it saturates near "
+        "the seed-to-seed level, the larger dose first, so E_X(t) / E_P(t) is the ratio of the per-step doses "
+        "while both grow, whatever the horizon, whereas a ratio of slopes drifts with the horizon and crosses 1.",
+        "Dose ratio: per replicate, the median of log10(E_X / E_P) over the unsaturated window: the first stretch "
+        f"of steps, before either pair's E reaches {dose.SATURATED:g} E_seed, where their local log-growth rates are "
+        f"within a factor {band} (without the probe: where the reference still grows at least 1/{band} as fast as "
+        "the pair under study), read from one first step common to the replicates, past every replicate's "
+        "first-steps transient (the first step from which its log10(E_X / E_P) stays within "
+        f"{window.SETTLED_BAND:g} dex of its plateau for the rest of the shared regime). Pooled as a mean over "
+        f"replicates with a {replicates.CONFIDENCE:.0%} t interval. A drift above {verdict.MAX_DRIFT:g} dex across "
+        "the window is 'not dose-like'. The function-space twin uses F instead of E. lambda: slope of ln E over "
+        f"the window; t10 / t50: first step with phi >= {dose.SATURATED:g} / {dose.HALF_WAY:g}.",
+        f"Outcome: Delta = mean over the last {outcome.LAST_FRACTION:.0%} of steps of (l_a - l_b) / l_b (probe "
+        "losses, else training losses on the shared batches), against the margin "
+        f"m = {outcome.MARGIN_FACTOR:g} x the seed pair's spread of Delta over replicates; a pair under study "
+        f"saturated at the end (phi >= {outcome.SATURATED_END:g}) is held to {outcome.SATURATED_FACTOR:g} x the "
+        "seed spread ('no larger than a seed change's').",
+        "Two answers, each decided on its own. The dose: bounded when its interval lies below 0 (X perturbs less "
+        "than low precision), not bounded above 0, inconclusive otherwise. The outcome: within when its interval "
+        "lies inside (-m, m), shifted when wholly outside, undecided otherwise. The verdict's status is the dose's; "
+        "a shifted outcome makes it not bounded; an undecided outcome is said with the replicates that would decide "
+        "it. Replicates that would decide are planned at the observed mean and spread (the fewest n whose t "
+        f"interval clears the bound). No verdict without a precision pair, with a window under {dose.MIN_WINDOW} "
+        "steps, or with a control pair (two identical arms) that differs as much as the pair under study; a "
+        "non-zero control smaller than that is the hardware's run-to-run floor, and the pair is stated against it. "
+        "One replicate gives point estimates only: preliminary.",
+        REORDERING_METHOD,
+        "Deployment numerics: an optimization is measured where it runs. A flash kernel is used under fp16/bf16 "
+        "autocast, so a study trains both arms of its pair there; a pair trained outside its deployment numerics is "
+        "said in a caveat. Each arm's numerics (device, precision, kernel, TF32, threads) are in its pair.json.",
+        "Appendix: the first version's ratio of growth rates (least-squares slope of the raw metric over the whole "
+        "run, bootstrap over layers and steps) is kept for comparison. It depends on the horizon and the verdict "
+        "does not use it. The method in full: docs/method.md in the divergence repository.",
+    ]
 
 
-LOG_E_CAPTION = (
-    "E(t) of every replicate of every pair, log scale; shaded: steps where the pair under study or the "
-    "reference has saturated (E >= 0.1 E_seed). Before saturation all pairs grow at one rate: parallel "
-    "lines."
-)
+def log_e_caption() -> str:
+    return (
+        "E(t) of every replicate of every pair, log scale; shaded: steps where the pair under study or the "
+        f"reference has saturated (E >= {dose.SATURATED:g} E_seed). Before saturation all pairs grow at one rate: "
+        "parallel lines."
+    )
+
+
 DOSE_CAPTIONS = (
     (
         "dose_ratio",
@@ -85,6 +96,7 @@ DOSE_CAPTIONS = (
         "per replicate below it.",
     ),
 )
+
 LEGACY_NOTE = (
     "Horizon-dependent and unused by the verdict: the ratio of least-squares slopes of the raw metric "
     "over the whole run, with a bootstrap over layers and steps, read on the lowest replicate. It "
@@ -190,13 +202,13 @@ def estimates_table(analysis: Analysis) -> Table:
     for v in analysis.verdicts:
         deltas = v.extra.get("outcome_per_replicate", {})
         for e in v.estimates:
-            window = f"{e.window[0]}-{e.window[1]}" if e.window else "–"
+            span = f"{e.window[0]}-{e.window[1]}" if e.window else "–"
             rows.append(
                 (
                     v.study,
                     str(e.replicate),
                     e.space,
-                    window,
+                    span,
                     str(e.n_window),
                     signed(e.log10),
                     signed(e.log10_function),
@@ -209,13 +221,13 @@ def estimates_table(analysis: Analysis) -> Table:
                     number(deltas.get(e.replicate)),
                 )
             )
-        window = f"{v.window[0]}-{v.window[1]}" if v.window else "–"
+        span = f"{v.window[0]}-{v.window[1]}" if v.window else "–"
         rows.append(
             (
                 v.study,
                 f"pooled ({v.dose.n})",
                 "",
-                window,
+                span,
                 "",
                 interval(v.dose),
                 interval(v.dose_function),
@@ -294,8 +306,8 @@ def calibration_text(analysis: Analysis) -> list[str]:
     from divergence.analysis.calibration import floor_dose, reference_doses
 
     out += [
-        f"{name} (reference): perturbs training like a relative gradient noise of {dose:.1g} per step."
-        for name, dose in reference_doses(c).items()
+        f"{name} (reference): perturbs training like a relative gradient noise of {eps:.1g} per step."
+        for name, eps in reference_doses(c).items()
     ]
     floor = floor_dose(c)
     if floor is not None:

@@ -1,4 +1,4 @@
-"""The figures of the dose-ratio verdict, one function per figure (``METHOD.md``):
+"""The figures of the dose-ratio verdict, one function per figure (``docs/method.md``):
 
 - log E(t) per replicate of every pair, the reference's saturated region shaded;
 - log10(E_X / E_P)(t) per replicate, the window shaded and the pooled estimate with its interval;
@@ -18,6 +18,7 @@ import numpy as np
 
 from divergence.analysis import Analysis
 from divergence.analysis.dose import HALF_WAY, SATURATED
+from divergence.analysis.outcome import LAST_FRACTION
 from divergence.analysis.verdict import Verdict
 from divergence.report.canvas import subplots
 
@@ -69,7 +70,7 @@ def log_e(analysis: Analysis, out_dir: Path) -> Path | None:
             max(int(p.steps[-1]) for p in runs),
             color="#999999",
             alpha=0.15,
-            label="saturated (E >= 0.1 E_seed)",
+            label=f"saturated (E >= {SATURATED:g} E_seed)",
         )
     ax.set_yscale("log")
     ax.set_xlabel("training step")
@@ -127,7 +128,7 @@ def phi(v: Verdict, path: Path) -> Path | None:
             for _level, which, style in ((SATURATED, e.t10, ":"), (HALF_WAY, e.t50, "--")):
                 if which.get(role) is not None:
                     ax.axvline(which[role], color=color, linestyle=style, linewidth=0.8, alpha=0.6)
-    for level, name in ((SATURATED, "0.1 (t10)"), (HALF_WAY, "0.5 (t50)")):
+    for level, name in ((SATURATED, f"{SATURATED:g} (t10)"), (HALF_WAY, f"{HALF_WAY:g} (t50)")):
         ax.axhline(level, color="black", linewidth=0.6, linestyle=":" if level == SATURATED else "--", label=name)
     ax.set_yscale("log")
     ax.set_xlabel("training step")
@@ -159,7 +160,7 @@ def outcome(v: Verdict, path: Path) -> Path | None:
     ax.set_yticklabels(["seed", v.study])
     ax.set_ylim(-0.5, 1.6)
     where = "probe loss" if v.outcome_source == "probe" else "training loss"
-    ax.set_xlabel(f"Delta = (l_a - l_b) / l_b, {where}, last 10% of steps")
+    ax.set_xlabel(f"Delta = (l_a - l_b) / l_b, {where}, last {LAST_FRACTION:.0%} of steps")
     ax.set_title("Outcome: where training ends up, against seed-to-seed spread")
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=7, loc="upper right")

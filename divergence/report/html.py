@@ -49,7 +49,7 @@ def render_html(analysis: Analysis, figures: dict[str, Path], generated: str) ->
     ]
     body += _verdicts(analysis)
     body += [f"<div class='warn'>{escape(w)}</div>" for w in analysis.warnings]
-    body += ["<h2>Dose ratio</h2>", _figure(figures.get("log_e"), content.LOG_E_CAPTION)]
+    body += ["<h2>Dose ratio</h2>", _figure(figures.get("log_e"), content.log_e_caption())]
     for v in analysis.verdicts:
         body += [_figure(figures.get(f"{kind}/{v.study}"), caption) for kind, caption in content.DOSE_CAPTIONS]
     if analysis.verdicts:
@@ -79,7 +79,7 @@ def render_html(analysis: Analysis, figures: dict[str, Path], generated: str) ->
             )
         )
     body.append(_figure(figures.get("growth_rates"), "Growth rate g of each run with its 95% bootstrap interval."))
-    body += ["<h2>Method</h2>"] + [f"<p>{escape(t)}</p>" for t in content.METHOD]
+    body += ["<h2>Method</h2>"] + [f"<p>{escape(t)}</p>" for t in content.method()]
     body.append("<p class='meta'>Every number above is in <code>summary.json</code> beside this file.</p>")
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"

@@ -191,7 +191,7 @@ class Arm(torch.nn.Module):
 def multiply_grad_noise(params: list[torch.nn.Parameter], eps: float, data_seed: int, step: int) -> None:
     """The calibration dose: ``g <- g * (1 + eps * xi)`` for every gradient, ``xi ~ N(0, 1)`` in fp32.
 
-    A relative gradient noise of known size ``eps`` per step (METHOD.md, "Calibration"). ``xi``
+    A relative gradient noise of known size ``eps`` per step (docs/method.md, "Calibration"). ``xi``
     comes from one CPU generator per step seeded by (data seed, eps, step), drawn parameter by
     parameter in order, so the dose is reproducible, identical on any device and across a
     resume, and independent between replicates (whose data seeds differ). ``eps = 0`` multiplies

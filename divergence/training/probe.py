@@ -11,7 +11,7 @@ autocast, no gradients, eval mode. At every tracked step the store gets::
     probe_loss_a   = mean((out_a(Q) - target(Q))^2)               (the diffusion loss on Q)
     probe_loss_b   = mean((out_b(Q) - target(Q))^2)
 
-so F(t) = probe_rel_diff is the function-space twin of the whole-model ``rel_l2`` (METHOD.md,
+so F(t) = probe_rel_diff is the function-space twin of the whole-model ``rel_l2`` (docs/method.md,
 "The statistic"), and the probe losses give the outcome without the arms' own numerics in it.
 
 Cadence (``probe_due``): at tracked steps that are multiples of ``tracking.probe.every`` (20 by

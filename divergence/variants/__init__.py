@@ -2,6 +2,6 @@
 
 from divergence.variants import builtin  # noqa: F401  (registers the shipped variants)
 from divergence.variants import optimizations  # noqa: F401  (the atlas's: fp8, int8-mixed, compile, ...)
-from divergence.variants.registry import CATEGORIES, VARIANTS, Variant, parse_variant, register
+from divergence.variants.registry import CATEGORIES, VARIANTS, Variant, as_base, parse_variant, register
 
-__all__ = ["CATEGORIES", "VARIANTS", "Variant", "parse_variant", "register"]
+__all__ = ["CATEGORIES", "VARIANTS", "Variant", "as_base", "parse_variant", "register"]

@@ -34,6 +34,7 @@ LOW_PRECISIONS = ("bf16-mixed", "16-mixed")
 @register
 class Attention(Variant):
     name = "attention"
+    sets = ("attention.name", "attention.options")
     help = "attention kernel of every UNet attention module (a name, or {name, options})"
     default = "sdpa"
 
@@ -64,6 +65,7 @@ class Attention(Variant):
 @register
 class Seed(Variant):
     name = "seed"
+    sets = ("model.seed",)
     help = "weight-initialization seed of the arm (the data seed stays shared)"
     category = "seed"
     default = 1
@@ -72,13 +74,11 @@ class Seed(Variant):
         if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < 0:
             self.fail(f"expected a non-negative integer seed, got {self.value!r}")
 
-    def overrides(self):
-        return {"model.seed": self.value}
-
 
 @register
 class Precision(Variant):
     name = "precision"
+    sets = ("train.precision",)
     help = "training precision: 32-true, 16-mixed (with loss scaling) or bf16-mixed"
     category = "precision"
     default = "16-mixed"
@@ -86,9 +86,6 @@ class Precision(Variant):
     def validate(self):
         if self.value not in PRECISIONS:
             self.fail(f"{self.value!r} is not one of {', '.join(PRECISIONS)}")
-
-    def overrides(self):
-        return {"train.precision": self.value}
 
     def verify(self, arm):
         if arm.policy is not None and arm.policy.name != self.value:
@@ -98,15 +95,13 @@ class Precision(Variant):
 @register
 class GradientCheckpointing(Variant):
     name = "gradient-checkpointing"
+    sets = ("model.gradient_checkpointing",)
     help = "recompute UNet activations during the backward pass instead of storing them"
     fp32_equivalent = True  # the same forward computed again: identical up to the order of fp32 sums
 
     def validate(self):
         if not isinstance(self.value, bool):
             self.fail(f"expected true or false, got {self.value!r}")
-
-    def overrides(self):
-        return {"model.gradient_checkpointing": self.value}
 
     def verify(self, arm):
         if bool(arm.unet.is_gradient_checkpointing) != self.value:
@@ -116,6 +111,7 @@ class GradientCheckpointing(Variant):
 @register
 class AdamWImpl(Variant):
     name = "adamw-impl"
+    sets = ("train.adamw_impl",)
     help = "AdamW implementation: loop (per-tensor), foreach (multi-tensor) or fused (one kernel)"
     default = "fused"
     fp32_equivalent = True  # the same update rule, its fp32 operations fused or ordered differently
@@ -123,9 +119,6 @@ class AdamWImpl(Variant):
     def validate(self):
         if self.value not in ADAMW_IMPLS:
             self.fail(f"{self.value!r} is not one of {', '.join(ADAMW_IMPLS)}")
-
-    def overrides(self):
-        return {"train.adamw_impl": self.value}
 
     def verify(self, arm):
         defaults = arm.optimizer.defaults if arm.optimizer is not None else None
@@ -139,14 +132,12 @@ class AdamWImpl(Variant):
 @register
 class TF32(Variant):
     name = "tf32"
+    sets = ("train.tf32",)
     help = "TensorFloat-32 tensor-core math for the arm's fp32 matmuls and convolutions (CUDA; no effect on a CPU)"
 
     def validate(self):
         if not isinstance(self.value, bool):
             self.fail(f"expected true or false, got {self.value!r}")
-
-    def overrides(self):
-        return {"train.tf32": self.value}
 
     def deployment(self):
         return Deployment("tf32", devices=("cuda",)) if self.value else None
@@ -167,6 +158,7 @@ class TF32(Variant):
 @register
 class GradNoise(Variant):
     name = "grad-noise"
+    sets = ("train.grad_noise",)
     help = "calibration dose eps: every gradient multiplied elementwise by (1 + eps * xi), xi ~ N(0, 1)"
     default = 0.0
 
@@ -180,9 +172,6 @@ class GradNoise(Variant):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             self.fail(f"expected a finite relative dose eps >= 0, e.g. 1e-4, got {self.value!r}")
         self.value = float(value)
-
-    def overrides(self):
-        return {"train.grad_noise": self.value}
 
     def verify(self, arm):
         if arm.recipe.train.grad_noise != self.value:

@@ -1,6 +1,6 @@
 """Deployment numerics: where a variant is used, and the numerics each arm of a pair trains in.
 
-Measure an optimization where it runs (``METHOD.md``, "Deployment numerics"). Flash attention
+Measure an optimization where it runs (``docs/method.md``, "Deployment numerics"). Flash attention
 kernels exist on GPUs for fp16/bf16 inputs only, so wherever they are deployed training runs
 under fp16/bf16 autocast; with both arms in fp32 the flash-vs-baseline difference is fp32
 rounding between two other kernels, and its dose ratio against bf16 (-3.8 dex on the tiny

@@ -35,6 +35,7 @@ def _require_torchao(extra: str) -> None:
 @register
 class FP8(Variant):
     name = "fp8"
+    sets = ("train.fp8",)
     help = "linear layers trained in FP8 (torchao.float8): tensorwise or rowwise scaling; emulated off sm89+ GPUs"
     default = "tensorwise"
 
@@ -42,9 +43,6 @@ class FP8(Variant):
         if self.value not in FP8_RECIPES:
             self.fail(f"expected a scaling recipe, one of {', '.join(FP8_RECIPES)}, got {self.value!r}")
         _require_torchao("fp8")
-
-    def overrides(self):
-        return {"train.fp8": self.value}
 
     def deployment(self):
         # FP8 training replaces a bf16 autocast recipe (torchao: "a drop-in for bf16 training")
@@ -66,6 +64,7 @@ class FP8(Variant):
 @register
 class Int8Mixed(Variant):
     name = "int8-mixed"
+    sets = ("train.int8",)
     help = "linear layers trained with torchao's INT8 mixed-precision matmuls (forward and backward)"
 
     def validate(self):
@@ -73,9 +72,6 @@ class Int8Mixed(Variant):
             self.fail(f"expected true or false, got {self.value!r}")
         if self.value:
             _require_torchao("int8")
-
-    def overrides(self):
-        return {"train.int8": self.value}
 
     def verify(self, arm):
         from divergence.models.optimizations import int8_layers
@@ -93,15 +89,13 @@ class Int8Mixed(Variant):
 @register
 class Compile(Variant):
     name = "compile"
+    sets = ("train.compile",)
     help = "the denoiser compiled with torch.compile (inductor) instead of run eagerly"
     fp32_equivalent = True  # the same graph; inductor fuses and reorders its fp32 operations
 
     def validate(self):
         if not isinstance(self.value, bool):
             self.fail(f"expected true or false, got {self.value!r}")
-
-    def overrides(self):
-        return {"train.compile": self.value}
 
     def verify(self, arm):
         compiled = getattr(arm.unet, "_compiled_call_impl", None) is not None
@@ -112,6 +106,7 @@ class Compile(Variant):
 @register
 class GradAccumulation(Variant):
     name = "grad-accumulation"
+    sets = ("train.accumulate", "train.batch_size")
     help = "KxB: k micro-batches of b examples per optimizer step (1x16: one batch of 16)"
     default = "4x4"
     fp32_equivalent = True  # the same mean gradient over the same examples, summed in another order
@@ -126,6 +121,17 @@ class GradAccumulation(Variant):
     def overrides(self):
         return {"train.accumulate": self.k, "train.batch_size": self.b}
 
+    @classmethod
+    def as_base(cls, recipe: dict, base: dict) -> dict:
+        """The step's examples as one batch (``batch_size x accumulate``, accumulate 1): 4 micro-batches
+        of 4 read as one batch of 16, the global batch they train on."""
+        train = recipe.get("train")
+        if not isinstance(train, dict) or not isinstance(train.get("accumulate"), int) or train["accumulate"] == 1:
+            return recipe
+        if not isinstance(train.get("batch_size"), int):
+            return recipe
+        return {**recipe, "train": {**train, "batch_size": train["batch_size"] * train["accumulate"], "accumulate": 1}}
+
     def verify(self, arm):
         train = arm.recipe.train
         if (train.accumulate, train.batch_size) != (self.k, self.b):
@@ -137,6 +143,7 @@ class GradAccumulation(Variant):
 @register
 class CpuThreads(Variant):
     name = "cpu-threads"
+    sets = ("train.cpu_threads",)
     help = "torch intra-op threads of the arm's step on a CPU (train.cpu_threads)"
     default = 2
     fp32_equivalent = True  # the same kernels, their reductions split over another number of threads
@@ -144,9 +151,6 @@ class CpuThreads(Variant):
     def validate(self):
         if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < 1:
             self.fail(f"expected a positive number of threads, got {self.value!r}")
-
-    def overrides(self):
-        return {"train.cpu_threads": self.value}
 
     def deployment(self):
         return Deployment("cpu-threads", devices=("cpu",))

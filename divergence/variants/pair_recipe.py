@@ -25,7 +25,7 @@ from divergence.recipe.pair import (
     with_replicate,
 )
 from divergence.recipe.run import RunRecipe
-from divergence.variants.registry import VARIANTS, parse_variant
+from divergence.variants.registry import VARIANTS, check_overrides, parse_variant
 
 
 def load_pair_recipe(path: str | Path, overrides: Iterable[str] = ()) -> PairRecipe:
@@ -95,7 +95,7 @@ def _arm_list(data: dict, arm: str) -> list:
 def _arm_recipe(base_data: dict, variants, name: str) -> RunRecipe:
     overrides = {"name": name}
     for variant in variants:
-        for key, value in variant.overrides().items():
+        for key, value in check_overrides(variant, variant.overrides()).items():
             if key in overrides and key != "name":
                 raise RecipeError(f"{variant.key}: sets {key}, which another variant of the same arm sets too")
             overrides[key] = value

@@ -12,8 +12,11 @@ study is one subclass::
     class ChannelsLast(Variant):
         name = "channels-last"
         help = "UNet weights and activations in channels-last memory format"
-        def overrides(self):
-            return {"model.channels_last": bool(self.value)}
+        sets = ("model.channels_last",)  # overrides(): {"model.channels_last": value}
+
+A variant declares the recipe keys it sets (``sets``); code that must look past the variants asks
+them (``as_base``: a recipe read as if no variant had changed it, which is how the calibration
+tells a recipe's identity), so adding a variant needs no edit anywhere else.
 
 In a pair recipe an arm lists its variants as ``name`` or ``{name: value}``::
 
@@ -24,6 +27,7 @@ In a pair recipe an arm lists its variants as ``name`` or ``{name: value}``::
 
 from __future__ import annotations
 
+import functools
 from typing import Any, ClassVar
 
 from divergence.errors import RecipeError
@@ -50,6 +54,8 @@ class Variant:
     # count, fused kernels, compilation), so a pair of such arms should sit near the reordering
     # reference, and a verdict says when it does not ("look for a bug"; divergence.analysis.reordering).
     fp32_equivalent: ClassVar[bool] = False
+    # The dotted recipe keys this variant sets, and the only ones ``overrides`` may return.
+    sets: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, value: Any = None, key: str = ""):
         self.value = self.default if value is None else value
@@ -60,8 +66,20 @@ class Variant:
         """Raise ``RecipeError`` naming ``self.key`` if ``self.value`` is unusable."""
 
     def overrides(self) -> dict[str, Any]:
-        """Dotted recipe keys this variant sets on its arm."""
-        raise NotImplementedError
+        """Dotted recipe keys this variant sets on its arm, some of ``sets``: by default its one key at
+        ``value``; a variant that sets several keys (or transforms the value) defines its own."""
+        if len(self.sets) != 1:
+            raise NotImplementedError(f"variant {self.name} sets {self.sets}: it defines overrides()")
+        return {self.sets[0]: self.value}
+
+    @classmethod
+    def as_base(cls, recipe: dict, base: dict) -> dict:
+        """``recipe`` (a resolved recipe as a dict) read as if this variant had not changed it: each key
+        of ``sets`` that ``recipe`` holds at ``base``'s value, or left out where ``base`` has none. A
+        variant whose change keeps something the keys do not show (a global batch) defines its own."""
+        for key in cls.sets:
+            recipe = _replace(recipe, key.split("."), _lookup(base, key.split(".")))
+        return recipe
 
     def verify(self, arm) -> None:
         """Check on the built arm that the change took; raise RuntimeError if not."""
@@ -81,6 +99,8 @@ class Variant:
 def register(cls: type[Variant]) -> type[Variant]:
     if cls.category not in CATEGORIES:
         raise ValueError(f"variant {cls.__name__}: category {cls.category!r} is not one of {CATEGORIES}")
+    if not cls.sets or not all(isinstance(k, str) and k and "" not in k.split(".") for k in cls.sets):
+        raise ValueError(f"variant {cls.__name__}: sets must name the dotted recipe keys it sets, got {cls.sets!r}")
     VARIANTS[cls.name] = cls
     return cls
 
@@ -110,6 +130,58 @@ def parse_variant(spec: Any, key: str) -> Variant:
     if not isinstance(name, str) or name not in VARIANTS:
         raise RecipeError(f"{key}: unknown variant {short(name)}; registered variants: {', '.join(sorted(VARIANTS))}")
     return VARIANTS[name](value, key)
+
+
+def as_base(recipe: dict) -> dict:
+    """``recipe`` (a resolved recipe as a dict) with what every registered variant sets read as the
+    default recipe has it (each variant's ``Variant.as_base``): two arms that differ only in their
+    variants read the same. ``recipe`` is not modified."""
+    base = _default_recipe()
+    for cls in VARIANTS.values():
+        recipe = cls.as_base(recipe, base)
+    return recipe
+
+
+def check_overrides(variant: Variant, overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` of ``variant``, refused when they set a key the variant does not declare in ``sets``
+    (``as_base`` would not know to look past it). A variant put into ``VARIANTS`` by hand without any
+    ``sets`` is not checked: ``as_base`` leaves its keys as they are (its arm is its own recipe)."""
+    declared = type(variant).sets
+    undeclared = sorted(set(overrides) - set(declared))
+    if declared and undeclared:
+        raise RuntimeError(f"variant {variant.name} sets {undeclared}, which its sets {type(variant).sets} omit")
+    return overrides
+
+
+@functools.lru_cache(maxsize=1)
+def _default_recipe() -> dict:
+    from divergence.config.schema import to_dict
+    from divergence.recipe.run import RunRecipe
+
+    return to_dict(RunRecipe())
+
+
+_MISSING = object()
+
+
+def _lookup(node: Any, path: list[str]) -> Any:
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _replace(node: dict, path: list[str], value: Any) -> dict:
+    """A copy of ``node`` with ``path`` set to ``value`` (left out when ``_MISSING``), where it exists."""
+    head, *rest = path
+    if not isinstance(node, dict) or head not in node:
+        return node
+    if rest:
+        return {**node, head: _replace(node[head], rest, value)}
+    if value is _MISSING:
+        return {k: v for k, v in node.items() if k != head}
+    return {**node, head: value}
 
 
 def _short(value: Any) -> str:

@@ -176,7 +176,7 @@ def _study_specs(study, precision, seed_rate, control, overrides):
 
 
 # ---------------------------------------------------------------------------------------------
-# Pair runs with a known dose (METHOD.md): shared exponential growth, then saturation.
+# Pair runs with a known dose (docs/method.md): shared exponential growth, then saturation.
 #
 # Pair p, replicate r, tracked step t >= 1 (E = 0 at step 0: both arms start from one init):
 #

@@ -142,6 +142,50 @@ def test_the_atlas_variants_arms_are_the_calibrated_recipe():
     assert recipe_identity({**RECIPE, "train": {**RECIPE["train"], "lr": 1e-4}}) != recipe_identity(RECIPE)
 
 
+def test_a_variant_registered_outside_analysis_is_read_as_the_base(monkeypatch):
+    """A new variant declares the keys it sets and nothing in analysis/ changes: its arm is the base
+    recipe's calibration as soon as it is registered (and not before)."""
+    from divergence.config.schema import to_dict
+    from divergence.recipe.run import RunRecipe
+    from divergence.variants import registry
+
+    monkeypatch.setattr(registry, "VARIANTS", dict(registry.VARIANTS))  # the registration ends with the test
+    base = to_dict(RunRecipe())
+    arm = {**base, "train": {**base["train"], "weight_decay": 0.05}}
+    assert recipe_identity(arm) != recipe_identity(base)
+
+    @registry.register
+    class WeightDecay(registry.Variant):
+        name = "decoupled-weight-decay"
+        help = "another AdamW weight decay (a variant this test adds)"
+        sets = ("train.weight_decay",)
+
+    assert WeightDecay(0.05).overrides() == {"train.weight_decay": 0.05}
+    assert recipe_identity(arm) == recipe_identity(base)
+    assert recipe_identity({**base, "train": {**base["train"], "lr": 1e-4}}) != recipe_identity(base)
+
+
+def test_a_variant_declares_every_key_it_sets():
+    from divergence.variants import registry
+    from divergence.variants.builtin import Attention
+
+    with pytest.raises(ValueError, match="sets must name"):
+        registry.register(type("Nothing", (registry.Variant,), {"name": "nothing"}))
+    sneaky = Attention("sdpa-flash")
+    with pytest.raises(RuntimeError, match="train.lr"):
+        registry.check_overrides(sneaky, {**sneaky.overrides(), "train.lr": 1.0})
+    assert all(cls.sets for cls in registry.VARIANTS.values())
+
+
+def test_the_recipe_identity_of_the_tiny_recipe_is_the_one_calibrations_were_written_with():
+    """A calibration.json written before the identity was derived from the variants still matches."""
+    from divergence.config.schema import to_dict
+    from divergence.recipe.run import RunRecipe
+
+    tiny = to_dict(RunRecipe())  # recipes/tiny.yaml
+    assert recipe_identity(tiny)["id"] == "23215bb33b00"
+
+
 def test_a_saturated_dose_is_left_out_and_too_few_doses_are_refused():
     from divergence.errors import UserInputError
 

@@ -1,4 +1,4 @@
-"""Two answers, each decided on its own (METHOD.md, "Verdict"): the dose from its interval, the outcome
+"""Two answers, each decided on its own (docs/method.md, "The two answers"): the dose from its interval, the outcome
 from its interval against the seed margin; the status follows the dose, a shifted outcome makes it not
 bounded, an undecided one is said with the replicates that would decide it."""
 

@@ -1,4 +1,4 @@
-"""The verdict on synthetic stores with a known dose ratio (METHOD.md): right number, right status,
+"""The verdict on synthetic stores with a known dose ratio (docs/method.md): right number, right status,
 the same at every horizon; and every way a study cannot carry a verdict."""
 
 import dataclasses

@@ -1,5 +1,6 @@
 """The window reads every replicate alike: past the first-steps transient, found from the data, from one
-first step common to the replicates, each replicate on its own plateau (METHOD.md, "Unsaturated window")."""
+first step common to the replicates, each replicate on its own plateau (docs/method.md, "The unsaturated
+window")."""
 
 import dataclasses
 

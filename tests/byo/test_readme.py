@@ -79,3 +79,16 @@ def test_a_missing_name_says_where_divergence_was_imported_from():
     assert "has no attribute 'ArmWritr'" in message
     assert f"imported from {Path(divergence.__file__).parent}" in message and "shadowing" in message
     assert not hasattr(divergence, "__wrapped__")  # hasattr still works: an AttributeError
+
+
+def test_the_bring_your_own_block_is_the_plain_loop_example():
+    """The code block at the top of "Bring your own training" is the runnable example's, line for line."""
+    example = (README.parent / "examples" / "plain_loop.py").read_text()
+    text = README.read_text()
+    start = text.index("## Bring your own training\n")
+    block = text[start:].split("```python\n", 1)[1].split("```", 1)[0]
+    lines = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    code = [line for line in lines if line]
+    assert len(code) >= 5 and "writer.record(step, model, loss)" in code
+    assert [line for line in code if line not in example] == []
+    assert text.index("```python", start) - start < 1200  # near the top of the section
