@@ -11,7 +11,7 @@ from scipy import stats
 
 from divergence.analysis import analyze, to_summary
 from divergence.analysis.reordering import METHOD_TEXT, REORDERING_DEX, STATUSES
-from divergence.report.content import METHOD
+from divergence.report.content import method
 from tests.analysis.synthetic import dose_study
 
 FP32_EQUIVALENT_ARMS = {"a": ["adamw-impl=fused"], "b": ["adamw-impl=loop"]}  # registered, fp32-equivalent
@@ -113,4 +113,4 @@ def test_arms_bitwise_equal_are_reordering_like_and_a_zero_reordering_pair_gives
 def test_the_threshold_is_one_constant_the_summary_and_the_method_text_state():
     assert REORDERING_DEX == 1.0 and STATUSES == ("reordering_like", "beyond_reordering", "inconclusive")
     assert to_summary(_analysis(1e-8, 5e-9))["settings"]["reordering_threshold_dex"] == REORDERING_DEX
-    assert METHOD_TEXT in METHOD and f"+{REORDERING_DEX:g} dex" in METHOD_TEXT
+    assert METHOD_TEXT in method() and f"+{REORDERING_DEX:g} dex" in METHOD_TEXT

@@ -53,7 +53,7 @@ def test_precision_auto_from_a_recipe_outside_recipes_is_the_shipped_pair(tmp_pa
 
 def test_inline_study_pair_and_overrides():
     study = load_study(RECIPES / "study.yaml", ["study=pairs/fused-adamw.yaml", "references.control=null"])
-    assert [p.name for p in study.pairs] == ["fused-adamw", "seed-vs-seed", "bf16-vs-fp32"]
+    assert [p.name for p in study.pairs] == ["fused-adamw", "seed-vs-seed", "bf16-vs-fp32", "reordering"]
 
 
 @pytest.mark.parametrize(
@@ -184,6 +184,7 @@ def test_the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_n
             "numerics=base",
             "references.seed=null",
             "references.precision=null",
+            "references.reordering=null",
             *extra,
         ]
 
