@@ -79,6 +79,13 @@ def test_a_killed_pair_writer_leaves_no_lock(tmp_path):
             PairLock(tmp_path)
         with pytest.raises(UserInputError, match=f"pid {holder.pid} on .*is writing the whole pair folder"):
             ArmWriter(tmp_path, "a", max_steps=2, every=1, dense=[])
+        from divergence.training.lockstep import train_pair
+        from tests.pairs.helpers import pair_recipe
+
+        before = _files(tmp_path)
+        with pytest.raises(UserInputError, match=f"pid {holder.pid} on .*is writing this pair folder"):
+            train_pair(pair_recipe("seed-vs-seed", "train.max_steps=2"), tmp_path)  # (5): the lockstep train too
+        assert _files(tmp_path) == before  # refused before anything is written
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
