@@ -129,3 +129,37 @@ def test_arm_writers_and_pair_writers_exclude_each_other(tmp_path):
 def test_is_held_creates_nothing(tmp_path):
     assert not ArmLock.is_held(tmp_path / "x" / "a") and not PairLock.is_held(tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+def test_random_sequences_of_writers_keep_one_writer_per_arm_and_pair(tmp_path, monkeypatch):
+    """A seeded sweep of starts and ends of arm writers (a, b) and pair writers: each start is let in exactly when
+    the model allows it (an arm: no writer of that arm and no pair writer; a pair: no writer at all), and
+    ``is_held`` agrees with the model after every step."""
+    import random
+
+    from divergence.pairfolder import arm_lock
+
+    monkeypatch.setattr(arm_lock, "ATTEMPTS", 1)  # no probe runs here: no need to try twice
+    rng = random.Random(0)
+    held: dict[str, list] = {"a": [], "b": [], "pair": []}
+    for _ in range(300):
+        kind = rng.choice(["a", "b", "pair"])
+        if held[kind] and rng.random() < 0.5:
+            held[kind].pop().release()
+        else:
+            allowed = not held["pair"] and (not held[kind] if kind != "pair" else not (held["a"] or held["b"]))
+            try:
+                lock = PairLock(tmp_path) if kind == "pair" else ArmLock(tmp_path / kind)
+            except UserInputError as err:
+                assert not allowed, (kind, str(err))
+                assert "\n" not in str(err) and f"pid {os.getpid()}" in str(err)
+            else:
+                assert allowed, (kind, {k: len(v) for k, v in held.items()})
+                held[kind].append(lock)
+        for arm in ("a", "b"):
+            assert ArmLock.is_held(tmp_path / arm) == bool(held[arm] or held["pair"])
+        assert PairLock.is_held(tmp_path) == any(held.values())
+    for locks in held.values():
+        for lock in locks:
+            lock.release()
+    assert not PairLock.is_held(tmp_path)
