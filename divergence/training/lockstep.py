@@ -43,7 +43,9 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     from divergence.training.pair_setup import pair_config, pair_module, pair_numerics, write_pair_files
 
     out = PairFolder(out)
-    lock = pair_lock(out) if out.path.is_dir() else None  # before the checks read what another writer writes
+    # before the checks read what a live writer writes; a folder no writer ever locked gets its lock file only
+    # once checked (a refused command writes nothing)
+    lock = pair_lock(out) if out.writer_lock.is_file() else None
     try:
         check_folder(out, LOCKSTEP, pair_config(pair))
         check_numerics(out, pair_numerics(pair))
