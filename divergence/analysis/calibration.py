@@ -56,6 +56,7 @@ MAX_HORIZON_SHIFT = 0.15
 MAX_RECOVERY_ERROR = 0.2
 FLOOR_MARGIN = 10  # recovery is checked on doses >= FLOOR_MARGIN x the arithmetic floor (<= 0.04 dex from it)
 MIN_COVERAGE = 0.85
+MIN_DOSES = 3  # a slope and a monotone order need three doses; a calibration recipe with fewer is refused up front
 # Left out of the identity wherever they appear: run length, hardware, seeds (they follow the
 # replicate), logging and names.
 _VOLATILE = {
@@ -111,9 +112,9 @@ def evaluate(
 ) -> dict:
     """The content of ``calibration.json``: every criterion as {"value", "pass", ...}, per-dose estimates."""
     doses = sorted(e for e in ladder if e > 0 and ladder[e])
-    if len(doses) < 3:
+    if len(doses) < MIN_DOSES:
         raise UserInputError(
-            f"calibration needs at least 3 non-zero doses with runs, got {len(doses)}: "
+            f"calibration needs at least {MIN_DOSES} non-zero doses with runs, got {len(doses)}: "
             "train a ladder of doses (e.g. 1e-7 ... 1e-1)"
         )
     anchor = doses[len(doses) // 2]
@@ -201,7 +202,11 @@ def _monotone(per_h: dict) -> dict:
     values = {}
     for h, result in per_h.items():
         doses = _finite_doses(result)
-        rho = stats.spearmanr(doses, [result[e]["pooled"].mean for e in doses])[0] if len(doses) >= 3 else math.nan
+        rho = (
+            stats.spearmanr(doses, [result[e]["pooled"].mean for e in doses])[0]
+            if len(doses) >= MIN_DOSES
+            else math.nan
+        )
         values[str(h)] = None if not math.isfinite(rho) else float(rho)
     ok = all(v is not None and v > 1 - 1e-9 for v in values.values())
     return {

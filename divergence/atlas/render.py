@@ -19,6 +19,7 @@ from divergence.atlas.rows import numerics_text
 from divergence.tables import write_json
 
 SCHEMA = 1
+ATLAS_FILE = "atlas.json"
 FIGURE = "atlas.png"
 COLUMNS = (
     "optimization",
@@ -40,10 +41,10 @@ def write_atlas(out: Path, atlas: dict) -> list[Path]:
     """Write the four files into ``out``; return their paths."""
     figure = draw_figure(atlas, out / FIGURE)
     atlas = {**atlas, "figure": figure.name}
-    write_json(out / "atlas.json", atlas)
+    write_json(out / ATLAS_FILE, atlas)
     (out / "atlas.md").write_text(markdown(atlas), encoding="utf-8")
     (out / "atlas.html").write_text(render_html(atlas, figure), encoding="utf-8")
-    return [out / "atlas.json", out / "atlas.md", out / "atlas.html", figure]
+    return [out / ATLAS_FILE, out / "atlas.md", out / "atlas.html", figure]
 
 
 def cells(row: dict) -> list[str]:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from divergence.atlas.catalog import Optimization
 from divergence.atlas.plan import BackboneStudy, backbone_study, split_overrides
-from divergence.atlas.render import SCHEMA, write_atlas
+from divergence.atlas.catalog import BACKBONES, OPTIMIZATIONS
+from divergence.atlas.render import ATLAS_FILE, SCHEMA, write_atlas
 from divergence.atlas.rows import measured_row, seed_ceiling, unavailable_row
 
 CALIBRATION_FILE = "calibration.json"
@@ -46,6 +47,7 @@ def run_atlas(
         calibration = out / CALIBRATION_FILE
     with study_lock(out):
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str((out / CACHE_DIR).resolve()))
+        write_recipes([job for _, planned in plans.values() for job in planned])  # every reused run checked first
         for backbone, (plan, planned) in plans.items():
             parallel = parallel_jobs(jobs, plan.study.jobs, device, len(planned))
             if not quiet:
@@ -53,12 +55,39 @@ def run_atlas(
                     f"atlas {backbone}: {len(planned)} pair runs ({', '.join(dict.fromkeys(j.label for j in planned))}),"
                     f" {parallel} at a time, into {out / backbone}"
                 )
-            write_recipes(planned)
             run_jobs(planned, pair_overrides, parallel, show_progress=not quiet)
-        atlas = _assemble(out, optimizations, backbones, plans, device, calibration)
+        atlas = keep_earlier_rows(out, _assemble(out, optimizations, backbones, plans, device, calibration))
         atlas["command"] = command
         write_atlas(out, atlas)
     return atlas
+
+
+def keep_earlier_rows(out: Path, atlas: dict) -> dict:
+    """``atlas`` with the rows of ``out``'s earlier ``atlas.json`` that it does not make again (an
+    ``--only B`` run after ``--only A`` holds both rows, in catalog order); an earlier atlas of another
+    schema or device, or one that does not read, adds nothing."""
+    import json
+
+    try:
+        earlier = json.loads((out / ATLAS_FILE).read_text())
+    except (OSError, ValueError):
+        return atlas
+    if not isinstance(earlier, dict) or earlier.get("schema") != SCHEMA or earlier.get("device") != atlas["device"]:
+        return atlas
+    made = {(r["optimization"], r["backbone"]) for r in atlas["rows"]}
+    rows = earlier.get("rows") if isinstance(earlier.get("rows"), list) else []
+    kept = [r for r in rows if _known(r) and (r["optimization"], r["backbone"]) not in made]
+    order = {(o, b): (list(BACKBONES).index(b), i) for i, o in enumerate(OPTIMIZATIONS) for b in BACKBONES}
+    rows = sorted([*atlas["rows"], *kept], key=lambda r: order[(r["optimization"], r["backbone"])])
+    backbones = {
+        **(earlier.get("backbones") if isinstance(earlier.get("backbones"), dict) else {}),
+        **atlas["backbones"],
+    }
+    return {**atlas, "rows": rows, "backbones": {b: backbones[b] for b in BACKBONES if b in backbones}}
+
+
+def _known(row) -> bool:
+    return isinstance(row, dict) and row.get("optimization") in OPTIMIZATIONS and row.get("backbone") in BACKBONES
 
 
 def _assemble(out: Path, optimizations, backbones, plans, device: str, calibration: Path | None) -> dict:

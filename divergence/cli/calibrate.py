@@ -35,7 +35,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "overrides",
         nargs="*",
         metavar="KEY=VALUE",
-        help="overrides for every pair (train.lr=1e-4) or the calibration (doses=[1.0e-6,1.0e-4], "
+        help="overrides for every pair (train.lr=1e-4) or the calibration (doses=[1.0e-6,1.0e-4,1.0e-2], "
         "horizons=[50,150], references.precision=pairs/fp16-vs-fp32.yaml)",
     )
     return p

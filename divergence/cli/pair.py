@@ -53,17 +53,14 @@ def parse_values(values: list[str]) -> dict:
 def run(args) -> int:
     from pathlib import Path
 
-    from divergence.pairfolder.arm_lock import ArmLock
-    from divergence.pairfolder.layout import ARMS, PAIR_FILE
+    from divergence.pairfolder.arm_lock import PairLock
+    from divergence.pairfolder.layout import PAIR_FILE
     from divergence.pairfolder.pair_json import PairInfo, arms_line
 
     changes = parse_values(args.values)
-    info = PairInfo.read(args.dir)  # a one-line error when missing or unreadable
-    locks = []
-    try:
-        for arm in ARMS:  # no writer may start (or be running) while pair.json changes
-            if (Path(args.dir) / arm).is_dir():
-                locks.append(ArmLock(Path(args.dir) / arm))
+    PairInfo.read(args.dir)  # a one-line error when missing or unreadable (before the lock creates anything)
+    with PairLock(args.dir):  # no writer of the pair may start (or be running) while pair.json changes
+        info = PairInfo.read(args.dir)
         derived = info.description == arms_line(info.arms)  # the writers' default: the arms' labels
         for key, value in changes.items():
             if key.startswith("arms."):
@@ -73,9 +70,6 @@ def run(args) -> int:
         if derived and "description" not in changes:
             info.description = arms_line(info.arms)
         info.write(args.dir)
-    finally:
-        for lock in locks:
-            lock.release()
     shown = ", ".join(f"{k}={v}" for k, v in changes.items())
     print(f"{Path(args.dir) / PAIR_FILE}: {shown}; next: divergence report {args.dir}")
     return 0

@@ -11,7 +11,9 @@ Nothing is written before the inputs are checked (``--out`` a folder, or a path 
 one, holding no store; the series' steps within int64), and the pair folder is built in a
 hidden staging folder beside it and moved into place at the end: a failure mid-way (a
 checkpoint that cannot be read or matched) names the step and both files, and leaves no
-half-written pair folder.
+half-written pair folder. ``track`` is a writer of the pair folder like any other: it holds the
+folder's ``PairLock`` (``divergence.pairfolder.arm_lock``) while it builds and publishes, so it is
+refused in one line while an arm writer, a lockstep run or another ``track`` writes ``--out``.
 """
 
 from __future__ import annotations
@@ -122,12 +124,21 @@ def _write_store(args, out, steps: list[int], series: dict) -> None:
     """Build the pair folder in a staging folder, then move it into place (see the module docstring)."""
     import shutil
 
-    staging = _staging(out)
+    from divergence.pairfolder.arm_lock import PairLock
+
+    lock = PairLock(out) if out.is_dir() else None  # refused while an arm writer (or any writer) writes it
     try:
-        _build(args, staging, out, steps, series)
-        _publish(staging, out)
+        _check_out(out)  # again, under the lock
+        staging = _staging(out)
+        lock = lock or PairLock(staging)  # a new folder's lock, moved into place with it
+        try:
+            _build(args, staging, out, steps, series)
+            _publish(staging, out)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if lock is not None:
+            lock.release()
 
 
 def _build(args, folder, out, steps: list[int], series: dict) -> None:

@@ -21,7 +21,8 @@ are not called, and Lightning's automatic-optimization options (``gradient_clip_
 counts batches (each arm steps once per batch). A ``training_step`` must not change the
 batch in place: arm b gets the same objects after arm a.
 
-``out`` holds one pair. A folder whose ``pair.json`` names another pair is refused; so is a
+``out`` holds one pair, written by one process at a time: a second ``LockstepPair`` (or any
+other writer) on a folder being written is refused naming the holder's pid. A folder whose ``pair.json`` names another pair is refused; so is a
 fresh ``fit`` into a folder whose store already holds steps (it would cut them), unless
 ``resume=True`` says to train the pair again from step 0 (its stored steps are replaced). To
 continue a pair, resume the Trainer from its checkpoint (``fit(pair, data, ckpt_path=...)``):
@@ -154,6 +155,9 @@ class LockstepPair(pl.LightningModule):
             self.trainer.strategy.optimizer_step(optimizer.optimizer, do_nothing_closure)
 
     # -- tracking -------------------------------------------------------------------------------
+    def configure_callbacks(self):
+        return [_ReleaseOnException(self.tracker)]
+
     def on_train_start(self) -> None:
         self.tracker.start(self.trainer, max_steps(self.trainer), self._pair_weights)
 
@@ -190,6 +194,16 @@ class LockstepPair(pl.LightningModule):
 
     def _arm_log_dict(self, arm: str, dictionary: dict, *args, **kwargs):
         return self.log_dict({f"{arm}/{k}": v for k, v in dictionary.items()}, *args, **kwargs)
+
+
+class _ReleaseOnException(pl.Callback):
+    """A failed or interrupted ``fit`` drops the folder's lock (a LightningModule has no such hook)."""
+
+    def __init__(self, tracker: PairTracker):
+        self.tracker = tracker
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self.tracker.release()
 
 
 def _as_list(x) -> list:

@@ -7,6 +7,10 @@ go to the Trainer's loggers under the keys of ``divergence.loggers.step_logging`
 ``divergence/model/<metric>``, ``divergence/kind/<kind>/<metric>``,
 ``divergence/wasserstein/<module>``, ``train/loss_a``, ``train/loss_b``, ...
 
+One process writes the folder at a time: rank zero holds its ``PairLock``
+(``divergence.pairfolder.arm_lock``) from the start of training to its end, so a second
+``LockstepPair`` (or any other writer) on it is refused naming the holder's pid.
+
 A folder holds one pair: one whose ``pair.json`` names another pair (a given ``name``,
 ``category``, ``arms`` or ``replicate`` differs) is refused, and so is a fresh run (global step 0)
 into a folder whose store holds steps, unless ``resume`` says to train the pair again from step 0
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from divergence.errors import UserInputError
+from divergence.pairfolder.arm_lock import PairLock
 from divergence.pairfolder.arm_steps import check_tensor_names
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.pair_json import (
@@ -49,6 +54,7 @@ class PairTracker:
         self.recorder = StepRecorder(None, self.schedule["spike_factor"], self.schedule["spike_window"])
         self.max_steps = 0
         self.names: list[str] | None = None  # the tensors of the first tracked step compared here
+        self.lock: PairLock | None = None  # rank zero's, while it trains
 
     def tracked(self, step: int) -> bool:
         return is_tracked(step, self.max_steps, schedule_config(self.schedule), 0)
@@ -71,7 +77,23 @@ class PairTracker:
             self.record(trainer, 0, None, weights)
 
     def _open(self, step: int) -> None:
-        """Rank 0: refuse another pair's folder, or a re-run over stored steps; then write and cut."""
+        """Rank 0: take the folder's lock, refuse another pair's folder or a re-run over stored steps; then
+        write and cut."""
+        self.release()
+        self.lock = PairLock(self.folder)  # one writer of a pair folder: a second LockstepPair is refused
+        try:
+            self._check_and_cut(step)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Drop the folder's lock (at the end of training, or when it fails)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def _check_and_cut(self, step: int) -> None:
         saved = read_pair_json(self.folder) if self.folder.pair_json.is_file() else None
         if saved is not None:
             check_same_pair(self.out, saved, self.pair)
@@ -123,10 +145,13 @@ class PairTracker:
             raise UserInputError(error)
 
     def finish(self, trainer) -> None:
-        if not trainer.is_global_zero or self.recorder.store is None:
-            return
-        last = self.recorder.store.last_step()
-        finish_pair(self.folder, last, last is not None and last >= self.max_steps)
+        try:
+            if not trainer.is_global_zero or self.recorder.store is None:
+                return
+            last = self.recorder.store.last_step()
+            finish_pair(self.folder, last, last is not None and last >= self.max_steps)
+        finally:
+            self.release()
 
     def state_dict(self) -> dict:
         return self.recorder.state_dict()

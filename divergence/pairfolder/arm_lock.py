@@ -1,18 +1,28 @@
-"""One writer per arm: ``<arm>/writer.lock``, held by the process writing the arm folder.
+"""The writers of a pair folder: ``<pair>/writer.lock`` and ``<arm>/writer.lock``, held by the writing process.
 
-Two processes writing arm ``a`` of one pair folder would interleave their loss lines and
-weights files (and the second's restart would cut the first's records), and every later
-step would pair one process's losses with the other's weights. So every writer of an arm
-folder (``ArmWriter`` and the callbacks built on it, ``divergence train --arm``) takes an
-exclusive ``flock(2)`` on ``<arm>/writer.lock`` before it writes anything, and holds it for
-its lifetime; a second writer is refused in one line naming the arm folder and the holder's
-pid. The operating system releases the lock when the holder's file is closed, which includes
-the process ending in any way (a crash, ``kill -9``, a node reboot on a local disk), so a
-crashed writer never leaves it stuck. The file itself stays (it holds the last holder's
-pid and host); it is not a sign of a running writer.
+Two processes writing one pair folder would interleave their records (two lockstep runs append
+every step twice; a restarted run truncates the store while an orphan appends; ``track`` rewrites
+``pair.json`` under a live arm), and every later step would pair one process's numbers with the
+other's. So every writer of a pair folder takes ``flock(2)`` locks before it writes anything and
+holds them for its lifetime. There are two kinds of writer:
 
-Only global rank zero writes, so only rank zero takes the lock. ``flock`` works between
-processes of one machine and, on Linux, across NFS clients (emulated with byte-range locks).
+- an *arm writer* writes one arm (``ArmWriter`` and the callbacks built on it, ``divergence train
+  --arm``): ``ArmLock`` takes an exclusive lock on ``<arm>/writer.lock`` and a shared one on
+  ``<pair>/writer.lock`` (the other arm's writer shares it);
+- a *pair writer* writes the whole folder (the lockstep ``divergence train``, ``LockstepPair``,
+  ``divergence track --out``, ``divergence pair set``): ``PairLock`` takes an exclusive lock on
+  ``<pair>/writer.lock``, so it is refused while an arm writer or another pair writer lives, and
+  refuses them while it lives.
+
+A refused writer gets one line naming the folder and the holder's pid (each exclusive holder
+writes ``pid host`` into its lock file). The operating system releases a lock when the holder's
+file is closed, which includes the process ending in any way (a crash, ``kill -9``, a node reboot
+on a local disk), so a crashed writer never leaves it stuck. The files stay (they hold the last
+holder's pid and host); a file is not a sign of a running writer: ``ArmLock.is_held(arm_folder)``
+and ``PairLock.is_held(folder)`` are (the liveness rule of ``docs/pair-folder.md``).
+
+Only global rank zero writes, so only rank zero takes a lock. ``flock`` works between processes
+of one machine and, on Linux, across NFS clients (emulated with byte-range locks).
 """
 
 from __future__ import annotations
@@ -20,38 +30,78 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import time
 from pathlib import Path
 
 from divergence.errors import UserInputError
-from divergence.pairfolder.folder import arm_folder
-from divergence.pairfolder.layout import WRITER_LOCK_FILE
+from divergence.pairfolder.folder import arm_folder, pair_folder
+from divergence.pairfolder.layout import ARMS, WRITER_LOCK_FILE
+
+# A liveness probe (``is_held``) holds a shared lock for microseconds; a writer that meets one
+# tries again this often, this far apart, before it calls the lock held.
+ATTEMPTS = 5
+ATTEMPT_SECONDS = 0.02
 
 
 class ArmLock:
-    """An exclusive lock on arm folder ``folder`` (created); ``release()`` or the process's end frees it."""
+    """An arm writer's locks on arm folder ``folder`` (created); ``release()`` or the process's end frees them."""
 
     def __init__(self, folder: str | Path):
-        self.folder = arm_folder(folder).path
-        self.path = arm_folder(folder).writer_lock
-        self._file = None
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            handle = open(self.path, "a+")
-        except OSError as err:
-            raise UserInputError(
-                f"{self.folder}: cannot create {WRITER_LOCK_FILE} there ({err.strerror or err}); "
-                "choose a folder you can write to"
-            ) from None
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = _holder(self.path)
+        arm = arm_folder(folder)
+        self.folder, self.path = arm.path, arm.writer_lock
+        self.pair_path = pair_folder(self.folder.parent).writer_lock
+        self._file = self._pair_file = None
+        shared = _open(self.pair_path, self.folder)
+        if not _flock(shared, exclusive=False):
+            shared.close()
+            raise UserInputError(_arm_refused_by_pair(self.folder, _holder(self.pair_path)))
+        handle = _open(self.path, self.folder)
+        if not _flock(handle, exclusive=True):
             handle.close()
-            raise UserInputError(_refusal(self.folder, holder)) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()} {socket.gethostname()}\n")
-        handle.flush()
+            shared.close()
+            raise UserInputError(_refusal(self.folder, _holder(self.path)))
+        _sign(handle)
+        self._file, self._pair_file = handle, shared
+
+    @property
+    def held(self) -> bool:
+        return self._file is not None
+
+    def release(self) -> None:
+        for handle in (self._file, self._pair_file):
+            if handle is not None:
+                handle.close()  # closing the last descriptor drops the flock
+        self._file = self._pair_file = None
+
+    def __del__(self):
+        self.release()
+
+    @staticmethod
+    def is_held(folder: str | Path) -> bool:
+        """Whether a live process writes arm folder ``folder``: an arm writer holds its lock, or a
+        pair writer holds the pair's. Reads the locks only (a writer starting meanwhile still gets
+        them); False for an arm nobody ever locked."""
+        arm = arm_folder(folder)
+        return _probe(arm.writer_lock) or _probe(pair_folder(arm.path.parent).writer_lock)
+
+    @staticmethod
+    def holder(folder: str | Path) -> tuple[int, str] | None:
+        """``(pid, host)`` the last exclusive holder of the arm's lock wrote, None when unknown."""
+        return _holder(arm_folder(folder).writer_lock)
+
+
+class PairLock:
+    """A pair writer's exclusive lock on pair folder ``folder`` (created); ``release()`` or the process's end frees it."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = pair_folder(folder).path
+        self.path = pair_folder(folder).writer_lock
+        self._file = None
+        handle = _open(self.path, self.folder)
+        if not _flock(handle, exclusive=True):
+            handle.close()
+            raise UserInputError(_pair_refusal(self.folder))
+        _sign(handle)
         self._file = handle
 
     @property
@@ -60,11 +110,83 @@ class ArmLock:
 
     def release(self) -> None:
         if self._file is not None:
-            self._file.close()  # closing the last descriptor drops the flock
+            self._file.close()
             self._file = None
 
     def __del__(self):
         self.release()
+
+    def __enter__(self) -> "PairLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    @staticmethod
+    def is_held(folder: str | Path) -> bool:
+        """Whether a live process writes pair folder ``folder`` or one of its arms (reads the locks only)."""
+        pair = pair_folder(folder)
+        return _probe(pair.writer_lock) or any(_probe(arm.writer_lock) for arm in pair.arms.values())
+
+    @staticmethod
+    def holder(folder: str | Path) -> tuple[int, str] | None:
+        """``(pid, host)`` the last pair writer wrote into ``<pair>/writer.lock``, None when unknown."""
+        return _holder(pair_folder(folder).writer_lock)
+
+    @staticmethod
+    def writer(folder: str | Path) -> str | None:
+        """The live writer of pair folder ``folder`` in words (``another process (pid 12 on node3)``), None if none."""
+        pair = pair_folder(folder)
+        for path in (pair.writer_lock, *(arm.writer_lock for arm in pair.arms.values())):
+            if _probe(path):
+                return _who(_holder(path))
+        return None
+
+
+def _open(path: Path, folder: Path):
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        return open(path, "a+")
+    except OSError as err:
+        raise UserInputError(
+            f"{folder}: cannot create {WRITER_LOCK_FILE} there ({err.strerror or err}); "
+            "choose a folder you can write to"
+        ) from None
+
+
+def _flock(handle, exclusive: bool) -> bool:
+    """Take the lock without waiting (a few tries, see ATTEMPTS); False when another holds it."""
+    operation = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+    for attempt in range(ATTEMPTS):
+        try:
+            fcntl.flock(handle.fileno(), operation)
+            return True
+        except OSError:
+            if attempt + 1 < ATTEMPTS:
+                time.sleep(ATTEMPT_SECONDS)
+    return False
+
+
+def _sign(handle) -> None:
+    """An exclusive holder writes ``pid host`` into its lock file (named by the refusals)."""
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()} {socket.gethostname()}\n")
+    handle.flush()
+
+
+def _probe(path: Path) -> bool:
+    """Whether an exclusive lock on ``path`` is held: a shared one cannot be taken (and is dropped at once)."""
+    try:
+        handle = open(path)
+    except OSError:
+        return False  # never created: never locked
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        return False  # closing the file drops the probe's lock
 
 
 def _holder(path: Path) -> tuple[int, str] | None:
@@ -76,35 +198,53 @@ def _holder(path: Path) -> tuple[int, str] | None:
         return None
 
 
-def _refusal(folder: Path, holder: tuple[int, str] | None) -> str:
+def _who(holder: tuple[int, str] | None) -> str:
     if holder is None:
-        who = "another process"
-    elif holder == (os.getpid(), socket.gethostname()):
+        return "another process"
+    if holder == (os.getpid(), socket.gethostname()):
+        return f"an earlier writer of this process (pid {holder[0]})"
+    return f"another process (pid {holder[0]} on {holder[1]})"
+
+
+def _refusal(folder: Path, holder: tuple[int, str] | None) -> str:
+    if holder == (os.getpid(), socket.gethostname()):
         return (
             f"{folder}: an earlier writer of this process (pid {holder[0]}) still writes this arm; call its "
             "finish() first (one writer per arm)"
         )
-    else:
-        who = f"another process (pid {holder[0]} on {holder[1]})"
     return (
-        f"{folder}: {who} is writing this arm; one writer per arm at a time: stop it first, or train into "
+        f"{folder}: {_who(holder)} is writing this arm; one writer per arm at a time: stop it first, or train into "
         "another pair folder"
     )
 
 
 def writer_alive(folder: str | Path) -> bool | None:
-    """Whether a live process holds arm folder ``folder``'s ``writer.lock``: True; False when the lock
-    is free (its last writer ended, in any way: a ``kill -9`` too); None when there is no lock file
-    (a writer that takes none). Reads only: a shared lock is tried without waiting and dropped at
-    once (a writer starting in those microseconds is refused as if another held it)."""
-    try:
-        fd = os.open(arm_folder(folder).writer_lock, os.O_RDONLY)
-    except OSError:
+    """Whether a live process writes arm folder ``folder`` (``ArmLock.is_held``): True; False when its
+    ``writer.lock`` is free (its last writer ended, in any way: a ``kill -9`` too); None when there is
+    no lock file (a writer that takes none). Reads the locks only."""
+    if not arm_folder(folder).writer_lock.exists():
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)  # drops the shared lock, if taken
-    return False
+    return ArmLock.is_held(folder)
+
+
+def _arm_refused_by_pair(folder: Path, holder: tuple[int, str] | None) -> str:
+    return (
+        f"{folder}: {_who(holder)} is writing the whole pair folder {folder.parent} (a lockstep run or divergence "
+        "track); one writer per arm at a time: stop it first (or wait for it to end), or train into another pair "
+        "folder"
+    )
+
+
+def _pair_refusal(folder: Path) -> str:
+    """A pair writer refused: by a live arm writer (named with its arm) or by another pair writer."""
+    for name in ARMS:
+        arm = pair_folder(folder).arm(name)
+        if _probe(arm.writer_lock):
+            return (
+                f"{folder}: {_who(_holder(arm.writer_lock))} still writes arm {name} of this pair folder; one "
+                "writer of a pair folder at a time: stop it first (or wait for it to end), or use another folder"
+            )
+    return (
+        f"{folder}: {_who(_holder(pair_folder(folder).writer_lock))} is writing this pair folder; one writer of a pair "
+        "folder at a time: stop it first (or wait for it to end), or use another folder"
+    )

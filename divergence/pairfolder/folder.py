@@ -194,6 +194,11 @@ class PairFolder(RunFolder):
         """``retention.json``: the weights files watch is about to delete (``tracking.keep``)."""
         return self.path / RETENTION_FILE
 
+    @property
+    def writer_lock(self) -> Path:
+        """``writer.lock``: exclusive for a writer of the whole pair, shared by arm writers (``pairfolder.arm_lock``)."""
+        return self.path / WRITER_LOCK_FILE
+
     def arm(self, name: str) -> ArmFolder:
         """The folder of arm ``name`` (``a`` or ``b``)."""
         return ArmFolder(self.path / name)

@@ -7,6 +7,7 @@
       metrics.jsonl            METRICS_FILE       the metrics store (divergence.store.MetricsStore)
       attention.jsonl          ATTENTION_FILE     the shadow attention variant's deviations
       costs.jsonl              COSTS_FILE         each lockstep arm's step time and peak memory (training.step_costs)
+      writer.lock              WRITER_LOCK_FILE   exclusive for a writer of the whole pair, shared by arm writers
       pair.yaml                PAIR_RECIPE_FILE   the built-in trainer's resolved pair recipe (optional)
       watch.json               WATCH_STATE_FILE   divergence watch's own state
       retention.json           RETENTION_FILE     with tracking.keep: the weights files watch is about to delete

@@ -117,7 +117,7 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
 
 def _doses(value, path: Path) -> tuple[float, ...]:
     if not isinstance(value, list) or not value:
-        raise RecipeError(f"{path}: doses: expected a list of relative doses eps > 0, e.g. [1.0e-6, 1.0e-4]")
+        raise RecipeError(f"{path}: doses: expected a list of relative doses eps > 0, e.g. [1.0e-6, 1.0e-4, 1.0e-2]")
     doses = []
     for i, item in enumerate(value):
         try:
@@ -129,4 +129,11 @@ def _doses(value, path: Path) -> tuple[float, ...]:
         doses.append(eps)
     if len(set(doses)) != len(doses):
         raise RecipeError(f"{path}: doses: {doses} repeats a dose")
+    from divergence.analysis.calibration import MIN_DOSES  # the statistic's rule, checked before anything trains
+
+    if len(doses) < MIN_DOSES:
+        raise RecipeError(
+            f"{path}: doses: {len(doses)} given ({', '.join(f'{d:g}' for d in doses)}); the calibration needs at "
+            f"least {MIN_DOSES} (a slope and a monotone order), e.g. doses=[1.0e-6,1.0e-4,1.0e-2]"
+        )
     return tuple(sorted(doses))

@@ -5,7 +5,9 @@ Replicate r of a pair trains into ``DIR/<pair name>/r<r>/`` from ``DIR/recipes/<
 (pair name, replicate) is unique. A pair run whose ``pair.json`` says it finished the requested
 steps is not trained again; any
 other resumes from its last checkpoint (that is what ``divergence train`` does on an
-existing folder), so an interrupted study picks up where it stopped. Progress is a bar per
+existing folder), so an interrupted study picks up where it stopped. Both only for a run of the
+same recipe, and none while a live process writes its folder (``study.reuse``, checked before
+anything is written). Progress is a bar per
 pair and one overall, read from the pairs' metrics stores.
 """
 
@@ -27,6 +29,8 @@ from divergence.variants.pair_recipe import load_pair_recipe
 from divergence.store import MetricsStore
 from divergence.study.config import Study, StudyPair, in_study
 from divergence.study.lock import signals_raise
+from divergence.study.reuse import check_no_writer, check_same_recipe
+from divergence.training.pair_setup import pair_config
 from divergence.training.host import check_host
 
 POLL_SECONDS = 1.0
@@ -52,6 +56,8 @@ class PairJob:
     skipped: bool = False
     replicate: int = 0
     recipe_text: str = ""
+    config: dict | None = None  # the resolved pair as ``train`` saves it (``pair.yaml``): what a reused run must match
+    log_start: int = 0  # where this job's child began writing its log (earlier attempts wrote before it)
 
     @property
     def label(self) -> str:
@@ -105,12 +111,17 @@ def plan_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
                         resolved.base.train.max_steps,
                         replicate=replicate,
                         recipe_text=text,
+                        config=pair_config(resolved),
                     )
                 )
     return jobs
 
 
 def write_recipes(jobs: list[PairJob]) -> None:
+    """Each job's recipe into ``DIR/recipes/``, once no run folder is written by a live process and every
+    run folder a job would reuse holds its recipe (``study.reuse``): a one-line error, nothing written."""
+    check_no_writer(jobs)
+    check_same_recipe(jobs)
     for job in jobs:
         job.recipe_path.parent.mkdir(parents=True, exist_ok=True)
         job.recipe_path.write_text(job.recipe_text)
@@ -191,6 +202,7 @@ def _start(job: PairJob, overrides: list[str]) -> PairJob:
     env.setdefault("WANDB_RUN_GROUP", job.out.parent.name)  # one wandb group: the study folder's name
     job.out.mkdir(parents=True, exist_ok=True)
     log = open(_log_path(job), "a")
+    job.log_start = log.tell()
     job.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     log.close()
     return job
@@ -211,11 +223,20 @@ def _check_exit(job: PairJob) -> None:
     if code == 0:
         return
     log = _log_path(job)
-    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    last = lines[-1] if lines else "(no output)"
+    last = _last_line(log, job.log_start)
     raise PairFailed(
         f"pair {job.pair.name} (replicate {job.replicate}) failed (exit {code}): {last} [full log: {log}]", code
     )
+
+
+def _last_line(log: Path, start: int) -> str:
+    """What the child said last: its own error line (``divergence train: error: ...``), else the log's last
+    line, read from where the child began (lines before are an earlier attempt's)."""
+    with open(log, "rb") as f:
+        f.seek(start)
+        lines = [line for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("divergence train: error:")]
+    return (errors or lines or ["(no output)"])[-1]
 
 
 def _log_path(job: PairJob) -> Path:

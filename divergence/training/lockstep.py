@@ -11,6 +11,10 @@ Layout of ``<out>``::
     resume/last.ckpt                       both arms' full training state
     csv/metrics.csv, wandb/, tensorboard/  logs
 
+One process writes the folder at a time (``pairfolder.arm_lock.PairLock``, held on global rank
+zero while it trains): a second ``train`` on it, or one started while an arm writer, a
+``LockstepPair`` or ``track`` writes it, is refused naming the holder's pid.
+
 Running the same command again resumes from ``resume/last.ckpt``: the store drops the steps
 after that checkpoint and the run recomputes them, so the final weights and the metrics
 series equal those of an uninterrupted run (bitwise on CPU).
@@ -33,21 +37,45 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     from divergence.training.host import check_host
 
     check_host(*pair.arm_recipes.values())
-    from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
-    from divergence.training.callbacks.divergence import DivergenceTracker
     from divergence.loggers.sinks import global_rank_zero
-    from divergence.training.fit import fit, writable_folder
+    from divergence.training.fit import writable_folder
     from divergence.training.folder_check import LOCKSTEP, check_folder, check_numerics
-    from divergence.loggers.sinks import RunIdentity
     from divergence.training.pair_setup import pair_config, pair_module, pair_numerics, write_pair_files
 
     out = PairFolder(out)
-    check_folder(out, LOCKSTEP, pair_config(pair))
-    check_numerics(out, pair_numerics(pair))
-    module = pair_module(pair)  # builds both arms: bad variants fail before any file is written
-    if global_rank_zero():
-        writable_folder(out)
-        write_pair_files(out, pair, keep=False)
+    # before the checks read what a live writer writes; a folder no writer ever locked gets its lock file only
+    # once checked (a refused command writes nothing)
+    lock = pair_lock(out) if out.writer_lock.is_file() else None
+    try:
+        check_folder(out, LOCKSTEP, pair_config(pair))
+        check_numerics(out, pair_numerics(pair))
+        module = pair_module(pair)  # builds both arms: bad variants fail before any file is written
+        if global_rank_zero():
+            writable_folder(out)
+            lock = lock or pair_lock(out)
+            write_pair_files(out, pair, keep=False)
+        return _train(pair, out, module, callbacks)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def pair_lock(out: PairFolder):
+    """Global rank zero's ``PairLock`` on ``out`` (one writer of a pair folder: an orphaned ``train`` of a
+    killed study, still writing, refuses a second one), None on the other ranks."""
+    from divergence.loggers.sinks import global_rank_zero
+    from divergence.pairfolder.arm_lock import PairLock
+
+    return PairLock(out) if global_rank_zero() else None
+
+
+def _train(pair: PairRecipe, out: PairFolder, module, callbacks):
+    from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
+    from divergence.training.callbacks.divergence import DivergenceTracker
+    from divergence.loggers.sinks import RunIdentity
+    from divergence.training.fit import fit
+    from divergence.training.pair_setup import pair_config
+
     tracker = DivergenceTracker(
         out,
         pair.tracking,

@@ -142,12 +142,13 @@ def test_a_failure_mid_way_names_the_step_and_file_and_leaves_nothing(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no pair folder, no staging folder left
     (tmp_path / "existing").mkdir()  # an --out folder that exists: it stays as it was
     assert main(["track", a, b, "--out", str(tmp_path / "existing"), "--quiet"]) == 2
-    assert "step 10" in _error(capsys) and not any((tmp_path / "existing").iterdir())
+    assert "step 10" in _error(capsys)
+    assert [p.name for p in (tmp_path / "existing").iterdir()] == ["writer.lock"]  # the lock's file, no record
     bad.unlink()
     assert main(["track", a, b, "--out", str(tmp_path / "existing"), "--quiet"]) == 0  # then it works
     assert MetricsStore(tmp_path / "existing").steps() == [0, 5]
     assert json.loads((tmp_path / "existing" / "pair.json").read_text())["name"] == "existing"
-    assert sorted(p.name for p in (tmp_path / "existing").iterdir()) == ["metrics.jsonl", "pair.json"]
+    assert sorted(p.name for p in (tmp_path / "existing").iterdir()) == ["metrics.jsonl", "pair.json", "writer.lock"]
 
 
 def test_a_step_past_int64_is_refused_naming_the_file(tmp_path, capsys):
@@ -218,3 +219,29 @@ def test_ckpt_without_a_stored_step_falls_back_to_its_name_and_a_bad_one_is_one_
     torch.save({**state, "global_step": -3}, tmp_path / "epoch=4-step=7.ckpt")
     with pytest.raises(CheckpointError, match=r"epoch=4-step=7.ckpt: global_step is '-3', not a step number"):
         find_series(tmp_path)
+
+
+def test_track_over_a_live_arm_writer_is_refused_and_pair_json_is_kept(tmp_path, capsys):
+    """Issue 28 (14): ``track --out`` over a folder an ``ArmWriter`` still writes rewrote its ``pair.json``."""
+    from safetensors.torch import save_file
+
+    from divergence.pairfolder.arm_lock import PairLock
+    from divergence.writers import ArmWriter
+
+    for arm in ("a", "b"):
+        (tmp_path / arm).mkdir()
+        for step in (0, 10):
+            save_file({"w": torch.full((2,), float(step))}, str(tmp_path / arm / f"step_{step}.safetensors"))
+    out = tmp_path / "pair"
+    writer = ArmWriter(out, "a", max_steps=10, every=5, name="live", category="seed", dense=[])
+    writer.record(0, {"w": torch.zeros(2)})
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    args = ["track", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out), "--quiet"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "still writes arm a of this pair folder" in err and str(out) in err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before  # pair.json, no store
+    assert not MetricsStore(out).exists() and json.loads((out / "pair.json").read_text())["name"] == "live"
+    writer.finish("failed")
+    assert main(args) == 0  # once the writer has ended, track may build the folder
+    assert not PairLock.is_held(out) and len(MetricsStore(out).step_records()) == 2

@@ -81,7 +81,7 @@ def test_refused_while_a_writer_holds_an_arm_and_without_pair_json(tmp_path, cap
     lock = ArmLock(folder / "b")
     try:
         assert main(["pair", "set", str(folder), "name=other"]) == 2
-        assert "still writes this arm" in capsys.readouterr().err
+        assert "still writes arm b of this pair folder" in capsys.readouterr().err
     finally:
         lock.release()
     assert json.loads((folder / "pair.json").read_text())["name"] == "flash-vs-baseline"

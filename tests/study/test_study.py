@@ -220,3 +220,40 @@ def test_the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_n
     )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "train.cpu_threads = 1, this command 2" in err
+
+
+def test_a_re_run_with_an_edited_recipe_is_refused_not_mixed(tmp_path, capsys):
+    """Issue 28 (3): a re-run with ``train.lr=0.5`` over runs of ``train.lr=0.001`` exited 0 with a report of the
+    old runs, and one extended by a replicate mixed old and new; now one line naming the run and the key."""
+    out = tmp_path / "s"
+    small = ["--max-steps", "2", "--jobs", "1", *QUICK[2:], "numerics=base"]
+    small += ["references.seed=null", "references.precision=null", "references.control=null"]
+    assert main(["study", "--out", str(out), "--replicates", "1", *small, "train.lr=0.001"]) == 0
+    capsys.readouterr()
+    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.suffix != ".lock"}
+    assert main(["study", "--out", str(out), "--replicates", "2", *small, "train.lr=0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    run = out / "flash-vs-baseline" / "r0"
+    assert len(err.splitlines()) == 1 and f"{run}: its pair.yaml" in err, err
+    assert "recipes.a.train.lr = 0.001, this command 0.5" in err and "give a new --out, or delete" in err
+    assert {p: p.read_bytes() for p in before} == before  # runs, recipes and report untouched
+    assert not (out / "flash-vs-baseline" / "r1").exists()  # no run of the new recipe beside the old
+    assert main(["study", "--out", str(out), "--replicates", "1", *small, "train.lr=0.001"]) == 0  # same recipe: reused
+
+
+def test_a_failed_train_child_is_quoted_from_its_own_lines(tmp_path):
+    """Issue 28 (5): the study quoted the log's last line, which an orphaned ``train`` of an earlier study (or
+    an earlier attempt) wrote; now the child's own error line, from where it began writing."""
+    from divergence.study.runner import _last_line
+
+    log = tmp_path / "pair-r0.log"
+    log.write_text("divergence train: error: an earlier attempt's\n")
+    start = log.stat().st_size
+    with open(log, "a") as f:
+        f.write("Epoch 0: step 3\ndivergence train: error: this child's own\nEpoch 0: step 4 (the orphan)\n")
+    assert _last_line(log, start) == "divergence train: error: this child's own"
+    with open(log, "a") as f:
+        start = f.tell()
+        f.write("Traceback (most recent call last):\nValueError: boom\n\n")
+    assert _last_line(log, start) == "ValueError: boom"
+    assert _last_line(log, log.stat().st_size) == "(no output)"

@@ -136,7 +136,7 @@ def test_a_second_study_on_the_folder_is_refused_until_the_first_is_killed(tmp_p
                     "--quiet",
                     "--max-steps",
                     "3",
-                    "doses=[1.0e-4]",
+                    "doses=[1.0e-4,1.0e-3,1.0e-2]",
                     "references.precision=null",
                     "train.batch_size=2",
                     "sample.enabled=false",
@@ -159,6 +159,35 @@ def test_a_second_study_on_the_folder_is_refused_until_the_first_is_killed(tmp_p
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=60)
         _kill([second.pid, *children])
+
+
+def test_a_restarted_study_refuses_the_folder_its_orphan_still_trains(tmp_path, capsys):
+    """Issue 28 (5): a study killed with SIGKILL leaves its ``train`` child running; the restarted study started
+    a second ``train`` on the folder (which cut the store while the orphan appended) and quoted the orphan's log.
+    Now it is refused in one line naming the orphan, before anything is written, and the orphan's store is kept."""
+    from divergence.pairfolder.arm_lock import PairLock
+
+    recipe, out = _study_recipe(tmp_path), tmp_path / "out"
+    first, children = _start_study(recipe, out, "--max-steps", "500")
+    run = out / "fused-adamw" / "r0"
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "metrics.jsonl").is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        first.kill()  # SIGKILL: the study ends, its train child goes on
+        first.wait(timeout=30)
+        (orphan,) = children
+        assert _alive(orphan) and PairLock.is_held(run)
+        store = (run / "metrics.jsonl").read_bytes()
+        capsys.readouterr()
+        assert main(["study", "--recipe", str(recipe), "--out", str(out), "--max-steps", "500", *QUICK]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{run}: another process (pid {orphan} on" in err, err
+        assert "still writing this pair run" in err
+        time.sleep(1.0)
+        assert (run / "metrics.jsonl").read_bytes().startswith(store)  # the orphan's records: not cut
+    finally:
+        _kill([first.pid, *children])
 
 
 def test_the_lock_names_its_holder_and_is_free_once_released(tmp_path):
