@@ -47,6 +47,7 @@ QUICK = {
     "sweep.reference_seq_len": 128,
     "tiles.memory": 2048,
     "tiles.memories": [256, 1024, 2048],
+    "sweep.backward_max_seq_len": 64,
 }
 
 
