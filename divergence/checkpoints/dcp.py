@@ -1,0 +1,92 @@
+"""``torch.distributed.checkpoint`` (DCP) folders as a tensor source, one tensor assembled at a time.
+
+What the folder holds is described in ``dcp_metadata``; its ``.metadata`` is read there
+without running code. Here:
+
+- **which tensors are the model's**: DCP saves a nested state dict flattened
+  (``planner_data`` keeps each tensor's path). When the top level holds a model under one of
+  the names the pickled readers look for (``STATE_DICT_KEYS``: ``model``, ``state_dict``,
+  ...; accelerate and Lightning write ``{"model": ...}``), its tensors are the weights,
+  named by their path inside it (``model.layers.0.weight`` -> ``layers.0.weight``), as a
+  ``.pt`` holding ``{"model": state_dict}`` reads. Otherwise (torchtitan saves the model at
+  the top level) every tensor is, except those under a top-level ``optim*`` key (optimizer
+  state: moments, step counters). Non-tensor entries (``BytesStorageMetadata``: pickled
+  objects) are never read.
+- **loading one tensor**: ``load(name)`` allocates the full tensor and copies each chunk into
+  its place (``tensor[o0:o0+s0, o1:o1+s1, ...] = chunk``), reading each chunk's
+  ``torch.save`` archive from its byte range with the weights-only unpickler
+  (``saved_tensor``). A tensor stored as one chunk is returned as read. So a comparison holds
+  the tensors it is measuring plus one chunk, never the model; ``compare_pairs`` overlaps
+  the reading of the next pair with the measuring of the current ones, as for every format.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from divergence.checkpoints.dcp_metadata import METADATA_FILE, StoredTensor, read_metadata, stored_tensors
+from divergence.checkpoints.pickled import STATE_DICT_KEYS
+from divergence.checkpoints.saved_tensor import load_saved_tensor
+from divergence.checkpoints.source import TensorSource
+from divergence.errors import CheckpointError
+
+OPTIMIZER_PREFIX = "optim"  # optimizer, optimizers, optim, optimizer_0 ...
+
+
+def is_dcp_folder(path: Path) -> bool:
+    """A folder ``torch.distributed.checkpoint.save`` wrote: ``.metadata`` beside ``*.distcp`` shards."""
+    return (path / METADATA_FILE).is_file() and any(path.glob("*.distcp"))
+
+
+class DcpFolder(TensorSource):
+    """The model tensors of a DCP folder, each read from its chunks when asked for."""
+
+    def __init__(self, path: str | Path, prefix: str = ""):
+        self.path = Path(path)
+        tensors, paths = stored_tensors(self.path, read_metadata(self.path))
+        chosen = model_names(paths)
+        if not chosen:
+            raise CheckpointError(
+                f"{self.path}: a DCP checkpoint without model tensors (it holds {len(tensors)} tensors, "
+                f"all optimizer state)"
+            )
+        self._stored = {prefix + name: tensors[fqn] for fqn, name in chosen.items()}
+        self.metadata = {"format": "dcp"}
+        super().__init__({name: stored.info for name, stored in self._stored.items()})
+
+    def load(self, name: str) -> torch.Tensor:
+        info = self.info(name)
+        stored = self._stored[name]
+        if len(stored.chunks) == 1:
+            return self._chunk(name, stored, stored.chunks[0])
+        tensor = torch.empty(info.shape, dtype=info.torch_dtype)
+        for chunk in stored.chunks:
+            box = tuple(slice(o, o + s) for o, s in zip(chunk.offsets, chunk.sizes))
+            tensor[box].copy_(self._chunk(name, stored, chunk))
+        return tensor
+
+    def _chunk(self, name: str, stored: StoredTensor, chunk) -> torch.Tensor:
+        file = self.path / chunk.file
+        where = f"{file}: chunk of {name!r} at {list(chunk.offsets)}"
+        try:
+            with open(file, "rb") as f:
+                piece = load_saved_tensor(f, chunk.offset, chunk.length, where)
+        except OSError as err:
+            raise CheckpointError(f"{file}: cannot read: {err.strerror or err}") from None
+        if piece.dtype != stored.info.torch_dtype or tuple(piece.shape) != chunk.sizes:
+            raise CheckpointError(
+                f"{where}: holds {piece.dtype} {list(piece.shape)}, but the metadata says "
+                f"{stored.info.torch_dtype} {list(chunk.sizes)}"
+            )
+        return piece
+
+
+def model_names(paths: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """``{flattened name: name to compare}`` of the model's tensors (see the module docstring)."""
+    tops = {path[0] for path in paths.values() if len(path) > 1}
+    holder = next((key for key in STATE_DICT_KEYS if key in tops), None)
+    if holder is not None:
+        return {fqn: ".".join(path[1:]) for fqn, path in paths.items() if path[0] == holder and len(path) > 1}
+    return {fqn: ".".join(path) for fqn, path in paths.items() if not path[0].startswith(OPTIMIZER_PREFIX)}

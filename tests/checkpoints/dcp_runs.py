@@ -1,0 +1,111 @@
+"""Two training runs of a tiny model sharded with FSDP2 on 2 CPU ranks (gloo), checkpointed with
+the real ``torch.distributed.checkpoint.save``, each step also saved as safetensors of the same
+full weights (``DTensor.full_tensor()``) for the oracle.
+
+    root/a/step-N/                DCP, {"model": model.state_dict()}  (accelerate / Lightning layout)
+    root/b/checkpoint-N/          DCP, torch.compile wrapper's keys (``_orig_mod.``) at the top level
+                                  plus {"optimizer": Adam state} (torchtitan layout)
+    root/a_st/step_N.safetensors  the same weights, unsharded, plain names
+    root/b_st/step_N.safetensors
+
+The model has a Linear whose rows do not split evenly over 2 ranks (chunks of 3 and 2 rows, ...),
+a BatchNorm (replicated buffers: one chunk, a 0-d int64 counter) and an Embedding. Both ranks
+train on the same batches, so the replicated buffers are equal on every rank (DCP keeps one
+rank's copy; the safetensors oracle rank 0's).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import torch
+
+STEPS = (0, 2, 4)
+
+
+def tiny_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Embedding(10, 8),
+        torch.nn.Linear(8, 5),
+        torch.nn.BatchNorm1d(5),
+        torch.nn.Linear(5, 3),
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_runs(root: Path) -> Path:
+    """Both runs under ``root`` (about 10 s: two processes start torch)."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_worker, args=(2, str(root), _free_port()), nprocs=2, join=True)
+    return root
+
+
+def _worker(rank: int, world: int, root: str, port: int) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        for arm, lr in (("a", 1e-2), ("b", 2e-2)):
+            _train_and_save(Path(root), arm, lr, rank)
+    finally:
+        dist.destroy_process_group()
+
+
+def _train_and_save(root: Path, arm: str, lr: float, rank: int) -> None:
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    from torch.distributed.fsdp import fully_shard
+
+    model = tiny_model()
+    for layer in (model[0], model[1], model[3]):
+        fully_shard(layer)
+    fully_shard(model)
+    compiled = torch.compile(model)  # lazy: never run, only its state_dict keys (_orig_mod.) are used
+    optim = torch.optim.Adam(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(1)  # the same batch on both ranks: BatchNorm's buffers (not
+    # synchronized across ranks, and saved by DCP from one rank only) then agree with rank 0's
+    for step in range(STEPS[-1] + 1):
+        if step in STEPS:
+            if arm == "a":
+                state = {"model": model.state_dict()}
+                folder = root / "a" / f"step-{step}"
+            else:
+                state = {**compiled.state_dict(), "optimizer": get_optimizer_state_dict(model, optim)}
+                folder = root / "b" / f"checkpoint-{step}"
+            _save(state, folder)
+            _save_full(model, root / f"{arm}_st" / f"step_{step}.safetensors", rank)
+        tokens = torch.randint(0, 10, (8,), generator=g)
+        loss = model(tokens).pow(2).mean()
+        loss.backward()
+        optim.step()
+        optim.zero_grad()
+    dist.barrier()
+
+
+def _save(state: dict, folder: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(state, checkpoint_id=folder)
+
+
+def _save_full(model, path: Path, rank: int) -> None:
+    from safetensors.torch import save_file
+    from torch.distributed.tensor import DTensor
+
+    full = {
+        k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone() for k, v in model.state_dict().items()
+    }
+    if rank == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file(full, path)
