@@ -12,12 +12,14 @@ without running code. Here:
   the top level) every tensor is, except those under a top-level ``optim*`` key (optimizer
   state: moments, step counters). Non-tensor entries (``BytesStorageMetadata``: pickled
   objects) are never read.
-- **loading one tensor**: ``load(name)`` allocates the full tensor and copies each chunk into
-  its place (``tensor[o0:o0+s0, o1:o1+s1, ...] = chunk``), reading each chunk's
-  ``torch.save`` archive from its byte range with the weights-only unpickler
-  (``saved_tensor``). A tensor stored as one chunk is returned as read. So a comparison holds
-  the tensors it is measuring plus one chunk, never the model; ``compare_pairs`` overlaps
-  the reading of the next pair with the measuring of the current ones, as for every format.
+- **loading one tensor**: ``load(name)`` allocates the full tensor and fills each chunk's
+  place (``tensor[o0:o0+s0, o1:o1+s1, ...]``) from the chunk's ``torch.save`` archive in its
+  byte range, read with the weights-only unpickler (``saved_tensor``). Where that place is
+  contiguous (FSDP's row shards, a tensor stored whole) the bytes are read straight into
+  it; otherwise (a column shard) the chunk is read apart and copied in. So a comparison
+  holds the tensors it is measuring plus at most one chunk, never the model, and reads each
+  byte once, as the safetensors reader does; ``compare_pairs`` overlaps the reading of the
+  next pair with the measuring of the current ones, as for every format.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from divergence.checkpoints.dcp_metadata import METADATA_FILE, StoredTensor, read_metadata, stored_tensors
+from divergence.checkpoints.dcp_metadata import METADATA_FILE, read_metadata, stored_tensors
 from divergence.checkpoints.pickled import STATE_DICT_KEYS
 from divergence.checkpoints.saved_tensor import load_saved_tensor
 from divergence.checkpoints.source import TensorSource
@@ -58,27 +60,27 @@ class DcpFolder(TensorSource):
 
     def load(self, name: str) -> torch.Tensor:
         info = self.info(name)
-        stored = self._stored[name]
-        if len(stored.chunks) == 1:
-            return self._chunk(name, stored, stored.chunks[0])
         tensor = torch.empty(info.shape, dtype=info.torch_dtype)
-        for chunk in stored.chunks:
-            box = tuple(slice(o, o + s) for o, s in zip(chunk.offsets, chunk.sizes))
-            tensor[box].copy_(self._chunk(name, stored, chunk))
+        for chunk in self._stored[name].chunks:
+            box = tensor[tuple(slice(o, o + s) for o, s in zip(chunk.offsets, chunk.sizes))]
+            piece = self._chunk(name, chunk, box)
+            if piece is not box:
+                box.copy_(piece)
         return tensor
 
-    def _chunk(self, name: str, stored: StoredTensor, chunk) -> torch.Tensor:
+    def _chunk(self, name: str, chunk, box: torch.Tensor) -> torch.Tensor:
+        """The chunk's tensor: read straight into ``box`` (its place in the full tensor) when that
+        is contiguous (rows of an FSDP shard, a whole tensor), else read apart for copying."""
         file = self.path / chunk.file
         where = f"{file}: chunk of {name!r} at {list(chunk.offsets)}"
         try:
             with open(file, "rb") as f:
-                piece = load_saved_tensor(f, chunk.offset, chunk.length, where)
+                piece = load_saved_tensor(f, chunk.offset, chunk.length, where, box if box.is_contiguous() else None)
         except OSError as err:
             raise CheckpointError(f"{file}: cannot read: {err.strerror or err}") from None
-        if piece.dtype != stored.info.torch_dtype or tuple(piece.shape) != chunk.sizes:
+        if piece.dtype != box.dtype or piece.shape != box.shape:
             raise CheckpointError(
-                f"{where}: holds {piece.dtype} {list(piece.shape)}, but the metadata says "
-                f"{stored.info.torch_dtype} {list(chunk.sizes)}"
+                f"{where}: holds {piece.dtype} {list(piece.shape)}, but the metadata says {box.dtype} {list(box.shape)}"
             )
         return piece
 

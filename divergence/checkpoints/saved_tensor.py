@@ -11,9 +11,12 @@ checkpoint's metadata. ``load_saved_tensor`` reads one such archive without hand
   (``torch._weights_only_unpickler``, what ``torch.load(weights_only=True)`` uses): only
   tensors and plain containers are rebuilt, and a pickle naming any other global is refused
   with that global named (``pickle_scan``);
-- every storage it asks for must be a stored (uncompressed) ``data/KEY`` record of exactly
-  its declared size, read with ``readinto`` straight into a fresh tensor (no second copy);
-  torch checks, when it builds the view, that the view fits its storage.
+- it is unpickled twice: first onto ``meta`` (sizes only), where every storage it asks for
+  must be a stored (uncompressed) ``data/KEY`` record of exactly its declared size, and torch
+  checks, when it builds the view, that the view fits its storage; then for real, each
+  record read with ``readinto`` from its offset in the file straight into a fresh tensor
+  (or into the caller's ``out``, see ``load_saved_tensor``), never through ``zipfile``'s
+  buffered reader (which copies the bytes twice and CRCs them).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import struct
 import zipfile
 
 import torch
@@ -61,25 +65,33 @@ class FileRange(io.RawIOBase):
         return got
 
 
-def load_saved_tensor(file, offset: int, length: int, where: str) -> torch.Tensor:
+def load_saved_tensor(file, offset: int, length: int, where: str, out: torch.Tensor | None = None) -> torch.Tensor:
     """The tensor that ``torch.save`` wrote at ``[offset, offset + length)`` of ``file``.
 
     ``where`` names the chunk in errors (``ckpt/__0_0.distcp: chunk of 'layers.0.weight'``).
+    With ``out`` (a contiguous tensor, e.g. the rows of the full tensor this chunk fills), a
+    saved tensor of exactly ``out``'s dtype and shape that fills its storage is read straight
+    into ``out``, which is returned: one read from disk, no copy.
     """
     window, data = FileRange(file, offset, length), b""
     try:
         with zipfile.ZipFile(window) as archive:
             data, records = _pickle_and_records(archive, where)
-            tensor = _unpickle(data, archive, records, where)
+        used: list[zipfile.ZipInfo] = []
+        meta = _unpickle(data, lambda saved_id: _meta_storage(saved_id, records, used, where))
+        if not isinstance(meta, torch.Tensor):
+            raise CheckpointError(f"{where}: holds a {type(meta).__name__}, not a tensor")
+        if out is not None and len(used) == 1 and _fills(meta, out):
+            _read_record(window, used[0], out, where)
+            return out
+        read = {}
+        return _unpickle(data, lambda saved_id: _storage(saved_id, window, records, read, where))
     except CheckpointError:
         raise
     except pickle.UnpicklingError as err:
         raise _refusal(where, data, err) from None
     except Exception as err:  # noqa: BLE001 - any failure of the parser on untrusted bytes is "corrupt"
         raise CheckpointError(f"{where}: corrupt torch.save archive ({type(err).__name__}: {str(err)[:160]})") from None
-    if not isinstance(tensor, torch.Tensor):
-        raise CheckpointError(f"{where}: holds a {type(tensor).__name__}, not a tensor")
-    return tensor
 
 
 def _pickle_and_records(archive: zipfile.ZipFile, where: str) -> tuple[bytes, dict[str, zipfile.ZipInfo]]:
@@ -91,16 +103,16 @@ def _pickle_and_records(archive: zipfile.ZipFile, where: str) -> tuple[bytes, di
     return archive.read(pickles[0]), records
 
 
-def _unpickle(data: bytes, archive: zipfile.ZipFile, records: dict, where: str):
+def _unpickle(data: bytes, persistent_load):
     from torch import _weights_only_unpickler as weights_only
 
     unpickler = weights_only.Unpickler(io.BytesIO(data), encoding="utf-8")
-    unpickler.persistent_load = lambda saved_id: _storage(saved_id, archive, records, where)
+    unpickler.persistent_load = persistent_load
     return unpickler.load()
 
 
-def _storage(saved_id, archive: zipfile.ZipFile, records: dict, where: str):
-    """``persistent_load``: the record ``data/KEY``, checked against its declared size, read into memory."""
+def _checked(saved_id, records: dict, where: str) -> tuple[torch.dtype, int, zipfile.ZipInfo]:
+    """A persistent id's dtype, byte size and record, which must be stored uncompressed at exactly that size."""
     if not (isinstance(saved_id, tuple) and len(saved_id) == 5 and saved_id[0] == "storage"):
         raise CheckpointError(f"{where}: corrupt torch.save archive (a persistent id {str(saved_id)[:60]})")
     _, storage_type, key, _, numel = saved_id
@@ -114,12 +126,60 @@ def _storage(saved_id, archive: zipfile.ZipFile, records: dict, where: str):
         raise CheckpointError(
             f"{where}: corrupt or truncated chunk: storage data/{key} declares {nbytes} bytes, the archive holds {held}"
         )
-    buffer = torch.empty(nbytes, dtype=torch.uint8)
-    with archive.open(record) as stream:
-        got = stream.readinto(memoryview(buffer.numpy())) if nbytes else 0
-    if got != nbytes:
-        raise CheckpointError(f"{where}: truncated chunk: storage data/{key} has {got} of {nbytes} bytes")
-    return torch.storage.TypedStorage(wrap_storage=buffer.untyped_storage(), dtype=dtype, _internal=True)
+    return dtype, nbytes, record
+
+
+def _meta_storage(saved_id, records: dict, used: list, where: str):
+    """``persistent_load`` of the first pass: a storage on ``meta`` (sizes only, no bytes read)."""
+    dtype, nbytes, record = _checked(saved_id, records, where)
+    used.append(record)
+    storage = torch.UntypedStorage(nbytes, device="meta")
+    return torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
+
+
+def _storage(saved_id, window: FileRange, records: dict, read: dict, where: str):
+    """``persistent_load``: the record ``data/KEY`` read into a fresh buffer (once per key)."""
+    dtype, nbytes, record = _checked(saved_id, records, where)
+    if record.filename not in read:
+        buffer = torch.empty(nbytes, dtype=torch.uint8)
+        _read_record(window, record, buffer, where)
+        read[record.filename] = buffer.untyped_storage()
+    return torch.storage.TypedStorage(wrap_storage=read[record.filename], dtype=dtype, _internal=True)
+
+
+def _fills(meta: torch.Tensor, out: torch.Tensor) -> bool:
+    """The saved tensor is ``out``'s dtype and shape, contiguous, and its storage is exactly its bytes."""
+    return (
+        meta.dtype == out.dtype
+        and meta.shape == out.shape
+        and meta.is_contiguous()
+        and out.is_contiguous()
+        and meta.storage_offset() == 0
+        and meta.untyped_storage().nbytes() == out.numel() * out.element_size()
+    )
+
+
+_LOCAL_HEADER = 30  # bytes of a zip local file header before its name and extra field
+
+
+def _read_record(window: FileRange, record: zipfile.ZipInfo, out: torch.Tensor, where: str) -> None:
+    """A stored record's bytes, read straight into ``out`` (its bytes, any dtype) from the file."""
+    window.seek(record.header_offset)
+    header = window.read(_LOCAL_HEADER)
+    if len(header) != _LOCAL_HEADER or header[:4] != b"PK\x03\x04":
+        raise CheckpointError(f"{where}: corrupt torch.save archive (record {record.filename} has no local header)")
+    name_length, extra_length = struct.unpack("<HH", header[26:30])
+    window.seek(record.header_offset + _LOCAL_HEADER + name_length + extra_length)
+    nbytes = out.numel() * out.element_size()
+    if nbytes == 0:
+        return
+    target = memoryview(out.reshape(-1).view(torch.uint8).numpy())
+    got = 0
+    while got < nbytes:
+        n = window.readinto(target[got:])
+        if not n:
+            raise CheckpointError(f"{where}: truncated chunk: record {record.filename} has {got} of {nbytes} bytes")
+        got += n
 
 
 def _refusal(where: str, data: bytes, err: BaseException) -> CheckpointError:

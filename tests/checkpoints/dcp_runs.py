@@ -7,6 +7,8 @@ full weights (``DTensor.full_tensor()``) for the oracle.
                                   plus {"optimizer": Adam state} (torchtitan layout)
     root/a_st/step_N.safetensors  the same weights, unsharded, plain names
     root/b_st/step_N.safetensors
+    root/columns/                 DCP of one bf16 tensor sharded by columns (Shard(1)), and
+    root/columns.safetensors      the same tensor whole
 
 The model has a Linear whose rows do not split evenly over 2 ranks (chunks of 3 and 2 rows, ...),
 a BatchNorm (replicated buffers: one chunk, a 0-d int64 counter) and an Embedding. Both ranks
@@ -58,6 +60,7 @@ def _worker(rank: int, world: int, root: str, port: int) -> None:
     try:
         for arm, lr in (("a", 1e-2), ("b", 2e-2)):
             _train_and_save(Path(root), arm, lr, rank)
+        _save_columns(Path(root), rank, world)
     finally:
         dist.destroy_process_group()
 
@@ -91,6 +94,18 @@ def _train_and_save(root: Path, arm: str, lr: float, rank: int) -> None:
         optim.step()
         optim.zero_grad()
     dist.barrier()
+
+
+def _save_columns(root: Path, rank: int, world: int) -> None:
+    """A tensor sharded by columns (tensor parallel's ``Shard(1)``): chunks that are not rows."""
+    from safetensors.torch import save_file
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    full = torch.arange(4 * 7, dtype=torch.bfloat16).reshape(4, 7)
+    _save({"model": {"w": distribute_tensor(full, init_device_mesh("cpu", (world,)), [Shard(1)])}}, root / "columns")
+    if rank == 0:
+        save_file({"w": full}, root / "columns.safetensors")
 
 
 def _save(state: dict, folder: Path) -> None:

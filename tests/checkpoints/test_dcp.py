@@ -63,6 +63,13 @@ def test_dcp_tensors_equal_torch_dcp_load(runs):
         assert torch.equal(source.load(name), state["model"][name]), name
 
 
+def test_column_shards_are_copied_into_place(runs):
+    source = open_checkpoint(runs / "columns")
+    assert [c.sizes for c in source._stored["w"].chunks] == [(4, 4), (4, 3)]
+    assert torch.equal(source.load("w"), open_checkpoint(runs / "columns.safetensors").load("w"))
+    assert source.load("w").dtype == torch.bfloat16
+
+
 def test_track_over_dcp_folders_equals_track_over_safetensors(runs, tmp_path):
     assert main(["track", str(runs / "a"), str(runs / "b"), "--out", str(tmp_path / "dcp"), "--quiet"]) == 0
     assert main(["track", str(runs / "a_st"), str(runs / "b_st"), "--out", str(tmp_path / "st"), "--quiet"]) == 0
