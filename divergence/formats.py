@@ -13,6 +13,7 @@ FORMATS = {
     "pretrained": "a save_pretrained folder or diffusers pipeline",
     "lora": "a peft LoRA adapter folder",
     "dcp": "a torch.distributed.checkpoint folder (.metadata + *.distcp)",
+    "deepspeed": "a DeepSpeed checkpoint folder (save_dir with 'latest', or global_stepN/; ZeRO 0-2)",
 }
 
 

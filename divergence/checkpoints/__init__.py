@@ -11,7 +11,9 @@
 - torch ``.pt`` / ``.pth`` / ``.bin`` state dicts and Lightning ``.ckpt`` files (weights
   under ``state_dict``), loaded with ``weights_only=True``: never arbitrary unpickling;
 - a ``torch.distributed.checkpoint`` folder (``.metadata`` + ``*.distcp``: FSDP2, torchtitan,
-  sharded Lightning and accelerate), each tensor assembled from its chunks (see ``dcp``).
+  sharded Lightning and accelerate), each tensor assembled from its chunks (see ``dcp``);
+- a DeepSpeed checkpoint (``save_dir`` with ``latest``, or ``global_stepN/``; ZeRO 0-2): the
+  model states file's ``module``, weights-only (see ``zero_folder``).
 
 ``open_checkpoint(path, format="dcp")`` forces one reader (see ``formats``).
 
@@ -32,6 +34,7 @@ from divergence.checkpoints.matching import Match, match_tensors
 from divergence.checkpoints.pickled import load_pickled
 from divergence.checkpoints.safetensors_file import SafetensorsFile
 from divergence.checkpoints.source import TensorInfo, TensorSource
+from divergence.checkpoints.zero_folder import is_zero_folder, open_zero_folder
 from divergence.errors import CheckpointError
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -49,6 +52,8 @@ def open_checkpoint(path: str | Path, format: str | None = None) -> TensorSource
     if stat.S_ISDIR(check_path(path).st_mode):
         if is_dcp_folder(path):
             return DcpFolder(path)
+        if is_zero_folder(path):
+            return open_zero_folder(path)
         return open_adapter(path) if is_adapter_folder(path) else open_folder(path)
     if path.suffix == ".safetensors":
         return SafetensorsFile(path)

@@ -47,7 +47,20 @@ def _dcp(path: Path) -> TensorSource:
     return DcpFolder(path)
 
 
-READERS = {"safetensors": _safetensors, "pickle": _pickle, "pretrained": _pretrained, "lora": _lora, "dcp": _dcp}
+def _deepspeed(path: Path) -> TensorSource:
+    from divergence.checkpoints.zero_folder import open_zero_folder
+
+    return open_zero_folder(path)
+
+
+READERS = {
+    "safetensors": _safetensors,
+    "pickle": _pickle,
+    "pretrained": _pretrained,
+    "lora": _lora,
+    "dcp": _dcp,
+    "deepspeed": _deepspeed,
+}
 if set(READERS) != set(FORMATS):  # pragma: no cover - a new name needs its reader, and the reverse
     raise ImportError(f"divergence.formats.FORMATS and READERS differ: {set(READERS) ^ set(FORMATS)}")
 
