@@ -13,6 +13,7 @@ FORMATS = {
     "pretrained": "a save_pretrained folder or diffusers pipeline",
     "lora": "a peft LoRA adapter folder",
     "dcp": "a torch.distributed.checkpoint folder (.metadata + *.distcp)",
+    "megatron": "a Megatron-Core torch_dist folder (DCP + metadata.json): stacked layers split per layer",
     "deepspeed": "a DeepSpeed checkpoint folder (save_dir with 'latest', or global_stepN/; ZeRO 0-2)",
 }
 

@@ -11,7 +11,8 @@
 - torch ``.pt`` / ``.pth`` / ``.bin`` state dicts and Lightning ``.ckpt`` files (weights
   under ``state_dict``), loaded with ``weights_only=True``: never arbitrary unpickling;
 - a ``torch.distributed.checkpoint`` folder (``.metadata`` + ``*.distcp``: FSDP2, torchtitan,
-  sharded Lightning and accelerate), each tensor assembled from its chunks (see ``dcp``);
+  sharded Lightning and accelerate), each tensor assembled from its chunks (see ``dcp``), and
+  Megatron-Core ``torch_dist`` folders, stacked layers split per layer (see ``megatron``);
 - a DeepSpeed checkpoint (``save_dir`` with ``latest``, or ``global_stepN/``; ZeRO 0-2): the
   model states file's ``module``, weights-only (see ``zero_folder``).
 
@@ -25,12 +26,13 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from divergence.checkpoints.dcp import DcpFolder, is_dcp_folder
+from divergence.checkpoints.dcp import is_dcp_folder
 from divergence.checkpoints.files import check_path
 from divergence.checkpoints.folder import open_folder
 from divergence.checkpoints.formats import AUTO, open_as
 from divergence.checkpoints.lora import is_adapter_folder, open_adapter
 from divergence.checkpoints.matching import Match, match_tensors
+from divergence.checkpoints.megatron import open_dcp_folder
 from divergence.checkpoints.pickled import load_pickled
 from divergence.checkpoints.safetensors_file import SafetensorsFile
 from divergence.checkpoints.source import TensorInfo, TensorSource
@@ -51,7 +53,7 @@ def open_checkpoint(path: str | Path, format: str | None = None) -> TensorSource
         return open_as(path, format)
     if stat.S_ISDIR(check_path(path).st_mode):
         if is_dcp_folder(path):
-            return DcpFolder(path)
+            return open_dcp_folder(path)
         if is_zero_folder(path):
             return open_zero_folder(path)
         return open_adapter(path) if is_adapter_folder(path) else open_folder(path)

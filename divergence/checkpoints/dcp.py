@@ -59,28 +59,45 @@ class DcpFolder(TensorSource):
         super().__init__({name: stored.info for name, stored in self._stored.items()})
 
     def load(self, name: str) -> torch.Tensor:
-        info = self.info(name)
-        tensor = torch.empty(info.shape, dtype=info.torch_dtype)
-        for chunk in self._stored[name].chunks:
-            box = tensor[tuple(slice(o, o + s) for o, s in zip(chunk.offsets, chunk.sizes))]
-            piece = self._chunk(name, chunk, box)
+        self.info(name)
+        return self._rows(name, 0, None)
+
+    def _rows(self, name: str, lo: int, hi: int | None) -> torch.Tensor:
+        """Rows ``lo:hi`` (along dim 0; all of a 0-d tensor) of the stored tensor ``name``, from the
+        chunks that hold them: read straight into place where they fit it exactly, else copied."""
+        stored = self._stored[name]
+        shape = stored.info.shape
+        hi = shape[0] if shape and hi is None else hi
+        tensor = torch.empty((hi - lo, *shape[1:]) if shape else (), dtype=stored.info.torch_dtype)
+        for chunk in stored.chunks:
+            first, last = (max(lo, chunk.offsets[0]), min(hi, chunk.offsets[0] + chunk.sizes[0])) if shape else (0, 0)
+            if shape and first >= last:
+                continue  # none of the rows asked for
+            whole = not shape or (first, last) == (chunk.offsets[0], chunk.offsets[0] + chunk.sizes[0])
+            place = (
+                slice(first - lo, last - lo),
+                *(slice(o, o + s) for o, s in zip(chunk.offsets[1:], chunk.sizes[1:])),
+            )
+            box = tensor[place] if shape else tensor
+            piece = self._chunk(name, chunk, box if whole and box.is_contiguous() else None)
             if piece is not box:
-                box.copy_(piece)
+                box.copy_(piece if whole else piece[first - chunk.offsets[0] : last - chunk.offsets[0]])
         return tensor
 
-    def _chunk(self, name: str, chunk, box: torch.Tensor) -> torch.Tensor:
-        """The chunk's tensor: read straight into ``box`` (its place in the full tensor) when that
-        is contiguous (rows of an FSDP shard, a whole tensor), else read apart for copying."""
+    def _chunk(self, name: str, chunk, out: torch.Tensor | None) -> torch.Tensor:
+        """The chunk's tensor: read straight into ``out`` (its contiguous place in the result: rows
+        of an FSDP shard, a whole tensor) when given, else read apart for copying."""
         file = self.path / chunk.file
         where = f"{file}: chunk of {name!r} at {list(chunk.offsets)}"
         try:
             with open(file, "rb") as f:
-                piece = load_saved_tensor(f, chunk.offset, chunk.length, where, box if box.is_contiguous() else None)
+                piece = load_saved_tensor(f, chunk.offset, chunk.length, where, out)
         except OSError as err:
             raise CheckpointError(f"{file}: cannot read: {err.strerror or err}") from None
-        if piece.dtype != box.dtype or piece.shape != box.shape:
+        dtype = self._stored[name].info.torch_dtype
+        if piece.dtype != dtype or tuple(piece.shape) != chunk.sizes:
             raise CheckpointError(
-                f"{where}: holds {piece.dtype} {list(piece.shape)}, but the metadata says {box.dtype} {list(box.shape)}"
+                f"{where}: holds {piece.dtype} {list(piece.shape)}, but the metadata says {dtype} {list(chunk.sizes)}"
             )
         return piece
 

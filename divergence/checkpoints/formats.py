@@ -47,6 +47,12 @@ def _dcp(path: Path) -> TensorSource:
     return DcpFolder(path)
 
 
+def _megatron(path: Path) -> TensorSource:
+    from divergence.checkpoints.megatron import MegatronFolder
+
+    return MegatronFolder(path)
+
+
 def _deepspeed(path: Path) -> TensorSource:
     from divergence.checkpoints.zero_folder import open_zero_folder
 
@@ -59,6 +65,7 @@ READERS = {
     "pretrained": _pretrained,
     "lora": _lora,
     "dcp": _dcp,
+    "megatron": _megatron,
     "deepspeed": _deepspeed,
 }
 if set(READERS) != set(FORMATS):  # pragma: no cover - a new name needs its reader, and the reverse

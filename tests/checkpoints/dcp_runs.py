@@ -9,6 +9,8 @@ full weights (``DTensor.full_tensor()``) for the oracle.
     root/b_st/step_N.safetensors
     root/columns/                 DCP of one bf16 tensor sharded by columns (Shard(1)), and
     root/columns.safetensors      the same tensor whole
+    root/megatron/iter_0000004/   a Megatron-Core torch_dist folder built from its layout, and
+    root/megatron.safetensors     its weights per layer (decoder.layers.N....)
 
 The model has a Linear whose rows do not split evenly over 2 ranks (chunks of 3 and 2 rows, ...),
 a BatchNorm (replicated buffers: one chunk, a 0-d int64 counter) and an Embedding. Both ranks
@@ -61,6 +63,7 @@ def _worker(rank: int, world: int, root: str, port: int) -> None:
         for arm, lr in (("a", 1e-2), ("b", 2e-2)):
             _train_and_save(Path(root), arm, lr, rank)
         _save_columns(Path(root), rank, world)
+        _save_megatron(Path(root), rank, world)
     finally:
         dist.destroy_process_group()
 
@@ -106,6 +109,42 @@ def _save_columns(root: Path, rank: int, world: int) -> None:
     _save({"model": {"w": distribute_tensor(full, init_device_mesh("cpu", (world,)), [Shard(1)])}}, root / "columns")
     if rank == 0:
         save_file({"w": full}, root / "columns.safetensors")
+
+
+def _save_megatron(root: Path, rank: int, world: int) -> None:
+    """A Megatron-Core torch_dist folder BUILT FROM ITS LAYOUT (megatron-core is not installed): the
+    real DCP save of Megatron's keys, stacked layers along dim 0 (3 layers over 2 ranks: chunks of
+    2 layers and 1), optimizer state, ``metadata.json`` and a ``common.pt`` that must never be
+    opened (unpickling it would run code)."""
+    from safetensors.torch import save_file
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from .forge import RunsCode
+
+    mesh = init_device_mesh("cpu", (world,))
+    g = torch.Generator().manual_seed(7)
+    full = {
+        "embedding.word_embeddings.weight": torch.randn(10, 4, generator=g),
+        "decoder.layers.self_attention.linear_proj.weight": torch.randn(3, 4, 4, generator=g),
+        "decoder.layers.mlp.linear_fc1.weight": torch.randn(3, 6, 4, generator=g),
+        "decoder.final_layernorm.weight": torch.randn(4, generator=g),
+    }
+    state = {k: distribute_tensor(v, mesh, [Shard(0)]) if v.dim() > 1 else v for k, v in full.items()}
+    state["optimizer.state.exp_avg.decoder.layers.mlp.linear_fc1.weight"] = torch.zeros(3, 6, 4)
+    folder = root / "megatron" / "iter_0000004"
+    _save(state, folder)
+    if rank == 0:
+        (folder / "metadata.json").write_text('{"sharded_backend": "torch_dist", "sharded_backend_version": 1}')
+        torch.save({"iteration": 4, "args": RunsCode(root / "pwned")}, folder / "common.pt")
+        per_layer = {}
+        for name, tensor in full.items():
+            if ".layers." in name:
+                for i in range(tensor.shape[0]):
+                    per_layer[name.replace("layers.", f"layers.{i}.")] = tensor[i].clone()
+            else:
+                per_layer[name] = tensor
+        save_file(per_layer, root / "megatron.safetensors")
 
 
 def _save(state: dict, folder: Path) -> None:

@@ -70,6 +70,18 @@ def test_column_shards_are_copied_into_place(runs):
     assert source.load("w").dtype == torch.bfloat16
 
 
+def test_megatron_stacked_layers_are_split_per_layer(runs):
+    folder = runs / "megatron" / "iter_0000004"
+    source, oracle = open_checkpoint(folder), open_checkpoint(runs / "megatron.safetensors")
+    assert sorted(source.names) == sorted(oracle.names)  # optimizer state left out, layers named
+    assert "decoder.layers.2.mlp.linear_fc1.weight" in source.names
+    for name in oracle.names:
+        assert torch.equal(source.load(name), oracle.load(name)), name
+    assert not (runs / "pwned").exists()  # common.pt never opened
+    assert main(["compare", str(folder), str(runs / "megatron.safetensors"), "--quiet"]) == 0
+    assert "decoder.layers.self_attention.linear_proj.weight" in open_checkpoint(folder, "dcp").names
+
+
 def test_track_over_dcp_folders_equals_track_over_safetensors(runs, tmp_path):
     assert main(["track", str(runs / "a"), str(runs / "b"), "--out", str(tmp_path / "dcp"), "--quiet"]) == 0
     assert main(["track", str(runs / "a_st"), str(runs / "b_st"), "--out", str(tmp_path / "st"), "--quiet"]) == 0
