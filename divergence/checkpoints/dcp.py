@@ -19,7 +19,9 @@ without running code. Here:
   it; otherwise (a column shard) the chunk is read apart and copied in. So a comparison
   holds the tensors it is measuring plus at most one chunk, never the model, and reads each
   byte once, as the safetensors reader does; ``compare_pairs`` overlaps the reading of the
-  next pair with the measuring of the current ones, as for every format.
+  next pair with the measuring of the current ones, as for every format. A folder saved with
+  ``serialization_format=SAFETENSORS`` (each shard one safetensors file, a tensor's chunk
+  under its flattened name) is read through the safetensors reader instead.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import torch
 
 from divergence.checkpoints.dcp_metadata import METADATA_FILE, read_metadata, stored_tensors
 from divergence.checkpoints.pickled import STATE_DICT_KEYS
+from divergence.checkpoints.safetensors_file import SafetensorsFile
 from divergence.checkpoints.saved_tensor import load_saved_tensor
 from divergence.checkpoints.source import TensorSource
 from divergence.errors import CheckpointError
@@ -55,6 +58,8 @@ class DcpFolder(TensorSource):
                 f"all optimizer state)"
             )
         self._stored = {prefix + name: tensors[fqn] for fqn, name in chosen.items()}
+        self._fqn = {prefix + name: fqn for fqn, name in chosen.items()}
+        self._safetensors: dict[str, SafetensorsFile | None] = {}
         self.metadata = {"format": "dcp"}
         super().__init__({name: stored.info for name, stored in self._stored.items()})
 
@@ -89,9 +94,13 @@ class DcpFolder(TensorSource):
         of an FSDP shard, a whole tensor) when given, else read apart for copying."""
         file = self.path / chunk.file
         where = f"{file}: chunk of {name!r} at {list(chunk.offsets)}"
+        shard = self._safetensors_shard(chunk.file)
         try:
-            with open(file, "rb") as f:
-                piece = load_saved_tensor(f, chunk.offset, chunk.length, where, out)
+            if shard is not None:  # saved with serialization_format=SAFETENSORS: one chunk per name
+                piece = shard.load(self._fqn[name])
+            else:
+                with open(file, "rb") as f:
+                    piece = load_saved_tensor(f, chunk.offset, chunk.length, where, out)
         except OSError as err:
             raise CheckpointError(f"{file}: cannot read: {err.strerror or err}") from None
         dtype = self._stored[name].info.torch_dtype
@@ -100,6 +109,16 @@ class DcpFolder(TensorSource):
                 f"{where}: holds {piece.dtype} {list(piece.shape)}, but the metadata says {dtype} {list(chunk.sizes)}"
             )
         return piece
+
+    def _safetensors_shard(self, file: str) -> SafetensorsFile | None:
+        """The shard as a safetensors file when DCP wrote it as one (``FileSystemWriter(...,
+        serialization_format=SerializationFormat.SAFETENSORS)``), else None (torch.save archives)."""
+        if file not in self._safetensors:
+            with open(self.path / file, "rb") as f:
+                head = f.read(9)
+            is_zip = head[:4] == b"PK\x03\x04"
+            self._safetensors[file] = None if is_zip or head[8:9] != b"{" else SafetensorsFile(self.path / file)
+        return self._safetensors[file]
 
 
 def model_names(paths: dict[str, tuple[str, ...]]) -> dict[str, str]:

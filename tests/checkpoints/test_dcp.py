@@ -70,6 +70,20 @@ def test_column_shards_are_copied_into_place(runs):
     assert source.load("w").dtype == torch.bfloat16
 
 
+def test_dcp_saved_as_safetensors_shards(tmp_path):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter, SerializationFormat
+
+    state = {"w": torch.arange(6.0).reshape(2, 3), "n": torch.tensor(3), "h": torch.ones(4, dtype=torch.float16)}
+    writer = FileSystemWriter(tmp_path / "st", serialization_format=SerializationFormat.SAFETENSORS)
+    with pytest.warns(UserWarning, match="single process"):
+        dcp.save({"model": dict(state)}, storage_writer=writer)
+    source = open_checkpoint(tmp_path / "st")
+    assert sorted(source.names) == sorted(state)
+    for name, tensor in state.items():
+        assert torch.equal(source.load(name), tensor) and source.load(name).dtype == tensor.dtype
+
+
 def test_megatron_stacked_layers_are_split_per_layer(runs):
     folder = runs / "megatron" / "iter_0000004"
     source, oracle = open_checkpoint(folder), open_checkpoint(runs / "megatron.safetensors")
