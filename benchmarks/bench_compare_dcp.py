@@ -10,7 +10,9 @@ same full weights as safetensors. Printed side by side, measured in one run:
 - peak resident memory of ``divergence compare`` in a child process (its VmHWM), above the
   interpreter + torch baseline, in units of the largest tensor, for DCP and safetensors;
 - the time of ``compare_checkpoints`` in this process, DCP and safetensors alternating,
-  the median of --repeats each, and their ratio (the acceptance: DCP within 1.2x).
+  the median of --repeats each, and their ratio (the acceptance: DCP within 1.2x), with the
+  fastest runs' ratio beside it (on a busy machine the least disturbed runs say more);
+- the time of the readers alone (every tensor of one checkpoint loaded), fastest of --repeats.
 """
 
 import argparse
@@ -83,6 +85,7 @@ def main():
         print(f"model: one {args.tensor_mb} MiB float32 tensor (2 DCP chunks, one per rank) + 2 small ones")
         report_memory(root, args.tensor_mb)
         report_time(root / "big", args.repeats)
+        report_reads(root / "big", args.repeats)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -126,6 +129,29 @@ def report_time(root: Path, repeats: int) -> None:
             f"compare_checkpoints, {name:<11}  median {median[name]:.3f} s  (runs: {', '.join(f'{x:.3f}' for x in s)})"
         )
     print(f"  dcp / safetensors time: {median['dcp'] / median['safetensors']:.2f} (acceptance: <= 1.2)")
+    fastest = {name: min(s) for name, s in seconds.items()}
+    print(
+        f"  fastest runs' ratio: {fastest['dcp'] / fastest['safetensors']:.2f} (the least disturbed, on a busy machine)"
+    )
+
+
+def report_reads(root: Path, repeats: int) -> None:
+    """The readers alone: every tensor of checkpoint A loaded, DCP and safetensors alternating."""
+    from divergence.checkpoints import open_checkpoint
+
+    seconds = {name: [] for name in _pairs(root)}
+    for _ in range(repeats + 1):
+        for name, pair in _pairs(root).items():
+            source = open_checkpoint(pair[0])
+            start = time.perf_counter()
+            for tensor in source.names:
+                source.load(tensor)
+            seconds[name].append(time.perf_counter() - start)
+    fastest = {name: min(s[1:]) for name, s in seconds.items()}  # the first: page cache warming
+    print(
+        f"reading A's tensors, fastest of {repeats}: dcp {fastest['dcp']:.3f} s, safetensors "
+        f"{fastest['safetensors']:.3f} s, ratio {fastest['dcp'] / fastest['safetensors']:.2f}"
+    )
 
 
 if __name__ == "__main__":
