@@ -45,8 +45,15 @@ _TAG = re.compile(r"^[\w.\-]+$")
 
 
 def is_zero_folder(path: Path) -> bool:
-    """A DeepSpeed save_dir (``latest`` naming a tag folder) or one tag's folder."""
-    return (path / LATEST).is_file() or (path / MODEL_STATES).is_file() or any(path.glob(_ZERO3))
+    """One tag's folder (``mp_rank_00_model_states.pt`` or ZeRO-3's per-rank states), or a save_dir
+    whose ``latest`` file names such a folder (a stray file called ``latest`` elsewhere is not one)."""
+    if (path / MODEL_STATES).is_file() or any(path.glob(_ZERO3)):
+        return True
+    try:
+        tag = (path / LATEST).read_text(encoding="utf-8", errors="replace").strip()[:200]
+    except OSError:
+        return False
+    return bool(_TAG.match(tag)) and tag not in (".", "..") and (path / tag).is_dir()
 
 
 def open_zero_folder(path: str | Path, prefix: str = "") -> InMemorySource:

@@ -126,7 +126,9 @@ def test_zero3_and_model_parallel_are_refused_with_the_way_out(tmp_path, capsys)
     _one_line(tmp_path / "mp", capsys, "model-parallel DeepSpeed checkpoint (2 model-parallel ranks")
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "latest").write_text("../mp/global_step1")
-    _one_line(tmp_path / "bad", capsys, "not a checkpoint tag")
+    assert main(["compare", str(tmp_path / "bad"), str(tmp_path / "bad"), "--format", "deepspeed", "--quiet"]) == 2
+    assert "not a checkpoint tag" in capsys.readouterr().err
+    _one_line(tmp_path / "bad", capsys, "no weights found")  # not recognised as DeepSpeed: the usual reader
 
 
 def test_model_states_whose_unpickling_runs_code_is_refused(tmp_path, capsys):
