@@ -26,6 +26,7 @@ from pathlib import Path
 
 from divergence.tables import write_json
 from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.weights_dcp import remove_weights
 from divergence.pairfolder.weights_file import identity
 
 
@@ -79,7 +80,7 @@ class Retention:
         removed = []
         for path, taken in pending["files"].values():
             if identity(path) == tuple(taken):
-                Path(path).unlink(missing_ok=True)
+                remove_weights(path)  # a file, or an arm's DCP folder
                 removed.append(Path(path))
         self.path.unlink(missing_ok=True)
         return removed
