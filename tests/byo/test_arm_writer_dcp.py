@@ -162,3 +162,25 @@ def test_one_arm_in_dcp_and_the_other_in_safetensors_compare(tmp_path, capsys):
     for out in ("mixed", "st"):
         assert _watch(tmp_path / out, capsys) == (0, "")
     assert _rows(MetricsStore(tmp_path / "mixed")) == _rows(MetricsStore(tmp_path / "st"))
+
+
+@pytest.fixture(scope="module")
+def lightning_arms(tmp_path_factory):
+    from .dcp_lightning import write_arms as fit_arms
+
+    return fit_arms(tmp_path_factory.mktemp("dcp_lightning"))
+
+
+def test_lightning_model_parallel_arms_in_dcp_equal_the_gathered_weights(lightning_arms, capsys):
+    folders = sorted(p.name for p in (lightning_arms / "dcp" / "a" / CHECKPOINTS_DIR).iterdir())
+    assert folders == [f"step_{s:06d}.dcp" for s in TRACKED]
+    assert sorted(p.name for p in (lightning_arms / "dcp" / "a" / CHECKPOINTS_DIR / folders[-1]).glob("*.distcp")) == [
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]  # each rank its shards
+    for kind in ("dcp", "st"):
+        assert _watch(lightning_arms / kind, capsys) == (0, "")
+    got, want = _rows(MetricsStore(lightning_arms / "dcp")), _rows(MetricsStore(lightning_arms / "st"))
+    assert [r["step"] for r in got[0] if r["tracked"]] == TRACKED
+    assert got == want and len(got[1]) == 9 * len(TRACKED)
+    assert max(r["max_abs_diff"] for r in got[1] if r["step"] == MAX_STEPS) > 0
