@@ -9,7 +9,14 @@
 - a peft LoRA adapter folder (``adapter_config.json``), read as each layer's effective weight
   change ``(alpha/r) B A`` named ``<module>.lora_delta`` (see ``lora``);
 - torch ``.pt`` / ``.pth`` / ``.bin`` state dicts and Lightning ``.ckpt`` files (weights
-  under ``state_dict``), loaded with ``weights_only=True``: never arbitrary unpickling.
+  under ``state_dict``), loaded with ``weights_only=True``: never arbitrary unpickling;
+- a ``torch.distributed.checkpoint`` folder (``.metadata`` + ``*.distcp``: FSDP2, torchtitan,
+  sharded Lightning and accelerate), each tensor assembled from its chunks (see ``dcp``), and
+  Megatron-Core ``torch_dist`` folders, stacked layers split per layer (see ``megatron``);
+- a DeepSpeed checkpoint (``save_dir`` with ``latest``, or ``global_stepN/``; ZeRO 0-2): the
+  model states file's ``module``, weights-only (see ``zero_folder``).
+
+``open_checkpoint(path, format="dcp")`` forces one reader (see ``formats``).
 
 ``match_tensors`` pairs two checkpoints' tensors by name (see ``matching``).
 """
@@ -19,13 +26,17 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+from divergence.checkpoints.dcp import is_dcp_folder
 from divergence.checkpoints.files import check_path
 from divergence.checkpoints.folder import open_folder
+from divergence.checkpoints.formats import AUTO, open_as
 from divergence.checkpoints.lora import is_adapter_folder, open_adapter
 from divergence.checkpoints.matching import Match, match_tensors
+from divergence.checkpoints.megatron import open_dcp_folder
 from divergence.checkpoints.pickled import load_pickled
 from divergence.checkpoints.safetensors_file import SafetensorsFile
 from divergence.checkpoints.source import TensorInfo, TensorSource
+from divergence.checkpoints.zero_folder import is_zero_folder, open_zero_folder
 from divergence.errors import CheckpointError
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -33,10 +44,18 @@ PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 __all__ = ["Match", "TensorInfo", "TensorSource", "match_tensors", "open_checkpoint"]
 
 
-def open_checkpoint(path: str | Path) -> TensorSource:
-    """Open any supported checkpoint; raise ``CheckpointError`` naming the file if it cannot be."""
+def open_checkpoint(path: str | Path, format: str | None = None) -> TensorSource:
+    """Open any supported checkpoint; raise ``CheckpointError`` naming the file if it cannot be.
+    ``format``: a name in ``formats.FORMATS`` to force that reader (None or ``"auto"``: recognise it)."""
     path = Path(path)
+    if format not in (None, AUTO):
+        check_path(path)
+        return open_as(path, format)
     if stat.S_ISDIR(check_path(path).st_mode):
+        if is_dcp_folder(path):
+            return open_dcp_folder(path)
+        if is_zero_folder(path):
+            return open_zero_folder(path)
         return open_adapter(path) if is_adapter_folder(path) else open_folder(path)
     if path.suffix == ".safetensors":
         return SafetensorsFile(path)
@@ -44,5 +63,5 @@ def open_checkpoint(path: str | Path) -> TensorSource:
         return load_pickled(path)
     raise CheckpointError(
         f"{path}: unknown checkpoint format {path.suffix or '(no suffix)'!r}; expected .safetensors, "
-        f"{', '.join(PICKLE_SUFFIXES)} or a save_pretrained folder"
+        f"{', '.join(PICKLE_SUFFIXES)}, a save_pretrained folder or a torch.distributed.checkpoint folder"
     )

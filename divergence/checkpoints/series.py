@@ -9,7 +9,9 @@ What a training run leaves behind, one checkpoint per save, with the step in the
   number of a name without ``=``. ``last.ckpt`` and ``last-vN.ckpt`` are left out when they
   repeat a step another checkpoint of the folder holds;
 - ``step_500.safetensors``, ``model-500.pt`` (the last number in the name), or
-  ``save_pretrained`` folders ``step_500/``, ``step-500/``, ``500/``.
+  ``save_pretrained`` folders ``step_500/``, ``step-500/``, ``500/``;
+- an arm's ``checkpoints/step_000500.dcp/`` DCP folders (``ArmWriter(..., format="dcp")``), once
+  their ``complete.json`` is written (one without it is being written and left out).
 
 Two checkpoints of one step are an error naming both. Anything else in the folder (logs,
 hidden temporary files) is left out.
@@ -21,12 +23,13 @@ import re
 from pathlib import Path
 
 from divergence.errors import CheckpointError, UserInputError
+from divergence.pairfolder.layout import DCP_COMPLETE_FILE  # an arm's step_N.dcp/ is complete once it holds it
 
 SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
 _LIGHTNING_STEP = re.compile(r"step=(\d+)")
 _LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 _LAST = re.compile(r"^last(?:-v\d+)?$")  # Lightning's save_last copies (-vN when the name was taken)
-_FOLDER = re.compile(r"^(?:checkpoint|checkpoints|step|global_step|iter|ckpt)?[-_=]?(\d+)$")
+_FOLDER = re.compile(r"^(?:checkpoint|checkpoints|step|global_step|iter|ckpt)?[-_=]?(\d+)(?:\.dcp)?$")
 
 
 def find_series(folder: str | Path, component: str | None = None) -> dict[int, Path]:
@@ -40,8 +43,8 @@ def find_series(folder: str | Path, component: str | None = None) -> dict[int, P
         if entry.name.startswith(".") or not (entry.is_dir() or entry.suffix in SUFFIXES):
             continue
         step = step_of(entry)
-        if step is None:
-            continue
+        if step is None or (entry.suffix == ".dcp" and not (entry / DCP_COMPLETE_FILE).is_file()):
+            continue  # not a checkpoint, or an arm's DCP folder still being written
         path = entry / component if component and entry.is_dir() else entry
         if component and entry.is_dir() and not path.exists():
             raise UserInputError(

@@ -37,7 +37,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "compare",
         help="per-layer Wasserstein distance and max difference between two checkpoints",
         description="Compare two checkpoints tensor by tensor (safetensors, save_pretrained folders, "
-        ".pt/.bin state dicts, Lightning .ckpt). Pickles are loaded weights-only. Integer and bool "
+        ".pt/.bin state dicts, Lightning .ckpt, torch.distributed.checkpoint folders). Pickles are loaded weights-only. Integer and bool "
         "buffers (num_batches_tracked, position_ids) are reported separately and left out of the "
         "whole-model numbers unless --include-buffers; complex tensors are compared on their real and "
         "imaginary parts, as 2n real numbers (their numel counts both).",
@@ -94,8 +94,16 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="with --fail-above, do not fail on tensors holding NaN/inf (they stay out of the numbers)",
     )
     p.add_argument("--device", default=None, help="where to compute (default: cuda if available, else cpu)")
+    add_format_flag(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
+
+
+def add_format_flag(p) -> None:
+    """``--format``, shared with ``track``: force one reader (``divergence.checkpoints.formats``)."""
+    from divergence.formats import AUTO, FORMATS, format_help
+
+    p.add_argument("--format", default=AUTO, choices=(AUTO, *FORMATS), help=format_help())
 
 
 def run(args) -> int:
@@ -113,7 +121,7 @@ def run(args) -> int:
         else (lambda items: tqdm(items, desc="comparing", unit="tensor", file=sys.stderr, leave=False, disable=None))
     )
     result = compare_with_flags(
-        args.a, args.b, args.map, args.intersection, device, progress, args.exclude, args.include_buffers
+        args.a, args.b, args.map, args.intersection, device, progress, args.exclude, args.include_buffers, args.format
     )
     _print_report(result, args)
     _write_outputs(result, args)
@@ -129,13 +137,15 @@ def compare_with_flags(
     progress=None,
     exclude: list[str] | None = None,
     include_buffers: bool = False,
+    format: str | None = None,
 ):
     """``divergence.compare_checkpoints`` as the commands run it: a mismatch or a bad rule is
-    reported in the command's words (``--map``, ``--intersection``, ``--exclude``)."""
+    reported in the command's words (``--map``, ``--intersection``, ``--exclude``); ``format``
+    forces a reader (``--format``)."""
     from divergence.checkpoints import match_tensors, open_checkpoint
     from divergence.checkpoints.compare import compare_sources, with_sources
 
-    a, b = open_checkpoint(path_a), open_checkpoint(path_b)
+    a, b = open_checkpoint(path_a, format), open_checkpoint(path_b, format)
     match = match_tensors(a, b, maps, intersection, exclude)
     return with_sources(compare_sources(a, b, match, device, progress, include_buffers), path_a, path_b, a, b)
 

@@ -27,11 +27,14 @@ HELP = "turn two checkpoint series trained anywhere into a pair folder with its 
 
 
 def register(subparsers) -> argparse.ArgumentParser:
+    from divergence.cli.compare import add_format_flag
+
     p = subparsers.add_parser(
         "track",
         help=HELP,
         description=HELP + ". Series: accelerate/diffusers checkpoint-N/ folders (with --component unet), "
-        "Lightning .ckpt files (numbered by their global_step), step_N.safetensors files or save_pretrained folders.",
+        "Lightning .ckpt files (numbered by their global_step), step_N.safetensors files, save_pretrained or "
+        "torch.distributed.checkpoint folders (step-N/, checkpoint-N/).",
     )
     p.add_argument("a", help="folder of arm a's checkpoints")
     p.add_argument("b", help="folder of arm b's checkpoints")
@@ -58,6 +61,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--intersection", action="store_true", help="compare the tensors both checkpoints have")
     p.add_argument("--device", default="cpu", help="where to compute (default: cpu)")
+    add_format_flag(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -164,7 +168,7 @@ def _build(args, folder, out, steps: list[int], series: dict) -> None:
     for step in tqdm(steps, desc="track", unit="step", file=sys.stderr, disable=args.quiet or None):
         a, b = series["a"][step], series["b"][step]
         try:
-            result = compare_with_flags(a, b, args.map, args.intersection, args.device)
+            result = compare_with_flags(a, b, args.map, args.intersection, args.device, format=args.format)
         except UserInputError as err:
             raise UserInputError(f"step {step} ({a} vs {b}): {err}; nothing was written to {out}") from None
         recorder.commit(step, recorder.losses(None), comparison_records(result))

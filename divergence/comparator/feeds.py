@@ -5,7 +5,8 @@ The comparator only ever takes a checkpoint whose writer says it is complete: th
 ``save_weights`` records in it (the data's length and CRC-32, see
 ``divergence.pairfolder.weights_file``) matching the bytes there. A file being copied in, preallocated
 at full size and then filled, or rewritten in place fails the marker and is "not there yet",
-looked at again at the next poll; it is never read half-written. The identity of the file taken
+looked at again at the next poll; it is never read half-written. An arm written as DCP
+(``step_NNNNNN.dcp/``) is taken once its ``complete.json`` is there (``pairfolder.weights_dcp``). The identity of the file taken
 (inode, size, mtime) is kept, so a file replaced while it was being compared is noticed.
 """
 
@@ -31,8 +32,8 @@ class ArmFeed:
         return self.loss_file.read_new()
 
     def checkpoint(self, step: int) -> tuple[Path, tuple] | None:
-        """The complete weights file of ``step`` and its identity, or None while it is not complete."""
-        path = self.folder.weights(step)
+        """The complete weights file (or DCP folder) of ``step`` and its identity, or None while it is not complete."""
+        path = self.folder.saved_weights(step)
         found = completed(path, step)
         return None if found is None else (path, found)
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from divergence.tables import write_json
 from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.weights_dcp import remove_weights
 from divergence.pairfolder.weights_file import identity
 
 
@@ -99,7 +100,7 @@ class Retention:
         for entry in due:
             for path, taken in entry["files"].values():
                 if identity(path) == tuple(taken):
-                    Path(path).unlink(missing_ok=True)
+                    remove_weights(path)  # a file, or an arm's DCP folder
                     removed.append(Path(path))
         self._write([e for e in pending if e not in due])
         return removed

@@ -83,7 +83,7 @@ def _missing(arm: str, status, step: int, pair, feed) -> str | None:
         return f"{ended}, before step {step}" + (f" (max_steps {pair.max_steps})" if known else "")
     if step > 0 and step not in feed.losses():
         return f"{ended}, but its {arm}/{LOSSES_FILE} has no step {step} (a gap)"
-    if pair.tracked(step) and not feed.folder.weights(step).exists():
+    if pair.tracked(step) and not feed.folder.saved_weights(step).exists():
         return f"{ended}, but it has no {arm}/{CHECKPOINTS_DIR}/{weights_name(step)} (tracked step {step})"
     return None
 

@@ -13,7 +13,8 @@ over its accumulated micro-batches, averaged over ranks), the weights at step 0,
 Nothing is asked of the module: the loss is ``training_step``'s returned loss (or what the
 ``loss`` function takes from its output), the weights are the module's own (or those of its
 submodule ``module``, e.g. ``"unet"``), gathered from every rank under FSDP. Only global
-rank zero writes. A run resumed from a checkpoint at step G starts a new attempt from G. A Trainer with no finite
+rank zero writes; with ``format="dcp"`` every rank writes its shards of each tracked step into a
+DCP folder instead (no gather; rank zero marks it complete). A run resumed from a checkpoint at step G starts a new attempt from G. A Trainer with no finite
 length (an iterable dataset, no ``max_steps``) trains an open-ended arm: its last step is where
 ``fit`` ends, its weights saved then (``divergence.writers.arm_writer``). A Trainer stopped early
 by a callback (``EarlyStopping``: ``trainer.should_stop``) finishes the arm at the step reached, its
@@ -43,7 +44,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from divergence.errors import UserInputError, in_script
-from divergence.lightning.gather import gather_state, max_steps, submodule
+from divergence.lightning.gather import gather_state, max_steps, sharded_state, submodule
 from divergence.pairfolder.arm_steps import check_loss
 from divergence.pairfolder.pair_json import DEFAULT_EVERY
 from divergence.writers.arm_writer import ArmWriter
@@ -80,6 +81,10 @@ class ArmCheckpoints(Callback):
     module : the submodule whose weights are compared (``"unet"``); default the whole module.
     loss : ``training_step output -> loss tensor``; default ``step_loss``.
     resume : train the arm again from step 0 into an arm folder that holds its records.
+    format : ``"safetensors"`` (default: the weights gathered to rank zero, one file a step) or
+        ``"dcp"``: under a sharded strategy (``ModelParallelStrategy``'s FSDP2, ``FSDPStrategy``)
+        every rank writes its own shards into the step's DCP folder, nothing gathered
+        (``gather.sharded_state``, ``divergence.pairfolder.weights_dcp``).
     **pair : ``pair.json`` fields for the arm that starts first (``name``, ``category``,
         ``arms``, ``description``, ``replicate``, ``log``); see ``write_pair_files``.
     """
@@ -92,8 +97,10 @@ class ArmCheckpoints(Callback):
         module: str | None = None,
         loss: Callable | None = None,
         resume: bool = False,
+        format: str = "safetensors",
         **pair,
     ):
+        self.format = format
         self.out, self.arm, self.every, self.module = Path(out), arm, every, module or ""
         self.loss_of, self.resume, self.pair = loss or step_loss, resume, pair
         self.writer: ArmWriter | None = None
@@ -118,6 +125,7 @@ class ArmCheckpoints(Callback):
                 resume=self.resume,
                 stride=stride,
                 rank=trainer.global_rank,
+                format=self.format,
                 **self.pair,
             ),
         )
@@ -161,7 +169,10 @@ class ArmCheckpoints(Callback):
 
     # -- helpers -----------------------------------------------------------------------------
     def _save(self, trainer, pl_module, step: int) -> None:
-        weights = gather_state(trainer, pl_module, self.module)  # collective under FSDP
+        if self.writer.dcp:  # every rank its shards (a collective save)
+            weights = sharded_state(trainer, pl_module, self.module)
+        else:
+            weights = gather_state(trainer, pl_module, self.module)  # collective under FSDP
         if weights is not None:
             self.writer.save(step, self.writer.weights(weights))
 

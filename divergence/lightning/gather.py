@@ -14,8 +14,14 @@ def gather_state(trainer, pl_module, path: str = "") -> dict | None:
     CPU on rank zero); a local read of rank zero's replica otherwise. Names are relative to
     the submodule, as ``submodule.state_dict()`` names them.
     """
-    from lightning.pytorch.strategies import FSDPStrategy
+    from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
+    if isinstance(trainer.strategy, ModelParallelStrategy):  # FSDP2 / tensor parallel: DTensors
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # full on rank zero only
+        full = get_model_state_dict(trainer.strategy.model, options=options)
+        return _relative(pl_module, path, full) if trainer.is_global_zero else None
     if isinstance(trainer.strategy, FSDPStrategy):
         full = trainer.strategy.lightning_module_state_dict()
         if not trainer.is_global_zero:
@@ -26,6 +32,28 @@ def gather_state(trainer, pl_module, path: str = "") -> dict | None:
     if not trainer.is_global_zero:
         return None
     return submodule(pl_module, path).state_dict()
+
+
+def sharded_state(trainer, pl_module, path: str = "") -> dict:
+    """Every rank: ``{name: tensor}`` of ``pl_module``'s submodule ``path``, each rank holding its own
+    shards (DTensors under FSDP / ``ModelParallelStrategy``; whole tensors when not sharded), for a
+    DCP save (``ArmWriter(format="dcp")``): nothing is gathered.
+
+    ``torch.distributed.checkpoint.state_dict.get_model_state_dict`` of the strategy's (wrapped)
+    model, names as the LightningModule's ``state_dict()`` gives them (wrapper prefixes dropped),
+    then relative to the submodule.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state = get_model_state_dict(trainer.strategy.model, options=StateDictOptions(full_state_dict=False))
+    return _relative(pl_module, path, state)
+
+
+def _relative(pl_module, path: str, state: dict) -> dict:
+    """The entries of ``state`` (named from ``pl_module``) inside submodule ``path``, named from it."""
+    module_path = _module_path(pl_module, submodule(pl_module, path))
+    prefix = f"{module_path}." if module_path else ""
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 def submodule(pl_module, path: str):

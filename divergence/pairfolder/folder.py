@@ -46,6 +46,7 @@ from divergence.pairfolder.layout import (
     WANDB_ID_FILE,
     WATCH_STATE_FILE,
     WRITER_LOCK_FILE,
+    weights_dcp_name,
     weights_name,
 )
 
@@ -90,6 +91,15 @@ class RunFolder(os.PathLike):
     def weights(self, step: int) -> Path:
         """``checkpoints/step_NNNNNN.safetensors`` of ``step``."""
         return self.checkpoints_dir / weights_name(step)
+
+    def weights_dcp(self, step: int) -> Path:
+        """``checkpoints/step_NNNNNN.dcp/``: the weights of ``step`` written as a DCP folder."""
+        return self.checkpoints_dir / weights_dcp_name(step)
+
+    def saved_weights(self, step: int) -> Path:
+        """The weights of ``step`` as written: its DCP folder when there is one, else its safetensors file."""
+        folder = self.weights_dcp(step)
+        return folder if folder.is_dir() else self.weights(step)
 
     @property
     def resume_dir(self) -> Path:

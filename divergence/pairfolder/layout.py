@@ -18,6 +18,8 @@
       samples/                 SAMPLES_DIR        sample grids at checkpoint steps (built-in trainer)
       a/, b/                   ARMS               one folder per arm trained as its own job
         checkpoints/           CHECKPOINTS_DIR    step_NNNNNN.safetensors (weights_name; ArmFolder.weights(step))
+                                                  or, written as DCP, step_NNNNNN.dcp/ (weights_dcp_name) with
+                                                  its complete.json (DCP_COMPLETE_FILE; pairfolder.weights_dcp)
         losses.jsonl           LOSSES_FILE        one loss per optimizer step (divergence.store.losses)
         status.json            STATUS_FILE        running / finished / failed (divergence.store.arm_status)
         writer.lock            WRITER_LOCK_FILE   held by the one process writing the arm (divergence.pairfolder.arm_lock)
@@ -52,6 +54,8 @@ CHECKPOINTS_DIR = "checkpoints"
 LOSSES_FILE = "losses.jsonl"
 STATUS_FILE = "status.json"
 WRITER_LOCK_FILE = "writer.lock"
+DCP_SUFFIX = ".dcp"  # a tracked step's weights as a torch.distributed.checkpoint folder
+DCP_COMPLETE_FILE = "complete.json"  # in it: written last, once every rank has saved its shards
 
 
 def weights_name(step: int) -> str:
@@ -59,14 +63,16 @@ def weights_name(step: int) -> str:
     return f"step_{step:06d}.safetensors"
 
 
+def weights_dcp_name(step: int) -> str:
+    """The DCP weights folder of ``step``: ``step_000120.dcp`` (``ArmWriter(..., format="dcp")``)."""
+    return f"step_{step:06d}{DCP_SUFFIX}"
+
+
 def weights_step(name: str) -> int | None:
-    """The step of a weights file name (``step_000120.safetensors`` -> 120), None for any other name."""
-    digits = name.removeprefix("step_").removesuffix(".safetensors")
-    if (
-        not name.startswith("step_")
-        or not name.endswith(".safetensors")
-        or not digits.isascii()
-        or not digits.isdigit()
-    ):
+    """The step of a weights file (or DCP folder) name (``step_000120.safetensors``, ``step_000120.dcp``
+    -> 120), None for any other name."""
+    suffix = DCP_SUFFIX if name.endswith(DCP_SUFFIX) else ".safetensors"
+    digits = name.removeprefix("step_").removesuffix(suffix)
+    if not name.startswith("step_") or not name.endswith(suffix) or not digits.isascii() or not digits.isdigit():
         return None
     return int(digits)

@@ -30,6 +30,7 @@ from divergence.atomic import atomic_file
 from divergence.checkpoints.tied import METADATA_KEY as TIED_KEY
 from divergence.checkpoints.tied import untie
 from divergence.errors import CheckpointError
+from divergence.pairfolder import weights_dcp
 
 FORMAT = "divergence.weights/1"
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors reference implementation's limit
@@ -61,8 +62,11 @@ def completed(path: str | Path, step: int) -> tuple[int, int, int] | None:
     marker matches its bytes, else None (missing, partial, preallocated, being rewritten).
 
     A file whose header parses but carries no marker was not written by ``save_weights``: a
-    ``CheckpointError``, since waiting would never make it complete.
+    ``CheckpointError``, since waiting would never make it complete. A DCP folder (``ArmWriter(...,
+    format="dcp")``) is complete when its marker says so (``weights_dcp.completed``).
     """
+    if os.path.isdir(path):
+        return weights_dcp.completed(path, step)
     try:
         before = os.stat(path)
         with open(path, "rb") as f:
@@ -86,7 +90,10 @@ def completed(path: str | Path, step: int) -> tuple[int, int, int] | None:
 
 
 def identity(path: str | Path) -> tuple[int, int, int] | None:
-    """``(inode, size, mtime_ns)`` of ``path`` now, None when it is gone (see ``completed``)."""
+    """``(inode, size, mtime_ns)`` of ``path`` now (a DCP folder's: its marker's), None when it is gone
+    (see ``completed``)."""
+    if os.path.isdir(path):
+        return weights_dcp.identity(path)
     try:
         st = os.stat(path)
     except OSError:

@@ -17,6 +17,7 @@ from pathlib import Path
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import arm_folder
 from divergence.pairfolder.layout import weights_step
+from divergence.pairfolder.weights_dcp import remove_weights
 
 
 def recorded_after(folder: str | Path, step: int) -> int | None:
@@ -40,7 +41,8 @@ def drop_after(folder: str | Path, step: int) -> None:
     LossFile(folder).truncate_after(step)
     for s in _weights_steps(folder):
         if s > step:
-            arm_folder(folder).weights(s).unlink(missing_ok=True)
+            for path in (arm_folder(folder).weights(s), arm_folder(folder).weights_dcp(s)):
+                remove_weights(path)  # a file, or a DCP folder
 
 
 def claim_arm_folder(folder: str | Path, arm: str, start_step: int, resume: bool, how_to_resume: str) -> None:

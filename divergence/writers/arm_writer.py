@@ -29,7 +29,13 @@ writes ``<out>/pair.json`` when it is missing.
 Step ``N`` is the state after ``N`` optimizer steps; ``record(N, model, loss)`` takes the loss
 of the N-th step. Only the process of global rank 0 writes (``RANK`` in the environment, or
 ``torch.distributed``); the others may call every method, and nothing happens. Under FSDP,
-gather the full state dict yourself (every rank) and pass it as ``model``.
+gather the full state dict yourself (every rank) and pass it as ``model``, or write DCP:
+
+``format="dcp"`` writes each tracked step as ``checkpoints/step_NNNNNN.dcp/``, a
+``torch.distributed.checkpoint`` folder, from every rank: each rank saves its own shards of the
+(sharded) state dict, nothing is gathered; rank 0 marks the folder complete once all ranks have
+written (``divergence.pairfolder.weights_dcp``). Every rank then calls ``record`` (and ``finish``)
+with its model: a tracked step is a collective. Without a process group it is one process's save.
 
 Restarted from a checkpoint at step G, pass ``start_step=G``: the losses and weights files
 after G are removed (the arm computes them again) and ``status.json`` counts a new attempt,
@@ -67,10 +73,14 @@ from divergence.pairfolder.pair_json import (
     tracking_schedule,
     write_pair_files,
 )
+from divergence.pairfolder.weights_dcp import save_dcp
 from divergence.pairfolder.weights_file import save_weights
 from divergence.pairfolder.settings import DENSE_DEFAULT
 from divergence.tracking.records import ARMS
 from divergence.pairfolder.settings import is_tracked
+
+
+WEIGHTS_FORMATS = ("safetensors", "dcp")
 
 
 class ArmWriter:
@@ -92,6 +102,8 @@ class ArmWriter:
     weights : ``model -> {name: tensor}``; default: the floating-point entries of
         ``model.state_dict()`` (``model`` may also be such a dict already).
     rank : this process's global rank; default from ``torch.distributed`` or ``$RANK``.
+    format : ``"safetensors"`` (default: rank 0 writes ``step_NNNNNN.safetensors`` of the weights it
+        is given) or ``"dcp"`` (every rank writes its shards into ``step_NNNNNN.dcp/``).
     global_batch : examples per optimizer step over all ranks (batch size x ranks x accumulation),
         in ``status.json``; given by both arms, ``divergence watch`` compares it instead of the
         world sizes (2 ranks x batch 2 and 1 rank x batch 4 are one pair).
@@ -120,8 +132,12 @@ class ArmWriter:
         weights: Callable | None = None,
         rank: int | None = None,
         global_batch: int | None = None,
+        format: str = "safetensors",
         **pair,
     ):
+        if format not in WEIGHTS_FORMATS:
+            raise UserInputError(f"ArmWriter(format={format!r}): must be one of {', '.join(WEIGHTS_FORMATS)}")
+        self.dcp = format == "dcp"  # every rank saves its shards at tracked steps
         if arm not in ARMS:
             raise UserInputError(f"arm={arm!r}: must be one of {', '.join(ARMS)}")
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
@@ -187,14 +203,14 @@ class ArmWriter:
                 raise UserInputError(f"{where}: give the step's loss (a float or a 0-d tensor)")
             check_loss(loss, where)
             value = loss_value(loss, where) if self.is_writer else None  # read (a device sync) where written
-        if self.is_writer:
+        if self.is_writer or self.dcp:  # DCP: every rank saves its shards
             if model is not None:
                 self.last_model = (step, model)
             if self.tracked(step) and self.saved_step != step:
                 if model is None:
                     raise UserInputError(f"{where}: step {step} is tracked; give the model (or its state dict)")
                 self.save(step, self.weights(model))
-            if value is not None:
+            if value is not None and self.is_writer:
                 self.journal.append(step, value, where)
         self.journal.advance(step)
 
@@ -205,9 +221,13 @@ class ArmWriter:
 
     @in_script
     def save(self, step: int, tensors: dict) -> Path:
-        """Write the weights file of ``step`` (atomically; any device, copied to the CPU)."""
-        self.journal.check_tensors(tensors, step)
+        """Write the weights file of ``step`` (atomically; any device, copied to the CPU); with
+        ``format="dcp"`` every rank's shards into the step's DCP folder (a collective)."""
+        if self.is_writer:
+            self.journal.check_tensors(tensors, step)
         self.saved_step = step
+        if self.dcp:
+            return save_dcp(self.folder.weights_dcp(step), tensors, step=step, arm=self.arm, writer=self.is_writer)
         # a tied tensor (wte / lm_head) is saved once, its other names in the file (checkpoints.tied)
         return save_weights(self.folder.weights(step), tensors, step=step, arm=self.arm, recipe={})
 
@@ -241,9 +261,11 @@ class ArmWriter:
         ``record``); a state dict given at an earlier step may be a stale copy, so it is refused.
         It also releases the arm's lock: another process may write the arm after it.
         """
+        state = state or ("finished" if self.last_step >= (self.max_steps or 1) else "failed")
+        if self.dcp and not self.is_writer and state == "finished" and self.last_step > 0:
+            self._save_last(model)  # the collective save of the last step, as rank 0 does below
         if not self.is_writer or self.lock is None or not self.lock.held:
             return
-        state = state or ("finished" if self.last_step >= (self.max_steps or 1) else "failed")
         try:
             if state == "finished" and self.last_step > 0:
                 self._save_last(model)
@@ -257,7 +279,7 @@ class ArmWriter:
     def _save_last(self, model) -> None:
         """A finished arm's last step is a compared one: its weights file, if not written yet."""
         step = self.last_step
-        if self.saved_step == step or (self.saved_step is None and self.folder.weights(step).exists()):
+        if self.saved_step == step or (self.saved_step is None and self.folder.saved_weights(step).exists()):
             return  # saved by the schedule (or, after a restart at this very step, by the earlier attempt)
         if model is None and self.last_model is not None:
             given_at, given = self.last_model
