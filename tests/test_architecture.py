@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "divergence"
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 # modules every layer may use (``divergence`` itself: the version and the lazy public API, which
 # imports only loose modules), and the entry point that sits with the commands
-LOOSE = {"errors", "extras", "atomic", "tables", "import_noise", "divergence"}
+LOOSE = {"errors", "extras", "atomic", "tables", "import_noise", "formats", "divergence"}
 ENTRY = {"__main__"}
 
 # (importer package, imported package): each must be absent from the graph

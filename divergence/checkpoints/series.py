@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from divergence.errors import CheckpointError, UserInputError
-from divergence.pairfolder.layout import DCP_COMPLETE_FILE  # an arm's step_N.dcp/ is complete once it holds it
+from divergence.formats import DCP_COMPLETE_FILE  # an arm's step_N.dcp/ is complete once it holds it
 
 SUFFIXES = (".safetensors", ".ckpt", ".pt", ".pth", ".bin")
 _LIGHTNING_STEP = re.compile(r"step=(\d+)")

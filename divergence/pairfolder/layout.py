@@ -34,6 +34,8 @@ asks a ``PairFolder``, ``ArmFolder`` or ``RunFolder`` for it rather than joining
 
 from __future__ import annotations
 
+from divergence.formats import DCP_COMPLETE_FILE  # noqa: F401  re-exported: part of the layout
+
 CONTRACT = 1  # the version of docs/pair-folder.md this package reads and writes
 ARMS = ("a", "b")
 PAIR_FILE = "pair.json"
@@ -55,7 +57,7 @@ LOSSES_FILE = "losses.jsonl"
 STATUS_FILE = "status.json"
 WRITER_LOCK_FILE = "writer.lock"
 DCP_SUFFIX = ".dcp"  # a tracked step's weights as a torch.distributed.checkpoint folder
-DCP_COMPLETE_FILE = "complete.json"  # in it: written last, once every rank has saved its shards
+# DCP_COMPLETE_FILE (divergence.formats): in it, written last, once every rank has saved its shards
 
 
 def weights_name(step: int) -> str:

@@ -1,7 +1,9 @@
-"""DeepSpeed checkpoint folders, BUILT FROM THE DOCUMENTED LAYOUT, not written by DeepSpeed.
+"""DeepSpeed checkpoint folders: two written by DeepSpeed itself, the rest built from its layout.
 
-``deepspeed`` is not installed here, and its engine needs an accelerator backend and a
-compiled op set to run; these folders follow the layout ``DeepSpeedEngine.save_checkpoint``
+``test_save_dirs_written_by_deepspeed_*`` read ``data/deepspeed/``: two ZeRO-2 save dirs that
+deepspeed 0.19.8 wrote on a CPU (2 gloo ranks; ``make_deepspeed_fixture.py`` says how, and why
+``deepspeed`` is not a dependency). The other cases (ZeRO-3, model parallel, bf16, several tags,
+an evil pickle) need shapes no small CPU run gives, so their folders follow the layout ``DeepSpeedEngine.save_checkpoint``
 writes and ``deepspeed/utils/zero_to_fp32.py`` reads: ``latest`` naming the tag,
 ``global_stepN/mp_rank_00_model_states.pt`` holding ``module`` (the model's state dict) beside
 ``buffer_names``, ``param_shapes``, ``ds_config``, ``ds_version``, and per-rank
@@ -9,6 +11,7 @@ writes and ``deepspeed/utils/zero_to_fp32.py`` reads: ``latest`` naming the tag,
 """
 
 from collections import OrderedDict
+from pathlib import Path
 
 import pytest
 import torch
@@ -97,6 +100,23 @@ def test_deepspeed_folder_compares_as_the_same_weights_in_safetensors(runs):
     assert (
         latest.summary["wasserstein"]
         == compare_checkpoints(runs / "a" / "global_step4", runs / "b" / "global_step4").summary["wasserstein"]
+    )
+
+
+WRITTEN = Path(__file__).resolve().parent / "data" / "deepspeed"
+
+
+def test_save_dirs_written_by_deepspeed_compare_exactly_as_their_weights_in_safetensors():
+    """The real library's files: ``latest`` -> ``global_step3`` -> ``module`` of the model states,
+    loaded weights-only, the optimizer shards never opened; every metric of every tensor equals the
+    comparison of the same module's weights saved as safetensors by the writing process."""
+    assert (WRITTEN / "a" / "latest").read_text().strip() == "global_step3"
+    got = compare_checkpoints(WRITTEN / "a", WRITTEN / "b")
+    want = compare_checkpoints(WRITTEN / "a.safetensors", WRITTEN / "b.safetensors")
+    assert {r["name"]: r for r in got.records} == {r["name"]: r for r in want.records}
+    assert len(got.records) == 4 and want.summary["max_abs_diff"] > 0
+    assert set(open_checkpoint(WRITTEN / "a" / "global_step3").names) == set(
+        open_checkpoint(WRITTEN / "a.safetensors").names
     )
 
 

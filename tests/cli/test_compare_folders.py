@@ -7,7 +7,6 @@ import torch
 
 from divergence.cli import main
 from tests.checkpoints.conftest import tiny_clip, tiny_unet
-from tests.helpers import assert_one_line_exit2
 
 MODEL_INDEX = {
     "_class_name": "StableDiffusionPipeline",
@@ -51,17 +50,24 @@ def test_a_diffusers_output_dir_compares_the_final_pipeline_and_names_what_it_sk
     assert f"divergence track {tmp_path / 'out-a'} OTHER_OUTPUT_DIR --component unet --out PAIR" in out
 
 
-def test_a_deepspeed_folder_names_the_model_file_it_can_read(tmp_path, capsys):
+def test_a_deepspeed_folder_is_read_through_its_model_states_file(tmp_path, capsys):
+    """Issue 33 asked that such a folder name the file it could read; the DeepSpeed reader
+    (checkpoints.zero_folder, issue 35) now reads it: ``global_stepN/`` and the save_dir around it
+    (its ``latest`` tag) compare as ``mp_rank_00_model_states.pt`` itself does."""
     for side, seed in (("a", 0), ("b", 1)):
         folder = tmp_path / side / "global_step2"
         folder.mkdir(parents=True)
         state = {k: v for k, v in tiny_unet(seed).state_dict().items()}
         torch.save({"module": state, "ds_version": "0.14.0", "global_steps": 2}, folder / "mp_rank_00_model_states.pt")
         torch.save({"optimizer_state_dict": {}}, folder / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
+        (tmp_path / side / "latest").write_text("global_step2")
     a, b = tmp_path / "a" / "global_step2", tmp_path / "b" / "global_step2"
-    code = main(["compare", str(a), str(b)])
-    assert_one_line_exit2(code, capsys, "no weights found", "it holds mp_rank_00_model_states.pt", str(a / "mp_rank"))
-    assert main(["compare", str(a / "mp_rank_00_model_states.pt"), str(b / "mp_rank_00_model_states.pt")]) == 0
-    # DeepSpeed's save_checkpoint folder around it (global_step2/, latest): the file inside is named
-    code = main(["compare", str(tmp_path / "a"), str(tmp_path / "b")])
-    assert_one_line_exit2(code, capsys, "it holds global_step2/mp_rank_00_model_states.pt", str(a / "mp_rank_00"))
+    json_of = {}
+    for name, (x, y) in {
+        "file": (a / "mp_rank_00_model_states.pt", b / "mp_rank_00_model_states.pt"),
+        "tag": (a, b),
+        "save_dir": (tmp_path / "a", tmp_path / "b"),
+    }.items():
+        assert main(["compare", str(x), str(y), "--quiet", "--json", str(tmp_path / f"{name}.json")]) == 0
+        json_of[name] = json.loads((tmp_path / f"{name}.json").read_text())["tensors"]
+    assert json_of["tag"] == json_of["file"] == json_of["save_dir"] and json_of["file"]

@@ -177,13 +177,15 @@ def test_study_submission_chains_every_pair_then_the_report(tmp_path, monkeypatc
     for script in [*out.glob("*/r*/launch/*"), *out.glob("launch/*")]:
         _bash_n(script)
     lines = calls.read_text().splitlines()
-    assert len(lines) == 4 * 3 + 1  # 4 pair runs x (2 arms + comparator), then the report
-    for i in range(0, 12, 3):
+    # 5 pair runs (the pair under study, seed, precision, reordering, control) x (2 arms + comparator),
+    # then the report
+    assert len(lines) == 5 * 3 + 1
+    for i in range(0, 15, 3):
         assert f"--dependency=after:{101 + i}:{102 + i} " in lines[i + 2]
         assert lines[i + 2].endswith("watch.sbatch")
-    assert lines[-1].startswith("--parsable --dependency=afterok:" + ":".join(str(101 + i) for i in range(12)))
+    assert lines[-1].startswith("--parsable --dependency=afterok:" + ":".join(str(101 + i) for i in range(15)))
     assert lines[-1].endswith("report.sbatch")
-    assert "report: job 113" in capfd.readouterr().out
+    assert "report: job 116" in capfd.readouterr().out
     recipe = yaml.safe_load((out / "recipes/seed-vs-seed-r0.yaml").read_text())
     assert recipe["replicate"] == 0
     assert "train.max_steps=50" in (out / "seed-vs-seed/r0/launch/arm-a.sbatch").read_text()
