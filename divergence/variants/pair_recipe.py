@@ -103,7 +103,10 @@ def _arm_recipe(base_data: dict, variants, name: str) -> RunRecipe:
     for key, value in overrides.items():
         node = data
         *parents, leaf = key.split(".")
-        for part in parents:
+        for i, part in enumerate(parents):
+            if node.get(part, {}) is None:  # a variant sets a key of a section the base turns off
+                section = ".".join(parents[: i + 1])
+                raise RecipeError(f"arm {name}: a variant sets {key}, but {section} is null; give {section} a mapping")
             node = node.setdefault(part, {})
         node[leaf] = value
     try:
