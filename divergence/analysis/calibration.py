@@ -85,6 +85,10 @@ _VOLATILE = {
     "tf32",
     "adamw_impl",
 }
+# Recipe sections added after calibration files existed, left out of the identity while they are off
+# (null), so a recipe that does not use them keeps the id it had before they existed; switched on,
+# they are part of the recipe like any other section. A new optional section adds its name here.
+_ADDED_WHEN_OFF = {"moe"}
 
 
 def recipe_identity(recipe: dict) -> dict:
@@ -96,7 +100,11 @@ def recipe_identity(recipe: dict) -> dict:
 
     def strip(node):
         if isinstance(node, dict):
-            return {k: strip(v) for k, v in sorted(node.items()) if k not in _VOLATILE}
+            return {
+                k: strip(v)
+                for k, v in sorted(node.items())
+                if k not in _VOLATILE and not (k in _ADDED_WHEN_OFF and v is None)
+            }
         return node
 
     kept = strip(as_base(recipe or {}))

@@ -6,6 +6,8 @@
                                           and max_abs_diff
     divergence/probe/<key>                the function-space probe, when the step record has it
                                           (probe_rel_diff, probe_loss_a, probe_loss_b)
+    divergence/router/<key>               a mixture of experts' router record, when the step record
+                                          has it (flip, drop_a, drop_b; flip/<layer> per MoE layer)
     train/loss_a, train/loss_b, train/loss_diff, train/spike_a, train/spike_b
     trainer/global_step                   the step axis of every key above
 
@@ -72,7 +74,21 @@ def step_metrics(record: dict) -> dict[str, float]:
                 if isinstance(record.get(k), (int, float)) and math.isfinite(record[k])
             }
         )
+        metrics.update(router_metrics(record))
     return metrics
+
+
+def router_metrics(record: dict) -> dict[str, float]:
+    """``divergence/router/flip``, ``.../flip/<layer>``, ``.../drop_a``, ``.../drop_b`` of a step
+    record holding the router's record (``divergence.training.probe.ROUTER_KEYS``)."""
+    out = {
+        f"divergence/router/{key.removeprefix('router_')}": float(record[key])
+        for key in ("router_flip", "router_drop_a", "router_drop_b")
+        if isinstance(record.get(key), (int, float))
+    }
+    for layer, value in (record.get("router_flip_layers") or {}).items():
+        out[f"divergence/router/flip/{key_part(layer)}"] = float(value)
+    return out
 
 
 def log_step(loggers, step: int, record: dict, tensors: list[dict], table: bool = False) -> None:

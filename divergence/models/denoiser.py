@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from divergence.models.build import build_unet, check_fits, seeded
+from divergence.models.moe import apply_moe
 from divergence.models.pretrained import load_pretrained
 from divergence.recipe.model import ModelConfig, TransformerConfig
 
@@ -34,6 +35,7 @@ def build_denoiser(
     if model.denoiser == "unet":
         return build_unet(model.unet, channels, side, text_width, seed)
     transformer = build_transformer(model.transformer, channels, side, text_width, seed)
+    apply_moe(transformer, model.moe, seed)  # model.moe: experts in place of the MLPs
     return TransformerDenoiser(transformer, model.transformer.kind, text_width, image_side or side, seed)
 
 

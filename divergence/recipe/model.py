@@ -20,6 +20,8 @@ DOWN_BLOCKS = ("CrossAttnDownBlock2D", "DownBlock2D")
 UP_BLOCKS = ("CrossAttnUpBlock2D", "UpBlock2D")
 DENOISERS = ("unet", "transformer")
 TRANSFORMER_KINDS = ("pixart", "sd3")
+ROUTER_PRECISIONS = ("fp32", "autocast")
+EXPERT_COMPUTES = ("grouped", "loop")
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,62 @@ class TransformerConfig(Pretrained):
 
 
 @dataclass(frozen=True)
+class MoEConfig:
+    """A mixture of experts in place of each transformer block's MLP (``model.moe``; see
+    ``divergence.models.moe``): a linear router scores ``experts`` MLPs per token, the ``top_k``
+    best compute it, weighted by their renormalised router probabilities; each expert takes at
+    most ``capacity = ceil(capacity_factor * tokens * top_k / experts)`` (token, slot) choices
+    of a forward pass, the rest are dropped (the token passes through the residual only)."""
+
+    # Expert MLPs per block.
+    experts: int = 4
+    # Experts each token is sent to.
+    top_k: int = 2
+    # Slots per expert relative to an even split of the tokens' choices; null: no limit.
+    capacity_factor: float | None = 1.25
+    # Weight of the load-balancing loss (Switch Transformer, eq. 4) added to the training loss.
+    balance_loss: float = 0.01
+    # Hidden width of each expert; null: the dense MLP's width (4 x model width) / top_k, so a
+    # token costs what it costs in the dense DiT.
+    expert_width: int | None = None
+    # ``fp32``: router logits and softmax in fp32 whatever the autocast (as MoE practice keeps them);
+    # ``autocast``: in the arm's autocast dtype (the ``router-bf16`` variant).
+    router_precision: Literal["fp32", "autocast"] = "fp32"
+    # ``grouped``: all experts in one batched matmul over a (experts, capacity, width) buffer;
+    # ``loop``: one matmul per expert over its tokens (the same math, other orders of sums).
+    expert_compute: Literal["grouped", "loop"] = "grouped"
+
+    def __post_init__(self):
+        require(self.experts >= 1, "experts", f"must be >= 1, got {self.experts}")
+        require(
+            1 <= self.top_k <= self.experts,
+            "top_k",
+            f"must be between 1 and experts ({self.experts}), got {self.top_k}",
+        )
+        require(
+            self.capacity_factor is None or self.capacity_factor > 0,
+            "capacity_factor",
+            f"must be > 0 or null (no limit), got {self.capacity_factor}",
+        )
+        require(self.balance_loss >= 0, "balance_loss", f"must be >= 0, got {self.balance_loss}")
+        require(
+            self.expert_width is None or self.expert_width >= 1,
+            "expert_width",
+            f"must be >= 1 or null, got {self.expert_width}",
+        )
+        require(
+            self.router_precision in ROUTER_PRECISIONS,
+            "router_precision",
+            f"{self.router_precision!r} is not one of {', '.join(ROUTER_PRECISIONS)}",
+        )
+        require(
+            self.expert_compute in EXPERT_COMPUTES,
+            "expert_compute",
+            f"{self.expert_compute!r} is not one of {', '.join(EXPERT_COMPUTES)}",
+        )
+
+
+@dataclass(frozen=True)
 class LoraConfig:
     """LoRA adapters (peft) on the denoiser's attention projections; everything else is frozen.
 
@@ -235,6 +293,8 @@ class ModelConfig:
     transformer: TransformerConfig = field(default_factory=TransformerConfig)
     # null: train every denoiser weight; a mapping: train LoRA adapters only (see LoraConfig).
     lora: LoraConfig | None = None
+    # null: dense MLPs; a mapping: each transformer block's MLP is a mixture of experts (MoEConfig).
+    moe: MoEConfig | None = None
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     text_encoder: TextEncoderConfig = field(default_factory=TextEncoderConfig)
     # null: pixel space (the UNet sees RGB in [-1, 1]).
@@ -244,6 +304,11 @@ class ModelConfig:
 
     def __post_init__(self):
         require(self.denoiser in DENOISERS, "denoiser", f"{self.denoiser!r} is not one of {', '.join(DENOISERS)}")
+        require(
+            self.moe is None or self.denoiser == "transformer",
+            "moe",
+            "replaces a transformer's MLPs; set model.denoiser: transformer (or model.moe: null)",
+        )
 
 
 @dataclass(frozen=True)

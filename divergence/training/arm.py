@@ -30,6 +30,7 @@ from divergence.models.attention import apply_attention, check_attention, head_d
 from divergence.models.build import build_text_encoder
 from divergence.models.denoiser import build_denoiser, denoise
 from divergence.models.lora import apply_lora, tracked_weights
+from divergence.models.moe import moe_aux_loss
 from divergence.recipe.run import RunRecipe, latent_shape
 from divergence.models.determinism import with_arm_numerics
 from divergence.training.ema import ArmEMA
@@ -147,9 +148,14 @@ class Arm(torch.nn.Module):
         return StepOutput(loss, grad_norm.detach().float(), lr, scale, skipped)
 
     def _accumulate(self, inputs: DiffusionInputs, k: int, backward) -> torch.Tensor:
-        """Forward and backward of one of ``k`` micro-batches (loss / k: gradients add up to the mean)."""
+        """Forward and backward of one of ``k`` micro-batches (loss / k: gradients add up to the mean).
+
+        With ``model.moe`` the experts' load-balancing loss is added to what is differentiated;
+        the loss reported stays the diffusion MSE (comparable across backbones)."""
         loss = F.mse_loss(self.predict(inputs).float(), inputs.target.float())
-        (backward or torch.Tensor.backward)(self.policy.scaler.scale(loss / k if k > 1 else loss))
+        aux = moe_aux_loss(self.unet)
+        total = loss if aux is None else loss + aux
+        (backward or torch.Tensor.backward)(self.policy.scaler.scale(total / k if k > 1 else total))
         return loss.detach()
 
     def weights(self) -> dict[str, torch.Tensor]:

@@ -11,7 +11,13 @@ autocast, no gradients, eval mode. At every tracked step the store gets::
     probe_loss_a   = mean((out_a(Q) - target(Q))^2)               (the diffusion loss on Q)
     probe_loss_b   = mean((out_b(Q) - target(Q))^2)
 
-so F(t) = probe_rel_diff is the function-space twin of the whole-model ``rel_l2`` (docs/method.md,
+and, for a mixture-of-experts denoiser (``model.moe``), the router's record (``ROUTER_KEYS``;
+``divergence.metrics.router``): ``router_flip``, the fraction of the probe's (token, slot)
+choices whose expert differs between the arms in the reference numerics, ``router_flip_layers``
+the same per MoE layer ({layer: fraction}), and ``router_drop_a``, ``router_drop_b``, the
+fraction of choices each arm's capacity limit dropped in its last training forward (the step's
+last micro-batch; absent where the arm has not trained in this process, e.g. arms read back from
+files). So F(t) = probe_rel_diff is the function-space twin of the whole-model ``rel_l2`` (docs/method.md,
 "The statistic"), and the probe losses give the outcome without the arms' own numerics in it.
 
 Cadence (``probe_due``): at tracked steps that are multiples of ``tracking.probe.every`` (20 by
@@ -40,10 +46,12 @@ import torch
 
 from divergence.data.batches import StepBatches
 from divergence.models.denoiser import denoise
+from divergence.models.moe import moe_layers, recording_routes
 from divergence.pairfolder.settings import ProbeConfig
 from divergence.training.inputs import DiffusionInputs, Inputs
 
 PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")
+ROUTER_KEYS = ("router_flip", "router_flip_layers", "router_drop_a", "router_drop_b")
 
 
 class FunctionProbe:
@@ -55,9 +63,13 @@ class FunctionProbe:
         self._baseline = None
 
     def record(self, arm_a, arm_b) -> dict[str, float]:
-        """``probe_rel_diff, probe_loss_a, probe_loss_b`` of the two arms' current weights."""
+        """``probe_rel_diff, probe_loss_a, probe_loss_b`` of the two arms' current weights, and
+        with MoE layers the router's record (``ROUTER_KEYS``)."""
+        # read before the probe's own forwards replace each layer's last routing
+        drops = {"router_drop_a": training_drops(arm_a), "router_drop_b": training_drops(arm_b)}
         probe = self._inputs(next(arm_b.parameters()).device)
-        out_a, out_b = self.evaluate(arm_a, probe), self.evaluate(arm_b, probe)
+        with recording_routes(arm_a.unet) as routes_a, recording_routes(arm_b.unet) as routes_b:
+            out_a, out_b = self.evaluate(arm_a, probe), self.evaluate(arm_b, probe)
         diff = torch.linalg.vector_norm((out_a - out_b).double())
         norm_b = torch.linalg.vector_norm(out_b.double())
         target = probe.target.double()
@@ -65,6 +77,8 @@ class FunctionProbe:
             "probe_rel_diff": float(diff / norm_b) if norm_b > 0 else float("nan"),
             "probe_loss_a": float(torch.mean((out_a.double() - target) ** 2)),
             "probe_loss_b": float(torch.mean((out_b.double() - target) ** 2)),
+            **router_flips_on_probe(routes_a, routes_b),
+            **{key: value for key, value in drops.items() if value is not None},
         }
 
     @torch.no_grad()
@@ -95,6 +109,30 @@ class FunctionProbe:
         if self._baseline is None:
             self._baseline = {False: KernelAttnProcessor("baseline"), True: KernelJointAttnProcessor("baseline")}
         return self._baseline[joint]
+
+
+def router_flips_on_probe(routes_a: dict, routes_b: dict) -> dict:
+    """``router_flip`` and ``router_flip_layers`` of two arms' recorded routings (``{layer:
+    [Routing per probe batch]}``); empty without MoE layers."""
+    from divergence.metrics.router import layer_flip_fractions
+
+    if not routes_a:
+        return {}
+    experts_a = {name: torch.cat([r.experts for r in runs]) for name, runs in routes_a.items()}
+    experts_b = {name: torch.cat([r.experts for r in runs]) for name, runs in routes_b.items()}
+    overall, per_layer = layer_flip_fractions(experts_a, experts_b)
+    return {"router_flip": overall, "router_flip_layers": per_layer}
+
+
+def training_drops(arm) -> float | None:
+    """The fraction of choices dropped by capacity over the arm's MoE layers in their last
+    forward, or None without MoE layers or before any forward."""
+    from divergence.metrics.router import drop_fraction
+
+    layers = moe_layers(arm.unet)
+    if not layers or any(layer.routing is None for layer in layers.values()):
+        return None
+    return drop_fraction({name: layer.routing.kept for name, layer in layers.items()})
 
 
 def probe_inputs(inputs: Inputs, size: int, seed: int, device) -> DiffusionInputs:

@@ -25,7 +25,7 @@ from divergence.recipe.pair import (
     with_replicate,
 )
 from divergence.recipe.run import RunRecipe
-from divergence.variants.registry import VARIANTS, check_overrides, parse_variant
+from divergence.variants.registry import VARIANTS, check_overrides, off_by_default, parse_variant
 
 
 def load_pair_recipe(path: str | Path, overrides: Iterable[str] = ()) -> PairRecipe:
@@ -103,7 +103,15 @@ def _arm_recipe(base_data: dict, variants, name: str) -> RunRecipe:
     for key, value in overrides.items():
         node = data
         *parents, leaf = key.split(".")
-        for part in parents:
+        for i, part in enumerate(parents):
+            section = ".".join(parents[: i + 1])
+            if node.get(part, {}) is None:  # a variant sets a key of a section the base turns off
+                raise RecipeError(f"arm {name}: a variant sets {key}, but {section} is null; give {section} a mapping")
+            if part not in node and off_by_default(parents[: i + 1]):  # it would switch the section on
+                raise RecipeError(
+                    f"arm {name}: a variant sets {key}, but the base recipe has no {section} (off by default); "
+                    f"give {section} a mapping in the base recipe (e.g. recipes/tiny-moe.yaml for model.moe)"
+                )
             node = node.setdefault(part, {})
         node[leaf] = value
     try:

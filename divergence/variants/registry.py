@@ -153,6 +153,12 @@ def check_overrides(variant: Variant, overrides: dict[str, Any]) -> dict[str, An
     return overrides
 
 
+def off_by_default(path: list[str]) -> bool:
+    """Whether the section at ``path`` (``["model", "moe"]``) is null in the default recipe: a
+    variant that sets a key inside it would switch the whole section on with its defaults."""
+    return _lookup(_default_recipe(), path) is None
+
+
 @functools.lru_cache(maxsize=1)
 def _default_recipe() -> dict:
     from divergence.config.schema import to_dict

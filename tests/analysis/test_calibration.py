@@ -195,3 +195,17 @@ def test_a_saturated_dose_is_left_out_and_too_few_doses_are_refused():
     assert c["criteria"]["horizon_stability"]["saturated"] == [0.5] and c["criteria"]["recovery"]["pass"]
     with pytest.raises(UserInputError, match="at least 3 non-zero doses"):
         evaluate({0.0: rungs[0.0], 1e-8: rungs[1e-8], 1e-7: rungs[1e-7]}, seeds(3, 150))
+
+
+def test_a_section_added_later_changes_the_identity_only_when_switched_on():
+    """``model.moe`` came after calibration files existed: off, the tiny recipe keeps its id; on, the
+    recipe is another one."""
+    from divergence.config.schema import to_dict
+    from divergence.recipe.run import RunRecipe
+
+    tiny = to_dict(RunRecipe())
+    assert tiny["model"]["moe"] is None
+    without = {**tiny, "model": {k: v for k, v in tiny["model"].items() if k != "moe"}}
+    assert recipe_identity(without)["id"] == recipe_identity(tiny)["id"]
+    moe = {**tiny, "model": {**tiny["model"], "moe": {"experts": 4, "top_k": 2}}}
+    assert recipe_identity(moe)["id"] != recipe_identity(tiny)["id"]

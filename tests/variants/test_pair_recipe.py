@@ -81,7 +81,15 @@ def test_variants_declare_whether_they_are_fp32_equivalent():
     from divergence.variants.registry import fp32_equivalent
 
     declared = sorted(name for name, cls in VARIANTS.items() if cls.fp32_equivalent)
-    assert declared == ["adamw-impl", "compile", "cpu-threads", "grad-accumulation", "gradient-checkpointing"]
+    assert declared == [
+        "adamw-impl",
+        "compile",
+        "cpu-threads",
+        "expert-grouped",
+        "expert-loop",
+        "grad-accumulation",
+        "gradient-checkpointing",
+    ]
     assert fp32_equivalent({"a": ["grad-accumulation=4x4"], "b": ["grad-accumulation=1x16"]})
     assert fp32_equivalent({"a": ["compile"], "b": ["compile=False"]})
     assert not fp32_equivalent({"a": ["compile", "precision=bf16-mixed"], "b": []})  # one is not
