@@ -228,6 +228,7 @@ def test_a_re_run_with_an_edited_recipe_is_refused_not_mixed(tmp_path, capsys):
     out = tmp_path / "s"
     small = ["--max-steps", "2", "--jobs", "1", *QUICK[2:], "numerics=base"]
     small += ["references.seed=null", "references.precision=null", "references.control=null"]
+    small += ["references.reordering=null"]
     assert main(["study", "--out", str(out), "--replicates", "1", *small, "train.lr=0.001"]) == 0
     capsys.readouterr()
     before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.suffix != ".lock"}
