@@ -56,17 +56,8 @@ def impl_rows(rows, recipe, dist: str, seq_len: int, precision: str) -> list[tup
 
 
 def _on(rows, recipe, impl, precision, seq_len, acc, dist):
-    br, bc = recipe.tiles.reference_tile(recipe.inputs.head_dim)
-    return one(
-        rows,
-        impl=impl,
-        precision=precision,
-        seq_len=seq_len,
-        accumulate=acc,
-        block_q=br,
-        block_kv=bc,
-        block_order="default",
-        input_dist=dist,
+    return reference_flash(
+        rows, recipe, impl=impl, precision=precision, seq_len=seq_len, accumulate=acc, input_dist=dist
     )
 
 

@@ -29,8 +29,9 @@ def precisions(recipe: MicrobenchRecipe) -> list[str]:
     return [p for p in PRECISIONS if p in recipe.sweep.precisions]
 
 
-def reference_flash(rows, recipe, *, precision, seq_len, accumulate="none", impl="flash") -> dict | None:
-    """The flash (or ``impl``: flash-unbiased) row on the reference tile, default order."""
+def reference_flash(rows, recipe, *, precision, seq_len, accumulate="none", impl="flash", **where) -> dict | None:
+    """The flash (or ``impl``: flash-unbiased, baseline) row on the reference tile, default order;
+    ``where`` narrows it further (``input_dist=...``)."""
     br, bc = recipe.tiles.reference_tile(recipe.inputs.head_dim)
     return one(
         rows,
@@ -41,6 +42,7 @@ def reference_flash(rows, recipe, *, precision, seq_len, accumulate="none", impl
         block_q=br,
         block_kv=bc,
         block_order="default",
+        **where,
     )
 
 

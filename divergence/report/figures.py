@@ -15,16 +15,9 @@ from matplotlib.colors import LogNorm
 
 from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, layer_mean
 from divergence.report.canvas import subplots
-from divergence.report.dose_figures import dose_figures
+from divergence.report.dose_figures import COLORS, dose_figures
 from divergence.recipe.names import file_stem  # every figure named after a pair: one name, one file
 
-COLORS = {
-    "optimization": "#d62728",
-    "precision": "#ff7f0e",
-    "seed": "#1f77b4",
-    "control": "#7f7f7f",
-    "reordering": "#2ca02c",
-}
 STYLES = ("-", "--", ":", "-.")
 HEATMAP_ROWS = 30
 DPI = 110
