@@ -6,7 +6,7 @@ behind each name are in ``divergence.checkpoints.formats``.
 
 AUTO = "auto"
 
-# A DCP step folder that a writer of a pair folder made (divergence.pairfolder.weights_dcp) is complete once
+# A DCP step folder that a writer of a pair folder made (divergence.pairfolder.arm.weights_dcp) is complete once
 # it holds this marker, written last, after every rank has saved its shards; readers skip one without it.
 DCP_COMPLETE_FILE = "complete.json"
 

@@ -199,7 +199,7 @@ def counted_once(a: TensorSource, b: TensorSource, match: Match) -> tuple[Match,
     """``match`` without the pairs that are a second name of one tensor on both sides (a tied
     ``lm_head.weight``: ``divergence.checkpoints.tied``), and ``{matched name: [its tied names]}``.
     Tied on one side only, the two names are two tensors on the other: both are compared.
-    A weights file of ``pairfolder.weights_file`` holds a tied tensor once and names the others."""
+    A weights file of ``pairfolder.arm.weights_file`` holds a tied tensor once and names the others."""
     matched_a = {name_a: name for name, name_a, _ in match.pairs}
     matched_b = {name_b: name for name, _, name_b in match.pairs}
     alias_a = {n: kept for kept, names in a.tied.items() for n in names}

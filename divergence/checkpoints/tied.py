@@ -24,7 +24,7 @@ import json
 
 import torch
 
-METADATA_KEY = "divergence.tied"  # a weights file's ties, as JSON {kept: [names]} (pairfolder.weights_file)
+METADATA_KEY = "divergence.tied"  # a weights file's ties, as JSON {kept: [names]} (pairfolder.arm.weights_file)
 
 
 def untie(state: dict) -> tuple[dict, dict[str, list[str]]]:

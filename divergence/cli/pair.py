@@ -53,7 +53,7 @@ def parse_values(values: list[str]) -> dict:
 def run(args) -> int:
     from pathlib import Path
 
-    from divergence.pairfolder.arm_lock import PairLock
+    from divergence.pairfolder.arm.lock import PairLock
     from divergence.pairfolder.layout import PAIR_FILE
     from divergence.pairfolder.pair_json import PairInfo, arms_line
 

@@ -12,7 +12,7 @@ one, holding no store; the series' steps within int64), and the pair folder is b
 hidden staging folder beside it and moved into place at the end: a failure mid-way (a
 checkpoint that cannot be read or matched) names the step and both files, and leaves no
 half-written pair folder. ``track`` is a writer of the pair folder like any other: it holds the
-folder's ``PairLock`` (``divergence.pairfolder.arm_lock``) while it builds and publishes, so it is
+folder's ``PairLock`` (``divergence.pairfolder.arm.lock``) while it builds and publishes, so it is
 refused in one line while an arm writer, a lockstep run or another ``track`` writes ``--out``.
 """
 
@@ -113,7 +113,7 @@ def _check_out(out):
 
 def _check_steps(series: dict) -> None:
     from divergence.errors import UserInputError
-    from divergence.pairfolder.arm_steps import MAX_STEP
+    from divergence.pairfolder.arm.steps import MAX_STEP
 
     for found in series.values():
         for step, path in found.items():
@@ -128,7 +128,7 @@ def _write_store(args, out, steps: list[int], series: dict) -> None:
     """Build the pair folder in a staging folder, then move it into place (see the module docstring)."""
     import shutil
 
-    from divergence.pairfolder.arm_lock import PairLock
+    from divergence.pairfolder.arm.lock import PairLock
 
     lock = PairLock(out) if out.is_dir() else None  # refused while an arm writer (or any writer) writes it
     try:

@@ -3,10 +3,10 @@
 The comparator only ever takes a checkpoint whose writer says it is complete: the exact name
 ``step_NNNNNN.safetensors``, metadata naming the step asked for, and the completion marker
 ``save_weights`` records in it (the data's length and CRC-32, see
-``divergence.pairfolder.weights_file``) matching the bytes there. A file being copied in, preallocated
+``divergence.pairfolder.arm.weights_file``) matching the bytes there. A file being copied in, preallocated
 at full size and then filled, or rewritten in place fails the marker and is "not there yet",
 looked at again at the next poll; it is never read half-written. An arm written as DCP
-(``step_NNNNNN.dcp/``) is taken once its ``complete.json`` is there (``pairfolder.weights_dcp``). The identity of the file taken
+(``step_NNNNNN.dcp/``) is taken once its ``complete.json`` is there (``pairfolder.arm.weights_dcp``). The identity of the file taken
 (inode, size, mtime) is kept, so a file replaced while it was being compared is noticed.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from divergence.pairfolder.folder import ArmFolder
-from divergence.pairfolder.weights_file import completed, identity
-from divergence.store.arm_status import ArmStatus
-from divergence.store.losses import LossFile
+from divergence.pairfolder.arm.weights_file import completed, identity
+from divergence.pairfolder.arm.status import ArmStatus
+from divergence.pairfolder.arm.losses import LossFile
 
 
 class ArmFeed:

@@ -58,7 +58,7 @@ from divergence.pairfolder.pair_json import finish_pair
 from divergence.pairfolder.schedule import PairSchedule, read_schedule
 from divergence.pairfolder.starting import how_to_start
 from divergence.store import MetricsStore
-from divergence.store.arm_status import batch_mismatch, restart_point
+from divergence.pairfolder.arm.status import batch_mismatch, restart_point
 from divergence.tracking.recorder import StepRecorder
 from divergence.tracking.records import comparison_records
 

@@ -1,7 +1,7 @@
 """Read the next tracked step's two weights files while the current step is compared.
 
 Before the comparator takes a tracked step it checks both files complete
-(``pairfolder.weights_file.completed``: their CRC-32 over every byte, a full read; 3.4 GB a file
+(``pairfolder.arm.weights_file.completed``: their CRC-32 over every byte, a full read; 3.4 GB a file
 at SD 1.5 size). ``Prefetch`` runs that check for the next tracked step in a background thread
 while the current step's comparison runs, so the read overlaps the comparison and the files are
 in the page cache when they are compared. What it found is used only while the file is still the

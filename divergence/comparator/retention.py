@@ -12,7 +12,7 @@ both have finished), so a step it deletes is never the last.
 Never a file a restarted arm could need: an arm that restarts from its checkpoint of step G
 recomputes the steps after G, and the comparator compares them again, with the OTHER arm's
 files of those steps. So the files of a step are deleted only once the step is no later than
-both arms' restart points (``divergence.store.arm_status.restart_point``: an arm's newest
+both arms' restart points (``divergence.pairfolder.arm.status.restart_point``: an arm's newest
 resumable checkpoint, which its writer reports in ``status.json``, or its last step once
 finished); until then they wait in the note (``horizon``). An arm restarted from a checkpoint
 older than the one it reported may still find a file gone: the comparator then refuses that
@@ -36,8 +36,8 @@ from pathlib import Path
 
 from divergence.tables import write_json
 from divergence.pairfolder.folder import PairFolder
-from divergence.pairfolder.weights_dcp import remove_weights
-from divergence.pairfolder.weights_file import identity
+from divergence.pairfolder.arm.weights_dcp import remove_weights
+from divergence.pairfolder.arm.weights_file import identity
 
 
 class Retention:

@@ -11,7 +11,7 @@
   copied in, or filled in place) is waited for: it may still become complete;
 - an arm is ``running`` by its ``status.json`` but no process holds its ``writer.lock`` (the
   liveness rule: its writer was killed, ``kill -9`` too, or its machine went down; the OS drops a
-  dead holder's lock), so it writes nothing more (``divergence.pairfolder.arm_lock.writer_alive``);
+  dead holder's lock), so it writes nothing more (``divergence.pairfolder.arm.lock.writer_alive``);
 - the folder has no arm folders at all but a store of steps: a pair written in one process
   (``LockstepPair``, ``divergence train`` of a pair) or by ``divergence track``; there is nothing
   to follow (a complete one is simply done).
@@ -30,7 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from divergence.pairfolder.folder import PairFolder
-from divergence.pairfolder.arm_lock import writer_alive
+from divergence.pairfolder.arm.lock import writer_alive
 from divergence.pairfolder.layout import ARMS, CHECKPOINTS_DIR, LOSSES_FILE, STATUS_FILE, WRITER_LOCK_FILE, weights_name
 
 ENDED = ("finished", "failed")

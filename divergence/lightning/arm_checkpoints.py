@@ -31,7 +31,7 @@ Steps are Lightning's ``global_step``. A module with manual optimization moves i
 optimizer step: with k optimizers each stepped once per batch, the arm records steps 0, k, 2k,
 ... (``stride`` k in ``pair.json``'s ``tracking``, read by ``divergence watch``), ``max_steps`` must
 be a multiple of k, and a weights file is saved at the first recorded step at or after each
-scheduled one (``divergence.pairfolder.arm_steps.tracked_with_stride``). A batch that moves
+scheduled one (``divergence.pairfolder.arm.steps.tracked_with_stride``). A batch that moves
 ``global_step`` by anything else (an optimizer skipped) is refused in one line.
 """
 
@@ -45,7 +45,7 @@ from lightning.pytorch.callbacks import Callback
 
 from divergence.errors import UserInputError, in_script
 from divergence.lightning.gather import gather_state, max_steps, sharded_state, submodule
-from divergence.pairfolder.arm_steps import check_loss
+from divergence.pairfolder.arm.steps import check_loss
 from divergence.pairfolder.pair_json import DEFAULT_EVERY
 from divergence.writers.arm_writer import ArmWriter
 
@@ -84,7 +84,7 @@ class ArmCheckpoints(Callback):
     format : ``"safetensors"`` (default: the weights gathered to rank zero, one file a step) or
         ``"dcp"``: under a sharded strategy (``ModelParallelStrategy``'s FSDP2, ``FSDPStrategy``)
         every rank writes its own shards into the step's DCP folder, nothing gathered
-        (``gather.sharded_state``, ``divergence.pairfolder.weights_dcp``).
+        (``gather.sharded_state``, ``divergence.pairfolder.arm.weights_dcp``).
     **pair : ``pair.json`` fields for the arm that starts first (``name``, ``category``,
         ``arms``, ``description``, ``replicate``, ``log``); see ``write_pair_files``.
     """

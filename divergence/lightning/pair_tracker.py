@@ -8,7 +8,7 @@ go to the Trainer's loggers under the keys of ``divergence.loggers.step_logging`
 ``divergence/wasserstein/<module>``, ``train/loss_a``, ``train/loss_b``, ...
 
 One process writes the folder at a time: rank zero holds its ``PairLock``
-(``divergence.pairfolder.arm_lock``) from the start of training to its end, so a second
+(``divergence.pairfolder.arm.lock``) from the start of training to its end, so a second
 ``LockstepPair`` (or any other writer) on it is refused naming the holder's pid.
 
 A folder holds one pair: one whose ``pair.json`` names another pair (a given ``name``,
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Callable
 
 from divergence.errors import UserInputError
-from divergence.pairfolder.arm_lock import PairLock
-from divergence.pairfolder.arm_steps import check_tensor_names
+from divergence.pairfolder.arm.lock import PairLock
+from divergence.pairfolder.arm.steps import check_tensor_names
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.pair_json import (
     IDENTITY,

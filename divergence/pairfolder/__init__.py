@@ -50,7 +50,7 @@ _LAZY = {
     "ensure_pair_files": "divergence.pairfolder.pair_json",
     "PairSchedule": "divergence.pairfolder.schedule",
     "read_schedule": "divergence.pairfolder.schedule",
-    "save_weights": "divergence.pairfolder.weights_file",
+    "save_weights": "divergence.pairfolder.arm.weights_file",
 }
 
 __all__ = [

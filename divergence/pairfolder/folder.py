@@ -150,17 +150,17 @@ class ArmFolder(RunFolder):
 
     @property
     def losses(self) -> Path:
-        """``losses.jsonl``: one loss per optimizer step (``divergence.store.losses``)."""
+        """``losses.jsonl``: one loss per optimizer step (``divergence.pairfolder.arm.losses``)."""
         return self.path / LOSSES_FILE
 
     @property
     def status(self) -> Path:
-        """``status.json``: running / finished / failed (``divergence.store.arm_status``)."""
+        """``status.json``: running / finished / failed (``divergence.pairfolder.arm.status``)."""
         return self.path / STATUS_FILE
 
     @property
     def writer_lock(self) -> Path:
-        """``writer.lock``: held by the one process writing the arm (``divergence.pairfolder.arm_lock``)."""
+        """``writer.lock``: held by the one process writing the arm (``divergence.pairfolder.arm.lock``)."""
         return self.path / WRITER_LOCK_FILE
 
 
@@ -206,7 +206,7 @@ class PairFolder(RunFolder):
 
     @property
     def writer_lock(self) -> Path:
-        """``writer.lock``: exclusive for a writer of the whole pair, shared by arm writers (``pairfolder.arm_lock``)."""
+        """``writer.lock``: exclusive for a writer of the whole pair, shared by arm writers (``pairfolder.arm.lock``)."""
         return self.path / WRITER_LOCK_FILE
 
     def arm(self, name: str) -> ArmFolder:

@@ -20,9 +20,9 @@
         checkpoints/           CHECKPOINTS_DIR    step_NNNNNN.safetensors (weights_name; ArmFolder.weights(step))
                                                   or, written as DCP, step_NNNNNN.dcp/ (weights_dcp_name) with
                                                   its complete.json (DCP_COMPLETE_FILE; pairfolder.weights_dcp)
-        losses.jsonl           LOSSES_FILE        one loss per optimizer step (divergence.store.losses)
-        status.json            STATUS_FILE        running / finished / failed (divergence.store.arm_status)
-        writer.lock            WRITER_LOCK_FILE   held by the one process writing the arm (divergence.pairfolder.arm_lock)
+        losses.jsonl           LOSSES_FILE        one loss per optimizer step (divergence.pairfolder.arm.losses)
+        status.json            STATUS_FILE        running / finished / failed (divergence.pairfolder.arm.status)
+        writer.lock            WRITER_LOCK_FILE   held by the one process writing the arm (divergence.pairfolder.arm.lock)
 
 A run folder (one arm trained alone) holds ``recipe.yaml`` (RUN_RECIPE_FILE), ``checkpoints/``,
 ``resume/``, ``csv/`` and ``wandb-id``.

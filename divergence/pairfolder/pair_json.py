@@ -178,10 +178,10 @@ def write_pair_files(
     arm's list of short labels, e.g. ``["attention=flash"]``); ``log``: the ``log`` section
     ``divergence watch`` sends its logs with (``{"wandb": false}`` for CSV only); ``stride``:
     the arms record every ``stride``-th step (``tracking.stride``, written when not 1; see
-    ``divergence.pairfolder.arm_steps``); ``keep``: ``tracking.keep``, the files ``divergence
+    ``divergence.pairfolder.arm.steps``); ``keep``: ``tracking.keep``, the files ``divergence
     watch`` keeps once it has compared a step (``divergence.comparator.retention``; None: all).
     """
-    from divergence.pairfolder.arm_steps import MAX_STEP, check_stride
+    from divergence.pairfolder.arm.steps import MAX_STEP, check_stride
 
     out = Path(out)
     if max_steps is not None and (

@@ -16,7 +16,7 @@ from pathlib import Path
 from divergence.config.schema import parse
 from divergence.config.yaml_safe import read_yaml
 from divergence.errors import RecipeError, UserInputError
-from divergence.pairfolder.arm_steps import check_stride
+from divergence.pairfolder.arm.steps import check_stride
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import PAIR_FILE, PAIR_RECIPE_FILE
 from divergence.pairfolder.pair_json import is_open_ended, read_pair_json
@@ -38,10 +38,10 @@ class PairSchedule:
     replicate: int
     info: dict  # pair.json as read
     recipe_config: dict | None  # pair.yaml as read (None: absent), what the probe builds models from
-    stride: int = 1  # the arms record every stride-th step (tracking.stride; divergence.pairfolder.arm_steps)
+    stride: int = 1  # the arms record every stride-th step (tracking.stride; divergence.pairfolder.arm.steps)
 
     def tracked(self, step: int) -> bool:
-        from divergence.pairfolder.arm_steps import tracked_with_stride
+        from divergence.pairfolder.arm.steps import tracked_with_stride
 
         return tracked_with_stride(
             step, self.stride, lambda t: is_tracked(t, self.max_steps, self.tracking, self.checkpoint_every)

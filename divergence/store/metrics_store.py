@@ -31,7 +31,7 @@ Steps only move forward: appending a step at or below the last committed one is 
 (no duplicates); ``truncate_after(step)`` drops later steps when a run resumes from an
 earlier checkpoint and will recompute them.
 
-Reading is strict (``divergence.store.jsonl``): every complete line must be a record (an
+Reading is strict (``divergence.pairfolder.jsonl``): every complete line must be a record (an
 object with ``type`` ``tensor`` or ``step`` and an integer ``step``), a block's tensor
 records carry its step, and steps strictly increase; anything else is an error naming the
 file and line (and the step), never a silent stop. A torn final line and complete records
@@ -50,7 +50,7 @@ from typing import Iterator
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import PairFolder
-from divergence.store.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
+from divergence.pairfolder.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
 
 TYPES = ("tensor", "step")
 

@@ -1,6 +1,6 @@
 """``divergence store repair DIR``: keep every committed record, move the unreadable lines aside.
 
-Readers refuse a store or loss file with an unreadable line (``divergence.store.jsonl``), and
+Readers refuse a store or loss file with an unreadable line (``divergence.pairfolder.jsonl``), and
 writers never cut one. This is the way out that loses nothing: each file is split into
 
 - the lines kept, in their order: every committed step block of ``metrics.jsonl`` (the
@@ -27,8 +27,8 @@ from divergence.atomic import write_atomic
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import LOSSES_FILE as LOSSES, METRICS_FILE as STORE
-from divergence.store.jsonl import UnreadableLine
-from divergence.store.losses import parse_loss
+from divergence.pairfolder.jsonl import UnreadableLine
+from divergence.pairfolder.arm.losses import parse_loss
 from divergence.store.metrics_store import MetricsStore, parse_record
 
 

@@ -50,7 +50,7 @@ def check_same_recipe(jobs) -> None:
 
 def check_no_writer(jobs) -> None:
     """Refuse the first job whose folder a live process writes (a ``train`` left by a killed study)."""
-    from divergence.pairfolder.arm_lock import PairLock
+    from divergence.pairfolder.arm.lock import PairLock
 
     for job in jobs:
         who = PairLock.writer(job.out)

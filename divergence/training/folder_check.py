@@ -80,7 +80,7 @@ def check_folder(out: PairFolder | Path, kind: FolderKind, config: dict, *, arm:
     """Refuse ``out`` for this command (see the module docstring); ``config``: what the command
     would save (``to_dict(recipe)`` or ``pair_config(pair)``); ``arm``: the separate arm trained."""
     from divergence.store import MetricsStore
-    from divergence.store.losses import LossFile
+    from divergence.pairfolder.arm.losses import LossFile
 
     folder = PairFolder(out)
     out = folder.path

@@ -11,7 +11,7 @@ Layout of ``<out>``::
     resume/last.ckpt                       both arms' full training state
     csv/metrics.csv, wandb/, tensorboard/  logs
 
-One process writes the folder at a time (``pairfolder.arm_lock.PairLock``, held on global rank
+One process writes the folder at a time (``pairfolder.arm.lock.PairLock``, held on global rank
 zero while it trains): a second ``train`` on it, or one started while an arm writer, a
 ``LockstepPair`` or ``track`` writes it, is refused naming the holder's pid.
 
@@ -64,7 +64,7 @@ def pair_lock(out: PairFolder):
     """Global rank zero's ``PairLock`` on ``out`` (one writer of a pair folder: an orphaned ``train`` of a
     killed study, still writing, refuses a second one), None on the other ranks."""
     from divergence.loggers.sinks import global_rank_zero
-    from divergence.pairfolder.arm_lock import PairLock
+    from divergence.pairfolder.arm.lock import PairLock
 
     return PairLock(out) if global_rank_zero() else None
 

@@ -11,8 +11,8 @@ arm's own training state under its folder)::
     pair.yaml, pair.json                     written by the first arm to start
     metrics.jsonl, wandb/, csv/            the comparator's (the lockstep tracker's in lockstep mode)
     <arm>/checkpoints/step_NNNNNN.safetensors   at every step the tracker compares
-    <arm>/losses.jsonl                       the loss of every step (divergence.store.losses)
-    <arm>/status.json                        running / finished / failed (divergence.store.arm_status)
+    <arm>/losses.jsonl                       the loss of every step (divergence.pairfolder.arm.losses)
+    <arm>/status.json                        running / finished / failed (divergence.pairfolder.arm.status)
     <arm>/resume/last.ckpt                   the arm's full training state; the same command resumes
     <arm>/samples/, <arm>/csv/, <arm>/wandb/ the arm's samples and logs
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from divergence.errors import UserInputError
 from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.pairfolder.folder import PairFolder
-from divergence.store.arm_status import ArmStatus, batch_mismatch
+from divergence.pairfolder.arm.status import ArmStatus, batch_mismatch
 
 
 def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tuple = ()):
@@ -36,7 +36,7 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
 
     if arm in pair.arm_recipes:
         check_host(pair.arm_recipes[arm])
-    from divergence.pairfolder.arm_lock import ArmLock
+    from divergence.pairfolder.arm.lock import ArmLock
     from divergence.training.callbacks.arm_progress import ArmProgress
     from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
     from divergence.loggers.sinks import RunIdentity, global_rank_zero
@@ -52,7 +52,7 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
     folder, lock = out.arm(arm), None
     if global_rank_zero():  # whichever arm starts first writes the pair's files
         writable_folder(out)
-        lock = ArmLock(folder)  # one writer per arm (divergence.pairfolder.arm_lock), held while it trains
+        lock = ArmLock(folder)  # one writer per arm (divergence.pairfolder.arm.lock), held while it trains
     try:
         if lock is not None:
             write_pair_files(out, pair, keep=True)

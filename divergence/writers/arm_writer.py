@@ -34,7 +34,7 @@ gather the full state dict yourself (every rank) and pass it as ``model``, or wr
 ``format="dcp"`` writes each tracked step as ``checkpoints/step_NNNNNN.dcp/``, a
 ``torch.distributed.checkpoint`` folder, from every rank: each rank saves its own shards of the
 (sharded) state dict, nothing is gathered; rank 0 marks the folder complete once all ranks have
-written (``divergence.pairfolder.weights_dcp``). Every rank then calls ``record`` (and ``finish``)
+written (``divergence.pairfolder.arm.weights_dcp``). Every rank then calls ``record`` (and ``finish``)
 with its model: a tracked step is a collective. Without a process group it is one process's save.
 
 Restarted from a checkpoint at step G, pass ``start_step=G``: the losses and weights files
@@ -61,10 +61,10 @@ from typing import Callable
 import torch
 
 from divergence.errors import UserInputError, in_script
-from divergence.pairfolder.arm_lock import ArmLock
-from divergence.store.arm_journal import ArmJournal
-from divergence.store.arm_records import claim_arm_folder
-from divergence.pairfolder.arm_steps import check_loss, check_step, check_stride, loss_value, tracked_with_stride
+from divergence.pairfolder.arm.lock import ArmLock
+from divergence.pairfolder.arm.journal import ArmJournal
+from divergence.pairfolder.arm.records import claim_arm_folder
+from divergence.pairfolder.arm.steps import check_loss, check_step, check_stride, loss_value, tracked_with_stride
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.pair_json import (
     DEFAULT_EVERY,
@@ -73,8 +73,8 @@ from divergence.pairfolder.pair_json import (
     tracking_schedule,
     write_pair_files,
 )
-from divergence.pairfolder.weights_dcp import save_dcp
-from divergence.pairfolder.weights_file import save_weights
+from divergence.pairfolder.arm.weights_dcp import save_dcp
+from divergence.pairfolder.arm.weights_file import save_weights
 from divergence.pairfolder.settings import DENSE_DEFAULT
 from divergence.tracking.records import ARMS
 from divergence.pairfolder.settings import is_tracked

@@ -26,7 +26,7 @@ STEPS = 4
 def arm_trainer(tmp_path, arm: str, lr: float, logging_steps: int = 1):
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
-    from divergence.integrations.transformers import ArmWriterCallback
+    from divergence.writers.transformers import ArmWriterCallback
 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2))
@@ -70,7 +70,7 @@ def handler_loop(out, arm: str, lr: float, logging_steps: int = 1):
     from transformers import GPT2Config, GPT2LMHeadModel, TrainerControl, TrainerState
     from transformers.trainer_callback import CallbackHandler
 
-    from divergence.integrations.transformers import ArmWriterCallback
+    from divergence.writers.transformers import ArmWriterCallback
 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2))

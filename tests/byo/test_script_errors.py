@@ -56,7 +56,7 @@ def test_the_trainer_callbacks_logging_steps_refusal_is_one_line(tmp_path):
     pytest.importorskip("accelerate", reason="the transformers Trainer needs accelerate")
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
-    from divergence.integrations.transformers import ArmWriterCallback
+    from divergence.writers.transformers import ArmWriterCallback
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1, n_head=2))
     data = [{"input_ids": t, "labels": t} for t in torch.randint(0, 32, (8, 8))]

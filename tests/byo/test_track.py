@@ -225,7 +225,7 @@ def test_track_over_a_live_arm_writer_is_refused_and_pair_json_is_kept(tmp_path,
     """Issue 28 (14): ``track --out`` over a folder an ``ArmWriter`` still writes rewrote its ``pair.json``."""
     from safetensors.torch import save_file
 
-    from divergence.pairfolder.arm_lock import PairLock
+    from divergence.pairfolder.arm.lock import PairLock
     from divergence.writers import ArmWriter
 
     for arm in ("a", "b"):

@@ -6,7 +6,7 @@ from divergence.comparator.feeds import ArmFeed
 from divergence.comparator.follow import Comparator
 from divergence.comparator.prefetch import Prefetch
 from divergence.pairfolder.folder import PairFolder
-from divergence.pairfolder.weights_file import identity, save_weights
+from divergence.pairfolder.arm.weights_file import identity, save_weights
 from tests.byo.test_writer_options import train
 
 import torch

@@ -14,10 +14,10 @@ import torch
 from divergence.cli import main
 from divergence.pairfolder import write_pair_files
 from divergence.store import MetricsStore
-from divergence.store.arm_status import ArmStatus
-from divergence.store.losses import LossFile
+from divergence.pairfolder.arm.status import ArmStatus
+from divergence.pairfolder.arm.losses import LossFile
 from divergence.pairfolder import ArmFolder
-from divergence.pairfolder.weights_file import save_weights
+from divergence.pairfolder.arm.weights_file import save_weights
 from divergence.writers import ArmWriter
 
 BOUND = 8  # seconds: watch's --timeout; a wait that long is the old hang

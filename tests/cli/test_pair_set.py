@@ -5,7 +5,7 @@ import json
 import pytest
 
 from divergence.cli import main
-from divergence.pairfolder.arm_lock import ArmLock
+from divergence.pairfolder.arm.lock import ArmLock
 from tests.analysis.synthetic import write_dose_study
 
 

@@ -21,7 +21,7 @@ import torch
 
 from divergence.cli import main
 from divergence.store import MetricsStore
-from divergence.store.losses import LossFile
+from divergence.pairfolder.arm.losses import LossFile
 from divergence.training.pair_setup import pair_config, pair_info
 from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe
 from tests.helpers import assert_one_line_exit2

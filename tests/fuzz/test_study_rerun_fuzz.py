@@ -98,7 +98,7 @@ def test_every_changed_key_of_a_reused_run_is_reused_or_refused_in_one_line(tmp_
 @pytest.mark.parametrize("case", ["edited", "partial", "live-writer"])
 def test_a_re_run_over_an_edited_partial_or_live_run_writes_nothing(case, tmp_path, capsys):
     """The real command: one line, exit 2, and not even ``OUT/recipes`` written."""
-    from divergence.pairfolder.arm_lock import PairLock
+    from divergence.pairfolder.arm.lock import PairLock
 
     recipe, out = _study_file(tmp_path), tmp_path / "out"
     (job,) = [j for j in plan_jobs(load_study(recipe), out, ["train.max_steps=4"]) if j.pair.name == "control"]

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from divergence.errors import UserInputError
-from divergence.pairfolder.arm_lock import ArmLock
+from divergence.pairfolder.arm.lock import ArmLock
 from divergence.writers import ArmWriter
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from divergence.pairfolder import ArmFolder, PairFolder, RunFolder
 from divergence.store import MetricsStore
-from divergence.store.arm_status import ArmStatus
-from divergence.store.losses import LossFile
+from divergence.pairfolder.arm.status import ArmStatus
+from divergence.pairfolder.arm.losses import LossFile
 
 
 def test_every_path_is_the_contracts_name_under_the_folder(tmp_path):

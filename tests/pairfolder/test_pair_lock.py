@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from divergence.errors import UserInputError
-from divergence.pairfolder.arm_lock import ArmLock, PairLock
+from divergence.pairfolder.arm.lock import ArmLock, PairLock
 from divergence.writers import ArmWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIR_HOLDER = """
 import sys, time
-from divergence.pairfolder.arm_lock import PairLock
+from divergence.pairfolder.arm.lock import PairLock
 lock = PairLock(sys.argv[1])
 print("holding", flush=True)
 time.sleep(120)
@@ -137,7 +137,7 @@ def test_random_sequences_of_writers_keep_one_writer_per_arm_and_pair(tmp_path, 
     ``is_held`` agrees with the model after every step."""
     import random
 
-    from divergence.pairfolder import arm_lock
+    from divergence.pairfolder.arm import lock as arm_lock
 
     monkeypatch.setattr(arm_lock, "ATTEMPTS", 1)  # no probe runs here: no need to try twice
     rng = random.Random(0)

@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 from divergence.comparator.distributed import assign, compare_files
 from divergence.comparator.ranks import Ranks
 from divergence.checkpoints.compare import compare_checkpoints
-from divergence.store.arm_status import ArmStatus
+from divergence.pairfolder.arm.status import ArmStatus
 from tests.pairs.helpers import PAIR_FAST, PAIRS
 
 from .conftest import STEPS

@@ -5,7 +5,7 @@ import shutil
 from divergence.cli import main
 from divergence.comparator.follow import Comparator
 from divergence.training.probe_files import FileProbe
-from divergence.store.arm_status import ArmStatus
+from divergence.pairfolder.arm.status import ArmStatus
 from tests.pairs.helpers import PAIR_FAST, PAIRS
 from tests.helpers import assert_one_line
 

@@ -15,7 +15,7 @@ from divergence.cli import main
 from divergence.comparator.follow import Comparator
 from divergence.training.probe_files import FileProbe
 from divergence.errors import CheckpointError, UserInputError
-from divergence.pairfolder.weights_file import read_metadata, save_weights
+from divergence.pairfolder.arm.weights_file import read_metadata, save_weights
 from divergence.store import MetricsStore
 from divergence.training.checkpoint_io import RESUME_GLOBALS, AtomicCheckpointIO, _pickle_globals, load_resume_state
 from tests.pairs.helpers import PAIR_FAST, PAIRS

@@ -10,7 +10,7 @@ from divergence.cli import main
 from divergence.comparator.follow import Comparator
 from divergence.training.probe_files import FileProbe
 from divergence.store import MetricsStore
-from divergence.store.arm_status import ArmStatus
+from divergence.pairfolder.arm.status import ArmStatus
 from divergence.training.separate_arm import train_arm
 
 from .conftest import seed_pair

@@ -138,7 +138,7 @@ def test_retention_schedule_and_a_rewritten_file_stays(tmp_path):
     assert all(Retention(tmp_path, k, [0, 5, 10]).kept(5) for k in (0, None))
     path = tmp_path / _name(5)
     path.write_bytes(b"compared")
-    from divergence.pairfolder.weights_file import identity
+    from divergence.pairfolder.arm.weights_file import identity
 
     Retention(tmp_path, 2, [0, 5, 10]).note(5, {"a": path}, {"a": identity(path)})
     os.replace(_rewrite(tmp_path), path)  # an arm restarted and wrote the step again

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from divergence.pairfolder.pair_json import PairInfo
-from divergence.pairfolder.weights_file import save_weights
-from divergence.store.arm_status import ArmStatus
+from divergence.pairfolder.arm.weights_file import save_weights
+from divergence.pairfolder.arm.status import ArmStatus
 from divergence.tables import write_csv, write_json
 from divergence.training.checkpoint_io import AtomicCheckpointIO, load_resume_state
 

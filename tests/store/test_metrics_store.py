@@ -181,7 +181,7 @@ def test_a_tensor_record_of_another_step_inside_a_block_is_refused(tmp_path):
 
 def test_a_garbage_loss_line_is_an_error_and_a_resumed_arm_cuts_nothing(tmp_path, capsys):
     from divergence.cli import main
-    from divergence.store.losses import LossFile
+    from divergence.pairfolder.arm.losses import LossFile
 
     losses = LossFile(tmp_path / "a")
     for step in range(1, 6):
@@ -198,7 +198,7 @@ def test_a_garbage_loss_line_is_an_error_and_a_resumed_arm_cuts_nothing(tmp_path
 
 
 def test_the_incremental_loss_reader_follows_a_file_cut_and_rewritten_by_a_resumed_arm(tmp_path):
-    from divergence.store.losses import LossFile
+    from divergence.pairfolder.arm.losses import LossFile
 
     writer, reader = LossFile(tmp_path), LossFile(tmp_path)
     for step in range(1, 6):

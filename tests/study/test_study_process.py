@@ -165,7 +165,7 @@ def test_a_restarted_study_refuses_the_folder_its_orphan_still_trains(tmp_path, 
     """Issue 28 (5): a study killed with SIGKILL leaves its ``train`` child running; the restarted study started
     a second ``train`` on the folder (which cut the store while the orphan appended) and quoted the orphan's log.
     Now it is refused in one line naming the orphan, before anything is written, and the orphan's store is kept."""
-    from divergence.pairfolder.arm_lock import PairLock
+    from divergence.pairfolder.arm.lock import PairLock
 
     recipe, out = _study_recipe(tmp_path), tmp_path / "out"
     first, children = _start_study(recipe, out, "--max-steps", "500")

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from divergence.checkpoints import open_checkpoint
 from divergence.cli import main
-from divergence.pairfolder.weights_file import read_metadata
+from divergence.pairfolder.arm.weights_file import read_metadata
 from divergence.config.schema import to_dict
 from divergence.loggers.sinks import wandb_offline
 from divergence.training.single import train_run

@@ -1,8 +1,8 @@
 """What a comparator needs from an arm trained as its own job: losses, and where the arm stands.
 
 Writes, from global rank zero, ``<arm folder>/losses.jsonl`` (the loss of every step, see
-``divergence.store.losses``) and ``<arm folder>/status.json`` (``running`` when training
-starts, ``finished`` or ``failed`` when it ends; see ``divergence.store.arm_status``).
+``divergence.pairfolder.arm.losses``) and ``<arm folder>/status.json`` (``running`` when training
+starts, ``finished`` or ``failed`` when it ends; see ``divergence.pairfolder.arm.status``).
 
 A restarted arm resumes from its last ``last.ckpt`` at step G and recomputes the steps after
 G, so first it removes what the interrupted attempt left of them (loss lines, weights files
@@ -14,13 +14,13 @@ Must come before the resumable checkpoint in the callback list: the loss of a st
 disk before a ``last.ckpt`` that resumes after it.
 
 A thin adapter: the arm side of the contract (status, losses, the step order, a restart's cut) is
-``divergence.store.arm_journal.ArmJournal``, the journal ``divergence.writers.ArmWriter`` keeps
+``divergence.pairfolder.arm.journal.ArmJournal``, the journal ``divergence.writers.ArmWriter`` keeps
 too; this callback only reads the trainer (its step, world size, ``max_steps``) and the module
 (the step's loss, the weights' names). It is not built on ``ArmWriter`` itself, which also writes
 ``pair.json``, the weights files and takes the arm's lock: here ``WeightCheckpoint`` writes the
 weights (gathered under FSDP, with the arm's recipe in their metadata, also at
 ``checkpoint_every`` steps), and ``divergence.training.separate_arm.train_arm`` writes
-``pair.yaml``/``pair.json`` and holds the lock (``pairfolder.arm_lock``) before anything is written.
+``pair.yaml``/``pair.json`` and holds the lock (``pairfolder.arm.lock``) before anything is written.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Callable
 from lightning.pytorch.callbacks import Callback
 
 from divergence.pairfolder.folder import ArmFolder
-from divergence.store.arm_journal import ArmJournal
+from divergence.pairfolder.arm.journal import ArmJournal
 
 
 class ArmProgress(Callback):

@@ -23,7 +23,7 @@ from typing import Callable
 from lightning.pytorch.callbacks import Callback
 
 from divergence.pairfolder.folder import RunFolder
-from divergence.pairfolder.weights_file import save_weights
+from divergence.pairfolder.arm.weights_file import save_weights
 from divergence.config.schema import to_dict
 from divergence.pairfolder.settings import is_tracked
 

@@ -17,12 +17,12 @@ from pathlib import Path
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import arm_folder
 from divergence.pairfolder.layout import weights_step
-from divergence.pairfolder.weights_dcp import remove_weights
+from divergence.pairfolder.arm.weights_dcp import remove_weights
 
 
 def recorded_after(folder: str | Path, step: int) -> int | None:
     """The last step after ``step`` that arm folder ``folder`` holds a loss or a weights file of, or None."""
-    from divergence.store.losses import LossFile
+    from divergence.pairfolder.arm.losses import LossFile
 
     folder = Path(folder)
     later = [s for s in LossFile(folder).read_new() if s > step]
@@ -35,7 +35,7 @@ def drop_after(folder: str | Path, step: int) -> None:
 
     The loss file is read whole first: an unreadable line is an error and nothing is cut.
     """
-    from divergence.store.losses import LossFile
+    from divergence.pairfolder.arm.losses import LossFile
 
     folder = Path(folder)
     LossFile(folder).truncate_after(step)
@@ -59,7 +59,7 @@ def claim_arm_folder(folder: str | Path, arm: str, start_step: int, resume: bool
     last = recorded_after(folder, start_step)
     if last is None:
         return
-    from divergence.store.arm_status import ArmStatus
+    from divergence.pairfolder.arm.status import ArmStatus
 
     status = ArmStatus.read(folder)
     state = f" ({status.state}, attempt {status.attempt})" if status is not None else ""
@@ -72,7 +72,7 @@ def claim_arm_folder(folder: str | Path, arm: str, start_step: int, resume: bool
 
 def _check_reaches(folder: str | Path, arm: str, start_step: int) -> None:
     """The arm's losses reach ``start_step`` (a resume continues its records, it does not skip steps)."""
-    from divergence.store.losses import LossFile
+    from divergence.pairfolder.arm.losses import LossFile
 
     last = max(LossFile(folder).read_new(), default=None)
     if last is not None and last >= start_step:

@@ -24,7 +24,7 @@ from pathlib import Path
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import arm_folder
-from divergence.store.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
+from divergence.pairfolder.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
 
 
 class LossFile:

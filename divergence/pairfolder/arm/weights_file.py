@@ -30,7 +30,7 @@ from divergence.atomic import atomic_file
 from divergence.checkpoints.tied import METADATA_KEY as TIED_KEY
 from divergence.checkpoints.tied import untie
 from divergence.errors import CheckpointError
-from divergence.pairfolder import weights_dcp
+from divergence.pairfolder.arm import weights_dcp
 
 FORMAT = "divergence.weights/1"
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors reference implementation's limit

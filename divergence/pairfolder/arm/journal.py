@@ -2,21 +2,21 @@
 
 An arm trained as its own job leaves, in its folder (``divergence.pairfolder.ArmFolder``):
 
-- ``status.json`` (``divergence.store.arm_status``): ``running`` from the (re)start, with the
+- ``status.json`` (``divergence.pairfolder.arm.status``): ``running`` from the (re)start, with the
   attempt (1, then + 1 at every restart), the step it started from, ``max_steps``, the world size,
   the weights' names in order (``tensor_order``) and, when known, the global batch; ``finished`` or
   ``failed`` with the last step at the end;
-- ``losses.jsonl`` (``divergence.store.losses``): one loss per optimizer step, in order;
+- ``losses.jsonl`` (``divergence.pairfolder.arm.losses``): one loss per optimizer step, in order;
 - and, at a restart from step G, nothing of the steps after G (``arm_records.drop_after``: the
   arm computes them again, and ``divergence watch`` follows the new attempt).
 
 Every writer of an arm (``divergence.writers.ArmWriter`` for any loop, and through it Lightning's
 ``ArmCheckpoints`` and the transformers callback; the built-in trainer's ``ArmProgress``) keeps
 this journal, so the rules are one: each step an integer, once, in order, within ``max_steps``
-(``pairfolder.arm_steps.check_step``, on every rank so every rank stops alike), the loss a
+(``pairfolder.arm.steps.check_step``, on every rank so every rank stops alike), the loss a
 number (NaN and infinities kept), the same tensors at every tracked step. Only global rank zero
 calls ``start``, ``append`` and ``end``; what writes the weights files and holds the arm's lock
-(``pairfolder.arm_lock.ArmLock``) is the writer's own business: ``ArmWriter`` does both, the
+(``pairfolder.arm.lock.ArmLock``) is the writer's own business: ``ArmWriter`` does both, the
 built-in trainer has ``WeightCheckpoint`` and ``train_arm``.
 """
 
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.pairfolder.arm_steps import check_step, check_tensor_names, loss_value
+from divergence.pairfolder.arm.steps import check_step, check_tensor_names, loss_value
 from divergence.pairfolder.folder import ArmFolder, arm_folder
-from divergence.store.arm_records import drop_after
-from divergence.store.arm_status import ArmStatus
-from divergence.store.losses import LossFile
+from divergence.pairfolder.arm.records import drop_after
+from divergence.pairfolder.arm.status import ArmStatus
+from divergence.pairfolder.arm.losses import LossFile
 
 
 class ArmJournal:
