@@ -11,13 +11,14 @@ One package owns every file name and format of a run, pair and arm folder:
   the tracked-step rule ``is_tracked``;
 - ``pair_json``: ``pair.json`` (``PairInfo``, ``write_pair_files``, ``read_pair_json``);
 - ``schedule``: what a reader follows a pair by (``read_schedule``: max_steps, tracking schedule);
-- ``weights_file``: ``checkpoints/step_NNNNNN.safetensors`` (``save_weights``, ``completed``);
-- the rules every arm writer shares: ``arm_steps`` (each step an integer, once, in order, within
-  ``max_steps``; the loss a number; the same tensors at every tracked step; ``stride``) and
-  ``arm_lock`` (one writer per arm).
+- ``jsonl``: the torn-line and duplicate rules every JSONL file of the folder shares;
+- ``arm``: the arm's side, what one arm's writer keeps (``arm.lock``: one writer per arm;
+  ``arm.steps``: the step rules' checks, the rules themselves stated once in
+  ``docs/pair-folder.md``; ``arm.weights_file`` and ``arm.weights_dcp``: the weights files;
+  ``arm.losses``, ``arm.status``, ``arm.records``: ``losses.jsonl``, ``status.json`` and a
+  restart's cut; ``arm.journal.ArmJournal``: all of them kept once for every arm writer).
 
-The files' readers and writers sit one layer up in ``divergence.store`` (``MetricsStore``,
-``LossFile``, ``ArmStatus``, an arm folder's restart cut ``arm_records``). Writers
+The metrics store (``MetricsStore``) sits one layer up in ``divergence.store``. Writers
 (``divergence.writers``, ``divergence.lightning``, the built-in trainer) and readers
 (``divergence watch``, ``report``, ``export``) import this package; it imports none of them,
 nor the recipes (``divergence.recipe``) or the trainer (``divergence.training``).

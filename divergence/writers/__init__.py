@@ -5,7 +5,7 @@
   from a plain PyTorch, accelerate or diffusers loop.
 
 - ``transformers.ArmWriterCallback``: the transformers ``Trainer``'s callback over ``ArmWriter``
-  (also importable as ``divergence.writers.transformers``, the path the README names).
+  (``divergence.writers.transformers``, the path the README names).
 
 Lightning users take ``divergence.lightning`` (``LockstepPair``, ``ArmCheckpoints``).
 """

@@ -43,12 +43,9 @@ which ``divergence watch`` follows. Started at step 0 into an arm folder that al
 later records (a re-run), it refuses, unless ``resume=True`` says to train the arm again from
 step 0 (its records are then replaced).
 
-What is checked (``divergence.pairfolder``, the rules every arm writer shares): one writer per
-arm at a time (``<arm>/writer.lock``, refused naming the holder's pid; a crashed writer's lock
-is released by the OS), a folder of another pair (``pair.json`` with another name, category,
-arms or replicate) is refused, each step is an integer recorded once and in order from 0 to
-``max_steps`` when given (``arm_steps.check_step``), the loss is a number (NaN and infinities are stored
-as such), and the weights of every tracked step hold the tensors of the first. A refusal is a
+What is checked: the step rules every arm writer shares (``docs/pair-folder.md``, "The step
+rules every arm writer checks"; ``divergence.pairfolder.arm``); the arm's lock is refused
+naming the holder's pid (a crashed writer's lock is released by the OS). A refusal is a
 ``ScriptError`` (``divergence.errors``): uncaught, the script ends with its one line, no traceback.
 """
 
@@ -61,11 +58,19 @@ from typing import Callable
 import torch
 
 from divergence.errors import UserInputError, in_script
-from divergence.pairfolder.arm.lock import ArmLock
-from divergence.pairfolder.arm.journal import ArmJournal
-from divergence.pairfolder.arm.records import claim_arm_folder
-from divergence.pairfolder.arm.steps import check_loss, check_step, check_stride, loss_value, tracked_with_stride
-from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder import ARMS, PairFolder
+from divergence.pairfolder.arm import (
+    ArmJournal,
+    ArmLock,
+    check_loss,
+    check_step,
+    check_stride,
+    claim_arm_folder,
+    loss_value,
+    save_dcp,
+    save_weights,
+    tracked_with_stride,
+)
 from divergence.pairfolder.pair_json import (
     DEFAULT_EVERY,
     check_pair_files,
@@ -73,11 +78,7 @@ from divergence.pairfolder.pair_json import (
     tracking_schedule,
     write_pair_files,
 )
-from divergence.pairfolder.arm.weights_dcp import save_dcp
-from divergence.pairfolder.arm.weights_file import save_weights
-from divergence.pairfolder.settings import DENSE_DEFAULT
-from divergence.tracking.records import ARMS
-from divergence.pairfolder.settings import is_tracked
+from divergence.pairfolder.settings import DENSE_DEFAULT, is_tracked
 
 
 WEIGHTS_FORMATS = ("safetensors", "dcp")
@@ -216,7 +217,7 @@ class ArmWriter:
 
     @in_script
     def check(self, step, where: str | None = None) -> int:
-        """``step`` when it is the one ``record`` takes next (see ``arm_steps.check_step``), else a one-line error."""
+        """``step`` when it is the one ``record`` takes next (the step rules: ``docs/pair-folder.md``), else a one-line error."""
         return self.journal.check(step, where)
 
     @in_script

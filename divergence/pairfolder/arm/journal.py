@@ -7,14 +7,13 @@ An arm trained as its own job leaves, in its folder (``divergence.pairfolder.Arm
   the weights' names in order (``tensor_order``) and, when known, the global batch; ``finished`` or
   ``failed`` with the last step at the end;
 - ``losses.jsonl`` (``divergence.pairfolder.arm.losses``): one loss per optimizer step, in order;
-- and, at a restart from step G, nothing of the steps after G (``arm_records.drop_after``: the
+- and, at a restart from step G, nothing of the steps after G (``records.drop_after``: the
   arm computes them again, and ``divergence watch`` follows the new attempt).
 
 Every writer of an arm (``divergence.writers.ArmWriter`` for any loop, and through it Lightning's
 ``ArmCheckpoints`` and the transformers callback; the built-in trainer's ``ArmProgress``) keeps
-this journal, so the rules are one: each step an integer, once, in order, within ``max_steps``
-(``pairfolder.arm.steps.check_step``, on every rank so every rank stops alike), the loss a
-number (NaN and infinities kept), the same tensors at every tracked step. Only global rank zero
+this journal, so the step rules (``docs/pair-folder.md``, "The step rules every arm writer
+checks"; ``pairfolder.arm.steps``) are checked in one place, the step on every rank. Only global rank zero
 calls ``start``, ``append`` and ``end``; what writes the weights files and holds the arm's lock
 (``pairfolder.arm.lock.ArmLock``) is the writer's own business: ``ArmWriter`` does both, the
 built-in trainer has ``WeightCheckpoint`` and ``train_arm``.
@@ -79,7 +78,7 @@ class ArmJournal:
         return self.status
 
     def check(self, step, where: str | None = None) -> int:
-        """``step`` when it is the one recorded next (``arm_steps.check_step``), else a one-line error."""
+        """``step`` when it is the one recorded next (``steps.check_step``), else a one-line error."""
         return check_step(
             step,
             expected=self.next_step,

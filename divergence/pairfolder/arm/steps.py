@@ -1,21 +1,10 @@
-"""What an arm writer checks of each step it records: the step, its loss, the weights' names.
+"""The step rules' checks, called by every arm writer: the step, its loss, the weights' names.
 
-Every writer of an arm folder (``ArmWriter`` and the callbacks built on it, the built-in
-trainer's ``ArmProgress``) calls these, so a mistake is one line at the call that made it, not
-a store that ``divergence watch`` waits on forever:
-
-- ``check_step``: the step is an integer (not a bool or a float), ``0 <= step <= max_steps``,
-  and exactly the step the writer expects next: 0 first (the initial weights), then every
-  ``stride``-th step in order. A duplicate, an earlier step or a skipped one is refused: the
-  comparator needs the loss of every step and would wait for a skipped one forever.
-- ``loss_value``: the loss as a float, NaN and infinities kept as they are (a diverged step is
-  stored as diverged); a vector, a string or ``None`` is refused naming what was given.
-- ``check_tensor_names``: the weights of every tracked step hold the names of the first one.
-  A tensor that appears (or disappears) mid-run has no step-0 value to grow from; it is
-  refused, naming the tensor and the step, instead of reaching the report as NaN.
-- ``tracked_with_stride``: which recorded steps are tracked when the arm counts ``stride``
-  steps per record (a Lightning module with manual optimization counts each optimizer's step:
-  two optimizers stepped once per batch record steps 0, 2, 4, ...).
+The rules are stated once, in ``docs/pair-folder.md`` ("The step rules every arm writer
+checks"); this module is their code: ``check_step`` (the step), ``loss_value`` and
+``check_loss`` (the loss), ``check_tensor_names`` (the weights), ``check_stride`` and
+``tracked_with_stride`` (which recorded steps are tracked when the arm counts ``stride`` steps
+per record: two optimizers stepped once per batch record steps 0, 2, 4, ...).
 """
 
 from __future__ import annotations
