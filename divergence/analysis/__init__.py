@@ -17,7 +17,7 @@ from divergence.analysis.growth import (
 )
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, top_layers
 from divergence.analysis.replicates import Pooled, group, pool
-from divergence.analysis.study import Analysis, analyze, to_summary
+from divergence.analysis.summary import Analysis, analyze, to_summary
 from divergence.analysis.trajectories import METRIC_LABELS, PROBE_KEYS, TRAJECTORY_METRICS, PairData, pair_from_records
 from divergence.analysis.verdict import STATUSES, Verdict, judge
 
