@@ -43,7 +43,7 @@ from dataclasses import replace
 import numpy as np
 from scipy import stats
 
-from divergence.analysis.dose import SATURATED, estimate_replicates, probe_values, seed_at
+from divergence.analysis.dose import SATURATED_PHI, estimate_replicates, probe_values, seed_at
 from divergence.analysis.growth import ols_slope
 from divergence.analysis.replicates import pool, replicate_of
 from divergence.analysis.trajectories import PairData
@@ -339,7 +339,7 @@ def _anchor_curve(runs: list[PairData], seeds: list[PairData]) -> dict:
         f = probe_values(p)
         with np.errstate(divide="ignore", invalid="ignore"):
             phi = f / f_s if np.isfinite(f).any() and np.isfinite(f_s).any() else p.rel_l2 / e_s
-        ends = np.flatnonzero(phi >= SATURATED)
+        ends = np.flatnonzero(phi >= SATURATED_PHI)
         for i in range(ends[0] if ends.size else len(p.steps)):
             if p.rel_l2[i] > 0:
                 by_step.setdefault(int(p.steps[i]), []).append(math.log10(p.rel_l2[i]))

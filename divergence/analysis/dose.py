@@ -18,7 +18,7 @@ Unsaturated window U_r (``window``): the steps of the shared exponential regime 
 local log-growth rates alike, neither saturated), read from one first step t0 common to the
 replicates and past every replicate's first-steps transient (where log10(E_X / E_P) has
 settled), each replicate's window ending where its own shared regime ends: at the first step
-where a pair's weights saturate, E >= 0.1 E_S (with a seed pair), or once the rates stop being
+where a pair's weights saturate, E >= ``SATURATED_E`` x E_S (with a seed pair), or once the rates stop being
 alike. start = max(10, warm-up) for a recipe with LR warm-up; without one the first steps count
 (start = 1; the transient rule decides where the reading begins). lr^F is the median over the
 window's probed steps (``tracking.probe.every``; NaN with fewer than ``min_window`` of them).
@@ -35,7 +35,7 @@ t10 and t50 (how far each pair has gone towards a different-seed model) and the 
     lr_r^F    = median over U_r of log10(F_X / F_P)            (its function-space twin)
     drift_r   = OLS slope of log10(E_X / E_P) on t over U_r, times the window's length
     lambda_r  = OLS slope of ln E over U_r (per step), for X and for P
-    t10, t50  = first tracked step with phi >= 0.1 / 0.5 (None: censored, not reached)
+    t10, t50  = first tracked step with phi >= SATURATED_PHI / HALF_WAY (None: censored, not reached)
 
 Example: X injects 1000x less per step than P and both grow at the same rate:
 
@@ -57,7 +57,8 @@ from divergence.analysis.growth import ols_slope
 from divergence.analysis.trajectories import PairData
 from divergence.analysis.window import alike, common_start, drift, first_run, local_rates, settle_step
 
-SATURATED = 0.1  # phi at which a pair has left the shared exponential regime
+SATURATED_E = 0.1  # E / E_S (weight space) from which a pair has left the shared exponential regime: ends the window
+SATURATED_PHI = 0.1  # phi = F / F_S from which a pair counts as saturated: t10, an anchor's end (calibration)
 HALF_WAY = 0.5
 DEFAULT_START = 10  # first step of the window for recipes with LR warm-up
 MIN_WINDOW = 5
@@ -153,7 +154,7 @@ def _curves(study: PairData, reference: PairData, seed: PairData | None) -> _Cur
         phi_x, phi_p = (f_x / f_s, f_p / f_s) if space == "function" else (e_x / e_s, e_p / e_s)
         log_ratio = np.log10(e_x / e_p)
         # E / E_S, NaN without a seed pair: never saturated
-        saturated = (e_x / e_s >= SATURATED) | (e_p / e_s >= SATURATED)
+        saturated = (e_x / e_s >= SATURATED_E) | (e_p / e_s >= SATURATED_E)
     ends = np.flatnonzero(saturated)
     before = np.arange(len(steps)) < (ends[0] if ends.size else len(steps))
     valid = (e_x > 0) & (e_p > 0) & np.isfinite(log_ratio) & before
@@ -197,7 +198,7 @@ def seed_at(seed: PairData | None, steps: np.ndarray) -> tuple[np.ndarray, np.nd
 def _summarise(c: _Curves, keep: np.ndarray, min_window: int) -> WindowEstimate:
     steps, n = c.steps, int(keep.sum())
     window = (int(steps[keep][0]), int(steps[keep][-1])) if n else None
-    t10 = {"study": _first(steps, c.phi_x, SATURATED), "reference": _first(steps, c.phi_p, SATURATED)}
+    t10 = {"study": _first(steps, c.phi_x, SATURATED_PHI), "reference": _first(steps, c.phi_p, SATURATED_PHI)}
     t50 = {"study": _first(steps, c.phi_x, HALF_WAY), "reference": _first(steps, c.phi_p, HALF_WAY)}
     common = dict(
         steps=steps,

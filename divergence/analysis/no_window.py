@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from divergence.analysis.dose import SATURATED
+from divergence.analysis.dose import SATURATED_E
 from divergence.analysis.window import RATE_FACTOR, local_rates
 
 
@@ -53,7 +53,7 @@ def why_no_window(study, reference, estimates, min_window: int, seeds=()) -> str
         if best.saturated_at - start < min_window:  # every step before it tracked would still be too few
             return _saturated_at_once(study, reference, seeds, best, start, min_window)
         return (
-            f"saturated before the window: a pair's difference reaches {SATURATED:g} of the seed pair's at step "
+            f"saturated before the window: a pair's difference reaches {SATURATED_E:g} of the seed pair's at step "
             f"{best.saturated_at}, leaving {_unsaturated(best)} tracked step(s) before it (need {min_window}): "
             f"track earlier and densely (every step from step {start} to step {best.saturated_at})"
         )
@@ -88,7 +88,7 @@ def _saturated_at_once(study, reference, seeds, best, start: int, min_window: in
     name, e = max(shares, key=lambda s: s[1] if np.isfinite(s[1]) else -np.inf)
     text = (
         f"saturated at once: at step {at} {name}'s difference E = {e:.2g} is already {e / e_s:.2g} of the seed "
-        f"pair {seed.name}'s (E_S = {e_s:.2g}; saturated is {SATURATED:g} of it), and only {at - start} step(s) "
+        f"pair {seed.name}'s (E_S = {e_s:.2g}; saturated is {SATURATED_E:g} of it), and only {at - start} step(s) "
         f"come before it from step {start} (need {min_window}), so no tracking gives a window"
     )
     if _e_at(seed, 0) == 0:

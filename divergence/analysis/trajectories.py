@@ -24,12 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from divergence.metrics import TRAJECTORY_METRICS
 from divergence.metrics.grouping import summarize
 from divergence.pairfolder.pair_json import pair_label
 
-# The two weight metrics of the paper (Fig. 7): 1-D Wasserstein distance between the value
-# distributions, and the elementwise maximum absolute difference.
-TRAJECTORY_METRICS = ("wasserstein", "max_abs_diff")
 METRIC_LABELS = {"wasserstein": "Wasserstein distance", "max_abs_diff": "max difference"}
 # optional keys of a tracked step record: the function-space probe (F(t), and both arms' losses on it)
 PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")

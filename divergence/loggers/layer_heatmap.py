@@ -14,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from divergence.metrics import aggregate
+from divergence.metrics import TRAJECTORY_METRICS, aggregate
 
-HEATMAP_METRICS = ("wasserstein", "max_abs_diff")
 LABEL_ROWS = 48  # name each row only while the names stay readable
 
 
@@ -41,7 +40,7 @@ class LayerHistory:
             self.add(step, aggregate(records, "module"))
 
     def add(self, step: int, modules: list[dict]) -> None:
-        self.steps[step] = {row["group"]: {m: row[m] for m in HEATMAP_METRICS} for row in modules}
+        self.steps[step] = {row["group"]: {m: row[m] for m in TRAJECTORY_METRICS} for row in modules}
 
     def matrix(self, metric: str) -> tuple[list[str], list[int], np.ndarray]:
         """(modules in first-seen order, steps, values (L, T)); NaN where a module has no value."""
@@ -56,16 +55,16 @@ class LayerHistory:
 
 
 def heatmap_image(history: LayerHistory) -> np.ndarray:
-    """An RGB image (H, W, 3) uint8: one panel per ``HEATMAP_METRICS`` entry, log10 colour,
+    """An RGB image (H, W, 3) uint8: one panel per ``TRAJECTORY_METRICS`` entry, log10 colour,
     rows modules in model order, columns tracked steps, each with its colour bar."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    modules, steps, _ = history.matrix(HEATMAP_METRICS[0])
+    modules, steps, _ = history.matrix(TRAJECTORY_METRICS[0])
     fig = Figure(figsize=(12, min(12, 2 + 0.15 * len(modules))), dpi=72)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(HEATMAP_METRICS), sharey=True)
-    for ax, metric in zip(axes, HEATMAP_METRICS):
+    axes = fig.subplots(1, len(TRAJECTORY_METRICS), sharey=True)
+    for ax, metric in zip(axes, TRAJECTORY_METRICS):
         _panel(fig, ax, *history.matrix(metric), metric)
     if len(modules) <= LABEL_ROWS:
         axes[0].set_yticks(range(len(modules)), modules, fontsize=6)

@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import math
 
-from divergence.metrics import METRIC_NAMES, aggregate
+from divergence.metrics import METRIC_NAMES, TRAJECTORY_METRICS, aggregate
 from divergence.loggers.wandb_mode import key_part
 
 TABLE_COLUMNS = ["module", "kind", "tensors", "numel", *METRIC_NAMES]
 LOSS_KEYS = ("loss_a", "loss_b", "loss_diff", "spike_a", "spike_b")
 PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")
-KIND_METRICS = ("wasserstein", "max_abs_diff")
 TOP_K = 20
 STEP_KEY = "trainer/global_step"
 
@@ -66,7 +65,7 @@ def step_metrics(record: dict) -> dict[str, float]:
         metrics.update({f"divergence/model/{m}": record[m] for m in METRIC_NAMES})
         metrics.update({f"divergence/ema/{m}": record[f"ema_{m}"] for m in METRIC_NAMES if f"ema_{m}" in record})
         for kind, values in record["kinds"].items():
-            metrics.update({f"divergence/kind/{key_part(kind)}/{m}": values[m] for m in KIND_METRICS})
+            metrics.update({f"divergence/kind/{key_part(kind)}/{m}": values[m] for m in TRAJECTORY_METRICS})
         metrics.update(
             {
                 f"divergence/probe/{k}": float(record[k])

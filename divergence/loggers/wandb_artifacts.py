@@ -23,7 +23,7 @@ from divergence.errors import UserInputError
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.recipe.names import NAME, file_stem
 from divergence.pairfolder.folder import PairFolder
-from divergence.pairfolder.layout import METRICS_FILE as STORE_FILE
+from divergence.pairfolder.layout import METRICS_FILE
 
 
 def artifact_slug(name: str) -> str:
@@ -54,7 +54,7 @@ def store_artifact(folder: str | Path):
     if name is None:
         return None
     artifact = wandb.Artifact(name, type="store", description=f"metrics store of the pair run {Path(folder).name}")
-    artifact.add_file(str(PairFolder(folder).metrics), name=STORE_FILE)
+    artifact.add_file(str(PairFolder(folder).metrics), name=METRICS_FILE)
     return artifact
 
 

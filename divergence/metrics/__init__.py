@@ -16,7 +16,14 @@ from divergence.metrics.grouping import (
     module_of,
     summarize,
 )
-from divergence.metrics.pair import METRIC_NAMES, comparable, compare_pairs, compare_tensors, count_nonfinite
+from divergence.metrics.pair import (
+    METRIC_NAMES,
+    TRAJECTORY_METRICS,
+    comparable,
+    compare_pairs,
+    compare_tensors,
+    count_nonfinite,
+)
 from divergence.metrics.wasserstein import wasserstein
 
 METRICS = METRIC_NAMES  # the public name (divergence.METRICS) of the six metric names
@@ -27,6 +34,7 @@ __all__ = [
     "KINDS",
     "METRICS",
     "METRIC_NAMES",
+    "TRAJECTORY_METRICS",
     "aggregate",
     "classify_kinds",
     "comparable",

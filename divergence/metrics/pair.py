@@ -18,6 +18,10 @@ from divergence.metrics.wasserstein import distance_chunks, ends_finite, mean_di
 # The metric keys of a record, in display order. A contract: the JSON, CSV and the
 # metrics store use exactly these names.
 METRIC_NAMES = ("wasserstein", "max_abs_diff", "mean_abs_diff", "rms_diff", "rel_l2", "cosine")
+# The two weight metrics of the paper (Fig. 7) followed over steps: 1-D Wasserstein distance between
+# the value distributions, and the elementwise maximum absolute difference. The analysis's
+# trajectories, the step logger's per-kind keys and the layer heatmap all take these.
+TRAJECTORY_METRICS = ("wasserstein", "max_abs_diff")
 NAN = float("nan")
 # compare_pairs starts a pair while fewer pairs, and fewer elements, than these are in flight:
 # with their sorted copies, under 1 GB of float32 (SD 1.5's largest tensor has 29.5M elements).

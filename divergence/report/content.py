@@ -39,14 +39,14 @@ def method() -> list[str]:
         "the seed-to-seed level, the larger dose first, so E_X(t) / E_P(t) is the ratio of the per-step doses "
         "while both grow, whatever the horizon, whereas a ratio of slopes drifts with the horizon and crosses 1.",
         "Dose ratio: per replicate, the median of log10(E_X / E_P) over the unsaturated window: the first stretch "
-        f"of steps, before either pair's E reaches {dose.SATURATED:g} E_seed, where their local log-growth rates are "
+        f"of steps, before either pair's E reaches {dose.SATURATED_E:g} E_seed, where their local log-growth rates are "
         f"within a factor {band} (without the probe: where the reference still grows at least 1/{band} as fast as "
         "the pair under study), read from one first step common to the replicates, past every replicate's "
         "first-steps transient (the first step from which its log10(E_X / E_P) stays within "
         f"{window.SETTLED_BAND:g} dex of its plateau for the rest of the shared regime). Pooled as a mean over "
         f"replicates with a {replicates.CONFIDENCE:.0%} t interval. A drift above {verdict.MAX_DRIFT:g} dex across "
         "the window is 'not dose-like'. The function-space twin uses F instead of E. lambda: slope of ln E over "
-        f"the window; t10 / t50: first step with phi >= {dose.SATURATED:g} / {dose.HALF_WAY:g}.",
+        f"the window; t10 / t50: first step with phi >= {dose.SATURATED_PHI:g} / {dose.HALF_WAY:g}.",
         f"Outcome: Delta = mean over the last {outcome.LAST_FRACTION:.0%} of steps of (l_a - l_b) / l_b (probe "
         "losses, else training losses on the shared batches), against the margin "
         f"m = {outcome.MARGIN_FACTOR:g} x the seed pair's spread of Delta over replicates; a pair under study "
@@ -74,7 +74,7 @@ def method() -> list[str]:
 def log_e_caption() -> str:
     return (
         "E(t) of every replicate of every pair, log scale; shaded: steps where the pair under study or the "
-        f"reference has saturated (E >= {dose.SATURATED:g} E_seed). Before saturation all pairs grow at one rate: "
+        f"reference has saturated (E >= {dose.SATURATED_E:g} E_seed). Before saturation all pairs grow at one rate: "
         "parallel lines."
     )
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from divergence.analysis import Analysis
-from divergence.analysis.dose import HALF_WAY, SATURATED
+from divergence.analysis.dose import HALF_WAY, SATURATED_E, SATURATED_PHI
 from divergence.analysis.outcome import LAST_FRACTION
 from divergence.analysis.verdict import Verdict
 from divergence.report.canvas import subplots
@@ -70,7 +70,7 @@ def log_e(analysis: Analysis, out_dir: Path) -> Path | None:
             max(int(p.steps[-1]) for p in runs),
             color="#999999",
             alpha=0.15,
-            label=f"saturated (E >= {SATURATED:g} E_seed)",
+            label=f"saturated (E >= {SATURATED_E:g} E_seed)",
         )
     ax.set_yscale("log")
     ax.set_xlabel("training step")
@@ -125,11 +125,11 @@ def phi(v: Verdict, path: Path) -> Path | None:
                 alpha=0.7,
                 label=(v.study if role == "study" else v.reference) if i == 0 else None,
             )
-            for _level, which, style in ((SATURATED, e.t10, ":"), (HALF_WAY, e.t50, "--")):
+            for _level, which, style in ((SATURATED_PHI, e.t10, ":"), (HALF_WAY, e.t50, "--")):
                 if which.get(role) is not None:
                     ax.axvline(which[role], color=color, linestyle=style, linewidth=0.8, alpha=0.6)
-    for level, name in ((SATURATED, f"{SATURATED:g} (t10)"), (HALF_WAY, f"{HALF_WAY:g} (t50)")):
-        ax.axhline(level, color="black", linewidth=0.6, linestyle=":" if level == SATURATED else "--", label=name)
+    for level, name in ((SATURATED_PHI, f"{SATURATED_PHI:g} (t10)"), (HALF_WAY, f"{HALF_WAY:g} (t50)")):
+        ax.axhline(level, color="black", linewidth=0.6, linestyle=":" if level == SATURATED_PHI else "--", label=name)
     ax.set_yscale("log")
     ax.set_xlabel("training step")
     space = "probe F / F_S" if curves[0].space == "function" else "weight space E / E_S"

@@ -14,7 +14,7 @@ from pathlib import Path
 from divergence.analysis import PairData, pair_from_records
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import PairFolder
-from divergence.pairfolder.layout import METRICS_FILE as STORE_FILE, PAIR_FILE
+from divergence.pairfolder.layout import METRICS_FILE, PAIR_FILE
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.store import MetricsStore
 
@@ -31,7 +31,7 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
         found = _runs_below(path)
         if not found:
             raise UserInputError(
-                f"{path}: no pair runs here (expected {PAIR_FILE} and {STORE_FILE} in it "
+                f"{path}: no pair runs here (expected {PAIR_FILE} and {METRICS_FILE} in it "
                 "or in its subfolders); point at the folder paired training wrote"
             )
         runs.extend(found)

@@ -26,7 +26,7 @@ from pathlib import Path
 from divergence.atomic import write_atomic
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import PairFolder
-from divergence.pairfolder.layout import LOSSES_FILE as LOSSES, METRICS_FILE as STORE
+from divergence.pairfolder.layout import LOSSES_FILE, METRICS_FILE
 from divergence.pairfolder.jsonl import UnreadableLine
 from divergence.pairfolder.arm.losses import parse_loss
 from divergence.store.metrics_store import MetricsStore, parse_record
@@ -49,9 +49,11 @@ def repair_folder(folder: str | Path) -> list[Repair]:
     if not folder.is_dir():
         raise UserInputError(f"{folder}: no such folder")
     pair = PairFolder(folder)  # a pair folder's store, a legacy pair-level losses file, each arm's losses
-    paths = [p for p in (pair.metrics, folder / LOSSES, *(arm.losses for arm in pair.arms.values())) if p.is_file()]
+    paths = [
+        p for p in (pair.metrics, folder / LOSSES_FILE, *(arm.losses for arm in pair.arms.values())) if p.is_file()
+    ]
     if not paths:
-        raise UserInputError(f"{folder}: holds no {STORE} and no <arm>/{LOSSES}; give a pair folder")
+        raise UserInputError(f"{folder}: holds no {METRICS_FILE} and no <arm>/{LOSSES_FILE}; give a pair folder")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     return [repair_file(path, stamp) for path in paths]
 
@@ -61,7 +63,7 @@ def repair_file(path: Path, stamp: str) -> Repair:
         lines = list(io.BytesIO(path.read_bytes()))  # split at b"\n" only, as the readers split
     except OSError as err:
         raise UserInputError(f"{path}: cannot read: {err.strerror or err}") from None
-    split = _split_store if path.name == STORE else _split_losses
+    split = _split_store if path.name == METRICS_FILE else _split_losses
     keep, aside, committed = split(lines)
     result = Repair(path, kept=len(keep), committed=committed, moved=[(n, why) for n, why in aside])
     if aside:
@@ -69,7 +71,7 @@ def repair_file(path: Path, stamp: str) -> Repair:
         write_atomic(side, b"".join(lines[n - 1] for n, _ in aside))  # all complete lines
         write_atomic(path, b"".join(lines[n - 1] for n in keep))
         result.side_file = side
-        if path.name == STORE:
+        if path.name == METRICS_FILE:
             MetricsStore(path.parent).check()  # the repaired store reads: a bug here must not pass silently
     return result
 

@@ -32,12 +32,13 @@ from typing import Any, ClassVar
 
 from divergence.errors import RecipeError
 from divergence.config.yaml_safe import short
-from divergence.pairfolder.pair_json import CATEGORIES as PAIR_CATEGORIES
+from divergence.pairfolder.pair_json import CATEGORIES
 
 # What a variant changes, which sets a pair's role in a bounding study: a pair's categories
-# (divergence.pairfolder.pair_json.CATEGORIES) but "control", which is a pair of identical arms,
-# and "reordering", which a pair recipe declares (``reordering: true``) of fp32-equivalent arms.
-CATEGORIES = tuple(c for c in PAIR_CATEGORIES if c not in ("control", "reordering"))
+# (divergence.pairfolder.pair_json.CATEGORIES, the one list) but "control", which is a pair of
+# identical arms, and "reordering", which a pair recipe declares (``reordering: true``) of
+# fp32-equivalent arms.
+VARIANT_CATEGORIES = tuple(c for c in CATEGORIES if c not in ("control", "reordering"))
 
 VARIANTS: dict[str, type["Variant"]] = {}
 
@@ -97,8 +98,8 @@ class Variant:
 
 
 def register(cls: type[Variant]) -> type[Variant]:
-    if cls.category not in CATEGORIES:
-        raise ValueError(f"variant {cls.__name__}: category {cls.category!r} is not one of {CATEGORIES}")
+    if cls.category not in VARIANT_CATEGORIES:
+        raise ValueError(f"variant {cls.__name__}: category {cls.category!r} is not one of {VARIANT_CATEGORIES}")
     if not cls.sets or not all(isinstance(k, str) and k and "" not in k.split(".") for k in cls.sets):
         raise ValueError(f"variant {cls.__name__}: sets must name the dotted recipe keys it sets, got {cls.sets!r}")
     VARIANTS[cls.name] = cls

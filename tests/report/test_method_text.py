@@ -8,7 +8,8 @@ from divergence.report import content
 
 # (module, constant, a value no other constant has, how the text writes that value)
 THRESHOLDS = [
-    (dose, "SATURATED", 0.37, "0.37 E_seed"),
+    (dose, "SATURATED_E", 0.37, "0.37 E_seed"),
+    (dose, "SATURATED_PHI", 0.37, "phi >= 0.37 / 0.5"),
     (dose, "HALF_WAY", 0.63, "phi >= 0.1 / 0.63"),
     (dose, "MIN_WINDOW", 7, "window under 7 steps"),
     (window, "RATE_FACTOR", 3.0, "within a factor 3"),
@@ -40,7 +41,8 @@ def test_the_method_text_states_the_current_values():
     """Today's values, as the paragraphs read them (a literal left behind would say the old one)."""
     said = text()
     for fragment in (
-        f"{dose.SATURATED:g} E_seed",
+        f"{dose.SATURATED_E:g} E_seed",
+        f"phi >= {dose.SATURATED_PHI:g} / {dose.HALF_WAY:g}",
         f"factor {window.RATE_FACTOR:g}",
         f"{window.SETTLED_BAND:g} dex",
         f"drift above {verdict.MAX_DRIFT:g} dex",
