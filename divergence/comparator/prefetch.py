@@ -27,6 +27,10 @@ class Prefetch:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="divergence-prefetch")
         self._pending: dict[tuple[str, int], Future] = {}
 
+    def end_at(self, max_steps: int | None, tracked) -> None:
+        """The pair's length changed (``max_steps``, None: open-ended again) and with it its schedule."""
+        self.max_steps, self.tracked = max_steps, tracked
+
     def after(self, step: int) -> None:
         """Start checking the files of the first tracked step after ``step`` (once per step)."""
         end = step + self.stride * LOOKAHEAD if self.max_steps is None else self.max_steps

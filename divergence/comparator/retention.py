@@ -49,7 +49,7 @@ class Retention:
         self.schedule = schedule
         self.planned_last = None if schedule is not None else (self.tracked[-1] if self.tracked else -1)
         self.last = self.planned_last
-        self.horizon = -1  # the latest step no restart of either arm recomputes (set by the comparator)
+        self.horizon = -1  # the latest step no restart of either arm recomputes (``sweep_to``)
 
     @classmethod
     def for_pair(cls, out: str | Path, pair) -> Retention:
@@ -88,6 +88,14 @@ class Retention:
     def release(self, step: int) -> list[Path]:
         """After the commit of ``step``: delete the noted files that are due (``sweep``)."""
         return self.sweep(step)
+
+    def sweep_to(self, horizon: int, stored: int | None) -> list[Path]:
+        """The latest step no restart of either arm recomputes is now ``horizon`` (the arms'
+        ``restart_point``): when it moved, delete what became due (``sweep``)."""
+        if horizon == self.horizon:
+            return []
+        self.horizon = horizon
+        return self.sweep(stored)
 
     def sweep(self, stored: int | None) -> list[Path]:
         """Delete the noted files of the steps the store holds (``stored``: its last step) that no

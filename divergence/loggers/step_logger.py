@@ -35,6 +35,10 @@ class StepLogger:
         self.checkpoint_every, self.max_steps = checkpoint_every, max_steps  # None until an open pair ends
         self.complete = False
 
+    def end_at(self, max_steps: int | None) -> None:
+        """The pair's length, once an open pair's arms have ended (None: open again)."""
+        self.max_steps = max_steps
+
     def log(self, step: int, record: dict, tensors: list[dict]) -> None:
         from divergence.loggers.step_logging import is_table_step, log_step
 

@@ -59,10 +59,10 @@ def test_a_step_retried_after_a_probe_failure_feeds_the_spike_detector_once(tmp_
     for arm in "ab":
         write_arm(tmp_path, arm, losses, max_steps=3, spike_window=3)
     comparator = Comparator(tmp_path, log=False, progress=False)
-    comparator.probe = FailsOnce(2)
+    comparator.planner.probe = FailsOnce(2)
     assert comparator.run(poll=0.01, timeout=5) == 0
-    assert comparator.probe.failed  # step 2 was retried
-    assert comparator.recorder.spikes["a"].history == [1.0, 1.0, 5.0]
+    assert comparator.planner.probe.failed  # step 2 was retried
+    assert comparator.planner.recorder.spikes["a"].history == [1.0, 1.0, 5.0]
     assert [r["spike_a"] for r in MetricsStore(tmp_path).step_records()[1:]] == [False, False, False]
 
 

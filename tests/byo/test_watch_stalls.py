@@ -118,12 +118,12 @@ def test_a_restart_caught_between_its_cut_and_its_status_is_not_a_stall(tmp_path
     own_writer(tmp_path, "b", [1, 2, 3], [0, 1, 2, 3])
     comparator = Comparator(tmp_path, log=False, progress=False, probe=FileProbe)
     for _ in range(2):  # steps 0 and 1 are there
-        task = comparator._plan(None)
+        task = comparator.planner.plan(None)
         assert task.kind == "step" and comparator._take(task)
-    assert comparator._plan(None).kind == "wait"  # step 2: the gap, seen once, not yet acted on
+    assert comparator.planner.plan(None).kind == "wait"  # step 2: the gap, seen once, not yet acted on
     ArmStatus("a", attempt=2, start_step=1, max_steps=3).write(tmp_path / "a")  # the restart's new status
-    assert comparator._plan(None).kind == "wait"  # running: waited for
+    assert comparator.planner.plan(None).kind == "wait"  # running: waited for
     ArmStatus("a", state="failed", attempt=2, start_step=1, last_step=1, max_steps=3).write(tmp_path / "a")
-    assert comparator._plan(None).kind == "wait"
-    stop = comparator._plan(None)
+    assert comparator.planner.plan(None).kind == "wait"
+    stop = comparator.planner.plan(None)
     assert stop.kind == "stop" and stop.code == 2 and "arm a failed at step 1, before step 2" in stop.message
