@@ -75,8 +75,10 @@ def run(args) -> int:
             raise MissingExtra(f"{err}; or pass --no-log (the store only)") from None
     from divergence.comparator.follow import Comparator
     from divergence.comparator.wait import wait_for_pair
+    from divergence.pairfolder.folder import PairFolder
 
-    if not wait_for_pair(args.dir, args.poll, args.timeout):
+    pair_folder = PairFolder(args.dir)  # built once here, handed down as the object
+    if not wait_for_pair(pair_folder, args.poll, args.timeout):
         from divergence.pairfolder.starting import how_to_start
 
         print(
@@ -91,7 +93,12 @@ def run(args) -> int:
     started = time.monotonic()
     try:
         comparator = Comparator(
-            args.dir, ranks, device, log=not args.no_log, progress=not args.quiet and ranks.is_zero, probe=_file_probe
+            pair_folder,
+            ranks,
+            device,
+            log=not args.no_log,
+            progress=not args.quiet and ranks.is_zero,
+            probe=_file_probe,
         )
         code = comparator.run(args.poll, args.timeout)
         if code == 0 and ranks.is_zero:

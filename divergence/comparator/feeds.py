@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.pairfolder.folder import ArmFolder
+from divergence.pairfolder.folder import as_arm_folder
 from divergence.pairfolder.arm.weights_file import completed, identity
 from divergence.pairfolder.arm.status import ArmStatus
 from divergence.pairfolder.arm.losses import LossFile
@@ -22,7 +22,7 @@ from divergence.pairfolder.arm.losses import LossFile
 
 class ArmFeed:
     def __init__(self, folder: str | Path):
-        self.folder = ArmFolder(folder)
+        self.folder = as_arm_folder(folder)
         self.loss_file = LossFile(self.folder)
 
     def status(self) -> ArmStatus | None:

@@ -50,6 +50,7 @@ from divergence.comparator.ranks import Ranks
 from divergence.comparator.task import Task
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.schedule import read_schedule
 
 
@@ -68,7 +69,7 @@ class Comparator:
         factory ``(PairSchedule, device) -> probe`` (``due(step)``, ``record(paths)``), used when the
         pair's ``tracking.probe`` is enabled; ``divergence watch`` passes the built-in trainer's
         ``FileProbe`` (``training.probe_files``). None: no probe."""
-        self.pair_folder, self.ranks = PairFolder(out), ranks or Ranks()
+        self.pair_folder, self.ranks = as_pair_folder(out), ranks or Ranks()
         self.pair = read_schedule(self.pair_folder)
         self.measurer = Measurer(self.ranks, device)
         self.planner: Planner | None = None  # rank 0's; the other ranks only measure

@@ -86,7 +86,7 @@ class Planner:
         self._follow_checkpoints(statuses)
         last = self.store.last_step()
         step, task = self.pair.next_step(last), None
-        if last is not None and armless(self.pair_folder.path):
+        if last is not None and armless(self.pair_folder):
             return self._nothing_to_follow(last)
         if self.pair.max_steps is not None and step > self.pair.max_steps:
             if all(s is not None and s.state in ENDED for s in statuses.values()):
@@ -115,7 +115,7 @@ class Planner:
         """Why ``step`` can never come, once seen on two looks in a row with the same statuses: a
         restarting arm cuts its old files before it writes its new status, so one look may fall
         between the two (``divergence.comparator.stalls``)."""
-        why = stall(self.pair_folder.path, step, self.pair, statuses, self.feeds)
+        why = stall(self.pair_folder, step, self.pair, statuses, self.feeds)
         seen = None if why is None else (step, why, _marks(statuses))
         confirmed, self._stall_seen = seen is not None and seen == self._stall_seen, seen
         return why if confirmed else None

@@ -35,7 +35,7 @@ import json
 from pathlib import Path
 
 from divergence.tables import write_json
-from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.arm.weights_dcp import remove_weights
 from divergence.pairfolder.arm.weights_file import identity
 
@@ -45,7 +45,7 @@ class Retention:
         """``tracked_steps``: every tracked step of the pair, increasing (the last is kept). An
         open-ended pair's: ``schedule`` (``step -> tracked``) lists them as far as asked, and the
         last is set by ``end_at`` once known."""
-        self.path, self.keep, self.tracked = PairFolder(out).retention, keep or 0, list(tracked_steps)
+        self.path, self.keep, self.tracked = as_pair_folder(out).retention, keep or 0, list(tracked_steps)
         self.schedule = schedule
         self.planned_last = None if schedule is not None else (self.tracked[-1] if self.tracked else -1)
         self.last = self.planned_last

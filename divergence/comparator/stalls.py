@@ -29,15 +29,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import PairFolder, as_pair_folder
 from divergence.pairfolder.arm.lock import writer_alive
 from divergence.pairfolder.layout import ARMS, CHECKPOINTS_DIR, LOSSES_FILE, STATUS_FILE, WRITER_LOCK_FILE, weights_name
 
 ENDED = ("finished", "failed")
 
 
-def stall(out: Path, step: int, pair, statuses: dict, feeds: dict) -> str | None:
-    """Why step ``step`` of the pair in ``out`` will never be written, in one line; None while it may be.
+def stall(pair_folder: PairFolder | Path, step: int, pair, statuses: dict, feeds: dict) -> str | None:
+    """Why step ``step`` of the pair in ``pair_folder`` will never be written, in one line; None while it may be.
 
     ``pair``: the ``PairSchedule``; ``statuses``/``feeds``: each arm's ``ArmStatus`` (or None)
     and ``ArmFeed``, read in that order (statuses first: an ended arm's files are all there). An arm
@@ -88,6 +88,6 @@ def _missing(arm: str, status, step: int, pair, feed) -> str | None:
     return None
 
 
-def armless(out: Path) -> bool:
-    """No arm folder in ``out``: a pair trained in one process or built by ``track``, if it has a store."""
-    return not any(arm.path.is_dir() for arm in PairFolder(out).arms.values())
+def armless(pair_folder: PairFolder | Path) -> bool:
+    """No arm folder in ``pair_folder``: a pair trained in one process or built by ``track``, if it has a store."""
+    return not any(arm.path.is_dir() for arm in as_pair_folder(pair_folder).arms.values())

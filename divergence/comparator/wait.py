@@ -13,22 +13,22 @@ import sys
 import time
 from pathlib import Path
 
-from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import PairFolder, as_pair_folder
 
 
-def pair_started(out: Path) -> bool:
-    return PairFolder(out).pair_json.is_file()
+def pair_started(pair_folder: PairFolder | Path) -> bool:
+    return as_pair_folder(pair_folder).pair_json.is_file()
 
 
-def wait_for_pair(out: str | Path, poll: float, timeout: float | None, say=None) -> bool:
-    """True once ``out`` holds a started pair; False when ``timeout`` seconds passed first
+def wait_for_pair(pair_folder: PairFolder | str | Path, poll: float, timeout: float | None, say=None) -> bool:
+    """True once ``pair_folder`` holds a started pair; False when ``timeout`` seconds passed first
     (None: wait as long as it takes). Says once, on stderr, what it waits for."""
-    out = Path(out)
-    if pair_started(out):
+    pair_folder = as_pair_folder(pair_folder)
+    if pair_started(pair_folder):
         return True
-    (say or _stderr)(f"divergence watch: waiting for {PairFolder(out).pair_json} (the arms create it when they start)")
+    (say or _stderr)(f"divergence watch: waiting for {pair_folder.pair_json} (the arms create it when they start)")
     start = time.monotonic()
-    while not pair_started(out):
+    while not pair_started(pair_folder):
         if timeout is not None and time.monotonic() - start > timeout:
             return False
         time.sleep(min(poll, timeout) if timeout is not None else poll)

@@ -26,7 +26,7 @@ from typing import Callable
 from divergence.errors import UserInputError
 from divergence.pairfolder.arm.lock import PairLock
 from divergence.pairfolder.arm.steps import check_tensor_names
-from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.pair_json import (
     IDENTITY,
     check_same_pair,
@@ -46,7 +46,7 @@ from divergence.loggers.step_logging import log_step
 
 class PairTracker:
     def __init__(self, out: str | Path, every: int, pair: dict, resume: bool = False):
-        self.folder, self.pair, self.resume = PairFolder(out), pair, resume
+        self.folder, self.pair, self.resume = as_pair_folder(out), pair, resume
         self.out = self.folder.path
         self.schedule = tracking_schedule(
             every, pair.get("spike_factor", 3.0), pair.get("spike_window", 20), pair.get("dense", DENSE_DEFAULT)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lightning.pytorch.loggers import WandbLogger
 
-from divergence.pairfolder.folder import RunFolder, run_folder
+from divergence.pairfolder.folder import RunFolder, as_run_folder
 from divergence.pairfolder.settings import LogConfig
 from divergence.loggers.wandb_mode import offline_notice, wandb_offline, wandb_target
 
@@ -109,7 +109,7 @@ def build_loggers(config: LogConfig, out: RunFolder | Path, run_name: str, ident
 
     from divergence.loggers.csv_rows import ContinuedCSVLogger
 
-    out = run_folder(out)
+    out = as_run_folder(out)
 
     loggers = []
     if config.wandb:

@@ -22,7 +22,7 @@ from pathlib import Path
 from divergence.errors import UserInputError
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.recipe.names import NAME, file_stem
-from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.layout import METRICS_FILE
 
 
@@ -36,7 +36,7 @@ def artifact_slug(name: str) -> str:
 def store_artifact_name(folder: str | Path) -> str | None:
     """``store-<pair>[-r<replicate>]`` for a pair folder, or None when it holds no store."""
     folder = Path(folder)
-    if not PairFolder(folder).metrics.is_file():
+    if not as_pair_folder(folder).metrics.is_file():
         return None
     try:
         info = PairInfo.read(folder)
@@ -54,7 +54,7 @@ def store_artifact(folder: str | Path):
     if name is None:
         return None
     artifact = wandb.Artifact(name, type="store", description=f"metrics store of the pair run {Path(folder).name}")
-    artifact.add_file(str(PairFolder(folder).metrics), name=METRICS_FILE)
+    artifact.add_file(str(as_pair_folder(folder).metrics), name=METRICS_FILE)
     return artifact
 
 

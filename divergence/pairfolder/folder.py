@@ -219,16 +219,16 @@ class PairFolder(RunFolder):
         return {name: self.arm(name) for name in ARMS}
 
 
-def pair_folder(out: str | os.PathLike) -> PairFolder:
+def as_pair_folder(out: str | os.PathLike) -> PairFolder:
     """``out`` as a ``PairFolder`` (itself when it is one already)."""
     return out if isinstance(out, PairFolder) else PairFolder(out)
 
 
-def arm_folder(folder: str | os.PathLike) -> ArmFolder:
+def as_arm_folder(folder: str | os.PathLike) -> ArmFolder:
     """``folder`` (an arm's folder) as an ``ArmFolder`` (itself when it is one already)."""
     return folder if isinstance(folder, ArmFolder) else ArmFolder(folder)
 
 
-def run_folder(out: str | os.PathLike) -> RunFolder:
+def as_run_folder(out: str | os.PathLike) -> RunFolder:
     """``out`` as a ``RunFolder`` (itself when it is one already, a ``PairFolder`` or an ``ArmFolder``)."""
     return out if isinstance(out, RunFolder) else RunFolder(out)

@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from divergence.errors import RecipeError, UserInputError
-from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.layout import ARMS, CONTRACT, PAIR_FILE
 from divergence.pairfolder.settings import DENSE_DEFAULT, SPIKE_FACTOR, SPIKE_WINDOW, TrackingConfig
 from divergence.tables import write_json
@@ -80,11 +80,11 @@ class PairInfo:
         return {"contract": data.pop("contract"), **data, **{k: v for k, v in extra.items() if k not in data}}
 
     def write(self, folder: str | Path) -> None:
-        write_json(PairFolder(folder).pair_json, self.to_json())
+        write_json(as_pair_folder(folder).pair_json, self.to_json())
 
     @classmethod
     def read(cls, folder: str | Path) -> "PairInfo":
-        path = PairFolder(folder).pair_json
+        path = as_pair_folder(folder).pair_json
         data = read_pair_json(folder)
         known = {f.name for f in fields(cls)} - {"extra"}
         try:
@@ -97,7 +97,7 @@ class PairInfo:
 
 def read_pair_json(out: str | Path) -> dict:
     """``pair.json`` as plain data, with ``contract`` defaulting to 1 (folders written before it)."""
-    path = PairFolder(out).pair_json
+    path = as_pair_folder(out).pair_json
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -273,7 +273,7 @@ def check_pair_files(
 ) -> dict | None:
     """``pair.json`` of ``out`` when it describes this pair, None when there is none; otherwise a
     ``UserInputError`` (another pair, or another length or schedule). Reads only."""
-    path = PairFolder(out).pair_json
+    path = as_pair_folder(out).pair_json
     if not path.is_file():
         return None
     existing = read_pair_json(out)
@@ -323,7 +323,7 @@ def check_same_pair(out: str | Path, saved: dict, given: dict) -> None:
     for key, value in wanted.items():
         if saved.get(key, 0 if key == "replicate" else None) != value:
             raise UserInputError(
-                f"{PairFolder(out).pair_json}: holds pair {saved.get('name')!r} with {key} "
+                f"{as_pair_folder(out).pair_json}: holds pair {saved.get('name')!r} with {key} "
                 f"{saved.get(key)!r}, not {value!r}: one pair per folder; write this pair into a "
                 f"new folder (or give the same {key} to continue that pair)"
             )

@@ -18,6 +18,7 @@ from divergence.config.yaml_safe import read_yaml
 from divergence.errors import RecipeError, UserInputError
 from divergence.pairfolder.arm.steps import check_stride
 from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.layout import PAIR_FILE, PAIR_RECIPE_FILE
 from divergence.pairfolder.pair_json import is_open_ended, read_pair_json
 from divergence.pairfolder.settings import LogConfig, ProbeConfig, TrackingConfig, is_tracked
@@ -59,7 +60,7 @@ class PairSchedule:
 
 def read_schedule(out: str | Path) -> PairSchedule:
     """The ``PairSchedule`` of pair folder ``out``; a ``UserInputError`` naming the file and key."""
-    out = PairFolder(out)
+    out = as_pair_folder(out)
     if not out.pair_json.is_file() and not out.pair_yaml.is_file():
         raise UserInputError(f"{out}: no {PAIR_FILE}; start the arms first: {how_to_start(out, 'a')}")
     config = _read_recipe(out)

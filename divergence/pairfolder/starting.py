@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 
 # the writers of one arm each (LockstepPair trains both arms in one process: never one missing)
 OWN_WRITERS = "divergence.ArmWriter, Lightning's ArmCheckpoints or transformers' ArmWriterCallback"
@@ -22,7 +22,7 @@ OWN_WRITERS = "divergence.ArmWriter, Lightning's ArmCheckpoints or transformers'
 def started_by_builtin(out: str | Path) -> bool | None:
     """True: the built-in trainer started this pair; False: another writer did; None: nothing
     started it yet (no ``pair.json``, no ``pair.yaml``) or ``pair.json`` is unreadable."""
-    folder = PairFolder(out)
+    folder = as_pair_folder(out)
     if folder.pair_yaml.is_file():
         return True
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from divergence.analysis import PairData, pair_from_records
 from divergence.errors import UserInputError
-from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.layout import METRICS_FILE, PAIR_FILE
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.store import MetricsStore
@@ -86,12 +86,14 @@ def _replicate(folder: Path, info: PairInfo) -> int:
     """pair.json's ``replicate`` (0 when absent), read raw if this PairInfo predates the key."""
     value = getattr(info, "replicate", None)
     if value is None:
-        value = json.loads(PairFolder(folder).pair_json.read_text()).get("replicate", 0)
+        value = json.loads(as_pair_folder(folder).pair_json.read_text()).get("replicate", 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UserInputError(f"{PairFolder(folder).pair_json}: 'replicate' is {value!r}; it must be an integer >= 0")
+        raise UserInputError(
+            f"{as_pair_folder(folder).pair_json}: 'replicate' is {value!r}; it must be an integer >= 0"
+        )
     return value
 
 
 def _is_run(path: Path) -> bool:
-    folder = PairFolder(path)
+    folder = as_pair_folder(path)
     return folder.pair_json.is_file() or folder.metrics.is_file()

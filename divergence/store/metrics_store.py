@@ -49,7 +49,7 @@ from typing import Iterator
 
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
-from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
 
 TYPES = ("tensor", "step")
@@ -60,7 +60,7 @@ class MetricsStore:
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
-        self.path = PairFolder(folder).metrics
+        self.path = as_pair_folder(folder).metrics
         self._last: int | None = None
         self._last_known = False
 

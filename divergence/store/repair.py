@@ -25,7 +25,7 @@ from pathlib import Path
 
 from divergence.atomic import write_atomic
 from divergence.errors import UserInputError
-from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.layout import LOSSES_FILE, METRICS_FILE
 from divergence.pairfolder.jsonl import UnreadableLine
 from divergence.pairfolder.arm.losses import parse_loss
@@ -48,7 +48,7 @@ def repair_folder(folder: str | Path) -> list[Repair]:
     folder = Path(folder)
     if not folder.is_dir():
         raise UserInputError(f"{folder}: no such folder")
-    pair = PairFolder(folder)  # a pair folder's store, a legacy pair-level losses file, each arm's losses
+    pair = as_pair_folder(folder)  # a pair folder's store, a legacy pair-level losses file, each arm's losses
     paths = [
         p for p in (pair.metrics, folder / LOSSES_FILE, *(arm.losses for arm in pair.arms.values())) if p.is_file()
     ]

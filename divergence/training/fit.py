@@ -12,7 +12,7 @@ from pathlib import Path
 
 from divergence.atomic import temp_path
 from divergence.errors import UserInputError
-from divergence.pairfolder.folder import RunFolder, run_folder
+from divergence.pairfolder.folder import RunFolder, as_run_folder
 from divergence.recipe.run import RunRecipe
 
 
@@ -37,7 +37,7 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
     from divergence.models.determinism import determinism
     from divergence.loggers.sinks import RunIdentity, build_loggers, finish_wandb, global_rank_zero
 
-    out = run_folder(out)
+    out = as_run_folder(out)
     train, log, every = recipe.train, recipe.log, recipe.train.checkpoint_every
     if global_rank_zero():
         writable_folder(out)  # the loggers write into it first (an arm's folder is new on its first run)
@@ -97,7 +97,7 @@ def resume_from(out: RunFolder | Path) -> Path | None:
     from divergence.training.callbacks.resume import drop_superseded, resume_file
     from divergence.training.checkpoint_io import check_resume_file
 
-    out = run_folder(out)
+    out = as_run_folder(out)
     start = resume_file(out.resume_dir)
     if start is not None:
         check_resume_file(start)

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import PairFolder, RunFolder
+from divergence.pairfolder.folder import as_run_folder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.layout import PAIR_FILE, PAIR_RECIPE_FILE, RUN_RECIPE_FILE
 from divergence.config.yaml_safe import read_yaml
 
@@ -82,7 +84,7 @@ def check_folder(out: PairFolder | Path, kind: FolderKind, config: dict, *, arm:
     from divergence.store import MetricsStore
     from divergence.pairfolder.arm.losses import LossFile
 
-    folder = PairFolder(out)
+    folder = as_pair_folder(out)  # a run's, a pair's or (``arm``) an arm's parent: the names are alike
     out = folder.path
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out}: exists and is not a folder")
@@ -109,15 +111,16 @@ def check_folder(out: PairFolder | Path, kind: FolderKind, config: dict, *, arm:
             )
 
 
-def check_numerics(out: PairFolder | Path, numerics: dict) -> None:
-    """Refuse to resume the lockstep pair in ``out`` in other numerics than ``pair.json`` recorded
+def check_numerics(pair_folder: PairFolder | Path, numerics: dict) -> None:
+    """Refuse to resume the lockstep pair in ``pair_folder`` in other numerics than ``pair.json`` recorded
     (``numerics``: arm -> ``arm_numerics``); folders written before the key pass."""
     from divergence.pairfolder.pair_json import read_pair_json
 
-    folder = PairFolder(out)
-    if not (folder.resume_dir.is_dir() and folder.pair_json.is_file()):
+    pair_folder = as_pair_folder(pair_folder)
+    out = pair_folder.path
+    if not (pair_folder.resume_dir.is_dir() and pair_folder.pair_json.is_file()):
         return
-    saved = read_pair_json(out).get("numerics") or {}
+    saved = read_pair_json(pair_folder).get("numerics") or {}
     for arm in sorted(set(saved) & set(numerics)):
         for key in sorted(set(saved[arm] or {}) & set(numerics[arm])):
             if saved[arm][key] != numerics[arm][key]:
@@ -193,7 +196,7 @@ def check_resume(out: RunFolder | Path) -> None:
     from divergence.training.callbacks.resume import resume_file
     from divergence.training.checkpoint_io import check_resume_file
 
-    folder = RunFolder(out)
+    folder = as_run_folder(out)
     last = folder.resume_file
     for path in {resume_file(folder.resume_dir), last if last.exists() or last.is_symlink() else None} - {None}:
         check_resume_file(path)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from divergence.recipe.pair import PairRecipe
 from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.pair_json import finish_pair
 from divergence.training.callbacks.step_costs import StepCosts
 from divergence.training.pair_setup import pair_info  # noqa: F401  (importers)
@@ -42,34 +43,34 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     from divergence.training.folder_check import LOCKSTEP, check_folder, check_numerics
     from divergence.training.pair_setup import pair_config, pair_module, pair_numerics, write_pair_files
 
-    out = PairFolder(out)
+    pair_folder = as_pair_folder(out)  # built once here, handed down as the object
     # before the checks read what a live writer writes; a folder no writer ever locked gets its lock file only
     # once checked (a refused command writes nothing)
-    lock = pair_lock(out) if out.writer_lock.is_file() else None
+    lock = pair_lock(pair_folder) if pair_folder.writer_lock.is_file() else None
     try:
-        check_folder(out, LOCKSTEP, pair_config(pair))
-        check_numerics(out, pair_numerics(pair))
+        check_folder(pair_folder, LOCKSTEP, pair_config(pair))
+        check_numerics(pair_folder, pair_numerics(pair))
         module = pair_module(pair)  # builds both arms: bad variants fail before any file is written
         if global_rank_zero():
-            writable_folder(out)
-            lock = lock or pair_lock(out)
-            write_pair_files(out, pair, keep=False)
-        return _train(pair, out, module, callbacks)
+            writable_folder(pair_folder)
+            lock = lock or pair_lock(pair_folder)
+            write_pair_files(pair_folder, pair, keep=False)
+        return _train(pair, pair_folder, module, callbacks)
     finally:
         if lock is not None:
             lock.release()
 
 
-def pair_lock(out: PairFolder):
-    """Global rank zero's ``PairLock`` on ``out`` (one writer of a pair folder: an orphaned ``train`` of a
+def pair_lock(pair_folder: PairFolder):
+    """Global rank zero's ``PairLock`` on ``pair_folder`` (one writer of a pair folder: an orphaned ``train`` of a
     killed study, still writing, refuses a second one), None on the other ranks."""
     from divergence.loggers.sinks import global_rank_zero
     from divergence.pairfolder.arm.lock import PairLock
 
-    return PairLock(out) if global_rank_zero() else None
+    return PairLock(pair_folder) if global_rank_zero() else None
 
 
-def _train(pair: PairRecipe, out: PairFolder, module, callbacks):
+def _train(pair: PairRecipe, pair_folder: PairFolder, module, callbacks):
     from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
     from divergence.training.callbacks.divergence import DivergenceTracker
     from divergence.loggers.sinks import RunIdentity
@@ -77,27 +78,30 @@ def _train(pair: PairRecipe, out: PairFolder, module, callbacks):
     from divergence.training.pair_setup import pair_config
 
     tracker = DivergenceTracker(
-        out,
+        pair_folder,
         pair.tracking,
         pair.base.train.checkpoint_every,
         probe=pair_probe(pair, module),
         losses=lambda m: m.step_losses,
         weights=lambda m: (m.arms["a"].weights(), m.arms["b"].weights()),
     )
-    callbacks = [*callbacks, StepCosts(out, costs=lambda m: m.last_costs)]  # costs.jsonl: each arm's step time, memory
+    callbacks = [
+        *callbacks,
+        StepCosts(pair_folder, costs=lambda m: m.last_costs),
+    ]  # costs.jsonl: each arm's step time, memory
     recorders = {arm: r for arm, r in module.recorders.items() if r is not None}
     if recorders:
-        callbacks = [*callbacks, AttentionOutputDeviation(out, recorders, pair.tracking.attention_every)]
+        callbacks = [*callbacks, AttentionOutputDeviation(pair_folder, recorders, pair.tracking.attention_every)]
     trainer = fit(
         module,
         replace(pair.base, name=pair.name),
-        out,
+        pair_folder,
         first_callbacks=[tracker],
         callbacks=callbacks,
-        identity=RunIdentity.for_pair(pair, out, pair_config(pair)),
+        identity=RunIdentity.for_pair(pair, pair_folder, pair_config(pair)),
     )
     if trainer.is_global_zero:
-        finish_pair(out, trainer.global_step, trainer.global_step >= pair.base.train.max_steps)
+        finish_pair(pair_folder, trainer.global_step, trainer.global_step >= pair.base.train.max_steps)
     return trainer
 
 

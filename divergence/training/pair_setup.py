@@ -15,6 +15,7 @@ import yaml
 from divergence.atomic import write_atomic
 from divergence.errors import RecipeError
 from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.config.schema import to_dict
@@ -68,14 +69,14 @@ def pair_numerics(pair: PairRecipe) -> dict:
     return {arm: arm_numerics(pair.arm_recipes[arm]) for arm in ARMS}
 
 
-def write_pair_files(out: PairFolder | Path, pair: PairRecipe, *, keep: bool) -> None:
+def write_pair_files(pair_folder: PairFolder | Path, pair: PairRecipe, *, keep: bool) -> None:
     """``pair.yaml`` and ``pair.json`` (atomic: separate arms may race); ``keep``: leave files a
     first job wrote. Call on global rank zero only."""
-    out = PairFolder(out)
-    if not (keep and out.pair_yaml.is_file()):
-        write_atomic(out.pair_yaml, yaml.safe_dump(pair_config(pair), sort_keys=False))
-    if not (keep and out.pair_json.is_file()):
-        pair_info(pair).write(out)
+    pair_folder = as_pair_folder(pair_folder)
+    if not (keep and pair_folder.pair_yaml.is_file()):
+        write_atomic(pair_folder.pair_yaml, yaml.safe_dump(pair_config(pair), sort_keys=False))
+    if not (keep and pair_folder.pair_json.is_file()):
+        pair_info(pair).write(pair_folder)
 
 
 def shadow_recorder(recipe):

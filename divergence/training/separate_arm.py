@@ -27,6 +27,7 @@ from pathlib import Path
 from divergence.errors import UserInputError
 from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.arm.status import ArmStatus, batch_mismatch
 
 
@@ -45,26 +46,26 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
 
     if arm not in ARMS:
         raise UserInputError(f"--arm {arm!r}: must be one of {', '.join(ARMS)}")
-    out = PairFolder(out)
+    pair_folder = as_pair_folder(out)  # built once here, handed down as the object
     recipe = pair.arm_recipes[arm]
-    check_arm_folder(out, pair, arm)
+    check_arm_folder(pair_folder, pair, arm)
     module = pair_module(pair, (arm,))  # builds the arm: bad variants fail before any file is written
-    folder, lock = out.arm(arm), None
+    arm_folder, lock = pair_folder.arm(arm), None
     if global_rank_zero():  # whichever arm starts first writes the pair's files
-        writable_folder(out)
-        lock = ArmLock(folder)  # one writer per arm (divergence.pairfolder.arm.lock), held while it trains
+        writable_folder(pair_folder)
+        lock = ArmLock(arm_folder)  # one writer per arm (divergence.pairfolder.arm.lock), held while it trains
     try:
         if lock is not None:
-            write_pair_files(out, pair, keep=True)
+            write_pair_files(pair_folder, pair, keep=True)
         per_rank = recipe.train.batch_size * recipe.train.accumulate
         first = [
-            WeightCheckpoint(folder, recipe.train.checkpoint_every, pair.tracking, arms=checkpoint_arms),
+            WeightCheckpoint(arm_folder, recipe.train.checkpoint_every, pair.tracking, arms=checkpoint_arms),
             ArmProgress(
-                folder, arm, per_rank, loss=lambda m: m.step_losses[arm], tensor_order=lambda m: m.tensor_order[arm]
+                arm_folder, arm, per_rank, loss=lambda m: m.step_losses[arm], tensor_order=lambda m: m.tensor_order[arm]
             ),
         ]
-        identity = RunIdentity.for_pair(pair, out, pair_config(pair), job_type="arm", arm=arm)
-        return fit(module, recipe, folder, first_callbacks=first, callbacks=callbacks, identity=identity)
+        identity = RunIdentity.for_pair(pair, pair_folder, pair_config(pair), job_type="arm", arm=arm)
+        return fit(module, recipe, arm_folder, first_callbacks=first, callbacks=callbacks, identity=identity)
     finally:
         if lock is not None:
             lock.release()
@@ -79,7 +80,7 @@ def check_arm_folder(out: PairFolder | Path, pair: PairRecipe, arm: str) -> None
     train = pair.arm_recipes[arm].train
     if train.strategy.startswith("fsdp"):
         _check_fsdp(pair.arm_recipes[arm])
-    other = ArmStatus.read(PairFolder(out).arm(ARMS[1 - ARMS.index(arm)]))
+    other = ArmStatus.read(as_pair_folder(out).arm(ARMS[1 - ARMS.index(arm)]))
     world_size = train.devices * train.num_nodes
     mine = ArmStatus(arm, world_size=world_size, global_batch=global_batch(train, world_size))
     if other is not None and batch_mismatch({arm: mine, other.arm: other}) is not None:

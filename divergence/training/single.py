@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from divergence.atomic import write_atomic
-from divergence.pairfolder.folder import RunFolder
+from divergence.pairfolder.folder import as_run_folder
 from divergence.recipe.run import RunRecipe
 from divergence.config.schema import to_dict
 
@@ -44,7 +44,7 @@ def train_run(recipe: RunRecipe, out: str | Path, callbacks: list | tuple = ()):
     from divergence.training.folder_check import RUN, check_folder
     from divergence.training.pair_setup import shadow_recorder
 
-    out = RunFolder(out)
+    out = as_run_folder(out)
     check_folder(out, RUN, to_dict(recipe))
     recorder = shadow_recorder(recipe)
     # builds everything: bad paths and variants fail before any file

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 
 
 @contextlib.contextmanager
@@ -101,14 +101,14 @@ def _libc():
 def append_costs(out: Path, step: int, memory: str, arms: dict) -> None:
     """Append one step's line to ``out/costs.jsonl``."""
     line = json.dumps({"step": int(step), "memory": memory, "arms": arms}, allow_nan=False)
-    with open(PairFolder(out).costs, "a") as f:
+    with open(as_pair_folder(out).costs, "a") as f:
         f.write(line + "\n")
 
 
 def read_costs(folder: Path) -> dict[int, dict]:
     """``step -> line`` of ``folder/costs.jsonl`` (the last line of a step); {} when absent. A torn
     last line (a run killed mid-write) is skipped."""
-    path = PairFolder(folder).costs
+    path = as_pair_folder(folder).costs
     if not path.is_file():
         return {}
     rows = {}

@@ -58,7 +58,8 @@ from typing import Callable
 import torch
 
 from divergence.errors import UserInputError, in_script
-from divergence.pairfolder import ARMS, PairFolder
+from divergence.pairfolder import ARMS
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.arm import (
     ArmJournal,
     ArmLock,
@@ -147,7 +148,7 @@ class ArmWriter:
                 "recorded when finish() is called)"
             )
         self.out, self.arm, self.max_steps, self.every = Path(out), arm, max_steps, every
-        self.pair_folder = PairFolder(out)
+        self.pair_folder = as_pair_folder(out)
         self.folder = self.pair_folder.arm(arm)
         self.weights = weights or state_weights
         self.rank = global_rank() if rank is None else rank

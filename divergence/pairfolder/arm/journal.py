@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from divergence.pairfolder.arm.steps import check_step, check_tensor_names, loss_value
-from divergence.pairfolder.folder import ArmFolder, arm_folder
+from divergence.pairfolder.folder import ArmFolder, as_arm_folder
 from divergence.pairfolder.arm.records import drop_after
 from divergence.pairfolder.arm.status import ArmStatus
 from divergence.pairfolder.arm.losses import LossFile
@@ -36,7 +36,7 @@ class ArmJournal:
 
     def __init__(self, folder: ArmFolder | str | Path, arm: str, *, max_steps: int | None, stride: int = 1):
         """``max_steps``: the last step (None: no limit); ``stride``: steps counted per record."""
-        self.folder, self.arm, self.max_steps, self.stride = arm_folder(folder), arm, max_steps, stride
+        self.folder, self.arm, self.max_steps, self.stride = as_arm_folder(folder), arm, max_steps, stride
         self.status: ArmStatus | None = None
         self.losses = LossFile(self.folder)
         self.last_step, self.next_step = 0, 0  # the step recorded (or resumed from) last, and the one expected next

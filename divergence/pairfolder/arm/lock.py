@@ -18,7 +18,7 @@ A refused writer gets one line naming the folder and the holder's pid (each excl
 writes ``pid host`` into its lock file). The operating system releases a lock when the holder's
 file is closed, which includes the process ending in any way (a crash, ``kill -9``, a node reboot
 on a local disk), so a crashed writer never leaves it stuck. The files stay (they hold the last
-holder's pid and host); a file is not a sign of a running writer: ``ArmLock.is_held(arm_folder)``
+holder's pid and host); a file is not a sign of a running writer: ``ArmLock.is_held(arm_dir)``
 and ``PairLock.is_held(folder)`` are (the liveness rule of ``docs/pair-folder.md``).
 
 Only global rank zero writes, so only rank zero takes a lock. ``flock`` works between processes
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from divergence.errors import UserInputError
-from divergence.pairfolder.folder import arm_folder, pair_folder
+from divergence.pairfolder.folder import as_arm_folder, as_pair_folder
 from divergence.pairfolder.layout import ARMS, WRITER_LOCK_FILE
 
 # A liveness probe (``is_held``) holds a shared lock for microseconds; a writer that meets one
@@ -47,9 +47,9 @@ class ArmLock:
     """An arm writer's locks on arm folder ``folder`` (created); ``release()`` or the process's end frees them."""
 
     def __init__(self, folder: str | Path):
-        arm = arm_folder(folder)
+        arm = as_arm_folder(folder)
         self.folder, self.path = arm.path, arm.writer_lock
-        self.pair_path = pair_folder(self.folder.parent).writer_lock
+        self.pair_path = as_pair_folder(self.folder.parent).writer_lock
         self._file = self._pair_file = None
         shared = _open(self.pair_path, self.folder)
         if not _flock(shared, exclusive=False):
@@ -81,21 +81,21 @@ class ArmLock:
         """Whether a live process writes arm folder ``folder``: an arm writer holds its lock, or a
         pair writer holds the pair's. Reads the locks only (a writer starting meanwhile still gets
         them); False for an arm nobody ever locked."""
-        arm = arm_folder(folder)
-        return _probe(arm.writer_lock) or _probe(pair_folder(arm.path.parent).writer_lock)
+        arm = as_arm_folder(folder)
+        return _probe(arm.writer_lock) or _probe(as_pair_folder(arm.path.parent).writer_lock)
 
     @staticmethod
     def holder(folder: str | Path) -> tuple[int, str] | None:
         """``(pid, host)`` the last exclusive holder of the arm's lock wrote, None when unknown."""
-        return _holder(arm_folder(folder).writer_lock)
+        return _holder(as_arm_folder(folder).writer_lock)
 
 
 class PairLock:
     """A pair writer's exclusive lock on pair folder ``folder`` (created); ``release()`` or the process's end frees it."""
 
     def __init__(self, folder: str | Path):
-        self.folder = pair_folder(folder).path
-        self.path = pair_folder(folder).writer_lock
+        self.folder = as_pair_folder(folder).path
+        self.path = as_pair_folder(folder).writer_lock
         self._file = None
         handle = _open(self.path, self.folder)
         if not _flock(handle, exclusive=True):
@@ -125,18 +125,18 @@ class PairLock:
     @staticmethod
     def is_held(folder: str | Path) -> bool:
         """Whether a live process writes pair folder ``folder`` or one of its arms (reads the locks only)."""
-        pair = pair_folder(folder)
+        pair = as_pair_folder(folder)
         return _probe(pair.writer_lock) or any(_probe(arm.writer_lock) for arm in pair.arms.values())
 
     @staticmethod
     def holder(folder: str | Path) -> tuple[int, str] | None:
         """``(pid, host)`` the last pair writer wrote into ``<pair>/writer.lock``, None when unknown."""
-        return _holder(pair_folder(folder).writer_lock)
+        return _holder(as_pair_folder(folder).writer_lock)
 
     @staticmethod
     def writer(folder: str | Path) -> str | None:
         """The live writer of pair folder ``folder`` in words (``another process (pid 12 on node3)``), None if none."""
-        pair = pair_folder(folder)
+        pair = as_pair_folder(folder)
         for path in (pair.writer_lock, *(arm.writer_lock for arm in pair.arms.values())):
             if _probe(path):
                 return _who(_holder(path))
@@ -222,7 +222,7 @@ def writer_alive(folder: str | Path) -> bool | None:
     """Whether a live process writes arm folder ``folder`` (``ArmLock.is_held``): True; False when its
     ``writer.lock`` is free (its last writer ended, in any way: a ``kill -9`` too); None when there is
     no lock file (a writer that takes none). Reads the locks only."""
-    if not arm_folder(folder).writer_lock.exists():
+    if not as_arm_folder(folder).writer_lock.exists():
         return None
     return ArmLock.is_held(folder)
 
@@ -238,13 +238,13 @@ def _arm_refused_by_pair(folder: Path, holder: tuple[int, str] | None) -> str:
 def _pair_refusal(folder: Path) -> str:
     """A pair writer refused: by a live arm writer (named with its arm) or by another pair writer."""
     for name in ARMS:
-        arm = pair_folder(folder).arm(name)
+        arm = as_pair_folder(folder).arm(name)
         if _probe(arm.writer_lock):
             return (
                 f"{folder}: {_who(_holder(arm.writer_lock))} still writes arm {name} of this pair folder; one "
                 "writer of a pair folder at a time: stop it first (or wait for it to end), or use another folder"
             )
     return (
-        f"{folder}: {_who(_holder(pair_folder(folder).writer_lock))} is writing this pair folder; one writer of a pair "
+        f"{folder}: {_who(_holder(as_pair_folder(folder).writer_lock))} is writing this pair folder; one writer of a pair "
         "folder at a time: stop it first (or wait for it to end), or use another folder"
     )

@@ -21,9 +21,9 @@ import json
 import os
 from pathlib import Path
 
+from divergence.pairfolder.folder import as_arm_folder
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
-from divergence.pairfolder.folder import arm_folder
 from divergence.pairfolder.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
 
 
@@ -31,7 +31,7 @@ class LossFile:
     """Append and read one arm's losses; reading is incremental (``read_new``)."""
 
     def __init__(self, folder: str | Path):
-        self.path = arm_folder(folder).losses
+        self.path = as_arm_folder(folder).losses
         self.reset()
 
     # -- writing (the arm's rank zero) ------------------------------------------------------

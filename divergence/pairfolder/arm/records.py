@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from divergence.pairfolder.folder import as_arm_folder
 from divergence.errors import UserInputError
-from divergence.pairfolder.folder import arm_folder
 from divergence.pairfolder.layout import weights_step
 from divergence.pairfolder.arm.weights_dcp import remove_weights
 
@@ -41,7 +41,7 @@ def drop_after(folder: str | Path, step: int) -> None:
     LossFile(folder).truncate_after(step)
     for s in _weights_steps(folder):
         if s > step:
-            for path in (arm_folder(folder).weights(s), arm_folder(folder).weights_dcp(s)):
+            for path in (as_arm_folder(folder).weights(s), as_arm_folder(folder).weights_dcp(s)):
                 remove_weights(path)  # a file, or a DCP folder
 
 
@@ -89,7 +89,7 @@ def _check_reaches(folder: str | Path, arm: str, start_step: int) -> None:
 
 
 def _weights_steps(folder: Path) -> list[int]:
-    checkpoints = arm_folder(folder).checkpoints_dir
+    checkpoints = as_arm_folder(folder).checkpoints_dir
     if not checkpoints.is_dir():
         return []
     return [s for s in (weights_step(p.name) for p in checkpoints.iterdir()) if s is not None]

@@ -26,7 +26,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from divergence.pairfolder.folder import arm_folder
+from divergence.pairfolder.folder import as_arm_folder
 from divergence.tables import write_json
 
 STATES = ("running", "finished", "failed")
@@ -54,13 +54,13 @@ class ArmStatus:
         return self.state == "finished"
 
     def write(self, folder: str | Path) -> None:
-        write_json(arm_folder(folder).status, asdict(self))
+        write_json(as_arm_folder(folder).status, asdict(self))
 
     @classmethod
     def read(cls, folder: str | Path) -> "ArmStatus | None":
         """The status, or None when the arm has not started (or its file is being replaced)."""
         try:
-            data = json.loads(arm_folder(folder).status.read_text())
+            data = json.loads(as_arm_folder(folder).status.read_text())
         except (OSError, ValueError):
             return None
         return cls(**{k: data[k] for k in data if k in cls.__dataclass_fields__})

@@ -22,13 +22,14 @@ from lightning.pytorch.callbacks import Callback
 
 from divergence.atomic import write_atomic
 from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import as_pair_folder
 from divergence.loggers.step_logging import log_at_step
 from divergence.loggers.wandb_mode import key_part
 
 
 class AttentionOutputDeviation(Callback):
-    def __init__(self, out: PairFolder | str | Path, recorders: dict, every: int):
-        self.path = PairFolder(out).attention
+    def __init__(self, pair_folder: PairFolder | str | Path, recorders: dict, every: int):
+        self.path = as_pair_folder(pair_folder).attention
         self.recorders, self.every = recorders, every
 
     def on_train_start(self, trainer, pl_module) -> None:

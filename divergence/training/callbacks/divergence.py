@@ -34,7 +34,7 @@ from typing import Callable
 from lightning.pytorch.callbacks import Callback
 
 from divergence.loggers.step_logging import is_table_step, log_step
-from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.folder import PairFolder, as_pair_folder
 from divergence.pairfolder.settings import TrackingConfig, is_tracked, probe_due
 from divergence.store import MetricsStore
 from divergence.tracking.recorder import StepRecorder
@@ -49,7 +49,7 @@ class DivergenceTracker(Callback):
 
     def __init__(
         self,
-        out: str | Path,
+        pair_folder: PairFolder | str | Path,
         tracking: TrackingConfig,
         checkpoint_every: int = 0,
         probe: Callable[[object], dict] | None = None,
@@ -60,8 +60,8 @@ class DivergenceTracker(Callback):
         """``probe(pl_module) -> {key: float}``: extra step-record keys at tracked steps (rank zero);
         ``losses(pl_module)``: ``{arm: loss}`` averaged over ranks; ``weights(pl_module)``: the
         two arms' ``{name: tensor}``."""
-        self.folder, self.tracking, self.checkpoint_every, self.probe = (
-            PairFolder(out),
+        self.pair_folder, self.tracking, self.checkpoint_every, self.probe = (
+            as_pair_folder(pair_folder),
             tracking,
             checkpoint_every,
             probe,
@@ -72,7 +72,7 @@ class DivergenceTracker(Callback):
     # -- Lightning hooks: thin, the work is in the helpers below ---------------------------
     def on_train_start(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
-            self.recorder.store = MetricsStore(self.folder).open_for_append()
+            self.recorder.store = MetricsStore(self.pair_folder).open_for_append()
             self.recorder.store.truncate_after(trainer.global_step)
 
         store = self.recorder.store

@@ -7,17 +7,18 @@ from typing import Callable
 
 import lightning as L
 
+from divergence.pairfolder.folder import PairFolder, as_pair_folder
 from divergence.training.step_costs import append_costs, memory_kind
 
 
 class StepCosts(L.Callback):
     """After every step, rank zero appends the arms' step time and peak memory to ``out/costs.jsonl``."""
 
-    def __init__(self, out: Path, costs: Callable[[L.LightningModule], dict | None]):
-        self.out = Path(out)
+    def __init__(self, pair_folder: PairFolder | Path, costs: Callable[[L.LightningModule], dict | None]):
+        self.pair_folder = as_pair_folder(pair_folder)
         self.costs = costs  # the module's last step's {arm: {"seconds", "peak_bytes"}}, or None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         costs = self.costs(pl_module)
         if costs and trainer.is_global_zero:
-            append_costs(self.out, trainer.global_step, memory_kind(pl_module.device), costs)
+            append_costs(self.pair_folder, trainer.global_step, memory_kind(pl_module.device), costs)
