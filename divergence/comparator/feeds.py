@@ -21,19 +21,19 @@ from divergence.pairfolder.arm.losses import LossFile
 
 
 class ArmFeed:
-    def __init__(self, folder: str | Path):
-        self.folder = as_arm_folder(folder)
-        self.loss_file = LossFile(self.folder)
+    def __init__(self, arm_dir: str | Path):
+        self.arm_folder = as_arm_folder(arm_dir)
+        self.loss_file = LossFile(self.arm_folder)
 
     def status(self) -> ArmStatus | None:
-        return ArmStatus.read(self.folder)
+        return ArmStatus.read(self.arm_folder)
 
     def losses(self) -> dict[int, float]:
         return self.loss_file.read_new()
 
     def checkpoint(self, step: int) -> tuple[Path, tuple] | None:
         """The complete weights file (or DCP folder) of ``step`` and its identity, or None while it is not complete."""
-        path = self.folder.saved_weights(step)
+        path = self.arm_folder.saved_weights(step)
         found = completed(path, step)
         return None if found is None else (path, found)
 

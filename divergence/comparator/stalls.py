@@ -66,7 +66,7 @@ def stall(pair_folder: PairFolder | Path, step: int, pair, statuses: dict, feeds
 def _dead(arm: str, status, feed) -> str | None:
     """A ``running`` arm whose ``writer.lock`` no process holds has died (killed, its node lost):
     it writes nothing more. An arm whose writer takes no lock (no lock file) is waited for."""
-    if writer_alive(feed.folder) is not False:
+    if writer_alive(feed.arm_folder) is not False:
         return None
     since = f"attempt {status.attempt}, from step {status.start_step}"
     return (
@@ -83,7 +83,7 @@ def _missing(arm: str, status, step: int, pair, feed) -> str | None:
         return f"{ended}, before step {step}" + (f" (max_steps {pair.max_steps})" if known else "")
     if step > 0 and step not in feed.losses():
         return f"{ended}, but its {arm}/{LOSSES_FILE} has no step {step} (a gap)"
-    if pair.tracked(step) and not feed.folder.saved_weights(step).exists():
+    if pair.tracked(step) and not feed.arm_folder.saved_weights(step).exists():
         return f"{ended}, but it has no {arm}/{CHECKPOINTS_DIR}/{weights_name(step)} (tracked step {step})"
     return None
 

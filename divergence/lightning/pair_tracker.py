@@ -46,8 +46,8 @@ from divergence.loggers.step_logging import log_step
 
 class PairTracker:
     def __init__(self, out: str | Path, every: int, pair: dict, resume: bool = False):
-        self.folder, self.pair, self.resume = as_pair_folder(out), pair, resume
-        self.out = self.folder.path
+        self.pair_folder, self.pair, self.resume = as_pair_folder(out), pair, resume
+        self.out = self.pair_folder.path
         self.schedule = tracking_schedule(
             every, pair.get("spike_factor", 3.0), pair.get("spike_window", 20), pair.get("dense", DENSE_DEFAULT)
         )
@@ -80,7 +80,7 @@ class PairTracker:
         """Rank 0: take the folder's lock, refuse another pair's folder or a re-run over stored steps; then
         write and cut."""
         self.release()
-        self.lock = PairLock(self.folder)  # one writer of a pair folder: a second LockstepPair is refused
+        self.lock = PairLock(self.pair_folder)  # one writer of a pair folder: a second LockstepPair is refused
         try:
             self._check_and_cut(step)
         except BaseException:
@@ -94,10 +94,10 @@ class PairTracker:
             self.lock = None
 
     def _check_and_cut(self, step: int) -> None:
-        saved = read_pair_json(self.folder) if self.folder.pair_json.is_file() else None
+        saved = read_pair_json(self.pair_folder) if self.pair_folder.pair_json.is_file() else None
         if saved is not None:
             check_same_pair(self.out, saved, self.pair)
-        store = MetricsStore(self.folder)
+        store = MetricsStore(self.pair_folder)
         last = store.last_step() if store.exists() else None  # every line read: an unreadable one is an error
         if last is not None and step == 0 and not self.resume:
             raise UserInputError(
@@ -107,7 +107,9 @@ class PairTracker:
                 "new out folder"
             )
         kept = {k: saved[k] for k in (*IDENTITY, "description", "log") if k in saved} if saved else {}
-        write_pair_files(self.folder, max_steps=self.max_steps, every=self.schedule["every"], **{**kept, **self.pair})
+        write_pair_files(
+            self.pair_folder, max_steps=self.max_steps, every=self.schedule["every"], **{**kept, **self.pair}
+        )
         self.recorder.store = store.open_for_append()
         self.recorder.store.truncate_after(step if step > 0 else -1)  # from step 0 (resume=True): every step again
 
@@ -149,7 +151,7 @@ class PairTracker:
             if not trainer.is_global_zero or self.recorder.store is None:
                 return
             last = self.recorder.store.last_step()
-            finish_pair(self.folder, last, last is not None and last >= self.max_steps)
+            finish_pair(self.pair_folder, last, last is not None and last >= self.max_steps)
         finally:
             self.release()
 

@@ -79,13 +79,13 @@ class PairInfo:
         extra = data.pop("extra")
         return {"contract": data.pop("contract"), **data, **{k: v for k, v in extra.items() if k not in data}}
 
-    def write(self, folder: str | Path) -> None:
-        write_json(as_pair_folder(folder).pair_json, self.to_json())
+    def write(self, pair_dir: str | Path) -> None:
+        write_json(as_pair_folder(pair_dir).pair_json, self.to_json())
 
     @classmethod
-    def read(cls, folder: str | Path) -> "PairInfo":
-        path = as_pair_folder(folder).pair_json
-        data = read_pair_json(folder)
+    def read(cls, pair_dir: str | Path) -> "PairInfo":
+        path = as_pair_folder(pair_dir).pair_json
+        data = read_pair_json(pair_dir)
         known = {f.name for f in fields(cls)} - {"extra"}
         try:
             return cls(

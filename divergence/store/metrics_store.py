@@ -58,9 +58,9 @@ TYPES = ("tensor", "step")
 class MetricsStore:
     """``DIR/metrics.jsonl``: committed step blocks of tensor records and a step record."""
 
-    def __init__(self, folder: str | Path):
-        self.folder = Path(folder)
-        self.path = as_pair_folder(folder).metrics
+    def __init__(self, pair_dir: str | Path):
+        self.pair_dir = Path(pair_dir)
+        self.path = as_pair_folder(pair_dir).metrics
         self._last: int | None = None
         self._last_known = False
 
@@ -68,7 +68,7 @@ class MetricsStore:
     def open_for_append(self) -> "MetricsStore":
         """Create the folder and file if needed and cut the uncommitted tail (after checking
         every committed record: an unreadable line is an error, and nothing is cut)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.pair_dir.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             end = self._committed_end()
             if end < self.path.stat().st_size:
@@ -77,7 +77,7 @@ class MetricsStore:
                     os.fsync(f.fileno())
         else:
             self.path.touch()
-            fsync_folder(self.folder)
+            fsync_folder(self.pair_dir)
         return self
 
     def append_step(self, step: int, tensor_records: list[dict], step_record: dict) -> None:

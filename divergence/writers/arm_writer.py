@@ -149,7 +149,7 @@ class ArmWriter:
             )
         self.out, self.arm, self.max_steps, self.every = Path(out), arm, max_steps, every
         self.pair_folder = as_pair_folder(out)
-        self.folder = self.pair_folder.arm(arm)
+        self.arm_folder = self.pair_folder.arm(arm)
         self.weights = weights or state_weights
         self.rank = global_rank() if rank is None else rank
         self.lock: ArmLock | None = None
@@ -159,7 +159,9 @@ class ArmWriter:
         start_step = check_step(start_step, expected=start_step, max_steps=max_steps, where="ArmWriter(start_step=...)")
         if start_step % self.stride:
             raise UserInputError(f"ArmWriter: start_step={start_step} is not a multiple of stride={self.stride}")
-        self.journal = ArmJournal(self.folder, arm, max_steps=max_steps, stride=self.stride)  # status, losses, steps
+        self.journal = ArmJournal(
+            self.arm_folder, arm, max_steps=max_steps, stride=self.stride
+        )  # status, losses, steps
         self.journal.resume_at(start_step, initial=start_step == 0)  # a fresh start records step 0 first
         self.saved_step: int | None = None  # the step whose weights ``save`` wrote last
         self.last_model: tuple | None = None  # (step, model) given to ``record`` last: ``finish`` saves its last step
@@ -229,9 +231,9 @@ class ArmWriter:
             self.journal.check_tensors(tensors, step)
         self.saved_step = step
         if self.dcp:
-            return save_dcp(self.folder.weights_dcp(step), tensors, step=step, arm=self.arm, writer=self.is_writer)
+            return save_dcp(self.arm_folder.weights_dcp(step), tensors, step=step, arm=self.arm, writer=self.is_writer)
         # a tied tensor (wte / lm_head) is saved once, its other names in the file (checkpoints.tied)
-        return save_weights(self.folder.weights(step), tensors, step=step, arm=self.arm, recipe={})
+        return save_weights(self.arm_folder.weights(step), tensors, step=step, arm=self.arm, recipe={})
 
     @in_script
     def checkpointed(self, step: int) -> None:
@@ -281,7 +283,7 @@ class ArmWriter:
     def _save_last(self, model) -> None:
         """A finished arm's last step is a compared one: its weights file, if not written yet."""
         step = self.last_step
-        if self.saved_step == step or (self.saved_step is None and self.folder.saved_weights(step).exists()):
+        if self.saved_step == step or (self.saved_step is None and self.arm_folder.saved_weights(step).exists()):
             return  # saved by the schedule (or, after a restart at this very step, by the earlier attempt)
         if model is None and self.last_model is not None:
             given_at, given = self.last_model
@@ -302,9 +304,9 @@ class ArmWriter:
     def _open(self, start_step: int, resume: bool, stride: int, pair: dict) -> None:
         """Rank 0: check the folder (reading only), take the arm's lock, then write."""
         saved = check_pair_files(self.pair_folder, max_steps=self.max_steps, every=self.every, stride=stride, **pair)
-        self.lock = ArmLock(self.folder)
+        self.lock = ArmLock(self.arm_folder)
         try:
-            claim_arm_folder(self.folder, self.arm, start_step, resume, self.how_to_resume)
+            claim_arm_folder(self.arm_folder, self.arm, start_step, resume, self.how_to_resume)
             if saved is None:
                 saved = write_pair_files(
                     self.pair_folder, max_steps=self.max_steps, every=self.every, stride=stride, **pair

@@ -31,14 +31,14 @@ from divergence.pairfolder.arm.losses import LossFile
 
 
 class ArmJournal:
-    """The journal of arm ``arm`` in arm folder ``folder``: its steps (every rank), its status and
+    """The journal of arm ``arm`` in arm folder ``arm_dir``: its steps (every rank), its status and
     losses (rank zero's ``start``, ``append``, ``end``)."""
 
-    def __init__(self, folder: ArmFolder | str | Path, arm: str, *, max_steps: int | None, stride: int = 1):
+    def __init__(self, arm_dir: ArmFolder | str | Path, arm: str, *, max_steps: int | None, stride: int = 1):
         """``max_steps``: the last step (None: no limit); ``stride``: steps counted per record."""
-        self.folder, self.arm, self.max_steps, self.stride = as_arm_folder(folder), arm, max_steps, stride
+        self.arm_folder, self.arm, self.max_steps, self.stride = as_arm_folder(arm_dir), arm, max_steps, stride
         self.status: ArmStatus | None = None
-        self.losses = LossFile(self.folder)
+        self.losses = LossFile(self.arm_folder)
         self.last_step, self.next_step = 0, 0  # the step recorded (or resumed from) last, and the one expected next
 
     def resume_at(self, start_step: int, *, initial: bool) -> None:
@@ -60,8 +60,8 @@ class ArmJournal:
         ``status.json`` with the next attempt. ``tensor_order``: the weights' names when known now;
         else a restart keeps the earlier attempt's (a fresh start learns them at its first save).
         ``max_steps``: what the status records, when not the journal's (Lightning's -1: no limit)."""
-        previous = ArmStatus.read(self.folder)
-        drop_after(self.folder, start_step)
+        previous = ArmStatus.read(self.arm_folder)
+        drop_after(self.arm_folder, start_step)
         if tensor_order is None:
             tensor_order = previous.tensor_order if previous is not None and start_step > 0 else []
         self.status = ArmStatus(
@@ -74,7 +74,7 @@ class ArmJournal:
             tensor_order=list(tensor_order),
             global_batch=global_batch,
         )
-        self.status.write(self.folder)
+        self.status.write(self.arm_folder)
         return self.status
 
     def check(self, step, where: str | None = None) -> int:
@@ -84,7 +84,7 @@ class ArmJournal:
             expected=self.next_step,
             max_steps=self.max_steps,
             stride=self.stride,
-            where=where or f"{self.folder}: step {step!r}",
+            where=where or f"{self.arm_folder}: step {step!r}",
         )
 
     def advance(self, step: int) -> None:
@@ -99,9 +99,9 @@ class ArmJournal:
         """The weights of tracked step ``step`` hold the names of the first (which ``status.json`` records)."""
         if not self.status.tensor_order:
             self.status.tensor_order = list(names)
-            self.status.write(self.folder)
+            self.status.write(self.arm_folder)
         else:
-            check_tensor_names(names, self.status.tensor_order, step, f"{self.folder}")
+            check_tensor_names(names, self.status.tensor_order, step, f"{self.arm_folder}")
 
     def checkpointed(self, step: int) -> None:
         """Rank zero: a resumable checkpoint of ``step`` is saved, so a restart resumes at ``step`` or
@@ -109,10 +109,10 @@ class ArmJournal:
         deletes no weights file after it)."""
         if self.status is not None and step != self.status.checkpoint_step:
             self.status.checkpoint_step = step
-            self.status.write(self.folder)
+            self.status.write(self.arm_folder)
 
     def end(self, state: str, last_step: int) -> None:
         """Rank zero: ``status.json`` says ``state`` (``finished`` or ``failed``) at ``last_step``."""
         if self.status is not None:
             self.status.state, self.status.last_step = state, last_step
-            self.status.write(self.folder)
+            self.status.write(self.arm_folder)

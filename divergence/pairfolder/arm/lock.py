@@ -19,7 +19,7 @@ writes ``pid host`` into its lock file). The operating system releases a lock wh
 file is closed, which includes the process ending in any way (a crash, ``kill -9``, a node reboot
 on a local disk), so a crashed writer never leaves it stuck. The files stay (they hold the last
 holder's pid and host); a file is not a sign of a running writer: ``ArmLock.is_held(arm_dir)``
-and ``PairLock.is_held(folder)`` are (the liveness rule of ``docs/pair-folder.md``).
+and ``PairLock.is_held(pair_dir)`` are (the liveness rule of ``docs/pair-folder.md``).
 
 Only global rank zero writes, so only rank zero takes a lock. ``flock`` works between processes
 of one machine and, on Linux, across NFS clients (emulated with byte-range locks).
@@ -44,22 +44,22 @@ ATTEMPT_SECONDS = 0.02
 
 
 class ArmLock:
-    """An arm writer's locks on arm folder ``folder`` (created); ``release()`` or the process's end frees them."""
+    """An arm writer's locks on arm folder ``arm_dir`` (created); ``release()`` or the process's end frees them."""
 
-    def __init__(self, folder: str | Path):
-        arm = as_arm_folder(folder)
-        self.folder, self.path = arm.path, arm.writer_lock
-        self.pair_path = as_pair_folder(self.folder.parent).writer_lock
+    def __init__(self, arm_dir: str | Path):
+        arm = as_arm_folder(arm_dir)
+        self.arm_dir, self.path = arm.path, arm.writer_lock
+        self.pair_path = as_pair_folder(self.arm_dir.parent).writer_lock
         self._file = self._pair_file = None
-        shared = _open(self.pair_path, self.folder)
+        shared = _open(self.pair_path, self.arm_dir)
         if not _flock(shared, exclusive=False):
             shared.close()
-            raise UserInputError(_arm_refused_by_pair(self.folder, _holder(self.pair_path)))
-        handle = _open(self.path, self.folder)
+            raise UserInputError(_arm_refused_by_pair(self.arm_dir, _holder(self.pair_path)))
+        handle = _open(self.path, self.arm_dir)
         if not _flock(handle, exclusive=True):
             handle.close()
             shared.close()
-            raise UserInputError(_refusal(self.folder, _holder(self.path)))
+            raise UserInputError(_refusal(self.arm_dir, _holder(self.path)))
         _sign(handle)
         self._file, self._pair_file = handle, shared
 
@@ -77,30 +77,30 @@ class ArmLock:
         self.release()
 
     @staticmethod
-    def is_held(folder: str | Path) -> bool:
-        """Whether a live process writes arm folder ``folder``: an arm writer holds its lock, or a
+    def is_held(arm_dir: str | Path) -> bool:
+        """Whether a live process writes arm folder ``arm_dir``: an arm writer holds its lock, or a
         pair writer holds the pair's. Reads the locks only (a writer starting meanwhile still gets
         them); False for an arm nobody ever locked."""
-        arm = as_arm_folder(folder)
+        arm = as_arm_folder(arm_dir)
         return _probe(arm.writer_lock) or _probe(as_pair_folder(arm.path.parent).writer_lock)
 
     @staticmethod
-    def holder(folder: str | Path) -> tuple[int, str] | None:
+    def holder(arm_dir: str | Path) -> tuple[int, str] | None:
         """``(pid, host)`` the last exclusive holder of the arm's lock wrote, None when unknown."""
-        return _holder(as_arm_folder(folder).writer_lock)
+        return _holder(as_arm_folder(arm_dir).writer_lock)
 
 
 class PairLock:
-    """A pair writer's exclusive lock on pair folder ``folder`` (created); ``release()`` or the process's end frees it."""
+    """A pair writer's exclusive lock on pair folder ``pair_dir`` (created); ``release()`` or the process's end frees it."""
 
-    def __init__(self, folder: str | Path):
-        self.folder = as_pair_folder(folder).path
-        self.path = as_pair_folder(folder).writer_lock
+    def __init__(self, pair_dir: str | Path):
+        self.pair_dir = as_pair_folder(pair_dir).path
+        self.path = as_pair_folder(pair_dir).writer_lock
         self._file = None
-        handle = _open(self.path, self.folder)
+        handle = _open(self.path, self.pair_dir)
         if not _flock(handle, exclusive=True):
             handle.close()
-            raise UserInputError(_pair_refusal(self.folder))
+            raise UserInputError(_pair_refusal(self.pair_dir))
         _sign(handle)
         self._file = handle
 
@@ -123,20 +123,20 @@ class PairLock:
         self.release()
 
     @staticmethod
-    def is_held(folder: str | Path) -> bool:
-        """Whether a live process writes pair folder ``folder`` or one of its arms (reads the locks only)."""
-        pair = as_pair_folder(folder)
+    def is_held(pair_dir: str | Path) -> bool:
+        """Whether a live process writes pair folder ``pair_dir`` or one of its arms (reads the locks only)."""
+        pair = as_pair_folder(pair_dir)
         return _probe(pair.writer_lock) or any(_probe(arm.writer_lock) for arm in pair.arms.values())
 
     @staticmethod
-    def holder(folder: str | Path) -> tuple[int, str] | None:
+    def holder(pair_dir: str | Path) -> tuple[int, str] | None:
         """``(pid, host)`` the last pair writer wrote into ``<pair>/writer.lock``, None when unknown."""
-        return _holder(as_pair_folder(folder).writer_lock)
+        return _holder(as_pair_folder(pair_dir).writer_lock)
 
     @staticmethod
-    def writer(folder: str | Path) -> str | None:
-        """The live writer of pair folder ``folder`` in words (``another process (pid 12 on node3)``), None if none."""
-        pair = as_pair_folder(folder)
+    def writer(pair_dir: str | Path) -> str | None:
+        """The live writer of pair folder ``pair_dir`` in words (``another process (pid 12 on node3)``), None if none."""
+        pair = as_pair_folder(pair_dir)
         for path in (pair.writer_lock, *(arm.writer_lock for arm in pair.arms.values())):
             if _probe(path):
                 return _who(_holder(path))
@@ -206,45 +206,45 @@ def _who(holder: tuple[int, str] | None) -> str:
     return f"another process (pid {holder[0]} on {holder[1]})"
 
 
-def _refusal(folder: Path, holder: tuple[int, str] | None) -> str:
+def _refusal(arm_dir: Path, holder: tuple[int, str] | None) -> str:
     if holder == (os.getpid(), socket.gethostname()):
         return (
-            f"{folder}: an earlier writer of this process (pid {holder[0]}) still writes this arm; call its "
+            f"{arm_dir}: an earlier writer of this process (pid {holder[0]}) still writes this arm; call its "
             "finish() first (one writer per arm)"
         )
     return (
-        f"{folder}: {_who(holder)} is writing this arm; one writer per arm at a time: stop it first, or train into "
+        f"{arm_dir}: {_who(holder)} is writing this arm; one writer per arm at a time: stop it first, or train into "
         "another pair folder"
     )
 
 
-def writer_alive(folder: str | Path) -> bool | None:
-    """Whether a live process writes arm folder ``folder`` (``ArmLock.is_held``): True; False when its
+def writer_alive(arm_dir: str | Path) -> bool | None:
+    """Whether a live process writes arm folder ``arm_dir`` (``ArmLock.is_held``): True; False when its
     ``writer.lock`` is free (its last writer ended, in any way: a ``kill -9`` too); None when there is
     no lock file (a writer that takes none). Reads the locks only."""
-    if not as_arm_folder(folder).writer_lock.exists():
+    if not as_arm_folder(arm_dir).writer_lock.exists():
         return None
-    return ArmLock.is_held(folder)
+    return ArmLock.is_held(arm_dir)
 
 
-def _arm_refused_by_pair(folder: Path, holder: tuple[int, str] | None) -> str:
+def _arm_refused_by_pair(arm_dir: Path, holder: tuple[int, str] | None) -> str:
     return (
-        f"{folder}: {_who(holder)} is writing the whole pair folder {folder.parent} (a lockstep run or divergence "
+        f"{arm_dir}: {_who(holder)} is writing the whole pair folder {arm_dir.parent} (a lockstep run or divergence "
         "track); one writer per arm at a time: stop it first (or wait for it to end), or train into another pair "
         "folder"
     )
 
 
-def _pair_refusal(folder: Path) -> str:
+def _pair_refusal(pair_dir: Path) -> str:
     """A pair writer refused: by a live arm writer (named with its arm) or by another pair writer."""
     for name in ARMS:
-        arm = as_pair_folder(folder).arm(name)
+        arm = as_pair_folder(pair_dir).arm(name)
         if _probe(arm.writer_lock):
             return (
-                f"{folder}: {_who(_holder(arm.writer_lock))} still writes arm {name} of this pair folder; one "
+                f"{pair_dir}: {_who(_holder(arm.writer_lock))} still writes arm {name} of this pair folder; one "
                 "writer of a pair folder at a time: stop it first (or wait for it to end), or use another folder"
             )
     return (
-        f"{folder}: {_who(_holder(as_pair_folder(folder).writer_lock))} is writing this pair folder; one writer of a pair "
+        f"{pair_dir}: {_who(_holder(as_pair_folder(pair_dir).writer_lock))} is writing this pair folder; one writer of a pair "
         "folder at a time: stop it first (or wait for it to end), or use another folder"
     )

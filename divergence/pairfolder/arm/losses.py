@@ -30,8 +30,8 @@ from divergence.pairfolder.jsonl import UnreadableLine, complete_lines, parse_ob
 class LossFile:
     """Append and read one arm's losses; reading is incremental (``read_new``)."""
 
-    def __init__(self, folder: str | Path):
-        self.path = as_arm_folder(folder).losses
+    def __init__(self, arm_dir: str | Path):
+        self.path = as_arm_folder(arm_dir).losses
         self.reset()
 
     # -- writing (the arm's rank zero) ------------------------------------------------------

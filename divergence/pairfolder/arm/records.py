@@ -20,61 +20,61 @@ from divergence.pairfolder.layout import weights_step
 from divergence.pairfolder.arm.weights_dcp import remove_weights
 
 
-def recorded_after(folder: str | Path, step: int) -> int | None:
-    """The last step after ``step`` that arm folder ``folder`` holds a loss or a weights file of, or None."""
+def recorded_after(arm_dir: str | Path, step: int) -> int | None:
+    """The last step after ``step`` that arm folder ``arm_dir`` holds a loss or a weights file of, or None."""
     from divergence.pairfolder.arm.losses import LossFile
 
-    folder = Path(folder)
-    later = [s for s in LossFile(folder).read_new() if s > step]
-    later += [s for s in _weights_steps(folder) if s > step]
+    arm_dir = Path(arm_dir)
+    later = [s for s in LossFile(arm_dir).read_new() if s > step]
+    later += [s for s in _weights_steps(arm_dir) if s > step]
     return max(later, default=None)
 
 
-def drop_after(folder: str | Path, step: int) -> None:
+def drop_after(arm_dir: str | Path, step: int) -> None:
     """Remove the loss lines and weights files of the steps after ``step`` (a restart recomputes them).
 
     The loss file is read whole first: an unreadable line is an error and nothing is cut.
     """
     from divergence.pairfolder.arm.losses import LossFile
 
-    folder = Path(folder)
-    LossFile(folder).truncate_after(step)
-    for s in _weights_steps(folder):
+    arm_dir = Path(arm_dir)
+    LossFile(arm_dir).truncate_after(step)
+    for s in _weights_steps(arm_dir):
         if s > step:
-            for path in (as_arm_folder(folder).weights(s), as_arm_folder(folder).weights_dcp(s)):
+            for path in (as_arm_folder(arm_dir).weights(s), as_arm_folder(arm_dir).weights_dcp(s)):
                 remove_weights(path)  # a file, or a DCP folder
 
 
-def claim_arm_folder(folder: str | Path, arm: str, start_step: int, resume: bool, how_to_resume: str) -> None:
+def claim_arm_folder(arm_dir: str | Path, arm: str, start_step: int, resume: bool, how_to_resume: str) -> None:
     """Refuse to start arm ``arm`` at step 0 over records of later steps unless ``resume`` says so,
     and to resume it at a ``start_step`` past its recorded losses (the steps between would be a gap).
 
     ``how_to_resume``: how this writer is told to continue from a checkpoint (its own words).
     """
     if start_step > 0:
-        _check_reaches(folder, arm, start_step)
+        _check_reaches(arm_dir, arm, start_step)
         return
     if resume:
         return
-    last = recorded_after(folder, start_step)
+    last = recorded_after(arm_dir, start_step)
     if last is None:
         return
     from divergence.pairfolder.arm.status import ArmStatus
 
-    status = ArmStatus.read(folder)
+    status = ArmStatus.read(arm_dir)
     state = f" ({status.state}, attempt {status.attempt})" if status is not None else ""
     raise UserInputError(
-        f"{folder}: already holds arm {arm}'s records up to step {last}{state}; starting at step 0 "
+        f"{arm_dir}: already holds arm {arm}'s records up to step {last}{state}; starting at step 0 "
         f"would cut them. To continue it, {how_to_resume}; to train it again from step 0, pass "
         "resume=True; or write into a new pair folder"
     )
 
 
-def _check_reaches(folder: str | Path, arm: str, start_step: int) -> None:
+def _check_reaches(arm_dir: str | Path, arm: str, start_step: int) -> None:
     """The arm's losses reach ``start_step`` (a resume continues its records, it does not skip steps)."""
     from divergence.pairfolder.arm.losses import LossFile
 
-    last = max(LossFile(folder).read_new(), default=None)
+    last = max(LossFile(arm_dir).read_new(), default=None)
     if last is not None and last >= start_step:
         return
     held, fix = (
@@ -83,13 +83,13 @@ def _check_reaches(folder: str | Path, arm: str, start_step: int) -> None:
         else ("hold no step yet", "start it at step 0")
     )
     raise UserInputError(
-        f"{folder}: start_step={start_step}, but arm {arm}'s records ({LossFile(folder).path.name}) {held}: the "
+        f"{arm_dir}: start_step={start_step}, but arm {arm}'s records ({LossFile(arm_dir).path.name}) {held}: the "
         f"steps between would be a gap divergence watch waits on; {fix}"
     )
 
 
-def _weights_steps(folder: Path) -> list[int]:
-    checkpoints = as_arm_folder(folder).checkpoints_dir
+def _weights_steps(arm_dir: Path) -> list[int]:
+    checkpoints = as_arm_folder(arm_dir).checkpoints_dir
     if not checkpoints.is_dir():
         return []
     return [s for s in (weights_step(p.name) for p in checkpoints.iterdir()) if s is not None]

@@ -53,14 +53,14 @@ class ArmStatus:
     def finished(self) -> bool:
         return self.state == "finished"
 
-    def write(self, folder: str | Path) -> None:
-        write_json(as_arm_folder(folder).status, asdict(self))
+    def write(self, arm_dir: str | Path) -> None:
+        write_json(as_arm_folder(arm_dir).status, asdict(self))
 
     @classmethod
-    def read(cls, folder: str | Path) -> "ArmStatus | None":
+    def read(cls, arm_dir: str | Path) -> "ArmStatus | None":
         """The status, or None when the arm has not started (or its file is being replaced)."""
         try:
-            data = json.loads(as_arm_folder(folder).status.read_text())
+            data = json.loads(as_arm_folder(arm_dir).status.read_text())
         except (OSError, ValueError):
             return None
         return cls(**{k: data[k] for k in data if k in cls.__dataclass_fields__})

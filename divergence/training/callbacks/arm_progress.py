@@ -40,7 +40,7 @@ class ArmProgress(Callback):
 
     def __init__(
         self,
-        folder: ArmFolder | str | Path,
+        arm_folder: ArmFolder | str | Path,
         arm: str,
         per_rank_batch: int | None = None,
         *,
@@ -49,8 +49,8 @@ class ArmProgress(Callback):
     ):
         """``per_rank_batch``: examples per optimizer step on one rank (``batch_size x accumulate``);
         the status records ``global_batch`` = that x the world size (null when not given)."""
-        self.journal = ArmJournal(folder, arm, max_steps=None)
-        self.folder, self.arm, self.per_rank_batch = self.journal.folder, arm, per_rank_batch
+        self.journal = ArmJournal(arm_folder, arm, max_steps=None)
+        self.arm_folder, self.arm, self.per_rank_batch = self.journal.arm_folder, arm, per_rank_batch
         self.loss, self.tensor_order = loss, tensor_order
         self._saving: int | None = None  # the step of a resumable checkpoint being written
 
@@ -80,7 +80,7 @@ class ArmProgress(Callback):
         if trainer.is_global_zero and self._saving is not None:
             self.journal.checkpointed(self._saving)  # a restart resumes there or later (tracking.keep)
             self._saving = None
-        where = f"{self.folder}: step {trainer.global_step}"  # checked on every rank: every rank stops alike
+        where = f"{self.arm_folder}: step {trainer.global_step}"  # checked on every rank: every rank stops alike
         step = self.journal.check(trainer.global_step, where)
         if trainer.is_global_zero:
             self.journal.append(step, self.loss(pl_module), where)
