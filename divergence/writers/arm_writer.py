@@ -159,9 +159,8 @@ class ArmWriter:
         start_step = check_step(start_step, expected=start_step, max_steps=max_steps, where="ArmWriter(start_step=...)")
         if start_step % self.stride:
             raise UserInputError(f"ArmWriter: start_step={start_step} is not a multiple of stride={self.stride}")
-        self.journal = ArmJournal(
-            self.arm_folder, arm, max_steps=max_steps, stride=self.stride
-        )  # status, losses, steps
+        # status, losses, steps
+        self.journal = ArmJournal(self.arm_folder, arm, max_steps=max_steps, stride=self.stride)
         self.journal.resume_at(start_step, initial=start_step == 0)  # a fresh start records step 0 first
         self.saved_step: int | None = None  # the step whose weights ``save`` wrote last
         self.last_model: tuple | None = None  # (step, model) given to ``record`` last: ``finish`` saves its last step
