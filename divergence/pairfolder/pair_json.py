@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from divergence.errors import RecipeError, UserInputError
-from divergence.pairfolder.folder import as_pair_folder
+from divergence.pairfolder.folder import PairFolder, as_pair_folder
 from divergence.pairfolder.layout import ARMS, CONTRACT, PAIR_FILE
 from divergence.pairfolder.settings import DENSE_DEFAULT, SPIKE_FACTOR, SPIKE_WINDOW, TrackingConfig
 from divergence.tables import write_json
@@ -238,16 +238,17 @@ def pair_label(name: str, description: str, arms: dict) -> str:
     return description if description and description != arms_line(arms or {}) else name
 
 
-def finish_pair(out: str | Path, last_step: int | None, finished: bool) -> PairInfo:
-    """Mark the pair of folder ``out`` ended: ``pair.json``'s ``last_step`` and ``finished``, and an
+def finish_pair(pair_folder: PairFolder | str | Path, last_step: int | None, finished: bool) -> PairInfo:
+    """Mark the pair of ``pair_folder`` ended: ``pair.json``'s ``last_step`` and ``finished``, and an
     open-ended pair's ``max_steps`` (its last step, once finished; every other key, also the ones
     this version does not know, as read). The one place a pair folder is finished: the lockstep
     trainer, ``LockstepPair``, ``divergence watch`` and ``divergence track``."""
-    info = PairInfo.read(out)
+    pair_folder = as_pair_folder(pair_folder)
+    info = PairInfo.read(pair_folder)
     info.finished, info.last_step = finished, last_step
     if is_open_ended(info.to_json()) and finished and last_step:
         info.max_steps, info.extra["open_ended"] = last_step, True  # where it ended, not a length to follow
-    info.write(out)
+    info.write(pair_folder)
     return info
 
 
