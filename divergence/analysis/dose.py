@@ -76,7 +76,7 @@ class WindowEstimate:
     log10_function: float  # lr_r^F, NaN without the probe
     drift: float  # change of log10(E_X/E_P) across the window (dex), from its OLS fit
     lam: dict[str, float] = field(default_factory=dict)  # "study"/"reference" -> slope of ln E
-    t10: dict[str, int | None] = field(default_factory=dict)  # "study"/"reference" -> first step phi >= 0.1
+    t10: dict[str, int | None] = field(default_factory=dict)  # "study"/"reference" -> first step phi >= SATURATED_PHI
     t50: dict[str, int | None] = field(default_factory=dict)
     # for the figures: the shared steps, log10(E_X/E_P) there, and which of them are in U_r
     steps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -84,7 +84,7 @@ class WindowEstimate:
     in_window: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     min_window: int = MIN_WINDOW
     phi: dict[str, np.ndarray] = field(default_factory=dict)  # "study"/"reference" -> phi at ``steps``
-    saturated_at: int | None = None  # first shared step with E_X or E_P >= 0.1 E_S (None: not reached)
+    saturated_at: int | None = None  # first shared step with E_X or E_P >= SATURATED_E x E_S (None: not reached)
     settled_at: int | None = None  # this replicate's first step past its transient (None: never settled)
     window_start: int | None = None  # t0, the first step common to the replicates read together
 
