@@ -8,8 +8,9 @@ For the pairs whose store holds the router's record (``router_flip`` at the prob
 
 so a reader sees whether the arms part through the router (flip rising with E, or ahead of it)
 or only through the experts' and attention's numbers (flip 0 while E grows). The sentence gives
-each pair's flip fraction at its last probed step (median over replicates) and the capacity
-drops of both arms there. A study without MoE pairs has neither (``router_figure`` returns
+each pair's flip fraction at its last probed step (median over replicates) and each arm's
+capacity drops in training, the mean over the probed steps that recorded them (pooled over
+replicates): drops move from step to step as the router balances, so one step says little. A study without MoE pairs has neither (``router_figure`` returns
 None, ``router_text`` an empty list).
 """
 
@@ -81,12 +82,12 @@ def router_text(analysis: Analysis) -> list[str]:
     ]
     for name, runs in by_name.items():
         finals = [_last(p, "router_flip") for p in runs]
-        drops = {arm: [d for p in runs if (d := _last(p, f"router_drop_{arm}")) is not None] for arm in "ab"}
+        drops = {arm: _recorded(runs, f"router_drop_{arm}") for arm in "ab"}
         line = f"{name}: {_pct(statistics.median(finals))} of choices flipped ({', '.join(map(_pct, finals))})"
-        if drops["a"] and drops["b"]:
+        if len(drops["a"]) and len(drops["b"]):
             line += (
-                f"; the capacity limit dropped {_pct(statistics.median(drops['a']))} of arm a's choices in "
-                f"training and {_pct(statistics.median(drops['b']))} of arm b's"
+                f"; the capacity limit dropped {_pct(float(np.mean(drops['a'])))} of arm a's choices in training "
+                f"and {_pct(float(np.mean(drops['b'])))} of arm b's (mean over the probed steps)"
             )
         lines.append(line + ".")
     return lines
@@ -99,6 +100,13 @@ def _last(pair: PairData, key: str) -> float | None:
     if values is None or not len(probed) or not np.isfinite(values[probed[-1]]):
         return None
     return float(values[probed[-1]])
+
+
+def _recorded(runs: list[PairData], key: str) -> np.ndarray:
+    """Every finite value of ``key`` over the runs' tracked steps (empty when not recorded)."""
+    values = [p.router[key] for p in runs if key in p.router]
+    flat = np.concatenate(values) if values else np.zeros(0)
+    return flat[np.isfinite(flat)]
 
 
 def _pct(x: float) -> str:
