@@ -26,6 +26,7 @@ from divergence.report.canvas import subplots
 from divergence.report.dose_figures import COLORS
 
 DPI = 110
+LINTHRESH = 1e-5  # the flip axis is linear below this (under one choice in 10^5), logarithmic above
 FIGURE = "router_flip"  # the figure's key (report figures, wandb) and file stem
 CAPTION = (
     "MoE pairs: left, E(t) per replicate (log scale); right, the fraction of the probe's (token, slot) "
@@ -56,7 +57,8 @@ def router_figure(analysis: Analysis, out_dir: Path) -> Path | None:
         right.plot(p.steps[probed], flips[probed], color=color, marker="o", markersize=3, linewidth=1, label=label)
     left.set_yscale("log")
     left.set_ylabel("E(t), relative weight difference")
-    right.set_ylabel("router flip fraction")
+    right.set_yscale("symlog", linthresh=LINTHRESH)  # flips of 1e-4 beside a seed pair's 0.5; 0 drawn
+    right.set_ylabel("router flip fraction (symlog)")
     right.set_ylim(bottom=0)
     for ax, title in ((left, "E(t)"), (right, "expert choices that differ between the arms")):
         ax.set_xlabel("training step")
