@@ -173,6 +173,7 @@ def truncate(pair: PairData, horizon: int) -> PairData:
         steps=pair.steps[t],
         rel_l2=pair.rel_l2[t],
         probe={k: v[t] for k, v in pair.probe.items()},
+        router={k: v[t] for k, v in pair.router.items()},
         model={k: v[t] for k, v in pair.model.items()},
         loss_steps=pair.loss_steps[s],
         loss={k: v[s] for k, v in pair.loss.items()},

@@ -20,7 +20,7 @@ from divergence.analysis.growth import N_BOOT, Estimate, estimate_growth, layer_
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, nonfinite_layers, top_layers
 from divergence.analysis.reordering import REORDERING_DEX, Reordering, with_reordering
 from divergence.analysis.replicates import CONFIDENCE, Pooled, group
-from divergence.analysis.trajectories import TRAJECTORY_METRICS, PairData
+from divergence.analysis.trajectories import TRAJECTORY_METRICS, PairData, router_summary
 from divergence.analysis.headline import headline
 from divergence.analysis.verdict import MAX_DRIFT, METRIC, OUTSIDE, Verdict, judge
 
@@ -331,4 +331,5 @@ def _pair_dict(p: PairData, growth: dict[str, Estimate]) -> dict:
         "kinds": kind_table(p),
         "spikes": {arm: p.loss_steps[p.spikes[arm]].tolist() for arm in "ab"},
         "nonfinite_layers": nonfinite_layers(p),
+        "router": router_summary(p),
     }

@@ -31,6 +31,9 @@ from divergence.pairfolder.pair_json import pair_label
 METRIC_LABELS = {"wasserstein": "Wasserstein distance", "max_abs_diff": "max difference"}
 # optional keys of a tracked step record: the function-space probe (F(t), and both arms' losses on it)
 PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")
+# optional keys of an MoE pair's probed step record (divergence.metrics.router): the fraction of the
+# probe's (token, slot) choices whose expert differs between the arms, and each arm's capacity drops
+ROUTER_KEYS = ("router_flip", "router_drop_a", "router_drop_b")
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class PairData:
     # pair.json's numerics of each arm ({} when not recorded) and its outside-deployment line
     numerics: dict = field(default_factory=dict)
     outside_deployment: str | None = None
+    # the router's record of an MoE pair: ROUTER_KEYS -> (T,), NaN where not probed; {} without MoE
+    router: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -78,6 +83,11 @@ class PairData:
     def has_probe(self) -> bool:
         """Whether the store recorded the probe (``probe_rel_diff``) at any tracked step."""
         values = self.probe.get("probe_rel_diff")
+        return values is not None and bool(np.isfinite(values).any())
+
+    def has_router(self) -> bool:
+        """Whether the store recorded the router's flip fraction (an MoE pair) at any tracked step."""
+        values = self.router.get("router_flip")
         return values is not None and bool(np.isfinite(values).any())
 
     def relative(self, metric: str) -> np.ndarray:
@@ -136,6 +146,7 @@ def pair_from_records(
         probe={k: np.array([_float(r.get(k)) for r in tracked]) for k in PROBE_KEYS},
         numerics=dict(getattr(info, "numerics", None) or {}),
         outside_deployment=getattr(info, "outside_deployment", None),
+        router={k: np.array([_float(r.get(k)) for r in tracked]) for k in ROUTER_KEYS if any(k in r for r in tracked)},
     )
 
 
@@ -203,3 +214,18 @@ def _summarizable(records: list[dict]) -> bool:
 
 def _float(value) -> float:
     return math.nan if value is None else float(value)
+
+
+def router_summary(pair: PairData) -> dict | None:
+    """The router's record at the probed steps (``step``, ``flip``, ``drop_a``, ``drop_b``; None
+    where a key was not recorded), None for a pair without MoE layers."""
+    if not pair.has_router():
+        return None
+    probed = np.isfinite(pair.router["router_flip"])
+    out = {"step": pair.steps[probed].tolist()}
+    for key in ROUTER_KEYS:
+        values = pair.router.get(key)
+        out[key.removeprefix("router_")] = (
+            [v if math.isfinite(v) else None for v in values[probed].tolist()] if values is not None else None
+        )
+    return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from divergence.atlas.catalog import BACKBONES, Optimization
+from divergence.atlas.catalog import BACKBONE_STUDY, BACKBONES, Optimization
 from divergence.errors import UserInputError
 from divergence.study.config import STUDY_OVERRIDES, Study, StudyPair, load_study
 
@@ -53,12 +53,15 @@ def backbone_study(
     backbone: str, optimizations: list[Optimization], device: str, study_overrides: list[str]
 ) -> BackboneStudy:
     """The study of ``backbone`` training every one of ``optimizations`` (those with a pair) beside
-    the references, each pair once."""
+    the references, each pair once; the backbone's own study overrides (``BACKBONE_STUDY``) come
+    before ``study_overrides``."""
     pairs: dict[str, StudyPair] = {}
     names, last = {}, None
     for opt in optimizations:
         last = load_study(
-            study_recipe(), [*study_overrides, f"base={BACKBONES[backbone]}", f"study={opt.pair}"], device
+            study_recipe(),
+            [*BACKBONE_STUDY.get(backbone, ()), *study_overrides, f"base={BACKBONES[backbone]}", f"study={opt.pair}"],
+            device,
         )
         under_study = next(p for p in last.pairs if p.role == "study")
         names[opt.name] = under_study.name

@@ -91,6 +91,7 @@ def markdown(atlas: dict) -> str:
         + ", ".join(f"{b} {_num(v.get('seed_ceiling'))}" for b, v in atlas.get("backbones", {}).items())
         + ".",
     ]
+    lines += router_lines(atlas)
     notes = [
         f"- {r['optimization']} ({r['backbone']}): {n}"
         for r in atlas["rows"]
@@ -116,7 +117,9 @@ def render_html(atlas: dict, figure: Path) -> str:
         "table{border-collapse:collapse}</style></head><body>"
         f"<h1>{html.escape(text[0].lstrip('# '))}</h1><p><code>{html.escape(atlas.get('command', ''))}</code></p>"
         f"<p>{html.escape(text[4])}</p><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-        f"<p>{html.escape(next((t for t in text if t.startswith('Seed ceiling')), ''))}</p>{image}</body></html>"
+        f"<p>{html.escape(next((t for t in text if t.startswith('Seed ceiling')), ''))}</p>"
+        + "".join(f"<p>{html.escape(t.lstrip('- '))}</p>" for t in router_lines(atlas) if t)
+        + f"{image}</body></html>"
     )
 
 
@@ -179,6 +182,28 @@ def _labels(fig, ax, points: list[tuple[str, float, float]], height: float = 11.
             fontsize=8,
             arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.5"} if shift else None,
         )
+
+
+def router_lines(atlas: dict) -> list[str]:
+    """The router flip fraction of every MoE row and reference (``[]`` when no row has one): the
+    share of the probe's (token, slot) choices whose expert differs between the arms."""
+    rows = [r for r in atlas["rows"] if r.get("router_flip")]
+    refs = [(b, n, f) for b, v in atlas.get("backbones", {}).items() for n, f in (v.get("router_flip") or {}).items()]
+    if not rows and not refs:
+        return []
+    lines = [
+        "",
+        "Router flip fraction (MoE rows): the share of the probe's (token, slot) choices that arm a sends to "
+        "another expert than arm b at the last probed step, median over replicates (each in brackets):",
+    ]
+    lines += [f"- {r['optimization']} ({r['backbone']}): {_flip(r['router_flip'])}" for r in rows]
+    lines += [f"- reference {n} ({b}): {_flip(f)}" for b, n, f in refs]
+    return lines
+
+
+def _flip(flip: dict) -> str:
+    each = ", ".join(f"{100 * x:.3g}%" for x in flip.get("replicates") or [])
+    return f"{100 * flip['final']:.3g}% at step {flip.get('step', '?')} ({each})"
 
 
 def _placeable(row: dict) -> bool:

@@ -11,6 +11,9 @@ A row states, for the pair under study (arm a: the optimization, arm b: what it 
   its interval, replicates and status (``reordering_like``, ``beyond_reordering``, ``inconclusive``;
   ``divergence.analysis.reordering``), None when the study has no reordering reference;
 - ``cost``: arm a's step time and peak memory over arm b's (``atlas.costs``);
+- ``router_flip``: on an MoE backbone, the share of the probe's (token, slot) choices whose expert
+  differs between the arms at the last probed step (``final``: the median over replicates, and
+  each replicate's; ``divergence.metrics.router``), None without the router's record;
 - ``status``: the verdict's, or ``unavailable`` with the reason (a GPU-only row on a CPU).
 
 Per backbone, ``seed_ceiling``: log10(E_seed / E_precision) at the last tracked step (medians over
@@ -37,6 +40,7 @@ def measured_row(opt: Optimization, backbone: str, pair_name: str, summary: dict
         report=report,
         numerics=(runs[0].get("numerics") if runs else None) or {},
         cost=pair_costs([p["folder"] for p in runs if p.get("folder")]),
+        router_flip=router_flip(runs),
     )
     if verdict is None:
         row.update(status="no_verdict", reason="the report has no verdict for this pair")
@@ -78,6 +82,7 @@ def _row(opt: Optimization, backbone: str) -> dict:
         "outcome": None,
         "reordering": None,
         "cost": None,
+        "router_flip": None,
         "report": None,
     }
 
@@ -106,6 +111,26 @@ def seed_ceiling(summary: dict) -> float | None:
     if not seed or not precision or statistics.median(precision) <= 0 or statistics.median(seed) <= 0:
         return None
     return math.log10(statistics.median(seed) / statistics.median(precision))
+
+
+def router_flip(runs: list[dict]) -> dict | None:
+    """``{"step", "final", "replicates"}``: the flip fraction at the last probed step each replicate
+    reached (``summary.json``'s ``router``), the median over them as ``final``; None without MoE."""
+    records = [p["router"] for p in runs if (p.get("router") or {}).get("flip")]
+    finals = [r["flip"][-1] for r in records if _finite(r["flip"][-1])]
+    if not finals:
+        return None
+    return {"step": max(r["step"][-1] for r in records), "final": statistics.median(finals), "replicates": finals}
+
+
+def reference_flips(summary: dict, names) -> dict:
+    """``{reference pair: its router_flip}`` for the references of ``names`` that have one."""
+    out = {}
+    for name in names:
+        flip = router_flip([p for p in summary.get("pairs", {}).values() if p.get("name") == name])
+        if flip is not None:
+            out[name] = flip
+    return out
 
 
 def numerics_text(numerics: dict) -> str:

@@ -13,7 +13,7 @@ from divergence.atlas.catalog import Optimization
 from divergence.atlas.plan import BackboneStudy, backbone_study, split_overrides
 from divergence.atlas.catalog import BACKBONES, OPTIMIZATIONS
 from divergence.atlas.render import ATLAS_FILE, SCHEMA, write_atlas
-from divergence.atlas.rows import measured_row, seed_ceiling, unavailable_row
+from divergence.atlas.rows import measured_row, reference_flips, seed_ceiling, unavailable_row
 
 CALIBRATION_FILE = "calibration.json"
 CACHE_DIR = "inductor-cache"  # torch.compile's artifacts, shared by every compile arm and replicate
@@ -39,7 +39,7 @@ def run_atlas(
     study_overrides, pair_overrides = split_overrides(overrides)
     plans: dict[str, tuple[BackboneStudy, list]] = {}
     for backbone in backbones:  # every recipe checked before anything is written
-        measured = [o for o in optimizations if o.unavailable(device) is None]
+        measured = [o for o in optimizations if o.applies(backbone) and o.unavailable(device) is None]
         if measured:
             plan = backbone_study(backbone, measured, device, study_overrides)
             plans[backbone] = (plan, plan_jobs(plan.study, out / backbone, pair_overrides))
@@ -97,7 +97,7 @@ def _assemble(out: Path, optimizations, backbones, plans, device: str, calibrati
     rows, info = [], {}
     for backbone in backbones:
         info[backbone] = {"seed_ceiling": None, "references": []}
-        for opt in optimizations:
+        for opt in (o for o in optimizations if o.applies(backbone)):
             reason = opt.unavailable(device)
             if reason is not None:
                 rows.append(unavailable_row(opt, backbone, reason))
@@ -116,6 +116,8 @@ def _assemble(out: Path, optimizations, backbones, plans, device: str, calibrati
                 )
             )
             info[backbone] = {"seed_ceiling": seed_ceiling(report.summary), "references": list(plan.references)}
+            if flips := reference_flips(report.summary, plan.references):  # MoE: the references' router flips
+                info[backbone]["router_flip"] = flips
     return {
         "schema": SCHEMA,
         "generated": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),

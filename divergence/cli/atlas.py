@@ -12,7 +12,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="train every optimization's pair with the references; write atlas.json/.md/.html and a figure",
         description="The deviation atlas: each optimization (fp8, int8, compile, accumulation, threads, flash, "
         "checkpointing, fused AdamW, TF32, memory-efficient SDPA, ...) studied as `divergence study` studies one, "
-        "on the tiny UNet and the tiny DiT, the references trained once per backbone; then its dose ratio against "
+        "on the tiny UNet, the tiny DiT and the tiny MoE DiT, the references trained once per backbone; then its dose ratio against "
         "low precision beside its step time and peak memory. Finished pairs are not trained again.",
     )
     p.add_argument(
@@ -22,7 +22,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "OUT/<backbone>/reports/<optimization>, atlas.json/.md/.html and atlas.png at its top",
     )
     p.add_argument("--only", nargs="+", metavar="NAME", help="these optimizations only (default: all)")
-    p.add_argument("--backbone", help="unet or dit (default: both)")
+    p.add_argument("--backbone", help="unet, dit or moe (default: all three)")
     p.add_argument(
         "--replicates", type=int, help="replicates of every pair but the control (default: the study recipe's)"
     )
@@ -47,7 +47,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from pathlib import Path
 
-    from divergence.atlas.catalog import backbones, select
+    from divergence.atlas.catalog import backbones, check_rows, select
     from divergence.errors import UserInputError
     from divergence.extras import require
 
@@ -55,6 +55,8 @@ def run(args) -> int:
         args.overrides = [*[o for o in args.only if "=" in o], *args.overrides]
         args.only = [o for o in args.only if "=" not in o] or None
     optimizations, chosen = select(args.only), backbones(args.backbone)  # bad names: one line, before any import
+    if args.only:
+        check_rows(optimizations, chosen)
     if args.replicates is not None and args.replicates < 1:
         raise UserInputError(f"--replicates {args.replicates}: must be >= 1")
     calibration = Path(args.calibration) if args.calibration else None

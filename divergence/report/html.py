@@ -11,6 +11,7 @@ from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis
 from divergence.report import content
 from divergence.report.content import Table
 from divergence.report.figures import shown_runs
+from divergence.report.router_panel import CAPTION, FIGURE as ROUTER_FIGURE, router_text
 
 STATUS_COLORS = {
     "bounded": "#1a7f37",
@@ -55,6 +56,9 @@ def render_html(analysis: Analysis, figures: dict[str, Path], generated: str) ->
     if analysis.verdicts:
         body += ["<h3>Every estimate</h3>", _table(content.estimates_table(analysis))]
     body += [f"<p>{escape(t)}</p>" for t in content.calibration_text(analysis)]
+    if router_text(analysis):  # MoE pairs: flip fraction beside E(t)
+        body += ["<h3>Router</h3>", _figure(figures.get(ROUTER_FIGURE), CAPTION)]
+        body += [f"<p>{escape(t)}</p>" for t in router_text(analysis)]
     body += ["<h2>Pairs</h2>", _table(content.pairs_table(analysis)), "<h3>Noise floor</h3>"]
     body += [f"<p>{escape(t)}</p>" for t in content.noise_floor_text(analysis)]
     body += ["<h2>Weight difference over training</h2>"]

@@ -8,6 +8,7 @@ from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis
 from divergence.report import content
 from divergence.report.content import Table
 from divergence.report.figures import shown_runs
+from divergence.report.router_panel import FIGURE as ROUTER_FIGURE, router_text
 
 
 def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path, generated: str) -> str:
@@ -26,6 +27,9 @@ def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path,
     if analysis.verdicts:
         lines += ["### Every estimate", "", _table(content.estimates_table(analysis)), ""]
     lines += [*content.calibration_text(analysis), ""]
+    if router_text(analysis):  # MoE pairs: flip fraction beside E(t)
+        lines += ["### Router", "", _image(figures.get(ROUTER_FIGURE), out_dir, "router flip fraction"), ""]
+        lines += [*router_text(analysis), ""]
     lines += ["## Pairs", "", _table(content.pairs_table(analysis)), "", "### Noise floor", ""]
     lines += [*content.noise_floor_text(analysis), "", "## Weight difference over training", ""]
     lines += [

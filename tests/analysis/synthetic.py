@@ -321,14 +321,22 @@ def write_dose_study(
     probe=True,
     seed=True,
     reordering=None,
+    router=None,
 ):
-    """The same pairs as run folders (metrics.jsonl + pair.json with ``replicate``) under ``root``."""
+    """The same pairs as run folders (metrics.jsonl + pair.json with ``replicate``) under ``root``;
+    ``router`` ({category: flip fraction}) adds an MoE router's record to those pairs' probed steps
+    (every 10th: ``router_flip`` rising linearly to the fraction at ``horizon``, drops 1% and 2%)."""
     import json
 
     for name, category, description, eps, r in _dose_specs(study, precision, control, replicates, seed, reordering):
         folder = root / f"{name}-r{r}"
         steps, tensors = dose_records(name, category, eps, replicate=r, horizon=FULL, probe=probe, loss_every=10)
         steps = [record for record in steps if record["step"] <= horizon]
+        if router and category in router:
+            for record in steps:
+                if record["tracked"] and record["step"] % 10 == 0:
+                    flip = router[category] * record["step"] / horizon
+                    record.update(router_flip=flip, router_drop_a=0.01, router_drop_b=0.02)
         store = MetricsStore(folder).open_for_append()
         for record in steps:
             rows = [{k: v for k, v in t.items() if k != "step"} for t in tensors if t["step"] == record["step"]]
