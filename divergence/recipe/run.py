@@ -317,6 +317,13 @@ class RunRecipe:
             f"{self.data.resolution} must be a multiple of {down * levels} (VAE downsampling {down} x {what} {levels})",
         )
         require(
+            self.train.tensor_parallel == 1
+            or (self.model.denoiser == "transformer" and self.model.transformer.kind == "pixart"),
+            "train.tensor_parallel",
+            "shards the PixArt DiT's attention and MLP linears (divergence.training.tensor_parallel); use "
+            "model.denoiser=transformer with model.transformer.kind=pixart, or train.tensor_parallel=1",
+        )
+        require(
             self.train.ema is None or self.model.lora is None,
             "train.ema",
             "an EMA of LoRA factors is not an EMA of the weight change B A; train LoRA with ema: null",
