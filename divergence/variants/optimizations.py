@@ -222,3 +222,26 @@ class TensorParallel(Variant):
             raise RuntimeError(f"tensor-parallel 1: {len(sharded)} linear layers are sharded")
         if sharded:
             print(f"tensor-parallel {self.value}: {len(sharded)} linear layers sharded", file=sys.stderr, flush=True)
+
+
+@register
+class FsdpOffload(Variant):
+    name = "fsdp-offload"
+    sets = ("train.strategy",)
+    help = "FSDP with parameters, gradients and optimizer state offloaded to host memory (GPU only)"
+    fp32_equivalent = True  # the same sharded fp32 step, its optimizer update computed on the host
+
+    def validate(self):
+        if not isinstance(self.value, bool):
+            self.fail(f"expected true or false, got {self.value!r}")
+
+    def overrides(self):
+        return {"train.strategy": "fsdp_cpu_offload" if self.value else "fsdp"}
+
+    def deployment(self):
+        return Deployment("fsdp-offload", devices=("cuda",))
+
+    def verify(self, arm):
+        want = self.overrides()["train.strategy"]
+        if arm.recipe.train.strategy != want:
+            raise RuntimeError(f"fsdp-offload {self.value} but the arm's train.strategy is {arm.recipe.train.strategy}")
