@@ -99,7 +99,7 @@ class ArmsModule(L.LightningModule):
         mesh = getattr(self, "_device_mesh", None)
         if mesh is None or getattr(self, "_tensor_parallel_done", False):
             return
-        from divergence.training.tensor_parallel import parallelize
+        from divergence.models.tensor_parallel import parallelize
 
         for arm in self.arms.values():
             if arm.recipe.train.tensor_parallel > 1:

@@ -213,7 +213,7 @@ class TensorParallel(Variant):
         return {"train.tensor_parallel": self.value, "train.devices": self.value}
 
     def verify(self, arm):
-        from divergence.training.tensor_parallel import sharded_linears
+        from divergence.models.tensor_parallel import sharded_linears
 
         sharded = sharded_linears(arm.unet)
         if self.value > 1 and not sharded:

@@ -42,6 +42,7 @@ def _worker(rank: int, port: int, out: str) -> None:
 
     from divergence.training.arm import Arm
     from divergence.training.inputs import Inputs
+    from divergence.models.tensor_parallel import parallelize
     from divergence.training import tensor_parallel as tp
 
     dist.init_process_group("gloo", rank=rank, world_size=2)
@@ -49,7 +50,7 @@ def _worker(rank: int, port: int, out: str) -> None:
     inputs = Inputs(pair.arm_recipes["a"])
     mesh = init_device_mesh("cpu", (2,))
     arms = {name: Arm(pair.arm_recipes[name[0]], inputs.tokenizer) for name in ("a", "a2", "b")}
-    sharded = {name: tp.parallelize(arms[name].unet, mesh) for name in ("a", "a2")}
+    sharded = {name: parallelize(arms[name].unet, mesh) for name in ("a", "a2")}
     for name, arm in arms.items():
         arm.setup(torch.device("cpu"))
         arm.configure_optimizers()
