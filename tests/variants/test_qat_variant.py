@@ -29,3 +29,20 @@ def test_int8_qat_is_not_fp32_equivalent_and_refuses_a_non_boolean():
     assert VARIANTS["int8-qat"].fp32_equivalent is False
     with pytest.raises(RecipeError, match=r"arms.a\[0\]: .*true or false"):
         parse_variant({"int8-qat": "yes"}, "arms.a[0]")
+
+
+def test_the_new_keys_keep_every_calibration_id_and_each_arm_reads_as_its_base():
+    """train.qat (off) and train.tensor_parallel are left out of the recipe identity, so the id of
+    every calibration.json written before they existed stays (the tiny recipes' ids, measured on
+    main before this change); each pair's arms read as their base."""
+    from divergence.analysis.calibration import recipe_identity
+    from divergence.config.schema import to_dict
+
+    for name in ("int8-qat", "tensor-parallel"):
+        pair = pair_recipe(name, "train.max_steps=500")
+        ids = {recipe_identity(to_dict(r))["id"] for r in pair.arm_recipes.values()}
+        assert ids == {recipe_identity(to_dict(pair.base))["id"]}, name
+    from divergence.recipe.run import load_run_recipe
+
+    assert recipe_identity(to_dict(load_run_recipe("recipes/tiny.yaml")))["id"] == "23215bb33b00"
+    assert recipe_identity(to_dict(load_run_recipe("recipes/tiny-dit.yaml")))["id"] == "4fe5c635e563"
