@@ -125,6 +125,14 @@ def test_tensor_parallel_is_fp32_equivalent_and_bad_values_are_one_line():
         TrainConfig(devices=2, tensor_parallel=2, strategy="ddp")
 
 
+def test_a_tensor_parallel_arm_reads_one_replica_of_the_global_batch():
+    from divergence.training.separate_arm import global_batch
+
+    pair = pair_recipe("tensor-parallel", *SMALL)
+    a, b = (pair.arm_recipes[arm].train for arm in ("a", "b"))
+    assert global_batch(a, 2) == global_batch(b, 1) == 4
+
+
 def test_tensor_parallel_on_the_unet_is_a_recipe_error_naming_the_backbone():
     with pytest.raises(RecipeError, match="train.tensor_parallel: shards the PixArt DiT.*model.denoiser=transformer"):
         pair_recipe("tensor-parallel", "model.denoiser=unet")
