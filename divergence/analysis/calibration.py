@@ -76,6 +76,7 @@ _VOLATILE = {
     "output",
     "variants",
     "workers",
+    "tensor_parallel",  # how the ranks split the model's matmuls: hardware layout, as devices and strategy
     # What the first variants set, left out (rather than read as the base has them, as ``as_base``
     # reads every variant's keys) before variants declared their keys; kept out so the id of every
     # calibration.json written since stays the same. A new variant needs no entry here.
@@ -87,8 +88,9 @@ _VOLATILE = {
 }
 # Recipe sections added after calibration files existed, left out of the identity while they are off
 # (null), so a recipe that does not use them keeps the id it had before they existed; switched on,
-# they are part of the recipe like any other section. A new optional section adds its name here.
-_ADDED_WHEN_OFF = {"moe"}
+# they are part of the recipe like any other section. A new optional section or switch adds its name
+# here with the value that means off.
+_ADDED_WHEN_OFF = {"moe": None, "qat": False}
 
 
 def recipe_identity(recipe: dict) -> dict:
@@ -103,7 +105,7 @@ def recipe_identity(recipe: dict) -> dict:
             return {
                 k: strip(v)
                 for k, v in sorted(node.items())
-                if k not in _VOLATILE and not (k in _ADDED_WHEN_OFF and v is None)
+                if k not in _VOLATILE and not (k in _ADDED_WHEN_OFF and v is _ADDED_WHEN_OFF[k])
             }
         return node
 

@@ -29,15 +29,20 @@ class Optimization:
     what: str  # one line: a vs b
     devices: tuple[str, ...] = ()  # device types it runs on; (): any
     needs: str = ""  # why it is not measured here, when pair is None
-    backbones: tuple[str, ...] = DENSE  # the backbones it is a row of
+    backbones: tuple[str, ...] = DENSE  # the backbones it is measured on
 
     def applies(self, backbone: str) -> bool:
-        return backbone in self.backbones
+        """Whether the row is listed on ``backbone``: measured there, or a dense-only row on the other
+        dense backbone (the tensor-parallel row says "dit only" on the UNet's table)."""
+        dense_row = set(self.backbones) <= set(DENSE)
+        return backbone in self.backbones or (dense_row and backbone in DENSE)
 
-    def unavailable(self, device: str) -> str | None:
-        """Why this row has no measurement on ``device`` ("GPU only: ..."), or None."""
+    def unavailable(self, device: str, backbone: str | None = None) -> str | None:
+        """Why this row has no measurement on ``device`` ("GPU only: ...") and ``backbone``, or None."""
         if self.pair is None:
             return self.needs
+        if backbone is not None and backbone not in self.backbones:
+            return f"{' and '.join(self.backbones)} only: {self.what}"
         if self.devices and device not in self.devices:
             where = "GPU only" if self.devices == ("cuda",) else "CPU only"
             return f"{where}: {self.what} runs on {' or '.join(self.devices)}"
@@ -90,6 +95,38 @@ OPTIMIZATIONS = {
             "pairs/sdpa-efficient.yaml",
             "memory-efficient SDPA vs baseline attention",
             devices=("cuda",),
+        ),
+        Optimization(
+            "int8-qat",
+            "pairs/int8-qat.yaml",
+            "INT8 quantization-aware training (torchao fake-quantized linears) vs fp32",
+        ),
+        Optimization(
+            "tensor-parallel",
+            "pairs/tensor-parallel.yaml",
+            "the DiT's attention and MLP linears sharded over 2 ranks (tensor parallel) vs 1 rank",
+            backbones=("dit",),
+        ),
+        Optimization(
+            "pipeline",
+            None,
+            "2 pipeline stages with micro-batches vs 1 rank",
+            needs="not measured: torch.distributed.pipelining runs on CPU gloo here (a 2-stage GPipe toy trains), "
+            "but the DiT's split into stages (caption and timestep embeddings crossing the cut) is not built yet",
+        ),
+        Optimization(
+            "fsdp-offload",
+            "pairs/fsdp-offload.yaml",
+            "FSDP with parameters and optimizer state offloaded to host memory vs plain FSDP, 2 ranks",
+            devices=("cuda",),
+        ),
+        Optimization(
+            "deepspeed-zero",
+            None,
+            "DeepSpeed ZeRO stages vs DDP",
+            needs="not measured: deepspeed is not a dependency (the torch rows zero-1, fsdp-grad-op and fsdp-full "
+            "stand for ZeRO 1-3); DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed==0.19.8 runs ZeRO-2 "
+            "on 2 gloo CPU ranks (DS_ACCELERATOR=cpu)",
         ),
         Optimization(
             "fsdp",

@@ -39,7 +39,7 @@ def run_atlas(
     study_overrides, pair_overrides = split_overrides(overrides)
     plans: dict[str, tuple[BackboneStudy, list]] = {}
     for backbone in backbones:  # every recipe checked before anything is written
-        measured = [o for o in optimizations if o.applies(backbone) and o.unavailable(device) is None]
+        measured = [o for o in optimizations if o.applies(backbone) and o.unavailable(device, backbone) is None]
         if measured:
             plan = backbone_study(backbone, measured, device, study_overrides)
             plans[backbone] = (plan, plan_jobs(plan.study, out / backbone, pair_overrides))
@@ -98,7 +98,7 @@ def _assemble(out: Path, optimizations, backbones, plans, device: str, calibrati
     for backbone in backbones:
         info[backbone] = {"seed_ceiling": None, "references": []}
         for opt in (o for o in optimizations if o.applies(backbone)):
-            reason = opt.unavailable(device)
+            reason = opt.unavailable(device, backbone)
             if reason is not None:
                 rows.append(unavailable_row(opt, backbone, reason))
                 continue

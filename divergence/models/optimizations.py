@@ -1,5 +1,5 @@
 """Training optimizations an arm applies to its built model where it trains: FP8 or INT8 linear
-layers (torchao) and ``torch.compile``.
+layers (torchao), INT8 quantization-aware training (torchao's fake-quantized linears) and ``torch.compile``.
 
 They are applied in ``Arm.setup(device)``, after the weights exist and before the optimizer is
 built, because the FP8 choice depends on the device: torchao's ``Float8Linear`` computes
@@ -38,18 +38,20 @@ FP8_MIN_CAPABILITY = (8, 9)  # Ada / Hopper: the first GPUs with FP8 tensor core
 def apply_optimizations(arm, device: torch.device) -> dict:
     """Apply ``arm.recipe.train``'s fp8 / int8 / compile to ``arm`` (once); return what was done::
 
-    {"fp8_layers": [...], "fp8_emulated": bool, "int8_layers": [...], "compiled": bool}
+    {"fp8_layers": [...], "fp8_emulated": bool, "int8_layers": [...], "qat_layers": [...], "compiled": bool}
     """
     if getattr(arm, "optimized", None) is not None:
         return arm.optimized
     train = arm.recipe.train
-    done = {"fp8_layers": [], "fp8_emulated": None, "int8_layers": [], "compiled": False}
+    done = {"fp8_layers": [], "fp8_emulated": None, "int8_layers": [], "qat_layers": [], "compiled": False}
     modules = trained_modules(arm)
     if train.fp8 is not None:
         done["fp8_emulated"] = not fp8_hardware(torch.device(device))
         done["fp8_layers"] = convert_fp8(modules, train.fp8, emulate=done["fp8_emulated"])
     if train.int8:
         done["int8_layers"] = convert_int8(modules)
+    if train.qat:
+        done["qat_layers"] = convert_qat(modules)
     if train.compile:
         arm.unet.compile()
         done["compiled"] = True
@@ -101,6 +103,43 @@ def convert_int8(modules: dict[str, torch.nn.Module]) -> list[str]:
                 layer.__class__, layer.config = int8_linear_class(), config
                 names.append(f"{prefix}.{name}")
     return names
+
+
+def convert_qat(modules: dict[str, torch.nn.Module]) -> list[str]:
+    """Swap every ``nn.Linear`` of ``modules`` for torchao's ``FakeQuantizedLinear`` (quantization-aware
+    training, ``QATConfig(step="prepare")``); return the converted layers' names. Each forward computes
+
+        y = fq(x) fq(W)^T + b,   fq(t) = (clamp(round(t / s) + z, qmin, qmax) - z) s
+
+    with int8 activations per token (asymmetric: scale and zero point from each row's min and max) and
+    int8 weights per output channel (symmetric: s = amax / 127), recomputed every step; the backward
+    passes gradients straight through the rounding (torchao, "Quantization-Aware Training",
+    https://github.com/pytorch/ao/tree/main/torchao/quantization/qat). Weight names are unchanged."""
+    from torchao.quantization import quantize_
+    from torchao.quantization.qat import IntxFakeQuantizeConfig, QATConfig
+
+    config = QATConfig(
+        activation_config=IntxFakeQuantizeConfig(torch.int8, "per_token", is_symmetric=False),
+        weight_config=IntxFakeQuantizeConfig(torch.int8, "per_channel"),
+        step="prepare",
+    )
+    names = []
+    for prefix, module in modules.items():
+        names += [f"{prefix}.{n}" for n, m in module.named_modules() if n and type(m) is torch.nn.Linear]
+        quantize_(module, config, filter_fn=lambda m, fqn: type(m) is torch.nn.Linear)
+    return names
+
+
+def qat_layers(arm) -> list[str]:
+    """The names of the arm's layers that train fake-quantized now (torchao's ``FakeQuantizedLinear``)."""
+    from torchao.quantization.qat.linear import FakeQuantizedLinear
+
+    return [
+        f"{p}.{n}"
+        for p, module in trained_modules(arm).items()
+        for n, m in module.named_modules()
+        if isinstance(m, FakeQuantizedLinear)
+    ]
 
 
 _INT8_LINEAR: list = []

@@ -182,6 +182,14 @@ class TrainConfig:
     int8: bool = False
     # The denoiser compiled with torch.compile (inductor), the ``compile`` variant.
     compile: bool = False
+    # Ranks each DiT block's attention and MLP linears are sharded over (Megatron-style tensor
+    # parallelism, torch.distributed.tensor.parallel, Lightning's ModelParallelStrategy; the
+    # ``tensor-parallel`` variant): 1 (off) or devices x num_nodes. The ranks of the group see the
+    # same batch, so the global batch is batch_size x accumulate.
+    tensor_parallel: int = 1
+    # Linear layers trained with torchao's quantization-aware training (fake-quantized int8 weights
+    # and activations in the forward, straight-through gradients; the ``int8-qat`` variant).
+    qat: bool = False
 
     def __post_init__(self):
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
@@ -202,6 +210,7 @@ class TrainConfig:
         require(self.devices >= 1 and self.num_nodes >= 1, "devices", "devices and num_nodes must be >= 1")
         require(self.cpu_threads >= 0, "cpu_threads", "must be >= 0 (0: torch's default)")
         check_strategy(self.strategy)
+        self._check_tensor_parallel()
         require(
             self.fp8 in (None, "tensorwise", "rowwise"),
             "fp8",
@@ -216,6 +225,21 @@ class TrainConfig:
             self.ema is None or not self.strategy.lower().startswith(("fsdp", "deepspeed")),
             "ema",
             f"EMA of weights sharded by train.strategy={self.strategy} is not supported; use ddp or set ema: null",
+        )
+
+    def _check_tensor_parallel(self) -> None:
+        world = self.devices * self.num_nodes
+        require(
+            self.tensor_parallel in (1, world),
+            "tensor_parallel",
+            f"must be 1 or devices x num_nodes ({world}): every rank in one tensor-parallel group (data "
+            f"parallelism across groups is not built), got {self.tensor_parallel}",
+        )
+        require(
+            self.tensor_parallel == 1 or self.strategy == "auto",
+            "tensor_parallel",
+            f"trains under Lightning's ModelParallelStrategy; train.strategy={self.strategy} is another: "
+            "set train.strategy=auto",
         )
 
     def _check_lr_schedule(self) -> None:
@@ -291,6 +315,13 @@ class RunRecipe:
             self.data.resolution % (down * levels) == 0,
             "data.resolution",
             f"{self.data.resolution} must be a multiple of {down * levels} (VAE downsampling {down} x {what} {levels})",
+        )
+        require(
+            self.train.tensor_parallel == 1
+            or (self.model.denoiser == "transformer" and self.model.transformer.kind == "pixart"),
+            "train.tensor_parallel",
+            "shards the PixArt DiT's attention and MLP linears (divergence.training.tensor_parallel); use "
+            "model.denoiser=transformer with model.transformer.kind=pixart, or train.tensor_parallel=1",
         )
         require(
             self.train.ema is None or self.model.lora is None,

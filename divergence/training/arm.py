@@ -137,7 +137,7 @@ class Arm(torch.nn.Module):
         if self.recipe.train.grad_noise is not None:
             multiply_grad_noise(params, self.recipe.train.grad_noise, self.recipe.data.seed, micro[0].step)
         clip = self.recipe.train.grad_clip
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else float("inf"))
+        grad_norm = self._clip(params, clip if clip is not None else float("inf"))
         lr, scale = opt.param_groups[0]["lr"], float(scaler.get_scale()) if scaler.is_enabled() else 1.0
         scaler.step(opt)
         scaler.update()
@@ -146,6 +146,15 @@ class Arm(torch.nn.Module):
         if self.ema is not None:
             self.ema.step(list(self._ema_parameters().values()))
         return StepOutput(loss, grad_norm.detach().float(), lr, scale, skipped)
+
+    def _clip(self, params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+        """The global gradient norm, gradients clipped to ``max_norm``; over sharded (DTensor) and
+        whole gradients alike under ``train.tensor_parallel``."""
+        if self.recipe.train.tensor_parallel > 1:
+            from divergence.training.tensor_parallel import clip_grad_norm
+
+            return clip_grad_norm(params, max_norm)
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
 
     def _accumulate(self, inputs: DiffusionInputs, k: int, backward) -> torch.Tensor:
         """Forward and backward of one of ``k`` micro-batches (loss / k: gradients add up to the mean).
@@ -169,8 +178,13 @@ class Arm(torch.nn.Module):
 
     def train_state_dict(self) -> dict:
         """Optimizer, LR schedule, loss-scaler and EMA state (the weights are in ``state_dict``)."""
+        optimizer = self.optimizer.state_dict()
+        if self.recipe.train.tensor_parallel > 1:  # AdamW's moments of sharded weights, gathered (collective)
+            from divergence.training.tensor_parallel import full_optimizer_state
+
+            optimizer = full_optimizer_state(optimizer)
         state = {
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer,
             "lr_scheduler": self.lr_scheduler.state_dict(),
             "scaler": self.policy.scaler.state_dict(),
         }
@@ -187,6 +201,10 @@ class Arm(torch.nn.Module):
 
     def _apply_train_state(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.recipe.train.tensor_parallel > 1:
+            from divergence.training.tensor_parallel import shard_optimizer_state
+
+            shard_optimizer_state(self.optimizer)
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
         if state.get("scaler"):  # an empty dict when the scaler was disabled
             self.policy.scaler.load_state_dict(state["scaler"])

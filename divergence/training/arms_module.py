@@ -93,6 +93,19 @@ class ArmsModule(L.LightningModule):
             arm.setup(device)
         self.inputs.to(device)
 
+    def configure_model(self) -> None:
+        """Under ``ModelParallelStrategy`` (``train.tensor_parallel``): shard each arm's DiT blocks over
+        the strategy's tensor-parallel mesh (``divergence.training.tensor_parallel``), once."""
+        mesh = getattr(self, "_device_mesh", None)
+        if mesh is None or getattr(self, "_tensor_parallel_done", False):
+            return
+        from divergence.models.tensor_parallel import parallelize
+
+        for arm in self.arms.values():
+            if arm.recipe.train.tensor_parallel > 1:
+                parallelize(arm.unet, mesh["tensor_parallel"])
+        self._tensor_parallel_done = True
+
     def configure_optimizers(self):
         for name, arm in self.arms.items():
             arm.configure_optimizers()
@@ -170,7 +183,9 @@ def rename_single_arm_keys(state_dict: dict, name: str | None) -> None:
 def step_dataloader(trainer, inputs: Inputs, workers: int) -> DataLoader:
     """Batches of steps ``global_step, global_step + 1, ...`` (Lightning calls ``train_dataloader``
     after restoring a checkpoint, so a resumed run starts at the right step)."""
-    stream = inputs.stream(trainer.global_step, trainer.global_rank, trainer.world_size)
+    from divergence.training.tensor_parallel import data_parallel
+
+    stream = inputs.stream(trainer.global_step, *data_parallel(trainer))  # a tensor-parallel group: one replica
     return DataLoader(stream, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
 
 

@@ -34,6 +34,7 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
     from divergence.training.callbacks.samples import SampleGrid
     from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
     from divergence.training.checkpoint_io import AtomicCheckpointIO
+    from divergence.training.tensor_parallel import model_parallel_strategy
     from divergence.models.determinism import determinism
     from divergence.loggers.sinks import RunIdentity, build_loggers, finish_wandb, global_rank_zero
 
@@ -58,7 +59,7 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
         precision="32-true",  # arms apply their own precision
         accelerator=train.accelerator,
         devices=train.devices,
-        strategy=strategy_for(module, train.strategy),
+        strategy=strategy_for(module, train.strategy) if train.tensor_parallel == 1 else model_parallel_strategy(train),
         num_nodes=train.num_nodes,
         logger=build_loggers(log, out, recipe.name, identity or RunIdentity.for_run(recipe, out)) or False,
         callbacks=[

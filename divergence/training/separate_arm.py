@@ -97,8 +97,9 @@ def check_arm_folder(out: PairFolder | Path, pair: PairRecipe, arm: str) -> None
 
 
 def global_batch(train, world_size: int) -> int:
-    """Examples per optimizer step: ``batch_size x world_size x accumulate``."""
-    return train.batch_size * world_size * train.accumulate
+    """Examples per optimizer step: ``batch_size x replicas x accumulate``, the data-parallel replicas
+    ``world_size / train.tensor_parallel`` (the ranks of a tensor-parallel group share their batch)."""
+    return train.batch_size * (world_size // train.tensor_parallel) * train.accumulate
 
 
 def _check_fsdp(recipe) -> None:

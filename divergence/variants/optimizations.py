@@ -3,13 +3,16 @@
 - ``fp8``: linear layers in FP8 with torchao.float8, ``tensorwise`` or ``rowwise`` scaling, against
   the bf16 arm it replaces (deployment: bf16 autocast for both arms); emulated off sm89+ GPUs;
 - ``int8-mixed``: torchao's INT8 mixed-precision training of the linear layers;
+- ``int8-qat``: torchao's quantization-aware training, linear layers fake-quantized to int8;
+- ``tensor-parallel``: the DiT's attention and MLP linears sharded over N ranks (one batch for all);
 - ``compile``: the denoiser under ``torch.compile`` (inductor) against eager;
 - ``grad-accumulation``: ``KxB``, k micro-batches of b examples per optimizer step, against one
   batch of k b (``{grad-accumulation: 1x16}``): the same global batch, summed in another order;
 - ``cpu-threads``: the arm's intra-op threads on a CPU (1 vs 2 should change nothing; it does:
   a CPU splits its reductions by thread).
 
-How each is applied to the arm: ``divergence.models.optimizations`` (fp8, int8, compile),
+How each is applied to the arm: ``divergence.models.optimizations`` (fp8, int8, qat, compile),
+``divergence.training.tensor_parallel`` (tensor parallel, under Lightning's ModelParallelStrategy),
 ``divergence.training.arm.regroup`` (accumulation), ``divergence.training.determinism.arm_numerics``
 (threads).
 """
@@ -84,6 +87,30 @@ class Int8Mixed(Variant):
             )
         if layers:
             _say_converted("int8-mixed", "with INT8 matmuls", arm, layers)
+
+
+@register
+class Int8QAT(Variant):
+    name = "int8-qat"
+    sets = ("train.qat",)
+    help = "linear layers trained fake-quantized to int8 (torchao QAT: per-token activations, per-channel weights)"
+
+    def validate(self):
+        if not isinstance(self.value, bool):
+            self.fail(f"expected true or false, got {self.value!r}")
+        if self.value:
+            _require_torchao("int8")
+
+    def verify(self, arm):
+        from divergence.models.optimizations import qat_layers
+
+        layers = qat_layers(arm) if self.value else []
+        if self.value and not layers:
+            raise RuntimeError("int8-qat: no linear layer converted to torchao's FakeQuantizedLinear")
+        if not self.value and arm.recipe.train.qat:  # (no torchao import when off)
+            raise RuntimeError("int8-qat false but the arm's recipe has train.qat on")
+        if layers:
+            _say_converted("int8-qat", "fake-quantized to int8", arm, layers)
 
 
 @register
@@ -168,3 +195,53 @@ def _say_converted(what: str, how: str, arm, layers: list[str]) -> None:
     left = unconverted(arm, layers)
     rest = f"; not converted (a dimension not a multiple of 16): {', '.join(left)}" if left else "; every one"
     print(f"{what}: {len(layers)} linear layers {how}{rest}", file=sys.stderr, flush=True)
+
+
+@register
+class TensorParallel(Variant):
+    name = "tensor-parallel"
+    sets = ("train.tensor_parallel", "train.devices")
+    help = "the DiT's attention and MLP linears sharded over N ranks (torch tensor parallel), one batch for all"
+    default = 2
+    fp32_equivalent = True  # the same sums over heads and hidden units, split into N partial sums
+
+    def validate(self):
+        if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < 1:
+            self.fail(f"expected the number of ranks (1: no tensor parallelism), got {self.value!r}")
+
+    def overrides(self):
+        return {"train.tensor_parallel": self.value, "train.devices": self.value}
+
+    def verify(self, arm):
+        from divergence.models.tensor_parallel import sharded_linears
+
+        sharded = sharded_linears(arm.unet)
+        if self.value > 1 and not sharded:
+            raise RuntimeError(f"tensor-parallel {self.value}: no linear layer of the denoiser is sharded")
+        if self.value == 1 and sharded:
+            raise RuntimeError(f"tensor-parallel 1: {len(sharded)} linear layers are sharded")
+        if sharded:
+            print(f"tensor-parallel {self.value}: {len(sharded)} linear layers sharded", file=sys.stderr, flush=True)
+
+
+@register
+class FsdpOffload(Variant):
+    name = "fsdp-offload"
+    sets = ("train.strategy",)
+    help = "FSDP with parameters, gradients and optimizer state offloaded to host memory (GPU only)"
+    fp32_equivalent = True  # the same sharded fp32 step, its optimizer update computed on the host
+
+    def validate(self):
+        if not isinstance(self.value, bool):
+            self.fail(f"expected true or false, got {self.value!r}")
+
+    def overrides(self):
+        return {"train.strategy": "fsdp_cpu_offload" if self.value else "fsdp"}
+
+    def deployment(self):
+        return Deployment("fsdp-offload", devices=("cuda",))
+
+    def verify(self, arm):
+        want = self.overrides()["train.strategy"]
+        if arm.recipe.train.strategy != want:
+            raise RuntimeError(f"fsdp-offload {self.value} but the arm's train.strategy is {arm.recipe.train.strategy}")

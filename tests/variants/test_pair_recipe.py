@@ -87,8 +87,10 @@ def test_variants_declare_whether_they_are_fp32_equivalent():
         "cpu-threads",
         "expert-grouped",
         "expert-loop",
+        "fsdp-offload",
         "grad-accumulation",
         "gradient-checkpointing",
+        "tensor-parallel",
     ]
     assert fp32_equivalent({"a": ["grad-accumulation=4x4"], "b": ["grad-accumulation=1x16"]})
     assert fp32_equivalent({"a": ["compile"], "b": ["compile=False"]})

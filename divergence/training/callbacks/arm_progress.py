@@ -32,6 +32,7 @@ from lightning.pytorch.callbacks import Callback
 
 from divergence.pairfolder.folder import ArmFolder
 from divergence.pairfolder.arm.journal import ArmJournal
+from divergence.training.tensor_parallel import data_parallel
 
 
 class ArmProgress(Callback):
@@ -69,7 +70,7 @@ class ArmProgress(Callback):
             start,
             world_size=trainer.world_size,
             tensor_order=list(self.tensor_order(pl_module)),
-            global_batch=self.per_rank_batch * trainer.world_size if self.per_rank_batch else None,
+            global_batch=self.per_rank_batch * data_parallel(trainer)[1] if self.per_rank_batch else None,
             max_steps=trainer.max_steps,
         )
 

@@ -73,6 +73,11 @@ def gather_weights(trainer, pl_module, arms: dict) -> dict[str, dict] | None:
 
     Collective under FSDP (every rank must call it); a local read otherwise.
     """
+    if tensor_parallel(trainer.strategy):  # every rank gathers the DTensors it holds shards of
+        from divergence.training.tensor_parallel import full_tensors
+
+        full = {folder: full_tensors(arm.weights()) for folder, arm in arms.items()}
+        return full if trainer.is_global_zero else None
     if not is_sharded(trainer.strategy):
         return {folder: arm.weights() for folder, arm in arms.items()} if trainer.is_global_zero else None
     full = trainer.strategy.lightning_module_state_dict()  # (name -> full tensor) on rank zero only
@@ -80,6 +85,12 @@ def gather_weights(trainer, pl_module, arms: dict) -> dict[str, dict] | None:
         return None
     paths = {id(module): name for name, module in pl_module.named_modules()}
     return {folder: _subtree(full, paths[id(arm)]) for folder, arm in arms.items()}
+
+
+def tensor_parallel(strategy) -> bool:
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    return isinstance(strategy, ModelParallelStrategy)
 
 
 def is_sharded(strategy) -> bool:
