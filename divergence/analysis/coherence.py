@@ -52,6 +52,11 @@ def run_coherence(folder) -> dict | None:
     }
 
 
+def at_steps(curve: list, steps: int) -> float:
+    """C at ``T = steps`` from a run's curve ``[(step, T, C), ...]``."""
+    return next(c for _, t, c in curve if t == steps)
+
+
 def line(steps: int, share: float) -> float:
     """The C(T) an error whose coherent energy share is ``share`` reaches at ``T = steps``."""
     return math.sqrt(1 + (steps - 1) * share)
@@ -73,7 +78,9 @@ def pair_coherence(runs) -> dict | None:
     """``summary.json``'s ``coherence`` of one pair's replicates (``PairData`` with ``folder``): ``C``
     (mean over replicates), ``lo``, ``hi`` (t interval), ``cos``, ``rel_err``, ``replicates``, ``steps``
     (T, the fewest of any replicate), ``lines`` (the C of each reading's threshold at T), ``reading``,
-    ``layers`` ({layer: mean C}), ``per_replicate``; None when no replicate recorded it."""
+    ``layers`` ({layer: mean C}, at each replicate's last T), ``per_replicate``; None when no replicate
+    recorded it. Replicates that measured different numbers of steps (one still training) are compared
+    at the fewest: each one's C(T) at that T, from its curve."""
     found = {p.replicate: run_coherence(p.folder) for p in runs if getattr(p, "folder", "")}
     found = {r: c for r, c in found.items() if c is not None}
     if not found:
@@ -81,8 +88,8 @@ def pair_coherence(runs) -> dict | None:
     measured = {r: c for r, c in found.items() if c["status"] == "measured"}
     if not measured:
         return {"reading": next(iter(found.values()))["status"], "replicates": len(found)}
-    pooled = pool([c["C"] for c in measured.values()])
-    steps = min(c["steps"] for c in measured.values())
+    steps = min(c["steps"] for c in measured.values())  # C of every replicate at a common T
+    pooled = pool([at_steps(c["curve"], steps) for c in measured.values()])
     layers = sorted({name for c in measured.values() for name in c["layers"]})
     return {
         "C": pooled.mean,

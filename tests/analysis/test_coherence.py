@@ -3,7 +3,7 @@ that cannot be switched says why; the thresholds are the named shares of docs/me
 
 import math
 
-from divergence.analysis.coherence import DRIFT_SHARE, WANDER_SHARE, line, pair_coherence, reading
+from divergence.analysis.coherence import DRIFT_SHARE, WANDER_SHARE, at_steps, line, pair_coherence, reading
 from divergence.report.inputs import load_pairs
 from tests.analysis.coherence_records import coherence_extra
 from tests.analysis.synthetic import write_dose_study
@@ -38,3 +38,4 @@ def test_the_reading_lines_and_undecided():
     assert reading(2.0, 1.0, 3.0, 9) == "undecided"  # the interval crosses both lines
     assert reading(2.5, None, None, 9) == "drifts"  # one replicate: the point, sqrt(1 + 8 / 2) = 2.24
     assert reading(float("nan"), None, None, 9) == "undecided"
+    assert at_steps([(3, 1, 1.0), (6, 2, 1.3), (9, 3, 1.5)], 2) == 1.3  # a replicate read at a common T

@@ -3,6 +3,7 @@ cadence's steps, training unchanged, resumed exactly; pairs that cannot be switc
 
 import math
 
+import pytest
 import torch
 
 from divergence.loggers.step_logging import step_metrics
@@ -13,6 +14,7 @@ from divergence.training.update_error import UpdateError, not_measurable
 from .helpers import pair_recipe, step_records
 
 SMALL = ("train.max_steps=4", "tracking.dense=[]", "tracking.every=2", "tracking.probe.enabled=false")
+COHERENCE_KEYS = ("coherence", "coherence_steps", "coherence_cos", "coherence_err", "coherence_layers")
 
 
 def test_flash_pair_records_coherence_at_its_cadence_and_trains_as_without(tmp_path):
@@ -33,6 +35,15 @@ def test_flash_pair_records_coherence_at_its_cadence_and_trains_as_without(tmp_p
     train_pair(pair_recipe("flash-vs-baseline", *SMALL), tmp_path / "off")
     off = step_records(tmp_path / "off")
     assert all(off[s]["loss_a"] == steps[s]["loss_a"] and off[s]["loss_b"] == steps[s]["loss_b"] for s in (1, 2, 3, 4))
+    # crashed after step 3 and resumed from the step-2 checkpoint: the running sums come back with it
+    from tests.training.test_train import Crash
+
+    resumed = pair_recipe("flash-vs-baseline", *SMALL, "tracking.coherence_every=2", "train.checkpoint_every=2")
+    with pytest.raises(SystemError):
+        train_pair(resumed, tmp_path / "resumed", callbacks=[Crash(3)])
+    train_pair(resumed, tmp_path / "resumed")
+    again = step_records(tmp_path / "resumed")
+    assert [again[4][k] for k in COHERENCE_KEYS] == [last[k] for k in COHERENCE_KEYS]
 
 
 def test_update_error_is_the_gradient_difference_of_the_two_kernels_on_one_arm():
