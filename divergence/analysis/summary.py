@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from divergence.analysis import legacy, outcome
+from divergence.analysis.coherence import pair_coherence
 from divergence.analysis.dose import MIN_WINDOW
 from divergence.analysis.growth import N_BOOT, Estimate, estimate_growth, layer_mean
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, nonfinite_layers, top_layers
@@ -69,7 +70,8 @@ def analyze(
     for study in role["optimization"]:
         v = judge(study, reference, seeds, controls, margin_factor, start, min_steps)
         v = _with_calibration(v, study, reference, calibration)
-        verdicts.append(with_reordering(v, study, reordering, seeds, start, min_steps))
+        v = with_reordering(v, study, reordering, seeds, start, min_steps)
+        verdicts.append(replace(v, extra={**v.extra, "coherence": pair_coherence(study)}))
     growth = {p.key: {m: estimate_growth(p, m, n_boot, seed) for m in TRAJECTORY_METRICS} for p in pairs}
     lowest = [runs[0] for runs in role["precision"] + role["seed"]]
     legacy_ratios = {s[0].name: legacy.legacy_ratios(s[0], lowest, n_boot, seed) for s in role["optimization"]}
@@ -218,6 +220,7 @@ def verdict_dict(v: Verdict) -> dict:
         "noise_floor_ratio": _num(v.floor),
         "equivalent_dose": v.equivalent_dose,
         "reordering": reordering_dict(v.reordering),
+        "coherence": _finite(v.extra.get("coherence")),
         "outcome_per_replicate": {str(r): _num(d) for r, d in v.extra.get("outcome_per_replicate", {}).items()},
         "per_replicate": [
             {
@@ -274,6 +277,15 @@ def _phi_steps(v: Verdict, which: str) -> dict:
             "censored": len(steps) - len(reached),
         }
     return out
+
+
+def _finite(data):
+    """``data`` with every non-finite float as None (JSON holds no NaN for a reader to trip on)."""
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return None if isinstance(data, float) and not math.isfinite(data) else data
 
 
 def _num(x):

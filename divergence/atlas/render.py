@@ -5,7 +5,9 @@ Table columns: optimization, backbone, numerics (arm a's; ``vs`` arm b's where t
 log10 dose ratio against the precision reference with its 95% interval and replicates, the dose
 status, the equivalent gradient-noise dose, the outcome status, the replicates that would decide
 an undecided row, arm a's step time and peak memory over arm b's, log10(E_X / E_R) against the
-reordering reference with its interval, replicates and status, and the row's status.
+reordering reference with its interval, replicates and status, the coherence C(T) of the update
+error with its interval, replicates, measured steps and reading (docs/method.md, "Coherence"),
+and the row's status.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ COLUMNS = (
     "time a/b",
     "memory a/b",
     "vs reordering: log10 [95% CI] (n) status",
+    "coherence C(T) [95% CI] (n) reading",
     "status",
 )
 
@@ -69,6 +72,7 @@ def cells(row: dict) -> list[str]:
         _ratio(cost.get("time_ratio")),
         _ratio(cost.get("memory_ratio")),
         _reordering(row.get("reordering")),
+        _coherence(row.get("coherence")),
         str(row["status"]),
     ]
 
@@ -234,6 +238,16 @@ def _reordering(r: dict | None) -> str:
     interval = f" [{_num(r.get('lo'))}, {_num(r.get('hi'))}]" if r.get("lo") is not None else ""
     needed = f", {r['replicates_needed']} replicates would decide" if r.get("replicates_needed") else ""
     return f"{_num(r['log10'])}{interval} ({r.get('replicates', '?')}) {r.get('status')}{needed}"
+
+
+def _coherence(c: dict | None) -> str:
+    """``1.01 [0.98, 1.04] (6) T=10 wanders``, the reading alone when not measurable, ``-`` when not recorded."""
+    if not c:
+        return "-"
+    if c.get("C") is None:
+        return str(c.get("reading") or "-")
+    interval = f" [{c['lo']:.2f}, {c['hi']:.2f}]" if c.get("lo") is not None else ""
+    return f"{c['C']:.2f}{interval} ({c.get('replicates', '?')}) T={c.get('steps', '?')} {c.get('reading')}"
 
 
 def _references(atlas: dict) -> str:

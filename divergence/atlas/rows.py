@@ -55,6 +55,7 @@ def measured_row(opt: Optimization, backbone: str, pair_name: str, summary: dict
         equivalent_dose=verdict.get("equivalent_dose"),
         outcome={k: outcome.get(k) for k in ("status", "mean", "lo", "hi", "margin", "replicates_needed")},
         reordering=_reordering(verdict.get("reordering")),
+        coherence=_coherence(verdict.get("coherence")),
         outside_deployment=verdict.get("outside_deployment"),
         reasons=list(verdict.get("reasons") or []),
         reason=(verdict.get("reasons") or [None])[0],
@@ -85,6 +86,13 @@ def _row(opt: Optimization, backbone: str) -> dict:
         "router_flip": None,
         "report": None,
     }
+
+
+def _coherence(coherence: dict | None) -> dict | None:
+    """The verdict's coherence without its per-replicate curves (``summary.json``'s ``coherence``)."""
+    if not coherence:
+        return None
+    return {k: coherence.get(k) for k in ("C", "lo", "hi", "cos", "replicates", "steps", "reading") if k in coherence}
 
 
 def _reordering(reordering: dict | None) -> dict | None:

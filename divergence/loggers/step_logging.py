@@ -8,6 +8,9 @@
                                           (probe_rel_diff, probe_loss_a, probe_loss_b)
     divergence/router/<key>               a mixture of experts' router record, when the step record
                                           has it (flip, drop_a, drop_b; flip/<layer> per MoE layer)
+    divergence/coherence/<key>            the update error's coherence, at the steps it is measured
+                                          (tracking.coherence_every): model (C(T)), cos, mean_cos,
+                                          rel_err (||e_t|| / ||g_t||); layer/<layer> per layer
     train/loss_a, train/loss_b, train/loss_diff, train/spike_a, train/spike_b
     trainer/global_step                   the step axis of every key above
 
@@ -74,7 +77,22 @@ def step_metrics(record: dict) -> dict[str, float]:
             }
         )
         metrics.update(router_metrics(record))
+    metrics.update(coherence_metrics(record))
     return metrics
+
+
+def coherence_metrics(record: dict) -> dict[str, float]:
+    """``divergence/coherence/{model,cos,mean_cos,rel_err}`` and ``.../layer/<layer>`` of a step
+    record holding the update error's coherence (``divergence.training.callbacks.coherence``)."""
+    if not isinstance(record.get("coherence"), (int, float)):
+        return {}
+    out = {f"divergence/coherence/{k}": float(record[f"coherence_{k}"]) for k in ("cos", "mean_cos")}
+    out["divergence/coherence/model"] = float(record["coherence"])
+    grad = record.get("coherence_grad") or 0.0
+    out["divergence/coherence/rel_err"] = float(record["coherence_err"]) / grad if grad > 0 else math.nan
+    for layer, value in (record.get("coherence_layers") or {}).items():
+        out[f"divergence/coherence/layer/{key_part(layer)}"] = float(value)
+    return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
 def router_metrics(record: dict) -> dict[str, float]:

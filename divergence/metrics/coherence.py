@@ -65,3 +65,120 @@ def coherence_curve(errors) -> list[float]:
 def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
     na, nb = float(a.norm()), float(b.norm())
     return float(a @ b) / (na * nb) if na > 0 and nb > 0 else float("nan")
+
+
+class CoherenceSums:
+    """``C(T)`` and the consecutive cosines of a stream of errors, without keeping the sequence.
+
+    Holds ``S = sum_t e_t`` (float64), ``E = sum_t ||e_t||^2`` and the last ``e_t``, so
+    ``add(e)`` returns what :func:`coherence` would return of every error added so far
+    (``coherence`` ``||S|| / sqrt(E)``, ``cos`` of ``e`` with the previous error, ``mean_cos``,
+    ``steps``). Memory: two float64 copies of one error vector. ``state_dict`` /
+    ``load_state_dict`` carry it across a resume.
+
+    >>> sums = CoherenceSums()
+    >>> [round(sums.add(torch.tensor([1.0, 0.0]))["coherence"], 3) for _ in range(4)]
+    [1.0, 1.414, 1.732, 2.0]
+    """
+
+    def __init__(self):
+        self.total: torch.Tensor | None = None
+        self.last: torch.Tensor | None = None
+        self.energy, self.cos_sum, self.cos_count, self.steps = 0.0, 0.0, 0, 0
+
+    def add(self, error) -> dict[str, float]:
+        e = torch.as_tensor(error).detach().double().flatten()
+        if self.total is not None and e.numel() != self.total.numel():
+            raise ValueError(f"error vector of {e.numel()} elements after ones of {self.total.numel()}")
+        self.total = e.clone() if self.total is None else self.total + e
+        self.energy += float(e.square().sum())
+        cos = _cos(self.last, e) if self.last is not None else float("nan")
+        if not math.isnan(cos):
+            self.cos_sum, self.cos_count = self.cos_sum + cos, self.cos_count + 1
+        self.last, self.steps = e, self.steps + 1
+        return {
+            "coherence": float(self.total.norm()) / math.sqrt(self.energy) if self.energy > 0 else float("nan"),
+            "cos": cos,
+            "mean_cos": self.cos_sum / self.cos_count if self.cos_count else float("nan"),
+            "steps": self.steps,
+        }
+
+    def state_dict(self) -> dict:
+        return {
+            "total": self.total,
+            "last": self.last,
+            "energy": self.energy,
+            "cos_sum": self.cos_sum,
+            "cos_count": self.cos_count,
+            "steps": self.steps,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+
+
+class LayeredCoherence:
+    """:class:`CoherenceSums` per layer, and the whole model's from the same sums (no second copy).
+
+    For errors split into layers ``e_t = (e_t^1, .., e_t^L)``: ``||S||^2 = sum_l ||S^l||^2``,
+    ``E = sum_l E^l`` and ``<e_t, e_{t-1}> = sum_l <e_t^l, e_{t-1}^l>``, so the whole model's C(T)
+    and cosines are exactly :func:`coherence` of the concatenated vectors.
+
+    >>> c = LayeredCoherence()
+    >>> out = [c.add({"x": torch.tensor([1.0]), "y": torch.tensor([0.0, 1.0])}) for _ in range(4)]
+    >>> round(out[-1]["model"]["coherence"], 3), out[-1]["layers"]["x"]
+    (2.0, 2.0)
+    """
+
+    def __init__(self):
+        self.layers: dict[str, CoherenceSums] = {}
+        self.cos_sum, self.cos_count, self.steps = 0.0, 0, 0
+
+    def add(self, errors: dict) -> dict:
+        """``{"model": {coherence, cos, mean_cos, steps, err_norm}, "layers": {layer: C(T)}}`` after adding ``errors``."""
+        if self.layers and set(errors) != set(self.layers):
+            raise ValueError(f"layers changed: {sorted(set(errors) ^ set(self.layers))[:3]}")
+        dot = sq_now = sq_last = 0.0
+        for name, error in errors.items():
+            sums = self.layers.setdefault(name, CoherenceSums())
+            e = torch.as_tensor(error).detach().double().flatten()
+            if sums.last is not None:
+                dot += float(e @ sums.last)
+                sq_last += float(sums.last.square().sum())
+            sq_now += float(e.square().sum())
+            sums.add(e)
+        cos = dot / math.sqrt(sq_now * sq_last) if self.steps and sq_now > 0 and sq_last > 0 else float("nan")
+        if not math.isnan(cos):
+            self.cos_sum, self.cos_count = self.cos_sum + cos, self.cos_count + 1
+        self.steps += 1
+        energy = sum(s.energy for s in self.layers.values())
+        total = math.sqrt(sum(float(s.total.square().sum()) for s in self.layers.values()))
+        return {
+            "model": {
+                "coherence": total / math.sqrt(energy) if energy > 0 else float("nan"),
+                "cos": cos,
+                "mean_cos": self.cos_sum / self.cos_count if self.cos_count else float("nan"),
+                "steps": self.steps,
+                "err_norm": math.sqrt(sq_now),
+            },
+            "layers": {
+                name: float(s.total.norm()) / math.sqrt(s.energy) if s.energy > 0 else float("nan")
+                for name, s in self.layers.items()
+            },
+        }
+
+    def state_dict(self) -> dict:
+        return {
+            "layers": {name: s.state_dict() for name, s in self.layers.items()},
+            "cos_sum": self.cos_sum,
+            "cos_count": self.cos_count,
+            "steps": self.steps,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.layers = {}
+        for name, sums in state["layers"].items():
+            self.layers[name] = CoherenceSums()
+            self.layers[name].load_state_dict(sums)
+        self.cos_sum, self.cos_count, self.steps = state["cos_sum"], state["cos_count"], state["steps"]

@@ -64,6 +64,10 @@ class TrackingConfig:
     spike_window: int = SPIKE_WINDOW
     # With the shadow attention variant: log attention-output deviation every N steps.
     attention_every: int = 10
+    # Every N steps, the update error of arm a's optimization on arm b's own weights and batch (the
+    # gradient with it on minus off) and its coherence C(T) (divergence.training.callbacks.coherence;
+    # docs/method.md, "Coherence"); 0: off. Costs two forward and backward passes of one arm.
+    coherence_every: int = 0
     # The function-space probe (its keys in the store: probe_rel_diff, probe_loss_a, probe_loss_b).
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     # Separate arm jobs: once a tracked step is compared and stored, ``divergence watch`` deletes
@@ -84,6 +88,7 @@ class TrackingConfig:
         require(self.spike_factor > 1, "spike_factor", f"must be > 1, got {self.spike_factor}")
         require(self.spike_window >= 3, "spike_window", f"must be >= 3, got {self.spike_window}")
         require(self.attention_every >= 1, "attention_every", f"must be >= 1, got {self.attention_every}")
+        require(self.coherence_every >= 0, "coherence_every", f"must be >= 0 (0: off), got {self.coherence_every}")
 
 
 @dataclass(frozen=True)

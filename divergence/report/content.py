@@ -25,6 +25,19 @@ ROLES = {
 PER = 1000  # growth rates per this many steps
 
 
+COHERENCE_CAPTION = (
+    "C(T) of the update error (the gradient with the optimization on minus off, on the reference arm's "
+    "weights and batch) per replicate, against the wander (1) and drift (sqrt(T)) curves; right: per layer."
+)
+
+
+def coherence_text(v) -> str | None:
+    """The verdict's coherence sentence (``analysis.coherence.sentence``), None when not recorded."""
+    from divergence.analysis.coherence import sentence
+
+    return sentence(v.extra.get("coherence"), v.study)
+
+
 def method() -> list[str]:
     """The report's Method section, rendered from the constants the analysis decides by
     (``docs/method.md`` states them by name; ``tests/report/test_method_text.py`` ties the two)."""

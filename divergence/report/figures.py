@@ -15,6 +15,7 @@ from matplotlib.colors import LogNorm
 
 from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, layer_mean
 from divergence.report.canvas import subplots
+from divergence.report.coherence_figures import coherence_figures
 from divergence.report.dose_figures import COLORS, dose_figures
 from divergence.report.router_panel import FIGURE as ROUTER_FIGURE, router_figure
 from divergence.recipe.names import file_stem  # every figure named after a pair: one name, one file
@@ -201,6 +202,7 @@ def all_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
     figures["growth_rates"] = growth_rates(analysis, out_dir)
     figures.update(dose_figures(analysis, out_dir))
     figures[ROUTER_FIGURE] = router_figure(analysis, out_dir)  # MoE pairs only
+    figures.update(coherence_figures(analysis, out_dir))
     for pair in shown_runs(analysis):
         figures[f"heatmap/{pair.name}"] = heatmap(pair, out_dir)
         figures[f"loss/{pair.name}"] = losses(pair, out_dir)

@@ -53,6 +53,9 @@ def render_html(analysis: Analysis, figures: dict[str, Path], generated: str) ->
     body += ["<h2>Dose ratio</h2>", _figure(figures.get("log_e"), content.log_e_caption())]
     for v in analysis.verdicts:
         body += [_figure(figures.get(f"{kind}/{v.study}"), caption) for kind, caption in content.DOSE_CAPTIONS]
+        text = content.coherence_text(v)
+        if text:
+            body += [f"<p>{escape(text)}</p>", _figure(figures.get(f"coherence/{v.study}"), content.COHERENCE_CAPTION)]
     if analysis.verdicts:
         body += ["<h3>Every estimate</h3>", _table(content.estimates_table(analysis))]
     body += [f"<p>{escape(t)}</p>" for t in content.calibration_text(analysis)]

@@ -24,6 +24,10 @@ def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path,
         lines += [
             _image(figures.get(f"{kind}/{v.study}"), out_dir, f"{kind} {v.study}") for kind, _ in content.DOSE_CAPTIONS
         ] + [""]
+    for v in analysis.verdicts:
+        text = content.coherence_text(v)
+        if text:
+            lines += [text, "", _image(figures.get(f"coherence/{v.study}"), out_dir, f"coherence {v.study}"), ""]
     if analysis.verdicts:
         lines += ["### Every estimate", "", _table(content.estimates_table(analysis)), ""]
     lines += [*content.calibration_text(analysis), ""]

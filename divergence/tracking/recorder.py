@@ -56,7 +56,8 @@ class StepRecorder:
     ) -> list[dict]:
         """Finish ``record`` (from ``losses``) and write step ``step``: ``comparison`` is
         ``(tensor records, summary)`` at a tracked step, None at an untracked one; ``extra``
-        (tracked steps only) adds keys after ``tracked``; ``stored(step)`` runs once the store
+        adds keys after ``tracked`` (the probe's at tracked steps, the update error's coherence at
+        any); ``stored(step)`` runs once the store
         holds the step, before ``log``. Returns the tensor records."""
         tensors: list[dict] = []
         if comparison is not None:
@@ -65,6 +66,7 @@ class StepRecorder:
             record.update(extra or {})
         else:
             record["tracked"] = False
+            record.update(extra or {})
         self.store.append_step(step, tensors, record)
         if stored is not None:
             stored(step)

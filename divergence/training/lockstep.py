@@ -77,6 +77,7 @@ def _train(pair: PairRecipe, pair_folder: PairFolder, module, callbacks):
     from divergence.training.fit import fit
     from divergence.training.pair_setup import pair_config
 
+    coherence = pair_coherence(pair)
     tracker = DivergenceTracker(
         pair_folder,
         pair.tracking,
@@ -84,11 +85,11 @@ def _train(pair: PairRecipe, pair_folder: PairFolder, module, callbacks):
         probe=pair_probe(pair, module),
         losses=lambda m: m.step_losses,
         weights=lambda m: (m.arms["a"].weights(), m.arms["b"].weights()),
+        extras=coherence.extras if coherence else None,
     )
-    callbacks = [
-        *callbacks,
-        StepCosts(pair_folder, costs=lambda m: m.last_costs),
-    ]  # costs.jsonl: each arm's step time, memory
+    callbacks = [*callbacks, StepCosts(pair_folder, costs=lambda m: m.last_costs)]  # costs.jsonl: each arm's step time, memory
+    if coherence:
+        callbacks.append(coherence)
     recorders = {arm: r for arm, r in module.recorders.items() if r is not None}
     if recorders:
         callbacks = [*callbacks, AttentionOutputDeviation(pair_folder, recorders, pair.tracking.attention_every)]
@@ -103,6 +104,25 @@ def _train(pair: PairRecipe, pair_folder: PairFolder, module, callbacks):
     if trainer.is_global_zero:
         finish_pair(pair_folder, trainer.global_step, trainer.global_step >= pair.base.train.max_steps)
     return trainer
+
+
+def pair_coherence(pair: PairRecipe):
+    """The ``UpdateCoherence`` callback of a pair with ``tracking.coherence_every`` (arm a's optimization
+    measured on arm b, the reference), or None when it is off."""
+    if not pair.tracking.coherence_every:
+        return None
+    from divergence.training.callbacks.coherence import UpdateCoherence
+    from divergence.training.update_error import UpdateError, not_measurable
+
+    reason = not_measurable(pair.arm_recipes["b"], pair.arm_recipes["a"])
+    made = {}
+
+    def measure(module, batch):
+        if "error" not in made:  # on the first call: the arm is on its device then
+            made["error"] = UpdateError(module.arms["b"], pair.arm_recipes["a"])
+        return made["error"].measure(module.inputs.prepare_step(batch))
+
+    return UpdateCoherence(pair.tracking.coherence_every, measure, reason)
 
 
 def pair_probe(pair: PairRecipe, module):

@@ -322,10 +322,12 @@ def write_dose_study(
     seed=True,
     reordering=None,
     router=None,
+    extra=None,
 ):
     """The same pairs as run folders (metrics.jsonl + pair.json with ``replicate``) under ``root``;
     ``router`` ({category: flip fraction}) adds an MoE router's record to those pairs' probed steps
-    (every 10th: ``router_flip`` rising linearly to the fraction at ``horizon``, drops 1% and 2%)."""
+    (every 10th: ``router_flip`` rising linearly to the fraction at ``horizon``, drops 1% and 2%);
+    ``extra(category, replicate, step) -> dict`` adds keys to a step record (e.g. the coherence's)."""
     import json
 
     for name, category, description, eps, r in _dose_specs(study, precision, control, replicates, seed, reordering):
@@ -340,7 +342,8 @@ def write_dose_study(
         store = MetricsStore(folder).open_for_append()
         for record in steps:
             rows = [{k: v for k, v in t.items() if k != "step"} for t in tensors if t["step"] == record["step"]]
-            store.append_step(record["step"], rows, {k: v for k, v in record.items() if k != "step"})
+            more = extra(category, r, record["step"]) if extra else {}
+            store.append_step(record["step"], rows, {k: v for k, v in record.items() if k != "step"} | more)
         info(name, category, last_step=horizon, description=description).write(folder)
         data = json.loads((folder / "pair.json").read_text())
         (folder / "pair.json").write_text(json.dumps(data | {"replicate": r}))

@@ -56,17 +56,19 @@ class DivergenceTracker(Callback):
         *,
         losses: Callable[[object], dict[str, float]],
         weights: Callable[[object], tuple[dict, dict]],
+        extras: Callable[[int], dict] | None = None,
     ):
         """``probe(pl_module) -> {key: float}``: extra step-record keys at tracked steps (rank zero);
         ``losses(pl_module)``: ``{arm: loss}`` averaged over ranks; ``weights(pl_module)``: the
-        two arms' ``{name: tensor}``."""
+        two arms' ``{name: tensor}``; ``extras(step) -> {key: value}``: keys for any step's record
+        (the update error's coherence, ``callbacks.coherence``), rank zero."""
         self.pair_folder, self.tracking, self.checkpoint_every, self.probe = (
             as_pair_folder(pair_folder),
             tracking,
             checkpoint_every,
             probe,
         )
-        self.losses, self.weights = losses, weights
+        self.losses, self.weights, self.extras = losses, weights, extras
         self.recorder = StepRecorder(None, tracking.spike_factor, tracking.spike_window)
 
     # -- Lightning hooks: thin, the work is in the helpers below ---------------------------
@@ -101,6 +103,8 @@ class DivergenceTracker(Callback):
             comparison = divergence_records(*self.weights(pl_module), device)
             if self.probe is not None and probe_due(step, trainer.max_steps, self.tracking.probe):
                 extra = self.probe(pl_module)
+        if self.extras is not None:
+            extra = {**(extra or {}), **self.extras(step)}
         table = is_table_step(step, trainer.max_steps, self.checkpoint_every)
         self.recorder.commit(
             step, record, comparison, extra, log=lambda s, r, t: log_step(trainer.loggers, s, r, t, table=table)
