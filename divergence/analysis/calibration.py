@@ -88,7 +88,7 @@ _VOLATILE = {
 # Recipe sections added after calibration files existed, left out of the identity while they are off
 # (null), so a recipe that does not use them keeps the id it had before they existed; switched on,
 # they are part of the recipe like any other section. A new optional section adds its name here.
-_ADDED_WHEN_OFF = {"moe"}
+_ADDED_WHEN_OFF = {"moe", "shard_optimizer", "fsdp_sharding", "inject_bug"}
 
 
 def recipe_identity(recipe: dict) -> dict:

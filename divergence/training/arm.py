@@ -36,7 +36,7 @@ from divergence.models.determinism import with_arm_numerics
 from divergence.training.ema import ArmEMA
 from divergence.training.emulated_autocast import emulate_cpu_autocast, emulates_cpu_autocast
 from divergence.training.inputs import DiffusionInputs
-from divergence.training.optim import build_lr_schedule, build_optimizer
+from divergence.training.optim import build_lr_schedule, build_optimizer, optimizer_state
 from divergence.models.optimizations import apply_optimizations
 from divergence.training.precision import PrecisionPolicy
 
@@ -170,7 +170,7 @@ class Arm(torch.nn.Module):
     def train_state_dict(self) -> dict:
         """Optimizer, LR schedule, loss-scaler and EMA state (the weights are in ``state_dict``)."""
         state = {
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer_state(self.optimizer),
             "lr_scheduler": self.lr_scheduler.state_dict(),
             "scaler": self.policy.scaler.state_dict(),
         }
