@@ -2,7 +2,8 @@
 
 Each is a shipped pair recipe (``recipes/pairs/``) studied on the backbone's base with the
 study's references; ``devices`` says where it runs (a row on another device says so instead of a
-number); ``needs`` marks one the lockstep pair cannot measure, with what it would need.
+number); ``needs`` marks one the atlas cannot measure, with what it would need. A row whose arms differ in
+world size or strategy trains each arm as its own multi-process job (``training.separate_pair``).
 """
 
 from __future__ import annotations
@@ -60,20 +61,22 @@ OPTIMIZATIONS = {
             "memory-efficient SDPA vs baseline attention",
             devices=("cuda",),
         ),
+        Optimization("data-parallel", "pairs/data-parallel.yaml", "DDP on 2 ranks of 8 vs 1 process of 16"),
+        Optimization("zero-1", "pairs/zero-1.yaml", "ZeroRedundancyOptimizer (ZeRO-1) vs DDP, 2 ranks"),
         Optimization(
-            "fsdp",
-            None,
-            "FSDP vs DDP sharding of one global batch",
-            needs="not measured: the strategy is per process, so the arms must train as separate jobs on 2+ "
-            "ranks each (divergence launch, separate arms), which the atlas's lockstep pairs do not",
+            "fsdp-grad-op",
+            "pairs/fsdp-grad-op.yaml",
+            "FSDP SHARD_GRAD_OP (ZeRO-2) vs DDP, 2 ranks (one GPU each)",
+            devices=("cuda",),
         ),
         Optimization(
-            "multi-device",
-            None,
-            "the same global batch on 1 vs 2 devices",
-            needs="not measured: the arms need different device counts, so separate jobs (divergence launch, "
-            "separate arms), which the atlas's lockstep pairs do not",
+            "fsdp-full",
+            "pairs/fsdp-full.yaml",
+            "FSDP FULL_SHARD (ZeRO-3) vs DDP, 2 ranks (one GPU each)",
+            devices=("cuda",),
         ),
+        # the name earlier atlases gave the FSDP row: the same pair as fsdp-full (docs/atlas.md)
+        Optimization("fsdp", "pairs/fsdp-full.yaml", "fsdp-full under its earlier name", devices=("cuda",)),
     )
 }
 
