@@ -103,3 +103,41 @@ def test_check_ranks_counts_this_machines_cores():
         check_ranks(pair, cpus=1)
     with pytest.raises(RecipeError, match="shard_optimizer"):
         pair_recipe("seed-vs-seed", "arms.a=[zero-1]")
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A gloo process group of one rank (what ZeroRedundancyOptimizer shards over), torn down after."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_zero_1_takes_effect_and_steps_exactly_as_adamw(one_rank_group):
+    """Takes effect: the arm's optimizer is a ZeroRedundancyOptimizer (the variant's verify); control: on
+    one rank it owns every weight, so its step is AdamW's, bitwise, and its state resumes."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    from divergence.variants.parallel import Zero1
+    from tests.training.tiny import ready_arm
+
+    sharded, inputs = ready_arm("train.strategy=ddp", "train.shard_optimizer=true")
+    plain, _ = ready_arm()
+    assert isinstance(sharded.optimizer, ZeroRedundancyOptimizer)
+    Zero1(True).verify(sharded)
+    with pytest.raises(RuntimeError, match="zero-1"):
+        Zero1(True).verify(plain)
+    batch = inputs.prepare(inputs.batches.batch(0).to("cpu"))
+    for arm in (sharded, plain):
+        arm.training_step(batch)
+    assert all(torch.equal(a, b) for a, b in zip(sharded.weights().values(), plain.weights().values()))
+    resumed, _ = ready_arm("train.strategy=ddp", "train.shard_optimizer=true")
+    saved = sharded.train_state_dict()["optimizer"]  # consolidated on rank 0
+    assert len(saved["state"]) == len(sharded.trainable_parameters())  # AdamW's moments of every weight
+    resumed.load_train_state_dict(sharded.train_state_dict())
+    assert all(
+        torch.equal(resumed.train_state_dict()["optimizer"]["state"][i]["exp_avg"], saved["state"][i]["exp_avg"])
+        for i in saved["state"]
+    )
