@@ -26,7 +26,7 @@ from divergence.training.lockstep import train_pair
 from divergence.training.separate_arm import train_arm
 from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe
 
-TIMEOUT = 400  # seconds: a hang (one rank waiting in a collective) fails the test instead of the suite
+TIMEOUT = 900  # seconds: a hang (one rank waiting in a collective) fails the test instead of the suite
 SHORT = (
     "train.max_steps=6",
     "train.checkpoint_every=6",
