@@ -120,8 +120,13 @@ def check_shared_inputs(pair: PairRecipe) -> None:
         said = ", ".join(
             f"arm {arm} {f'{n} ranks x ' if n > 1 else ''}{k}x{b} = {n * k * b}" for arm, (n, k, b) in sizes.items()
         )
+        what = (
+            "train.accumulate x train.batch_size"
+            if {n for n, _, _ in sizes.values()} == {1}
+            else "ranks x train.accumulate x train.batch_size"
+        )
         raise RecipeError(
-            f"arms differ in the global batch (ranks x train.accumulate x train.batch_size: {said}), which decides "
+            f"arms differ in the global batch ({what}: {said}), which decides "
             "the shared inputs; a pair must train on identical batches (the same product for both arms)"
         )
 

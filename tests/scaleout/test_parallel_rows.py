@@ -52,9 +52,24 @@ def trained(tmp_path_factory):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.getcwd())
     jobs = {
         name: subprocess.Popen(
-            [sys.executable, "-m", "divergence", "train", "--recipe", str(PAIRS / "data-parallel.yaml"), "--out",
-             str(root / name), *PAIR_FAST, *SHORT, arm_a, *DDP],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "divergence",
+                "train",
+                "--recipe",
+                str(PAIRS / "data-parallel.yaml"),
+                "--out",
+                str(root / name),
+                *PAIR_FAST,
+                *SHORT,
+                arm_a,
+                *DDP,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for name, arm_a in ARMS_A.items()
     }
