@@ -104,4 +104,4 @@ def _train_separate(pair, args, overrides: list[str]) -> int:
     return train_separate(pair, args.out, arm_command(args.recipe, args.out, overrides), follow)
 
 
-FOLLOW_TIMEOUT = 300.0  # seconds without progress after both arms finished: the comparator stops (exit 1)
+FOLLOW_TIMEOUT = 3600.0  # seconds without any progress once both arms finished: the comparator stops (exit 1)
