@@ -40,14 +40,14 @@ def _average(buffer: torch.Tensor) -> torch.futures.Future:
     return dist.all_reduce(buffer, async_op=True).get_future()
 
 
-def rank_scale_hook(state, bucket) -> torch.futures.Future:
+def rank_scale_hook(state, bucket):  # no annotations: DDP compares them as objects, and this module defers them
     buffer = bucket.buffer()
     if dist.get_rank() == 1:
         buffer.mul_(RANK_SCALE)
     return _average(buffer).then(lambda fut: fut.value()[0])
 
 
-def unreduced_param_hook(state, bucket) -> torch.futures.Future:
+def unreduced_param_hook(state, bucket):
     buffer = bucket.buffer()
     size = bucket.parameters()[0].numel() if bucket.index() == 0 else 0
     local = buffer[:size].clone()
