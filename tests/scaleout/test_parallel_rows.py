@@ -95,16 +95,28 @@ def test_each_arm_trains_as_its_own_job_and_the_comparator_completes_the_pair(tr
         assert all(x["arms"]["a"]["seconds"] > 0 for x in lines)
 
 
-def test_correct_ddp_reads_reordering_like_and_each_injected_bug_beyond_reordering(trained):
+def test_correct_ddp_reads_reordering_like_and_each_injected_bug_sits_far_beyond_it(trained):
+    """Correct DDP reads ``reordering_like``. Each bug sits more than ``REORDERING_DEX`` above the
+    reordering reference at every tracked step (measured: +2.0 dex for rank-scale, +2.2 to +2.9 dex for
+    unreduced-param), yet in 6 steps the dose-ratio window does not form (the bugs' E grows while the
+    reordering's is flat), so the verdict gives no reading rather than ``beyond_reordering``; never
+    ``reordering_like``. A longer run (the atlas's 30 steps) is what the status needs."""
+    import numpy as np
+
+    from divergence.analysis.reordering import REORDERING_DEX
+
     reference = [load_pair(trained / "reordering")]
     readings = {
         name: against_reordering([load_pair(trained / name)], reference, [], start=1, min_window=3) for name in ARMS_A
     }
-    said = {name: (r.status, round(r.ratio.mean, 2)) for name, r in readings.items()}
+    said = {name: (r.status, round(r.ratio.mean, 2), r.reason) for name, r in readings.items()}
     assert readings["ddp"].status == "reordering_like", said
-    assert readings["rank-scale"].status == "beyond_reordering", said
-    assert readings["unreduced-param"].status == "beyond_reordering", said
     assert readings["ddp"].fp32_equivalent  # data-parallel declares itself the identity in fp32
+    e_r = reference[0].rel_l2[1:]
+    for name in ("rank-scale", "unreduced-param"):
+        assert readings[name].status != "reordering_like", said
+        gap = np.log10(load_pair(trained / name).rel_l2[1:] / e_r)
+        assert (gap > REORDERING_DEX).all(), (name, gap)
 
 
 def test_control_the_ddp_arm_starts_from_the_one_process_arms_weights(trained):
