@@ -90,7 +90,7 @@ _VOLATILE = {
 # (null), so a recipe that does not use them keeps the id it had before they existed; switched on,
 # they are part of the recipe like any other section. A new optional section or switch adds its name
 # here with the value that means off.
-_ADDED_WHEN_OFF = {"moe": None, "qat": False}
+_ADDED_WHEN_OFF = {"moe": None, "qat": False, "shard_optimizer": None, "fsdp_sharding": None, "inject_bug": None}
 
 
 def recipe_identity(recipe: dict) -> dict:

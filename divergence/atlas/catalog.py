@@ -5,6 +5,8 @@ study's references; ``devices`` says where it runs (a row on another device says
 number); ``needs`` marks one the lockstep pair cannot measure, with what it would need;
 ``backbones`` the backbones it is a row of (the MoE rows only on ``moe``; the optimizations that
 change attention, precision or the order of sums on every backbone).
+A row whose arms differ in world size or strategy trains each arm as its own multi-process job
+(``training.separate_pair``).
 """
 
 from __future__ import annotations
@@ -96,6 +98,8 @@ OPTIMIZATIONS = {
             "memory-efficient SDPA vs baseline attention",
             devices=("cuda",),
         ),
+        Optimization("data-parallel", "pairs/data-parallel.yaml", "DDP on 2 ranks of 8 vs 1 process of 16"),
+        Optimization("zero-1", "pairs/zero-1.yaml", "ZeroRedundancyOptimizer (ZeRO-1) vs DDP, 2 ranks"),
         Optimization(
             "int8-qat",
             "pairs/int8-qat.yaml",
@@ -129,18 +133,16 @@ OPTIMIZATIONS = {
             "on 2 gloo CPU ranks (DS_ACCELERATOR=cpu)",
         ),
         Optimization(
-            "fsdp",
-            None,
-            "FSDP vs DDP sharding of one global batch",
-            needs="not measured: the strategy is per process, so the arms must train as separate jobs on 2+ "
-            "ranks each (divergence launch, separate arms), which the atlas's lockstep pairs do not",
+            "fsdp-grad-op",
+            "pairs/fsdp-grad-op.yaml",
+            "FSDP SHARD_GRAD_OP (ZeRO-2) vs DDP, 2 ranks (one GPU each)",
+            devices=("cuda",),
         ),
         Optimization(
-            "multi-device",
-            None,
-            "the same global batch on 1 vs 2 devices",
-            needs="not measured: the arms need different device counts, so separate jobs (divergence launch, "
-            "separate arms), which the atlas's lockstep pairs do not",
+            "fsdp-full",
+            "pairs/fsdp-full.yaml",
+            "FSDP FULL_SHARD (ZeRO-3) vs DDP, 2 ranks (one GPU each)",
+            devices=("cuda",),
         ),
         Optimization(
             "router-bf16",
@@ -158,11 +160,12 @@ OPTIMIZATIONS = {
             "expert-parallel",
             None,
             "MoE experts over 2 ranks with all-to-all dispatch vs all on one rank",
-            needs="not measured: the arms differ in rank count, so they must train as separate multi-rank "
-            "jobs (the separate-arm jobs of issue 34, not yet in the atlas), which the atlas's lockstep pairs "
-            "do not",
+            needs="not measured: the arms would train as separate 2-rank jobs (training.separate_pair), but the "
+            "MoE layer's all-to-all dispatch of tokens to experts on other ranks is not written yet",
             backbones=("moe",),
         ),
+        # the name earlier atlases gave the FSDP row: the same pair as fsdp-full (docs/atlas.md)
+        Optimization("fsdp", "pairs/fsdp-full.yaml", "fsdp-full under its earlier name", devices=("cuda",)),
     )
 }
 

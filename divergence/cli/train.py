@@ -71,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.recipe is not None and is_pair_recipe(args.recipe):
         pair = load_pair_recipe(args.recipe, overrides)
+        from divergence.training.separate_pair import separate_jobs
+
+        if separate_jobs(pair) is not None:  # arms fixed per process apart: each its own job, then the comparator
+            return _train_separate(pair, args, overrides)
         from divergence.training.lockstep import train_pair
 
         train_pair(pair, args.out)
@@ -84,3 +88,20 @@ def run(args: argparse.Namespace) -> int:
 
     train_run(recipe, args.out)
     return 0
+
+
+def _train_separate(pair, args, overrides: list[str]) -> int:
+    """The pair's arms as separate multi-process jobs, followed by the comparator ``divergence watch`` runs."""
+    from divergence.comparator.follow import Comparator
+    from divergence.training.probe_files import FileProbe
+    from divergence.training.separate_pair import arm_command, separate_jobs, train_separate
+
+    print(f"{pair.name}: the arms train as separate jobs ({separate_jobs(pair)}), then the comparator follows them")
+
+    def follow(out) -> int:
+        return Comparator(out, log=True, progress=False, probe=FileProbe).run(poll=0.2, timeout=FOLLOW_TIMEOUT)
+
+    return train_separate(pair, args.out, arm_command(args.recipe, args.out, overrides), follow)
+
+
+FOLLOW_TIMEOUT = 3600.0  # seconds without any progress once both arms finished: the comparator stops (exit 1)

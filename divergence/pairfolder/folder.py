@@ -39,6 +39,7 @@ from divergence.pairfolder.layout import (
     RESUME_DIR,
     RESUME_FILE,
     RETENTION_FILE,
+    rank_costs_name,
     RUN_RECIPE_FILE,
     SAMPLES_DIR,
     STATUS_FILE,
@@ -162,6 +163,10 @@ class ArmFolder(RunFolder):
     def writer_lock(self) -> Path:
         """``writer.lock``: held by the one process writing the arm (``divergence.pairfolder.arm.lock``)."""
         return self.path / WRITER_LOCK_FILE
+
+    def rank_costs(self, rank: int) -> Path:
+        """``costs.rank<R>.jsonl``: rank ``rank``'s step time and peak memory (``training.step_costs``)."""
+        return self.path / rank_costs_name(rank)
 
 
 class PairFolder(RunFolder):

@@ -23,6 +23,7 @@
         losses.jsonl           LOSSES_FILE        one loss per optimizer step (divergence.pairfolder.arm.losses)
         status.json            STATUS_FILE        running / finished / failed (divergence.pairfolder.arm.status)
         writer.lock            WRITER_LOCK_FILE   held by the one process writing the arm (divergence.pairfolder.arm.lock)
+        costs.rankR.jsonl      rank_costs_name(R) rank R's step time and peak memory (training.step_costs)
 
 A run folder (one arm trained alone) holds ``recipe.yaml`` (RUN_RECIPE_FILE), ``checkpoints/``,
 ``resume/``, ``csv/`` and ``wandb-id``.
@@ -63,6 +64,11 @@ DCP_SUFFIX = ".dcp"  # a tracked step's weights as a torch.distributed.checkpoin
 def weights_name(step: int) -> str:
     """The weights file of ``step``: ``step_000120.safetensors`` (zero-padded to six digits)."""
     return f"step_{step:06d}.safetensors"
+
+
+def rank_costs_name(rank: int) -> str:
+    """An arm job's rank ``rank`` costs file: ``costs.rank0.jsonl`` (merged into the pair's ``costs.jsonl``)."""
+    return f"costs.rank{rank}.jsonl"
 
 
 def weights_dcp_name(step: int) -> str:

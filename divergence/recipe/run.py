@@ -190,6 +190,17 @@ class TrainConfig:
     # Linear layers trained with torchao's quantization-aware training (fake-quantized int8 weights
     # and activations in the forward, straight-through gradients; the ``int8-qat`` variant).
     qat: bool = False
+    # AdamW's state sharded over the ranks with torch.distributed.optim.ZeroRedundancyOptimizer
+    # (ZeRO stage 1, the ``zero-1`` variant; under train.strategy=ddp); null: off.
+    shard_optimizer: bool | None = None
+    # FSDP's sharding under train.strategy=fsdp (the ``fsdp`` variant): FULL_SHARD (ZeRO-3: weights,
+    # gradients, optimizer state) or SHARD_GRAD_OP (ZeRO-2: gradients and optimizer state); null: FULL_SHARD.
+    fsdp_sharding: Literal["FULL_SHARD", "SHARD_GRAD_OP"] | None = None
+    # A known bug injected into the DDP all-reduce, to prove the reordering yardstick finds it (the
+    # ``injected-bug`` variant, tests and docs/atlas.md only): ``rank-scale`` (rank 1's gradient
+    # times 1 + 1e-3 before the all-reduce) or ``unreduced-param`` (one parameter's gradient kept
+    # local); null: off.
+    inject_bug: Literal["rank-scale", "unreduced-param"] | None = None
 
     def __post_init__(self):
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
@@ -220,6 +231,17 @@ class TrainConfig:
             self.grad_noise is None or 0 <= self.grad_noise < float("inf"),
             "grad_noise",
             f"must be a finite number >= 0 or null, got {self.grad_noise}",
+        )
+        distributed = self.strategy.lower().startswith("ddp")
+        require(
+            not self.shard_optimizer or distributed,
+            "shard_optimizer",
+            f"ZeroRedundancyOptimizer shards over DDP ranks; set train.strategy=ddp (got {self.strategy})",
+        )
+        require(
+            self.inject_bug is None or distributed,
+            "inject_bug",
+            f"the bug is injected into DDP's all-reduce; set train.strategy=ddp (got {self.strategy})",
         )
         require(
             self.ema is None or not self.strategy.lower().startswith(("fsdp", "deepspeed")),

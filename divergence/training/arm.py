@@ -36,7 +36,7 @@ from divergence.models.determinism import with_arm_numerics
 from divergence.training.ema import ArmEMA
 from divergence.training.emulated_autocast import emulate_cpu_autocast, emulates_cpu_autocast
 from divergence.training.inputs import DiffusionInputs
-from divergence.training.optim import build_lr_schedule, build_optimizer
+from divergence.training.optim import build_lr_schedule, build_optimizer, optimizer_state
 from divergence.models.optimizations import apply_optimizations
 from divergence.training.precision import PrecisionPolicy
 
@@ -178,7 +178,7 @@ class Arm(torch.nn.Module):
 
     def train_state_dict(self) -> dict:
         """Optimizer, LR schedule, loss-scaler and EMA state (the weights are in ``state_dict``)."""
-        optimizer = self.optimizer.state_dict()
+        optimizer = optimizer_state(self.optimizer)  # ZeRO-1's shards consolidated (collective)
         if self.recipe.train.tensor_parallel > 1:  # AdamW's moments of sharded weights, gathered (collective)
             from divergence.training.tensor_parallel import full_optimizer_state
 

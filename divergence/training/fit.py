@@ -59,7 +59,11 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
         precision="32-true",  # arms apply their own precision
         accelerator=train.accelerator,
         devices=train.devices,
-        strategy=strategy_for(module, train.strategy) if train.tensor_parallel == 1 else model_parallel_strategy(train),
+        strategy=(
+            strategy_for(module, train.strategy, train.fsdp_sharding)
+            if train.tensor_parallel == 1
+            else model_parallel_strategy(train)
+        ),
         num_nodes=train.num_nodes,
         logger=build_loggers(log, out, recipe.name, identity or RunIdentity.for_run(recipe, out)) or False,
         callbacks=[
@@ -107,10 +111,16 @@ def resume_from(out: RunFolder | Path) -> Path | None:
     return start
 
 
-def strategy_for(module, strategy: str) -> str:
+def strategy_for(module, strategy: str, fsdp_sharding: str | None = None):
     """Lightning's strategy for ``module``: several arms under DDP step with one backward each, and
     each backward leaves the other arms' weights unused, so DDP must look for unused parameters
-    (Lightning's manual optimization then marks them at every ``manual_backward``)."""
+    (Lightning's manual optimization then marks them at every ``manual_backward``). Under FSDP,
+    ``train.fsdp_sharding`` chooses ``FSDPStrategy``'s ``sharding_strategy`` (FULL_SHARD: ZeRO-3,
+    SHARD_GRAD_OP: ZeRO-2)."""
+    if strategy.lower() == "fsdp" and fsdp_sharding is not None:
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        return FSDPStrategy(sharding_strategy=fsdp_sharding)
     if strategy == "ddp" and len(getattr(module, "arms", ())) > 1:
         return "ddp_find_unused_parameters_true"
     return strategy

@@ -87,7 +87,10 @@ def _train(pair: PairRecipe, pair_folder: PairFolder, module, callbacks):
         weights=lambda m: (m.arms["a"].weights(), m.arms["b"].weights()),
         extras=coherence.extras if coherence else None,
     )
-    callbacks = [*callbacks, StepCosts(pair_folder, costs=lambda m: m.last_costs)]  # costs.jsonl: each arm's step time, memory
+    callbacks = [
+        *callbacks,
+        StepCosts(pair_folder, costs=lambda m: m.last_costs),
+    ]  # costs.jsonl: each arm's step time, memory
     if coherence:
         callbacks.append(coherence)
     recorders = {arm: r for arm, r in module.recorders.items() if r is not None}

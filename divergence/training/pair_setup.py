@@ -112,11 +112,22 @@ def check_shared_inputs(pair: PairRecipe) -> None:
                 f"arms differ in {key}, which decides the shared inputs; a pair must train on "
                 "identical batches (change it in the base recipe for both arms)"
             )
-    sizes = {arm: (r.train.accumulate, r.train.batch_size) for arm, r in pair.arm_recipes.items()}
-    if len({k * b for k, b in sizes.values()}) > 1:
-        said = ", ".join(f"arm {arm} {k}x{b} = {k * b}" for arm, (k, b) in sizes.items())
+    # the global batch: ranks x accumulate x batch_size (an arm on 2 ranks of 8 sees one of 16's examples)
+    sizes = {
+        arm: (r.train.devices * r.train.num_nodes, r.train.accumulate, r.train.batch_size)
+        for arm, r in pair.arm_recipes.items()
+    }
+    if len({n * k * b for n, k, b in sizes.values()}) > 1:
+        said = ", ".join(
+            f"arm {arm} {f'{n} ranks x ' if n > 1 else ''}{k}x{b} = {n * k * b}" for arm, (n, k, b) in sizes.items()
+        )
+        what = (
+            "train.accumulate x train.batch_size"
+            if {n for n, _, _ in sizes.values()} == {1}
+            else "ranks x train.accumulate x train.batch_size"
+        )
         raise RecipeError(
-            f"arms differ in the global batch (train.accumulate x train.batch_size: {said}), which decides "
+            f"arms differ in the global batch ({what}: {said}), which decides "
             "the shared inputs; a pair must train on identical batches (the same product for both arms)"
         )
 

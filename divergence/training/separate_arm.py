@@ -65,10 +65,23 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
             ),
         ]
         identity = RunIdentity.for_pair(pair, pair_folder, pair_config(pair), job_type="arm", arm=arm)
+        callbacks = [*callbacks, *_arm_callbacks(recipe, arm_folder)]
         return fit(module, recipe, arm_folder, first_callbacks=first, callbacks=callbacks, identity=identity)
     finally:
         if lock is not None:
             lock.release()
+
+
+def _arm_callbacks(recipe, arm_folder) -> list:
+    """Every rank's step costs (``<arm>/costs.rank<R>.jsonl``), and the injected bug when the recipe asks."""
+    from divergence.training.callbacks.step_costs import RankCosts
+
+    callbacks = [RankCosts(arm_folder.rank_costs, costs=lambda m: m.last_costs)]
+    if recipe.train.inject_bug is not None:
+        from divergence.training.callbacks.injected_bug import InjectedBug
+
+        callbacks.append(InjectedBug(recipe.train.inject_bug))
+    return callbacks
 
 
 def check_arm_folder(out: PairFolder | Path, pair: PairRecipe, arm: str) -> None:

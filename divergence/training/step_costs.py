@@ -18,6 +18,15 @@ so their ratio compares them under the same load.
 One JSON line per step (a resumed run appends the steps it recomputes; the last line of a step wins)::
 
     {"step": 12, "memory": "rss", "arms": {"a": {"seconds": 0.41, "peak_bytes": 31457280}, "b": {...}}}
+
+A pair whose arms train as separate multi-process jobs (``training.separate_pair``): every rank of
+an arm job appends its own line to ``<arm>/costs.rank<R>.jsonl`` (``{"step", "memory", "seconds",
+"peak_bytes"}``), and once both arms finished ``merge_rank_costs`` writes the pair's
+``costs.jsonl`` in the same form, each arm's ``seconds`` and ``peak_bytes`` those of its slowest and
+largest rank (what a step of the job waits for, and what each of its ranks must hold), with every
+rank's own under ``ranks``::
+
+    {"step": 12, "memory": "rss", "arms": {"a": {"seconds": 0.3, "peak_bytes": 2e7, "ranks": [{...}, {...}]}, ...}}
 """
 
 from __future__ import annotations
@@ -108,7 +117,11 @@ def append_costs(out: Path, step: int, memory: str, arms: dict) -> None:
 def read_costs(folder: Path) -> dict[int, dict]:
     """``step -> line`` of ``folder/costs.jsonl`` (the last line of a step); {} when absent. A torn
     last line (a run killed mid-write) is skipped."""
-    path = as_pair_folder(folder).costs
+    return read_costs_file(as_pair_folder(folder).costs)
+
+
+def read_costs_file(path: Path) -> dict[int, dict]:
+    """``step -> line`` of a costs file (``costs.jsonl`` or a rank's), as ``read_costs``."""
     if not path.is_file():
         return {}
     rows = {}
@@ -119,3 +132,48 @@ def read_costs(folder: Path) -> dict[int, dict]:
         except (ValueError, KeyError, TypeError):
             continue
     return rows
+
+
+def append_rank_costs(path: Path, step: int, memory: str, cost: dict) -> None:
+    """Append one rank's step line to its ``costs.rank<R>.jsonl``."""
+    line = json.dumps({"step": int(step), "memory": memory, **cost}, allow_nan=False)
+    with open(path, "a") as f:
+        f.write(line + "\n")
+
+
+def merge_rank_costs(out: Path) -> int:
+    """The pair's ``costs.jsonl`` from its arms' rank files (the steps every rank of both arms
+    recorded), written whole and atomically, so it can be redone after a resume; the lines written."""
+    from divergence.atomic import write_atomic
+    from divergence.pairfolder.layout import ARMS
+
+    pair = as_pair_folder(out)
+    ranks = {arm: _rank_rows(pair.arm(arm)) for arm in ARMS}
+    if not all(ranks.values()):
+        return 0
+    steps = sorted(set.intersection(*(set(rows) for per_arm in ranks.values() for rows in per_arm)))
+    lines = []
+    for step in steps:
+        arms = {arm: _slowest([rows[step] for rows in per_arm]) for arm, per_arm in ranks.items()}
+        memory = ranks[ARMS[0]][0][step].get("memory")
+        lines.append(json.dumps({"step": step, "memory": memory, "arms": arms}, allow_nan=False))
+    write_atomic(pair.costs, "".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+def _rank_rows(arm_folder) -> list[dict[int, dict]]:
+    """``[step -> line]`` of each rank file of an arm, rank 0 first, until the first rank missing."""
+    found, rank = [], 0
+    while (path := arm_folder.rank_costs(rank)).is_file():
+        found.append(read_costs_file(path))
+        rank += 1
+    return found
+
+
+def _slowest(rows: list[dict]) -> dict:
+    def top(key):
+        values = [r.get(key) for r in rows]
+        return None if any(v is None for v in values) else max(values)
+
+    keep = [{"seconds": r.get("seconds"), "peak_bytes": r.get("peak_bytes")} for r in rows]
+    return {"seconds": top("seconds"), "peak_bytes": top("peak_bytes"), "ranks": keep}

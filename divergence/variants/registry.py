@@ -57,6 +57,10 @@ class Variant:
     fp32_equivalent: ClassVar[bool] = False
     # The dotted recipe keys this variant sets, and the only ones ``overrides`` may return.
     sets: ClassVar[tuple[str, ...]] = ()
+    # Its keys are fixed per process (how an arm's ranks are launched or share the work: world size,
+    # strategy, sharding), so a lockstep job cannot hold two arms that differ in them: such a pair
+    # trains each arm as its own multi-process job (divergence.training.separate_pair).
+    per_process: ClassVar[bool] = False
 
     def __init__(self, value: Any = None, key: str = ""):
         self.value = self.default if value is None else value

@@ -142,9 +142,13 @@ def test_shadow_attention_logs_per_layer_output_deviation(tmp_path):
 def test_every_shipped_pair_shares_its_inputs(name):
     """The atlas's first full run died on grad-accumulation (4x4 vs 1x16 compared batch_size, not the
     global batch): every shipped pair passes the check the trainer makes before anything trains."""
+    import yaml
+
     from divergence.training.pair_setup import check_shared_inputs
 
-    check_shared_inputs(pair_recipe(name))
+    own = (yaml.safe_load((PAIRS / f"{name}.yaml").read_text()).get("recipe") or {}).get("train") or {}
+    keep = [f"train.batch_size={own['batch_size']}"] if "batch_size" in own else []  # a pair's own per-rank batch
+    check_shared_inputs(pair_recipe(name, *keep))
 
 
 def test_a_pair_whose_global_batches_differ_is_refused(tmp_path, capsys):

@@ -1,0 +1,136 @@
+"""Variants for parallel training, each mathematically the identity: the arms' ranks only sum in
+another order. A pair of them trains each arm as its own multi-process job (``per_process``;
+``divergence.training.separate_pair``), on the same global batch, rank r taking its slice
+(``divergence.data.batches``), so a correct parallelization differs from its reference only by
+the order of fp32 sums, and the reordering yardstick says whether it does (docs/method.md).
+
+- ``data-parallel``: ``NxB``, N DDP ranks of B examples each (``{data-parallel: 1x16}``: one
+  process, a batch of 16): the global batch N B either way;
+- ``zero-1``: AdamW's state sharded over the DDP ranks (``ZeroRedundancyOptimizer``, ZeRO stage 1);
+- ``fsdp``: Lightning's FSDP with ``full`` (FULL_SHARD, ZeRO-3) or ``grad-op`` (SHARD_GRAD_OP,
+  ZeRO-2) sharding; Lightning's FSDP needs GPUs;
+- ``injected-bug``: a known bug in DDP's all-reduce (``rank-scale``: rank 1's gradient times
+  1 + 1e-3; ``unreduced-param``: one parameter's gradient left local), for the tests and the docs
+  that prove the yardstick tells a bug from a reordering.
+"""
+
+from __future__ import annotations
+
+import re
+
+from divergence.variants.deployment import Deployment
+from divergence.variants.registry import Variant, register
+
+_RANKS = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
+FSDP_SHARDING = {"full": "FULL_SHARD", "grad-op": "SHARD_GRAD_OP"}
+BUGS = ("rank-scale", "unreduced-param")
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+@register
+class DataParallel(Variant):
+    name = "data-parallel"
+    sets = ("train.devices", "train.batch_size", "train.strategy")
+    help = "NxB: N DDP ranks of B examples each (1x16: one process, one batch of 16), the same global batch"
+    default = "2x8"
+    fp32_equivalent = True  # the same mean gradient over the same examples, the ranks' sums added by the all-reduce
+    per_process = True
+
+    def validate(self):
+        match = _RANKS.match(str(self.value))
+        if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
+            self.fail(f"expected NxB (ranks x examples each, e.g. 2x8 against 1x16), got {self.value!r}")
+        self.ranks, self.per_rank = int(match.group(1)), int(match.group(2))
+        self.value = f"{self.ranks}x{self.per_rank}"
+
+    def overrides(self):
+        strategy = "ddp" if self.ranks > 1 else "auto"
+        return {"train.devices": self.ranks, "train.batch_size": self.per_rank, "train.strategy": strategy}
+
+    @classmethod
+    def as_base(cls, recipe: dict, base: dict) -> dict:
+        """The step's examples on one process: N ranks of B read as one batch of N B."""
+        train = recipe.get("train")
+        if not isinstance(train, dict) or not isinstance(train.get("devices"), int) or train["devices"] == 1:
+            return recipe
+        if not isinstance(train.get("batch_size"), int):
+            return recipe
+        one = {
+            "batch_size": train["batch_size"] * train["devices"],
+            "devices": 1,
+            "strategy": base["train"]["strategy"],
+        }
+        return {**recipe, "train": {**train, **one}}
+
+    def verify(self, arm):
+        train, ranks = arm.recipe.train, _world_size()
+        if (train.devices, train.batch_size) != (self.ranks, self.per_rank) or ranks != self.ranks:
+            raise RuntimeError(
+                f"data-parallel {self.value} but the arm trains {ranks} ranks of {train.batch_size} "
+                f"(train.devices={train.devices})"
+            )
+
+
+@register
+class Zero1(Variant):
+    name = "zero-1"
+    sets = ("train.shard_optimizer",)
+    help = "AdamW's state sharded over the DDP ranks (torch.distributed.optim.ZeroRedundancyOptimizer, ZeRO-1)"
+    fp32_equivalent = True  # each weight's AdamW update, computed on the rank that owns it, then broadcast
+    per_process = True
+
+    def validate(self):
+        if not isinstance(self.value, bool):
+            self.fail(f"expected true or false, got {self.value!r}")
+
+    def verify(self, arm):
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        sharded = isinstance(arm.optimizer, ZeroRedundancyOptimizer)
+        if sharded != self.value:
+            raise RuntimeError(f"zero-1 {self.value} but the arm's optimizer is {type(arm.optimizer).__name__}")
+
+
+@register
+class FSDP(Variant):
+    name = "fsdp"
+    sets = ("train.strategy", "train.fsdp_sharding")
+    help = "Lightning's FSDP: full (FULL_SHARD, ZeRO-3) or grad-op (SHARD_GRAD_OP, ZeRO-2) sharding; GPUs only"
+    default = "full"
+    fp32_equivalent = True  # gathered weights, reduce-scattered gradients: the same sums in another order
+    per_process = True
+
+    def validate(self):
+        if self.value not in FSDP_SHARDING:
+            self.fail(f"expected one of {', '.join(FSDP_SHARDING)}, got {self.value!r}")
+
+    def overrides(self):
+        return {"train.strategy": "fsdp", "train.fsdp_sharding": FSDP_SHARDING[self.value]}
+
+    def deployment(self):
+        return Deployment("fsdp", devices=("cuda",))  # Lightning's FSDPStrategy refuses accelerator=cpu
+
+    def verify(self, arm):
+        sharding = arm.recipe.train.fsdp_sharding
+        if arm.recipe.train.strategy != "fsdp" or sharding != FSDP_SHARDING[self.value]:
+            raise RuntimeError(f"fsdp {self.value} but the arm trains strategy {arm.recipe.train.strategy}, {sharding}")
+
+
+@register
+class InjectedBug(Variant):
+    name = "injected-bug"
+    sets = ("train.inject_bug",)
+    help = (
+        "a known bug in DDP's all-reduce (rank-scale: rank 1's gradient x (1 + 1e-3); unreduced-param: one kept local)"
+    )
+    default = "rank-scale"
+    per_process = True
+
+    def validate(self):
+        if self.value not in BUGS:
+            self.fail(f"expected one of {', '.join(BUGS)}, got {self.value!r}")
