@@ -66,6 +66,8 @@ class PairData:
     # pair.json's numerics of each arm ({} when not recorded) and its outside-deployment line
     numerics: dict = field(default_factory=dict)
     outside_deployment: str | None = None
+    # pair.json's ``start``: the pretrained weights both arms start from (a fine-tune); None: not recorded
+    start: str | None = None
 
     @property
     def label(self) -> str:
@@ -138,6 +140,7 @@ def pair_from_records(
         probe={k: np.array([_float(r.get(k)) for r in tracked]) for k in PROBE_KEYS},
         numerics=dict(getattr(info, "numerics", None) or {}),
         outside_deployment=getattr(info, "outside_deployment", None),
+        start=getattr(info, "start", None),
     )
 
 

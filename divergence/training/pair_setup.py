@@ -60,6 +60,30 @@ def pair_info(pair: PairRecipe) -> PairInfo:
         tracking=to_dict(pair.tracking),
         numerics=numerics,
         outside_deployment=outside_deployment(pair.arms, numerics),
+        start=pretrained_start(pair.base),
+    )
+
+
+def pretrained_start(recipe) -> str | None:
+    """``pair.json``'s ``start``: the pretrained weights both arms' trained parts load (the denoiser's
+    ``model.<denoiser>.path``, and the text encoder's when it trains), or None when the denoiser is
+    built from ``model.seed`` (training from scratch; a frozen pretrained part does not make a fine-tune).
+
+    >>> from divergence.recipe.run import RunRecipe
+    >>> pretrained_start(RunRecipe()) is None
+    True
+    """
+    model = recipe.model
+    denoiser = getattr(model, model.denoiser)
+    if denoiser.path is None:
+        return None
+    parts = [(f"model.{model.denoiser}", denoiser)]
+    if model.text_encoder.train and model.text_encoder.path is not None:
+        parts.append(("model.text_encoder", model.text_encoder))
+    return ", ".join(
+        f"{key}.path={part.path}"
+        + "".join(f" {o}={getattr(part, o)}" for o in ("revision", "subfolder", "variant") if getattr(part, o))
+        for key, part in parts
     )
 
 
