@@ -26,6 +26,7 @@ from divergence.analysis import analyze
 from divergence.analysis.finetune import FROM_START, FROM_WEIGHTS, SATURATED_FINETUNE, recognize
 from divergence.comparator.follow import Comparator
 from divergence.errors import UserInputError
+from divergence.report import content
 from divergence.report.inputs import load_pairs
 from divergence.writers import ArmWriter, write_pair_files
 from tests.analysis.synthetic import make_pair
@@ -121,6 +122,7 @@ def test_armwriter_pairs_from_one_start_get_a_verdict(study):
     assert verdict.caveats[0].startswith(f"a fine-tune (recognized from {FROM_START} ({START})): ")
     assert f"{SATURATED_FINETUNE:g} of the data-order seed pair data-order's difference" in verdict.caveats[0]
     assert result.settings["fine_tune"]["seed_reference"] == "data-order"
+    assert verdict.caveats[0] in content.notes(verdict)  # the report says it under the headline
 
 
 def test_a_finetune_is_recognized_from_equal_step0_weights(study):
