@@ -20,8 +20,8 @@ from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.config.schema import to_dict
 from divergence.variants.deployment import arm_numerics, outside_deployment
 
-# Recipe sections that decide the inputs: both arms must agree on them to share one batch. The
-# batch itself is the step's global batch, batch_size x accumulate examples (``data.batches``): arms
+# Recipe sections that decide the inputs: both arms must agree on them to share one batch, but for
+# ``data.seed`` (the data-seed variant: that arm draws its own batches of the same data). The batch itself is the step's global batch, batch_size x accumulate examples (``data.batches``): arms
 # that split it differently (4 micro-batches of 4 against one of 16) see the same examples.
 SHARED_INPUTS = ("data", "noise", "model.tokenizer", "model.vae", "train.max_steps")
 
@@ -129,6 +129,8 @@ def pair_config(pair: PairRecipe) -> dict:
 def check_shared_inputs(pair: PairRecipe) -> None:
     """Both arms must read identical inputs; a variant that changes them breaks the pairing."""
     a, b = (to_dict(pair.arm_recipes[arm]) for arm in ARMS)
+    for recipe in (a, b):  # data.seed may differ: an arm with its own seed gets its own batches (data-seed)
+        recipe["data"] = {k: v for k, v in (recipe.get("data") or {}).items() if k != "seed"}
     for key in SHARED_INPUTS:
         if _get(a, key) != _get(b, key):
             raise RecipeError(
