@@ -119,23 +119,32 @@ class _Curves:
 
 
 def estimate(
-    study: PairData, reference: PairData, seed: PairData | None, start: int | None = None, min_window: int = MIN_WINDOW
+    study: PairData,
+    reference: PairData,
+    seed: PairData | None,
+    start: int | None = None,
+    min_window: int = MIN_WINDOW,
+    saturated: float = SATURATED_E,
 ) -> WindowEstimate:
     """The window and dose ratio of one replicate of ``study`` against ``reference``, read alone
     (its own transient's end); ``estimate_replicates`` reads several from one common first step."""
-    return estimate_replicates([(study, reference, seed)], start, min_window)[0]
+    return estimate_replicates([(study, reference, seed)], start, min_window, saturated)[0]
 
 
 def estimate_replicates(
-    runs: list[tuple[PairData, PairData, PairData | None]], start: int | None = None, min_window: int = MIN_WINDOW
+    runs: list[tuple[PairData, PairData, PairData | None]],
+    start: int | None = None,
+    min_window: int = MIN_WINDOW,
+    saturated: float = SATURATED_E,
 ) -> list[WindowEstimate]:
     """Every replicate's window and dose ratio: (study, reference, seed) runs of one replicate
-    each, read from the first step t0 common to them (``window.common_start``)."""
+    each, read from the first step t0 common to them (``window.common_start``). ``saturated``: the
+    E / E_S that ends a window (``SATURATED_E``; a fine-tune's ``finetune.SATURATED_FINETUNE``)."""
     if not runs:
         return []
     start = window_start(runs[0][0].recipe) if start is None else start
     length = max(2, min_window)
-    curves = [_curves(x, p, s) for x, p, s in runs]
+    curves = [_curves(x, p, s, saturated) for x, p, s in runs]
     settled = [settle_step(c.steps, c.log_ratio, c.regime, c.valid, start, length) for c in curves]
     t0 = common_start(settled, start)
     return [
@@ -144,17 +153,18 @@ def estimate_replicates(
     ]
 
 
-def _curves(study: PairData, reference: PairData, seed: PairData | None) -> _Curves:
+def _curves(study: PairData, reference: PairData, seed: PairData | None, level: float = SATURATED_E) -> _Curves:
     steps, i_x, i_p = np.intersect1d(study.steps, reference.steps, return_indices=True)
     e_x, e_p = study.rel_l2[i_x], reference.rel_l2[i_p]
     f_x, f_p = probe_values(study)[i_x], probe_values(reference)[i_p]
     f_s, e_s = seed_at(seed, steps)
+    e_s = np.where(e_s > 0, e_s, np.nan)  # a seed pair still equal (a fine-tune's step 0) is no ceiling yet
     space = "function" if np.isfinite(f_x).any() and np.isfinite(f_p).any() and np.isfinite(f_s).any() else "weight"
     with np.errstate(divide="ignore", invalid="ignore"):
         phi_x, phi_p = (f_x / f_s, f_p / f_s) if space == "function" else (e_x / e_s, e_p / e_s)
         log_ratio = np.log10(e_x / e_p)
         # E / E_S, NaN without a seed pair: never saturated
-        saturated = (e_x / e_s >= SATURATED_E) | (e_p / e_s >= SATURATED_E)
+        saturated = (e_x / e_s >= level) | (e_p / e_s >= level)
     ends = np.flatnonzero(saturated)
     before = np.arange(len(steps)) < (ends[0] if ends.size else len(steps))
     valid = (e_x > 0) & (e_p > 0) & np.isfinite(log_ratio) & before

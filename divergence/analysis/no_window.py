@@ -12,8 +12,8 @@ pairs tracked, before either saturates (E >= 0.1 E_S), where both local growth r
 so "track earlier and densely" is said only when tracking is what is missing. When fewer than
 ``min_window`` steps lie between t0 and the first saturated step at all, no tracking can give a
 window: what was measured is said instead (which pair's E reached which share of the seed pair's
-E_S at which step, and whether the seed pair's arms started from the same weights, E_S(0) = 0:
-then its level is no ceiling the others approach, docs/method.md).
+E_S at which step, and whether the seed pair's arms started from the same weights, E_S(0) = 0,
+with pairs not all recognized as a fine-tune: then its level is no ceiling, docs/method.md).
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from divergence.analysis.dose import SATURATED_E
 from divergence.analysis.window import RATE_FACTOR, local_rates
 
 
-def why_no_window(study, reference, estimates, min_window: int, seeds=()) -> str:
+def why_no_window(study, reference, estimates, min_window: int, seeds=(), saturated: float = SATURATED_E) -> str:
     """The reason no replicate has a window: a reference that does not drift, a pair that does not
     grow, too few tracked steps, saturation before the window, or pairs that do not grow alike
-    (``seeds``: the seed pair's replicates, whose level saturation is measured against)."""
+    (``seeds``: the seed pair's replicates, whose level saturation is measured against;
+    ``saturated``: the share of it that ends a window, ``SATURATED_E`` or a fine-tune's)."""
     if not any(np.any(np.isfinite(p.rel_l2) & (p.rel_l2 > 0)) for p in reference):
         return (
             f"{reference[0].name}'s difference is zero (or missing) at every tracked step, so it cannot serve "
@@ -51,9 +52,9 @@ def why_no_window(study, reference, estimates, min_window: int, seeds=()) -> str
     if _unsaturated(best) < min_window:
         start = best.window_start if best.window_start is not None else 0
         if best.saturated_at - start < min_window:  # every step before it tracked would still be too few
-            return _saturated_at_once(study, reference, seeds, best, start, min_window)
+            return _saturated_at_once(study, reference, seeds, best, start, min_window, saturated)
         return (
-            f"saturated before the window: a pair's difference reaches {SATURATED_E:g} of the seed pair's at step "
+            f"saturated before the window: a pair's difference reaches {saturated:g} of the seed pair's at step "
             f"{best.saturated_at}, leaving {_unsaturated(best)} tracked step(s) before it (need {min_window}): "
             f"track earlier and densely (every step from step {start} to step {best.saturated_at})"
         )
@@ -79,7 +80,7 @@ def _unsaturated(e) -> int:
     return int(np.sum((steps >= start) & before))
 
 
-def _saturated_at_once(study, reference, seeds, best, start: int, min_window: int) -> str:
+def _saturated_at_once(study, reference, seeds, best, start: int, min_window: int, saturated: float) -> str:
     """Saturation closer to t0 than ``min_window`` steps: the measured E's, and the seed pair's start."""
     at = best.saturated_at
     seed = next((p for p in seeds if p.replicate == best.replicate), seeds[0] if seeds else None)
@@ -88,15 +89,16 @@ def _saturated_at_once(study, reference, seeds, best, start: int, min_window: in
     name, e = max(shares, key=lambda s: s[1] if np.isfinite(s[1]) else -np.inf)
     text = (
         f"saturated at once: at step {at} {name}'s difference E = {e:.2g} is already {e / e_s:.2g} of the seed "
-        f"pair {seed.name}'s (E_S = {e_s:.2g}; saturated is {SATURATED_E:g} of it), and only {at - start} step(s) "
+        f"pair {seed.name}'s (E_S = {e_s:.2g}; saturated is {saturated:g} of it), and only {at - start} step(s) "
         f"come before it from step {start} (need {min_window}), so no tracking gives a window"
     )
-    if _e_at(seed, 0) == 0:
+    if _e_at(seed, 0) == 0 and saturated == SATURATED_E:  # the seed pair starts equal, yet no fine-tune was recognized
         text += (
             f"; {seed.name}'s arms start from the same weights (E_S = 0 at step 0), so its level is no ceiling "
-            "the other pairs approach: pairs that start alike (a fine-tune, a data-order or noise seed) sit near it "
-            "from the first step. A seed pair whose arms start from different initial weights sets the ceiling "
-            "when training from scratch; a fine-tune, whose arms share the pretrained weights, has no such ceiling"
+            "the other pairs approach, but not every pair's arms start equal and no pair.json records a start, so "
+            'the pairs were not read as a fine-tune (docs/method.md, "Fine-tuning"): record the pretrained '
+            "weights each pair starts from (ArmWriter(start=...)), or use a seed pair whose arms start from "
+            "different initial weights when training from scratch"
         )
     return text
 

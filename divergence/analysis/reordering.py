@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate_replicates
+from divergence.analysis.dose import MIN_WINDOW, SATURATED_E, WindowEstimate, estimate_replicates
 from divergence.analysis.headline import factor_text
 from divergence.analysis.no_window import why_no_window
 from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
@@ -82,8 +82,10 @@ def against_reordering(
     seeds: list[PairData],
     start: int | None = None,
     min_window: int = MIN_WINDOW,
+    saturated: float = SATURATED_E,
 ) -> Reordering:
-    """The replicates of the pair under study against the replicates of the reordering pair R."""
+    """The replicates of the pair under study against the replicates of the reordering pair R
+    (``saturated``: the E / E_S that ends a window, a fine-tune's where the pairs are one)."""
     common = dict(
         reference=reordering[0].name, label=reordering[0].label, fp32_equivalent=fp32_equivalent(study[0].arms)
     )
@@ -99,10 +101,10 @@ def against_reordering(
         for x in study
         if (r := replicate_of(reordering, x.replicate)) is not None
     ]
-    estimates = tuple(estimate_replicates(runs, start, min_window))
+    estimates = tuple(estimate_replicates(runs, start, min_window, saturated))
     usable = [e for e in estimates if e.usable]
     if not usable:
-        reason = why_no_window(study, reordering, list(estimates), min_window)
+        reason = why_no_window(study, reordering, list(estimates), min_window, seeds, saturated)
         return Reordering(
             ratio=empty, status=None, replicates_needed=None, reason=reason, estimates=estimates, **common
         )
@@ -123,11 +125,13 @@ def decide(ratio: Pooled) -> str:
     return "inconclusive"
 
 
-def with_reordering(v, study: list[PairData], reordering: list[PairData], seeds, start, min_window):
+def with_reordering(
+    v, study: list[PairData], reordering: list[PairData], seeds, start, min_window, saturated: float = SATURATED_E
+):
     """The verdict ``v`` with X against R and the sentence that says it; unchanged without R."""
     if not reordering:
         return v
-    r = against_reordering(study, reordering, seeds, start, min_window)
+    r = against_reordering(study, reordering, seeds, start, min_window, saturated)
     return replace(v, reordering=r, headline=f"{v.headline} {sentence(r, study[0].label)}")
 
 

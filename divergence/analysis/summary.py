@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from divergence.analysis import legacy, outcome
+from divergence.analysis import finetune, legacy, outcome
 from divergence.analysis.coherence import pair_coherence
 from divergence.analysis.dose import MIN_WINDOW
 from divergence.analysis.growth import N_BOOT, Estimate, estimate_growth, layer_mean
@@ -66,11 +66,12 @@ def analyze(
     seeds = role["seed"][0] if role["seed"] else []
     controls = [p for runs in role["control"] for p in runs]
     reordering = role["reordering"][0] if role["reordering"] else []
+    fine_tune = finetune.recognize(pairs)
     verdicts = []
     for study in role["optimization"]:
-        v = judge(study, reference, seeds, controls, margin_factor, start, min_steps)
+        v = judge(study, reference, seeds, controls, margin_factor, start, min_steps, fine_tune)
         v = _with_calibration(v, study, reference, calibration)
-        v = with_reordering(v, study, reordering, seeds, start, min_steps)
+        v = with_reordering(v, study, reordering, seeds, start, min_steps, finetune.saturation_level(fine_tune))
         verdicts.append(replace(v, extra={**v.extra, "coherence": pair_coherence(study)}))
     growth = {p.key: {m: estimate_growth(p, m, n_boot, seed) for m in TRAJECTORY_METRICS} for p in pairs}
     lowest = [runs[0] for runs in role["precision"] + role["seed"]]
@@ -88,6 +89,7 @@ def analyze(
         "reference": reference[0].name if reference else None,
         "reordering_reference": reordering[0].name if reordering else None,
         "reordering_threshold_dex": REORDERING_DEX,
+        "fine_tune": _fine_tune_dict(fine_tune, seeds),
         "dose_ratio": "per replicate, median over the unsaturated window of log10(E_X/E_P), E = whole-model "
         "rel_l2; pooled mean over replicates with a t interval (R-1 degrees of freedom)",
         "outcome": f"mean over the last {outcome.LAST_FRACTION:.0%} of steps of (l_a - l_b) / l_b; margin = factor x the seed "
@@ -103,6 +105,20 @@ def analyze(
         legacy_ratios,
         calibration,
     )
+
+
+def _fine_tune_dict(fine_tune: finetune.FineTune | None, seeds: list[PairData]) -> dict | None:
+    """``settings.fine_tune``: how the pairs were recognized as a fine-tune, its seed reference and the
+    share of that reference's E that ends a window (None: training from scratch)."""
+    if fine_tune is None:
+        return None
+    return {
+        "recognized_from": fine_tune.how,
+        "start": fine_tune.start,
+        "seed_reference": seeds[0].name if seeds else None,
+        "saturated": fine_tune.saturated,
+        "ceiling": finetune.ceiling_text(fine_tune, seeds),
+    }
 
 
 def _with_calibration(v: Verdict, study, reference, calibration) -> Verdict:

@@ -69,6 +69,8 @@ class PairData:
     outside_deployment: str | None = None
     # the router's record of an MoE pair: ROUTER_KEYS -> (T,), NaN where not probed; {} without MoE
     router: dict[str, np.ndarray] = field(default_factory=dict)
+    # pair.json's ``start``: the pretrained weights both arms start from (a fine-tune); None: not recorded
+    start: str | None = None
 
     @property
     def label(self) -> str:
@@ -147,6 +149,7 @@ def pair_from_records(
         numerics=dict(getattr(info, "numerics", None) or {}),
         outside_deployment=getattr(info, "outside_deployment", None),
         router={k: np.array([_float(r.get(k)) for r in tracked]) for k in ROUTER_KEYS if any(k in r for r in tracked)},
+        start=getattr(info, "start", None),
     )
 
 

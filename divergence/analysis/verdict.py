@@ -48,6 +48,7 @@ import numpy as np
 
 from divergence.analysis import outcome
 from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate_replicates
+from divergence.analysis.finetune import FineTune, ceiling_text, saturation_level
 from divergence.analysis.no_window import why_no_window
 from divergence.analysis.headline import STATUS_WORDS, factor_text, headline, percent
 from divergence.analysis.layers import noise_floor
@@ -108,8 +109,11 @@ def judge(
     margin_factor: float = outcome.MARGIN_FACTOR,
     start: int | None = None,
     min_window: int = MIN_WINDOW,
+    fine_tune: FineTune | None = None,
 ) -> Verdict:
-    """The verdict for the replicates of one pair under study against the replicates of P."""
+    """The verdict for the replicates of one pair under study against the replicates of P;
+    ``fine_tune`` (``finetune.recognize``): the pairs fine-tune one start, so a window ends at
+    ``SATURATED_FINETUNE`` of the data-order seed pair's E, said in a caveat."""
     name, label = study[0].name, study[0].label
     if not reference:
         return _no_verdict(
@@ -122,19 +126,23 @@ def judge(
     floor, floor_text, blocked = _floor(study, controls)
     if blocked:
         return _no_verdict(name, reference[0].name, blocked, floor=floor, label=label)
-    estimates, caveats = _estimates(study, reference, seeds, start, min_window)
+    level = saturation_level(fine_tune)
+    estimates, caveats = _estimates(study, reference, seeds, start, min_window, level)
     caveats += _setup_caveats(study, controls)
+    if fine_tune is not None:
+        caveats.insert(0, ceiling_text(fine_tune, seeds))
     usable = [e for e in estimates if e.usable]
     if not usable and _all_zero(study) and not _all_zero(reference):
         return _no_drift(study, reference, caveats)
     if not usable:
-        return _no_verdict(
+        v = _no_verdict(
             name,
             reference[0].name,
-            why_no_window(study, reference, estimates, min_window, seeds),
+            why_no_window(study, reference, estimates, min_window, seeds, level),
             floor=floor,
             label=label,
         )
+        return replace(v, caveats=caveats[:1]) if fine_tune is not None else v
     dose, dose_f = pool([e.log10 for e in usable]), pool([e.log10_function for e in usable])
     where = outcome.source(study + seeds)
     deltas = {p.replicate: outcome.delta(p, where) for p in study if p.replicate in {e.replicate for e in usable}}
@@ -239,7 +247,7 @@ def _setup_caveats(study: list[PairData], controls: list[PairData]) -> list[str]
     return out
 
 
-def _estimates(study, reference, seeds, start, min_window) -> tuple[list[WindowEstimate], list[str]]:
+def _estimates(study, reference, seeds, start, min_window, level) -> tuple[list[WindowEstimate], list[str]]:
     runs, caveats = [], []
     for x in study:
         p = replicate_of(reference, x.replicate)
@@ -250,7 +258,7 @@ def _estimates(study, reference, seeds, start, min_window) -> tuple[list[WindowE
             )
             continue
         runs.append((x, p, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None)))
-    estimates = estimate_replicates(runs, start, min_window)
+    estimates = estimate_replicates(runs, start, min_window, level)
     short = [e.replicate for e in estimates if not e.usable]
     if short and len(short) < len(estimates):
         caveats.append(f"replicate(s) {', '.join(map(str, short))} left out: window under {min_window} steps")

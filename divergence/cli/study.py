@@ -50,7 +50,8 @@ def run(args) -> int:
     from divergence.errors import UserInputError
     from divergence.report import build_report
     from divergence.study import PairFailed, load_study, run_jobs
-    from divergence.study.config import STUDY_OVERRIDES
+    from divergence.study.config import STUDY_OVERRIDES, fine_tuned
+    from divergence.study.pretrain import ensure_pretrained
     from divergence.study.lock import study_lock
     from divergence.study.runner import device_type, parallel_jobs, plan_jobs, write_recipes
 
@@ -65,6 +66,7 @@ def run(args) -> int:
     if args.max_steps is not None:
         pair_overrides.append(f"train.max_steps={args.max_steps}")
     out = Path(args.out)
+    study = fine_tuned(study, out)  # with pretrain: every pair starts from OUT/pretrained
     jobs = plan_jobs(study, out, pair_overrides)  # every recipe checked; nothing written yet
     parallel = parallel_jobs(args.jobs, study.jobs, device, len(jobs))
     names = list(dict.fromkeys(j.pair.name for j in jobs))
@@ -75,6 +77,8 @@ def run(args) -> int:
         )
         for name, note in dict.fromkeys((j.pair.name, j.pair.note) for j in jobs if j.pair.note):  # once per pair
             print(f"note: {name}: {note}")
+        if study.pretrain is not None:
+            ensure_pretrained(study.base, study.pretrain, out, quiet=args.quiet)
         write_recipes(jobs)
         try:
             run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet)

@@ -30,7 +30,11 @@ Keys (``docs/pair-folder.md``; ``PairInfo`` holds them):
   ``cpu_threads`` (torch intra-op threads, resolved); written by the built-in trainer, ``{}``
   when absent (older folders, other writers); a resume must train in the same numerics;
 - ``outside_deployment``: one line when an arm trains a variant outside the numerics it is used
-  in (``divergence.variants.deployment``: sdpa-flash in fp32, tf32 on a CPU), else null.
+  in (``divergence.variants.deployment``: sdpa-flash in fp32, tf32 on a CPU), else null;
+- ``start`` (optional, a string): where both arms' starting weights come from when they are not
+  a fresh initialization (a fine-tune): a path, a hub id or a hash of the pretrained weights,
+  the same string for every pair of one study (``docs/method.md``, "Fine-tuning"); absent or
+  null: not recorded (training from scratch, or an older writer).
 
 Keys this version does not know are kept when ``PairInfo`` rewrites the file (``extra``), so a
 reader that marks a pair finished never drops what a newer writer put there.
@@ -66,6 +70,7 @@ class PairInfo:
     tracking: dict = field(default_factory=dict)
     numerics: dict = field(default_factory=dict)
     outside_deployment: str | None = None
+    start: str | None = None  # the arms' pretrained starting weights (a fine-tune); written only when set
     contract: int = CONTRACT
     # keys of pair.json this version does not know (``log``, a newer writer's): written back as read
     extra: dict = field(default_factory=dict, repr=False)
@@ -77,6 +82,8 @@ class PairInfo:
     def to_json(self) -> dict:
         data = asdict(self)
         extra = data.pop("extra")
+        if data["start"] is None:
+            del data["start"]  # optional: a pair from scratch writes no key (older readers' files unchanged)
         return {"contract": data.pop("contract"), **data, **{k: v for k, v in extra.items() if k not in data}}
 
     def write(self, pair_dir: str | Path) -> None:
@@ -169,6 +176,7 @@ def write_pair_files(
     log: dict | None = None,
     stride: int = 1,
     keep: int | None = None,
+    start: str | None = None,
 ) -> dict:
     """Write ``pair.json`` into ``out`` (created); return its content.
 
@@ -179,7 +187,9 @@ def write_pair_files(
     ``divergence watch`` sends its logs with (``{"wandb": false}`` for CSV only); ``stride``:
     the arms record every ``stride``-th step (``tracking.stride``, written when not 1; see
     ``divergence.pairfolder.arm.steps``); ``keep``: ``tracking.keep``, the files ``divergence
-    watch`` keeps once it has compared a step (``divergence.comparator.retention``; None: all).
+    watch`` keeps once it has compared a step (``divergence.comparator.retention``; None: all);
+    ``start``: where both arms' starting weights come from in a fine-tune (a path, hub id or hash;
+    ``docs/method.md``, "Fine-tuning"), None: a fresh initialization or not said.
     """
     from divergence.pairfolder.arm.steps import MAX_STEP, check_stride
 
@@ -195,6 +205,11 @@ def write_pair_files(
         raise UserInputError(f"category={category!r}: must be one of {', '.join(CATEGORIES)}")
     if not isinstance(replicate, int) or replicate < 0:
         raise UserInputError(f"replicate={replicate!r}: must be an integer >= 0")
+    if start is not None and (not isinstance(start, str) or not start.strip()):
+        raise UserInputError(
+            f"start={start!r}: must be a non-empty string naming the pretrained weights both arms start from "
+            "(a path, hub id or hash), or None"
+        )
     if log is not None and not isinstance(log, dict):
         raise UserInputError(f"log={log!r}: must be a dict, the recipe's log section (e.g. {{'wandb': False}})")
     tracking = tracking_schedule(every, spike_factor, spike_window, dense)
@@ -211,6 +226,7 @@ def write_pair_files(
         max_steps=max_steps,
         replicate=replicate,
         tracking=tracking,
+        start=start,
         extra={**({"log": dict(log)} if log else {}), **({"open_ended": True} if max_steps is None else {})},
     )
     out.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, kind_table, top_layers
-from divergence.analysis import dose, outcome, replicates, verdict, window
+from divergence.analysis import dose, finetune, outcome, replicates, verdict, window
 from divergence.analysis.growth import Estimate
 from divergence.analysis.headline import replicates_sentence
 from divergence.analysis.reordering import METHOD_TEXT as REORDERING_METHOD
@@ -75,6 +75,12 @@ def method() -> list[str]:
         "non-zero control smaller than that is the hardware's run-to-run floor, and the pair is stated against it. "
         "One replicate gives point estimates only: preliminary.",
         REORDERING_METHOD,
+        "Fine-tuning: when every pair starts from the same pretrained weights (pair.json's start, or every pair's "
+        "E(0) = 0, the seed pair's too), the seed reference is a data-order / noise seed pair, whose E grows from 0 "
+        "beside the others instead of starting at a ceiling. The ceiling is then what fine-tuning reaches, the "
+        "data-order pair's own level (about each arm's displacement from the start): a window ends where a pair's "
+        f"E reaches {finetune.SATURATED_FINETUNE:g} E_seed. The window, the dose ratio and the outcome are read as "
+        "from scratch otherwise, and the verdict says it is a fine-tune and what its ceiling was.",
         "Deployment numerics: an optimization is measured where it runs. A flash kernel is used under fp16/bf16 "
         "autocast, so a study trains both arms of its pair there; a pair trained outside its deployment numerics is "
         "said in a caveat. Each arm's numerics (device, precision, kernel, TF32, threads) are in its pair.json.",

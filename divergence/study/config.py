@@ -15,6 +15,8 @@
     replicates: 3                          # replicates of every pair but the control (one suffices)
     numerics: deployment                   # the pair under study in its deployment numerics (or: base)
     jobs: auto
+    pretrain: {steps: 300}                 # optional: every pair fine-tunes from the base pretrained N
+                                           # steps (trained on first use into OUT/pretrained, study.pretrain)
 
 Every pair is rewritten onto the study's base (its own ``base`` and ``recipe`` are replaced,
 its arms and name kept), so the pairs differ only in their arms. ``precision: auto`` picks
@@ -47,7 +49,7 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from divergence.errors import RecipeError
@@ -55,6 +57,7 @@ from divergence.recipe.names import check_name
 from divergence.recipe.pair import PAIR_KEYS, existing_file, pair_name
 from divergence.config.schema import apply_overrides, load_yaml
 from divergence.config.yaml_safe import short
+from divergence.study.pretrain import check_pretrain, with_start
 
 STUDY_KEYS = {
     "name",
@@ -67,9 +70,21 @@ STUDY_KEYS = {
     "jobs",
     "replicates",
     "numerics",
+    "pretrain",
 }
 # Command-line KEY=VALUE overrides that change the study itself; every other one goes to each pair.
-STUDY_OVERRIDES = ("base=", "study=", "study.", "references.", "jobs=", "name=", "replicates=", "numerics=")
+STUDY_OVERRIDES = (
+    "base=",
+    "study=",
+    "study.",
+    "references.",
+    "jobs=",
+    "name=",
+    "replicates=",
+    "numerics=",
+    "pretrain.",
+    "pretrain=",
+)
 REFERENCE_ROLES = ("seed", "precision", "control", "reordering")
 NUMERICS = ("deployment", "base")
 PRECISION_AUTO = {"cuda": "pairs/fp16-vs-fp32.yaml", "cpu": "pairs/bf16-vs-fp32.yaml"}
@@ -100,6 +115,8 @@ class Study:
     jobs: int | str
     source: Path
     replicates: int = 1
+    pretrain: dict | None = None  # {steps, recipe}: every pair fine-tunes from the base pretrained (study.pretrain)
+    base: Path | None = None  # the run recipe every pair trains
 
 
 def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "cpu") -> Study:
@@ -147,7 +164,19 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
     replicates = data.get("replicates", 1)
     if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:
         raise RecipeError(f"{path}: replicates: expected a positive integer, got {short(replicates)}")
-    return Study(study_name(data, path), tuple(pairs), jobs, path, replicates)
+    pretrain = check_pretrain(data.get("pretrain"), str(path))
+    return Study(study_name(data, path), tuple(pairs), jobs, path, replicates, pretrain, base)
+
+
+def fine_tuned(study: Study, out: Path) -> Study:
+    """``study`` with every pair loading the study's pretrained parts from ``out`` (``study.pretrain``);
+    unchanged without ``pretrain``."""
+    if study.pretrain is None:
+        return study
+    pairs = tuple(
+        replace(p, recipe={**p.recipe, "recipe": with_start(p.recipe.get("recipe") or {}, out)}) for p in study.pairs
+    )
+    return replace(study, pairs=pairs)
 
 
 def study_name(data: dict, path: Path) -> str:

@@ -71,6 +71,8 @@ class ArmsModule(L.LightningModule):
         self.save_hyperparameters(config)  # to every logger's config and into the .ckpt
         first = next(iter(recipes.values()))
         self.inputs = Inputs(first)
+        # arms on another data seed (the data-seed variant): their own batches of the same data
+        self.own_inputs = {n: Inputs(r) for n, r in recipes.items() if r.data.seed != first.data.seed}
         self.workers = first.data.workers
         self.arms = torch.nn.ModuleDict(
             {
@@ -92,6 +94,8 @@ class ArmsModule(L.LightningModule):
         for arm in self.arms.values():
             arm.setup(device)
         self.inputs.to(device)
+        for inputs in self.own_inputs.values():
+            inputs.to(device)
 
     def configure_model(self) -> None:
         """Under ``ModelParallelStrategy`` (``train.tensor_parallel``): shard each arm's DiT blocks over
@@ -125,14 +129,22 @@ class ArmsModule(L.LightningModule):
         inputs = micro[0] if len(micro) == 1 else micro
         self.last_outputs, self.last_costs = {}, {}
         for name, arm in self.arms.items():  # each arm's step timed and its peak memory read (costs.jsonl)
+            own = self.own_inputs.get(name)
+            mine = inputs if own is None else self._own_step(own, batch.step)
             with step_cost(self.device) as self.last_costs[name]:
-                self.last_outputs[name] = arm.training_step(inputs, backward=self.manual_backward)
+                self.last_outputs[name] = arm.training_step(mine, backward=self.manual_backward)
         self.optimizers().step()  # one tick of global_step (see StepCounter)
         local = torch.stack([out.loss.float() for out in self.last_outputs.values()])
         mean = self.trainer.strategy.reduce(local, reduce_op="mean")  # the global loss of each arm
         self.step_losses = dict(zip(self.last_outputs, mean.tolist()))
         self._log_step()
         return next(iter(self.last_outputs.values())).loss
+
+    def _own_step(self, inputs: Inputs, step: int):
+        """An arm's own micro-batches of ``step`` from its data seed (the data-seed variant), this rank's."""
+        batch = inputs.batches.batch(step, self.trainer.global_rank, self.trainer.world_size).to(self.device)
+        micro = inputs.prepare_step(batch)
+        return micro[0] if len(micro) == 1 else micro
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         # after the callbacks stored this step's loss, records and weights: nothing measured is lost

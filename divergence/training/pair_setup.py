@@ -21,8 +21,8 @@ from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.config.schema import to_dict
 from divergence.variants.deployment import arm_numerics, outside_deployment
 
-# Recipe sections that decide the inputs: both arms must agree on them to share one batch. The
-# batch itself is the step's global batch, batch_size x accumulate examples (``data.batches``): arms
+# Recipe sections that decide the inputs: both arms must agree on them to share one batch, but for
+# ``data.seed`` (the data-seed variant: that arm draws its own batches of the same data). The batch itself is the step's global batch, batch_size x accumulate examples (``data.batches``): arms
 # that split it differently (4 micro-batches of 4 against one of 16) see the same examples.
 SHARED_INPUTS = ("data", "noise", "model.tokenizer", "model.vae", "train.max_steps")
 
@@ -61,6 +61,30 @@ def pair_info(pair: PairRecipe) -> PairInfo:
         tracking=to_dict(pair.tracking),
         numerics=numerics,
         outside_deployment=outside_deployment(pair.arms, numerics),
+        start=pretrained_start(pair.base),
+    )
+
+
+def pretrained_start(recipe) -> str | None:
+    """``pair.json``'s ``start``: the pretrained weights both arms' trained parts load (the denoiser's
+    ``model.<denoiser>.path``, and the text encoder's when it trains), or None when the denoiser is
+    built from ``model.seed`` (training from scratch; a frozen pretrained part does not make a fine-tune).
+
+    >>> from divergence.recipe.run import RunRecipe
+    >>> pretrained_start(RunRecipe()) is None
+    True
+    """
+    model = recipe.model
+    denoiser = getattr(model, model.denoiser)
+    if denoiser.path is None:
+        return None
+    parts = [(f"model.{model.denoiser}", denoiser)]
+    if model.text_encoder.train and model.text_encoder.path is not None:
+        parts.append(("model.text_encoder", model.text_encoder))
+    return ", ".join(
+        f"{key}.path={part.path}"
+        + "".join(f" {o}={getattr(part, o)}" for o in ("revision", "subfolder", "variant") if getattr(part, o))
+        for key, part in parts
     )
 
 
@@ -106,6 +130,8 @@ def pair_config(pair: PairRecipe) -> dict:
 def check_shared_inputs(pair: PairRecipe) -> None:
     """Both arms must read identical inputs; a variant that changes them breaks the pairing."""
     a, b = (to_dict(pair.arm_recipes[arm]) for arm in ARMS)
+    for recipe in (a, b):  # data.seed may differ: an arm with its own seed gets its own batches (data-seed)
+        recipe["data"] = {k: v for k, v in (recipe.get("data") or {}).items() if k != "seed"}
     for key in SHARED_INPUTS:
         if _get(a, key) != _get(b, key):
             raise RecipeError(

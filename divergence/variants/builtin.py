@@ -3,6 +3,7 @@
 - ``attention``: the attention kernel (flash vs baseline is the paper's question);
 - ``seed``: the weight-init seed (the paper's reference bound: models that differ only by
   initialization are considered equivalent);
+- ``data-seed``: the data order and noise (a fine-tune's seed reference: the init stays shared);
 - ``precision``: the training precision (the paper's upper bound, FP16 vs FP32);
 - ``gradient-checkpointing``: recompute UNet activations in the backward pass;
 - ``adamw-impl``: the AdamW implementation (``foreach``, ``fused``, ``loop``), a fused-kernel
@@ -67,6 +68,26 @@ class Seed(Variant):
     name = "seed"
     sets = ("model.seed",)
     help = "weight-initialization seed of the arm (the data seed stays shared)"
+    category = "seed"
+    default = 1
+
+    def validate(self):
+        if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < 0:
+            self.fail(f"expected a non-negative integer seed, got {self.value!r}")
+
+
+@register
+class DataSeed(Variant):
+    """A data-order / noise seed: the arm's ``data.seed``, which orders the examples and draws the noise,
+    timesteps and caption dropout of every step (``divergence.data.sampling``; the shapes source draws
+    its examples from it too: another sample of the same distribution). Its init stays shared, so in a
+    fine-tune, where every arm starts from the same pretrained weights, this is the seed that matters
+    (diffusers' ``--seed``) and the seed reference (``docs/method.md``, "Fine-tuning"); the lockstep
+    pair gives such an arm its own batches (``training.arms_module``)."""
+
+    name = "data-seed"
+    sets = ("data.seed",)
+    help = "data-order and noise seed of the arm (its init stays shared): the seed reference of a fine-tune"
     category = "seed"
     default = 1
 

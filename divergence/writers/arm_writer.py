@@ -113,7 +113,8 @@ class ArmWriter:
         deletes both arms' weights files of it but every keep-th tracked step's and the last's
         (``divergence.comparator.retention``); None (default): keep all. Both arms the same.
     **pair : for ``pair.json`` when this arm writes it: ``name``, ``category``, ``arms``,
-        ``description``, ``replicate``, ``spike_factor``, ``spike_window``, ``log``; a folder
+        ``description``, ``replicate``, ``spike_factor``, ``spike_window``, ``log``, ``start`` (the
+        pretrained weights both arms start from, in a fine-tune: a path, hub id or hash); a folder
         whose ``pair.json`` differs in a given ``name``, ``category``, ``arms`` or ``replicate``
         is refused (another pair).
     """

@@ -1,15 +1,16 @@
-"""The no-window reason names what it measured: pairs that all start from the same weights.
+"""The no-window reason names what it measured; pairs that all start from the same weights are a fine-tune.
 
 The issue's fine-tuning measurements (E at step 1): 1.2e-9 for fused vs foreach AdamW, 6.7e-4
 for bf16 vs fp32, 4.4e-3 for a data-order seed pair that, like the others, starts at E = 0. The
-precision pair is then 0.15 of the seed pair's level at step 1 (saturated is 0.1), and no
-tracking can put steps before step 1: advice to track earlier cannot be followed.
+precision pair is then 0.15 of the seed pair's level at step 1: read with the from-scratch rule
+(saturated at 0.1) no tracking could give a window. Every pair's arms start equal, so the pairs
+are read as a fine-tune (``analysis.finetune``), whose ceiling is 0.5 of the data-order pair's.
 """
 
 from tests.byo.test_pair_names import verdicts, write_pair
 
 
-def test_same_start_pairs_are_told_what_was_measured_not_to_track_earlier(tmp_path):
+def test_same_start_pairs_are_read_as_a_finetune_and_get_a_verdict(tmp_path):
     root = tmp_path / "study"
     for r in range(2):
         for name, category, eps in (
@@ -20,10 +21,9 @@ def test_same_start_pairs_are_told_what_was_measured_not_to_track_earlier(tmp_pa
             write_pair(root / f"{name}-r{r}", name, category, eps, r)
     (verdict,) = verdicts(root)
     headline = verdict["headline"]
-    assert headline.startswith("No verdict for fused-vs-foreach: saturated at once: at step 1 bf16-vs-fp32's")
-    assert "is already 0.15 of the seed pair data-order's" in headline, headline
-    assert "data-order's arms start from the same weights (E_S = 0 at step 0)" in headline
-    assert "track earlier" not in headline and "every step before" not in headline
+    assert headline.startswith("Bounded: fused-vs-foreach perturbs training"), headline
+    assert "log10 dose ratio -2.75" in headline  # log10(1.2e-6 / 6.7e-4): E_X / E_P at every step
+    assert verdict["caveats"][0].startswith("a fine-tune (recognized from equal step-0 weights)")
 
 
 def test_saturation_after_untracked_steps_says_which_steps_to_track(tmp_path):

@@ -164,3 +164,14 @@ def test_grad_accumulation_trains_as_a_pair(tmp_path):
     assert main(["train", "--recipe", str(PAIRS / "grad-accumulation.yaml"), "--out", str(tmp_path / "r"), *args]) == 0
     steps = step_records(tmp_path / "r")
     assert sorted(steps) == [0, 1, 2] and 0 < steps[2]["wasserstein"]
+
+
+def test_data_seed_pair_starts_equal_and_trains_on_its_own_batches(tmp_path):
+    """A fine-tune's seed reference: same init (E(0) = 0, unlike seed-vs-seed), another data order and
+    noise for arm b (its own batches), so the arms differ from step 1 on and their losses differ."""
+    pair = pair_recipe("data-seed", "train.max_steps=2", "tracking.every=1")
+    assert pair.category == "seed" and pair.arm_recipes["a"].data.seed != pair.arm_recipes["b"].data.seed
+    train_pair(pair, tmp_path)
+    steps = step_records(tmp_path)
+    assert steps[0]["max_abs_diff"] == 0.0 and steps[1]["max_abs_diff"] > 0
+    assert steps[1]["loss_a"] != steps[1]["loss_b"]

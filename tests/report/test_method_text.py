@@ -3,7 +3,7 @@ change a threshold and the text changes with it; no threshold is retyped as a li
 
 import pytest
 
-from divergence.analysis import dose, outcome, replicates, verdict, window
+from divergence.analysis import dose, finetune, outcome, replicates, verdict, window
 from divergence.report import content
 
 # (module, constant, a value no other constant has, how the text writes that value)
@@ -20,6 +20,7 @@ THRESHOLDS = [
     (outcome, "SATURATED_END", 0.8, "(phi >= 0.8)"),
     (outcome, "SATURATED_FACTOR", 1.5, "held to 1.5 x the seed spread"),
     (replicates, "CONFIDENCE", 0.9, "a 90% t interval"),
+    (finetune, "SATURATED_FINETUNE", 0.45, "reaches 0.45 E_seed"),
 ]
 
 
@@ -50,6 +51,7 @@ def test_the_method_text_states_the_current_values():
         f"m = {outcome.MARGIN_FACTOR:g} x",
         f"phi >= {outcome.SATURATED_END:g}",
         f"window under {dose.MIN_WINDOW} steps",
+        f"reaches {finetune.SATURATED_FINETUNE:g} E_seed",
         "docs/method.md",
     ):
         assert fragment in said

@@ -1,0 +1,58 @@
+"""A fine-tuning study's start: the pretrained parts written as save_pretrained folders, loaded by every pair."""
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import save_file
+
+from divergence.config.schema import to_dict
+from divergence.errors import RecipeError
+from divergence.study.config import fine_tuned, load_study
+from divergence.study.pretrain import check_pretrain, export_parts, folder
+from divergence.training.arm import Arm
+from divergence.training.inputs import Inputs
+from divergence.training.pair_setup import pretrained_start
+from divergence.variants.pair_recipe import load_pair_recipe
+from divergence.study.config import SHIPPED_RECIPES as RECIPES
+from tests.training.tiny import tiny_recipe
+
+
+def test_the_exported_parts_load_bitwise_as_a_pairs_start(tmp_path):
+    recipe = tiny_recipe("model.seed=3")
+    arm = Arm(recipe, Inputs(recipe).tokenizer)
+    with torch.no_grad():  # weights no fresh init has: what "pretrained" means here
+        for p in arm.parameters():
+            p.add_(0.01)
+    weights = {k: v.contiguous() for k, v in arm.weights().items()}
+    save_file(weights, str(tmp_path / "step.safetensors"))
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(to_dict(recipe)))
+    export_parts(tmp_path / "recipe.yaml", tmp_path / "step.safetensors", tmp_path / "pretrained")
+    start = tiny_recipe(
+        f"model.unet.path={tmp_path / 'pretrained' / 'unet'}",
+        f"model.text_encoder.path={tmp_path / 'pretrained' / 'text_encoder'}",
+    )
+    loaded = Arm(start, Inputs(start).tokenizer).weights()
+    assert loaded.keys() == weights.keys()
+    assert all(torch.equal(loaded[k], weights[k]) for k in weights)
+    assert pretrained_start(start).startswith("model.unet.path=")
+
+
+def test_the_finetune_study_starts_every_pair_from_the_pretrained_folder(tmp_path):
+    study = fine_tuned(load_study(RECIPES / "study-finetune.yaml"), tmp_path)
+    assert study.pretrain["steps"] >= 100
+    roles = {p.role: p.name for p in study.pairs}
+    assert roles["seed"] == "data-seed" and "reordering" not in roles
+    where = str(folder(tmp_path).resolve() / "unet")
+    for pair in study.pairs:
+        assert pair.recipe["recipe"]["model"]["unet"]["path"] == where
+        assert pair.recipe["recipe"]["train"]["lr"] == 1e-4
+    scratch = tmp_path / "seed.yaml"
+    scratch.write_text(yaml.safe_dump({**study.pairs[1].recipe, "replicate": 1}))
+    pair = load_pair_recipe(scratch)
+    assert pair.category == "seed" and pair.arm_recipes["a"].model.unet.path == where
+
+
+@pytest.mark.parametrize("spec", [{"steps": 0}, {"recipe": {}}, {"steps": 5, "epochs": 1}, 7])
+def test_a_bad_pretrain_names_the_key(spec):
+    with pytest.raises(RecipeError, match="study.yaml: pretrain"):
+        check_pretrain(spec, "study.yaml")
