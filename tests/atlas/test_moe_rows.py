@@ -28,7 +28,7 @@ def test_the_moe_backbone_has_the_rows_that_apply_to_it():
     ]
     assert not any(OPTIMIZATIONS[n].applies(b) for n in ("router-bf16", "expert-grouped") for b in ("unet", "dit"))
     reason = OPTIMIZATIONS["expert-parallel"].unavailable("cpu")
-    assert reason.startswith("not measured: ") and "issue 34" in reason and "\n" not in reason
+    assert reason.startswith("not measured: ") and "all-to-all" in reason and "\n" not in reason
 
 
 def test_the_moe_study_trains_its_pairs_on_tiny_moe_without_the_accumulation_reordering():

@@ -85,12 +85,15 @@ def test_variants_declare_whether_they_are_fp32_equivalent():
         "adamw-impl",
         "compile",
         "cpu-threads",
+        "data-parallel",
         "expert-grouped",
         "expert-loop",
+        "fsdp",
         "fsdp-offload",
         "grad-accumulation",
         "gradient-checkpointing",
         "tensor-parallel",
+        "zero-1",
     ]
     assert fp32_equivalent({"a": ["grad-accumulation=4x4"], "b": ["grad-accumulation=1x16"]})
     assert fp32_equivalent({"a": ["compile"], "b": ["compile=False"]})
