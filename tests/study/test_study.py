@@ -244,7 +244,7 @@ def test_a_re_run_with_an_edited_recipe_is_refused_not_mixed(tiny_study, capsys)
     the key."""
     out = tiny_study.out
     before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.suffix != ".lock"}
-    assert main(["study", "--out", str(out), *TINY, "--replicates", "2", "train.lr=0.5"]) == 2
+    assert main(["study", "--out", str(out), "--jobs", "2", "--replicates", "2", *QUICK, "train.lr=0.5"]) == 2
     err = capsys.readouterr().err.strip()
     run = out / "flash-vs-baseline" / "r0"
     assert len(err.splitlines()) == 1 and f"{run}: its pair.yaml" in err, err
