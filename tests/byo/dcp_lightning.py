@@ -30,8 +30,14 @@ def _worker(rank: int, world: int, root: str, port: int) -> None:
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world)
     )
     torch.set_num_threads(1)
+    fit_on_rank(Path(root))
+
+
+def fit_on_rank(root: Path) -> None:
+    """This rank's fit of both arms; Lightning takes the process group if one is initialised
+    (``tests.gloo_runs``), else starts its own from the launcher's environment."""
     for arm, lr in (("a", 1e-2), ("b", 2e-2)):
-        _fit(Path(root), arm, lr)
+        _fit(root, arm, lr)
 
 
 def _fit(root: Path, arm: str, lr: float) -> None:

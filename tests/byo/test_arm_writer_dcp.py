@@ -20,14 +20,15 @@ from divergence.store import MetricsStore
 from divergence.writers import ArmWriter
 from tests.helpers import assert_one_line_message
 
-from .dcp_arms import EVERY, MAX_STEPS, write_arms
+from .dcp_arms import EVERY, MAX_STEPS
 
 TRACKED = list(range(0, MAX_STEPS + 1, EVERY))
 
 
-@pytest.fixture(scope="module")
-def arms(tmp_path_factory):
-    return write_arms(tmp_path_factory.mktemp("dcp_arms"))
+@pytest.fixture
+def arms(gloo_runs):
+    """``dcp_arms``' pair folders, written by the session's one gloo spawn (``tests.gloo_runs``)."""
+    return gloo_runs / "arms"
 
 
 def _watch(out, capsys, *extra):
@@ -164,11 +165,10 @@ def test_one_arm_in_dcp_and_the_other_in_safetensors_compare(tmp_path, capsys):
     assert _rows(MetricsStore(tmp_path / "mixed")) == _rows(MetricsStore(tmp_path / "st"))
 
 
-@pytest.fixture(scope="module")
-def lightning_arms(tmp_path_factory):
-    from .dcp_lightning import write_arms as fit_arms
-
-    return fit_arms(tmp_path_factory.mktemp("dcp_lightning"))
+@pytest.fixture
+def lightning_arms(gloo_runs):
+    """``dcp_lightning``'s pair folders, written by the session's one gloo spawn (``tests.gloo_runs``)."""
+    return gloo_runs / "lightning"
 
 
 def test_lightning_model_parallel_arms_in_dcp_equal_the_gathered_weights(lightning_arms, capsys):

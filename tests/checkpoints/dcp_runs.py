@@ -60,12 +60,17 @@ def _worker(rank: int, world: int, root: str, port: int) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        for arm, lr in (("a", 1e-2), ("b", 2e-2)):
-            _train_and_save(Path(root), arm, lr, rank)
-        _save_columns(Path(root), rank, world)
-        _save_megatron(Path(root), rank, world)
+        write_on_rank(Path(root), rank, world)
     finally:
         dist.destroy_process_group()
+
+
+def write_on_rank(root: Path, rank: int, world: int) -> None:
+    """This rank's part of both runs, in a process group already initialised (``tests.gloo_runs``)."""
+    for arm, lr in (("a", 1e-2), ("b", 2e-2)):
+        _train_and_save(root, arm, lr, rank)
+    _save_columns(root, rank, world)
+    _save_megatron(root, rank, world)
 
 
 def _train_and_save(root: Path, arm: str, lr: float, rank: int) -> None:

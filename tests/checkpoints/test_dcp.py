@@ -19,13 +19,14 @@ from divergence.cli import main
 from divergence.errors import CheckpointError
 from divergence.store import MetricsStore
 
-from .dcp_runs import STEPS, write_runs
+from .dcp_runs import STEPS
 from .forge import RunsCode
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return write_runs(tmp_path_factory.mktemp("dcp_runs"))
+@pytest.fixture
+def runs(gloo_runs):
+    """``dcp_runs``' folder, written by the session's one gloo spawn (``tests.gloo_runs``)."""
+    return gloo_runs / "runs"
 
 
 def _by_name(records):

@@ -1,7 +1,10 @@
 """The study: recipe resolution, its errors, and a tiny study end to end (train, resume, report)."""
 
+import contextlib
+import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -20,6 +23,7 @@ QUICK = [
     "train.batch_size=2",
     "sample.enabled=false",
 ]
+TINY = ["--jobs", "2", "--replicates", "1", *QUICK]
 
 
 def test_default_study_resolves_every_pair_onto_one_base():
@@ -122,10 +126,21 @@ def test_a_bad_references_reordering_is_one_line_and_exit_2_before_training(tmp_
     assert not list((tmp_path / "s").glob("*/*/metrics.jsonl"))
 
 
-def test_tiny_study_end_to_end_then_resume_skips_finished_pairs(tmp_path, capsys):
-    out = tmp_path / "study"
-    assert main(["study", "--out", str(out), "--jobs", "2", "--replicates", "1", *QUICK]) == 0
-    printed = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory):
+    """The default study, tiny (every pair, one replicate, 6 steps, two pair runs side by side): trained
+    once for the tests that read it (on one xdist worker: tests/conftest.py); a study they run over it
+    is refused or trains nothing (each test checks which)."""
+    out = tmp_path_factory.mktemp("tiny-study") / "study"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["study", "--out", str(out), *TINY])
+    return SimpleNamespace(out=out, code=code, printed=printed.getvalue())
+
+
+def test_tiny_study_end_to_end_then_resume_skips_finished_pairs(tiny_study):
+    out, printed = tiny_study.out, tiny_study.printed
+    assert tiny_study.code == 0
     assert "flash attention" in printed and "report:" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["pairs"]) == {"flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32", "control", "reordering"}
@@ -138,7 +153,7 @@ def test_tiny_study_end_to_end_then_resume_skips_finished_pairs(tmp_path, capsys
         assert info["finished"] and info["last_step"] == 6 and info["replicate"] == 0
         assert info["tracking"]["probe"]["size"] == 4 and info["tracking"]["dense"] == [[20, 1], [100, 5]]
     stamps = {p: (out / p / "r0" / "metrics.jsonl").stat().st_mtime_ns for p in summary["pairs"]}
-    assert main(["study", "--out", str(out), "--jobs", "2", "--replicates", "1", *QUICK]) == 0  # nothing to train
+    assert main(["study", "--out", str(out), *TINY]) == 0  # nothing to train
     assert stamps == {p: (out / p / "r0" / "metrics.jsonl").stat().st_mtime_ns for p in summary["pairs"]}
 
 
@@ -170,38 +185,39 @@ def test_a_bad_override_fails_before_any_training(tmp_path, capsys):
     assert not list((tmp_path / "s").glob("*/*/metrics.jsonl"))
 
 
-def test_the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_new_replicates(tmp_path, capsys):
-    # flash (fp32 here: numerics=base keeps the test fast) alone with --jobs 1, and beside the control with
-    # --jobs 2 (side by side); the thread count is the recipe's (train.cpu_threads), not --jobs' (before: 2
-    # threads with --jobs 1 on a 2-core machine and 1 with --jobs 2, and the stores differed from step 1)
-    def only(replicates, *extra):
+def test_the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_new_replicates(
+    tiny_study, tmp_path, capsys
+):
+    # flash and the control one at a time (--jobs 1), and side by side with the other pairs (--jobs 2: the
+    # tiny study); the thread count is the recipe's (train.cpu_threads), not --jobs' (before: 2 threads with
+    # --jobs 1 on a 2-core machine and 1 with --jobs 2, and the stores differed from step 1)
+    def only(replicates):
         return [
-            "--max-steps",
-            "3",
+            "--jobs",
+            "1",
             "--replicates",
             str(replicates),
-            *QUICK[2:],
-            "numerics=base",
+            *QUICK,
             "references.seed=null",
             "references.precision=null",
             "references.reordering=null",
-            *extra,
         ]
 
-    one, two = tmp_path / "jobs1", tmp_path / "jobs2"
-    assert main(["study", "--out", str(one), "--jobs", "1", *only(1, "references.control=null")]) == 0
-    assert main(["study", "--out", str(two), "--jobs", "2", *only(1)]) == 0
+    one, two = tmp_path / "jobs1", tiny_study.out
+    assert main(["study", "--out", str(one), *only(1)]) == 0
     run = Path("flash-vs-baseline") / "r0"
-    assert (one / run / "metrics.jsonl").read_bytes() == (two / run / "metrics.jsonl").read_bytes()
-    numerics = json.loads((two / run / "pair.json").read_text())["numerics"]
-    assert numerics["a"]["cpu_threads"] == numerics["b"]["cpu_threads"] == 1
+    for pair in (run, Path("control") / "r0"):
+        assert (one / pair / "metrics.jsonl").read_bytes() == (two / pair / "metrics.jsonl").read_bytes()
+    for study in (one, two):
+        numerics = json.loads((study / run / "pair.json").read_text())["numerics"]
+        assert numerics["a"]["cpu_threads"] == numerics["b"]["cpu_threads"] == 1
 
-    first = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(two.glob("*/r*/metrics.jsonl"))}
-    logs = {p: p.stat().st_size for p in sorted((two / "logs").glob("*.log"))}
-    assert main(["study", "--out", str(two), "--jobs", "2", *only(2)]) == 0
+    first = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(one.glob("*/r*/metrics.jsonl"))}
+    logs = {p: p.stat().st_size for p in sorted((one / "logs").glob("*.log"))}
+    assert main(["study", "--out", str(one), *only(2)]) == 0
     assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in first} == first  # replicate 0: not touched
     assert {p: p.stat().st_size for p in logs} == logs
-    runs = sorted(str(p.parent.relative_to(two)) for p in two.glob("*/r*/metrics.jsonl"))
+    runs = sorted(str(p.parent.relative_to(one)) for p in one.glob("*/r*/metrics.jsonl"))
     assert runs == ["control/r0", "flash-vs-baseline/r0", "flash-vs-baseline/r1"]
     capsys.readouterr()
 
@@ -210,11 +226,11 @@ def test_the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_n
         [
             "train",
             "--recipe",
-            str(two / "recipes" / "flash-vs-baseline-r0.yaml"),
+            str(one / "recipes" / "flash-vs-baseline-r0.yaml"),
             "--out",
-            str(two / run),
+            str(one / run),
             *QUICK[4:],
-            "train.max_steps=5",
+            "train.max_steps=9",
             "train.cpu_threads=2",
         ]
     )
@@ -222,24 +238,20 @@ def test_the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_n
     assert code == 2 and err.count("\n") == 1 and "train.cpu_threads = 1, this command 2" in err
 
 
-def test_a_re_run_with_an_edited_recipe_is_refused_not_mixed(tmp_path, capsys):
-    """Issue 28 (3): a re-run with ``train.lr=0.5`` over runs of ``train.lr=0.001`` exited 0 with a report of the
-    old runs, and one extended by a replicate mixed old and new; now one line naming the run and the key."""
-    out = tmp_path / "s"
-    small = ["--max-steps", "2", "--jobs", "1", *QUICK[2:], "numerics=base"]
-    small += ["references.seed=null", "references.precision=null", "references.control=null"]
-    small += ["references.reordering=null"]
-    assert main(["study", "--out", str(out), "--replicates", "1", *small, "train.lr=0.001"]) == 0
-    capsys.readouterr()
+def test_a_re_run_with_an_edited_recipe_is_refused_not_mixed(tiny_study, capsys):
+    """Issue 28 (3): a re-run with ``train.lr=0.5`` over runs of ``train.lr=0.001`` (the base's) exited 0 with a
+    report of the old runs, and one extended by a replicate mixed old and new; now one line naming the run and
+    the key."""
+    out = tiny_study.out
     before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.suffix != ".lock"}
-    assert main(["study", "--out", str(out), "--replicates", "2", *small, "train.lr=0.5"]) == 2
+    assert main(["study", "--out", str(out), "--jobs", "2", "--replicates", "2", *QUICK, "train.lr=0.5"]) == 2
     err = capsys.readouterr().err.strip()
     run = out / "flash-vs-baseline" / "r0"
     assert len(err.splitlines()) == 1 and f"{run}: its pair.yaml" in err, err
     assert "recipes.a.train.lr = 0.001, this command 0.5" in err and "give a new --out, or delete" in err
     assert {p: p.read_bytes() for p in before} == before  # runs, recipes and report untouched
     assert not (out / "flash-vs-baseline" / "r1").exists()  # no run of the new recipe beside the old
-    assert main(["study", "--out", str(out), "--replicates", "1", *small, "train.lr=0.001"]) == 0  # same recipe: reused
+    assert main(["study", "--out", str(out), *TINY]) == 0  # the same recipe: reused
 
 
 def test_a_failed_train_child_is_quoted_from_its_own_lines(tmp_path):

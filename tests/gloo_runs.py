@@ -1,0 +1,49 @@
+"""Every 2-rank gloo run the tests read, written by ONE spawn of 2 CPU processes.
+
+Each spawned process starts torch (and Lightning) again: seconds of CPU per process, so the runs
+share one spawn and one process group (the session fixture ``gloo_runs`` in ``tests/conftest.py``,
+its tests on one xdist worker):
+
+    root/runs/        tests.checkpoints.dcp_runs     (FSDP2 + DCP saves, columns, Megatron layout)
+    root/arms/        tests.byo.dcp_arms             (ArmWriter in DCP and safetensors)
+    root/lightning/   tests.byo.dcp_lightning        (Lightning ModelParallelStrategy + ArmCheckpoints)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+
+def write_all(root: Path) -> Path:
+    import torch.multiprocessing as mp
+
+    from tests.checkpoints.dcp_runs import _free_port
+
+    for name in ("runs", "arms", "lightning"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+    mp.spawn(_worker, args=(2, str(root), _free_port()), nprocs=2, join=True)
+    return root
+
+
+def _worker(rank: int, world: int, root: str, port: int) -> None:
+    import torch.distributed as dist
+
+    from tests.byo import dcp_arms, dcp_lightning
+    from tests.checkpoints import dcp_runs
+
+    # the launcher's environment: Lightning reads its ranks from it
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world)
+    )
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        dcp_runs.write_on_rank(Path(root) / "runs", rank, world)
+        dcp_arms.write_on_rank(Path(root) / "arms")
+        dcp_lightning.fit_on_rank(Path(root) / "lightning")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
