@@ -138,9 +138,10 @@ def check_shared_inputs(pair: PairRecipe) -> None:
                 f"arms differ in {key}, which decides the shared inputs; a pair must train on "
                 "identical batches (change it in the base recipe for both arms)"
             )
-    # the global batch: ranks x accumulate x batch_size (an arm on 2 ranks of 8 sees one of 16's examples)
+    # the global batch: data-parallel ranks x accumulate x batch_size (an arm on 2 ranks of 8 sees one of
+    # 16's examples; the ranks of a tensor-parallel group share one batch)
     sizes = {
-        arm: (r.train.devices * r.train.num_nodes, r.train.accumulate, r.train.batch_size)
+        arm: (r.train.devices * r.train.num_nodes // r.train.tensor_parallel, r.train.accumulate, r.train.batch_size)
         for arm, r in pair.arm_recipes.items()
     }
     if len({n * k * b for n, k, b in sizes.values()}) > 1:

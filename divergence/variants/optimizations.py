@@ -212,6 +212,15 @@ class TensorParallel(Variant):
     def overrides(self):
         return {"train.tensor_parallel": self.value, "train.devices": self.value}
 
+    @classmethod
+    def as_base(cls, recipe: dict, base: dict) -> dict:
+        """Only a tensor-parallel recipe reads as one rank: the devices of a data-parallel arm (which
+        ``data-parallel`` reads as one batch) are not this variant's."""
+        train = recipe.get("train")
+        if not isinstance(train, dict) or train.get("tensor_parallel") in (None, 1):
+            return recipe
+        return super().as_base(recipe, base)
+
     def verify(self, arm):
         from divergence.models.tensor_parallel import sharded_linears
 

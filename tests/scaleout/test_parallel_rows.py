@@ -41,7 +41,7 @@ ARMS_A = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built once on its xdist group's worker
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("parallel")
     reordering = ("arms.a=[{grad-accumulation: 2x2}]", "arms.b=[{grad-accumulation: 1x4}]")

@@ -126,7 +126,7 @@ def test_a_bad_references_reordering_is_one_line_and_exit_2_before_training(tmp_
     assert not list((tmp_path / "s").glob("*/*/metrics.jsonl"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: kept while its group runs, never rebuilt mid-run
 def tiny_study(tmp_path_factory):
     """The default study, tiny (every pair, one replicate, 6 steps, two pair runs side by side): trained
     once for the tests that read it (on one xdist worker: tests/conftest.py); a study they run over it
