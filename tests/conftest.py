@@ -28,6 +28,7 @@ def gloo_runs(tmp_path_factory):
 # `-n 2` does not end on one of them while the other worker idles: nodeid prefixes, longest first.
 LONG_FIRST = (
     "tests/study/test_study.py::test_tiny_study_end_to_end",  # group tiny_study
+    "tests/scaleout/test_parallel_rows.py",  # 3 separate-job pairs on 2 gloo ranks
     "tests/pairs/test_resume.py::test_resume_after_sigkill",
     "tests/study/test_calibrate.py::test_calibrate_trains_the_ladder",
     "tests/study/test_study_process.py",

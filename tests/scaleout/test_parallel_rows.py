@@ -84,6 +84,14 @@ def trained(tmp_path_factory):
 
 
 def test_each_arm_trains_as_its_own_job_and_the_comparator_completes_the_pair(trained):
+    """With the two checks below on the same runs, in one test so the runs train once (xdist may split a
+    module's tests over workers, each building the fixture)."""
+    _each_arm_trains_as_its_own_job_and_the_comparator_completes_the_pair(trained)
+    _correct_ddp_reads_reordering_like_and_each_injected_bug_sits_far_beyond_it(trained)
+    _control_the_ddp_arm_starts_from_the_one_process_arms_weights(trained)
+
+
+def _each_arm_trains_as_its_own_job_and_the_comparator_completes_the_pair(trained):
     for name in ARMS_A:
         info = json.loads((trained / name / "pair.json").read_text())
         assert info["finished"] and info["last_step"] == 6, name
@@ -95,7 +103,7 @@ def test_each_arm_trains_as_its_own_job_and_the_comparator_completes_the_pair(tr
         assert all(x["arms"]["a"]["seconds"] > 0 for x in lines)
 
 
-def test_correct_ddp_reads_reordering_like_and_each_injected_bug_sits_far_beyond_it(trained):
+def _correct_ddp_reads_reordering_like_and_each_injected_bug_sits_far_beyond_it(trained):
     """Correct DDP reads ``reordering_like``. Each bug sits more than ``REORDERING_DEX`` above the
     reordering reference at every tracked step (measured: +2.0 dex for rank-scale, +2.2 to +2.9 dex for
     unreduced-param), yet in 6 steps the dose-ratio window does not form (the bugs' E grows while the
@@ -119,7 +127,7 @@ def test_correct_ddp_reads_reordering_like_and_each_injected_bug_sits_far_beyond
         assert (gap > REORDERING_DEX).all(), (name, gap)
 
 
-def test_control_the_ddp_arm_starts_from_the_one_process_arms_weights(trained):
+def _control_the_ddp_arm_starts_from_the_one_process_arms_weights(trained):
     from safetensors.torch import load_file
 
     first = "step_000000.safetensors"

@@ -138,7 +138,17 @@ def tiny_study(tmp_path_factory):
     return SimpleNamespace(out=out, code=code, printed=printed.getvalue())
 
 
-def test_tiny_study_end_to_end_then_resume_skips_finished_pairs(tiny_study):
+def test_tiny_study_end_to_end_then_resume_skips_finished_pairs(tiny_study, tmp_path, capsys):
+    """The tiny study end to end, then the checks that read the same trained study, in one test so that
+    the study trains once (xdist may split a module's tests over workers, each building the fixture)."""
+    _end_to_end_then_resume_skips_finished_pairs(tiny_study)
+    capsys.readouterr()
+    _the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_new_replicates(tiny_study, tmp_path, capsys)
+    capsys.readouterr()
+    _a_re_run_with_an_edited_recipe_is_refused_not_mixed(tiny_study, capsys)
+
+
+def _end_to_end_then_resume_skips_finished_pairs(tiny_study):
     out, printed = tiny_study.out, tiny_study.printed
     assert tiny_study.code == 0
     assert "flash attention" in printed and "report:" in printed
@@ -185,9 +195,7 @@ def test_a_bad_override_fails_before_any_training(tmp_path, capsys):
     assert not list((tmp_path / "s").glob("*/*/metrics.jsonl"))
 
 
-def test_the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_new_replicates(
-    tiny_study, tmp_path, capsys
-):
+def _the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_new_replicates(tiny_study, tmp_path, capsys):
     # flash and the control one at a time (--jobs 1), and side by side with the other pairs (--jobs 2: the
     # tiny study); the thread count is the recipe's (train.cpu_threads), not --jobs' (before: 2 threads with
     # --jobs 1 on a 2-core machine and 1 with --jobs 2, and the stores differed from step 1)
@@ -238,7 +246,7 @@ def test_the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_n
     assert code == 2 and err.count("\n") == 1 and "train.cpu_threads = 1, this command 2" in err
 
 
-def test_a_re_run_with_an_edited_recipe_is_refused_not_mixed(tiny_study, capsys):
+def _a_re_run_with_an_edited_recipe_is_refused_not_mixed(tiny_study, capsys):
     """Issue 28 (3): a re-run with ``train.lr=0.5`` over runs of ``train.lr=0.001`` (the base's) exited 0 with a
     report of the old runs, and one extended by a replicate mixed old and new; now one line naming the run and
     the key."""
