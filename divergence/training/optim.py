@@ -36,21 +36,7 @@ def build_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
     its partition of the parameters, steps them, and broadcasts them to the other ranks; Rajbhandari
     et al. 2020, "ZeRO", section 5.1). The update of every weight is the one AdamW computes."""
     foreach, fused = ADAMW_FLAGS[config.adamw_impl]
-    if config.shard_optimizer:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        return ZeroRedundancyOptimizer(
-            list(params),
-            optimizer_class=torch.optim.AdamW,
-            lr=config.lr,
-            betas=tuple(config.betas),
-            eps=config.eps,
-            weight_decay=config.weight_decay,
-            foreach=foreach,
-            fused=fused,
-        )
-    return torch.optim.AdamW(
-        params,
+    adamw = dict(
         lr=config.lr,
         betas=tuple(config.betas),
         eps=config.eps,
@@ -58,6 +44,11 @@ def build_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
         foreach=foreach,
         fused=fused,
     )
+    if config.shard_optimizer:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(list(params), optimizer_class=torch.optim.AdamW, **adamw)
+    return torch.optim.AdamW(params, **adamw)
 
 
 def build_lr_schedule(optimizer: torch.optim.Optimizer, config: TrainConfig):

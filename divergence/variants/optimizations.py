@@ -29,6 +29,14 @@ FP8_RECIPES = ("tensorwise", "rowwise")
 _ACCUMULATION = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
 
 
+def _torchao_switch(variant: Variant, extra: str) -> None:
+    """A true/false variant that needs torchao (``divergence[extra]``) when on."""
+    if not isinstance(variant.value, bool):
+        variant.fail(f"expected true or false, got {variant.value!r}")
+    if variant.value:
+        _require_torchao(extra)
+
+
 def _require_torchao(extra: str) -> None:
     from divergence.extras import require
 
@@ -71,10 +79,7 @@ class Int8Mixed(Variant):
     help = "linear layers trained with torchao's INT8 mixed-precision matmuls (forward and backward)"
 
     def validate(self):
-        if not isinstance(self.value, bool):
-            self.fail(f"expected true or false, got {self.value!r}")
-        if self.value:
-            _require_torchao("int8")
+        _torchao_switch(self, "int8")
 
     def verify(self, arm):
         from divergence.models.optimizations import int8_layers
@@ -96,10 +101,7 @@ class Int8QAT(Variant):
     help = "linear layers trained fake-quantized to int8 (torchao QAT: per-token activations, per-channel weights)"
 
     def validate(self):
-        if not isinstance(self.value, bool):
-            self.fail(f"expected true or false, got {self.value!r}")
-        if self.value:
-            _require_torchao("int8")
+        _torchao_switch(self, "int8")
 
     def verify(self, arm):
         from divergence.models.optimizations import qat_layers
