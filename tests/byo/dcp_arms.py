@@ -11,34 +11,13 @@ replicated buffers); both ranks train on the same batches, so the replicated buf
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 
-from tests.checkpoints.dcp_runs import _free_port, tiny_model
+from tests.checkpoints.dcp_runs import tiny_model
 
 MAX_STEPS, EVERY = 4, 2
-
-
-def write_arms(root: Path) -> Path:
-    """Both pair folders under ``root`` (about 10 s: two processes start torch)."""
-    import torch.multiprocessing as mp
-
-    mp.spawn(_worker, args=(2, str(root), _free_port()), nprocs=2, join=True)
-    return root
-
-
-def _worker(rank: int, world: int, root: str, port: int) -> None:
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        write_on_rank(Path(root))
-    finally:
-        dist.destroy_process_group()
 
 
 def write_on_rank(root: Path) -> None:

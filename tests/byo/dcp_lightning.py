@@ -2,35 +2,19 @@
 ranks (gloo), each written by two ``ArmCheckpoints``: ``format="dcp"`` (every rank its shards)
 into ``root/dcp`` and the default (gathered to rank zero) into ``root/st``, the oracle.
 
-The processes are started here (``torch.multiprocessing``) with the environment a launcher
-sets (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``), so Lightning takes them as its ranks.
+The processes are started by ``tests.gloo_runs`` (one spawn for every 2-rank run the tests read),
+whose process group Lightning takes as its ranks.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 
-from tests.checkpoints.dcp_runs import _free_port, tiny_model
+from tests.checkpoints.dcp_runs import tiny_model
 
 MAX_STEPS, EVERY = 4, 2
-
-
-def write_arms(root: Path) -> Path:
-    import torch.multiprocessing as mp
-
-    mp.spawn(_worker, args=(2, str(root), _free_port()), nprocs=2, join=True)
-    return root
-
-
-def _worker(rank: int, world: int, root: str, port: int) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world)
-    )
-    torch.set_num_threads(1)
-    fit_on_rank(Path(root))
 
 
 def fit_on_rank(root: Path) -> None:
