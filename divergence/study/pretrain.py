@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -25,6 +26,7 @@ from divergence.config.yaml_safe import short
 
 PARTS = ("unet", "text_encoder")  # the trained parts a fine-tune starts from, as save_pretrained folders
 PRETRAIN_KEYS = {"steps", "recipe"}
+POLL_SECONDS = 2.0  # how often the pretraining bar reads the run's log
 
 
 def check_pretrain(spec, where: str) -> dict | None:
@@ -78,13 +80,44 @@ def ensure_pretrained(base: Path, pretrain: dict, out: Path, quiet: bool = False
         print(f"pretraining the start of every pair: {pretrain['steps']} steps into {run}", flush=True)
     command = [sys.executable, "-m", "divergence", "train", "--recipe", str(where / "recipe.yaml"), "--out", str(run)]
     with open(where / "pretrain.log", "a") as log:
-        code = subprocess.call(
+        child = subprocess.Popen(
             [*command, "log.wandb=false", "log.progress_bar=false"], stdout=log, stderr=subprocess.STDOUT
         )
+    code = _wait_showing_steps(child, run, pretrain["steps"], quiet)
     if code != 0:
         raise UserInputError(f"pretraining failed (exit {code}): see {where / 'pretrain.log'}")
     export_parts(where / "recipe.yaml", run / "checkpoints" / f"step_{pretrain['steps']:06d}.safetensors", where)
     return where
+
+
+def _wait_showing_steps(child: subprocess.Popen, run: Path, steps: int, quiet: bool) -> int:
+    """The child's exit code, with a bar of the steps its CSV log (``run/csv/metrics.csv``) has
+    reached; a Ctrl-C or an error stops the child before it is raised."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=steps, desc=f"{'pretraining':<22}", unit="step", disable=quiet)
+    try:
+        while child.poll() is None:
+            time.sleep(POLL_SECONDS)
+            bar.update(max(0, min(steps_logged(run), steps) - bar.n))
+        bar.update(max(0, min(steps_logged(run), steps) - bar.n))
+        return child.returncode
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    finally:
+        bar.close()
+
+
+def steps_logged(run: Path) -> int:
+    """The steps a single run has finished, from its CSV log's last row (0 before the first)."""
+    try:
+        lines = (run / "csv" / "metrics.csv").read_text().split("\n")[:-1]  # whole lines: a row half written waits
+        step = lines[0].split(",").index("step")
+        return int(lines[-1].split(",")[step]) + 1 if len(lines) > 1 else 0
+    except (OSError, IndexError, ValueError):  # not written yet
+        return 0
 
 
 def export_parts(recipe_path: Path, weights: Path, out: Path) -> None:

@@ -8,7 +8,7 @@ from safetensors.torch import save_file
 from divergence.config.schema import to_dict
 from divergence.errors import RecipeError
 from divergence.study.config import fine_tuned, load_study
-from divergence.study.pretrain import check_pretrain, export_parts, folder
+from divergence.study.pretrain import check_pretrain, export_parts, folder, steps_logged
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs
 from divergence.training.pair_setup import pretrained_start
@@ -56,3 +56,17 @@ def test_the_finetune_study_starts_every_pair_from_the_pretrained_folder(tmp_pat
 def test_a_bad_pretrain_names_the_key(spec):
     with pytest.raises(RecipeError, match="study.yaml: pretrain"):
         check_pretrain(spec, "study.yaml")
+
+
+def test_the_pretraining_bar_reads_the_steps_from_the_runs_csv_log(tmp_path):
+    """The bar's count: the last whole row's step + 1 of Lightning's CSV log, 0 before it has a row,
+    whatever the column order."""
+    assert steps_logged(tmp_path) == 0  # no log yet
+    log = tmp_path / "csv" / "metrics.csv"
+    log.parent.mkdir()
+    log.write_text("epoch,step,train/loss\n")
+    assert steps_logged(tmp_path) == 0
+    log.write_text("epoch,step,train/loss\n0,0,1.1\n0,1,0.9\n0,2,0.8\n")
+    assert steps_logged(tmp_path) == 3
+    log.write_text("train/loss,step\n1.1,0\n0.9,1\n0.8,")
+    assert steps_logged(tmp_path) == 2  # a half-written row is not read: the last whole one counts
