@@ -74,7 +74,7 @@ def ceiling_text(fine_tune: FineTune, seeds: list[PairData]) -> str:
         return text + "no seed pair, so no ceiling: the window ends only where the pairs stop growing alike"
     seed = seeds[0]
     after = [(int(t), float(e)) for t, e in zip(seed.steps, seed.rel_l2) if t > 0 and np.isfinite(e)]
-    level = f"{SATURATED_FINETUNE:g} of the data-order seed pair {seed.label}'s difference E_S"
+    level = f"{SATURATED_FINETUNE:g} E_S, E_S the difference of the data-order seed pair ({seed.label})"
     if not after:
         return text + f"a pair's window ends where its difference reaches {level} (not tracked)"
     (t0, e0), (t1, e1) = after[0], after[-1]

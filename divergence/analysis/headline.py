@@ -118,10 +118,12 @@ def replicates_sentence(v) -> str | None:
     zero, two = v.replicates_needed.get("exclude_0"), v.replicates_needed.get("exclude_0.3_dex")
     side = "below -0.3" if v.dose.mean < 0 else "above +0.3"
     parts = [
-        f"exclude 0 from {zero} replicates" if zero is not None else "exclude 0 from no number within reach",
+        f"exclude 0 from {zero} replicates" if zero is not None else "not exclude 0 from any number within reach",
         f"lie {side} dex (a factor 2) from {two}"
         if two is not None
-        else "lie beyond +-0.3 dex (a factor 2) from no number within reach",
+        else f"not lie {side} dex (a factor 2) from any number, its mean being within it"
+        if abs(v.dose.mean) < 0.3
+        else f"not lie {side} dex (a factor 2) from any number within reach",
     ]
     return (
         f"At the observed mean ({v.dose.mean:+.2f}) and spread of {v.dose.n} replicates, the dose interval "

@@ -109,6 +109,8 @@ def test_an_inconclusive_dose_says_how_many_replicates_would_exclude_zero():
     assert dose["status"] == "inconclusive" and dose["replicates_needed"]["exclude_0"] == zero
     # |mean| < 0.3 dex: no number of replicates puts the interval beyond +-0.3 at this mean
     assert abs(v.dose.mean) < 0.3 and dose["replicates_needed"]["exclude_0.3_dex"] is None
+    side = "below -0.3" if v.dose.mean < 0 else "above +0.3"
+    assert any(f"not lie {side} dex (a factor 2) from any number, its mean being within it" in n for n in notes(v))
 
 
 @pytest.mark.parametrize("values,gap", [((-0.33, -0.56, -0.04), 0.31), ((1.0, 1.2, 0.9, 1.1), 0.5), ((0.1, 0.4), 0.05)])
