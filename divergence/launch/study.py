@@ -17,6 +17,7 @@ from pathlib import Path
 
 from divergence.launch.scripts import LaunchPlan, build_scripts, command_line, sbatch_header, srun_prefix
 from divergence.study.config import Study
+from divergence.study.reuse import check_no_writer, check_same_recipe
 from divergence.study.runner import plan_jobs
 
 JOBS = ("arm-a", "arm-b", "watch")
@@ -29,6 +30,7 @@ class StudyLaunch:
     plans: tuple[LaunchPlan, ...]  # one per (pair, replicate), in the study runner's order
     recipes: dict  # {recipe path: recipe text} to write before submitting
     template: LaunchPlan  # the cluster options every job shares (report job included)
+    jobs: tuple = ()  # the study runner's PairJobs: what write_study checks the folder's runs against
 
     @property
     def launch_dir(self) -> Path:
@@ -50,7 +52,7 @@ def plan_study(study: Study, out: Path, overrides: list[str], template: LaunchPl
         )
         for job in jobs
     )
-    return StudyLaunch(study, out, plans, {job.recipe_path: job.recipe_text for job in jobs}, template)
+    return StudyLaunch(study, out, plans, {job.recipe_path: job.recipe_text for job in jobs}, template, tuple(jobs))
 
 
 def build_study_scripts(launch: StudyLaunch) -> dict[Path, str]:
@@ -146,7 +148,11 @@ def render_study(launch: StudyLaunch) -> str:
 
 
 def write_study(launch: StudyLaunch) -> Path:
-    """The recipes and every script; the path of ``submit.sh``."""
+    """The recipes and every script; the path of ``submit.sh``. As ``divergence study`` does
+    (``divergence.study.reuse``), nothing is written over a pair run that a live process still
+    writes or that trained another recipe: one line naming the run and the key."""
+    check_no_writer(launch.jobs)
+    check_same_recipe(launch.jobs)
     for path, text in {**launch.recipes, **build_study_scripts(launch)}.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

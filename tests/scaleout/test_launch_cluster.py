@@ -192,6 +192,28 @@ def test_study_submission_chains_every_pair_then_the_report(tmp_path, monkeypatc
     assert (out / "seed-vs-seed/r0/logs").is_dir() and (out / "logs").is_dir()
 
 
+def test_a_study_launch_over_a_run_of_another_recipe_writes_nothing(tmp_path, monkeypatch, capsys):
+    """As ``divergence study`` refuses to mix runs (``divergence.study.reuse``), so does ``launch --study``:
+    a pair run whose pair.yaml holds another learning rate is named in one line, exit 2, and neither
+    the recipes nor a script nor a submission is written."""
+    from divergence.study.config import load_study
+    from divergence.study.runner import plan_jobs
+
+    calls = tmp_path / "sbatch-calls"
+    _fake(tmp_path / "bin", "sbatch", f'echo "$@" >> {calls}\necho "101;cluster"\n')
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    out = tmp_path / "study"
+    job = plan_jobs(load_study(STUDY, ["replicates=1"], "cuda"), out.resolve(), [])[0]
+    job.out.mkdir(parents=True)
+    old = {**job.config, "recipes": {**job.config["recipes"]}}
+    old["recipes"]["a"] = {**old["recipes"]["a"], "train": {**old["recipes"]["a"]["train"], "lr": 0.5}}
+    (job.out / "pair.yaml").write_text(yaml.safe_dump(old))
+    assert main(["launch", "--study", STUDY, "--scheduler", "slurm", "--out", str(out), "replicates=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{job.out}: its pair.yaml" in err and "train.lr = 0.5" in err, err
+    assert not (out / "recipes").exists() and not (out / "launch").exists() and not calls.exists()
+
+
 def test_study_launch_needs_slurm(tmp_path, capsys):
     assert main(["launch", "--study", STUDY, "--scheduler", "torchrun", "--dry-run"]) == 2
     assert "--study: needs --scheduler slurm" in capsys.readouterr().err
