@@ -23,6 +23,7 @@ from divergence.comparator.retention import Retention, files_lost_to
 from divergence.comparator.stalls import ENDED, armless, stall
 from divergence.comparator.task import Task
 from divergence.errors import CheckpointError, UserInputError
+from divergence.pairfolder.arm.lock import WatchLock
 from divergence.pairfolder.arm.status import batch_mismatch, restart_point
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import ARMS
@@ -50,6 +51,7 @@ class Planner:
         """Open the arms' feeds, the store (every line read), the spikes, logs, probe and progress of
         the pair in ``pair_folder``, whose schedule is ``pair``; ``probe``: see ``Comparator``."""
         self.pair_folder, self.pair = pair_folder, pair
+        self.lock = WatchLock(pair_folder)  # before the store is opened (and repaired) for appending
         self.planned = pair.max_steps  # the length the writers were told (None: open-ended)
         self.feeds = {arm: ArmFeed(pair_folder.arm(arm)) for arm in ARMS}
         self.prefetch = Prefetch(self.feeds, pair.tracked, pair.max_steps, pair.stride) if prefetch else None
@@ -304,6 +306,7 @@ class Planner:
         finish_pair(self.pair_folder, self.store.last_step(), True)
 
     def close(self) -> None:
+        self.lock.release()
         if self.prefetch is not None:
             self.prefetch.close()
         if self.logger is not None:

@@ -43,3 +43,22 @@ def test_watch_with_its_progress_bar_ends_with_the_same_line(tmp_path, capsys):
     capsys.readouterr()
     assert main(["watch", str(tmp_path), "--no-log", "--poll", "0.05", "--timeout", "30"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].endswith(f"next: divergence report {tmp_path}")
+
+
+def test_a_second_watch_of_one_pair_is_refused_in_one_line_and_the_store_is_stored_once(tmp_path, capsys):
+    """Two comparators of one pair would append every step twice: while one holds ``watch.lock``, a
+    second ``divergence watch`` gets one line and exit 2; once it is done, a watch runs (and stores nothing
+    twice)."""
+    from divergence.comparator.follow import Comparator
+
+    two_arms(tmp_path)
+    first = Comparator(tmp_path, log=False, progress=False)  # holds the lock from here
+    capsys.readouterr()
+    assert main(["watch", str(tmp_path), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "already follows this pair with divergence watch" in err, err
+    assert str(tmp_path) in err and "let it finish, or stop it" in err
+    assert first.run(poll=0.05, timeout=30) == 0  # the first finishes the store, and releases the lock
+    assert main(["watch", str(tmp_path), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0
+    steps = [r["step"] for r in MetricsStore(tmp_path).step_records()]
+    assert steps == list(range(7))  # every step once

@@ -143,6 +143,34 @@ class PairLock:
         return None
 
 
+class WatchLock:
+    """The comparator's exclusive lock on ``<pair>/watch.lock``: one ``divergence watch`` per pair
+    folder, since two would append every step to the store twice. Arm writers go on beside it."""
+
+    def __init__(self, pair_dir: str | Path):
+        self.pair_dir = as_pair_folder(pair_dir).path
+        self.path = as_pair_folder(pair_dir).watch_lock
+        self._file = None
+        handle = _open(self.path, self.pair_dir)
+        if not _flock(handle, exclusive=True):
+            handle.close()
+            raise UserInputError(
+                f"{self.pair_dir}: {_who(_holder(self.path))} already follows this pair with divergence watch "
+                "and writes its store; two would store every step twice: let it finish, or stop it and run "
+                "this again"
+            )
+        _sign(handle)
+        self._file = handle
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __del__(self):
+        self.release()
+
+
 def _open(path: Path, folder: Path):
     try:
         folder.mkdir(parents=True, exist_ok=True)
