@@ -24,6 +24,8 @@ from pathlib import Path
 import yaml
 
 from divergence.errors import RecipeError, UserInputError
+from divergence.pairfolder.arm.losses import tail_step
+from divergence.pairfolder.layout import ARMS
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.variants.pair_recipe import load_pair_recipe
 from divergence.store import MetricsStore
@@ -66,8 +68,14 @@ class PairJob:
 
     def done_steps(self) -> int:
         """Progress only: the last step record near the store's end (polled every second, so
-        never a parse of the whole store)."""
-        return MetricsStore(self.out).tail_step() or 0
+        never a parse of the whole store). A pair whose arms train as separate jobs (arm a, then
+        arm b, then the comparator: ``training.separate_pair``) writes its store last, so its
+        progress is the mean of the three: each arm's last loss step, and the store's."""
+        stored = MetricsStore(self.out).tail_step() or 0
+        arms = [self.out / arm for arm in ARMS if (self.out / arm).is_dir()]
+        if not arms:
+            return stored
+        return (sum(tail_step(arm) for arm in arms) + stored) // (len(ARMS) + 1)
 
     def finished(self) -> bool:
         try:

@@ -105,3 +105,22 @@ def test_a_study_folder_that_cannot_be_made_is_one_line(tmp_path, capsys):
     )
     assert_one_line(capsys, str(tmp_path / "file" / "study"))
     assert os.listdir(tmp_path) == ["file"]
+
+
+def test_a_separate_job_pairs_progress_counts_its_arms_then_its_store(tmp_path):
+    """A separate-job pair writes its store only after both arms (arm a, arm b, then the comparator), so its
+    bar reads the three in turn: the arms' last loss steps and the store's last step, averaged; a lockstep
+    pair's is its store's."""
+    from divergence.pairfolder.arm.losses import LossFile
+    from divergence.study.runner import PairJob
+
+    job = PairJob(None, tmp_path / "r.yaml", tmp_path / "pair", max_steps=30)
+    assert job.done_steps() == 0
+    for step in range(1, 31):
+        LossFile(job.out / "a").append(step, 1.0)
+    assert job.done_steps() == 10  # arm a done: a third of the pair
+    for step in range(1, 13):
+        LossFile(job.out / "b").append(step, 1.0)
+    with open(job.out / "b" / "losses.jsonl", "a") as f:
+        f.write('{"step": 13, "lo')  # a line being written is not counted
+    assert job.done_steps() == (30 + 12) // 3

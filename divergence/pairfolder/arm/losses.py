@@ -123,3 +123,21 @@ def parse_loss(raw: bytes) -> dict:
     if isinstance(loss, bool) or not isinstance(loss, (int, float)):
         raise UnreadableLine(f"its loss {loss!r} is not a number")
     return {"step": record["step"], "loss": float(loss)}
+
+
+def tail_step(arm_dir: str | Path, window: int = 4096) -> int:
+    """The step of the last complete loss line within the file's last ``window`` bytes, 0 when none:
+    for progress display only (never a validated read, never a parse of the whole file)."""
+    path = as_arm_folder(arm_dir).losses
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - window))
+            lines = f.read().split(b"\n")[:-1]  # the piece after the last newline is not a line yet
+    except OSError:
+        return 0
+    for raw in reversed(lines):
+        try:
+            return parse_loss(raw)["step"]
+        except UnreadableLine:
+            continue  # the window's first line may be cut
+    return 0
