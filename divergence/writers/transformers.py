@@ -10,7 +10,7 @@
 An ``ArmWriter`` (``divergence.writers.arm_writer``) driven by the Trainer's events: the
 model's weights at step 0 (``on_train_begin``), at every tracked step (``on_step_end``), and
 each step's loss from the Trainer's own log (``on_log``: the mean over the step's
-micro-batches and processes). That is why ``logging_steps=1`` is required: with a longer
+micro-batches and processes), and each resumable checkpoint the Trainer saves (``on_save``). That is why ``logging_steps=1`` is required: with a longer
 interval the Trainer logs only the mean of several steps. Only the main process writes; the
 weights are ``model.state_dict()`` of the main process (DDP replicas; FSDP and DeepSpeed
 shards are not gathered here).
@@ -111,6 +111,14 @@ class ArmWriterCallback(TrainerCallback):
         step = state.global_step
         if logs and "loss" in logs and step >= self.writer.next_step:
             self.writer.record(step, None, self._nonfinite.pop(step, logs["loss"]))
+
+    @in_script
+    def on_save(self, args, state, control, **kwargs):
+        """The Trainer saved a resumable checkpoint of ``state.global_step`` (``checkpoint-N/``): a
+        restart resumes there or later, which ``divergence watch`` needs to keep the weights files
+        a restart recomputes (``tracking.keep``; ``ArmWriter.checkpointed``)."""
+        if state.global_step <= self.writer.last_step:
+            self.writer.checkpointed(state.global_step)
 
     @in_script
     def on_train_end(self, args, state, control, **kwargs):

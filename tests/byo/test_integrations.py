@@ -23,7 +23,7 @@ from divergence.store import MetricsStore
 STEPS = 4
 
 
-def arm_trainer(tmp_path, arm: str, lr: float, logging_steps: int = 1):
+def arm_trainer(tmp_path, arm: str, lr: float, logging_steps: int = 1, save_steps: int | None = None):
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
     from divergence.writers.transformers import ArmWriterCallback
@@ -39,7 +39,8 @@ def arm_trainer(tmp_path, arm: str, lr: float, logging_steps: int = 1):
         learning_rate=lr,
         logging_steps=logging_steps,
         report_to=[],
-        save_strategy="no",
+        save_strategy="steps" if save_steps else "no",
+        save_steps=save_steps or 500,
         use_cpu=True,
         seed=0,
         disable_tqdm=True,
@@ -50,8 +51,8 @@ def arm_trainer(tmp_path, arm: str, lr: float, logging_steps: int = 1):
 
 def test_transformers_trainer_arms(tmp_path):
     pytest.importorskip("accelerate", reason="the transformers Trainer needs accelerate")
-    for arm, lr in (("a", 1e-3), ("b", 2e-3)):
-        arm_trainer(tmp_path, arm, lr).train()
+    for arm, lr, save in (("a", 1e-3, 3), ("b", 2e-3, None)):
+        arm_trainer(tmp_path, arm, lr, save_steps=save).train()
     pair = tmp_path / "pair"
     assert Comparator(pair, log=False, progress=False, probe=FileProbe).run(poll=0.05, timeout=10) == 0
     store = MetricsStore(pair)
@@ -61,6 +62,9 @@ def test_transformers_trainer_arms(tmp_path):
     assert last["wasserstein"] > 0 and last["loss_a"] != last["loss_b"]
     status = json.loads((pair / "b" / "status.json").read_text())
     assert status["state"] == "finished" and status["last_step"] == STEPS
+    assert status["checkpoint_step"] == 0  # arm b saved no checkpoint: a restart starts over
+    saved = json.loads((pair / "a" / "status.json").read_text())["checkpoint_step"]
+    assert saved == 4 and (tmp_path / "hf-a" / "checkpoint-3").is_dir()  # its checkpoints at 3 and 4 reported
 
 
 def handler_loop(out, arm: str, lr: float, logging_steps: int = 1):
