@@ -80,6 +80,7 @@ from divergence.pairfolder.pair_json import (
     write_pair_files,
 )
 from divergence.pairfolder.settings import DENSE_DEFAULT, is_tracked
+from divergence.writers.every_rank import on_every_rank
 
 
 WEIGHTS_FORMATS = ("safetensors", "dcp")
@@ -227,8 +228,11 @@ class ArmWriter:
     def save(self, step: int, tensors: dict) -> Path:
         """Write the weights file of ``step`` (atomically; any device, copied to the CPU); with
         ``format="dcp"`` every rank's shards into the step's DCP folder (a collective)."""
-        if self.is_writer:
-            self.journal.check_tensors(tensors, step)
+        check = (lambda: self.journal.check_tensors(tensors, step)) if self.is_writer else (lambda: None)
+        if self.dcp:
+            on_every_rank(check)  # every rank stops before the collective save, not rank zero alone
+        else:
+            check()
         self.saved_step = step
         if self.dcp:
             return save_dcp(self.arm_folder.weights_dcp(step), tensors, step=step, arm=self.arm, writer=self.is_writer)

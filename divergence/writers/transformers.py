@@ -39,6 +39,7 @@ from transformers import TrainerCallback
 from divergence.errors import UserInputError, in_script
 from divergence.pairfolder.pair_json import DEFAULT_EVERY
 from divergence.writers.arm_writer import ArmWriter
+from divergence.writers.every_rank import on_every_rank
 
 
 class _Writer(ArmWriter):
@@ -74,7 +75,7 @@ class ArmWriterCallback(TrainerCallback):
                 "step's loss; "
                 "set logging_steps=1 and logging_strategy='steps'"
             )
-        self.writer = _broadcast_errors(
+        self.writer = on_every_rank(
             lambda: _Writer(
                 self.out,
                 self.arm,
@@ -157,19 +158,3 @@ def _step_nonfinite(losses: list[torch.Tensor], device) -> float | None:
     if nan or (pos and neg):
         return math.nan
     return math.inf if pos else -math.inf if neg else None
-
-
-def _broadcast_errors(build):
-    """``build()``, which checks and writes on the main process; its one-line error raised on every process."""
-    result, error = None, None
-    try:
-        result = build()
-    except UserInputError as err:
-        error = str(err)
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        box = [error]
-        torch.distributed.broadcast_object_list(box, src=0)
-        error = box[0]
-    if error is not None:
-        raise UserInputError(error)
-    return result

@@ -4,6 +4,8 @@ safetensors of the same weights gathered to full tensors (``DTensor.full_tensor(
 
     root/dcp/{a,b}/checkpoints/step_NNNNNN.dcp/    ArmWriter(..., format="dcp")
     root/st/{a,b}/checkpoints/step_NNNNNN.safetensors
+    root/mismatch/rank<R>.txt                      the one line each rank raised for a step whose
+                                                   weights hold other tensors (checked on rank 0)
 
 The model is ``tests.checkpoints.dcp_runs.tiny_model`` (uneven row shards, a BatchNorm's
 replicated buffers); both ranks train on the same batches, so the replicated buffers agree.
@@ -24,6 +26,27 @@ def write_on_rank(root: Path) -> None:
     """This rank's part of both arms, in a process group already initialised (``tests.gloo_runs``)."""
     for arm, lr in (("a", 1e-2), ("b", 2e-2)):
         _train(root, arm, lr)
+    _mismatch(root)
+
+
+def _mismatch(root: Path) -> None:
+    """Step 2's weights lack a tensor step 0 had: rank 0 finds it (only it reads the arm's records)
+    and every rank must raise its line before the collective DCP save, not wait in it."""
+    import torch.distributed as dist
+
+    from divergence.errors import UserInputError
+    from divergence.writers import ArmWriter
+
+    writer = ArmWriter(root / "mismatch", "a", format="dcp", max_steps=2, every=2, name="mismatch", dense=[])
+    weights = {"w": torch.ones(4, 2), "b": torch.zeros(4)}
+    writer.record(0, weights)
+    writer.record(1, None, 1.0)
+    try:
+        writer.record(2, {"w": weights["w"]}, 0.5)
+        said = "no error"
+    except UserInputError as err:
+        said = str(err)
+    (root / "mismatch" / f"rank{dist.get_rank()}.txt").write_text(said)
 
 
 def _train(root: Path, arm: str, lr: float) -> None:

@@ -31,6 +31,16 @@ def arms(gloo_runs):
     return gloo_runs / "arms"
 
 
+def test_a_mismatch_rank_zero_finds_stops_every_rank_before_the_collective_save(arms):
+    """Only rank 0 reads the arm's records, so only it can find that step 2's weights lack a tensor; raised
+    there alone, rank 1 would wait in the DCP save forever. Both ranks raise the same one line (the spawn
+    that wrote this finished: no hang), and no folder of step 2 is written."""
+    said = [(arms / "mismatch" / f"rank{r}.txt").read_text() for r in (0, 1)]
+    assert said[0] == said[1] and "\n" not in said[0], said
+    assert said[0] != "no error" and "step 2" in said[0] and "b" in said[0], said
+    assert not (arms / "mismatch" / "a" / CHECKPOINTS_DIR / "step_000002.dcp").exists()
+
+
 def _watch(out, capsys, *extra):
     code = main(["watch", str(out), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "20", *extra])
     return code, capsys.readouterr().err.strip()
