@@ -5,10 +5,11 @@ reorders fp32 sums. A bug in it (a gradient averaged over the wrong group, a sca
 can still sit far below low precision and read "bounded" against the precision reference P. The
 second reference R is a pair whose arms differ only in the order of fp32 sums (by default 4x4
 gradient accumulation vs one batch of 16, ``recipes/pairs/reordering.yaml``; category
-``reordering``). X is stated against it with the dose ratio's own machinery (``docs/method.md``):
-per replicate r, on the unsaturated window of X against R (``dose.estimate_replicates``),
+``reordering``). X is stated against it with the dose ratio's own machinery (``docs/method.md``,
+"The reordering yardstick"): per replicate r, on the unsaturated window of X against R
+(``dose.estimate_replicates``),
 
-    lr_r = median over U_r of log10(E_X / E_R)
+    lr_r = median over U_r of log10(E_X / E_R)                          (read_on "window")
 
 pooled over replicates to a mean with a t interval [lo, hi] (``replicates.pool``). With the
 threshold d = ``REORDERING_DEX`` (+1 dex: 10x a reordering):
@@ -20,8 +21,26 @@ threshold d = ``REORDERING_DEX`` (+1 dex: 10x a reordering):
                         and spread (``replicates.replicates_to_clear`` with the gap |mean - d|)
 
 One replicate: the point estimate decides, no interval, no replicates planned. X's arms bitwise
-equal at every tracked step where R's differ: reordering_like, no number. No reading (status
-None, with the reason): R's arms bitwise equal, or no window of ``min_window`` steps.
+equal at every tracked step where R's differ: reordering_like, no number.
+
+No window in any replicate: the valid steps. The window asks for a constant ratio in a shared
+exponential regime, a dose ratio's premise; the reordering question is one of magnitude ("more
+than 10x a reordering of fp32 sums at every step"), and a bug's difference grows unlike a
+reordering's (a bias injected each step adds up; rounding is amplified, or sits at its floor),
+so no window forms exactly where the question matters. Measured on 2 gloo ranks, 6 steps
+(``tests/scaleout/test_parallel_rows.py``): rank 1's gradient scaled by 1 + 1e-3 sits +2.0 dex
+above R at every step, a parameter left out of the all-reduce +2.2 to +2.9 dex, and neither forms
+a window. So, when no replicate has one, each is read over its valid steps
+
+    V_r  = {t >= t0: E_X, E_R > 0 and finite, before either saturates (E >= SATURATED_E x E_S)}
+    lr_r = median over V_r of log10(E_X / E_R)      (at least ``min_window`` steps; read_on "valid_steps")
+
+pooled and decided as above, with one more condition, since a drifting ratio is not one number
+and its median alone must not call it: beyond_reordering needs log10(E_X / E_R) > d at every
+step of every V_r, reordering_like at most d at every one; a ratio that crosses d is
+inconclusive, and no number of replicates decides it (the reason says where it crosses). No
+reading (status None, with the reason): R's arms bitwise equal, or fewer than ``min_window``
+valid steps in every replicate (``no_window.why_no_window`` says which condition failed).
 
 The verdict's sentence says it for every pair; the "look for a bug" clause only for a pair whose
 variants declare themselves fp32-equivalent (``Variant.fp32_equivalent``). Examples, three
@@ -29,6 +48,13 @@ replicates each (t_{0.975, 2} = 4.30):
 
 >>> decide(pool([0.2, 0.4, 0.3])), decide(pool([2.9, 3.1, 3.0])), decide(pool([0.5, 1.5, 1.0]))
 ('reordering_like', 'beyond_reordering', 'inconclusive')
+
+On the valid steps, a ratio above d at every step decides; one that rises through it does not,
+whatever its median (+1.18 here):
+
+>>> steady, rising = np.log10([200.0, 300.0, 400.0]), np.log10([3.0, 15.0, 30.0])
+>>> crossing(steady), crossing(rising)
+(None, 'log10(E_X/E_R) crosses +1 dex over the valid steps (+0.48 to +1.48): a drifting ratio, not one number')
 """
 
 from __future__ import annotations
@@ -38,27 +64,37 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from divergence.analysis import dose
 from divergence.analysis.dose import MIN_WINDOW, SATURATED_E, WindowEstimate, estimate_replicates
 from divergence.analysis.headline import factor_text
 from divergence.analysis.no_window import why_no_window
 from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
 from divergence.analysis.trajectories import PairData
 from divergence.analysis.verdict import _all_zero
+from divergence.analysis.window import drift
 from divergence.variants.registry import VARIANTS, fp32_equivalent
 
 REORDERING_DEX = 1.0  # log10(E_X / E_R) above which X perturbs more than a reordering of fp32 sums
 FP32_EQUIVALENT = tuple(sorted(name for name, cls in VARIANTS.items() if cls.fp32_equivalent))  # the variants' word
 STATUSES = ("reordering_like", "beyond_reordering", "inconclusive")
-METHOD_TEXT = (
-    "Reordering reference: a second yardstick R, a pair whose arms differ only in the order of fp32 sums "
-    "(by default 4x4 gradient accumulation vs one batch of 16, in fp32). log10(E_X / E_R) is read per "
-    "replicate as the dose ratio is (the median over the unsaturated window of X against R) and pooled with "
-    f"the same t interval: reordering-like when the interval's upper end is at most +{REORDERING_DEX:g} dex "
-    f"({10**REORDERING_DEX:g}x a reordering, however far below it), beyond reordering when its lower end is "
-    "above it, inconclusive when it holds it (with the replicates that would decide). For a change its "
-    f"variants declare fp32-equivalent ({', '.join(FP32_EQUIVALENT)}), beyond reordering means: if it should "
-    "be the identity, look for a bug."
-)
+READ_ON = ("window", "valid_steps")  # where log10(E_X / E_R) was read (the module docstring)
+
+
+def method_text() -> str:
+    """The report's Method paragraph on the reordering yardstick, rendered from the constants."""
+    return (
+        "Reordering reference: a second yardstick R, a pair whose arms differ only in the order of fp32 sums "
+        "(by default 4x4 gradient accumulation vs one batch of 16, in fp32). log10(E_X / E_R) is read per "
+        "replicate as the dose ratio is (the median over the unsaturated window of X against R) and pooled with "
+        f"the same t interval: reordering-like when the interval's upper end is at most +{REORDERING_DEX:g} dex "
+        f"({10**REORDERING_DEX:g}x a reordering, however far below it), beyond reordering when its lower end is "
+        "above it, inconclusive when it holds it (with the replicates that would decide). When X and R do not grow "
+        "alike in any replicate (a bug's bias injected each step adds up, a reordering's rounding does not), it is "
+        f"read over the valid steps instead (both E > 0 and finite, unsaturated, at least {dose.MIN_WINDOW} of "
+        "them), and a status then also needs every step on its side of the threshold: a ratio that crosses it is "
+        f"inconclusive. For a change its variants declare fp32-equivalent ({', '.join(FP32_EQUIVALENT)}), beyond "
+        "reordering means: if it should be the identity, look for a bug."
+    )
 
 
 @dataclass(frozen=True)
@@ -73,7 +109,8 @@ class Reordering:
     fp32_equivalent: bool  # X's variants declare it the identity in fp32
     drift: float = math.nan  # mean over replicates of log10(E_X/E_R)'s change across the window, dex
     estimates: tuple[WindowEstimate, ...] = ()
-    reason: str | None = None  # why there is no number (or none is needed: bitwise-equal arms)
+    reason: str | None = None  # why there is no number (none is needed: bitwise-equal arms; none decides)
+    read_on: str | None = None  # READ_ON: the window, or the valid steps when no window forms; None: not read
 
 
 def against_reordering(
@@ -101,18 +138,59 @@ def against_reordering(
         for x in study
         if (r := replicate_of(reordering, x.replicate)) is not None
     ]
-    estimates = tuple(estimate_replicates(runs, start, min_window, saturated))
+    windows = tuple(estimate_replicates(runs, start, min_window, saturated))
+    read_on, estimates = "window", windows
+    if not any(e.usable for e in windows):
+        read_on, estimates = "valid_steps", tuple(on_valid_steps(e) for e in windows)
     usable = [e for e in estimates if e.usable]
     if not usable:
-        reason = why_no_window(study, reordering, list(estimates), min_window, seeds, saturated)
-        return Reordering(
-            ratio=empty, status=None, replicates_needed=None, reason=reason, estimates=estimates, **common
-        )
+        reason = why_no_window(study, reordering, list(windows), min_window, seeds, saturated)
+        return Reordering(ratio=empty, status=None, replicates_needed=None, reason=reason, estimates=windows, **common)
     ratio = pool([e.log10 for e in usable])
-    status = decide(ratio)
-    needed = replicates_to_clear(ratio, abs(ratio.mean - REORDERING_DEX)) if status == "inconclusive" else None
-    drift = float(np.mean([e.drift for e in usable]))
-    return Reordering(ratio=ratio, status=status, replicates_needed=needed, drift=drift, estimates=estimates, **common)
+    status, reason = decide(ratio), None
+    if read_on == "valid_steps":
+        reason = crossing(np.concatenate([e.log_ratio[e.in_window] for e in usable]))
+        status = "inconclusive" if reason else status
+    gap = abs(ratio.mean - REORDERING_DEX)
+    needed = replicates_to_clear(ratio, gap) if status == "inconclusive" and reason is None else None
+    return Reordering(
+        ratio=ratio,
+        status=status,
+        replicates_needed=needed,
+        drift=float(np.mean([e.drift for e in usable])),
+        estimates=estimates,
+        reason=reason,
+        read_on=read_on,
+        **common,
+    )
+
+
+def on_valid_steps(e: WindowEstimate) -> WindowEstimate:
+    """One replicate read over its valid steps V_r (module docstring) instead of a window: t >= t0,
+    log10(E_X / E_R) finite (both E > 0 and finite), before the first saturated step; ``log10`` NaN
+    (not usable) with fewer than ``min_window`` of them."""
+    steps = np.asarray(e.steps)
+    keep = np.isfinite(e.log_ratio) & (steps >= (e.window_start or 0))
+    if e.saturated_at is not None:
+        keep &= steps < e.saturated_at
+    n = int(keep.sum())
+    span = (int(steps[keep][0]), int(steps[keep][-1])) if n else None
+    if n < e.min_window:
+        return replace(e, window=span, n_window=n, in_window=keep, log10=math.nan, drift=math.nan)
+    median = float(np.median(e.log_ratio[keep]))
+    return replace(e, window=span, n_window=n, in_window=keep, log10=median, drift=drift(steps, e.log_ratio, keep))
+
+
+def crossing(values: np.ndarray) -> str | None:
+    """Why no status holds at every valid step: log10(E_X / E_R) ``values`` on both sides of
+    ``REORDERING_DEX`` (no number of replicates puts every step on one side); None when on one side."""
+    above = values > REORDERING_DEX
+    if above.all() or not above.any():
+        return None
+    return (
+        f"log10(E_X/E_R) crosses +{REORDERING_DEX:g} dex over the valid steps ({values.min():+.2f} to "
+        f"{values.max():+.2f}): a drifting ratio, not one number"
+    )
 
 
 def decide(ratio: Pooled) -> str:
@@ -147,7 +225,7 @@ def sentence(r: Reordering, label: str) -> str:
         f"log10 E_X/E_R {m:+.2f}, 95% CI {r.ratio.lo:+.2f} to {r.ratio.hi:+.2f}, {r.ratio.n} replicates"
         if r.ratio.interval
         else f"log10 E_X/E_R {m:+.2f}, one replicate"
-    )
+    ) + where_read(r)
     factor = factor_text(10 ** abs(m))
     limit = factor_text(10**REORDERING_DEX)
     if r.status == "beyond_reordering" and r.fp32_equivalent:
@@ -162,6 +240,8 @@ def sentence(r: Reordering, label: str) -> str:
         return f"{said}: reordering-like, no more than {limit}x a reordering{fits}."
     if r.status == "beyond_reordering":
         return f"{said}: beyond reordering."
+    if r.reason:  # a ratio that crosses the threshold on the valid steps
+        return f"{said}: inconclusive: {r.reason}, which more replicates do not decide; see the curves."
     decide_text = (
         f"about {r.replicates_needed} replicates would decide"
         if r.replicates_needed is not None
@@ -170,3 +250,12 @@ def sentence(r: Reordering, label: str) -> str:
         else "no number of replicates within reach decides"
     )
     return f"{said}: inconclusive, the interval holds +{REORDERING_DEX:g} dex ({limit}x a reordering); {decide_text}."
+
+
+def where_read(r: Reordering) -> str:
+    """``; read over the valid steps 1-6, as X and R do not grow alike`` when no window formed, else nothing."""
+    if r.read_on != "valid_steps":
+        return ""
+    spans = sorted({e.window for e in r.estimates if e.usable})
+    steps = f" {spans[0][0]}-{spans[0][1]}" if len(spans) == 1 else ""
+    return f"; read over the valid steps{steps}, as X and R do not grow alike"

@@ -270,6 +270,7 @@ def reordering_dict(r: Reordering | None) -> dict | None:
         "fp32_equivalent": r.fp32_equivalent,
         "drift_dex": _num(r.drift),
         "reason": r.reason,
+        "read_on": r.read_on,
         "per_replicate": [
             {"replicate": e.replicate, "window": list(e.window) if e.window else None, "log10": _num(e.log10)}
             for e in r.estimates

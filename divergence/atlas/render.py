@@ -220,7 +220,8 @@ def _legend(atlas: dict) -> str:
         "definition; below 0 perturbs less than low precision. time and memory: arm a (the optimization) over "
         "arm b, per step, medians in the same runs. vs reordering: log10(E_X / E_R) against a reordering of fp32 "
         f"sums ({_reordering_references(atlas)}): reordering_like when its interval ends at most "
-        f"+{REORDERING_DEX:g} dex above it, beyond_reordering when it starts above that."
+        f"+{REORDERING_DEX:g} dex above it, beyond_reordering when it starts above that; (valid steps): read over "
+        "every valid step, as X and R did not grow alike, a status only with every step on its side."
     )
 
 
@@ -230,14 +231,16 @@ def _reordering_references(atlas: dict) -> str:
 
 
 def _reordering(r: dict | None) -> str:
-    """``+0.31 [+0.12, +0.50] (6) reordering_like``; the replicates that would decide an inconclusive one."""
+    """``+0.31 [+0.12, +0.50] (6) reordering_like``; ``(valid steps)`` when read there (no window formed);
+    the replicates that would decide an inconclusive one."""
     if not r:
         return "-"
     if r.get("log10") is None:
         return str(r.get("status") or "no reading")
     interval = f" [{_num(r.get('lo'))}, {_num(r.get('hi'))}]" if r.get("lo") is not None else ""
     needed = f", {r['replicates_needed']} replicates would decide" if r.get("replicates_needed") else ""
-    return f"{_num(r['log10'])}{interval} ({r.get('replicates', '?')}) {r.get('status')}{needed}"
+    where = " (valid steps)" if r.get("read_on") == "valid_steps" else ""
+    return f"{_num(r['log10'])}{interval} ({r.get('replicates', '?')}) {r.get('status')}{where}{needed}"
 
 
 def _coherence(c: dict | None) -> str:

@@ -9,7 +9,8 @@ A row states, for the pair under study (arm a: the optimization, arm b: what it 
 - ``outcome``: the final relative loss difference's status and interval;
 - ``reordering``: log10(E_X / E_R) against the reordering reference R (a reordering of fp32 sums),
   its interval, replicates and status (``reordering_like``, ``beyond_reordering``, ``inconclusive``;
-  ``divergence.analysis.reordering``), None when the study has no reordering reference;
+  ``divergence.analysis.reordering``) and where it was read (``read_on``: ``window``, or
+  ``valid_steps`` when X and R do not grow alike), None when the study has no reordering reference;
 - ``cost``: arm a's step time and peak memory over arm b's (``atlas.costs``);
 - ``router_flip``: on an MoE backbone, the share of the probe's (token, slot) choices whose expert
   differs between the arms at the last probed step (``final``: the median over replicates, and
@@ -96,7 +97,7 @@ def _coherence(coherence: dict | None) -> dict | None:
 
 
 def _reordering(reordering: dict | None) -> dict | None:
-    keys = ("log10", "lo", "hi", "replicates", "status", "replicates_needed", "reference", "fp32_equivalent")
+    keys = ("log10", "lo", "hi", "replicates", "status", "replicates_needed", "reference", "fp32_equivalent", "read_on")
     return {k: reordering.get(k) for k in keys} if reordering else None
 
 

@@ -10,10 +10,9 @@ import math
 from dataclasses import dataclass
 
 from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, kind_table, top_layers
-from divergence.analysis import dose, finetune, outcome, replicates, verdict, window
+from divergence.analysis import dose, finetune, outcome, reordering, replicates, verdict, window
 from divergence.analysis.growth import Estimate
 from divergence.analysis.headline import replicates_sentence
-from divergence.analysis.reordering import METHOD_TEXT as REORDERING_METHOD
 
 ROLES = {
     "optimization": "under study",
@@ -74,7 +73,7 @@ def method() -> list[str]:
         "steps, or with a control pair (two identical arms) that differs as much as the pair under study; a "
         "non-zero control smaller than that is the hardware's run-to-run floor, and the pair is stated against it. "
         "One replicate gives point estimates only: preliminary.",
-        REORDERING_METHOD,
+        reordering.method_text(),
         "Fine-tuning: when every pair starts from the same pretrained weights (pair.json's start, or every pair's "
         "E(0) = 0, the seed pair's too), the seed reference is a data-order / noise seed pair, whose E grows from 0 "
         "beside the others instead of starting at a ceiling. The ceiling is then what fine-tuning reaches, the "

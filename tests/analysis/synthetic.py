@@ -348,3 +348,32 @@ def write_dose_study(
         data = json.loads((folder / "pair.json").read_text())
         (folder / "pair.json").write_text(json.dumps(data | {"replicate": r}))
     return root
+
+
+# ---------------------------------------------------------------------------------------------
+# A bug against a reordering (docs/method.md, "The reordering yardstick"): a bug injects a bias
+# each step, which adds up, E_X(t) = eps_X * t; a reordering's rounding sits at its floor,
+# E_R(t) = FLOOR * 10 ** (STEP_DEX * n_t). The two do not grow alike, so no window forms.
+# ---------------------------------------------------------------------------------------------
+
+FLOOR = 1e-7
+
+
+def bug_study(eps_x: float, *, replicates: int = 3, horizon: int = 40) -> list[PairData]:
+    """The dose study (no probe: weight space) with the pair under study's E linear in t, at
+    ``eps_x * t`` times a replicate amplitude 10 ** (REP_DEX z), and the reordering pair's E flat
+    at ``FLOOR``: log10(E_X / E_R) = log10(eps_x / FLOOR) + log10(t) at every tracked step t >= 1."""
+    pairs = dose_study(study=1e-8, precision=1e-5, reordering=1e-9, replicates=replicates, horizon=horizon, probe=False)
+    out = []
+    for p in pairs:
+        rng = np.random.default_rng([zlib_key(p.name), p.replicate, 1])
+        t = np.asarray(p.steps, dtype=float)
+        if p.category == "optimization":
+            e = eps_x * t * 10 ** (REP_DEX * rng.standard_normal())
+        elif p.category == "reordering":
+            e = np.where(t > 0, FLOOR * 10 ** (STEP_DEX * rng.standard_normal(len(t))), 0.0)
+        else:
+            out.append(p)
+            continue
+        out.append(dataclasses.replace(p, rel_l2=e))
+    return out

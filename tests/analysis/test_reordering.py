@@ -1,6 +1,8 @@
 """The reordering yardstick on synthetic stores with known doses (docs/method.md): X against the
 reordering reference R is log10(eps_X / eps_R), read with the dose ratio's window, median and t
-interval, and each status follows from where its interval lies against +REORDERING_DEX."""
+interval, and each status follows from where its interval lies against +REORDERING_DEX. Where X
+and R do not grow alike (a bug's E adds up linearly, a reordering's sits at its floor), no window
+forms and the ratio is read over the valid steps, a status holding only with every step on its side."""
 
 import dataclasses
 import math
@@ -10,9 +12,10 @@ import numpy as np
 from scipy import stats
 
 from divergence.analysis import analyze, to_summary
-from divergence.analysis.reordering import METHOD_TEXT, REORDERING_DEX, STATUSES
+from divergence.analysis.reordering import REORDERING_DEX, STATUSES, decide, method_text
+from divergence.analysis.replicates import pool
 from divergence.report.content import method
-from tests.analysis.synthetic import dose_study
+from tests.analysis.synthetic import FLOOR, bug_study, dose_study, dense_steps
 
 FP32_EQUIVALENT_ARMS = {"a": ["adamw-impl=fused"], "b": ["adamw-impl=loop"]}  # registered, fp32-equivalent
 KEYS = {"log10", "lo", "hi", "replicates", "status", "replicates_needed"}  # the contract
@@ -37,7 +40,7 @@ def test_a_pair_twice_a_reordering_is_reordering_like_and_the_dose_verdict_is_un
     r = _reordering(with_r)
     assert KEYS <= set(r) and r["status"] == "reordering_like" and r["replicates"] == 4
     assert abs(r["log10"] - math.log10(2)) < 0.1 and r["lo"] < r["log10"] < r["hi"] <= REORDERING_DEX
-    assert r["replicates_needed"] is None and r["reference"] == "reordering"
+    assert r["replicates_needed"] is None and r["reference"] == "reordering" and r["read_on"] == "window"
     v, v0 = with_r.verdicts[0], without.verdicts[0]
     assert (v.status, v.dose) == (v0.status, v0.dose)  # the precision verdict is read as before
     assert v.headline.startswith(v0.headline + " Against a reordering of fp32 sums (4x4 vs 1x16 accumulation)")
@@ -113,4 +116,59 @@ def test_arms_bitwise_equal_are_reordering_like_and_a_zero_reordering_pair_gives
 def test_the_threshold_is_one_constant_the_summary_and_the_method_text_state():
     assert REORDERING_DEX == 1.0 and STATUSES == ("reordering_like", "beyond_reordering", "inconclusive")
     assert to_summary(_analysis(1e-8, 5e-9))["settings"]["reordering_threshold_dex"] == REORDERING_DEX
-    assert METHOD_TEXT in method() and f"+{REORDERING_DEX:g} dex" in METHOD_TEXT
+    assert method_text() in method() and f"+{REORDERING_DEX:g} dex" in method_text()
+
+
+def _bug(eps_x, *, fp32_equivalent=True, horizon=40):
+    pairs = bug_study(eps_x, horizon=horizon)
+    if fp32_equivalent:
+        pairs = [
+            dataclasses.replace(p, arms=FP32_EQUIVALENT_ARMS) if p.category == "optimization" else p for p in pairs
+        ]
+    analysis = analyze(pairs, n_boot=50)
+    return _reordering(analysis), analysis.verdicts[0].headline
+
+
+def test_a_bug_like_pair_growing_unlike_the_reordering_is_read_on_the_valid_steps_and_beyond_it():
+    # E_X = 1e-5 t against a flat E_R = 1e-7: log10(E_X/E_R) = 2 + log10 t, +2.0 to +3.6 over steps 1-40,
+    # no window (R does not grow); per replicate the median over the 24 tracked steps 1-20, 25, ..., 40 is
+    # 2 + (log10 12 + log10 13) / 2 = +3.10 (within the replicates' amplitude, 0.05 dex each)
+    r, headline = _bug(1e-5)
+    valid = [t for t in dense_steps(40) if t >= 1]
+    expected = math.log10(1e-5 / FLOOR) + float(np.median(np.log10(valid)))
+    assert (r["status"], r["read_on"], r["replicates"], r["replicates_needed"]) == (
+        "beyond_reordering",
+        "valid_steps",
+        3,
+        None,
+    )
+    assert abs(r["log10"] - expected) < 0.2 and r["lo"] > REORDERING_DEX
+    assert all(x["window"] == [1, 40] for x in r["per_replicate"])
+    assert "read over the valid steps 1-40, as X and R do not grow alike): if flash vs baseline should be the " in (
+        headline
+    )
+    assert headline.endswith("look for a bug.")
+    # a pair 100x below it, also growing unlike R: reordering-like at every step
+    r, headline = _bug(1e-9)
+    assert (r["status"], r["read_on"]) == ("reordering_like", "valid_steps") and r["hi"] <= REORDERING_DEX
+    assert "reordering-like, no more than 10x a reordering, as an fp32-equivalent transformation should be." in headline
+
+
+def test_a_drifting_ratio_that_crosses_one_dex_is_inconclusive_whatever_its_median():
+    # E_X = 10**0.2 1e-7 t: log10(E_X/E_R) = 0.2 + log10 t rises from +0.2 to +1.8, through +1 at t ~ 6;
+    # its medians (~+1.3) alone would call it beyond reordering
+    r, headline = _bug(10**0.2 * FLOOR)
+    medians = [x["log10"] for x in r["per_replicate"]]
+    assert decide(pool(medians)) == "beyond_reordering" and r["lo"] > REORDERING_DEX
+    assert (r["status"], r["read_on"], r["replicates_needed"]) == ("inconclusive", "valid_steps", None)
+    assert r["reason"].startswith("log10(E_X/E_R) crosses +1 dex over the valid steps (+0.")
+    assert "inconclusive: log10(E_X/E_R) crosses +1 dex" in headline and "which more replicates do not decide" in (
+        headline
+    )
+
+
+def test_too_few_valid_steps_give_no_reading_with_the_reason():
+    # horizon 4: steps 1-4 valid, under MIN_WINDOW = 5
+    r, headline = _bug(1e-5, horizon=4)
+    assert r["status"] is None and r["read_on"] is None and r["log10"] is None
+    assert "no reading: too few tracked steps" in headline

@@ -158,6 +158,7 @@ def test_the_reordering_column_states_each_row_against_the_reordering_reference(
     row = measured_row(OPTIMIZATIONS["compile"], "unet", STUDY, with_r, "r")
     r = row["reordering"]
     assert r["status"] == "beyond_reordering" and r["reference"] == "reordering" and r["replicates"] == 3
+    assert r["read_on"] == "window"
     assert abs(r["log10"] - 3) < 0.2 and r["lo"] > 1
     text = cells(row)
     column = COLUMNS.index("vs reordering: log10 [95% CI] (n) status")
@@ -168,6 +169,8 @@ def test_the_reordering_column_states_each_row_against_the_reordering_reference(
     assert text[-1] == row["status"]
     r["status"], r["replicates_needed"] = "inconclusive", 9  # an undecided row says what would decide it
     assert cells(row)[column].endswith("inconclusive, 9 replicates would decide")
+    r["read_on"] = "valid_steps"  # no window formed: the cell says where it was read
+    assert cells(row)[column].endswith("inconclusive (valid steps), 9 replicates would decide")
     without = measured_row(
         OPTIMIZATIONS["flash"],
         "unet",

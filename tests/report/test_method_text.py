@@ -3,7 +3,7 @@ change a threshold and the text changes with it; no threshold is retyped as a li
 
 import pytest
 
-from divergence.analysis import dose, finetune, outcome, replicates, verdict, window
+from divergence.analysis import dose, finetune, outcome, reordering, replicates, verdict, window
 from divergence.report import content
 
 # (module, constant, a value no other constant has, how the text writes that value)
@@ -21,6 +21,7 @@ THRESHOLDS = [
     (outcome, "SATURATED_FACTOR", 1.5, "held to 1.5 x the seed spread"),
     (replicates, "CONFIDENCE", 0.9, "a 90% t interval"),
     (finetune, "SATURATED_FINETUNE", 0.45, "reaches 0.45 E_seed"),
+    (reordering, "REORDERING_DEX", 1.3, "at most +1.3 dex"),
 ]
 
 
@@ -52,6 +53,8 @@ def test_the_method_text_states_the_current_values():
         f"phi >= {outcome.SATURATED_END:g}",
         f"window under {dose.MIN_WINDOW} steps",
         f"reaches {finetune.SATURATED_FINETUNE:g} E_seed",
+        f"at most +{reordering.REORDERING_DEX:g} dex",
+        f"at least {dose.MIN_WINDOW} of them",
         "docs/method.md",
     ):
         assert fragment in said
