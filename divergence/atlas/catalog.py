@@ -18,10 +18,21 @@ from divergence.errors import UserInputError
 BACKBONES = {"unet": "tiny.yaml", "dit": "tiny-dit.yaml", "moe": "tiny-moe.yaml"}  # base run recipe of each (recipes/)
 DENSE = ("unet", "dit")
 EVERY = tuple(BACKBONES)
+# ``--backbone``: one of BACKBONES, or ALL; without it the dense backbones (the CPU atlas of issue 34),
+# the MoE atlas being its own command (``--backbone moe``, issue 31's)
+DEFAULT_BACKBONES = DENSE
+ALL = "all"
 # Study overrides a backbone sets before the command line's (which may set them back). On the MoE
 # backbone 4x4 accumulation is no reordering: the capacity limit and the balance loss are per
 # forward pass (divergence/models/moe.py), so micro-batches of 4 drop other tokens than a batch of 16.
 BACKBONE_STUDY = {"moe": ("references.reordering=null",)}
+# Pair-recipe overrides every pair of a backbone's study gets (written into its recipe), before the
+# command line's. The MoE study tracks every step: a 30-step study tracks every step to 20, then
+# every 5th, and on the MoE the fp32 reorderings (expert-grouped) settle late (step 18 or so:
+# E starts near 4e-9 and grows faster than bf16's at first), so their window held 4-5 tracked
+# steps, under the 5 it needs, in 2 of 3 replicates (docs/atlas.md, "The MoE atlas as measured").
+# Tracking a step costs one weight comparison (the probe stays at its own cadence).
+BACKBONE_PAIRS = {"moe": ("tracking.every=1",)}
 
 
 @dataclass(frozen=True)
@@ -181,11 +192,14 @@ def select(only: list[str] | None) -> list[Optimization]:
 
 
 def backbones(choice: str | None) -> list[str]:
-    """``--backbone`` (every backbone when None); an unknown one is one line."""
+    """``--backbone``: the dense backbones (``DEFAULT_BACKBONES``) when None, every backbone for
+    ``all``, else the one named; an unknown one is one line naming the choices."""
     if choice is None:
+        return list(DEFAULT_BACKBONES)
+    if choice == ALL:
         return list(BACKBONES)
     if choice not in BACKBONES:
-        raise UserInputError(f"--backbone {choice}: unknown backbone; known: {', '.join(BACKBONES)}")
+        raise UserInputError(f"--backbone {choice}: unknown backbone; known: {', '.join([*BACKBONES, ALL])}")
     return [choice]
 
 
@@ -195,5 +209,5 @@ def check_rows(optimizations: list[Optimization], chosen: list[str]) -> None:
         if not any(opt.applies(b) for b in chosen):
             raise UserInputError(
                 f"--only {opt.name}: a row of {', '.join(opt.backbones)} only, not of --backbone "
-                f"{', '.join(chosen)}; choose --backbone {opt.backbones[0]} or leave --backbone out"
+                f"{', '.join(chosen)}; choose --backbone {opt.backbones[0]} or --backbone {ALL}"
             )

@@ -12,10 +12,11 @@ runs with the shared reference runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from divergence.atlas.catalog import BACKBONE_STUDY, BACKBONES, Optimization
+from divergence.atlas.catalog import BACKBONE_PAIRS, BACKBONE_STUDY, BACKBONES, Optimization
+from divergence.config.schema import apply_overrides
 from divergence.errors import UserInputError
 from divergence.study.config import STUDY_OVERRIDES, Study, StudyPair, load_study
 
@@ -54,9 +55,10 @@ def backbone_study(
 ) -> BackboneStudy:
     """The study of ``backbone`` training every one of ``optimizations`` (those with a pair) beside
     the references, each pair once; the backbone's own study overrides (``BACKBONE_STUDY``) come
-    before ``study_overrides``."""
+    before ``study_overrides``, its pair overrides (``BACKBONE_PAIRS``) are in every pair's recipe
+    (the command line's pair overrides come after them)."""
     pairs: dict[str, StudyPair] = {}
-    names, last = {}, None
+    names, last, own = {}, None, BACKBONE_PAIRS.get(backbone, ())
     for opt in optimizations:
         last = load_study(
             study_recipe(),
@@ -66,7 +68,7 @@ def backbone_study(
         under_study = next(p for p in last.pairs if p.role == "study")
         names[opt.name] = under_study.name
         for pair in last.pairs:
-            pairs.setdefault(pair.name, pair)
+            pairs.setdefault(pair.name, replace(pair, recipe=apply_overrides(pair.recipe, own)))
     if last is None:
         raise ValueError("backbone_study needs at least one optimization with a pair")
     ordered = [p for p in pairs.values() if p.role == "study"] + [p for p in pairs.values() if p.role != "study"]

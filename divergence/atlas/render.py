@@ -273,6 +273,8 @@ def _dose(x) -> str:
 
 def _needed(row: dict) -> str:
     dose, outcome = row.get("dose_ratio") or {}, row.get("outcome") or {}
+    if dose.get("windows"):  # under 2 windows: no interval to plan from; what would give the others one
+        return dose["windows"]["to_decide"]
     bits = []
     if dose.get("status") == "inconclusive":
         n = (dose.get("replicates_needed") or {}).get("exclude_0")

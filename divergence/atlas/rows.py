@@ -4,7 +4,9 @@ A row states, for the pair under study (arm a: the optimization, arm b: what it 
 
 - ``numerics``: what each arm trained in (``pair.json``'s numerics: device, precision, threads...);
 - ``dose_ratio``: log10(E_X / E_P) against the precision reference, its 95% interval over
-  replicates, its status and the replicates that would decide (``docs/method.md``);
+  replicates, its status and the replicates that would decide (``docs/method.md``); where fewer
+  than 2 replicates formed an unsaturated window (no interval, nothing to plan replicates from),
+  ``windows`` says how many did and what would give the others one;
 - ``equivalent_dose``: the relative gradient noise per step it equals, when a calibration is given;
 - ``outcome``: the final relative loss difference's status and interval;
 - ``reordering``: log10(E_X / E_R) against the reordering reference R (a reordering of fp32 sums),
@@ -47,11 +49,13 @@ def measured_row(opt: Optimization, backbone: str, pair_name: str, summary: dict
         row.update(status="no_verdict", reason="the report has no verdict for this pair")
         return row
     dose, outcome = verdict["dose_ratio"], verdict["outcome"]
+    min_window = (summary.get("settings") or {}).get("min_window")
     row.update(
         status=verdict["status"],
         headline=verdict.get("headline"),
         dose_ratio={
-            k: dose.get(k) for k in ("log10", "lo", "hi", "replicates", "status", "replicates_needed", "reference")
+            **{k: dose.get(k) for k in ("log10", "lo", "hi", "replicates", "status", "replicates_needed", "reference")},
+            "windows": windows(verdict, runs, min_window),
         },
         equivalent_dose=verdict.get("equivalent_dose"),
         outcome={k: outcome.get(k) for k in ("status", "mean", "lo", "hi", "margin", "replicates_needed")},
@@ -62,6 +66,30 @@ def measured_row(opt: Optimization, backbone: str, pair_name: str, summary: dict
         reason=(verdict.get("reasons") or [None])[0],
     )
     return row
+
+
+def windows(verdict: dict, runs: list[dict], min_window: int | None) -> dict | None:
+    """``{"formed", "replicates", "to_decide"}`` when fewer than 2 replicates formed a window (so the
+    dose ratio has no interval and no replicate count can be planned from it), else None.
+
+    ``to_decide`` says what gives the others a window of ``min_window`` tracked steps: tracking
+    every step (``tracking.every=1``) where the pair's tracked steps leave gaps from the window's
+    first step t0 on (``dose_ratio.common_start``), and a run twice as long (``train.max_steps``)."""
+    per = verdict.get("per_replicate") or []
+    formed = sum(1 for r in per if _finite(r.get("log10")))
+    if not per or formed >= 2:
+        return None
+    start = (verdict.get("dose_ratio") or {}).get("common_start") or 0
+    steps = [[t for t in (p.get("trajectory") or {}).get("step") or [] if t >= start] for p in runs]
+    sparse = any(b - a > 1 for s in steps for a, b in zip(s, s[1:]))
+    longest = max((p.get("max_steps") or 0 for p in runs), default=0)
+    fixes = [*(["tracking.every=1"] if sparse else []), *([f"train.max_steps={2 * longest}"] if longest else [])]
+    need = f" of {min_window} tracked steps" if min_window else ""
+    return {
+        "formed": formed,
+        "replicates": len(per),
+        "to_decide": f"{formed} of {len(per)} formed a window{need}: {' or '.join(fixes) or 'a longer run'}",
+    }
 
 
 def unavailable_row(opt: Optimization, backbone: str, reason: str) -> dict:

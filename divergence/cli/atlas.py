@@ -12,7 +12,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="train every optimization's pair with the references; write atlas.json/.md/.html and a figure",
         description="The deviation atlas: each optimization (fp8, int8, compile, accumulation, threads, flash, "
         "checkpointing, fused AdamW, TF32, memory-efficient SDPA, ...) studied as `divergence study` studies one, "
-        "on the tiny UNet, the tiny DiT and the tiny MoE DiT, the references trained once per backbone; then its dose ratio against "
+        "on the tiny UNet and the tiny DiT (--backbone moe: the tiny MoE DiT's rows; --backbone all: all three), "
+        "the references trained once per backbone; then its dose ratio against "
         "low precision beside its step time and peak memory. Finished pairs are not trained again.",
     )
     p.add_argument(
@@ -22,7 +23,10 @@ def register(subparsers) -> argparse.ArgumentParser:
         "OUT/<backbone>/reports/<optimization>, atlas.json/.md/.html and atlas.png at its top",
     )
     p.add_argument("--only", nargs="+", metavar="NAME", help="these optimizations only (default: all)")
-    p.add_argument("--backbone", help="unet, dit or moe (default: all three)")
+    p.add_argument(
+        "--backbone",
+        help="unet, dit, moe (the MoE atlas) or all (default: unet and dit, the dense backbones)",
+    )
     p.add_argument(
         "--replicates", type=int, help="replicates of every pair but the control (default: the study recipe's)"
     )

@@ -206,13 +206,19 @@ def moe_aux_loss(model: torch.nn.Module) -> torch.Tensor | None:
 @contextlib.contextmanager
 def recording_routes(model: torch.nn.Module):
     """Inside: every forward of each MoE layer appends its :class:`Routing`; yields
-    ``{layer name: [Routing, ...]}`` (one entry per forward, in call order)."""
+    ``{layer name: [Routing, ...]}`` (one entry per forward, in call order). After: each layer's
+    last routing and balance loss as they were before, so the recorded forwards (the probe's, on
+    its own inputs) leave no trace: a layer's ``routing`` stays its last training forward's, the
+    one ``training.probe.training_drops`` reads (or None where the model never trained, e.g. arms
+    read back from files at every probed step)."""
     layers = moe_layers(model)
     records: dict[str, list[Routing]] = {name: [] for name in layers}
+    saved = {name: (layer.routing, layer.aux_loss) for name, layer in layers.items()}
     for name, layer in layers.items():
         layer.recorder = records[name]
     try:
         yield records
     finally:
-        for layer in layers.values():
+        for name, layer in layers.items():
             layer.recorder = None
+            layer.routing, layer.aux_loss = saved[name]

@@ -65,7 +65,7 @@ class FunctionProbe:
     def record(self, arm_a, arm_b) -> dict[str, float]:
         """``probe_rel_diff, probe_loss_a, probe_loss_b`` of the two arms' current weights, and
         with MoE layers the router's record (``ROUTER_KEYS``)."""
-        # read before the probe's own forwards replace each layer's last routing
+        # each layer's last training forward's (recording_routes leaves it to the probe's forwards)
         drops = {"router_drop_a": training_drops(arm_a), "router_drop_b": training_drops(arm_b)}
         probe = self._inputs(next(arm_b.parameters()).device)
         with recording_routes(arm_a.unet) as routes_a, recording_routes(arm_b.unet) as routes_b:

@@ -326,7 +326,8 @@ def write_dose_study(
 ):
     """The same pairs as run folders (metrics.jsonl + pair.json with ``replicate``) under ``root``;
     ``router`` ({category: flip fraction}) adds an MoE router's record to those pairs' probed steps
-    (every 10th: ``router_flip`` rising linearly to the fraction at ``horizon``, drops 1% and 2%);
+    (every 10th: ``router_flip`` rising linearly to the fraction at ``horizon``, arm a's drops falling
+    linearly from 2% at step 0 to 1% at ``horizon``, arm b's from 4% to 2%);
     ``extra(category, replicate, step) -> dict`` adds keys to a step record (e.g. the coherence's)."""
     import json
 
@@ -338,7 +339,8 @@ def write_dose_study(
             for record in steps:
                 if record["tracked"] and record["step"] % 10 == 0:
                     flip = router[category] * record["step"] / horizon
-                    record.update(router_flip=flip, router_drop_a=0.01, router_drop_b=0.02)
+                    fall = 1 - record["step"] / (2 * horizon)  # drops halve as the router balances
+                    record.update(router_flip=flip, router_drop_a=0.02 * fall, router_drop_b=0.04 * fall)
         store = MetricsStore(folder).open_for_append()
         for record in steps:
             rows = [{k: v for k, v in t.items() if k != "step"} for t in tensors if t["step"] == record["step"]]

@@ -87,7 +87,8 @@ def test_a_tiny_atlas_end_to_end_then_a_second_run_trains_nothing(tmp_path, caps
     "argv, message",
     [
         (["--only", "flash", "nope"], "--only nope: unknown optimization; known: fp8-tensorwise, fp8-rowwise"),
-        (["--backbone", "vit"], "--backbone vit: unknown backbone; known: unet, dit"),
+        (["--backbone", "vit"], "--backbone vit: unknown backbone; known: unet, dit, moe, all"),
+        (["--only", "expert-grouped"], "--only expert-grouped: a row of moe only, not of --backbone unet, dit"),
         (["--replicates", "0"], "--replicates 0: must be >= 1"),
         (["--calibration", "missing.json"], "--calibration missing.json: no such file"),
         (["base=tiny.yaml"], "base=tiny.yaml: the atlas sets base and study itself"),

@@ -13,7 +13,7 @@ from divergence.errors import UserInputError
 
 
 def test_the_moe_backbone_has_the_rows_that_apply_to_it():
-    assert BACKBONES["moe"] == "tiny-moe.yaml" and backbones(None) == ["unet", "dit", "moe"]
+    assert BACKBONES["moe"] == "tiny-moe.yaml"
     on_moe = [o.name for o in OPTIMIZATIONS.values() if o.applies("moe")]
     assert on_moe == [
         "fp8-tensorwise",
@@ -54,7 +54,19 @@ def test_the_moe_study_trains_its_pairs_on_tiny_moe_without_the_accumulation_reo
 def test_an_moe_row_on_a_dense_backbone_is_one_line():
     with pytest.raises(UserInputError, match="--only router-bf16: a row of moe only, not of --backbone unet"):
         check_rows(select(["router-bf16"]), ["unet"])
-    check_rows(select(["router-bf16", "flash"]), backbones(None))  # every backbone: each row has one
+    check_rows(select(["router-bf16", "flash"]), backbones("all"))  # every backbone: each row has one
+    # the default is the dense backbones: the MoE rows are the MoE atlas's (--backbone moe)
+    with pytest.raises(
+        UserInputError, match="a row of moe only, not of --backbone unet, dit; choose --backbone moe or"
+    ):
+        check_rows(select(["router-bf16"]), backbones(None))
+
+
+def test_the_default_backbones_are_the_dense_ones_and_all_is_every_one():
+    assert backbones(None) == ["unet", "dit"]
+    assert backbones("moe") == ["moe"] and backbones("all") == ["unet", "dit", "moe"]
+    with pytest.raises(UserInputError, match="^--backbone ALL: unknown backbone; known: unet, dit, moe, all$"):
+        backbones("ALL")
 
 
 def test_the_router_flip_fraction_is_on_the_row_and_the_page():
@@ -73,3 +85,53 @@ def test_the_router_flip_fraction_is_on_the_row_and_the_page():
     assert "- router-bf16 (moe): 4% at step 20 (3%, 5%)" in markdown(atlas)
     atlas["backbones"] = {"moe": {"router_flip": {"bf16-vs-fp32": {"step": 20, "final": 0.1, "replicates": [0.1]}}}}
     assert "- reference bf16-vs-fp32 (moe): 10% at step 20 (10%)" in markdown(atlas)
+
+
+def _grouped_summary(windows: list[float | None], steps: list[int]) -> dict:
+    """A report's summary of expert-grouped with one replicate per entry of ``windows`` (its dose
+    ratio, None: no window), every pair tracked at ``steps`` of 30."""
+    verdict = {
+        "study": "expert-grouped",
+        "status": "preliminary",
+        "dose_ratio": {"log10": -3.47, "replicates": 1, "status": "bounded", "common_start": 18},
+        "outcome": {"status": "undecided", "replicates": 1, "replicates_needed": None},
+        "per_replicate": [{"replicate": r, "log10": w} for r, w in enumerate(windows)],
+    }
+    pairs = {
+        f"expert-grouped-r{r}": {"name": "expert-grouped", "max_steps": 30, "trajectory": {"step": steps}}
+        for r in range(len(windows))
+    }
+    return {"settings": {"min_window": 5}, "verdicts": [verdict], "pairs": pairs}
+
+
+def test_a_row_with_under_two_windows_says_what_would_give_the_others_one():
+    from divergence.atlas.render import cells
+
+    sparse = [*range(21), 25, 30]  # every step to 20, then every 5th: 5 tracked steps from step 18
+    summary = _grouped_summary([-3.47, None, None], sparse)
+    row = measured_row(OPTIMIZATIONS["expert-grouped"], "moe", "expert-grouped", summary, "r")
+    assert row["dose_ratio"]["windows"]["formed"] == 1 and row["dose_ratio"]["windows"]["replicates"] == 3
+    assert cells(row)[7] == "1 of 3 formed a window of 5 tracked steps: tracking.every=1 or train.max_steps=60"
+    every_step = measured_row(
+        OPTIMIZATIONS["expert-grouped"], "moe", "expert-grouped", _grouped_summary([None, None], list(range(31))), "r"
+    )
+    assert cells(every_step)[7] == "0 of 2 formed a window of 5 tracked steps: train.max_steps=60"
+    # two windows or more: an interval, and the verdict's own replicate count
+    two = measured_row(
+        OPTIMIZATIONS["expert-grouped"], "moe", "expert-grouped", _grouped_summary([-3.4, -3.5, None], sparse), "r"
+    )
+    assert two["dose_ratio"]["windows"] is None and "formed a window" not in cells(two)[7]
+
+
+def test_the_moe_study_tracks_every_step_and_the_command_line_may_set_it_back(tmp_path):
+    from divergence.study.runner import plan_jobs
+
+    moe = backbone_study("moe", select(["expert-grouped"]), "cpu", [])
+    assert all(p.recipe["tracking"]["every"] == 1 for p in moe.study.pairs)  # the references too: same steps
+    dit = backbone_study("dit", select(["flash"]), "cpu", [])
+    assert all(p.recipe["tracking"]["every"] == 10 for p in dit.study.pairs)
+    jobs = {j.label: j for j in plan_jobs(moe.study, tmp_path, [])}
+    assert "every: 1\n" in jobs["expert-grouped-r0"].recipe_text  # in the recipe the atlas writes
+    assert jobs["seed-vs-seed-r0"].config["tracking"]["every"] == 1
+    again = plan_jobs(moe.study, tmp_path, ["tracking.every=10"])  # the command line's pair override after it
+    assert {j.config["tracking"]["every"] for j in again} == {10} and not any(tmp_path.iterdir())

@@ -28,7 +28,11 @@ def test_an_moe_study_has_the_panel_and_its_sentence(reports):
     assert "<h3>Router</h3>" in html and "### Router" in md and "figures/router_flip.png" in md
     # the optimization pair flipped 4% at its last probed step (step 40), in both replicates
     assert "flash-vs-baseline: 4% of choices flipped (4%, 4%)" in md
-    assert "dropped 1% of arm a's choices in training and 2% of arm b's (mean over the probed steps)" in md
+    # drops fall in training: each arm's at the first and the last probed step, not a mean over them
+    assert (
+        "the capacity limit dropped 2% of arm a's choices in the training batch of step 0 and 1% in that of "
+        "step 40, arm b's 4% and 2% (medians over replicates)"
+    ) in md
     assert "control: 0% of choices flipped" in md and "seed-vs-seed:" not in md  # no record, no line
     pairs = json.loads((moe.out / "summary.json").read_text())["pairs"].values()
     flash = next(p for p in pairs if p["name"] == "flash-vs-baseline")
