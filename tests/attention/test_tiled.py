@@ -125,13 +125,14 @@ def test_agrees_with_pytorch_cpu_flash_kernel(dtype, l, causal):
     assert _max(ours, gold) <= 2 * _max(kernel, gold) + 1e-6
 
 
-def test_sixteen_k_tokens_run_in_blocks_and_match_the_softmax_rows():
-    # 16k tokens never form the 16k x 16k score matrix (about 1 s on 2 cores; its speed is
-    # benchmarked in benchmarks/, not timed here): a few output rows against softmax(q k^T) v in fp64
+def test_a_long_sequence_runs_in_blocks_and_matches_the_softmax_rows():
+    # 4k tokens in 64 x 16 tiles of 64 x 256 (never the 4k x 4k score matrix; 16k tokens took 35 s of CPU here
+    # for the same tiling, and its speed is benchmarked in benchmarks/, not timed here): a few output rows,
+    # first, mid-tile and last, against softmax(q k^T) v in fp64
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 1, 16384, 64, generator=g).bfloat16() for _ in range(3))
+    q, k, v = (torch.randn(1, 1, 4096, 64, generator=g).bfloat16() for _ in range(3))
     out = flash_attention_tiled(q, k, v, block_q=64, block_kv=256)
-    rows = torch.tensor([0, 4097, 16383])
+    rows = torch.tensor([0, 2049, 4095])
     scores = (q[0, 0, rows].double() @ k[0, 0].double().T) / 8.0  # 1 / sqrt(64)
     expected = torch.softmax(scores, dim=-1) @ v[0, 0].double()
     assert out.shape == q.shape and torch.isfinite(out.float()).all()

@@ -4,21 +4,23 @@ One spawn of two processes holds every assertion about the arm itself: after 2 s
 same batches its full weights (gathered from the shards) carry the 1-rank arm's names and differ
 from them by fp32 reordering only (nonzero, at most 1e-5: measured 4e-7), a second tensor-parallel
 arm from the same seed is bitwise the first (the control: the same sums in the same order), and
-AdamW's moments survive the resumable checkpoint's gather and re-shard. A second spawn is the
-command a user runs, ``divergence train --recipe tensor-parallel.yaml --arm a`` (Lightning
-launching 2 processes), whose written weights match arm b's 1-rank files the same way.
+AdamW's moments survive the resumable checkpoint's gather and re-shard. The same two processes
+then run the command a user runs, ``divergence train --recipe tensor-parallel.yaml --arm a``, as
+ranks started outside Lightning (as torchrun starts them; Lightning's own launcher of a 2-rank
+``--arm a`` job: tests/scaleout/test_parallel_rows.py), and its written weights match arm b's
+1-rank files (``--arm b``, in this process) the same way: one spawn, not two (a second one, and
+arm b's own process, cost about 30 s of CPU in interpreter start-up).
 """
 
 import json
 import os
 import socket
-import subprocess
-import sys
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from divergence.cli import main
 from divergence.errors import RecipeError
 from divergence.recipe.run import TrainConfig
 from divergence.variants import VARIANTS
@@ -26,15 +28,30 @@ from tests.pairs.helpers import pair_recipe
 
 SMALL = ("train.batch_size=4", "tracking.probe.enabled=false")
 REORDERING = 1e-5  # the largest weight difference a reordering of fp32 sums makes in 2 steps here
+RECIPE = "recipes/pairs/tensor-parallel.yaml"
+COMMAND = ["train.max_steps=2", *SMALL, "log.wandb=false", "log.csv=false", "log.progress_bar=false"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (all bound at once, so none is handed out twice)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
-def _worker(rank: int, port: int, out: str) -> None:
+def _worker(rank: int, port: int, out: str, train_port: int, pair: str) -> None:
+    _check_the_arm(rank, port, out)
+    # the command, on the same 2 processes: ranks started outside Lightning (LOCAL_RANK set, as torchrun does)
+    os.environ.update(MASTER_PORT=str(train_port), LOCAL_RANK=str(rank), RANK=str(rank), WORLD_SIZE="2", NODE_RANK="0")
+    assert main(["train", "--recipe", RECIPE, "--arm", "a", "--out", pair, *COMMAND]) == 0
+
+
+def _check_the_arm(rank: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     import torch.distributed as dist
@@ -84,10 +101,21 @@ def _worker(rank: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-def test_the_tensor_parallel_arm_is_the_one_rank_arm_up_to_fp32_reordering_and_exact_against_itself(tmp_path):
-    out = tmp_path / "result.json"
-    torch.multiprocessing.spawn(_worker, args=(_free_port(), str(out)), nprocs=2)
-    result = json.loads(out.read_text())
+@pytest.fixture(scope="module")
+def spawned(tmp_path_factory):
+    """One spawn of 2 gloo processes: the arm's checks (``result.json``), then ``divergence train --arm a``
+    on them; then ``--arm b`` (1 rank) here, into the same pair folder ``pair``."""
+    root = tmp_path_factory.mktemp("tensor-parallel")
+    port, train_port = _free_ports(2)
+    torch.multiprocessing.spawn(
+        _worker, args=(port, str(root / "result.json"), train_port, str(root / "pair")), nprocs=2
+    )
+    assert main(["train", "--recipe", RECIPE, "--arm", "b", "--out", str(root / "pair"), *COMMAND]) == 0
+    return root
+
+
+def test_the_tensor_parallel_arm_is_the_one_rank_arm_up_to_fp32_reordering_and_exact_against_itself(spawned):
+    result = json.loads((spawned / "result.json").read_text())
     assert result["names"]  # the comparator matches every tensor by name
     assert result["sharded"] == 2 * 10  # 2 blocks x (q, k, v, out of 2 attentions + 2 MLP linears)
     assert 0.0 < result["vs_one_rank"] <= REORDERING, result
@@ -95,16 +123,9 @@ def test_the_tensor_parallel_arm_is_the_one_rank_arm_up_to_fp32_reordering_and_e
     assert result["plain_moments"] and result["moments_kept"]
 
 
-def test_divergence_train_runs_the_tensor_parallel_arm_on_two_processes(tmp_path):
-    """The separate-job command: Lightning launches arm a's 2 ranks (gloo); arm b trains on 1."""
-    out = tmp_path / "pair"
-    recipe = "recipes/pairs/tensor-parallel.yaml"
-    common = ["train.max_steps=2", *SMALL, "log.wandb=false", "log.csv=false", "log.progress_bar=false"]
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    for arm in ("a", "b"):
-        cmd = [sys.executable, "-m", "divergence", "train", "--recipe", recipe, "--arm", arm, "--out", str(out)]
-        run = subprocess.run([*cmd, *common], capture_output=True, text=True, env=env, timeout=600)
-        assert run.returncode == 0, run.stderr[-3000:]
+def test_divergence_train_runs_the_tensor_parallel_arm_on_two_processes(spawned):
+    """The separate-job command: arm a on 2 ranks (gloo), arm b on 1."""
+    out = spawned / "pair"
     a, b = (load_file(out / arm / "checkpoints" / "step_000002.safetensors") for arm in ("a", "b"))
     assert list(a) == list(b)
     assert 0.0 < max(float((a[k] - b[k]).abs().max()) for k in a) <= REORDERING
