@@ -74,11 +74,14 @@ def windows(verdict: dict, runs: list[dict], min_window: int | None) -> dict | N
 
     ``to_decide`` says what gives the others a window of ``min_window`` tracked steps: tracking
     every step (``tracking.every=1``) where the pair's tracked steps leave gaps from the window's
-    first step t0 on (``dose_ratio.common_start``), and a run twice as long (``train.max_steps``)."""
+    first step t0 on (``dose_ratio.common_start``), and a run twice as long (``train.max_steps``);
+    where every replicate formed one (a single replicate), more replicates."""
     per = verdict.get("per_replicate") or []
     formed = sum(1 for r in per if _finite(r.get("log10")))
     if not per or formed >= 2:
         return None
+    if formed == len(per):
+        return {"formed": formed, "replicates": len(per), "to_decide": "1 replicate, no interval: --replicates 3"}
     start = (verdict.get("dose_ratio") or {}).get("common_start") or 0
     steps = [[t for t in (p.get("trajectory") or {}).get("step") or [] if t >= start] for p in runs]
     sparse = any(b - a > 1 for s in steps for a, b in zip(s, s[1:]))

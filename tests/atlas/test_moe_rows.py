@@ -116,6 +116,8 @@ def test_a_row_with_under_two_windows_says_what_would_give_the_others_one():
         OPTIMIZATIONS["expert-grouped"], "moe", "expert-grouped", _grouped_summary([None, None], list(range(31))), "r"
     )
     assert cells(every_step)[7] == "0 of 2 formed a window of 5 tracked steps: train.max_steps=60"
+    one = measured_row(OPTIMIZATIONS["expert-grouped"], "moe", "expert-grouped", _grouped_summary([-3.4], sparse), "r")
+    assert cells(one)[7] == "1 replicate, no interval: --replicates 3"
     # two windows or more: an interval, and the verdict's own replicate count
     two = measured_row(
         OPTIMIZATIONS["expert-grouped"], "moe", "expert-grouped", _grouped_summary([-3.4, -3.5, None], sparse), "r"
