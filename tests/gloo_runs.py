@@ -7,6 +7,7 @@ its tests on one xdist worker):
     root/runs/        tests.checkpoints.dcp_runs     (FSDP2 + DCP saves, columns, Megatron layout)
     root/arms/        tests.byo.dcp_arms             (ArmWriter in DCP and safetensors)
     root/lightning/   tests.byo.dcp_lightning        (Lightning ModelParallelStrategy + ArmCheckpoints)
+    root/fsdp/        tests.training.fsdp_arms       (the fsdp variant's FSDP2 arms, the fsdp-full pair)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def write_all(root: Path) -> Path:
 
     from tests.checkpoints.dcp_runs import _free_port
 
-    for name in ("runs", "arms", "lightning"):
+    for name in ("runs", "arms", "lightning", "fsdp"):
         (root / name).mkdir(parents=True, exist_ok=True)
     mp.spawn(_worker, args=(2, str(root), _free_port()), nprocs=2, join=True)
     return root
@@ -33,6 +34,7 @@ def _worker(rank: int, world: int, root: str, port: int) -> None:
 
     from tests.byo import dcp_arms, dcp_lightning
     from tests.checkpoints import dcp_runs
+    from tests.training import fsdp_arms
 
     # the launcher's environment: Lightning reads its ranks from it
     os.environ.update(
@@ -44,6 +46,7 @@ def _worker(rank: int, world: int, root: str, port: int) -> None:
         dcp_runs.write_on_rank(Path(root) / "runs", rank, world)
         dcp_arms.write_on_rank(Path(root) / "arms")
         dcp_lightning.fit_on_rank(Path(root) / "lightning")
+        fsdp_arms.write_on_rank(Path(root) / "fsdp", rank, world)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

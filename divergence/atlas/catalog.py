@@ -146,14 +146,12 @@ OPTIMIZATIONS = {
         Optimization(
             "fsdp-grad-op",
             "pairs/fsdp-grad-op.yaml",
-            "FSDP SHARD_GRAD_OP (ZeRO-2) vs DDP, 2 ranks (one GPU each)",
-            devices=("cuda",),
+            "FSDP2 SHARD_GRAD_OP (ZeRO-2) vs DDP, 2 ranks",
         ),
         Optimization(
             "fsdp-full",
             "pairs/fsdp-full.yaml",
-            "FSDP FULL_SHARD (ZeRO-3) vs DDP, 2 ranks (one GPU each)",
-            devices=("cuda",),
+            "FSDP2 FULL_SHARD (ZeRO-3) vs DDP, 2 ranks",
         ),
         Optimization(
             "router-bf16",
@@ -176,7 +174,7 @@ OPTIMIZATIONS = {
             backbones=("moe",),
         ),
         # the name earlier atlases gave the FSDP row: the same pair as fsdp-full (docs/atlas.md)
-        Optimization("fsdp", "pairs/fsdp-full.yaml", "fsdp-full under its earlier name", devices=("cuda",)),
+        Optimization("fsdp", "pairs/fsdp-full.yaml", "fsdp-full under its earlier name"),
     )
 }
 

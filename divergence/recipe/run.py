@@ -193,8 +193,11 @@ class TrainConfig:
     # AdamW's state sharded over the ranks with torch.distributed.optim.ZeroRedundancyOptimizer
     # (ZeRO stage 1, the ``zero-1`` variant; under train.strategy=ddp); null: off.
     shard_optimizer: bool | None = None
-    # FSDP's sharding under train.strategy=fsdp (the ``fsdp`` variant): FULL_SHARD (ZeRO-3: weights,
-    # gradients, optimizer state) or SHARD_GRAD_OP (ZeRO-2: gradients and optimizer state); null: FULL_SHARD.
+    # FSDP2 (torch.distributed.fsdp.fully_shard under Lightning's ModelParallelStrategy, gloo on a
+    # CPU, NCCL on GPUs; the ``fsdp`` variant) with train.strategy=fsdp: FULL_SHARD (ZeRO-3: weights,
+    # gradients and optimizer state sharded, weights gathered again for the backward) or
+    # SHARD_GRAD_OP (ZeRO-2: weights kept gathered from forward to backward); null: train.strategy=fsdp
+    # is Lightning's FSDPStrategy (FSDP1, GPUs only, as fsdp-offload uses it).
     fsdp_sharding: Literal["FULL_SHARD", "SHARD_GRAD_OP"] | None = None
     # A known bug injected into the DDP all-reduce, to prove the reordering yardstick finds it (the
     # ``injected-bug`` variant, tests and docs/atlas.md only): ``rank-scale`` (rank 1's gradient
@@ -242,6 +245,11 @@ class TrainConfig:
             self.inject_bug is None or distributed,
             "inject_bug",
             f"the bug is injected into DDP's all-reduce; set train.strategy=ddp (got {self.strategy})",
+        )
+        require(
+            self.fsdp_sharding is None or self.strategy == "fsdp",
+            "fsdp_sharding",
+            f"shards with FSDP2 under train.strategy=fsdp; got train.strategy={self.strategy}: set it to fsdp",
         )
         require(
             self.ema is None or not self.strategy.lower().startswith(("fsdp", "deepspeed")),

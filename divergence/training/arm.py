@@ -39,6 +39,8 @@ from divergence.training.inputs import DiffusionInputs
 from divergence.training.optim import build_lr_schedule, build_optimizer, optimizer_state
 from divergence.models.optimizations import apply_optimizations
 from divergence.training.precision import PrecisionPolicy
+from divergence.training.tensor_parallel import clip_grad_norm, full_optimizer_state, model_parallel
+from divergence.training.tensor_parallel import shard_optimizer_state
 
 
 @dataclass
@@ -81,6 +83,10 @@ class Arm(torch.nn.Module):
     @property
     def train_text_encoder(self) -> bool:
         return self.recipe.model.text_encoder.train
+
+    def trained_networks(self) -> list[torch.nn.Module]:
+        """The networks the optimizer steps: the denoiser, and the text encoder when it trains."""
+        return [self.unet, self.text_encoder] if self.train_text_encoder else [self.unet]
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
@@ -149,10 +155,8 @@ class Arm(torch.nn.Module):
 
     def _clip(self, params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
         """The global gradient norm, gradients clipped to ``max_norm``; over sharded (DTensor) and
-        whole gradients alike under ``train.tensor_parallel``."""
-        if self.recipe.train.tensor_parallel > 1:
-            from divergence.training.tensor_parallel import clip_grad_norm
-
+        whole gradients alike under ``train.tensor_parallel`` and FSDP2 (``train.fsdp_sharding``)."""
+        if model_parallel(self.recipe.train):
             return clip_grad_norm(params, max_norm)
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
 
@@ -179,9 +183,7 @@ class Arm(torch.nn.Module):
     def train_state_dict(self) -> dict:
         """Optimizer, LR schedule, loss-scaler and EMA state (the weights are in ``state_dict``)."""
         optimizer = optimizer_state(self.optimizer)  # ZeRO-1's shards consolidated (collective)
-        if self.recipe.train.tensor_parallel > 1:  # AdamW's moments of sharded weights, gathered (collective)
-            from divergence.training.tensor_parallel import full_optimizer_state
-
+        if model_parallel(self.recipe.train):  # AdamW's moments of sharded weights, gathered (collective)
             optimizer = full_optimizer_state(optimizer)
         state = {
             "optimizer": optimizer,
@@ -201,9 +203,7 @@ class Arm(torch.nn.Module):
 
     def _apply_train_state(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
-        if self.recipe.train.tensor_parallel > 1:
-            from divergence.training.tensor_parallel import shard_optimizer_state
-
+        if model_parallel(self.recipe.train):
             shard_optimizer_state(self.optimizer)
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
         if state.get("scaler"):  # an empty dict when the scaler was disabled

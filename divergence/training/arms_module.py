@@ -98,17 +98,23 @@ class ArmsModule(L.LightningModule):
             inputs.to(device)
 
     def configure_model(self) -> None:
-        """Under ``ModelParallelStrategy`` (``train.tensor_parallel``): shard each arm's DiT blocks over
-        the strategy's tensor-parallel mesh (``divergence.training.tensor_parallel``), once."""
+        """Under ``ModelParallelStrategy`` (``divergence.training.tensor_parallel``), once: each arm's
+        DiT blocks sharded over the tensor-parallel mesh (``train.tensor_parallel``), or its trained
+        networks fully sharded over the data-parallel mesh (FSDP2, ``train.fsdp_sharding``)."""
         mesh = getattr(self, "_device_mesh", None)
-        if mesh is None or getattr(self, "_tensor_parallel_done", False):
+        if mesh is None or getattr(self, "_model_parallel_done", False):
             return
+        from divergence.models import fully_sharded
         from divergence.models.tensor_parallel import parallelize
 
         for arm in self.arms.values():
-            if arm.recipe.train.tensor_parallel > 1:
+            train = arm.recipe.train
+            if train.tensor_parallel > 1:
                 parallelize(arm.unet, mesh["tensor_parallel"])
-        self._tensor_parallel_done = True
+            if train.fsdp_sharding is not None:
+                for network in arm.trained_networks():
+                    fully_sharded.shard(network, mesh["data_parallel"], train.fsdp_sharding)
+        self._model_parallel_done = True
 
     def configure_optimizers(self):
         for name, arm in self.arms.items():
@@ -171,7 +177,8 @@ class ArmsModule(L.LightningModule):
         saved = checkpoint[STATE_KEY]["arms"]
         for name, arm in self.arms.items():
             arm.load_train_state_dict(saved[self.folders[name]])
-        rename_single_arm_keys(checkpoint["state_dict"], next(iter(self.arms)) if len(self.arms) == 1 else None)
+        if "state_dict" in checkpoint:  # a model-parallel strategy has loaded (and removed) it already
+            rename_single_arm_keys(checkpoint["state_dict"], next(iter(self.arms)) if len(self.arms) == 1 else None)
 
     def _log_step(self) -> None:
         if len(self.arms) == 1:  # a single run or a separate arm: its own train/* series

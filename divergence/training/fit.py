@@ -34,7 +34,7 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
     from divergence.training.callbacks.samples import SampleGrid
     from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
     from divergence.training.checkpoint_io import AtomicCheckpointIO
-    from divergence.training.tensor_parallel import model_parallel_strategy
+    from divergence.training.tensor_parallel import model_parallel, model_parallel_strategy
     from divergence.models.determinism import determinism
     from divergence.loggers.sinks import RunIdentity, build_loggers, finish_wandb, global_rank_zero
 
@@ -59,11 +59,7 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
         precision="32-true",  # arms apply their own precision
         accelerator=train.accelerator,
         devices=train.devices,
-        strategy=(
-            strategy_for(module, train.strategy, train.fsdp_sharding)
-            if train.tensor_parallel == 1
-            else model_parallel_strategy(train)
-        ),
+        strategy=model_parallel_strategy(train) if model_parallel(train) else strategy_for(module, train.strategy),
         num_nodes=train.num_nodes,
         logger=build_loggers(log, out, recipe.name, identity or RunIdentity.for_run(recipe, out)) or False,
         callbacks=[
@@ -111,16 +107,11 @@ def resume_from(out: RunFolder | Path) -> Path | None:
     return start
 
 
-def strategy_for(module, strategy: str, fsdp_sharding: str | None = None):
-    """Lightning's strategy for ``module``: several arms under DDP step with one backward each, and
-    each backward leaves the other arms' weights unused, so DDP must look for unused parameters
-    (Lightning's manual optimization then marks them at every ``manual_backward``). Under FSDP,
-    ``train.fsdp_sharding`` chooses ``FSDPStrategy``'s ``sharding_strategy`` (FULL_SHARD: ZeRO-3,
-    SHARD_GRAD_OP: ZeRO-2)."""
-    if strategy.lower() == "fsdp" and fsdp_sharding is not None:
-        from lightning.pytorch.strategies import FSDPStrategy
-
-        return FSDPStrategy(sharding_strategy=fsdp_sharding)
+def strategy_for(module, strategy: str):
+    """Lightning's strategy for ``module`` (an arm with DTensor weights, tensor parallel or FSDP2, trains
+    under ``tensor_parallel.model_parallel_strategy`` instead): several arms under DDP step with one
+    backward each, and each backward leaves the other arms' weights unused, so DDP must look for
+    unused parameters (Lightning's manual optimization then marks them at every ``manual_backward``)."""
     if strategy == "ddp" and len(getattr(module, "arms", ())) > 1:
         return "ddp_find_unused_parameters_true"
     return strategy

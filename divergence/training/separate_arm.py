@@ -116,13 +116,23 @@ def global_batch(train, world_size: int) -> int:
 
 
 def _check_fsdp(recipe) -> None:
-    """What the arm cannot do on sharded weights yet: fail now, with the fix, not after hours."""
-    if recipe.train.accelerator == "cpu":
-        raise UserInputError("train.strategy=fsdp needs GPUs (Lightning's FSDP); use train.strategy=ddp on CPUs")
-    if recipe.sample.enabled:
-        raise UserInputError("train.strategy=fsdp: sampling does not run on sharded weights; add sample.enabled=false")
-    if recipe.train.grad_clip is not None:
+    """What the arm cannot do on sharded weights yet: fail now, with the fix, not after hours. FSDP2
+    (``train.fsdp_sharding``) runs on CPUs and clips by the global norm; Lightning's FSDPStrategy
+    (``train.strategy=fsdp`` alone, or ``fsdp_cpu_offload``) needs GPUs and would clip by a shard's."""
+    from divergence.training.tensor_parallel import model_parallel
+
+    fsdp2 = model_parallel(recipe.train)
+    if recipe.train.accelerator == "cpu" and not fsdp2:
         raise UserInputError(
-            "train.strategy=fsdp: the arm would clip by the norm of its own shard, not the global "
-            "norm; add train.grad_clip=null (or train with train.strategy=ddp)"
+            f"train.strategy={recipe.train.strategy} needs GPUs (Lightning's FSDPStrategy); on CPUs use "
+            "train.fsdp_sharding=FULL_SHARD or SHARD_GRAD_OP (FSDP2, the fsdp variant) or train.strategy=ddp"
+        )
+    if recipe.sample.enabled:
+        raise UserInputError(
+            f"train.strategy={recipe.train.strategy}: sampling does not run on sharded weights; add sample.enabled=false"
+        )
+    if recipe.train.grad_clip is not None and not fsdp2:
+        raise UserInputError(
+            f"train.strategy={recipe.train.strategy}: the arm would clip by the norm of its own shard, not the global "
+            "norm; add train.grad_clip=null (or shard with FSDP2: train.fsdp_sharding=FULL_SHARD)"
         )

@@ -1,9 +1,11 @@
-"""Training a tensor-parallel arm (``train.tensor_parallel``; the sharding plan is
-``divergence.models.tensor_parallel``): Lightning's ``ModelParallelStrategy`` with every rank in one
-tensor-parallel group, the data-parallel rank each process reads its batch slice by, the global
-gradient norm over sharded and whole gradients, and the full weights and AdamW moments gathered
-from the shards (what the weights files and the resumable checkpoint hold: plain tensors under the
-1-rank names, so the comparator matches them and the checkpoint loads weights-only).
+"""Training an arm whose weights are DTensors: tensor parallel (``train.tensor_parallel``; the plan
+is ``divergence.models.tensor_parallel``) or fully sharded data parallel (FSDP2, ``train.strategy:
+fsdp`` with ``train.fsdp_sharding``; ``divergence.models.fully_sharded``). Lightning's
+``ModelParallelStrategy`` with every rank in one tensor-parallel group or in one data-parallel
+group, the data-parallel rank each process reads its batch slice by, the global gradient norm over
+sharded and whole gradients, and the full weights and AdamW moments gathered from the shards (what
+the weights files and the resumable checkpoint hold: plain tensors under the 1-rank names, so the
+comparator matches them and the checkpoint loads weights-only).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> torch.T
     from torch.distributed.tensor import DTensor
 
     grads = [p.grad for p in params if p.grad is not None]
+    if grads and all(isinstance(g, DTensor) for g in grads) and len({g.device_mesh for g in grads}) == 1:
+        return _clip_sharded(params, grads, max_norm)
     norms = [g.norm(2.0) for g in grads]  # a DTensor's norm: a replicated DTensor over its mesh
     norms = [n.full_tensor() if isinstance(n, DTensor) else n for n in norms]
     total = torch.linalg.vector_norm(torch.stack(norms), 2.0)
@@ -35,20 +39,42 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> torch.T
     return total
 
 
-def model_parallel_strategy(train):
-    """Lightning's ``ModelParallelStrategy`` for ``train.tensor_parallel`` ranks in one tensor-parallel
-    group (no data-parallel dimension), its resumable checkpoint gathered into one file on rank zero."""
-    from lightning.pytorch.strategies import ModelParallelStrategy
+def _clip_sharded(params: list[torch.nn.Parameter], grads: list, max_norm: float) -> torch.Tensor:
+    """``clip_grad_norm`` when every gradient is a DTensor on one mesh (FSDP2): torch's own total
+    norm over them (``sqrt(sum_p ||g_p||^2)``, each shard's norm computed locally) completed by one
+    collective instead of one a parameter, then torch's clipping by it (torchtitan's recipe)."""
+    from torch.distributed.tensor import DTensor
 
-    return ModelParallelStrategy(
-        data_parallel_size=1, tensor_parallel_size=train.tensor_parallel, save_distributed_checkpoint=False
+    total = torch.nn.utils.get_total_norm(grads, 2.0, foreach=True)
+    total = total.full_tensor() if isinstance(total, DTensor) else total
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
+    return total
+
+
+def model_parallel(train) -> bool:
+    """Whether the arm of ``train`` (a ``TrainConfig``) holds DTensor weights and trains under
+    ``model_parallel_strategy``: tensor parallel, or FSDP2 (``fsdp_sharding`` set; ``train.strategy:
+    fsdp`` without it is Lightning's ``FSDPStrategy``)."""
+    return train.tensor_parallel > 1 or train.fsdp_sharding is not None
+
+
+def model_parallel_strategy(train):
+    """Lightning's ``ModelParallelStrategy`` for ``train``: its ranks in one tensor-parallel group
+    (``train.tensor_parallel``), or in one data-parallel group that FSDP2 shards over (each rank its
+    slice of the batch); its resumable checkpoint gathered into one file on rank zero, from which it
+    resumes (``divergence.training.sharded_strategy``)."""
+    from divergence.training.sharded_strategy import ArmsModelParallelStrategy
+
+    world, tensor = train.devices * train.num_nodes, train.tensor_parallel
+    return ArmsModelParallelStrategy(
+        data_parallel_size=world // tensor, tensor_parallel_size=tensor, save_distributed_checkpoint=False
     )
 
 
 def data_parallel(trainer) -> tuple[int, int]:
     """``(rank, replicas)`` of this process among the data-parallel replicas: ``(global_rank,
-    world_size)`` under DDP or FSDP, ``(0, 1)`` for the ranks of one tensor-parallel group, which
-    all take the same examples (Lightning's ``distributed_sampler_kwargs``)."""
+    world_size)`` under DDP or FSDP (FSDP2: its data-parallel mesh), ``(0, 1)`` for the ranks of one
+    tensor-parallel group, which all take the same examples (Lightning's ``distributed_sampler_kwargs``)."""
     kwargs = getattr(trainer.strategy, "distributed_sampler_kwargs", None) or {}
     return kwargs.get("rank", trainer.global_rank), kwargs.get("num_replicas", trainer.world_size)
 

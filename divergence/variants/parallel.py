@@ -7,8 +7,10 @@ the order of fp32 sums, and the reordering yardstick says whether it does (docs/
 - ``data-parallel``: ``NxB``, N DDP ranks of B examples each (``{data-parallel: 1x16}``: one
   process, a batch of 16): the global batch N B either way;
 - ``zero-1``: AdamW's state sharded over the DDP ranks (``ZeroRedundancyOptimizer``, ZeRO stage 1);
-- ``fsdp``: Lightning's FSDP with ``full`` (FULL_SHARD, ZeRO-3) or ``grad-op`` (SHARD_GRAD_OP,
-  ZeRO-2) sharding; Lightning's FSDP needs GPUs;
+- ``fsdp``: FSDP2 (``torch.distributed.fsdp.fully_shard`` under Lightning's ModelParallelStrategy,
+  ``divergence.models.fully_sharded``) over the data-parallel ranks, ``full`` (FULL_SHARD, ZeRO-3:
+  weights gathered again for the backward) or ``grad-op`` (SHARD_GRAD_OP, ZeRO-2: weights kept
+  gathered from forward to backward); gloo on a CPU, NCCL on GPUs;
 - ``injected-bug``: a known bug in DDP's all-reduce (``rank-scale``: rank 1's gradient times
   1 + 1e-3; ``unreduced-param``: one parameter's gradient left local), for the tests and the docs
   that prove the yardstick tells a bug from a reordering.
@@ -17,8 +19,8 @@ the order of fp32 sums, and the reordering yardstick says whether it does (docs/
 from __future__ import annotations
 
 import re
+import sys
 
-from divergence.variants.deployment import Deployment
 from divergence.variants.registry import Variant, register
 
 _RANKS = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
@@ -100,7 +102,10 @@ class Zero1(Variant):
 class FSDP(Variant):
     name = "fsdp"
     sets = ("train.strategy", "train.fsdp_sharding")
-    help = "Lightning's FSDP: full (FULL_SHARD, ZeRO-3) or grad-op (SHARD_GRAD_OP, ZeRO-2) sharding; GPUs only"
+    help = (
+        "FSDP2 (fully_shard) over the data-parallel ranks: full (FULL_SHARD, ZeRO-3) or grad-op "
+        "(SHARD_GRAD_OP, ZeRO-2); CPUs (gloo) and GPUs"
+    )
     default = "full"
     fp32_equivalent = True  # gathered weights, reduce-scattered gradients: the same sums in another order
     per_process = True
@@ -112,13 +117,29 @@ class FSDP(Variant):
     def overrides(self):
         return {"train.strategy": "fsdp", "train.fsdp_sharding": FSDP_SHARDING[self.value]}
 
-    def deployment(self):
-        return Deployment("fsdp", devices=("cuda",))  # Lightning's FSDPStrategy refuses accelerator=cpu
-
     def verify(self, arm):
-        sharding = arm.recipe.train.fsdp_sharding
-        if arm.recipe.train.strategy != "fsdp" or sharding != FSDP_SHARDING[self.value]:
-            raise RuntimeError(f"fsdp {self.value} but the arm trains strategy {arm.recipe.train.strategy}, {sharding}")
+        """Every trained weight a row shard (``Shard(0)``) over the arm's ranks, and every FSDP unit
+        freeing its gathered weights after its forward exactly under ``full``."""
+        from divergence.models.fully_sharded import reshards_after_forward, sharded_parameters
+
+        train, ranks = arm.recipe.train, _world_size()
+        if train.strategy != "fsdp" or train.fsdp_sharding != FSDP_SHARDING[self.value]:
+            raise RuntimeError(f"fsdp {self.value} but the arm trains strategy {train.strategy}, {train.fsdp_sharding}")
+        trained = {n for n, p in arm.named_parameters() if p.requires_grad}
+        sharded = {f"{net}.{n}" for net in ("unet", "text_encoder") for n in sharded_parameters(getattr(arm, net))}
+        if ranks > 1 and trained - sharded:
+            raise RuntimeError(
+                f"fsdp {self.value}: {len(trained - sharded)} trained weights not sharded over {ranks} ranks"
+            )
+        said = reshards_after_forward(arm)
+        if said != {self.value == "full"}:
+            raise RuntimeError(f"fsdp {self.value}: the FSDP units reshard after forward: {sorted(said)}")
+        print(
+            f"fsdp {self.value}: {len(sharded)} weights sharded over {ranks} ranks, "
+            f"reshard after forward {self.value == 'full'}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 @register

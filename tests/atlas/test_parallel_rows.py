@@ -12,8 +12,14 @@ def test_each_row_says_where_it_trains_and_why_not_elsewhere():
     assert "pip install --no-build-isolation deepspeed==0.19.8" in OPTIMIZATIONS["deepspeed-zero"].unavailable("cpu")
     assert "zero-1, fsdp-grad-op and fsdp-full" in OPTIMIZATIONS["deepspeed-zero"].needs
     assert "not built" in OPTIMIZATIONS["pipeline"].unavailable("cpu")
+    for name in ("fsdp-full", "fsdp-grad-op", "fsdp"):  # FSDP2 on gloo CPU ranks, both dense backbones
+        assert (
+            OPTIMIZATIONS[name].unavailable("cpu", "unet") is None
+            and OPTIMIZATIONS[name].unavailable("cpu", "dit") is None
+        )
 
 
 def test_the_parallel_rows_are_fp32_reorderings_and_qat_is_not():
     assert VARIANTS["tensor-parallel"].fp32_equivalent and VARIANTS["fsdp-offload"].fp32_equivalent
+    assert VARIANTS["fsdp"].fp32_equivalent and "GPU" not in VARIANTS["fsdp"].help.replace("GPUs", "")
     assert not VARIANTS["int8-qat"].fp32_equivalent

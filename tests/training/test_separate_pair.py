@@ -14,6 +14,7 @@ from divergence.data import build_dataset
 from divergence.data.batches import StepBatches
 from divergence.errors import RecipeError
 from divergence.training.fit import strategy_for
+from divergence.training.tensor_parallel import model_parallel, model_parallel_strategy
 from divergence.training.separate_pair import check_ranks, per_process_keys, separate_jobs
 from tests.pairs.helpers import PAIRS, PAIR_FAST, pair_recipe
 from tests.training.tiny import tiny_recipe
@@ -64,8 +65,9 @@ def test_each_row_sets_what_it_says_and_reads_as_its_reference():
     for name, sharding in (("fsdp-full", "FULL_SHARD"), ("fsdp-grad-op", "SHARD_GRAD_OP")):
         arms = pair_recipe(name, "train.batch_size=8").arm_recipes  # its base: 2 ranks of 8 (PAIR_FAST: 2)
         assert (arms["a"].train.strategy, arms["a"].train.fsdp_sharding) == ("fsdp", sharding)
-        built = strategy_for(None, arms["a"].train.strategy, arms["a"].train.fsdp_sharding)
-        assert str(built.sharding_strategy).endswith(sharding)  # Lightning's FSDPStrategy, as the recipe says
+        built = model_parallel_strategy(arms["a"].train)  # FSDP2 over one data-parallel group of 2 ranks
+        assert (built._data_parallel_size, built._tensor_parallel_size) == (2, 1)
+        assert model_parallel(arms["a"].train) and not model_parallel(arms["b"].train)
         assert arms["b"].train.strategy == "ddp"
     for name in ("data-parallel", "zero-1", "fsdp-full"):  # a calibration reads each arm as the base recipe
         arms = pair_recipe(name, "train.batch_size=8").arm_recipes
@@ -75,7 +77,7 @@ def test_each_row_sets_what_it_says_and_reads_as_its_reference():
 def test_control_a_lockstep_pair_keeps_the_default_optimizer_and_strategy():
     arms = pair_recipe("seed-vs-seed").arm_recipes
     assert {arms[a].train.shard_optimizer for a in "ab"} == {None}
-    assert strategy_for(None, "auto", None) == "auto" and strategy_for(None, "fsdp", None) == "fsdp"
+    assert strategy_for(None, "auto") == "auto" and strategy_for(None, "fsdp") == "fsdp"  # fsdp: Lightning's FSDP1
 
 
 @pytest.mark.parametrize(
@@ -85,6 +87,7 @@ def test_control_a_lockstep_pair_keeps_the_default_optimizer_and_strategy():
         (["arms.a=[{data-parallel: 2x8}]", "arms.b=[{data-parallel: 1x8}]"], "global batch"),
         (["arms.a=[{data-parallel: 2x8}, {zero-1: true}]", "arms.b=[{data-parallel: 1x16}, {zero-1: true}]"], "ddp"),
         (["arms.a=[{fsdp: half}]"], "full, grad-op"),
+        (["train.fsdp_sharding=FULL_SHARD"], "shards with FSDP2 under train.strategy=fsdp"),
     ],
 )
 def test_a_bad_value_is_one_line_and_exit_2(overrides, says, tmp_path, capsys):
