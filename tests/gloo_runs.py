@@ -7,6 +7,7 @@ its tests on one xdist worker):
     root/runs/        tests.checkpoints.dcp_runs     (FSDP2 + DCP saves, columns, Megatron layout)
     root/arms/        tests.byo.dcp_arms             (ArmWriter in DCP and safetensors)
     root/lightning/   tests.byo.dcp_lightning        (Lightning ModelParallelStrategy + ArmCheckpoints)
+    root/experts/     tests.models.expert_parallel_runs  (an MoE layer's experts over the 2 ranks)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def write_all(root: Path) -> Path:
 
     from tests.checkpoints.dcp_runs import _free_port
 
-    for name in ("runs", "arms", "lightning"):
+    for name in ("runs", "arms", "lightning", "experts"):
         (root / name).mkdir(parents=True, exist_ok=True)
     mp.spawn(_worker, args=(2, str(root), _free_port()), nprocs=2, join=True)
     return root
@@ -33,6 +34,7 @@ def _worker(rank: int, world: int, root: str, port: int) -> None:
 
     from tests.byo import dcp_arms, dcp_lightning
     from tests.checkpoints import dcp_runs
+    from tests.models import expert_parallel_runs
 
     # the launcher's environment: Lightning reads its ranks from it
     os.environ.update(
@@ -43,6 +45,7 @@ def _worker(rank: int, world: int, root: str, port: int) -> None:
     try:
         dcp_runs.write_on_rank(Path(root) / "runs", rank, world)
         dcp_arms.write_on_rank(Path(root) / "arms")
+        expert_parallel_runs.write_on_rank(Path(root) / "experts", rank, world)
         dcp_lightning.fit_on_rank(Path(root) / "lightning")
     finally:
         if dist.is_initialized():

@@ -98,16 +98,21 @@ class ArmsModule(L.LightningModule):
             inputs.to(device)
 
     def configure_model(self) -> None:
-        """Under ``ModelParallelStrategy`` (``train.tensor_parallel``): shard each arm's DiT blocks over
-        the strategy's tensor-parallel mesh (``divergence.training.tensor_parallel``), once."""
+        """Under ``ModelParallelStrategy``: shard each arm's DiT blocks over the strategy's
+        tensor-parallel mesh (``train.tensor_parallel``, ``divergence.models.tensor_parallel``) or its
+        MoE experts over the data-parallel mesh (``train.expert_parallel``,
+        ``divergence.models.expert_parallel``), once."""
         mesh = getattr(self, "_device_mesh", None)
         if mesh is None or getattr(self, "_tensor_parallel_done", False):
             return
+        from divergence.models.expert_parallel import shard_experts
         from divergence.models.tensor_parallel import parallelize
 
         for arm in self.arms.values():
             if arm.recipe.train.tensor_parallel > 1:
                 parallelize(arm.unet, mesh["tensor_parallel"])
+            if arm.recipe.train.expert_parallel > 1:
+                shard_experts(arm.unet, mesh["data_parallel"])
         self._tensor_parallel_done = True
 
     def configure_optimizers(self):

@@ -61,7 +61,7 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
         devices=train.devices,
         strategy=(
             strategy_for(module, train.strategy, train.fsdp_sharding)
-            if train.tensor_parallel == 1
+            if train.tensor_parallel == 1 and train.expert_parallel == 1
             else model_parallel_strategy(train)
         ),
         num_nodes=train.num_nodes,

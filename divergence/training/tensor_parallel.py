@@ -37,11 +37,14 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> torch.T
 
 def model_parallel_strategy(train):
     """Lightning's ``ModelParallelStrategy`` for ``train.tensor_parallel`` ranks in one tensor-parallel
-    group (no data-parallel dimension), its resumable checkpoint gathered into one file on rank zero."""
+    group (no data-parallel dimension), or, under ``train.expert_parallel``, every rank a data-parallel
+    replica (``divergence.training.expert_parallel``); its resumable checkpoint gathered into one file
+    on rank zero."""
     from lightning.pytorch.strategies import ModelParallelStrategy
 
+    replicas = train.devices * train.num_nodes // train.tensor_parallel
     return ModelParallelStrategy(
-        data_parallel_size=1, tensor_parallel_size=train.tensor_parallel, save_distributed_checkpoint=False
+        data_parallel_size=replicas, tensor_parallel_size=train.tensor_parallel, save_distributed_checkpoint=False
     )
 
 
