@@ -9,6 +9,7 @@ from the shards (what the weights files and the resumable checkpoint hold: plain
 from __future__ import annotations
 
 import torch
+from lightning.pytorch.strategies import ModelParallelStrategy
 
 
 def full_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -39,13 +40,27 @@ def model_parallel_strategy(train):
     """Lightning's ``ModelParallelStrategy`` for ``train.tensor_parallel`` ranks in one tensor-parallel
     group (no data-parallel dimension), or, under ``train.expert_parallel``, every rank a data-parallel
     replica (``divergence.training.expert_parallel``); its resumable checkpoint gathered into one file
-    on rank zero."""
-    from lightning.pytorch.strategies import ModelParallelStrategy
-
+    on rank zero, and resumed by ``FullCheckpointStrategy``."""
     replicas = train.devices * train.num_nodes // train.tensor_parallel
-    return ModelParallelStrategy(
+    return FullCheckpointStrategy(
         data_parallel_size=replicas, tensor_parallel_size=train.tensor_parallel, save_distributed_checkpoint=False
     )
+
+
+class FullCheckpointStrategy(ModelParallelStrategy):
+    """``ModelParallelStrategy`` resuming from its one-file checkpoint through the run's checkpoint IO
+    (``AtomicCheckpointIO``: weights-only, the allow-list checked): the full weights loaded into the
+    shards (Lightning's ``_load_raw_module_state``), the checkpoint returned whole for the module's
+    ``on_load_checkpoint``, which restores each arm's optimizer. Lightning's own loader fails on the
+    optimizer it holds (``StepCounter``: no state, so its state dict has no entry to rekey)."""
+
+    def load_checkpoint(self, checkpoint_path, weights_only=None) -> dict:
+        from lightning.fabric.strategies.model_parallel import _load_raw_module_state
+
+        path = self.broadcast(checkpoint_path)
+        checkpoint = self.checkpoint_io.load_checkpoint(path, weights_only=weights_only)
+        _load_raw_module_state(checkpoint["state_dict"], self.model, strict=self.lightning_module.strict_loading)
+        return checkpoint
 
 
 def data_parallel(trainer) -> tuple[int, int]:

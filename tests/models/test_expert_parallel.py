@@ -6,15 +6,17 @@ of the 4 experts, sends kept choices to the other rank, and computes the one-pro
 routing and drops (capacity from the global token count), balance loss and averaged gradients up
 to fp32 reordering; a second expert-parallel copy is bitwise the first (the control). The pair (one
 ``divergence train`` of ``recipes/pairs/expert-parallel.yaml``: arm a a Lightning-launched 2-rank
-job, arm b one process, then the comparator): 3 steps, a global batch of 4, E(t) at the level of a
-reordering, the router's flip fraction stored, step-0 weights equal (the full experts gathered
+job, killed after its first resumable checkpoint and resumed, arm b one process, then the
+comparator): 3 steps, a global batch of 4, E(t) at the level of a reordering, the router's flip fraction stored, step-0 weights equal (the full experts gathered
 under the 1-rank names).
 """
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -29,7 +31,7 @@ from tests.training.tiny import tiny_recipe
 REORDERING = 1e-5  # relative: what fp32 reordering leaves of one forward and backward of the layer
 PAIR_REORDERING = 1e-4  # relative E(t) after 3 steps of a pair whose arms only reorder fp32 sums
 TIMEOUT = 600
-SHORT = ("train.max_steps=3", "train.checkpoint_every=3", "tracking.every=1", "tracking.probe.every=1")
+SHORT = ("train.max_steps=3", "train.checkpoint_every=1", "tracking.every=1", "tracking.probe.every=1")
 ARMS = ("arms.a=[{expert-parallel: 2x2}]", "arms.b=[{expert-parallel: 1x4}]")
 
 
@@ -45,17 +47,29 @@ def test_experts_over_two_ranks_compute_the_one_process_layer(gloo_runs):
         assert r["control_output"] == 0.0 and r["control_grads"] == 0.0, r  # the same sums in the same order
 
 
-def test_the_expert_parallel_pair_trains_as_separate_jobs_and_differs_by_a_reordering(tmp_path):
+def test_the_expert_parallel_pair_trains_as_separate_jobs_resumes_and_differs_by_a_reordering(tmp_path):
+    """Arm a's 2-rank job is killed (SIGKILL, its process group) after its first resumable checkpoint;
+    the pair's command then resumes it from the full tensors of ``resume/last.ckpt``, trains arm b
+    and runs the comparator."""
     out = tmp_path / "pair"
     recipe = str(PAIRS / "expert-parallel.yaml")
     command = [sys.executable, "-m", "divergence", "train", "--recipe", recipe, "--out", str(out)]
+    command += [*PAIR_FAST, *SHORT, *ARMS]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
-    run = subprocess.run(
-        [*command, *PAIR_FAST, *SHORT, *ARMS], capture_output=True, text=True, env=env, timeout=TIMEOUT
+    first = subprocess.Popen(
+        [*command, "--arm", "a"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline and first.poll() is None and not (out / "a" / "resume" / "last.ckpt").exists():
+        time.sleep(0.02)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    assert first.returncode == -signal.SIGKILL, "arm a finished before it could be killed"
+    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=TIMEOUT)
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads((out / "pair.json").read_text())["last_step"] == 3
     a, b = (ArmStatus.read(out / arm) for arm in "ab")
+    assert a.attempt == 2 and a.start_step >= 1  # resumed, not started again
     assert (a.world_size, b.world_size) == (2, 1) and a.global_batch == b.global_batch == 4
     first = [load_file(out / arm / "checkpoints" / "step_000000.safetensors") for arm in "ab"]
     assert first[0].keys() == first[1].keys() and all(torch.equal(first[0][k], first[1][k]) for k in first[0])
