@@ -39,6 +39,11 @@ on rank r; dividing the first by W and averaging the second gives both the gradi
 ``(1/W) sum_r L_r``, what one process of W B examples differentiates. Mathematically the identity;
 numerically the router's matmul on T_r rows instead of T, the balance loss's sums split over ranks,
 and the gradient's sums over examples split into W partial sums: a reordering of fp32 sums.
+
+Limits: with ``train.accumulate`` k > 1 one forward holds the ranks' i-th micro-batches (W chunks
+of B / k examples), not the one-process arm's i-th micro-batch of W B / k, so the capacity drops
+other choices; the ``expert-parallel`` row trains without accumulation. The ranks' token counts
+must be equal (each rank one slice of one global batch).
 """
 
 from __future__ import annotations
