@@ -8,6 +8,7 @@ its tests on one xdist worker):
     root/arms/        tests.byo.dcp_arms             (ArmWriter in DCP and safetensors)
     root/lightning/   tests.byo.dcp_lightning        (Lightning ModelParallelStrategy + ArmCheckpoints)
     root/fsdp/        tests.training.fsdp_arms       (the fsdp variant's FSDP2 arms, the fsdp-full pair)
+    root/experts/     tests.models.expert_parallel_runs  (an MoE layer's experts over the 2 ranks)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def write_all(root: Path) -> Path:
 
     from tests.checkpoints.dcp_runs import _free_port
 
-    for name in ("runs", "arms", "lightning", "fsdp"):
+    for name in ("runs", "arms", "lightning", "fsdp", "experts"):
         (root / name).mkdir(parents=True, exist_ok=True)
     mp.spawn(_worker, args=(2, str(root), _free_port()), nprocs=2, join=True)
     return root
@@ -35,6 +36,7 @@ def _worker(rank: int, world: int, root: str, port: int) -> None:
     from tests.byo import dcp_arms, dcp_lightning
     from tests.checkpoints import dcp_runs
     from tests.training import fsdp_arms
+    from tests.models import expert_parallel_runs
 
     # the launcher's environment: Lightning reads its ranks from it
     os.environ.update(
@@ -45,6 +47,7 @@ def _worker(rank: int, world: int, root: str, port: int) -> None:
     try:
         dcp_runs.write_on_rank(Path(root) / "runs", rank, world)
         dcp_arms.write_on_rank(Path(root) / "arms")
+        expert_parallel_runs.write_on_rank(Path(root) / "experts", rank, world)
         dcp_lightning.fit_on_rank(Path(root) / "lightning")
         fsdp_arms.write_on_rank(Path(root) / "fsdp", rank, world)
     finally:

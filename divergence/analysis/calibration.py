@@ -77,6 +77,7 @@ _VOLATILE = {
     "variants",
     "workers",
     "tensor_parallel",  # how the ranks split the model's matmuls: hardware layout, as devices and strategy
+    "expert_parallel",  # how the ranks hold the experts: hardware layout, as tensor_parallel
     # What the first variants set, left out (rather than read as the base has them, as ``as_base``
     # reads every variant's keys) before variants declared their keys; kept out so the id of every
     # calibration.json written since stays the same. A new variant needs no entry here.

@@ -167,10 +167,8 @@ OPTIMIZATIONS = {
         ),
         Optimization(
             "expert-parallel",
-            None,
-            "MoE experts over 2 ranks with all-to-all dispatch vs all on one rank",
-            needs="not measured: the arms would train as separate 2-rank jobs (training.separate_pair), but the "
-            "MoE layer's all-to-all dispatch of tokens to experts on other ranks is not written yet",
+            "pairs/expert-parallel.yaml",
+            "MoE experts over 2 ranks of 8 with all-to-all dispatch vs all on one process of 16",
             backbones=("moe",),
         ),
         # the name earlier atlases gave the FSDP row: the same pair as fsdp-full (docs/atlas.md)

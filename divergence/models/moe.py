@@ -75,9 +75,19 @@ def route(probs: torch.Tensor, top_k: int, slots: int) -> tuple[torch.Tensor, to
     ([0, 0, 0], [0, 1, 2], [True, True, False])
     """
     experts = torch.topk(probs, top_k, dim=-1).indices  # (T, k)
-    onehot = F.one_hot(experts.t().reshape(-1), probs.shape[-1])  # (k T, E), slot-major
-    position = (onehot.cumsum(0) - 1).mul_(onehot).sum(-1).reshape(top_k, -1).t()  # (T, k)
+    position = queue_positions(experts, probs.shape[-1])
     return experts, position, position < slots
+
+
+def queue_positions(experts: torch.Tensor, count: int) -> torch.Tensor:
+    """(T, k) place of each choice of ``experts`` (T, k) in its expert's queue (of ``count``
+    experts), filled slot by slot and in token order within a slot.
+
+    >>> queue_positions(torch.tensor([[0, 1], [0, 2], [1, 0]]), 3).tolist()
+    [[0, 1], [1, 0], [0, 2]]
+    """
+    onehot = F.one_hot(experts.t().reshape(-1), count)  # (k T, E), slot-major
+    return (onehot.cumsum(0) - 1).mul_(onehot).sum(-1).reshape(experts.shape[1], -1).t()  # (T, k)
 
 
 def balance_loss(probs: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
@@ -89,6 +99,13 @@ def balance_loss(probs: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
     count = probs.shape[-1]
     f = torch.bincount(experts.reshape(-1), minlength=count).to(probs.dtype) / experts.numel()
     return count * torch.sum(f * probs.mean(0))
+
+
+def experts_mlp(x, w1, b1, w2, b2) -> torch.Tensor:
+    """Every expert on its own rows in one batched matmul: x (E, C, D) with weights (E, D, H),
+    (E, H), (E, H, D), (E, D) -> (E, C, D)."""
+    h = F.gelu(torch.baddbmm(b1[:, None], x, w1), approximate="tanh")
+    return torch.baddbmm(b2[:, None], h, w2)
 
 
 class MoEFeedForward(torch.nn.Module):
@@ -108,6 +125,9 @@ class MoEFeedForward(torch.nn.Module):
         self.aux_loss: torch.Tensor | None = None  # () the last forward's balance loss (with grad)
         self.routing: Routing | None = None  # the last forward's routing
         self.recorder: list[Routing] | None = None  # every forward's routing, while recording
+        # the forward with the experts over ranks (``train.expert_parallel``), set when they are
+        # sharded (``divergence.models.expert_parallel.shard_experts``); None: all experts here
+        self.dispatch = None
 
     def router_probs(self, tokens: torch.Tensor) -> torch.Tensor:
         """(T, D) -> (T, E) router probabilities, float32; computed in fp32 with autocast off
@@ -120,6 +140,8 @@ class MoEFeedForward(torch.nn.Module):
             return torch.softmax(logits, dim=-1).float()  # softmax in the logits' dtype
 
     def forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if self.dispatch is not None:
+            return self.dispatch(self, hidden_states)
         shape = hidden_states.shape
         tokens = hidden_states.reshape(-1, shape[-1])  # (T, D)
         probs = self.router_probs(tokens)
@@ -143,8 +165,7 @@ class MoEFeedForward(torch.nn.Module):
         if isinstance(e, int):
             h = F.gelu(torch.addmm(self.b1[e], x, self.w1[e]), approximate="tanh")
             return torch.addmm(self.b2[e], h, self.w2[e])
-        h = F.gelu(torch.baddbmm(self.b1[:, None], x, self.w1), approximate="tanh")
-        return torch.baddbmm(self.b2[:, None], h, self.w2)
+        return experts_mlp(x, self.w1, self.b1, self.w2, self.b2)
 
     def _grouped(self, tokens, experts, position, kept, gates, slots) -> torch.Tensor:
         """One batched matmul over an (E, C, D) buffer of the kept choices; slots summed in order."""

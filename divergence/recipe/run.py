@@ -187,6 +187,11 @@ class TrainConfig:
     # ``tensor-parallel`` variant): 1 (off) or devices x num_nodes. The ranks of the group see the
     # same batch, so the global batch is batch_size x accumulate.
     tensor_parallel: int = 1
+    # Ranks each MoE layer's experts are spread over (expert e on rank e // (experts / N)), tokens
+    # sent to their experts' ranks with all-to-all (divergence.models.expert_parallel, Lightning's
+    # ModelParallelStrategy; the ``expert-parallel`` variant): 1 (off) or devices x num_nodes. Each rank
+    # takes its slice of the global batch, as under data parallelism.
+    expert_parallel: int = 1
     # Linear layers trained with torchao's quantization-aware training (fake-quantized int8 weights
     # and activations in the forward, straight-through gradients; the ``int8-qat`` variant).
     qat: bool = False
@@ -225,6 +230,7 @@ class TrainConfig:
         require(self.cpu_threads >= 0, "cpu_threads", "must be >= 0 (0: torch's default)")
         check_strategy(self.strategy)
         self._check_tensor_parallel()
+        self._check_expert_parallel()
         require(
             self.fp8 in (None, "tensorwise", "rowwise"),
             "fp8",
@@ -270,6 +276,28 @@ class TrainConfig:
             "tensor_parallel",
             f"trains under Lightning's ModelParallelStrategy; train.strategy={self.strategy} is another: "
             "set train.strategy=auto",
+        )
+
+    def _check_expert_parallel(self) -> None:
+        world = self.devices * self.num_nodes
+        require(
+            self.expert_parallel in (1, world),
+            "expert_parallel",
+            f"must be 1 or devices x num_nodes ({world}): the experts spread over every rank, got {self.expert_parallel}",
+        )
+        if self.expert_parallel == 1:
+            return
+        require(
+            self.strategy == "auto" and self.tensor_parallel == 1,
+            "expert_parallel",
+            f"trains under Lightning's ModelParallelStrategy without tensor parallelism; train.strategy="
+            f"{self.strategy}, tensor_parallel={self.tensor_parallel}: set train.strategy=auto, tensor_parallel: 1",
+        )
+        require(
+            self.ema is None and self.shard_optimizer is None and self.inject_bug is None,
+            "expert_parallel",
+            "an EMA, ZeRO-1 and the injected DDP bugs are not built for experts sharded over ranks; set "
+            "ema, shard_optimizer and inject_bug to null",
         )
 
     def _check_lr_schedule(self) -> None:
@@ -352,6 +380,23 @@ class RunRecipe:
             "train.tensor_parallel",
             "shards the PixArt DiT's attention and MLP linears (divergence.training.tensor_parallel); use "
             "model.denoiser=transformer with model.transformer.kind=pixart, or train.tensor_parallel=1",
+        )
+        moe = self.model.moe
+        require(
+            self.train.expert_parallel == 1 or (moe is not None and moe.experts % self.train.expert_parallel == 0),
+            "train.expert_parallel",
+            f"spreads model.moe's experts over {self.train.expert_parallel} ranks: "
+            + (
+                "the model has no experts; set model.moe (recipes/tiny-moe.yaml) or train.expert_parallel=1"
+                if moe is None
+                else f"{moe.experts} experts do not split evenly; choose model.moe.experts a multiple of it"
+            ),
+        )
+        require(
+            self.train.expert_parallel == 1 or not self.sample.enabled,
+            "sample.enabled",
+            "the sampler runs on rank zero only, and under train.expert_parallel every forward needs every "
+            "rank's experts; add sample.enabled=false",
         )
         require(
             self.train.ema is None or self.model.lora is None,

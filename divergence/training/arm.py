@@ -138,8 +138,12 @@ class Arm(torch.nn.Module):
         opt.zero_grad(set_to_none=True)
         losses = [self._accumulate(batch, len(micro), backward) for batch in micro]
         loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
-        scaler.unscale_(opt)
         params = self.trainable_parameters()
+        if self.recipe.train.expert_parallel > 1:  # no DDP: the ranks' gradients averaged here (collective)
+            from divergence.training.expert_parallel import average_gradients
+
+            average_gradients(params)
+        scaler.unscale_(opt)
         if self.recipe.train.grad_noise is not None:
             multiply_grad_noise(params, self.recipe.train.grad_noise, self.recipe.data.seed, micro[0].step)
         clip = self.recipe.train.grad_clip
@@ -153,10 +157,17 @@ class Arm(torch.nn.Module):
             self.ema.step(list(self._ema_parameters().values()))
         return StepOutput(loss, grad_norm.detach().float(), lr, scale, skipped)
 
+    @property
+    def sharded(self) -> bool:
+        """Whether some weights are DTensor shards (``train.tensor_parallel``, ``train.fsdp_sharding``,
+        ``train.expert_parallel``: ``tensor_parallel.model_parallel``)."""
+        return model_parallel(self.recipe.train)
+
     def _clip(self, params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
         """The global gradient norm, gradients clipped to ``max_norm``; over sharded (DTensor) and
-        whole gradients alike under ``train.tensor_parallel`` and FSDP2 (``train.fsdp_sharding``)."""
-        if model_parallel(self.recipe.train):
+        whole gradients alike under ``train.tensor_parallel``, FSDP2 (``train.fsdp_sharding``) and
+        ``train.expert_parallel``."""
+        if self.sharded:
             return clip_grad_norm(params, max_norm)
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
 
@@ -183,7 +194,7 @@ class Arm(torch.nn.Module):
     def train_state_dict(self) -> dict:
         """Optimizer, LR schedule, loss-scaler and EMA state (the weights are in ``state_dict``)."""
         optimizer = optimizer_state(self.optimizer)  # ZeRO-1's shards consolidated (collective)
-        if model_parallel(self.recipe.train):  # AdamW's moments of sharded weights, gathered (collective)
+        if self.sharded:  # AdamW's moments of sharded weights, gathered (collective)
             optimizer = full_optimizer_state(optimizer)
         state = {
             "optimizer": optimizer,
@@ -203,7 +214,7 @@ class Arm(torch.nn.Module):
 
     def _apply_train_state(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
-        if model_parallel(self.recipe.train):
+        if self.sharded:
             shard_optimizer_state(self.optimizer)
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
         if state.get("scaler"):  # an empty dict when the scaler was disabled

@@ -99,12 +99,15 @@ class ArmsModule(L.LightningModule):
 
     def configure_model(self) -> None:
         """Under ``ModelParallelStrategy`` (``divergence.training.tensor_parallel``), once: each arm's
-        DiT blocks sharded over the tensor-parallel mesh (``train.tensor_parallel``), or its trained
-        networks fully sharded over the data-parallel mesh (FSDP2, ``train.fsdp_sharding``)."""
+        DiT blocks sharded over the tensor-parallel mesh (``train.tensor_parallel``), its trained
+        networks fully sharded over the data-parallel mesh (FSDP2, ``train.fsdp_sharding``), or its
+        MoE experts over the data-parallel mesh (``train.expert_parallel``,
+        ``divergence.models.expert_parallel``)."""
         mesh = getattr(self, "_device_mesh", None)
         if mesh is None or getattr(self, "_model_parallel_done", False):
             return
         from divergence.models import fully_sharded
+        from divergence.models.expert_parallel import shard_experts
         from divergence.models.tensor_parallel import parallelize
 
         for arm in self.arms.values():
@@ -114,6 +117,8 @@ class ArmsModule(L.LightningModule):
             if train.fsdp_sharding is not None:
                 for network in arm.trained_networks():
                     fully_sharded.shard(network, mesh["data_parallel"], train.fsdp_sharding)
+            if train.expert_parallel > 1:
+                shard_experts(arm.unet, mesh["data_parallel"])
         self._model_parallel_done = True
 
     def configure_optimizers(self):

@@ -53,15 +53,16 @@ def _clip_sharded(params: list[torch.nn.Parameter], grads: list, max_norm: float
 
 def model_parallel(train) -> bool:
     """Whether the arm of ``train`` (a ``TrainConfig``) holds DTensor weights and trains under
-    ``model_parallel_strategy``: tensor parallel, or FSDP2 (``fsdp_sharding`` set; ``train.strategy:
-    fsdp`` without it is Lightning's ``FSDPStrategy``)."""
-    return train.tensor_parallel > 1 or train.fsdp_sharding is not None
+    ``model_parallel_strategy``: tensor parallel, FSDP2 (``fsdp_sharding`` set; ``train.strategy:
+    fsdp`` without it is Lightning's ``FSDPStrategy``), or experts over the ranks
+    (``train.expert_parallel``, ``divergence.training.expert_parallel``)."""
+    return train.tensor_parallel > 1 or train.fsdp_sharding is not None or train.expert_parallel > 1
 
 
 def model_parallel_strategy(train):
     """Lightning's ``ModelParallelStrategy`` for ``train``: its ranks in one tensor-parallel group
-    (``train.tensor_parallel``), or in one data-parallel group that FSDP2 shards over (each rank its
-    slice of the batch); its resumable checkpoint gathered into one file on rank zero, from which it
+    (``train.tensor_parallel``), or in one data-parallel group that FSDP2 or the experts shard over
+    (each rank its slice of the batch); its resumable checkpoint gathered into one file on rank zero, from which it
     resumes (``divergence.training.sharded_strategy``)."""
     from divergence.training.sharded_strategy import ArmsModelParallelStrategy
 

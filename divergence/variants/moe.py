@@ -6,7 +6,11 @@
   bits of mantissa can send a token to another expert;
 - ``expert-grouped`` / ``expert-loop``: every expert in one batched matmul over an (E, C, D)
   buffer vs one matmul per expert over its own tokens (``model.moe.expert_compute``): the same
-  math, other orders of sums (fp32-equivalent).
+  math, other orders of sums (fp32-equivalent);
+- ``expert-parallel``: ``NxB``, each MoE layer's experts spread over N ranks of B examples each,
+  tokens sent to their experts' ranks and back by all-to-all (``train.expert_parallel``,
+  ``divergence.models.expert_parallel``), vs ``1xNB``: all experts on one process, the same global
+  batch; the identity in fp32, its arms trained as separate jobs (``per_process``).
 
 Each verifies on the built arm that every MoE layer computes as it says; an arm without MoE
 layers (``model.moe: null``) is refused, naming the fix.
@@ -15,6 +19,7 @@ layers (``model.moe: null``) is refused, naming the fix.
 from __future__ import annotations
 
 from divergence.variants.deployment import Deployment
+from divergence.variants.parallel import DataParallel
 from divergence.variants.registry import Variant, register
 
 
@@ -80,3 +85,39 @@ class ExpertLoop(_MoEFlag):
     help = "one matmul per MoE expert over its own tokens, outputs added expert by expert (model.moe.expert_compute)"
     fp32_equivalent = True
     key_name, on, off = "expert_compute", "loop", "grouped"
+
+
+@register
+class ExpertParallel(DataParallel):
+    """``data-parallel``'s NxB (N ranks of B examples, the same global batch as one process of N B),
+    with each MoE layer's experts spread over the N ranks and tokens sent to them by all-to-all."""
+
+    name = "expert-parallel"
+    sets = ("train.expert_parallel", "train.devices", "train.batch_size")
+    help = "NxB: MoE experts spread over N ranks of B examples each, tokens sent by all-to-all (1x16: all on one)"
+    fp32_equivalent = True  # the same experts on the same tokens; the router's and gradients' sums split over ranks
+    per_process = True
+
+    def overrides(self):
+        return {"train.expert_parallel": self.ranks, "train.devices": self.ranks, "train.batch_size": self.per_rank}
+
+    @classmethod
+    def as_base(cls, recipe: dict, base: dict) -> dict:
+        """The experts on one rank, and N ranks of B read as one batch of N B (``data-parallel``'s)."""
+        recipe = super().as_base(recipe, base)
+        train = recipe.get("train")
+        if not isinstance(train, dict) or "expert_parallel" not in train:
+            return recipe
+        return {**recipe, "train": {**train, "expert_parallel": base["train"]["expert_parallel"]}}
+
+    def verify(self, arm):
+        from divergence.models.expert_parallel import sharded_experts
+
+        super().verify(arm)  # N ranks of B examples
+        layers = _moe_layers(arm, self.name)
+        sharded = sharded_experts(arm.unet)
+        want = {name: self.ranks for name in layers} if self.ranks > 1 else {}
+        if sharded != want:
+            raise RuntimeError(
+                f"expert-parallel {self.value}: experts sharded over {sharded or 'no ranks'}, not {want}"
+            )

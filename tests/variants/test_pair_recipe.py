@@ -88,6 +88,7 @@ def test_variants_declare_whether_they_are_fp32_equivalent():
         "data-parallel",
         "expert-grouped",
         "expert-loop",
+        "expert-parallel",
         "fsdp",
         "fsdp-offload",
         "grad-accumulation",
