@@ -43,6 +43,7 @@ class Optimization:
     devices: tuple[str, ...] = ()  # device types it runs on; (): any
     needs: str = ""  # why it is not measured here, when pair is None
     backbones: tuple[str, ...] = DENSE  # the backbones it is measured on
+    alias_of: str = ""  # an earlier name of that row: ``--only`` takes it, the whole atlas trains the row once
 
     def applies(self, backbone: str) -> bool:
         """Whether the row is listed on ``backbone``: measured there, or a dense-only row on the other
@@ -172,15 +173,16 @@ OPTIMIZATIONS = {
             backbones=("moe",),
         ),
         # the name earlier atlases gave the FSDP row: the same pair as fsdp-full (docs/atlas.md)
-        Optimization("fsdp", "pairs/fsdp-full.yaml", "fsdp-full under its earlier name"),
+        Optimization("fsdp", "pairs/fsdp-full.yaml", "fsdp-full under its earlier name", alias_of="fsdp-full"),
     )
 }
 
 
 def select(only: list[str] | None) -> list[Optimization]:
-    """The optimizations ``--only`` names (all when None), in the catalog's order; an unknown name is one line."""
+    """The optimizations ``--only`` names (all but the earlier names of rows when None), in the catalog's
+    order; an unknown name is one line."""
     if not only:
-        return list(OPTIMIZATIONS.values())
+        return [o for o in OPTIMIZATIONS.values() if not o.alias_of]
     unknown = [n for n in only if n not in OPTIMIZATIONS]
     if unknown:
         raise UserInputError(f"--only {unknown[0]}: unknown optimization; known: {', '.join(OPTIMIZATIONS)}")

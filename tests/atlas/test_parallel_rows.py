@@ -1,6 +1,6 @@
 """The atlas rows of issue 34 built here: where each trains, and the one line where it does not."""
 
-from divergence.atlas.catalog import OPTIMIZATIONS
+from divergence.atlas.catalog import OPTIMIZATIONS, select
 from divergence.variants import VARIANTS
 
 
@@ -12,6 +12,7 @@ def test_each_row_says_where_it_trains_and_why_not_elsewhere():
     assert "pip install --no-build-isolation deepspeed==0.19.8" in OPTIMIZATIONS["deepspeed-zero"].unavailable("cpu")
     assert "zero-1, fsdp-grad-op and fsdp-full" in OPTIMIZATIONS["deepspeed-zero"].needs
     assert "not built" in OPTIMIZATIONS["pipeline"].unavailable("cpu")
+    assert "fsdp" not in [o.name for o in select(None)] and [o.name for o in select(["fsdp"])] == ["fsdp"]
     for name in ("fsdp-full", "fsdp-grad-op", "fsdp"):  # FSDP2 on gloo CPU ranks, both dense backbones
         assert (
             OPTIMIZATIONS[name].unavailable("cpu", "unet") is None
