@@ -151,6 +151,9 @@ class InjectedBug(Variant):
     )
     default = "rank-scale"
     per_process = True
+    # claimed, as the buggy code it stands for claims: DDP that should be the identity, so the yardstick
+    # must draw "if it should be the identity, look for a bug" (tests/scaleout/test_parallel_rows.py)
+    fp32_equivalent = True
 
     def validate(self):
         if self.value not in BUGS:

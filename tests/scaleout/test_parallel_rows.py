@@ -121,8 +121,10 @@ def _correct_ddp_reads_reordering_like_and_each_injected_bug_reads_beyond_it(tra
         r = readings[name]
         assert (r.status, r.read_on) == ("beyond_reordering", "valid_steps"), said
         assert r.estimates[0].window == (1, 6), said
-        said_by_verdict = sentence(r, name)  # the bug is no declared identity: "beyond reordering", no "look for"
-        assert "read over the valid steps 1-6, as X and R do not grow alike): beyond reordering." in said_by_verdict
+        assert r.fp32_equivalent  # the injected bug claims the identity, as the buggy DDP it stands for would
+        said_by_verdict = sentence(r, name)
+        assert "read over the valid steps 1-6, as X and R do not grow alike)" in said_by_verdict, said_by_verdict
+        assert said_by_verdict.endswith(f"if {name} should be the identity, look for a bug."), said_by_verdict
 
 
 def _control_the_ddp_arm_starts_from_the_one_process_arms_weights(trained):

@@ -93,6 +93,7 @@ def test_variants_declare_whether_they_are_fp32_equivalent():
         "fsdp-offload",
         "grad-accumulation",
         "gradient-checkpointing",
+        "injected-bug",  # claimed, as the buggy DDP it stands for claims (tests/scaleout/test_parallel_rows.py)
         "tensor-parallel",
         "zero-1",
     ]
