@@ -22,6 +22,7 @@ QUICK = [
     "tracking.probe.size=4",
     "train.batch_size=2",
     "sample.enabled=false",
+    "tracking.coherence_every=0",  # the pairs' C(T) (one more step each 3): tests/pairs/test_coherence_record.py
 ]
 TINY = ["--jobs", "2", "--replicates", "1", *QUICK]
 
@@ -196,8 +197,7 @@ def test_a_bad_override_fails_before_any_training(tmp_path, capsys):
 
 
 def _the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_new_replicates(tiny_study, tmp_path, capsys):
-    # flash and the control one at a time (--jobs 1), and side by side with the other pairs (--jobs 2: the
-    # tiny study); the thread count is the recipe's (train.cpu_threads), not --jobs' (before: 2 threads with
+    # flash alone (--jobs 1), and side by side with the other pairs (--jobs 2: the tiny study); the thread count is the recipe's (train.cpu_threads), not --jobs' (before: 2 threads with
     # --jobs 1 on a 2-core machine and 1 with --jobs 2, and the stores differed from step 1)
     def only(replicates):
         return [
@@ -209,13 +209,13 @@ def _the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_new_r
             "references.seed=null",
             "references.precision=null",
             "references.reordering=null",
+            "references.control=null",  # trained once, never replicated: test_replicates_lay_out_one_folder_...
         ]
 
     one, two = tmp_path / "jobs1", tiny_study.out
     assert main(["study", "--out", str(one), *only(1)]) == 0
     run = Path("flash-vs-baseline") / "r0"
-    for pair in (run, Path("control") / "r0"):
-        assert (one / pair / "metrics.jsonl").read_bytes() == (two / pair / "metrics.jsonl").read_bytes()
+    assert (one / run / "metrics.jsonl").read_bytes() == (two / run / "metrics.jsonl").read_bytes()
     for study in (one, two):
         numerics = json.loads((study / run / "pair.json").read_text())["numerics"]
         assert numerics["a"]["cpu_threads"] == numerics["b"]["cpu_threads"] == 1
@@ -226,7 +226,7 @@ def _the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_new_r
     assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in first} == first  # replicate 0: not touched
     assert {p: p.stat().st_size for p in logs} == logs
     runs = sorted(str(p.parent.relative_to(one)) for p in one.glob("*/r*/metrics.jsonl"))
-    assert runs == ["control/r0", "flash-vs-baseline/r0", "flash-vs-baseline/r1"]
+    assert runs == ["flash-vs-baseline/r0", "flash-vs-baseline/r1"]
     capsys.readouterr()
 
     # a resume in another thread count is refused in one line, before anything trains
