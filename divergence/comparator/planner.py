@@ -52,6 +52,14 @@ class Planner:
         the pair in ``pair_folder``, whose schedule is ``pair``; ``probe``: see ``Comparator``."""
         self.pair_folder, self.pair = pair_folder, pair
         self.lock = WatchLock(pair_folder)  # before the store is opened (and repaired) for appending
+        try:
+            self._open(log, progress, probe, prefetch, device)
+        except BaseException:
+            self.lock.release()  # now, not when the traceback that holds this object is dropped
+            raise
+
+    def _open(self, log: bool, progress: bool, probe, prefetch: bool, device) -> None:
+        pair_folder, pair = self.pair_folder, self.pair
         self.planned = pair.max_steps  # the length the writers were told (None: open-ended)
         self.feeds = {arm: ArmFeed(pair_folder.arm(arm)) for arm in ARMS}
         self.prefetch = Prefetch(self.feeds, pair.tracked, pair.max_steps, pair.stride) if prefetch else None

@@ -45,7 +45,6 @@ from divergence.pairfolder.layout import (
     STATUS_FILE,
     TENSORBOARD_DIR,
     WANDB_ID_FILE,
-    WATCH_LOCK_FILE,
     WATCH_STATE_FILE,
     WRITER_LOCK_FILE,
     weights_dcp_name,
@@ -204,11 +203,6 @@ class PairFolder(RunFolder):
     def watch_state(self) -> Path:
         """``watch.json``: ``divergence watch``'s own state."""
         return self.path / WATCH_STATE_FILE
-
-    @property
-    def watch_lock(self) -> Path:
-        """``watch.lock``: held by the one ``divergence watch`` writing the store (``pairfolder.arm.lock``)."""
-        return self.path / WATCH_LOCK_FILE
 
     @property
     def retention(self) -> Path:

@@ -10,7 +10,6 @@
       writer.lock              WRITER_LOCK_FILE   exclusive for a writer of the whole pair, shared by arm writers
       pair.yaml                PAIR_RECIPE_FILE   the built-in trainer's resolved pair recipe (optional)
       watch.json               WATCH_STATE_FILE   divergence watch's own state
-      watch.lock               WATCH_LOCK_FILE    held by the one divergence watch writing the store
       retention.json           RETENTION_FILE     with tracking.keep: the weights files watch is about to delete
       wandb-id                 WANDB_ID_FILE      the wandb run id a resumed run or watch continues
       csv/                     CSV_DIR            the CSV logger's metrics.csv
@@ -47,7 +46,6 @@ METRICS_FILE = "metrics.jsonl"
 ATTENTION_FILE = "attention.jsonl"
 COSTS_FILE = "costs.jsonl"
 WATCH_STATE_FILE = "watch.json"
-WATCH_LOCK_FILE = "watch.lock"
 RETENTION_FILE = "retention.json"
 WANDB_ID_FILE = "wandb-id"
 CSV_DIR = "csv"

@@ -46,17 +46,19 @@ def test_watch_with_its_progress_bar_ends_with_the_same_line(tmp_path, capsys):
 
 
 def test_a_second_watch_of_one_pair_is_refused_in_one_line_and_the_store_is_stored_once(tmp_path, capsys):
-    """Two comparators of one pair would append every step twice: while one holds ``watch.lock``, a
-    second ``divergence watch`` gets one line and exit 2; once it is done, a watch runs (and stores nothing
-    twice)."""
+    """Two comparators of one pair would append every step twice: while one holds the pair folder's lock, a
+    second ``divergence watch`` gets one line and exit 2 and writes nothing; once it is done, a watch runs
+    (and stores nothing twice)."""
     from divergence.comparator.follow import Comparator
 
     two_arms(tmp_path)
     first = Comparator(tmp_path, log=False, progress=False)  # holds the lock from here
     capsys.readouterr()
+    before = sorted(p.name for p in tmp_path.iterdir())
     assert main(["watch", str(tmp_path), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "already follows this pair with divergence watch" in err, err
+    assert len(err.splitlines()) == 1 and "another divergence watch already follows this pair" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no lock file left behind
     assert str(tmp_path) in err and "let it finish, or stop it" in err
     assert first.run(poll=0.05, timeout=30) == 0  # the first finishes the store, and releases the lock
     assert main(["watch", str(tmp_path), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0

@@ -144,28 +144,40 @@ class PairLock:
 
 
 class WatchLock:
-    """The comparator's exclusive lock on ``<pair>/watch.lock``: one ``divergence watch`` per pair
-    folder, since two would append every step to the store twice. Arm writers go on beside it."""
+    """The comparator's exclusive ``flock`` on the pair folder itself: one ``divergence watch`` per
+    pair folder, since two would append every step to the store twice. Arm writers go on beside it
+    (they lock files, not the folder), and no file is written: a refused watch leaves the folder as
+    it was. Where the file system cannot lock a folder (an NFS client emulates flock with POSIX
+    locks, which a folder opened read-only cannot take), the watch runs unlocked, as before."""
 
     def __init__(self, pair_dir: str | Path):
         self.pair_dir = as_pair_folder(pair_dir).path
-        self.path = as_pair_folder(pair_dir).watch_lock
-        self._file = None
-        handle = _open(self.path, self.pair_dir)
-        if not _flock(handle, exclusive=True):
-            handle.close()
-            raise UserInputError(
-                f"{self.pair_dir}: {_who(_holder(self.path))} already follows this pair with divergence watch "
-                "and writes its store; two would store every step twice: let it finish, or stop it and run "
-                "this again"
-            )
-        _sign(handle)
-        self._file = handle
+        self._fd = None
+        try:
+            fd = os.open(self.pair_dir, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            return  # no folder: nothing to follow, which the caller says
+        for attempt in range(ATTEMPTS):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._fd = fd
+                return
+            except BlockingIOError:
+                if attempt + 1 < ATTEMPTS:
+                    time.sleep(ATTEMPT_SECONDS)
+            except OSError:
+                os.close(fd)  # this file system locks no folder: unlocked
+                return
+        os.close(fd)
+        raise UserInputError(
+            f"{self.pair_dir}: another divergence watch already follows this pair and writes its store; two "
+            "would store every step twice: let it finish, or stop it and run this again"
+        )
 
     def release(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
 
     def __del__(self):
         self.release()
