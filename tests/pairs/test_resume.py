@@ -12,16 +12,15 @@ from divergence.cli import main
 
 from .helpers import PAIR_FAST, PAIRS, step_records, wandb_history, wandb_synced_steps
 
-# killed after step 12 (5 steps after the step-7 checkpoint: wandb has written every step up to it), resumed
-# across the end of every-step tracking (9: the default schedule's 20 made shorter, 14 steps, not 24)
-STEPS = ("train.max_steps=14", "train.checkpoint_every=7", "tracking.every=2", "tracking.dense=[[9,1]]")
+# killed after step 13 (in the segment after the step-8 checkpoint), resumed across the end of every-step tracking (20)
+STEPS = ("train.max_steps=24", "train.checkpoint_every=8", "tracking.every=2")
 
 
 def _command(out, *extra):
     return ["train", "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--out", str(out), *PAIR_FAST, *STEPS, *extra]
 
 
-def _kill_mid_segment(out, *extra, after_step=12, timeout=120):
+def _kill_mid_segment(out, *extra, after_step=13, timeout=120):
     """Start the pair in a child process and SIGKILL it once the store has passed ``after_step``.
 
     The whole process group is killed, as a scheduler kills a job: the trainer and its wandb
@@ -54,14 +53,14 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path, monkeypatch):
     assert main(_command(straight, "log.wandb=true")) == 0
     _kill_mid_segment(killed, "log.wandb=true")
     killed_at = max(step_records(killed))
-    assert 12 <= killed_at < 14  # killed after step 12 committed, before the end
+    assert 12 <= killed_at < 24  # killed after step 12 committed, before the end
     assert main(_command(killed, "log.wandb=true")) == 0
 
     # the metrics series: byte for byte the same records, no duplicates, no gaps
     assert (killed / "metrics.jsonl").read_bytes() == (straight / "metrics.jsonl").read_bytes()
     # the final weights of both arms: bitwise equal
     for arm in "ab":
-        final = f"{arm}/checkpoints/step_000014.safetensors"
+        final = f"{arm}/checkpoints/step_000024.safetensors"
         a, b = load_file(straight / final), load_file(killed / final)
         assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     # wandb: every tracked step exactly once across the killed and the resumed run, once wandb
