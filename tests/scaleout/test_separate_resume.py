@@ -54,10 +54,13 @@ def test_a_killed_arm_resumes_alone_and_the_store_equals_the_uninterrupted_arms(
     assert separate_jobs(pair) is not None  # the separate-job path, with one rank per arm
     train_arm(pair, "a", out)
     finished_a = {p.name: p.stat().st_mtime_ns for p in (out / "a" / "checkpoints").iterdir()}
-    # arm b in its own process (forked: no second import of torch), killed mid-run
-    killed = multiprocessing.get_context("fork").Process(target=_arm_b_killed, args=(out,))
+    # arm b in its own process, killed mid-run; spawned, not forked: a fork of a process whose torch
+    # threads already ran (an xdist worker after other tests) can deadlock in the child
+    killed = multiprocessing.get_context("spawn").Process(target=_arm_b_killed, args=(out,))
     killed.start()
     killed.join(timeout=300)
+    if killed.exitcode is None:
+        killed.kill()
     assert killed.exitcode == -signal.SIGKILL
     assert ArmStatus.read(out / "b").state == "running" and not (out / "metrics.jsonl").exists()
 
