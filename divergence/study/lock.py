@@ -15,20 +15,14 @@ from __future__ import annotations
 
 import fcntl
 import os
-import signal
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from divergence.errors import UserInputError
+from divergence.training.stop_signals import SIGNALS, Stopped, signals_raise  # noqa: F401  (the study's)
 
 LOCK_FILE = ".study.lock"
-SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
-class Stopped(KeyboardInterrupt):
-    """The study was sent SIGTERM or SIGHUP; handled like Ctrl-C (its children are ended)."""
 
 
 @contextmanager
@@ -55,21 +49,3 @@ def study_lock(out: Path) -> Iterator[None]:
         os.ftruncate(fd, 0)
     finally:
         os.close(fd)  # drops the lock
-
-
-@contextmanager
-def signals_raise() -> Iterator[None]:
-    """Inside: SIGTERM and SIGHUP raise ``Stopped``. Only the main thread can set handlers; elsewhere a no-op."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, _frame):
-        raise Stopped(f"stopped by {signal.Signals(signum).name}")
-
-    previous = {s: signal.signal(s, stop) for s in SIGNALS}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)

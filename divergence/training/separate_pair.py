@@ -26,13 +26,10 @@ the signal to its ranks) before it exits.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import threading
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from divergence.config.schema import to_dict
 from divergence.errors import UserInputError
@@ -40,6 +37,7 @@ from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import ARMS
 from divergence.recipe.pair import PairRecipe
 from divergence.pairfolder.arm.status import ArmStatus
+from divergence.training.stop_signals import signals_raise
 
 # The recipe keys fixed per process by Lightning's Trainer: the world size and the strategy.
 LAUNCH_KEYS = ("train.devices", "train.num_nodes", "train.strategy")
@@ -114,7 +112,7 @@ def train_separate(pair: PairRecipe, out: str | Path, train_command: list[str], 
     out = PairFolder(out)
     for arm in ARMS:
         check_arm_folder(out, pair, arm)
-    with _signals_raise():
+    with signals_raise():
         for arm in ARMS:
             if _finished(out, arm, pair.base.train.max_steps):
                 continue
@@ -145,28 +143,6 @@ def _run(command: list[str]) -> int:
             process.kill()
             process.wait()
         raise
-
-
-class Stopped(Exception):
-    """SIGTERM or SIGHUP reached the job that trains the arms."""
-
-
-@contextmanager
-def _signals_raise() -> Iterator[None]:
-    """Inside: SIGTERM and SIGHUP raise ``Stopped`` (so the arm job is stopped too); main thread only."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, _frame):
-        raise Stopped(f"stopped by {signal.Signals(signum).name}")
-
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 def _lookup(node, key: str):
