@@ -93,12 +93,17 @@ def run(args: argparse.Namespace) -> int:
 def _train_separate(pair, args, overrides: list[str]) -> int:
     """The pair's arms as separate multi-process jobs, followed by the comparator ``divergence watch`` runs."""
     from divergence.comparator.follow import Comparator
+    from divergence.models.determinism import comparing_threads
     from divergence.training.probe_files import FileProbe
     from divergence.training.separate_pair import arm_command, separate_jobs, train_separate
 
     print(f"{pair.name}: the arms train as separate jobs ({separate_jobs(pair)}), then the comparator follows them")
 
     def follow(out) -> int:
+        # the probe's forwards on the pair's own thread count (train.cpu_threads), as in a lockstep job:
+        # torch's default, every core, oversubscribes the cores the study's other jobs use (on 2 busy
+        # cores the comparator of a 30-step pair took 136 s of CPU with 2 threads, 23 s with 1)
+        comparing_threads(pair.base.train)
         return Comparator(out, log=True, progress=False, probe=FileProbe).run(poll=0.2, timeout=FOLLOW_TIMEOUT)
 
     return train_separate(pair, args.out, arm_command(args.recipe, args.out, overrides), follow)

@@ -95,6 +95,14 @@ def arm_numerics(train):
             torch.set_num_threads(threads)
 
 
+def comparing_threads(train) -> None:
+    """The comparator's intra-op threads: ``train.cpu_threads`` of the pair it follows (on a CPU;
+    none set: torch's default). Its probe then runs its forwards as the lockstep job's would, and
+    its job takes one core, as each of the study's pair jobs does."""
+    if train.cpu_threads:
+        torch.set_num_threads(train.cpu_threads)
+
+
 def with_arm_numerics(step):
     """Decorate ``Arm.training_step``: run it under ``arm_numerics(self.recipe.train)``."""
 

@@ -128,3 +128,33 @@ def test_ema_and_accumulation_give_the_lockstep_store_bitwise(tmp_path):
     store = (tmp_path / "arms/metrics.jsonl").read_bytes()
     assert store == (tmp_path / "lockstep/metrics.jsonl").read_bytes()
     assert b'"ema_rel_l2"' in store and b'"tensor":"ema.unet.conv_in.weight"' in store
+
+
+def test_the_comparator_of_a_separate_pair_runs_on_the_pairs_cpu_threads(tmp_path, monkeypatch):
+    """Its probe's forwards on train.cpu_threads, as a lockstep job's: torch's default (every core)
+    oversubscribes the cores of the study's other jobs (6x the comparator's CPU on 2 busy cores)."""
+    import torch
+
+    from divergence.comparator import follow
+    from divergence.training import separate_pair
+
+    seen = {}
+
+    class Watching:  # records the threads the comparator would compare on
+        def __init__(self, out, **kwargs):
+            pass
+
+        def run(self, **kwargs) -> int:
+            seen["threads"] = torch.get_num_threads()
+            return 0
+
+    monkeypatch.setattr(follow, "Comparator", Watching)
+    monkeypatch.setattr(separate_pair, "train_separate", lambda pair, out, command, follow: follow(out))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        recipe = "divergence/recipes/pairs/data-parallel.yaml"
+        assert main(["train", "--recipe", recipe, "--out", str(tmp_path / "p"), "train.cpu_threads=1"]) == 0
+        assert seen["threads"] == 1
+    finally:
+        torch.set_num_threads(before)
