@@ -18,9 +18,12 @@ WARMUP = 2  # steps 1 and 2 (a costs line is written after step s with global_st
 
 
 def pair_costs(folders: list[str | Path], warmup: int = WARMUP) -> dict | None:
-    """``{"time_ratio", "memory_ratio", "seconds": {a, b}, "peak_bytes": {a, b}, "memory", "steps"}``
-    over the pair runs in ``folders``, or None when none recorded costs."""
+    """``{"time_ratio", "memory_ratio", "seconds": {a, b}, "peak_bytes": {a, b}, "memory", "steps",
+    "ranks"}`` over the pair runs in ``folders``, or None when none recorded costs; ``ranks``:
+    ``{arm: [{"seconds", "peak_bytes"} per rank]}`` for arms that recorded their ranks (separate
+    jobs), else None."""
     times, memory, seconds, peaks, kinds = [], [], {"a": [], "b": []}, {"a": [], "b": []}, set()
+    per_rank: dict[str, list[dict[str, list]]] = {}
     for folder in folders:
         for step, row in sorted(read_costs(Path(folder)).items()):
             arms = row.get("arms") or {}
@@ -28,6 +31,7 @@ def pair_costs(folders: list[str | Path], warmup: int = WARMUP) -> dict | None:
                 continue
             a, b = arms["a"], arms["b"]
             kinds.add(row.get("memory"))
+            _add_ranks(per_rank, arms)
             if _positive(a.get("seconds")) and _positive(b.get("seconds")):
                 times.append(a["seconds"] / b["seconds"])
                 seconds["a"].append(a["seconds"]), seconds["b"].append(b["seconds"])
@@ -43,6 +47,28 @@ def pair_costs(folders: list[str | Path], warmup: int = WARMUP) -> dict | None:
         "peak_bytes": {arm: statistics.median(v) if v else None for arm, v in peaks.items()},
         "memory": "/".join(sorted(k for k in kinds if k)) or None,
         "steps": len(times),
+        "ranks": _rank_medians(per_rank),
+    }
+
+
+def _add_ranks(per_rank: dict, arms: dict) -> None:
+    """Each rank's step seconds and peak bytes of a costs line's arms, appended per (arm, rank)."""
+    for arm, cost in arms.items():
+        for rank, values in enumerate(cost.get("ranks") or []):
+            slots = per_rank.setdefault(arm, [])
+            while len(slots) <= rank:
+                slots.append({"seconds": [], "peak_bytes": []})
+            for key in ("seconds", "peak_bytes"):
+                if _positive(values.get(key)):
+                    slots[rank][key].append(values[key])
+
+
+def _rank_medians(per_rank: dict) -> dict | None:
+    if not per_rank:
+        return None
+    return {
+        arm: [{k: statistics.median(v) if v else None for k, v in slot.items()} for slot in slots]
+        for arm, slots in sorted(per_rank.items())
     }
 
 

@@ -96,6 +96,7 @@ def markdown(atlas: dict) -> str:
         + ".",
     ]
     lines += router_lines(atlas)
+    lines += rank_lines(atlas)
     notes = [
         f"- {r['optimization']} ({r['backbone']}): {n}"
         for r in atlas["rows"]
@@ -203,6 +204,38 @@ def router_lines(atlas: dict) -> list[str]:
     lines += [f"- {r['optimization']} ({r['backbone']}): {_flip(r['router_flip'])}" for r in rows]
     lines += [f"- reference {n} ({b}): {_flip(f)}" for b, n, f in refs]
     return lines
+
+
+def rank_lines(atlas: dict) -> list[str]:
+    """Each multi-process row's cost per rank (``cost.ranks``; ``[]`` when no row has one): the
+    median step seconds and peak step memory of every rank of each arm."""
+    rows = [r for r in atlas["rows"] if (r.get("cost") or {}).get("ranks")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Per rank (rows whose arms train as their own multi-process jobs; median over the steps after the "
+        "warm-up, every replicate; the arms ran at different times, so their time ratio is not a speed-up "
+        "measured under one load):",
+    ]
+    for r in rows:
+        arms = "; ".join(_arm_ranks(arm, ranks) for arm, ranks in r["cost"]["ranks"].items())
+        lines.append(f"- {r['optimization']} ({r['backbone']}): {arms}")
+    return lines
+
+
+def _arm_ranks(arm: str, ranks: list[dict]) -> str:
+    seconds = ", ".join(_seconds(rank.get("seconds")) for rank in ranks)
+    memory = ", ".join(_mib(rank.get("peak_bytes")) for rank in ranks)
+    return f"{arm} {len(ranks)} rank{'s' if len(ranks) > 1 else ''}: {seconds} a step, {memory} peak"
+
+
+def _seconds(x) -> str:
+    return "-" if x is None else f"{x:.3g} s"
+
+
+def _mib(x) -> str:
+    return "-" if x is None else f"{x / 2**20:.0f} MiB"
 
 
 def _flip(flip: dict) -> str:

@@ -184,3 +184,31 @@ def test_the_reordering_column_states_each_row_against_the_reordering_reference(
     from divergence.atlas.render import markdown
 
     assert "against a reordering of fp32 sums (reordering)" in markdown(atlas)
+
+
+def test_a_separate_pairs_costs_give_each_ranks_step_time_and_peak_memory(tmp_path):
+    from divergence.atlas.render import rank_lines
+    from divergence.pairfolder.folder import PairFolder
+    from divergence.training.step_costs import append_rank_costs, merge_rank_costs
+
+    pair = PairFolder(tmp_path)
+    per_rank = {"a": [(0.6, 130), (0.8, 140)], "b": [(1.2, 260)]}  # (seconds, MiB): a is DDP on 2 ranks
+    for arm, ranks in per_rank.items():
+        pair.arm(arm).path.mkdir(parents=True)
+        for rank, (seconds, mib) in enumerate(ranks):
+            for step in range(1, 6):
+                cost = {"seconds": seconds * (1 + step / 100), "peak_bytes": mib * 2**20}
+                append_rank_costs(pair.arm(arm).rank_costs(rank), step, "rss", cost)
+    assert merge_rank_costs(tmp_path) == 5
+    costs = pair_costs([tmp_path])
+    assert costs["steps"] == 3 and costs["seconds"]["a"] == pytest.approx(0.8 * 1.04)  # the slowest rank's step
+    assert [r["seconds"] for r in costs["ranks"]["a"]] == pytest.approx([0.6 * 1.04, 0.8 * 1.04])
+    assert [r["peak_bytes"] for r in costs["ranks"]["b"]] == [260 * 2**20]
+    row = {"optimization": "data-parallel", "backbone": "unet", "cost": costs}
+    (line,) = rank_lines({"rows": [row, {"optimization": "flash", "backbone": "unet", "cost": None}]})[2:]
+    assert (
+        line
+        == "- data-parallel (unet): a 2 ranks: 0.624 s, 0.832 s a step, 130 MiB, 140 MiB peak; b 1 rank: 1.25 s a step, 260 MiB peak"
+    )
+    _write_costs(tmp_path / "lockstep", 1.0, 1.0, 1, 1)
+    assert pair_costs([tmp_path / "lockstep"])["ranks"] is None and rank_lines({"rows": [row | {"cost": None}]}) == []
