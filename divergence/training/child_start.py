@@ -73,7 +73,7 @@ def start(command: list[str], env: dict[str, str], stdout=None, stderr=None):
     """``subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr)``, or the same child forked
     from the zygote when ``command`` is ``[sys.executable, -m, divergence, ...]`` and the mode allows
     it. ``stdout``/``stderr``: None (ours), a file or an fd; ``stderr`` also ``subprocess.STDOUT``."""
-    if _mode() == "fork" and list(command[:3]) == [sys.executable, "-m", PACKAGE]:
+    if _mode(env) == "fork" and list(command[:3]) == [sys.executable, "-m", PACKAGE]:
         zygote = _zygote(env)
         if zygote is not None:
             child = zygote.fork(list(command), env, stdout, stderr)
@@ -82,10 +82,11 @@ def start(command: list[str], env: dict[str, str], stdout=None, stderr=None):
     return subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr)
 
 
-def _mode() -> str:
+def _mode(env: dict[str, str]) -> str:
+    """The child's ``DIVERGENCE_CHILD_START`` (its environment is ours, plus what the caller sets)."""
     from divergence.errors import UserInputError
 
-    mode = os.environ.get(MODE_VARIABLE, "fork") or "fork"
+    mode = env.get(MODE_VARIABLE, "fork") or "fork"
     if mode not in MODES:
         raise UserInputError(f"{MODE_VARIABLE}={mode}: use one of {', '.join(MODES)}")
     if not sys.platform.startswith("linux"):
@@ -191,9 +192,7 @@ def _zygote(env: dict[str, str]) -> Zygote | None:
     zygote = _zygotes.get(key)
     if zygote is not None and zygote.process.poll() is None:
         return zygote
-    for old in _zygotes.values():
-        old.close()
-    _zygotes.clear()
+    close_all()
     try:
         zygote = Zygote(env, cwd)
     except OSError as err:
@@ -205,6 +204,13 @@ def _zygote(env: dict[str, str]) -> Zygote | None:
         return None
     _zygotes[key] = zygote
     return zygote
+
+
+def close_all() -> None:
+    """Close every zygote (each exits once its children have); a process's exit closes them too."""
+    for zygote in _zygotes.values():
+        zygote.close()
+    _zygotes.clear()
 
 
 def _key(env: dict[str, str], cwd: str) -> tuple:
@@ -250,6 +256,8 @@ def _preload() -> str | None:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    if "wandb" in sys.modules:  # JOB_ONLY holds only while wandb reads its variables in the child
+        return "wandb was imported; the WANDB_* variables it read would be the zygote's"
     _quiesce()
     threads = threads_running(), threading.active_count()
     if threads != (1, 1):
