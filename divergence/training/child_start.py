@@ -51,16 +51,27 @@ import sys
 
 MODE_VARIABLE = "DIVERGENCE_CHILD_START"
 MODES = ("fork", "popen")
-# What `divergence train` imports before it trains (the heavy part is torch, lightning, diffusers, transformers).
+# What `divergence train` imports before it trains, of a single run and of a pair (the heavy part is torch,
+# lightning, and the model classes of diffusers and transformers, which import peft, torchao and accelerate).
 PRELOAD = (
     "divergence.cli",
-    "divergence.cli.train",
     "divergence.training.arms_module",
+    "divergence.training.fit",
     "divergence.training.single",
     "divergence.training.lockstep",
     "divergence.training.separate_arm",
     "divergence.training.separate_pair",
     "divergence.variants.pair_recipe",
+    "divergence.models.sampling",
+    "divergence.attention.processor",
+    "divergence.loggers.sinks",
+    "divergence.store",
+    "divergence.training.probe",
+    "divergence.training.checkpoint_io",
+    "diffusers.optimization",
+    "diffusers.schedulers.scheduling_ddpm",
+    "diffusers.models.unets.unet_2d_condition",
+    "transformers.models.clip.modeling_clip",
 )
 # Variables a child may have different from the zygote's: read only when wandb starts a run (wandb is not preloaded).
 JOB_ONLY = ("WANDB_RUN_GROUP", "WANDB_SERVICE")
@@ -254,8 +265,11 @@ def _preload() -> str | None:
 
     import threading
 
+    from divergence.cli import build_parser
+
     for name in PRELOAD:
         importlib.import_module(name)
+    build_parser()  # imports every command's module
     if "wandb" in sys.modules:  # JOB_ONLY holds only while wandb reads its variables in the child
         return "wandb was imported; the WANDB_* variables it read would be the zygote's"
     _quiesce()
