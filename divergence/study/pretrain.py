@@ -14,6 +14,7 @@ trains nothing; an interrupted pretraining resumes like any run.
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ import yaml
 
 from divergence.errors import RecipeError, UserInputError
 from divergence.config.yaml_safe import short
+from divergence.training import child_start
 
 PARTS = ("unet", "text_encoder")  # the trained parts a fine-tune starts from, as save_pretrained folders
 PRETRAIN_KEYS = {"steps", "recipe"}
@@ -80,8 +82,11 @@ def ensure_pretrained(base: Path, pretrain: dict, out: Path, quiet: bool = False
         print(f"pretraining the start of every pair: {pretrain['steps']} steps into {run}", flush=True)
     command = [sys.executable, "-m", "divergence", "train", "--recipe", str(where / "recipe.yaml"), "--out", str(run)]
     with open(where / "pretrain.log", "a") as log:
-        child = subprocess.Popen(
-            [*command, "log.wandb=false", "log.progress_bar=false"], stdout=log, stderr=subprocess.STDOUT
+        child = child_start.start(  # forked from the zygote the study's pair runs then reuse, or Popen
+            [*command, "log.wandb=false", "log.progress_bar=false"],
+            dict(os.environ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     code = _wait_showing_steps(child, run, pretrain["steps"], quiet)
     if code != 0:
@@ -90,7 +95,7 @@ def ensure_pretrained(base: Path, pretrain: dict, out: Path, quiet: bool = False
     return where
 
 
-def _wait_showing_steps(child: subprocess.Popen, run: Path, steps: int, quiet: bool) -> int:
+def _wait_showing_steps(child: subprocess.Popen | child_start.ForkedChild, run: Path, steps: int, quiet: bool) -> int:
     """The child's exit code, with a bar of the steps its CSV log (``run/csv/metrics.csv``) has
     reached; a Ctrl-C or an error stops the child before it is raised."""
     from tqdm import tqdm

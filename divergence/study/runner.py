@@ -32,6 +32,7 @@ from divergence.store import MetricsStore
 from divergence.study.config import Study, StudyPair, in_study
 from divergence.study.lock import signals_raise
 from divergence.study.reuse import check_no_writer, check_same_recipe
+from divergence.training import child_start
 from divergence.training.pair_setup import pair_config
 from divergence.training.host import check_host
 
@@ -54,7 +55,7 @@ class PairJob:
     recipe_path: Path
     out: Path
     max_steps: int
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen | child_start.ForkedChild | None = None
     skipped: bool = False
     replicate: int = 0
     recipe_text: str = ""
@@ -211,7 +212,7 @@ def _start(job: PairJob, overrides: list[str]) -> PairJob:
     job.out.mkdir(parents=True, exist_ok=True)
     log = open(_log_path(job), "a")
     job.log_start = log.tell()
-    job.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    job.process = child_start.start(command, env, stdout=log, stderr=subprocess.STDOUT)  # forked or Popen
     log.close()
     return job
 

@@ -37,6 +37,7 @@ from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import ARMS
 from divergence.recipe.pair import PairRecipe
 from divergence.pairfolder.arm.status import ArmStatus
+from divergence.training import child_start
 from divergence.training.stop_signals import signals_raise
 
 # The recipe keys fixed per process by Lightning's Trainer: the world size and the strategy.
@@ -132,7 +133,7 @@ def _finished(out: PairFolder, arm: str, max_steps: int) -> bool:
 def _run(command: list[str]) -> int:
     """One arm job, its output into ours; stopped with us."""
     env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}
-    process = subprocess.Popen(command, env=env)
+    process = child_start.start(command, env)  # forked from the imported zygote, or Popen
     try:
         return process.wait()
     except BaseException:

@@ -58,8 +58,9 @@ def _alive(pid: int) -> bool:
 
 
 def _train_children(pid: int) -> list[int]:
-    """Live children of ``pid`` running ``divergence train``."""
-    found = []
+    """Live ``divergence train`` children of ``pid``: started by it (Popen), or forked by its zygote
+    (``training.child_start``; a forked child's command line is the zygote's)."""
+    processes = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -68,9 +69,17 @@ def _train_children(pid: int) -> list[int]:
             command = (entry / "cmdline").read_bytes().split(b"\0")
         except (OSError, IndexError, ValueError):
             continue
-        if parent == pid and b"train" in command and _alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
+        processes[int(entry.name)] = parent, command
+    zygotes = {p for p, (parent, command) in processes.items() if parent == pid and _is_zygote(command)}
+    return [
+        p
+        for p, (parent, command) in processes.items()
+        if _alive(p) and ((parent == pid and b"train" in command) or parent in zygotes)
+    ]
+
+
+def _is_zygote(command: list[bytes]) -> bool:
+    return any(b"divergence.training.child_start" in part for part in command)
 
 
 def _start_study(recipe: Path, out: Path, *extra: str) -> tuple[subprocess.Popen, list[int]]:

@@ -1,0 +1,105 @@
+"""``divergence train`` children forked from the zygote (``training.child_start``) are the Popen ones.
+
+One tiny lockstep pair (fused AdamW, 2 steps) is trained by a ``Popen`` child and by a forked child:
+its store and final weights must be the same bytes. The other tests reuse that module's zygote.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from divergence.errors import UserInputError
+from divergence.training import child_start
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICK = [
+    "train.max_steps=2",
+    "train.checkpoint_every=2",
+    "train.batch_size=2",
+    "train.cpu_threads=1",
+    "sample.enabled=false",
+    "log.wandb=false",
+    "log.progress_bar=false",
+    "tracking.every=1",
+    "tracking.probe.size=4",
+]
+
+
+def _train(out: Path, *extra: str) -> list[str]:
+    recipe = ROOT / "recipes" / "pairs" / "fused-adamw.yaml"
+    return [sys.executable, "-m", "divergence", "train", "--recipe", str(recipe), "--out", str(out), *QUICK, *extra]
+
+
+def _env(mode: str) -> dict[str, str]:
+    """Ours, less pytest's per-test variable (a zygote serves one environment: each test would start its own)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    return dict(env, PYTHONPATH=str(ROOT), DIVERGENCE_CHILD_START=mode)
+
+
+def _run(command: list[str], mode: str, log: Path):
+    with open(log, "w") as f:
+        child = child_start.start(command, _env(mode), stdout=f, stderr=subprocess.STDOUT)
+    child.wait(timeout=600)
+    return child
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    root = tmp_path_factory.mktemp("child_start")
+    children = {mode: _run(_train(root / mode), mode, root / f"{mode}.log") for mode in ("popen", "fork")}
+    yield root, children
+    child_start.close_all()
+
+
+def test_a_forked_child_trains_the_popen_childs_bytes(both):
+    root, children = both
+    assert type(children["popen"]) is subprocess.Popen
+    assert type(children["fork"]) is child_start.ForkedChild
+    for mode, child in children.items():
+        assert child.returncode == 0, (root / f"{mode}.log").read_text()[-2000:]
+    files = ["metrics.jsonl", "a/checkpoints/step_000002.safetensors", "b/checkpoints/step_000002.safetensors"]
+    for name in files:
+        assert (root / "fork" / name).read_bytes() == (root / "popen" / name).read_bytes(), name
+
+
+def test_the_zygote_has_one_thread_and_is_the_forked_childs_parent(both):
+    (zygote,) = child_start._zygotes.values()
+    assert len(os.listdir(f"/proc/{zygote.process.pid}/task")) == 1
+    child = child_start.start(_train(both[0] / "long", "train.max_steps=1000"), _env("fork"))
+    try:
+        parent = int(Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        assert parent == zygote.process.pid
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=0.1)
+    finally:
+        child.kill()
+    assert child.wait(timeout=60) == -9
+    assert child.poll() == -9
+
+
+def test_bad_input_exits_2_with_its_line_in_the_log(both):
+    log = both[0] / "bad.log"
+    child = _run(_train(both[0] / "bad", "train.nope=1"), "fork", log)
+    assert type(child) is child_start.ForkedChild
+    assert child.returncode == 2
+    assert log.read_text().splitlines()[-1].startswith("divergence train: error: unknown key 'train.nope'")
+
+
+def test_the_zygote_key_ignores_only_the_wandb_run_variables():
+    env = {"PATH": "/bin", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"}
+    key = child_start._key(env, "/")
+    assert child_start._key({**env, "WANDB_RUN_GROUP": "g"}, "/") == key
+    assert child_start._key({**env, "TORCHINDUCTOR_CACHE_DIR": "/tmp/y"}, "/") != key
+    assert child_start._key({**env, "OMP_NUM_THREADS": "1"}, "/") != key
+    assert child_start._key(env, "/tmp") != key
+
+
+def test_the_switch_starts_a_popen_and_refuses_an_unknown_mode():
+    command = [sys.executable, "-m", "divergence", "--version"]
+    child = child_start.start(command, _env("popen"), stdout=subprocess.DEVNULL)
+    assert type(child) is subprocess.Popen and child.wait(timeout=60) == 0
+    with pytest.raises(UserInputError, match="DIVERGENCE_CHILD_START=spawn: use one of fork, popen"):
+        child_start.start(command, _env("spawn"))
