@@ -26,6 +26,7 @@ QUICK = [
     "tracking.probe.size=4",
     "train.batch_size=2",
     "sample.enabled=false",
+    "log.wandb=false",  # each arm's offline wandb run (~2.4 s of CPU a child): tests/loggers
 ]
 
 
