@@ -31,24 +31,37 @@ def test_the_moe_backbone_has_the_rows_that_apply_to_it():
     assert OPTIMIZATIONS["expert-parallel"].unavailable("cpu", "dit").startswith("moe only: ")
 
 
-def test_the_moe_study_trains_its_pairs_on_tiny_moe_without_the_accumulation_reordering():
-    plan = backbone_study("moe", select(["router-bf16", "expert-grouped", "flash"]), "cpu", [])
+def test_the_moe_study_trains_its_pairs_on_tiny_moe_with_the_adamw_reordering():
+    plan = backbone_study("moe", select(["router-bf16", "expert-grouped", "flash", "expert-parallel"]), "cpu", [])
     assert plan.pairs == {
         "flash": "flash-vs-baseline",
         "router-bf16": "router-bf16",
         "expert-grouped": "expert-grouped",
+        "expert-parallel": "expert-parallel",
     }
-    # 4x4 accumulation is no reordering of an MoE (capacity and balance loss per forward pass)
-    assert plan.references == ("seed-vs-seed", "bf16-vs-fp32", "control")
+    # 4x4 accumulation is no reordering of an MoE (capacity and balance loss per forward pass):
+    # its yardstick is fused vs loop AdamW, which touches no route
+    assert plan.references == ("seed-vs-seed", "bf16-vs-fp32", "control", "reordering-adamw")
     by_name = {p.name: p for p in plan.study.pairs}
     assert all(Path(p.recipe["base"]).name == "tiny-moe.yaml" for p in plan.study.pairs)
     assert by_name["router-bf16"].recipe["recipe"]["train"]["precision"] == "bf16-mixed"  # both arms bf16
     assert by_name["router-bf16"].recipe["arms"] == {"a": ["router-bf16"], "b": [{"router-bf16": False}]}
     assert by_name["expert-grouped"].recipe["arms"] == {"a": ["expert-grouped"], "b": ["expert-loop"]}
     assert "precision" not in by_name["expert-grouped"].recipe["recipe"]["train"]  # fp32: another order of sums
+    reference = by_name["reordering-adamw"]
+    assert reference.role == "reordering" and reference.recipe["reordering"] is True
+    assert reference.recipe["arms"] == {"a": [{"adamw-impl": "fused"}], "b": [{"adamw-impl": "loop"}]}
+    assert "precision" not in reference.recipe["recipe"]["train"]  # fp32
+    # expert-parallel is studied beside the same references, its arms as separate 2- and 1-rank jobs
+    assert by_name["expert-parallel"].recipe["arms"] == {
+        "a": [{"expert-parallel": "2x8"}],
+        "b": [{"expert-parallel": "1x16"}],
+    }
     # the command line may set the reference back
     again = backbone_study("moe", select(["expert-grouped"]), "cpu", ["references.reordering=pairs/reordering.yaml"])
     assert again.references[-1] == "reordering"
+    none = backbone_study("moe", select(["expert-grouped"]), "cpu", ["references.reordering=null"])
+    assert none.references == ("seed-vs-seed", "bf16-vs-fp32", "control")
 
 
 def test_an_moe_row_on_a_dense_backbone_is_one_line():
