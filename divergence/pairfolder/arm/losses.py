@@ -11,14 +11,15 @@ written by global rank zero, flushed and fsynced before the next step starts::
 capacity limit dropped in the step's last training forward, over every MoE layer and every rank
 (``divergence.training.probe.training_drops``), so a comparator stores a separate arm's drops from
 its training, as the lockstep tracker stores them (``router_drop_a``, ``router_drop_b``).
+
 ``step`` counts completed optimizer steps (the loss of the N-th step is on line ``step: N``,
 the convention of the store). Floats go through ``repr`` and back, so the comparator reads
 exactly the float the arm computed; NaN and infinities are written as JSON5 tokens, as the
 store writes them. Readers take complete lines only: a torn final line of a killed writer is
 not there yet. Every complete line must be ``{"step": int, "loss": number}`` (and an optional
-``router_drop``) with steps
-strictly increasing, or the file is refused naming its line (``divergence store repair DIR``
-moves such lines aside). A resumed arm cuts the lines after the step it resumes from.
+``router_drop``) with steps strictly increasing, or the file is refused naming its line
+(``divergence store repair DIR`` moves such lines aside). A resumed arm cuts the lines after
+the step it resumes from.
 """
 
 from __future__ import annotations
