@@ -150,3 +150,23 @@ def test_the_moe_study_tracks_every_step_and_the_command_line_may_set_it_back(tm
     assert jobs["seed-vs-seed-r0"].config["tracking"]["every"] == 1
     again = plan_jobs(moe.study, tmp_path, ["tracking.every=10"])  # the command line's pair override after it
     assert {j.config["tracking"]["every"] for j in again} == {10} and not any(tmp_path.iterdir())
+
+
+def test_a_two_rank_arm_trains_alone_on_two_slots(tmp_path):
+    # the expert-parallel pair's arm a is a 2-rank job: beside another pair run on 2 cores its gloo
+    # ranks would share a core and wait on each other at every all-to-all
+    from divergence.study.runner import fits, plan_jobs
+
+    study = backbone_study("moe", select(["expert-parallel"]), "cpu", ["replicates=1"]).study
+    jobs = {j.label: j for j in plan_jobs(study, tmp_path, [])}
+    assert {label: j.ranks for label, j in jobs.items()} == {
+        "expert-parallel-r0": 2,
+        "seed-vs-seed-r0": 1,
+        "bf16-vs-fp32-r0": 1,
+        "control-r0": 1,
+        "reordering-adamw-r0": 1,
+    }
+    wide, narrow = jobs["expert-parallel-r0"], jobs["seed-vs-seed-r0"]
+    assert fits(wide, [], 2) and not fits(wide, [narrow], 2) and not fits(narrow, [wide], 2)
+    assert fits(narrow, [jobs["control-r0"]], 2) and not fits(narrow, [narrow, narrow], 2)
+    assert fits(wide, [], 1)  # a job wider than every slot still trains, alone
