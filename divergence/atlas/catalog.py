@@ -25,7 +25,9 @@ ALL = "all"
 # Study overrides a backbone sets before the command line's (which may set them back). On the MoE
 # backbone 4x4 accumulation is no reordering: the capacity limit and the balance loss are per
 # forward pass (divergence/models/moe.py), so micro-batches of 4 drop other tokens than a batch of 16.
-BACKBONE_STUDY = {"moe": ("references.reordering=null",)}
+# Its yardstick is fused vs loop AdamW in fp32 (recipes/pairs/reordering-adamw.yaml): the optimizer
+# touches no route, so every forward is the base's and only the update's fp32 operations are reordered.
+BACKBONE_STUDY = {"moe": ("references.reordering=pairs/reordering-adamw.yaml",)}
 # Pair-recipe overrides every pair of a backbone's study gets (written into its recipe), before the
 # command line's. The MoE study tracks every step: a 30-step study tracks every step to 20, then
 # every 5th, and on the MoE the fp32 reorderings (expert-grouped) settle late (step 18 or so:

@@ -263,7 +263,7 @@ class Planner:
             comparison = comparison_records(measured.comparison)
             if self.probe is not None and self.probe.due(task.step):
                 try:
-                    extra = self.probe.record(task.paths)
+                    extra = {**self.probe.record(task.paths), **self._training_drops(task.step)}
                 except CheckpointError:
                     return False  # an arm replaced a file mid-read: retried next poll
             # tracking.keep: what this step's commit makes deletable, noted first
@@ -280,6 +280,12 @@ class Planner:
         if self.progress is not None:
             self.progress.stepped(task.step, record)
         return True
+
+    def _training_drops(self, step: int) -> dict:
+        """``router_drop_a``, ``router_drop_b`` of ``step`` as each arm recorded them in training (its
+        ``losses.jsonl``), where it did: the probe's arms, read from files, never trained here."""
+        drops = {arm: feed.loss_file.router_drops.get(step) for arm, feed in self.feeds.items()}
+        return {f"router_drop_{arm}": value for arm, value in drops.items() if value is not None}
 
     def _files_unchanged(self, task: Task) -> bool:
         return all(unchanged(task.paths[arm], task.taken[arm]) for arm in task.paths)

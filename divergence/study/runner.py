@@ -61,6 +61,7 @@ class PairJob:
     recipe_text: str = ""
     config: dict | None = None  # the resolved pair as ``train`` saves it (``pair.yaml``): what a reused run must match
     log_start: int = 0  # where this job's child began writing its log (earlier attempts wrote before it)
+    ranks: int = 1  # processes its widest arm trains on at once (a separate-job pair's 2-rank arm: 2)
 
     @property
     def label(self) -> str:
@@ -121,6 +122,7 @@ def plan_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
                         replicate=replicate,
                         recipe_text=text,
                         config=pair_config(resolved),
+                        ranks=max(r.train.devices * r.train.num_nodes for r in resolved.arm_recipes.values()),
                     )
                 )
     return jobs
@@ -161,7 +163,7 @@ def run_jobs(jobs: list[PairJob], overrides: list[str], parallel: int, show_prog
     try:
         with signals_raise():  # SIGTERM and SIGHUP, like Ctrl-C, reach the except below
             while waiting or running:
-                while waiting and len(running) < parallel:
+                while waiting and fits(waiting[0], running, parallel):
                     running.append(_start(waiting.pop(0), overrides))
                 time.sleep(POLL_SECONDS)
                 _update(jobs, bars, overall)
@@ -175,6 +177,18 @@ def run_jobs(jobs: list[PairJob], overrides: list[str], parallel: int, show_prog
     finally:
         for bar in (*bars.values(), overall):
             bar.close()
+
+
+def fits(job: PairJob, running: list[PairJob], parallel: int) -> bool:
+    """Whether ``job`` starts beside ``running``: their processes (``PairJob.ranks`` each) within
+    ``parallel``, or nothing running. A pair whose arm trains on 2 ranks takes 2 of the slots, so on
+    2 cores it trains alone: gloo ranks sharing a core wait on each other at every collective.
+
+    >>> one, two = PairJob(None, None, None, 1), PairJob(None, None, None, 1, ranks=2)
+    >>> fits(one, [one], 2), fits(two, [one], 2), fits(two, [], 2)
+    (True, False, True)
+    """
+    return not running or sum(j.ranks for j in running) + job.ranks <= parallel
 
 
 def _end(processes: list[subprocess.Popen]) -> None:

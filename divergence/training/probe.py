@@ -124,15 +124,29 @@ def router_flips_on_probe(routes_a: dict, routes_b: dict) -> dict:
     return {"router_flip": overall, "router_flip_layers": per_layer}
 
 
-def training_drops(arm) -> float | None:
+def training_drops(arm, *, across_ranks: bool = False) -> float | None:
     """The fraction of choices dropped by capacity over the arm's MoE layers in their last
-    forward, or None without MoE layers or before any forward."""
+    forward, or None without MoE layers or before any forward.
+
+    ``across_ranks``: the fraction over every rank's tokens, ``sum_r dropped_r / sum_r choices_r``
+    (one all-reduce of two counts; every rank must call it), for an arm whose ranks each route
+    their own slice of the batch (data or expert parallel); one process's fraction otherwise."""
     from divergence.metrics.router import drop_fraction
 
     layers = moe_layers(arm.unet)
     if not layers or any(layer.routing is None for layer in layers.values()):
         return None
-    return drop_fraction({name: layer.routing.kept for name, layer in layers.items()})
+    kept = {name: layer.routing.kept for name, layer in layers.items()}
+    if not across_ranks or not torch.distributed.is_initialized() or torch.distributed.get_world_size() == 1:
+        return drop_fraction(kept)
+    masks = list(kept.values())
+    counts = torch.tensor(
+        [float(sum(int((~m).sum()) for m in masks)), float(sum(m.numel() for m in masks))],
+        dtype=torch.float64,
+        device=masks[0].device,
+    )
+    torch.distributed.all_reduce(counts)  # (dropped, choices) summed over the ranks
+    return float(counts[0] / counts[1]) if counts[1] > 0 else None
 
 
 def probe_inputs(inputs: Inputs, size: int, seed: int, device) -> DiffusionInputs:

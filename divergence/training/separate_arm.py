@@ -43,6 +43,7 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
     from divergence.loggers.sinks import RunIdentity, global_rank_zero
     from divergence.training.fit import checkpoint_arms, fit, writable_folder
     from divergence.training.pair_setup import pair_config, pair_module, write_pair_files
+    from divergence.training.probe import training_drops
 
     if arm not in ARMS:
         raise UserInputError(f"--arm {arm!r}: must be one of {', '.join(ARMS)}")
@@ -61,7 +62,12 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
         first = [
             WeightCheckpoint(arm_folder, recipe.train.checkpoint_every, pair.tracking, arms=checkpoint_arms),
             ArmProgress(
-                arm_folder, arm, per_rank, loss=lambda m: m.step_losses[arm], tensor_order=lambda m: m.tensor_order[arm]
+                arm_folder,
+                arm,
+                per_rank,
+                loss=lambda m: m.step_losses[arm],
+                tensor_order=lambda m: m.tensor_order[arm],
+                router_drop=lambda m: training_drops(m.arms[arm], across_ranks=True),
             ),
         ]
         identity = RunIdentity.for_pair(pair, pair_folder, pair_config(pair), job_type="arm", arm=arm)

@@ -31,24 +31,37 @@ def test_the_moe_backbone_has_the_rows_that_apply_to_it():
     assert OPTIMIZATIONS["expert-parallel"].unavailable("cpu", "dit").startswith("moe only: ")
 
 
-def test_the_moe_study_trains_its_pairs_on_tiny_moe_without_the_accumulation_reordering():
-    plan = backbone_study("moe", select(["router-bf16", "expert-grouped", "flash"]), "cpu", [])
+def test_the_moe_study_trains_its_pairs_on_tiny_moe_with_the_adamw_reordering():
+    plan = backbone_study("moe", select(["router-bf16", "expert-grouped", "flash", "expert-parallel"]), "cpu", [])
     assert plan.pairs == {
         "flash": "flash-vs-baseline",
         "router-bf16": "router-bf16",
         "expert-grouped": "expert-grouped",
+        "expert-parallel": "expert-parallel",
     }
-    # 4x4 accumulation is no reordering of an MoE (capacity and balance loss per forward pass)
-    assert plan.references == ("seed-vs-seed", "bf16-vs-fp32", "control")
+    # 4x4 accumulation is no reordering of an MoE (capacity and balance loss per forward pass):
+    # its yardstick is fused vs loop AdamW, which touches no route
+    assert plan.references == ("seed-vs-seed", "bf16-vs-fp32", "control", "reordering-adamw")
     by_name = {p.name: p for p in plan.study.pairs}
     assert all(Path(p.recipe["base"]).name == "tiny-moe.yaml" for p in plan.study.pairs)
     assert by_name["router-bf16"].recipe["recipe"]["train"]["precision"] == "bf16-mixed"  # both arms bf16
     assert by_name["router-bf16"].recipe["arms"] == {"a": ["router-bf16"], "b": [{"router-bf16": False}]}
     assert by_name["expert-grouped"].recipe["arms"] == {"a": ["expert-grouped"], "b": ["expert-loop"]}
     assert "precision" not in by_name["expert-grouped"].recipe["recipe"]["train"]  # fp32: another order of sums
+    reference = by_name["reordering-adamw"]
+    assert reference.role == "reordering" and reference.recipe["reordering"] is True
+    assert reference.recipe["arms"] == {"a": [{"adamw-impl": "fused"}], "b": [{"adamw-impl": "loop"}]}
+    assert "precision" not in reference.recipe["recipe"]["train"]  # fp32
+    # expert-parallel is studied beside the same references, its arms as separate 2- and 1-rank jobs
+    assert by_name["expert-parallel"].recipe["arms"] == {
+        "a": [{"expert-parallel": "2x8"}],
+        "b": [{"expert-parallel": "1x16"}],
+    }
     # the command line may set the reference back
     again = backbone_study("moe", select(["expert-grouped"]), "cpu", ["references.reordering=pairs/reordering.yaml"])
     assert again.references[-1] == "reordering"
+    none = backbone_study("moe", select(["expert-grouped"]), "cpu", ["references.reordering=null"])
+    assert none.references == ("seed-vs-seed", "bf16-vs-fp32", "control")
 
 
 def test_an_moe_row_on_a_dense_backbone_is_one_line():
@@ -137,3 +150,23 @@ def test_the_moe_study_tracks_every_step_and_the_command_line_may_set_it_back(tm
     assert jobs["seed-vs-seed-r0"].config["tracking"]["every"] == 1
     again = plan_jobs(moe.study, tmp_path, ["tracking.every=10"])  # the command line's pair override after it
     assert {j.config["tracking"]["every"] for j in again} == {10} and not any(tmp_path.iterdir())
+
+
+def test_a_two_rank_arm_trains_alone_on_two_slots(tmp_path):
+    # the expert-parallel pair's arm a is a 2-rank job: beside another pair run on 2 cores its gloo
+    # ranks would share a core and wait on each other at every all-to-all
+    from divergence.study.runner import fits, plan_jobs
+
+    study = backbone_study("moe", select(["expert-parallel"]), "cpu", ["replicates=1"]).study
+    jobs = {j.label: j for j in plan_jobs(study, tmp_path, [])}
+    assert {label: j.ranks for label, j in jobs.items()} == {
+        "expert-parallel-r0": 2,
+        "seed-vs-seed-r0": 1,
+        "bf16-vs-fp32-r0": 1,
+        "control-r0": 1,
+        "reordering-adamw-r0": 1,
+    }
+    wide, narrow = jobs["expert-parallel-r0"], jobs["seed-vs-seed-r0"]
+    assert fits(wide, [], 2) and not fits(wide, [narrow], 2) and not fits(narrow, [wide], 2)
+    assert fits(narrow, [jobs["control-r0"]], 2) and not fits(narrow, [narrow, narrow], 2)
+    assert fits(wide, [], 1)  # a job wider than every slot still trains, alone

@@ -7,8 +7,9 @@ routing and drops (capacity from the global token count), balance loss and avera
 to fp32 reordering; a second expert-parallel copy is bitwise the first (the control). The pair (one
 ``divergence train`` of ``recipes/pairs/expert-parallel.yaml``: arm a a Lightning-launched 2-rank
 job, killed after its first resumable checkpoint and resumed, arm b one process, then the
-comparator): 3 steps, a global batch of 4, E(t) at the level of a reordering, the router's flip fraction stored, step-0 weights equal (the full experts gathered
-under the 1-rank names).
+comparator): 3 steps, a global batch of 4, E(t) at the level of a reordering, the router's flip fraction stored,
+each arm's capacity drops stored from its own training steps, step-0 weights equal (the full experts
+gathered under the 1-rank names).
 """
 
 import json
@@ -23,6 +24,7 @@ import torch
 from safetensors.torch import load_file
 
 from divergence.errors import RecipeError
+from divergence.pairfolder.arm.losses import LossFile
 from divergence.pairfolder.arm.status import ArmStatus
 from divergence.variants import VARIANTS, as_base
 from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe, store_lines
@@ -76,6 +78,15 @@ def test_the_expert_parallel_pair_trains_as_separate_jobs_resumes_and_differs_by
     last = store_lines(out)[-1]
     assert last["step"] == 3 and 0.0 < last["rel_l2"] < PAIR_REORDERING, last["rel_l2"]
     assert 0.0 <= last["router_flip"] < 0.05, last["router_flip"]  # recorded; a reordering flips few choices
+    # each arm's capacity drops from its own training steps (losses.jsonl, over both of arm a's ranks;
+    # arm a's resumed attempt wrote its lines again), stored by the comparator at the probed steps
+    trained = {arm: LossFile(out / arm) for arm in "ab"}
+    assert all(sorted(f.read_new()) == [1, 2, 3] and sorted(f.router_drops) == [1, 2, 3] for f in trained.values())
+    stored = {r["step"]: r for r in store_lines(out) if r["type"] == "step" and r["step"] > 0}
+    for step, record in stored.items():
+        assert [record[f"router_drop_{arm}"] for arm in "ab"] == [trained[arm].router_drops[step] for arm in "ab"]
+    first_a, first_b = trained["a"].router_drops[1], trained["b"].router_drops[1]
+    assert 0.0 < first_b < 1.0 and abs(first_a - first_b) < 0.01  # step 1 from equal weights: one queue, one capacity
     costs = [json.loads(line) for line in (out / "costs.jsonl").read_text().splitlines()]
     assert [len(c["arms"]["a"]["ranks"]) for c in costs] == [2] * 3
 

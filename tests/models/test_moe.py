@@ -49,6 +49,20 @@ def test_balance_loss_is_one_when_uniform_and_grows_with_imbalance():
     assert balance_loss(skewed, torch.zeros(8, 1, dtype=torch.long)) > 3.0
 
 
+def test_micro_batches_drop_and_balance_otherwise_than_one_batch():
+    # Why 4x4 accumulation is no reordering of an MoE (so the MoE study's reordering yardstick is
+    # fused vs loop AdamW, recipes/pairs/reordering-adamw.yaml): capacity and the balance loss are
+    # per forward pass. The same 64 tokens in one pass, or in 4 passes of 16 with a quarter of the
+    # capacity each, keep other choices, and the mean of 4 balance losses is not the whole batch's.
+    torch.manual_seed(0)
+    probs = torch.softmax(2 * torch.randn(64, 4), -1)
+    experts, _, whole = route(probs, 2, capacity(64, 2, 4, 1.25))
+    parts = torch.cat([route(p, 2, capacity(16, 2, 4, 1.25))[2] for p in probs.chunk(4)])
+    assert not torch.equal(whole, parts)
+    chunks = [balance_loss(p, e) for p, e in zip(probs.chunk(4), experts.chunk(4))]
+    assert abs(float(torch.stack(chunks).mean()) - float(balance_loss(probs, experts))) > 1e-3
+
+
 def _oracle(layer: MoEFeedForward, x: torch.Tensor) -> torch.Tensor:
     """Token by token: y_t = sum over kept slots of g_ts expert_s(x_t), gates renormalised."""
     tokens = x.reshape(-1, x.shape[-1])

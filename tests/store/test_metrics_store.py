@@ -208,3 +208,20 @@ def test_the_incremental_loss_reader_follows_a_file_cut_and_rewritten_by_a_resum
     for step in range(3, 9):
         writer.append(step, 2.0)  # ... and wrote more than before before the reader looked again
     assert reader.read_new() == {1: 1.0, 2: 1.0, **{s: 2.0 for s in range(3, 9)}}
+
+
+def test_an_moe_arm_s_training_drops_ride_with_its_losses_and_a_bad_one_names_its_line(tmp_path):
+    from divergence.pairfolder.arm.losses import LossFile
+
+    writer, reader = LossFile(tmp_path / "a"), LossFile(tmp_path / "a")
+    writer.append(1, 1.0, router_drop=0.171875)
+    writer.append(2, 0.9)  # an arm without experts writes none
+    assert reader.read_new() == {1: 1.0, 2: 0.9} and reader.router_drops == {1: 0.171875}
+    writer.truncate_after(0)  # a resumed arm's cut takes the drops with the losses
+    writer.append(1, 1.0, router_drop=0.25)
+    assert reader.read_new() == {1: 1.0} and reader.router_drops == {1: 0.25}
+    _insert(writer.path, 2, b'{"step": 2, "loss": 0.5, "router_drop": 1.5}')
+    with pytest.raises(
+        UserInputError, match=r"losses.jsonl: line 2: its router_drop 1.5 is not a fraction in \[0, 1\]"
+    ):
+        LossFile(tmp_path / "a").check()

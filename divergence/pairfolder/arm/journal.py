@@ -91,9 +91,10 @@ class ArmJournal:
         """``step`` is recorded: the next one is ``step + stride``."""
         self.last_step, self.next_step = step, step + self.stride
 
-    def append(self, step: int, loss, where: str) -> None:
-        """Rank zero: the loss of ``step`` into ``losses.jsonl`` (read as a number: a device sync)."""
-        self.losses.append(step, loss_value(loss, where))
+    def append(self, step: int, loss, where: str, router_drop: float | None = None) -> None:
+        """Rank zero: the loss of ``step`` into ``losses.jsonl`` (read as a number: a device sync), with
+        the arm's training drop fraction where it has MoE layers."""
+        self.losses.append(step, loss_value(loss, where), router_drop)
 
     def check_tensors(self, names, step: int) -> None:
         """The weights of tracked step ``step`` hold the names of the first (which ``status.json`` records)."""

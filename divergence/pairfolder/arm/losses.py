@@ -5,14 +5,21 @@ the store's step records (``loss_a``, ``loss_b``, spikes). One line per optimize
 written by global rank zero, flushed and fsynced before the next step starts::
 
     {"step": 1, "loss": 1.137965440750122}
+    {"step": 1, "loss": 1.137965440750122, "router_drop": 0.171875}     (a mixture of experts)
+
+``router_drop`` (optional, a number in [0, 1]): the fraction of (token, slot) choices the arm's
+capacity limit dropped in the step's last training forward, over every MoE layer and every rank
+(``divergence.training.probe.training_drops``), so a comparator stores a separate arm's drops from
+its training, as the lockstep tracker stores them (``router_drop_a``, ``router_drop_b``).
 
 ``step`` counts completed optimizer steps (the loss of the N-th step is on line ``step: N``,
 the convention of the store). Floats go through ``repr`` and back, so the comparator reads
 exactly the float the arm computed; NaN and infinities are written as JSON5 tokens, as the
 store writes them. Readers take complete lines only: a torn final line of a killed writer is
-not there yet. Every complete line must be ``{"step": int, "loss": number}`` with steps
-strictly increasing, or the file is refused naming its line (``divergence store repair DIR``
-moves such lines aside). A resumed arm cuts the lines after the step it resumes from.
+not there yet. Every complete line must be ``{"step": int, "loss": number}`` (and an optional
+``router_drop``) with steps strictly increasing, or the file is refused naming its line
+(``divergence store repair DIR`` moves such lines aside). A resumed arm cuts the lines after
+the step it resumes from.
 """
 
 from __future__ import annotations
@@ -35,13 +42,16 @@ class LossFile:
         self.reset()
 
     # -- writing (the arm's rank zero) ------------------------------------------------------
-    def append(self, step: int, loss: float) -> None:
+    def append(self, step: int, loss: float, router_drop: float | None = None) -> None:
+        record = {"step": step, "loss": float(loss)}
+        if router_drop is not None:
+            record["router_drop"] = float(router_drop)
         if not self.path.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.touch()
             fsync_folder(self.path.parent)
         with open(self.path, "a") as f:
-            f.write(json.dumps({"step": step, "loss": float(loss)}) + "\n")
+            f.write(json.dumps(record) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
@@ -75,6 +85,8 @@ class LossFile:
             self.reset()
         for number, raw, record in self._records(self._offset, self._lines, self._last_step):
             self.losses[record["step"]] = record["loss"]
+            if "router_drop" in record:
+                self.router_drops[record["step"]] = record["router_drop"]
             self._offset, self._lines, self._tail = self._offset + len(raw), number, raw
             self._last_step = record["step"]
         return self.losses
@@ -82,6 +94,7 @@ class LossFile:
     def reset(self) -> None:
         self._offset, self._lines, self._tail, self._last_step = 0, 0, b"", None
         self.losses: dict[int, float] = {}
+        self.router_drops: dict[int, float] = {}  # step -> the arm's training drop fraction (MoE arms)
 
     def _still_there(self) -> bool:
         """The last line read is still where it was (a cut file is shorter, or holds new lines there)."""
@@ -116,13 +129,20 @@ class LossFile:
 
 
 def parse_loss(raw: bytes) -> dict:
-    """One loss line as ``{"step": int, "loss": float}``, or ``UnreadableLine`` saying why not."""
+    """One loss line as ``{"step": int, "loss": float}`` (with ``router_drop`` where the line has
+    one), or ``UnreadableLine`` saying why not."""
     record = parse_object(raw)
     require_step(record)
     loss = record.get("loss")
     if isinstance(loss, bool) or not isinstance(loss, (int, float)):
         raise UnreadableLine(f"its loss {loss!r} is not a number")
-    return {"step": record["step"], "loss": float(loss)}
+    parsed = {"step": record["step"], "loss": float(loss)}
+    if "router_drop" in record:
+        drop = record["router_drop"]
+        if isinstance(drop, bool) or not isinstance(drop, (int, float)) or not 0.0 <= drop <= 1.0:
+            raise UnreadableLine(f"its router_drop {drop!r} is not a fraction in [0, 1]")
+        parsed["router_drop"] = float(drop)
+    return parsed
 
 
 def tail_step(arm_dir: str | Path, window: int = 4096) -> int:

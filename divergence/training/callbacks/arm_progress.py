@@ -47,12 +47,15 @@ class ArmProgress(Callback):
         *,
         loss: Callable[[object], float],
         tensor_order: Callable[[object], list],
+        router_drop: Callable[[object], float | None] | None = None,
     ):
         """``per_rank_batch``: examples per optimizer step on one rank (``batch_size x accumulate``);
-        the status records ``global_batch`` = that x the world size (null when not given)."""
+        the status records ``global_batch`` = that x the world size (null when not given).
+        ``router_drop(pl_module)``: the step's capacity-drop fraction over every rank (called on
+        every rank, it may reduce), written beside the loss; None for an arm without experts."""
         self.journal = ArmJournal(arm_folder, arm, max_steps=None)
         self.arm_folder, self.arm, self.per_rank_batch = self.journal.arm_folder, arm, per_rank_batch
-        self.loss, self.tensor_order = loss, tensor_order
+        self.loss, self.tensor_order, self.router_drop = loss, tensor_order, router_drop
         self._saving: int | None = None  # the step of a resumable checkpoint being written
 
     @property
@@ -83,8 +86,9 @@ class ArmProgress(Callback):
             self._saving = None
         where = f"{self.arm_folder}: step {trainer.global_step}"  # checked on every rank: every rank stops alike
         step = self.journal.check(trainer.global_step, where)
+        drop = self.router_drop(pl_module) if self.router_drop is not None else None  # every rank: it reduces
         if trainer.is_global_zero:
-            self.journal.append(step, self.loss(pl_module), where)
+            self.journal.append(step, self.loss(pl_module), where, router_drop=drop)
         self.journal.advance(step)
 
     def on_train_end(self, trainer, pl_module) -> None:
