@@ -25,6 +25,7 @@ import yaml
 
 from divergence.errors import RecipeError, UserInputError
 from divergence.pairfolder.arm.losses import tail_step
+from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import ARMS
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.variants.pair_recipe import load_pair_recipe
@@ -35,6 +36,7 @@ from divergence.study.reuse import check_no_writer, check_same_recipe
 from divergence.training import child_start
 from divergence.training.pair_setup import pair_config
 from divergence.training.host import check_host
+from divergence.training.separate_pair import arm_finished, separate_jobs
 
 POLL_SECONDS = 1.0
 # A stopped study waits this long for its children to exit (Lightning stops at a step's end), then kills them.
@@ -62,6 +64,7 @@ class PairJob:
     config: dict | None = None  # the resolved pair as ``train`` saves it (``pair.yaml``): what a reused run must match
     log_start: int = 0  # where this job's child began writing its log (earlier attempts wrote before it)
     ranks: int = 1  # processes its widest arm trains on at once (a separate-job pair's 2-rank arm: 2)
+    arm_ranks: tuple[int, ...] = ()  # a separate-job pair's: each arm's processes, in the order they train (a, b)
 
     @property
     def label(self) -> str:
@@ -78,6 +81,15 @@ class PairJob:
         if not arms:
             return stored
         return (sum(tail_step(arm) for arm in arms) + stored) // (len(ARMS) + 1)
+
+    def ranks_now(self) -> int:
+        """The processes it runs at this moment (started or not): a separate-job pair trains arm a,
+        then arm b, then compares in one process (``training.separate_pair``), so its count is that
+        of its first unfinished arm, then 1; a lockstep pair's is ``ranks`` throughout."""
+        if not self.arm_ranks:
+            return self.ranks
+        folder = PairFolder(self.out)
+        return next((n for arm, n in zip(ARMS, self.arm_ranks) if not arm_finished(folder, arm, self.max_steps)), 1)
 
     def finished(self) -> bool:
         try:
@@ -122,10 +134,16 @@ def plan_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
                         replicate=replicate,
                         recipe_text=text,
                         config=pair_config(resolved),
-                        ranks=max(r.train.devices * r.train.num_nodes for r in resolved.arm_recipes.values()),
+                        ranks=max(arm_ranks(resolved)),
+                        arm_ranks=arm_ranks(resolved) if separate_jobs(resolved) else (),
                     )
                 )
     return jobs
+
+
+def arm_ranks(pair) -> tuple[int, ...]:
+    """Each arm's processes (``train.devices`` x ``train.num_nodes``), arm a first."""
+    return tuple(pair.arm_recipes[arm].train.devices * pair.arm_recipes[arm].train.num_nodes for arm in ARMS)
 
 
 def write_recipes(jobs: list[PairJob]) -> None:
@@ -180,15 +198,17 @@ def run_jobs(jobs: list[PairJob], overrides: list[str], parallel: int, show_prog
 
 
 def fits(job: PairJob, running: list[PairJob], parallel: int) -> bool:
-    """Whether ``job`` starts beside ``running``: their processes (``PairJob.ranks`` each) within
-    ``parallel``, or nothing running. A pair whose arm trains on 2 ranks takes 2 of the slots, so on
-    2 cores it trains alone: gloo ranks sharing a core wait on each other at every collective.
+    """Whether ``job`` starts beside ``running``: the processes they run now (``PairJob.ranks_now``)
+    within ``parallel``, or nothing running. While a separate-job pair trains its 2-rank arm it
+    takes 2 of the slots, so on 2 cores that arm trains alone (gloo ranks sharing a core wait on each
+    other at every collective); its 1-process arm and its comparator take one, beside another pair.
+    Jobs start in their order: the next waits for room rather than being passed by a smaller one.
 
     >>> one, two = PairJob(None, None, None, 1), PairJob(None, None, None, 1, ranks=2)
     >>> fits(one, [one], 2), fits(two, [one], 2), fits(two, [], 2)
     (True, False, True)
     """
-    return not running or sum(j.ranks for j in running) + job.ranks <= parallel
+    return not running or sum(j.ranks_now() for j in running) + job.ranks_now() <= parallel
 
 
 def _end(processes: list[subprocess.Popen]) -> None:

@@ -34,7 +34,7 @@ reads ~190 variables: ``TORCHINDUCTOR_CACHE_DIR`` and the rest; libgomp reads ``
 is loaded; Lightning reads ``LOCAL_RANK``/``RANK``), so the zygote is started lazily, at the first
 child, with that child's environment and cwd, and a child is forked from it only if its
 environment equals the zygote's in every variable except ``JOB_ONLY`` (read by wandb, which the
-zygote never imports). Any other difference starts a new zygote (the old one exits once its
+zygote never imports, or pytest's per-test name). Any other difference starts a new zygote (the old one exits once its
 children have). ``DIVERGENCE_CHILD_START=popen`` turns all this off (``Popen``, as before);
 off Linux, or when the zygote cannot start, children are started with ``Popen``.
 """
@@ -73,8 +73,9 @@ PRELOAD = (
     "diffusers.models.unets.unet_2d_condition",
     "transformers.models.clip.modeling_clip",
 )
-# Variables a child may have different from the zygote's: read only when wandb starts a run (wandb is not preloaded).
-JOB_ONLY = ("WANDB_RUN_GROUP", "WANDB_SERVICE")
+# Variables a child may have different from the zygote's: read only when wandb starts a run (wandb is not
+# preloaded), or only by test helpers no preloaded module imports (pytest sets PYTEST_CURRENT_TEST per test).
+JOB_ONLY = ("WANDB_RUN_GROUP", "WANDB_SERVICE", "PYTEST_CURRENT_TEST")
 PACKAGE = "divergence"
 _MESSAGE = 1 << 20
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

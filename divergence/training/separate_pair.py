@@ -115,7 +115,7 @@ def train_separate(pair: PairRecipe, out: str | Path, train_command: list[str], 
         check_arm_folder(out, pair, arm)
     with signals_raise():
         for arm in ARMS:
-            if _finished(out, arm, pair.base.train.max_steps):
+            if arm_finished(out, arm, pair.base.train.max_steps):
                 continue
             code = _run(train_command + ["--arm", arm])
             if code:
@@ -125,7 +125,8 @@ def train_separate(pair: PairRecipe, out: str | Path, train_command: list[str], 
     return code
 
 
-def _finished(out: PairFolder, arm: str, max_steps: int) -> bool:
+def arm_finished(out: PairFolder, arm: str, max_steps: int) -> bool:
+    """Whether ``arm`` of ``out`` finished ``max_steps`` (its ``status.json``): not trained again."""
     status = ArmStatus.read(out.arm(arm))
     return status is not None and status.finished and (status.last_step or 0) >= max_steps
 

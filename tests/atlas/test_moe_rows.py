@@ -170,3 +170,12 @@ def test_a_two_rank_arm_trains_alone_on_two_slots(tmp_path):
     assert fits(wide, [], 2) and not fits(wide, [narrow], 2) and not fits(narrow, [wide], 2)
     assert fits(narrow, [jobs["control-r0"]], 2) and not fits(narrow, [narrow, narrow], 2)
     assert fits(wide, [], 1)  # a job wider than every slot still trains, alone
+    # once its 2-rank arm a finished, the pair runs arm b (1 rank), then the comparator: one slot
+    from divergence.pairfolder.arm.status import ArmStatus
+
+    assert wide.arm_ranks == (2, 1) and narrow.arm_ranks == () and wide.ranks_now() == 2
+    (wide.out / "a").mkdir(parents=True)
+    ArmStatus("a", state="running", last_step=wide.max_steps - 1, max_steps=wide.max_steps).write(wide.out / "a")
+    assert wide.ranks_now() == 2 and not fits(narrow, [wide], 2)
+    ArmStatus("a", state="finished", last_step=wide.max_steps, max_steps=wide.max_steps).write(wide.out / "a")
+    assert wide.ranks_now() == 1 and fits(narrow, [wide], 2) and not fits(narrow, [wide, narrow], 2)

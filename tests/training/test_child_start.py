@@ -88,10 +88,11 @@ def test_bad_input_exits_2_with_its_line_in_the_log(both):
     assert log.read_text().splitlines()[-1].startswith("divergence train: error: unknown key 'train.nope'")
 
 
-def test_the_zygote_key_ignores_only_the_wandb_run_variables():
+def test_the_zygote_key_ignores_only_the_wandb_run_variables_and_the_pytest_test_name():
     env = {"PATH": "/bin", "TORCHINDUCTOR_CACHE_DIR": "/tmp/x"}
     key = child_start._key(env, "/")
     assert child_start._key({**env, "WANDB_RUN_GROUP": "g"}, "/") == key
+    assert child_start._key({**env, "PYTEST_CURRENT_TEST": "tests/x.py::t (call)"}, "/") == key
     assert child_start._key({**env, "TORCHINDUCTOR_CACHE_DIR": "/tmp/y"}, "/") != key
     assert child_start._key({**env, "OMP_NUM_THREADS": "1"}, "/") != key
     assert child_start._key(env, "/tmp") != key
