@@ -77,6 +77,7 @@ PRELOAD = (
 # preloaded), or only by test helpers no preloaded module imports (pytest sets PYTEST_CURRENT_TEST per test).
 JOB_ONLY = ("WANDB_RUN_GROUP", "WANDB_SERVICE", "PYTEST_CURRENT_TEST")
 PACKAGE = "divergence"
+COMMANDS = "divergence.cli"  # preloaded (PRELOAD), with each of its command modules
 _MESSAGE = 1 << 20
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -263,14 +264,14 @@ def serve(fd: int) -> None:
 def _preload() -> str | None:
     """Import ``PRELOAD``; why this process must not fork, or None."""
     import importlib
-
+    import pkgutil
     import threading
-
-    from divergence.cli import build_parser
 
     for name in PRELOAD:
         importlib.import_module(name)
-    build_parser()  # imports every command's module
+    # every command's module, by name: the zygote serves ``python -m divergence``, the layer above this one
+    for command in pkgutil.iter_modules(sys.modules[COMMANDS].__path__):
+        importlib.import_module(f"{COMMANDS}.{command.name}")
     if "wandb" in sys.modules:  # JOB_ONLY holds only while wandb reads its variables in the child
         return "wandb was imported; the WANDB_* variables it read would be the zygote's"
     _quiesce()
