@@ -137,18 +137,24 @@ def build_reports(
     their summaries, in order.
 
     ``workers`` > 1 builds them in that many processes (the analysis and matplotlib are CPU-bound
-    Python: threads would take turns). Each report is written by one process into its own folder,
+    Python: threads would take turns). Each process reads a pair run once and reuses it in its
+    later reports (``reuse_loaded_pairs``: every row's report reads all the backbone's reference
+    runs). Each report is written by one process into its own folder,
     so the files are those a sequential build writes. An error is raised as the sequential build
     raises it: the first failing report in ``builds`` order, its own exception (one line for a
     ``UserInputError``), the reports not yet started cancelled."""
+    from divergence.report.inputs import keep_loaded_pairs, reuse_loaded_pairs
+
     workers = max(1, min(workers, len(builds)))
     if workers == 1:
-        return [_report_summary(inputs, folder, calibration, options) for inputs, folder in builds]
+        with reuse_loaded_pairs():
+            return [_report_summary(inputs, folder, calibration, options) for inputs, folder in builds]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"  # fork: no re-import
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method)) as pool:
+    context = multiprocessing.get_context(method)
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=keep_loaded_pairs) as pool:
         futures = [pool.submit(_report_summary, inputs, folder, calibration, options) for inputs, folder in builds]
         try:
             return [f.result() for f in futures]

@@ -2,6 +2,7 @@
 first failing report's own one-line error."""
 
 import json
+import os
 
 import pytest
 
@@ -43,3 +44,23 @@ def test_a_failing_report_in_a_worker_is_its_own_one_line_error(study, tmp_path)
     with pytest.raises(UserInputError, match=r"^\S*missing: not a folder; give a pair run folder") as err:
         build_reports(builds, None, workers=2, n_boot=20)
     assert "\n" not in str(err.value)
+
+
+def test_a_pair_run_is_read_once_and_again_when_its_files_change(study, monkeypatch):
+    from divergence.report import inputs
+
+    reads = []
+    read = inputs._read_pair
+    monkeypatch.setattr(inputs, "_read_pair", lambda folder: reads.append(folder) or read(folder))
+    folder = study / "control-r0"
+    with inputs.reuse_loaded_pairs():
+        first = inputs.load_pair(folder)
+        first.steps[:] = -1  # a report changing what it was handed
+        again = inputs.load_pair(folder)
+        assert len(reads) == 1 and again.steps[0] >= 0 and again.name == first.name
+        stat = (folder / "pair.json").stat()
+        os.utime(folder / "pair.json", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+        inputs.load_pair(folder)
+        assert len(reads) == 2
+    inputs.load_pair(folder)  # outside: read every time, nothing kept
+    assert len(reads) == 3 and inputs._loaded is None
