@@ -14,15 +14,18 @@ the 19-31 of an atlas backbone), or reads ``--study DIR`` (a study folder such a
    tight layout engine run directly, one draw), checks the PNGs are pixel-identical and prints the
    CPU seconds (``time.process_time``) of each and their ratio.
 2. The atlas's report phase: ``--rows`` reports over the whole study (an atlas row's report reads
-   its pair and all the backbone's references), built one at a time and then ``--workers`` at a
-   time (``divergence.atlas.runner.build_reports``, worker processes), with the wall seconds and
-   the CPU seconds of this process and its workers. The wall ratio is what the atlas gains; on a
-   machine shared with other work it is noisy, the CPU seconds less so.
+   its pair and all the backbone's references), built as before (one at a time, every run read
+   and every figure drawn the old way), one at a time now (``build_reports``: runs read once,
+   figures drawn once) and ``--workers`` at a time (worker processes), with the wall seconds and
+   the CPU seconds of this process and its workers, and whether every way wrote the same
+   summaries. The wall ratio is what the atlas gains; on a machine busy with other work it is
+   noisy (two workers on two busy cores gain nothing), the CPU seconds less so.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import sys
 import tempfile
@@ -106,17 +109,29 @@ def bench_figures(study: Path, work: Path) -> None:
 
 
 def bench_atlas(study: Path, work: Path, rows: int, workers: int) -> None:
+    from divergence.report import build_report
+
+    def before(builds):  # the old report phase: one at a time, every run read and drawn anew
+        with old_way():
+            return [build_report(inputs, folder).summary for inputs, folder in builds]
+
+    ways = {
+        "before (one at a time, old figures)": before,
+        "one at a time, runs read once": lambda builds: build_reports(builds, None, workers=1),
+        f"{workers} worker processes": lambda builds: build_reports(builds, None, workers=workers),
+    }
     results = {}
-    for n in (1, workers):
-        builds = [([study], work / f"atlas-{n}" / f"row{i}") for i in range(rows)]
+    for i, (way, build) in enumerate(ways.items()):
+        builds = [([study], work / f"atlas-{i}" / f"row{r}") for r in range(rows)]
         wall, used = time.perf_counter(), cpu()
-        summaries = build_reports(builds, None, workers=n)
-        results[n] = (time.perf_counter() - wall, cpu() - used, summaries)
-    strip = {n: [{k: v for k, v in s.items() if k != "generated"} for s in r[2]] for n, r in results.items()}
-    (w1, c1, _), (wn, cn, _) = results[1], results[workers]
-    print(f"atlas report phase: {rows} reports over the whole study, same summaries: {strip[1] == strip[workers]}")
-    print(f"  one at a time:         {w1:6.1f} s wall, {c1:6.1f} s CPU")
-    print(f"  {workers} worker processes:    {wn:6.1f} s wall, {cn:6.1f} s CPU   wall ratio = {w1 / wn:.2f}x")
+        summaries = build(builds)
+        strip = [json.dumps({k: v for k, v in s.items() if k != "generated"}) for s in summaries]
+        results[way] = (time.perf_counter() - wall, cpu() - used, strip)
+    first = next(iter(results.values()))
+    same = all(r[2] == first[2] for r in results.values())
+    print(f"atlas report phase: {rows} reports over the whole study, same summaries every way: {same}")
+    for way, (wall, used, _) in results.items():
+        print(f"  {way:38s} {wall:6.1f} s wall, {used:6.1f} s CPU   wall ratio = {first[0] / wall:.2f}x")
 
 
 def main() -> None:
