@@ -48,15 +48,17 @@ def run_atlas(
     with study_lock(out):
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str((out / CACHE_DIR).resolve()))
         write_recipes([job for _, planned in plans.values() for job in planned])  # every reused run checked first
+        workers = 1  # the reports are built as many at a time as the pair runs were trained
         for backbone, (plan, planned) in plans.items():
             parallel = parallel_jobs(jobs, plan.study.jobs, device, len(planned))
+            workers = max(workers, parallel)
             if not quiet:
                 print(
                     f"atlas {backbone}: {len(planned)} pair runs ({', '.join(dict.fromkeys(j.label for j in planned))}),"
                     f" {parallel} at a time, into {out / backbone}"
                 )
             run_jobs(planned, pair_overrides, parallel, show_progress=not quiet)
-        atlas = keep_earlier_rows(out, _assemble(out, optimizations, backbones, plans, device, calibration))
+        atlas = keep_earlier_rows(out, _assemble(out, optimizations, backbones, plans, device, calibration, workers))
         atlas["command"] = command
         write_atlas(out, atlas)
     return atlas
@@ -90,10 +92,19 @@ def _known(row) -> bool:
     return isinstance(row, dict) and row.get("optimization") in OPTIMIZATIONS and row.get("backbone") in BACKBONES
 
 
-def _assemble(out: Path, optimizations, backbones, plans, device: str, calibration: Path | None) -> dict:
-    """Each optimization's report (``OUT/<backbone>/reports/<name>``) and row, in catalog order."""
-    from divergence.report import build_report
-
+def _assemble(
+    out: Path, optimizations, backbones, plans, device: str, calibration: Path | None, workers: int = 1
+) -> dict:
+    """Each optimization's report (``OUT/<backbone>/reports/<name>``) and row, in catalog order; the
+    reports built ``workers`` at a time (:func:`build_reports`)."""
+    builds = []  # (backbone, optimization, the report's inputs, its folder), in row order
+    for backbone in backbones:
+        for opt in (o for o in optimizations if o.applies(backbone) and o.unavailable(device, backbone) is None):
+            plan, planned = plans[backbone]
+            names = (plan.pairs[opt.name], *plan.references)
+            inputs = [j.out for j in planned if j.pair.name in names]
+            builds.append((backbone, opt, inputs, out / backbone / "reports" / opt.name))
+    summaries = iter(build_reports([(inputs, folder) for _, _, inputs, folder in builds], calibration, workers))
     rows, info = [], {}
     for backbone in backbones:
         info[backbone] = {"seed_ceiling": None, "references": []}
@@ -102,21 +113,12 @@ def _assemble(out: Path, optimizations, backbones, plans, device: str, calibrati
             if reason is not None:
                 rows.append(unavailable_row(opt, backbone, reason))
                 continue
-            plan, planned = plans[backbone]
-            names = (plan.pairs[opt.name], *plan.references)
+            plan, _ = plans[backbone]
+            summary = next(summaries)
             folder = out / backbone / "reports" / opt.name
-            report = build_report([j.out for j in planned if j.pair.name in names], folder, calibration=calibration)
-            rows.append(
-                measured_row(
-                    opt,
-                    backbone,
-                    plan.pairs[opt.name],
-                    report.summary,
-                    folder.relative_to(out).as_posix(),
-                )
-            )
-            info[backbone] = {"seed_ceiling": seed_ceiling(report.summary), "references": list(plan.references)}
-            if flips := reference_flips(report.summary, plan.references):  # MoE: the references' router flips
+            rows.append(measured_row(opt, backbone, plan.pairs[opt.name], summary, folder.relative_to(out).as_posix()))
+            info[backbone] = {"seed_ceiling": seed_ceiling(summary), "references": list(plan.references)}
+            if flips := reference_flips(summary, plan.references):  # MoE: the references' router flips
                 info[backbone]["router_flip"] = flips
     return {
         "schema": SCHEMA,
@@ -126,3 +128,43 @@ def _assemble(out: Path, optimizations, backbones, plans, device: str, calibrati
         "backbones": info,
         "rows": rows,
     }
+
+
+def build_reports(
+    builds: list[tuple[list[Path], Path]], calibration: Path | None, workers: int = 1, **options
+) -> list[dict]:
+    """``build_report(inputs, folder, calibration=calibration, **options)`` of every ``(inputs, folder)``;
+    their summaries, in order.
+
+    ``workers`` > 1 builds them in that many processes (the analysis and matplotlib are CPU-bound
+    Python: threads would take turns). Each process reads a pair run once and reuses it in its
+    later reports (``reuse_loaded_pairs``: every row's report reads all the backbone's reference
+    runs). Each report is written by one process into its own folder,
+    so the files are those a sequential build writes. An error is raised as the sequential build
+    raises it: the first failing report in ``builds`` order, its own exception (one line for a
+    ``UserInputError``), the reports not yet started cancelled."""
+    from divergence.report.inputs import keep_loaded_pairs, reuse_loaded_pairs
+
+    workers = max(1, min(workers, len(builds)))
+    if workers == 1:
+        with reuse_loaded_pairs():
+            return [_report_summary(inputs, folder, calibration, options) for inputs, folder in builds]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"  # fork: no re-import
+    context = multiprocessing.get_context(method)
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=keep_loaded_pairs) as pool:
+        futures = [pool.submit(_report_summary, inputs, folder, calibration, options) for inputs, folder in builds]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def _report_summary(inputs: list[Path], folder: Path, calibration: Path | None, options: dict) -> dict:
+    from divergence.report import build_report
+
+    return build_report(inputs, folder, calibration=calibration, **options).summary

@@ -15,7 +15,7 @@ import numpy as np
 
 from divergence.analysis import Analysis
 from divergence.analysis.coherence import DRIFT_SHARE, WANDER_SHARE, line
-from divergence.report.canvas import subplots
+from divergence.report.canvas import save, subplots
 
 DPI = 110
 TOP_LAYERS = 12
@@ -64,6 +64,4 @@ def coherence_panel(c: dict | None, name: str, path: Path) -> Path | None:
         right.axvline(1.0, color="grey", linestyle=":")
         right.axvline(line(c["steps"], DRIFT_SHARE), color="grey", linestyle="--")
     right.set_xlabel("C(T) per layer (mean over replicates)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    return path
+    return save(fig, path, DPI)

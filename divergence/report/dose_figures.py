@@ -20,7 +20,7 @@ from divergence.analysis import Analysis
 from divergence.analysis.dose import HALF_WAY, SATURATED_E, SATURATED_PHI
 from divergence.analysis.outcome import LAST_FRACTION
 from divergence.analysis.verdict import Verdict
-from divergence.report.canvas import subplots
+from divergence.report.canvas import save, subplots
 
 COLORS = {
     "optimization": "#d62728",
@@ -46,9 +46,7 @@ def dose_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path | None]:
 
 
 def _finish(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    return path
+    return save(fig, path, DPI)
 
 
 def log_e(analysis: Analysis, out_dir: Path) -> Path | None:

@@ -14,7 +14,7 @@ import matplotlib
 from matplotlib.colors import LogNorm
 
 from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, layer_mean
-from divergence.report.canvas import subplots
+from divergence.report.canvas import save, subplots
 from divergence.report.coherence_figures import coherence_figures
 from divergence.report.dose_figures import COLORS, dose_figures
 from divergence.report.router_panel import FIGURE as ROUTER_FIGURE, router_figure
@@ -36,9 +36,7 @@ def run_label(pair) -> str:
 
 
 def _finish(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    return path
+    return save(fig, path, DPI)
 
 
 def _style(pairs: list[PairData]) -> dict[str, dict]:

@@ -8,7 +8,9 @@ separate jobs or on other machines are reported on by copying them in.
 
 from __future__ import annotations
 
+import copy
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 from divergence.analysis import PairData, pair_from_records
@@ -66,8 +68,49 @@ def load_pairs(paths: list[str | Path]) -> list[PairData]:
     return pairs
 
 
+_loaded: dict | None = None  # (folder, its files' stats) -> PairData, while reuse_loaded_pairs is on
+
+
+@contextmanager
+def reuse_loaded_pairs():
+    """Within it, ``load_pair`` reads each pair run once and hands out copies after: the atlas's
+    reports each read all of a backbone's reference pair runs. A run whose ``pair.json`` or
+    metrics store changed since (size or modification time) is read again."""
+    global _loaded
+    earlier, _loaded = _loaded, ({} if _loaded is None else _loaded)
+    try:
+        yield
+    finally:
+        _loaded = earlier
+
+
+def keep_loaded_pairs() -> None:
+    """``reuse_loaded_pairs`` for the rest of this process's life (a report worker's initializer)."""
+    global _loaded
+    if _loaded is None:
+        _loaded = {}
+
+
 def load_pair(folder: str | Path) -> PairData:
-    folder = Path(folder)
+    """The pair run in ``folder``; a copy of the one read before under :func:`reuse_loaded_pairs`."""
+    if _loaded is None:
+        return _read_pair(Path(folder))
+    paths = as_pair_folder(folder)
+    key = (str(Path(folder).resolve()), *(_stat(f) for f in (paths.pair_json, paths.metrics)))
+    if key not in _loaded:
+        _loaded[key] = _read_pair(Path(folder))
+    return copy.deepcopy(_loaded[key])  # the analysis may not change what the next report reads
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _read_pair(folder: Path) -> PairData:
     info = PairInfo.read(folder)
     store = MetricsStore(folder)
     if not store.exists():

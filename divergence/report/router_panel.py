@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from divergence.analysis import Analysis, PairData
-from divergence.report.canvas import subplots
+from divergence.report.canvas import save, subplots
 from divergence.report.dose_figures import COLORS
 
 DPI = 110
@@ -67,10 +67,7 @@ def router_figure(analysis: Analysis, out_dir: Path) -> Path | None:
         ax.set_title(title, fontsize=10)
         ax.grid(True, alpha=0.3)
     right.legend(fontsize=8)
-    fig.tight_layout()
-    path = out_dir / f"{FIGURE}.png"
-    fig.savefig(path, dpi=DPI)
-    return path
+    return save(fig, out_dir / f"{FIGURE}.png", DPI)
 
 
 def router_text(analysis: Analysis) -> list[str]:
