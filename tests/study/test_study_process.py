@@ -97,7 +97,10 @@ def _start_study(recipe: Path, out: Path, *extra: str) -> tuple[subprocess.Popen
     while time.monotonic() < deadline:
         children = _train_children(process.pid)
         if len(children) >= wanted:
-            return process, children
+            time.sleep(0.5)  # the zygote's own short-lived fork (``child_start._quiesce``) is no train child
+            children = [p for p in _train_children(process.pid) if p in children]
+            if len(children) >= wanted:
+                return process, children
         assert process.poll() is None, process.stderr.read()
         time.sleep(0.2)
     process.kill()
