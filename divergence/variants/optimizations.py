@@ -238,16 +238,18 @@ class TensorParallel(Variant):
 @register
 class FsdpOffload(Variant):
     name = "fsdp-offload"
-    sets = ("train.strategy",)
+    sets = ("train.strategy", "train.grad_clip")
     help = "FSDP with parameters, gradients and optimizer state offloaded to host memory (GPU only)"
     fp32_equivalent = True  # the same sharded fp32 step, its optimizer update computed on the host
+    refines = ("train.strategy",)  # after {data-parallel: NxB}: FSDP over its N ranks of B
 
     def validate(self):
         if not isinstance(self.value, bool):
             self.fail(f"expected true or false, got {self.value!r}")
 
     def overrides(self):
-        return {"train.strategy": "fsdp_cpu_offload" if self.value else "fsdp"}
+        # Lightning's FSDPStrategy would clip by each rank's shard of the norm (training.separate_arm._check_fsdp)
+        return {"train.strategy": "fsdp_cpu_offload" if self.value else "fsdp", "train.grad_clip": None}
 
     def deployment(self):
         return Deployment("fsdp-offload", devices=("cuda",))

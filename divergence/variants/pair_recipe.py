@@ -93,11 +93,15 @@ def _arm_list(data: dict, arm: str) -> list:
 
 
 def _arm_recipe(base_data: dict, variants, name: str) -> RunRecipe:
-    overrides = {"name": name}
+    overrides, refined = {"name": name}, set()
     for variant in variants:
         for key, value in check_overrides(variant, variant.overrides()).items():
-            if key in overrides and key != "name":
-                raise RecipeError(f"{variant.key}: sets {key}, which another variant of the same arm sets too")
+            if key in refined or (key in overrides and key != "name" and key not in type(variant).refines):
+                raise RecipeError(
+                    f"{variant.key}: sets {key}, which another variant of the same arm sets too{_after(key)}"
+                )
+            if key in type(variant).refines:
+                refined.add(key)
             overrides[key] = value
     data = copy.deepcopy(base_data)
     for key, value in overrides.items():
@@ -118,6 +122,12 @@ def _arm_recipe(base_data: dict, variants, name: str) -> RunRecipe:
         return parse(RunRecipe, data)
     except RecipeError as err:
         raise RecipeError(f"arm {name}: {err}") from None
+
+
+def _after(key: str) -> str:
+    """The hint for a key that a variant may set over an earlier one's (``Variant.refines``)."""
+    refiners = sorted(name for name, cls in VARIANTS.items() if key in cls.refines)
+    return f" ({' and '.join(refiners)} may set it after another variant, not before)" if refiners else ""
 
 
 def _check_arms(recipes: dict, control: bool) -> None:

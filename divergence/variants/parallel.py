@@ -10,7 +10,9 @@ the order of fp32 sums, and the reordering yardstick says whether it does (docs/
 - ``fsdp``: FSDP2 (``torch.distributed.fsdp.fully_shard`` under Lightning's ModelParallelStrategy,
   ``divergence.models.fully_sharded``) over the data-parallel ranks, ``full`` (FULL_SHARD, ZeRO-3:
   weights gathered again for the backward) or ``grad-op`` (SHARD_GRAD_OP, ZeRO-2: weights kept
-  gathered from forward to backward); gloo on a CPU, NCCL on GPUs;
+  gathered from forward to backward); gloo on a CPU, NCCL on GPUs. After ``{data-parallel: NxB}``
+  in the same arm (``Variant.refines``) it shards over those N ranks of B: the layout rides with
+  the arm, so a study or an atlas, which rewrites every pair onto its own base, keeps it;
 - ``injected-bug``: a known bug in DDP's all-reduce (``rank-scale``: rank 1's gradient times
   1 + 1e-3; ``unreduced-param``: one parameter's gradient left local), for the tests and the docs
   that prove the yardstick tells a bug from a reordering.
@@ -109,6 +111,7 @@ class FSDP(Variant):
     default = "full"
     fp32_equivalent = True  # gathered weights, reduce-scattered gradients: the same sums in another order
     per_process = True
+    refines = ("train.strategy",)  # after {data-parallel: NxB}: FSDP over its N ranks of B
 
     def validate(self):
         if self.value not in FSDP_SHARDING:

@@ -61,6 +61,9 @@ class Variant:
     # strategy, sharding), so a lockstep job cannot hold two arms that differ in them: such a pair
     # trains each arm as its own multi-process job (divergence.training.separate_pair).
     per_process: ClassVar[bool] = False
+    # Keys of ``sets`` this variant may set over an earlier variant of the same arm (it comes after it):
+    # ``[{data-parallel: 2x8}, {fsdp: full}]`` is DDP's layout of ranks with FSDP as their strategy.
+    refines: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, value: Any = None, key: str = ""):
         self.value = self.default if value is None else value

@@ -1,7 +1,11 @@
 """The atlas rows of issue 34 built here: where each trains, and the one line where it does not."""
 
 from divergence.atlas.catalog import OPTIMIZATIONS, select
+from pathlib import Path
+
 from divergence.variants import VARIANTS
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 def test_each_row_says_where_it_trains_and_why_not_elsewhere():
@@ -24,3 +28,41 @@ def test_the_parallel_rows_are_fp32_reorderings_and_qat_is_not():
     assert VARIANTS["tensor-parallel"].fp32_equivalent and VARIANTS["fsdp-offload"].fp32_equivalent
     assert VARIANTS["fsdp"].fp32_equivalent and "GPU" not in VARIANTS["fsdp"].help.replace("GPUs", "")
     assert not VARIANTS["int8-qat"].fp32_equivalent
+
+
+def test_the_fsdp_rows_shard_over_two_ranks_in_a_study_as_on_their_own(tmp_path):
+    # a study rewrites every pair onto its own base and drops the pair file's recipe block: an atlas once
+    # trained fsdp-full's arm a on one process of 16, so the 2 ranks of 8 now ride in the arms' variants
+    from divergence.atlas.plan import backbone_study
+    from divergence.study.runner import plan_jobs
+
+    study = backbone_study("unet", select(["fsdp-full", "fsdp-grad-op"]), "cpu", ["replicates=1"]).study
+    jobs = {j.label: j for j in plan_jobs(study, tmp_path, [])}
+    for name, value, sharding in (("fsdp-full", "full", "FULL_SHARD"), ("fsdp-grad-op", "grad-op", "SHARD_GRAD_OP")):
+        job = jobs[f"{name}-r0"]
+        assert job.arm_ranks == (2, 2) and job.config["arms"] == {
+            "a": ["data-parallel=2x8", f"fsdp={value}"],
+            "b": ["data-parallel=2x8"],
+        }
+        a, b = (job.config["recipes"][arm]["train"] for arm in "ab")
+        assert (a["devices"], a["batch_size"], a["strategy"], a["fsdp_sharding"]) == (2, 8, "fsdp", sharding)
+        assert (b["devices"], b["batch_size"], b["strategy"], b["fsdp_sharding"]) == (2, 8, "ddp", None)
+
+
+def test_fsdp_refines_the_data_parallel_layout_only_after_it(tmp_path):
+    from divergence.errors import RecipeError
+    from divergence.variants.pair_recipe import load_pair_recipe
+
+    pair = tmp_path / "pair.yaml"
+    pair.write_text(
+        "name: backwards\nbase: "
+        + str(RECIPES / "tiny.yaml")
+        + "\nrecipe: {sample: {enabled: false}}\narms:\n  a: [{fsdp: full}, {data-parallel: 2x8}]\n  b: [{data-parallel: 2x8}]\n"
+    )
+    try:
+        load_pair_recipe(pair)
+    except RecipeError as err:
+        assert "arms.a[1]: sets train.strategy, which another variant of the same arm sets too" in str(err)
+        assert "(fsdp and fsdp-offload may set it after another variant, not before)" in str(err)
+    else:
+        raise AssertionError("a layout after fsdp was taken")
