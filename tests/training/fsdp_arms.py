@@ -35,7 +35,8 @@ OVERRIDES = (
 def pair(name: str = "fsdp-full", *overrides: str):
     from tests.pairs.helpers import pair_recipe
 
-    return pair_recipe(name, *OVERRIDES, *overrides)
+    sharding = name.removeprefix("fsdp-")  # the pair file's 2 ranks of 8 as 2 ranks of 2
+    return pair_recipe(name, *OVERRIDES, f"arms.a=[{{data-parallel: 2x2}}, {{fsdp: {sharding}}}]", *overrides)
 
 
 def crash():
