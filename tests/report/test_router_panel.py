@@ -8,17 +8,17 @@ import pytest
 from divergence.report import build_report
 from tests.analysis.synthetic import write_dose_study
 
-FLIPS = {"optimization": 0.04, "precision": 0.1, "control": 0.0}  # at the last probed step
+FLIPS = {"optimization": 0.04, "control": 0.0}  # at the last probed step
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
+    """An MoE study of the pair under study, the seed pair (no router record) and the control, two replicates;
+    a dense study of one replicate of the pair under study and the control (each pair more is ~1 s of figures)."""
     root = tmp_path_factory.mktemp("router")
-    moe = build_report(
-        [write_dose_study(root / "moe", replicates=2, horizon=40, router=FLIPS)], root / "moe-report", n_boot=50
-    )
-    dense = build_report([write_dose_study(root / "dense", replicates=2, horizon=40)], root / "dense-report", n_boot=50)
-    return moe, dense
+    moe = write_dose_study(root / "moe", replicates=2, horizon=40, precision=None, router=FLIPS)
+    dense = write_dose_study(root / "dense", replicates=1, horizon=40, seed=False, precision=None)
+    return build_report([moe], root / "moe-report", n_boot=50), build_report([dense], root / "dense-report", n_boot=50)
 
 
 def test_an_moe_study_has_the_panel_and_its_sentence(reports):

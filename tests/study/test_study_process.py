@@ -31,13 +31,14 @@ QUICK = [
 
 
 def _study_recipe(tmp_path, *references) -> Path:
-    """A study of fused AdamW, with the named reference pairs (each one more child)."""
+    """A study of fused AdamW on the DiT (its children start and train faster than the UNet's), with the named
+    reference pairs (each one more child)."""
     path = tmp_path / "study.yaml"
     path.write_text(
         yaml.safe_dump(
             {
                 "name": "small",
-                "base": str(RECIPES / "tiny.yaml"),
+                "base": str(RECIPES / "tiny-dit.yaml"),
                 "study": str(RECIPES / "pairs" / "fused-adamw.yaml"),
                 "references": {role: str(RECIPES / "pairs" / f"{pair}.yaml") for role, pair in references},
             }
@@ -122,85 +123,96 @@ def _kill(pids: list[int]) -> None:
     _gone(pids, 30)
 
 
-def test_sigterm_ends_every_train_child(tmp_path):
+def test_a_study_folder_takes_one_study_and_a_stopped_study_ends_its_children(tmp_path, capsys):
+    """One folder through a study's life, each check on the processes the one before left (so the file starts
+    two studies, not four): a second study or calibration is refused while the first trains; the first killed,
+    the restarted study refuses the folder its orphan still trains; the orphan gone, a study gets the lock, and
+    SIGTERM to it ends every train child."""
+    out = tmp_path / "out"
+    recipe = _study_recipe(tmp_path)
+    _import_what_a_refused_study_imports(recipe)
+    first, children = _start_study(recipe, out, "--max-steps", "500")
+    try:
+        _a_second_study_on_the_folder_is_refused_while_the_first_trains(recipe, out, first, capsys)
+        _a_restarted_study_refuses_the_folder_its_orphan_still_trains(recipe, out, first, children, capsys)
+    finally:
+        _kill([first.pid, *children])  # its orphan: the test's own cleanup
+    # the first killed (the kernel dropped its lock) and its orphan gone: a study gets the lock and trains
+    # (fused-adamw resumed, the control one more child beside it)
     recipe = _study_recipe(tmp_path, ("control", "control"))
-    process, children = _start_study(recipe, tmp_path / "out", "--jobs", "2", "--max-steps", "500")
-    try:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
-        survivors = _gone(children, 5)
-        assert not survivors, f"train children {survivors} outlived the study"
-        assert "interrupted" in process.stderr.read()
-    finally:
-        _kill([process.pid, *children])
-
-
-def test_a_second_study_on_the_folder_is_refused_until_the_first_is_killed(tmp_path, capsys):
-    recipe, out = _study_recipe(tmp_path), tmp_path / "out"
-    first, children = _start_study(recipe, out, "--max-steps", "3")
-    try:
-        assert main(["study", "--recipe", str(recipe), "--out", str(out), "--max-steps", "3", *QUICK]) == 2
-        assert (
-            main(
-                [
-                    "calibrate",
-                    "--out",
-                    str(out),
-                    "--quiet",
-                    "--max-steps",
-                    "3",
-                    "doses=[1.0e-4,1.0e-3,1.0e-2]",
-                    "references.precision=null",
-                    "train.batch_size=2",
-                    "sample.enabled=false",
-                ]
-            )
-            == 2
-        )
-        errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
-        assert len(errors) == 2
-        for err in errors:
-            assert f"{out}: another study or calibration (pid {first.pid}) is training in this folder" in err, err
-        first.kill()  # SIGKILL: no code of the study runs; the kernel drops its lock
-        first.wait(timeout=30)
-    finally:
-        _kill([first.pid, *children])  # its orphans: the test's own cleanup
-    second, children = _start_study(recipe, out, "--max-steps", "3")  # it got the lock: it trains
+    second, children = _start_study(recipe, out, "--jobs", "2", "--max-steps", "500")
     try:
         assert (out / ".study.lock").read_text() == f"{second.pid}\n"
+        _sigterm_ends_every_train_child(second, children)
     finally:
-        second.send_signal(signal.SIGTERM)
-        second.wait(timeout=60)
         _kill([second.pid, *children])
 
 
-def test_a_restarted_study_refuses_the_folder_its_orphan_still_trains(tmp_path, capsys):
+def _import_what_a_refused_study_imports(recipe):
+    """The report's modules and torch (~5 s of CPU), imported before the first study starts: its child then
+    trains only while the checks run, not while this process imports. Nothing is written (``plan_jobs``)."""
+    from divergence.report import build_report  # noqa: F401
+    from divergence.study import load_study
+    from divergence.study.runner import plan_jobs
+
+    assert plan_jobs(load_study(recipe), recipe.parent / "out", [])
+
+
+def _sigterm_ends_every_train_child(process, children):
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+    survivors = _gone(children, 5)
+    assert not survivors, f"train children {survivors} outlived the study"
+    assert "interrupted" in process.stderr.read()
+
+
+def _a_second_study_on_the_folder_is_refused_while_the_first_trains(recipe, out, first, capsys):
+    assert main(["study", "--recipe", str(recipe), "--out", str(out), "--max-steps", "500", *QUICK]) == 2
+    assert (
+        main(
+            [
+                "calibrate",
+                "--out",
+                str(out),
+                "--quiet",
+                "--max-steps",
+                "3",
+                "doses=[1.0e-4,1.0e-3,1.0e-2]",
+                "references.precision=null",
+                "train.batch_size=2",
+                "sample.enabled=false",
+            ]
+        )
+        == 2
+    )
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 2
+    for err in errors:
+        assert f"{out}: another study or calibration (pid {first.pid}) is training in this folder" in err, err
+
+
+def _a_restarted_study_refuses_the_folder_its_orphan_still_trains(recipe, out, first, children, capsys):
     """Issue 28 (5): a study killed with SIGKILL leaves its ``train`` child running; the restarted study started
     a second ``train`` on the folder (which cut the store while the orphan appended) and quoted the orphan's log.
     Now it is refused in one line naming the orphan, before anything is written, and the orphan's store is kept."""
     from divergence.pairfolder.arm.lock import PairLock
 
-    recipe, out = _study_recipe(tmp_path), tmp_path / "out"
-    first, children = _start_study(recipe, out, "--max-steps", "500")
     run = out / "fused-adamw" / "r0"
-    try:
-        deadline = time.monotonic() + 120
-        while not (run / "metrics.jsonl").is_file() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        first.kill()  # SIGKILL: the study ends, its train child goes on
-        first.wait(timeout=30)
-        (orphan,) = children
-        assert _alive(orphan) and PairLock.is_held(run)
-        store = (run / "metrics.jsonl").read_bytes()
-        capsys.readouterr()
-        assert main(["study", "--recipe", str(recipe), "--out", str(out), "--max-steps", "500", *QUICK]) == 2
-        err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and f"{run}: another process (pid {orphan} on" in err, err
-        assert "still writing this pair run" in err
-        time.sleep(1.0)
-        assert (run / "metrics.jsonl").read_bytes().startswith(store)  # the orphan's records: not cut
-    finally:
-        _kill([first.pid, *children])
+    deadline = time.monotonic() + 120
+    while not (run / "metrics.jsonl").is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    first.kill()  # SIGKILL: no code of the study runs; the kernel drops its lock; its train child goes on
+    first.wait(timeout=30)
+    (orphan,) = children
+    assert _alive(orphan) and PairLock.is_held(run)
+    store = (run / "metrics.jsonl").read_bytes()
+    capsys.readouterr()
+    assert main(["study", "--recipe", str(recipe), "--out", str(out), "--max-steps", "500", *QUICK]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{run}: another process (pid {orphan} on" in err, err
+    assert "still writing this pair run" in err
+    time.sleep(1.0)
+    assert (run / "metrics.jsonl").read_bytes().startswith(store)  # the orphan's records: not cut
 
 
 def test_the_lock_names_its_holder_and_is_free_once_released(tmp_path):
