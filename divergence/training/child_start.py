@@ -80,9 +80,17 @@ PRELOAD = (
 # Then those Lightning's launcher gives a rank (``_SubprocessScriptLauncher``) and the cuBLAS one a
 # deterministic rank 0 sets before it launches: read when the strategy sets up, by torch's rendezvous
 # (libtorch: MASTER_ADDR, MASTER_PORT) and by cuBLAS at its first handle, never at import but for
-# ``rank_zero_only.rank``, which ``_read_rank`` reads again in the child (``RANK_READERS``).
+# ``rank_zero_only.rank``, which ``_read_rank`` reads again in the child (``RANK_READERS``). And
+# ``MODE_VARIABLE``, read by ``start`` only (a child told ``popen`` Popens its own children).
 RANK_VARIABLES = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-JOB_ONLY = ("WANDB_RUN_GROUP", "WANDB_SERVICE", "PYTEST_CURRENT_TEST", *RANK_VARIABLES, "CUBLAS_WORKSPACE_CONFIG")
+JOB_ONLY = (
+    "WANDB_RUN_GROUP",
+    "WANDB_SERVICE",
+    "PYTEST_CURRENT_TEST",
+    *RANK_VARIABLES,
+    "CUBLAS_WORKSPACE_CONFIG",
+    MODE_VARIABLE,
+)
 PACKAGE = "divergence"
 MODULES = ([PACKAGE], [f"{PACKAGE}.__main__"])  # what ``python -m`` runs: ours, and Lightning's rank command
 COMMANDS = "divergence.cli"  # preloaded (PRELOAD), with each of its command modules
