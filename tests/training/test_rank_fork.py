@@ -106,18 +106,6 @@ def trained(tmp_path_factory):
     with open(root / "popen.log", "w") as f:
         rank0 = zygote.fork(_command(root, root / "popen", *QUICK, "--arm", "a"), _env(root, "popen"), f, f)
     assert rank0.wait(timeout=600) == 0, (root / "popen.log").read_text()[-3000:]
-    import resource
-
-    (z,) = child_start._zygotes.values()
-    f = Path(f"/proc/{z.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    print(
-        "DEBUGCPU zygote",
-        sum(int(x) for x in f[11:15]) / 100,
-        "popen children",
-        r.ru_utime + r.ru_stime,
-        file=sys.stderr,
-    )
     yield root, forked_starts
     child_start.close_all()
 
