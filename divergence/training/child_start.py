@@ -1,20 +1,32 @@
 """``divergence train`` children forked from a server that imported the heavy modules once.
 
 Why: every ``divergence train`` child (a study's or an atlas's pair run, a separate-job pair's arm
-job) spends about 9 s of CPU importing before it trains: ``python -c "import lightning"`` takes
-8.5 s on a 2-core machine (``python -X importtime``: torchmetrics.functional 2.5 s, torch._dynamo
-2.3 s, scipy.signal 1.5 s, transformers 1 s), and a CPU atlas starts ~380 children. A small zygote
-(the idea of Android's zygote and of ``multiprocessing``'s forkserver) imports ``PRELOAD`` once;
-each child is an ``os.fork()`` of it, so it starts with those modules imported
-(``benchmarks/child_start.py`` measures both ways).
+job, rank 1 of a multi-rank arm) spends about 9 s of CPU importing before it trains: ``python -c
+"import lightning"`` takes 8.5 s on a 2-core machine (``python -X importtime``:
+torchmetrics.functional 2.5 s, torch._dynamo 2.3 s, scipy.signal 1.5 s, transformers 1 s), and a
+CPU atlas starts ~380 children. A small zygote (the idea of Android's zygote and of
+``multiprocessing``'s forkserver) imports ``PRELOAD`` once; each child is an ``os.fork()`` of it,
+so it starts with those modules imported (``benchmarks/child_start.py`` measures both ways).
+
+What is forked from the one zygote: the study's (or atlas's) pair runs; inside a forked pair run,
+its separate-job arm jobs; inside a forked arm job, Lightning's ranks 1..N-1
+(``training.rank_launch.ForkedRanks`` routes their launch here). Each forked child gets its own
+control socket to the zygote (``inherited``), so ``start`` in it asks that same zygote, whose key
+it knows, and none of these processes forks itself: a pair run or a rank 0 has run torch and may
+hold threads; only the zygote, which has done neither, forks. A zygote serves every open control
+socket and exits once all are closed (each with its process) and every child is reaped. A key
+that does not match (a forked child starting a child of another environment) starts a new zygote
+as before, except for ranks, which Lightning then starts with ``Popen``.
 
 How a child is made the same as ``python -m divergence ARGS`` run with env ENV, cwd and stdio:
 the zygote receives the command, ENV, the cwd and the caller's fds 0, 1, 2 (``SCM_RIGHTS``); the
 forked child ``dup2``s the fds onto 0, 1, 2 (C-level output goes to the log too), replaces
-``os.environ`` by ENV, changes to the cwd, sets ``sys.argv``/``sys.orig_argv`` and runs the
-package with ``runpy.run_module(..., alter_sys=True)``, so ``__main__.__spec__`` and ``sys.argv``
-are what Lightning's ``_SubprocessScriptLauncher`` reads to re-execute rank 1 as
-``python -m divergence.__main__ ARGS``. Its exit is the interpreter's own (``SystemExit`` codes,
+``os.environ`` by ENV (plus what the imports set in it, as in a fresh interpreter: Lightning's
+``PYTORCH_NVML_BASED_CUDA_CHECK=1``), reads ``rank_zero_only.rank`` again from it
+(``RANK_READERS``), changes to the cwd, sets ``sys.argv``/``sys.orig_argv`` and runs the
+package (or ``divergence.__main__``, a rank's command) with ``runpy.run_module(...,
+alter_sys=True)``, so ``__main__.__spec__`` and ``sys.argv`` are what Lightning's
+``_SubprocessScriptLauncher`` reads to start rank 1 as ``python -m divergence.__main__ ARGS``. Its exit is the interpreter's own (``SystemExit`` codes,
 1 for an exception, death by SIGINT on an uncaught Ctrl-C, atexit handlers run). The child is
 the zygote's child: the zygote reaps it and sends its exit code (``Popen.returncode``'s
 convention: -N for signal N) to the caller's ``ForkedChild``, which is used like a ``Popen``
@@ -31,11 +43,13 @@ forks once, empty, before it counts (``_quiesce``). It never queries CUDA, so
 
 Environment: the preloaded modules read environment at import (torch._inductor.config alone
 reads ~190 variables: ``TORCHINDUCTOR_CACHE_DIR`` and the rest; libgomp reads ``OMP_*`` when it
-is loaded; Lightning reads ``LOCAL_RANK``/``RANK``), so the zygote is started lazily, at the first
-child, with that child's environment and cwd, and a child is forked from it only if its
-environment equals the zygote's in every variable except ``JOB_ONLY`` (read by wandb, which the
-zygote never imports, or pytest's per-test name). Any other difference starts a new zygote (the old one exits once its
-children have). ``DIVERGENCE_CHILD_START=popen`` turns all this off (``Popen``, as before);
+is loaded; Lightning and torchmetrics read ``LOCAL_RANK``/``RANK``), so the zygote is started
+lazily, at the first child, with that child's environment and cwd, and a child is forked from it
+only if its environment equals the zygote's in every variable except ``JOB_ONLY``: read by wandb,
+which the zygote never imports, or pytest's per-test name, or the rank variables Lightning's
+launcher sets (read after import, but for ``rank_zero_only.rank``, which the child reads again;
+a rank differs from its rank 0 in them, so a rank is the same child whichever zygote forks it).
+Any other difference starts a new zygote (the old one exits once its children have). ``DIVERGENCE_CHILD_START=popen`` turns all this off (``Popen``, as before);
 off Linux, or when the zygote cannot start, children are started with ``Popen``.
 """
 
