@@ -26,9 +26,9 @@ forked child ``dup2``s the fds onto 0, 1, 2 (C-level output goes to the log too)
 (``RANK_READERS``), changes to the cwd, sets ``sys.argv``/``sys.orig_argv`` and runs the
 package (or ``divergence.__main__``, a rank's command) with ``runpy.run_module(...,
 alter_sys=True)``, so ``__main__.__spec__`` and ``sys.argv`` are what Lightning's
-``_SubprocessScriptLauncher`` reads to start rank 1 as ``python -m divergence.__main__ ARGS``. Its exit is the interpreter's own (``SystemExit`` codes,
-1 for an exception, death by SIGINT on an uncaught Ctrl-C, atexit handlers run). The child is
-the zygote's child: the zygote reaps it and sends its exit code (``Popen.returncode``'s
+``_SubprocessScriptLauncher`` reads to start rank 1 as ``python -m divergence.__main__ ARGS``.
+Its exit is the interpreter's own (``SystemExit`` codes, 1 for an exception, death by SIGINT on
+an uncaught Ctrl-C, atexit handlers run). The child is the zygote's child: the zygote reaps it and sends its exit code (``Popen.returncode``'s
 convention: -N for signal N) to the caller's ``ForkedChild``, which is used like a ``Popen``
 (pid, poll, wait(timeout) raising ``TimeoutExpired``, terminate, kill, returncode); SIGTERM goes
 straight to the child, whose handlers are the default ones (SIGINT: ``KeyboardInterrupt``), so
@@ -49,7 +49,8 @@ only if its environment equals the zygote's in every variable except ``JOB_ONLY`
 which the zygote never imports, or pytest's per-test name, or the rank variables Lightning's
 launcher sets (read after import, but for ``rank_zero_only.rank``, which the child reads again;
 a rank differs from its rank 0 in them, so a rank is the same child whichever zygote forks it).
-Any other difference starts a new zygote (the old one exits once its children have). ``DIVERGENCE_CHILD_START=popen`` turns all this off (``Popen``, as before);
+Any other difference starts a new zygote (the old one exits once its children have).
+``DIVERGENCE_CHILD_START=popen`` turns all this off (``Popen``, as before);
 off Linux, or when the zygote cannot start, children are started with ``Popen``.
 """
 
