@@ -1,22 +1,34 @@
 """``divergence train`` children forked from a server that imported the heavy modules once.
 
 Why: every ``divergence train`` child (a study's or an atlas's pair run, a separate-job pair's arm
-job) spends about 9 s of CPU importing before it trains: ``python -c "import lightning"`` takes
-8.5 s on a 2-core machine (``python -X importtime``: torchmetrics.functional 2.5 s, torch._dynamo
-2.3 s, scipy.signal 1.5 s, transformers 1 s), and a CPU atlas starts ~380 children. A small zygote
-(the idea of Android's zygote and of ``multiprocessing``'s forkserver) imports ``PRELOAD`` once;
-each child is an ``os.fork()`` of it, so it starts with those modules imported
-(``benchmarks/child_start.py`` measures both ways).
+job, rank 1 of a multi-rank arm) spends about 9 s of CPU importing before it trains: ``python -c
+"import lightning"`` takes 8.5 s on a 2-core machine (``python -X importtime``:
+torchmetrics.functional 2.5 s, torch._dynamo 2.3 s, scipy.signal 1.5 s, transformers 1 s), and a
+CPU atlas starts ~380 children. A small zygote (the idea of Android's zygote and of
+``multiprocessing``'s forkserver) imports ``PRELOAD`` once; each child is an ``os.fork()`` of it,
+so it starts with those modules imported (``benchmarks/child_start.py`` measures both ways).
+
+What is forked from the one zygote: the study's (or atlas's) pair runs; inside a forked pair run,
+its separate-job arm jobs; inside a forked arm job, Lightning's ranks 1..N-1
+(``training.rank_launch.ForkedRanks`` routes their launch here). Each forked child gets its own
+control socket to the zygote (``inherited``), so ``start`` in it asks that same zygote, whose key
+it knows, and none of these processes forks itself: a pair run or a rank 0 has run torch and may
+hold threads; only the zygote, which has done neither, forks. A zygote serves every open control
+socket and exits once all are closed (each with its process) and every child is reaped. A key
+that does not match (a forked child starting a child of another environment) starts a new zygote
+as before, except for ranks, which Lightning then starts with ``Popen``.
 
 How a child is made the same as ``python -m divergence ARGS`` run with env ENV, cwd and stdio:
 the zygote receives the command, ENV, the cwd and the caller's fds 0, 1, 2 (``SCM_RIGHTS``); the
 forked child ``dup2``s the fds onto 0, 1, 2 (C-level output goes to the log too), replaces
-``os.environ`` by ENV, changes to the cwd, sets ``sys.argv``/``sys.orig_argv`` and runs the
-package with ``runpy.run_module(..., alter_sys=True)``, so ``__main__.__spec__`` and ``sys.argv``
-are what Lightning's ``_SubprocessScriptLauncher`` reads to re-execute rank 1 as
-``python -m divergence.__main__ ARGS``. Its exit is the interpreter's own (``SystemExit`` codes,
-1 for an exception, death by SIGINT on an uncaught Ctrl-C, atexit handlers run). The child is
-the zygote's child: the zygote reaps it and sends its exit code (``Popen.returncode``'s
+``os.environ`` by ENV (plus what the imports set in it, as in a fresh interpreter: Lightning's
+``PYTORCH_NVML_BASED_CUDA_CHECK=1``), reads ``rank_zero_only.rank`` again from it
+(``RANK_READERS``), changes to the cwd, sets ``sys.argv``/``sys.orig_argv`` and runs the
+package (or ``divergence.__main__``, a rank's command) with ``runpy.run_module(...,
+alter_sys=True)``, so ``__main__.__spec__`` and ``sys.argv`` are what Lightning's
+``_SubprocessScriptLauncher`` reads to start rank 1 as ``python -m divergence.__main__ ARGS``.
+Its exit is the interpreter's own (``SystemExit`` codes, 1 for an exception, death by SIGINT on
+an uncaught Ctrl-C, atexit handlers run). The child is the zygote's child: the zygote reaps it and sends its exit code (``Popen.returncode``'s
 convention: -N for signal N) to the caller's ``ForkedChild``, which is used like a ``Popen``
 (pid, poll, wait(timeout) raising ``TimeoutExpired``, terminate, kill, returncode); SIGTERM goes
 straight to the child, whose handlers are the default ones (SIGINT: ``KeyboardInterrupt``), so
@@ -31,11 +43,14 @@ forks once, empty, before it counts (``_quiesce``). It never queries CUDA, so
 
 Environment: the preloaded modules read environment at import (torch._inductor.config alone
 reads ~190 variables: ``TORCHINDUCTOR_CACHE_DIR`` and the rest; libgomp reads ``OMP_*`` when it
-is loaded; Lightning reads ``LOCAL_RANK``/``RANK``), so the zygote is started lazily, at the first
-child, with that child's environment and cwd, and a child is forked from it only if its
-environment equals the zygote's in every variable except ``JOB_ONLY`` (read by wandb, which the
-zygote never imports, or pytest's per-test name). Any other difference starts a new zygote (the old one exits once its
-children have). ``DIVERGENCE_CHILD_START=popen`` turns all this off (``Popen``, as before);
+is loaded; Lightning and torchmetrics read ``LOCAL_RANK``/``RANK``), so the zygote is started
+lazily, at the first child, with that child's environment and cwd, and a child is forked from it
+only if its environment equals the zygote's in every variable except ``JOB_ONLY``: read by wandb,
+which the zygote never imports, or pytest's per-test name, or the rank variables Lightning's
+launcher sets (read after import, but for ``rank_zero_only.rank``, which the child reads again;
+a rank differs from its rank 0 in them, so a rank is the same child whichever zygote forks it).
+Any other difference starts a new zygote (the old one exits once its children have).
+``DIVERGENCE_CHILD_START=popen`` turns all this off (``Popen``, as before);
 off Linux, or when the zygote cannot start, children are started with ``Popen``.
 """
 
@@ -48,6 +63,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 
 MODE_VARIABLE = "DIVERGENCE_CHILD_START"
 MODES = ("fork", "popen")
@@ -57,6 +73,7 @@ PRELOAD = (
     "divergence.cli",
     "divergence.training.arms_module",
     "divergence.training.fit",
+    "divergence.training.rank_launch",
     "divergence.training.single",
     "divergence.training.lockstep",
     "divergence.training.separate_arm",
@@ -75,19 +92,35 @@ PRELOAD = (
 )
 # Variables a child may have different from the zygote's: read only when wandb starts a run (wandb is not
 # preloaded), or only by test helpers no preloaded module imports (pytest sets PYTEST_CURRENT_TEST per test).
-JOB_ONLY = ("WANDB_RUN_GROUP", "WANDB_SERVICE", "PYTEST_CURRENT_TEST")
+# Then those Lightning's launcher gives a rank (``_SubprocessScriptLauncher``) and the cuBLAS one a
+# deterministic rank 0 sets before it launches: read when the strategy sets up, by torch's rendezvous
+# (libtorch: MASTER_ADDR, MASTER_PORT) and by cuBLAS at its first handle, never at import but for
+# ``rank_zero_only.rank``, which ``_read_rank`` reads again in the child (``RANK_READERS``). And
+# ``MODE_VARIABLE``, read by ``start`` only (a child told ``popen`` Popens its own children).
+RANK_VARIABLES = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+JOB_ONLY = (
+    "WANDB_RUN_GROUP",
+    "WANDB_SERVICE",
+    "PYTEST_CURRENT_TEST",
+    *RANK_VARIABLES,
+    "CUBLAS_WORKSPACE_CONFIG",
+    MODE_VARIABLE,
+)
 PACKAGE = "divergence"
+MODULES = ([PACKAGE], [f"{PACKAGE}.__main__"])  # what ``python -m`` runs: ours, and Lightning's rank command
 COMMANDS = "divergence.cli"  # preloaded (PRELOAD), with each of its command modules
 _MESSAGE = 1 << 20
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def start(command: list[str], env: dict[str, str], stdout=None, stderr=None):
+def start(command: list[str], env: dict[str, str], stdout=None, stderr=None, *, new_zygote: bool = True):
     """``subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr)``, or the same child forked
-    from the zygote when ``command`` is ``[sys.executable, -m, divergence, ...]`` and the mode allows
-    it. ``stdout``/``stderr``: None (ours), a file or an fd; ``stderr`` also ``subprocess.STDOUT``."""
-    if _mode(env) == "fork" and list(command[:3]) == [sys.executable, "-m", PACKAGE]:
-        zygote = _zygote(env)
+    from the zygote when ``command`` is ``[sys.executable, -m, divergence, ...]`` (or
+    ``divergence.__main__``, Lightning's rank command) and the mode allows it. ``stdout``/``stderr``:
+    None (ours), a file or an fd; ``stderr`` also ``subprocess.STDOUT``. In a forked child, the zygote
+    that forked it serves when the key matches; ``new_zygote=False``: no other is started for it."""
+    if _mode(env) == "fork" and list(command[:2]) == [sys.executable, "-m"] and command[2:3] in MODULES:
+        zygote = _zygote(env, new_zygote)
         if zygote is not None:
             child = zygote.fork(list(command), env, stdout, stderr)
             if child is not None:
@@ -115,17 +148,29 @@ class ForkedChild:
         self.pid = pid
         self.returncode: int | None = None
         self._status = status
+        # Lightning's observer thread polls while the main thread may signal: one reader at a time (as Popen's)
+        self._reading = threading.Lock()
 
     def poll(self) -> int | None:
-        if self.returncode is None and select.select([self._status], [], [], 0)[0]:
-            self._read()
+        if self.returncode is None and self._reading.acquire(blocking=False):
+            try:
+                if self.returncode is None and select.select([self._status], [], [], 0)[0]:
+                    self._read()
+            finally:
+                self._reading.release()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            if not select.select([self._status], [], [], timeout)[0]:
+            if not self._reading.acquire(timeout=-1 if timeout is None else timeout):
                 raise subprocess.TimeoutExpired(self.args, timeout)
-            self._read()
+            try:
+                if self.returncode is None:
+                    if not select.select([self._status], [], [], timeout)[0]:
+                        raise subprocess.TimeoutExpired(self.args, timeout)
+                    self._read()
+            finally:
+                self._reading.release()
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
@@ -146,13 +191,19 @@ class ForkedChild:
 
 
 class Zygote:
-    """The caller's side of one zygote: its control socket, its process, the environment it imported under."""
+    """The caller's side of one zygote: a control socket, the environment and cwd it imported under
+    (``key``), what its imports changed in that environment (``imported``: name -> [before, after]),
+    and its process (None in a forked child, whose zygote is its parent's: ``inherited``)."""
 
-    def __init__(self, env: dict[str, str], cwd: str):
-        self.key = _key(env, cwd)
+    def __init__(self, control: socket.socket, key: tuple, imported: dict, process=None, error=None):
+        self.control, self.key, self.imported, self.process, self.error = control, key, imported, process, error
+
+    @classmethod
+    def start(cls, env: dict[str, str], cwd: str) -> Zygote:
+        """A new zygote process, once it has imported ``PRELOAD`` (or refused: ``error``)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         code = f"from divergence.training.child_start import serve; serve({theirs.fileno()})"
-        self.process = subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, "-c", code],
             env=env,
             cwd=cwd,
@@ -162,14 +213,27 @@ class Zygote:
             stderr=subprocess.DEVNULL,
         )
         theirs.close()
-        self.control = ours
         ready = json.loads(ours.recv(_MESSAGE) or b'{"error": "exited while importing"}')
-        self.error = ready.get("error")
+        return cls(ours, _key(env, cwd), ready.get("imported", {}), process, ready.get("error"))
+
+    def serves(self, env: dict[str, str], cwd: str) -> bool:
+        """Whether a child with ``env`` and ``cwd`` may be forked from this zygote: the key matches once a
+        variable that holds what the zygote's imports set it to counts as it was before them (a child of a
+        forked child has those in its environment, as a fresh interpreter's child has)."""
+        env = dict(env)
+        for name, (before, after) in self.imported.items():
+            if env.get(name) == after:
+                env.pop(name, None) if before is None else env.__setitem__(name, before)
+        return _key(env, cwd) == self.key
+
+    def alive(self) -> bool:
+        return self.process is None or self.process.poll() is None
 
     def fork(self, command: list[str], env: dict[str, str], stdout, stderr) -> ForkedChild | None:
         """The forked child, or None when the zygote is gone (the caller starts a Popen)."""
         status, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         request = {
+            "module": command[2],
             "args": command[3:],
             "env": env,
             "cwd": os.getcwd(),
@@ -196,18 +260,24 @@ class Zygote:
 
 
 _zygotes: dict[tuple, Zygote] = {}
+inherited: Zygote | None = None  # in a forked child: the zygote that forked it (``_become``)
 
 
-def _zygote(env: dict[str, str]) -> Zygote | None:
-    """The zygote for ``env`` and our cwd, started now if there is none (a zygote of another key is closed)."""
+def _zygote(env: dict[str, str], new: bool = True) -> Zygote | None:
+    """The zygote for ``env`` and our cwd: the one that forked us, or ours, or (``new``) one started now
+    (a zygote of another key is closed)."""
     cwd = os.getcwd()
+    if inherited is not None and inherited.serves(env, cwd):
+        return inherited
     key = _key(env, cwd)
     zygote = _zygotes.get(key)
-    if zygote is not None and zygote.process.poll() is None:
+    if zygote is not None and zygote.alive():
         return zygote
+    if not new:
+        return None
     close_all()
     try:
-        zygote = Zygote(env, cwd)
+        zygote = Zygote.start(env, cwd)
     except OSError as err:
         print(f"divergence: cannot start the fork server ({err}); starting children with Popen", file=sys.stderr)
         return None
@@ -249,16 +319,21 @@ def _fd(stream, default: int) -> int:
 
 
 def serve(fd: int) -> None:
-    """The zygote's main: import ``PRELOAD``, then fork a child per request until the caller closes
-    the control socket and every child has been reaped. Returns in a forked child only, which then
-    becomes ``python -m divergence ARGS`` (its exit is the interpreter's)."""
+    """The zygote's main: import ``PRELOAD``, then fork a child per request until every control
+    socket (the caller's, and each forked child's own) is closed and every child has been reaped.
+    Returns in a forked child only, which then becomes ``python -m divergence ARGS`` (its exit is the
+    interpreter's)."""
     control = socket.socket(fileno=fd)
+    key, before = _key(dict(os.environ), os.getcwd()), dict(os.environ)
     error = _preload()
-    control.send(json.dumps({"error": error} if error else {"ready": True}).encode())
+    imported = {
+        k: [before.get(k), os.environ.get(k)] for k in {*before, *os.environ} if before.get(k) != os.environ.get(k)
+    }
+    control.send(json.dumps({"error": error} if error else {"ready": True, "imported": imported}).encode())
     if error:
         return
-    request, fds = _serve(control)
-    _become(request, fds)
+    request, fds, own = _serve(control)
+    _become(request, fds, Zygote(own, key, imported))
 
 
 def _preload() -> str | None:
@@ -302,44 +377,47 @@ def threads_running() -> int:
 
 
 def _serve(control: socket.socket):
-    """Fork a child per request and report each child's exit; in a child, its request and fds."""
+    """Fork a child per request on any control socket and report each child's exit; in a child, its
+    request, its fds and its own control socket (the child's requests come back to this process)."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    for s in _STOP_SIGNALS:  # stopped through the control socket only: it must outlive its children
+    for s in _STOP_SIGNALS:  # stopped through the control sockets only: it must outlive its children
         signal.signal(s, signal.SIG_IGN)
-    children: dict[int, socket.socket] = {}
-    accepting = True
-    while accepting or children:
-        ready = select.select([control, wake_r] if accepting else [wake_r], [], [])[0]
+    controls, children = {control}, {}
+    while controls or children:
+        ready = select.select([*controls, wake_r], [], [])[0]
         if wake_r in ready:
             while _drained(wake_r):
                 pass
         _reap(children)
-        if control not in ready:
-            continue
-        message, fds, _flags, _address = socket.recv_fds(control, _MESSAGE, 4)
-        if not message:
-            accepting = False
-            continue
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            signal.set_wakeup_fd(-1)
-            for sock in (control, *children.values()):
+        for sock in controls.intersection(ready):
+            message, fds, _flags, _address = socket.recv_fds(sock, _MESSAGE, 4)
+            if not message or len(fds) != 4:  # closed: its process (and every fork of it) has exited
+                controls.discard(sock)
                 sock.close()
-            os.close(wake_r)
-            os.close(wake_w)
-            os.close(fds[3])
-            return json.loads(message), fds[:3]
-        for stdio in fds[:3]:
-            os.close(stdio)
-        status = socket.socket(fileno=fds[3])
-        status.send(json.dumps({"pid": pid}).encode())
-        children[pid] = status
+                continue
+            sys.stdout.flush()
+            sys.stderr.flush()
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            pid = os.fork()
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                for other in (*controls, *children.values(), ours):
+                    other.close()
+                os.close(wake_r)
+                os.close(wake_w)
+                os.close(fds[3])
+                return json.loads(message), fds[:3], theirs
+            theirs.close()
+            controls.add(ours)
+            for stdio in fds[:3]:
+                os.close(stdio)
+            status = socket.socket(fileno=fds[3])
+            status.send(json.dumps({"pid": pid}).encode())
+            children[pid] = status
     sys.exit(0)
 
 
@@ -364,9 +442,13 @@ def _reap(children: dict[int, socket.socket]) -> None:
             status.close()
 
 
-def _become(request: dict, fds: list[int]) -> None:
-    """This forked process becomes ``python -m divergence ARGS`` with the request's env, cwd and stdio."""
+def _become(request: dict, fds: list[int], zygote: Zygote) -> None:
+    """This forked process becomes ``python -m divergence ARGS`` with the request's env (and what the
+    imports set in it, as they would have), cwd and stdio; ``zygote`` forks its own children."""
     import runpy
+
+    global inherited
+    inherited = zygote
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -382,11 +464,34 @@ def _become(request: dict, fds: list[int]) -> None:
         sys.stdout.reconfigure(line_buffering=True)
     os.environ.clear()
     os.environ.update(request["env"])
+    for name, (before, after) in zygote.imported.items():  # lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1
+        if os.environ.get(name) == before:
+            os.environ.pop(name, None) if after is None else os.environ.__setitem__(name, after)
+    _read_rank()
     os.chdir(request["cwd"])
     if sys.path and sys.path[0] == "":
         sys.path[0] = request["cwd"]  # `python -m` puts the cwd first
     sys.argv = ["-m", *request["args"]]
-    sys.orig_argv = [sys.executable, "-m", PACKAGE, *request["args"]]
+    sys.orig_argv = [sys.executable, "-m", request["module"], *request["args"]]
     if "numpy" in sys.modules:  # a fresh process seeds numpy's global generator from the OS
         sys.modules["numpy"].random.seed()
-    runpy.run_module(PACKAGE, run_name="__main__", alter_sys=True)
+    runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+
+
+# The preloaded modules that read the rank from the environment at import, and how (their own words):
+# lightning.fabric.utilities.rank_zero sets lightning_utilities' ``rank_zero_only.rank`` (which
+# lightning.pytorch's is) from RANK, LOCAL_RANK, SLURM_PROCID or JSM_NAMESPACE_RANK; torchmetrics its
+# own from LOCAL_RANK. Found by recording every ``os.environ`` read while ``PRELOAD`` imports
+# (tests/training/test_rank_fork.py keeps the list); no other preloaded module reads a RANK_VARIABLE then.
+RANK_READERS = {
+    "lightning.fabric.utilities.rank_zero": lambda m: m._get_rank() or 0,
+    "torchmetrics.utilities.prints": lambda m: int(os.environ.get("LOCAL_RANK", 0)),
+}
+
+
+def _read_rank() -> None:
+    """Set each preloaded ``rank_zero_only.rank`` from this child's environment, as its import would."""
+    for name, rank in RANK_READERS.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            module.rank_zero_only.rank = rank(module)

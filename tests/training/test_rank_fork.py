@@ -1,0 +1,189 @@
+"""A separate pair's arm jobs and their Lightning ranks are forks of the one zygote (``training.rank_launch``).
+
+One tiny DiT data-parallel pair (arm a: 2 gloo ranks of 2 examples, arm b: 1 process of 4; 2 steps)
+is trained by a forked ``divergence train``: its arm jobs and arm a's rank 1 are forked from the
+zygote that forked the pair's process. Arm a alone is trained again, its rank 0 forked as before
+but with ``DIVERGENCE_CHILD_START=popen``, so that its rank 1 is a fresh interpreter: the same
+bytes. A
+``sitecustomize`` on the children's path logs every interpreter that starts (a forked child starts
+none), and in the zygote records which module reads a rank variable while ``PRELOAD`` imports.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from divergence.training import child_start
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICK = [
+    "train.max_steps=2",
+    "train.checkpoint_every=2",
+    "train.cpu_threads=1",
+    "sample.enabled=false",
+    "log.wandb=false",
+    "log.progress_bar=false",
+    "tracking.every=1",
+    "tracking.probe.size=4",
+]
+PAIR = """name: data-parallel-dit
+base: {root}/recipes/tiny-dit.yaml
+arms:
+  a: [{{data-parallel: 2x2}}]
+  b: [{{data-parallel: 1x4}}]
+"""
+# Run at every interpreter's start (never in a forked child): its argv, and in the zygote each
+# read of a rank variable while it imports, with the module that read it.
+SITECUSTOMIZE = """
+import json, os, sys
+_starts = os.environ.get("RANK_FORK_STARTS")
+if _starts:
+    with open(_starts, "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "argv": sys.orig_argv}) + "\\n")
+if _starts and "child_start import serve" in " ".join(sys.orig_argv):
+    _pid, _cls = os.getpid(), type(os.environ)
+    _getitem, _contains = _cls.__getitem__, _cls.__contains__
+    _watch = {"RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+
+    def _note(key):
+        if key in _watch and os.getpid() == _pid:
+            frame = sys._getframe(2)
+            while frame.f_globals.get("__name__") in ("os", "_collections_abc", "collections.abc", "sitecustomize"):
+                frame = frame.f_back
+            with open(_starts + ".reads", "a") as f:
+                f.write(json.dumps([key, frame.f_globals.get("__name__")]) + "\\n")
+
+    def _recorded_getitem(self, key):
+        _note(key)
+        return _getitem(self, key)
+
+    def _recorded_contains(self, key):
+        _note(key)
+        return _contains(self, key)
+
+    _cls.__getitem__, _cls.__contains__ = _recorded_getitem, _recorded_contains
+"""
+
+
+def _command(root: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "divergence", "train", "--recipe", str(root / "pair.yaml"), "--out", str(out), *extra]
+
+
+def _env(root: Path, mode: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    path = os.pathsep.join([str(ROOT), str(root / "site")])
+    return dict(env, PYTHONPATH=path, DIVERGENCE_CHILD_START=mode, RANK_FORK_STARTS=str(root / "starts.jsonl"))
+
+
+def _starts(root: Path) -> list[list[str]]:
+    return [json.loads(line)["argv"][1:3] for line in (root / "starts.jsonl").read_text().splitlines()]
+
+
+def _run(command: list[str], env: dict[str, str], log: Path) -> int:
+    with open(log, "w") as f:
+        child = child_start.start(command, env, stdout=f, stderr=subprocess.STDOUT)
+    return child.wait(timeout=600)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The pair trained forked (``fork/``, the fresh interpreters started meanwhile), then arm a with Popen."""
+    root = tmp_path_factory.mktemp("rank_fork")
+    (root / "pair.yaml").write_text(PAIR.format(root=ROOT))
+    (root / "site").mkdir()
+    (root / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    code = _run(_command(root, root / "fork", *QUICK), _env(root, "fork"), root / "fork.log")
+    assert code == 0, (root / "fork.log").read_text()[-3000:]
+    forked_starts = _starts(root)
+    # arm a again, rank 0 forked as before but told to Popen its rank 1 (one fresh import, not two)
+    (zygote,) = child_start._zygotes.values()
+    with open(root / "popen.log", "w") as f:
+        rank0 = zygote.fork(_command(root, root / "popen", *QUICK, "--arm", "a"), _env(root, "popen"), f, f)
+    assert rank0.wait(timeout=600) == 0, (root / "popen.log").read_text()[-3000:]
+    yield root, forked_starts
+    child_start.close_all()
+
+
+def test_a_forked_rank_trains_the_popen_ranks_bytes(trained):
+    root, _ = trained
+    fork, popen = root / "fork" / "a", root / "popen" / "a"
+    assert json.loads((fork / "status.json").read_text())["world_size"] == 2
+    names = ["losses.jsonl", "checkpoints/step_000002.safetensors", "resume/last.ckpt"]
+    for name in names:
+        assert (fork / name).read_bytes() == (popen / name).read_bytes(), name
+    assert (root / "fork" / "metrics.jsonl").stat().st_size > 0  # the comparator followed both arms
+
+
+def test_the_pair_its_arm_jobs_and_rank_1_start_no_interpreter_but_the_one_zygote(trained):
+    root, forked = trained
+    (zygote,) = forked  # no second zygote, no fresh rank: the pair, both arm jobs and rank 1 were forked
+    assert zygote[0] == "-c" and zygote[1].startswith("from divergence.training.child_start import serve"), forked
+    popen = _starts(root)[1:]  # the arm whose rank 0 Popened its rank 1: a fresh interpreter
+    assert popen == [["-m", "divergence.__main__"]], popen
+
+
+def test_no_preloaded_module_reads_a_rank_variable_at_import_but_the_rank_readers(trained):
+    root, _ = trained
+    reads = {tuple(json.loads(line)) for line in (root / "starts.jsonl.reads").read_text().splitlines()}
+    assert {module for _key, module in reads} == set(child_start.RANK_READERS), reads
+
+
+def test_a_forked_rank_reads_its_rank_from_its_environment(monkeypatch):
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+    from torchmetrics.utilities import prints
+
+    before = rank_zero_only.rank, prints.rank_zero_only.rank
+    try:
+        monkeypatch.setenv("LOCAL_RANK", "1")
+        child_start._read_rank()
+        assert (rank_zero_only.rank, prints.rank_zero_only.rank) == (1, 1)
+    finally:
+        rank_zero_only.rank, prints.rank_zero_only.rank = before
+
+
+def test_a_killed_rank_1_stops_its_job(trained):
+    """Arm a's rank 1, forked by the zygote, SIGKILLed as it starts: Lightning's observer sees its exit
+    code through ``ForkedChild.poll`` and ends rank 0 (or rank 0's next collective fails), with the line."""
+    root, _ = trained
+    log = root / "killed.log"
+    with open(log, "w") as f:
+        command = _command(root, root / "killed", *QUICK, "train.max_steps=1000", "--arm", "a")
+        rank0 = child_start.start(command, _env(root, "fork"), stdout=f, stderr=subprocess.STDOUT)
+    (zygote,) = child_start._zygotes.values()
+    assert type(rank0) is child_start.ForkedChild
+    try:
+        rank1 = _wait_for_sibling(zygote.process.pid, rank0.pid)
+        os.kill(rank1, signal.SIGKILL)
+        code = rank0.wait(timeout=120)
+    finally:
+        rank0.kill()
+    text = log.read_text()
+    why = (f"Child process with PID {rank1} terminated with code -9", "Check the logs of the remote worker")
+    assert code != 0 and any(line in text for line in why), text[-2000:]
+
+
+def _wait_for_sibling(zygote: int, rank0: int) -> int:
+    """The zygote's child other than rank 0: rank 1, once rank 0 has launched it."""
+    for _ in range(3000):
+        children = [p for p in _children(zygote) if p != rank0]
+        if children:
+            return children[0]
+        time.sleep(0.05)
+    raise AssertionError("rank 1 never started")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+        except (OSError, IndexError):
+            pass
+    return found
