@@ -12,10 +12,8 @@ from divergence.cli import main
 
 from .helpers import PAIR_FAST, PAIRS, step_records, wandb_history, wandb_synced_steps
 
-# killed after step 13 (in the segment after the step-8 checkpoint), resumed across the end of every-step tracking
-# (the dense schedule shortened from 20 steps to 10: 16 steps, not 24). Killed 1 step after its checkpoint, the
-# run lost that checkpoint step's wandb row (wandb had not written it yet; the store had): 5 steps after, as before
-STEPS = ("train.max_steps=16", "train.checkpoint_every=8", "tracking.every=2", "tracking.dense=[[10, 1]]")
+# killed after step 13 (in the segment after the step-8 checkpoint), resumed across the end of every-step tracking (20)
+STEPS = ("train.max_steps=24", "train.checkpoint_every=8", "tracking.every=2")
 
 
 def _command(out, *extra):
@@ -55,14 +53,14 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path, monkeypatch):
     assert main(_command(straight, "log.wandb=true")) == 0
     _kill_mid_segment(killed, "log.wandb=true")
     killed_at = max(step_records(killed))
-    assert 12 <= killed_at < 16  # killed after step 12 committed, before the end
+    assert 12 <= killed_at < 24  # killed after step 12 committed, before the end
     assert main(_command(killed, "log.wandb=true")) == 0
 
     # the metrics series: byte for byte the same records, no duplicates, no gaps
     assert (killed / "metrics.jsonl").read_bytes() == (straight / "metrics.jsonl").read_bytes()
     # the final weights of both arms: bitwise equal
     for arm in "ab":
-        final = f"{arm}/checkpoints/step_000016.safetensors"
+        final = f"{arm}/checkpoints/step_000024.safetensors"
         a, b = load_file(straight / final), load_file(killed / final)
         assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     # wandb: every tracked step exactly once across the killed and the resumed run, once wandb
@@ -70,4 +68,4 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path, monkeypatch):
     rows = wandb_history(killed)
     assert len({row["_file"] for row in rows}) == 2
     synced = wandb_synced_steps(rows, "divergence/model/wasserstein")
-    assert synced == [s for s, r in step_records(straight).items() if r["tracked"]] == [*range(11), 12, 14, 16]
+    assert synced == [s for s, r in step_records(straight).items() if r["tracked"]]
