@@ -79,3 +79,27 @@ def pytest_collection_modifyitems(config, items):
         first[unit] = min(first.get(unit, len(LONG_FIRST)), rank(item))
     order = {id(item): i for i, item in enumerate(items)}
     items.sort(key=lambda item: (first[units[item.nodeid]], order[id(item)]))
+
+
+class _GroupSuffix:
+    """With ``--dist loadgroup`` xdist's scheduler reads a test's group from an ``@group`` suffix of its
+    nodeid, which xdist 3.8 writes to ``item._nodeid``; pytest 9.2's nodeids are structured (``item._id``)
+    and never read it, so every group was split over the workers and each shared fixture built once per
+    worker (pytest-dev/pytest-xdist#1386). This writes the suffix where this pytest reads it."""
+
+    @pytest.hookimpl(trylast=True)  # after xdist's own hook: acts only where its suffix did not take
+    def pytest_collection_modifyitems(self, config, items):
+        if not getattr(config.option, "loadgroup", False):  # set on xdist workers only
+            return
+        for item in items:
+            marks = item.iter_markers("xdist_group")
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks})
+            suffix = "@" + "_".join(names)
+            if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+                from _pytest.nodeid import NodeId
+
+                item._id = NodeId.parse(item.nodeid + suffix)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_GroupSuffix(), "divergence-group-suffix")

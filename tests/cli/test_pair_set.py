@@ -9,9 +9,17 @@ from divergence.pairfolder.arm.lock import ArmLock
 from tests.analysis.synthetic import write_dose_study
 
 
+def summary(*roots):
+    """``divergence report``'s summary.json of ``roots`` without its figures (not read here): the folders read
+    as the report reads them (``load_pairs``), analysed as it analyses them."""
+    from divergence.analysis import analyze, to_summary
+    from divergence.report.inputs import load_pairs
+
+    return json.loads(json.dumps(to_summary(analyze(load_pairs(list(roots))))))
+
+
 def verdicts(root, tmp_path):
-    assert main(["report", str(root), "--out", str(tmp_path / "report"), "--no-wandb"]) == 0
-    return json.loads((tmp_path / "report" / "summary.json").read_text())["verdicts"]
+    return summary(root)["verdicts"]
 
 
 def test_the_verdict_names_the_pair_by_the_name_set(tmp_path, capsys):
@@ -36,13 +44,12 @@ def test_a_users_own_pair_set_to_reordering_is_the_reordering_reference_of_the_v
     mine = write_dose_study(tmp_path / "mine", study=1e-11, precision=None, seed=False, control=None, replicates=2)
     for folder in mine.glob("flash-vs-baseline-r*"):  # the user's own reordering, trained anywhere
         assert main(["pair", "set", str(folder), "name=my-reordering", "category=reordering"]) == 0
-    assert main(["report", str(root), str(mine), "--out", str(tmp_path / "report"), "--no-wandb"]) == 0
-    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
-    (verdict,) = summary["verdicts"]
-    assert {p["category"] for p in summary["pairs"].values() if p["name"] == "my-reordering"} == {"reordering"}
+    read = summary(root, mine)
+    (verdict,) = read["verdicts"]
+    assert {p["category"] for p in read["pairs"].values() if p["name"] == "my-reordering"} == {"reordering"}
     assert verdict["reordering"]["reference"] == "my-reordering" and verdict["reordering"]["replicates"] == 2
     assert verdict["reordering"]["status"] == "beyond_reordering" and abs(verdict["reordering"]["log10"] - 3) < 0.05
-    assert summary["settings"]["reordering_reference"] == "my-reordering"
+    assert read["settings"]["reordering_reference"] == "my-reordering"
 
 
 def test_arm_labels_and_the_rest_of_pair_json_kept(tmp_path):

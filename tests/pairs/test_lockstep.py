@@ -28,9 +28,22 @@ def test_control_pair_is_exactly_zero_at_every_step(tmp_path):
     assert info["category"] == "control" and info["finished"] and info["last_step"] == 4
 
 
-def test_seed_pair_differs_from_step_zero_on_identical_inputs(tmp_path):
-    train_pair(pair_recipe("seed-vs-seed", "train.max_steps=2", "tracking.every=1"), tmp_path)
-    steps = step_records(tmp_path)
+@pytest.fixture(scope="module")
+def seed_pair(tmp_path_factory):
+    """One seed pair, 2 steps, every step tracked, logged to an offline wandb run with per-layer scalars:
+    read by the store's test and the wandb run's test (the same training)."""
+    out = tmp_path_factory.mktemp("seed-pair")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("WANDB_MODE", raising=False)
+        mp.delenv("WANDB_API_KEY", raising=False)
+        mp.setenv("NETRC", str(out / "no-netrc"))  # no credentials: offline
+        pair = ("train.max_steps=2", "tracking.every=1", "log.wandb=true", "log.per_layer_scalars=true")
+        train_pair(pair_recipe("seed-vs-seed", *pair), out)
+    return out
+
+
+def test_seed_pair_differs_from_step_zero_on_identical_inputs(seed_pair):
+    steps = step_records(seed_pair)
     assert steps[0]["wasserstein"] > 0 and steps[0]["max_abs_diff"] > 0
     assert math.isnan(steps[0]["loss_a"])  # no step trained yet
     kinds = steps[2]["kinds"]
@@ -39,7 +52,15 @@ def test_seed_pair_differs_from_step_zero_on_identical_inputs(tmp_path):
 
 def test_flash_vs_baseline_drifts_apart_and_compare_reproduces_it(tmp_path, capsys):
     train_pair(
-        pair_recipe("flash-vs-baseline", "train.max_steps=8", "tracking.every=2", "train.checkpoint_every=4"), tmp_path
+        pair_recipe(
+            "flash-vs-baseline",
+            "train.max_steps=8",
+            "tracking.every=2",
+            "tracking.dense=[]",  # steps 0, 2, 4, 6, 8 compared (the default tracks every one of the first 20)
+            "tracking.coherence_every=0",  # its own test: tests/pairs/test_coherence_record.py
+            "train.checkpoint_every=4",
+        ),
+        tmp_path,
     )
     steps = step_records(tmp_path)
     assert steps[0]["max_abs_diff"] == 0.0  # same init, same data: only the kernel differs
@@ -64,17 +85,8 @@ def test_export_writes_the_pair_store_flat(tmp_path, capsys):
     assert len(lines) - 1 == len(tracked) * step_records(tmp_path)[0]["tensors"]
 
 
-def test_wandb_offline_run_holds_the_per_layer_keys(tmp_path, monkeypatch):
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))  # no credentials: offline
-    train_pair(
-        pair_recipe(
-            "seed-vs-seed", "train.max_steps=2", "tracking.every=1", "log.wandb=true", "log.per_layer_scalars=true"
-        ),
-        tmp_path,
-    )
-    rows = wandb_history(tmp_path)
+def test_wandb_offline_run_holds_the_per_layer_keys(seed_pair):
+    rows = wandb_history(seed_pair)
     keys = set().union(*rows)
     assert {
         "divergence/model/wasserstein",
@@ -128,6 +140,7 @@ def test_shadow_attention_logs_per_layer_output_deviation(tmp_path):
         "flash-vs-baseline",
         "train.max_steps=4",
         "tracking.attention_every=2",
+        "tracking.coherence_every=0",
         "arms.a=[{attention: {name: shadow, options: {primary: sdpa-flash, secondary: baseline}}}]",
     )
     train_pair(pair, tmp_path)

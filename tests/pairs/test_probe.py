@@ -16,6 +16,7 @@ SMALL = (
     "tracking.dense=[]",
     "tracking.every=2",
     "tracking.probe.every=1",
+    "tracking.coherence_every=0",  # flash-vs-baseline's own 3 would measure it at step 3 (its test: test_coherence_record)
 )
 PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")
 

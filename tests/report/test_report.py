@@ -219,15 +219,22 @@ def test_a_calibration_next_to_the_inputs_is_found_and_stated(study, tmp_path):
     assert "It perturbs training like a relative gradient noise of" in v.headline
 
 
-def test_a_study_laid_out_as_pair_and_replicate_folders_is_found(study, tmp_path, capsys):
-    # divergence study writes OUT/<pair>/r<k>/ when it trains replicates: two levels down
+def test_a_study_laid_out_as_pair_and_replicate_folders_is_found(study, tmp_path):
+    # divergence study writes OUT/<pair>/r<k>/ when it trains replicates: two levels down. The report reads
+    # its runs with load_pairs (build_report's first step; the report of this study: the fixture above)
     import shutil
+
+    from divergence.report.inputs import load_pairs
 
     nested = tmp_path / "study"
     for run in sorted(p for p in study.iterdir() if p.is_dir()):
         name, _, replicate = run.name.rpartition("-r")
         shutil.copytree(run, nested / name / f"r{replicate}")
-    assert main(["report", str(nested), "--out", str(tmp_path / "r"), "--no-wandb", "--bootstrap", "200"]) == 0
-    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert summary["verdicts"][0]["dose_ratio"]["replicates"] == 3
-    assert capsys.readouterr().out.startswith("Bounded:")
+
+    def found(root):
+        return sorted((p.name, p.replicate, p.category, p.steps.tolist(), p.layers) for p in load_pairs([root]))
+
+    assert found(nested) == found(study)
+    assert [(name, r) for name, r, *_ in found(nested) if name == "flash-vs-baseline"] == [
+        ("flash-vs-baseline", r) for r in range(3)
+    ]

@@ -89,13 +89,17 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path):
         _assert_bitwise_equal(tmp_path / "straight" / name, tmp_path / "resumed" / name)
 
 
-def test_extending_a_finished_run_equals_training_longer(tmp_path):
-    base = ("train.checkpoint_every=0", "sample.enabled=false", "log.csv=false")
+def test_extending_a_finished_run_equals_training_longer_and_continues_its_csv_log(tmp_path):
+    base = ("train.checkpoint_every=0", "sample.enabled=false")
     train_run(tiny_recipe("train.max_steps=4", *base), tmp_path / "straight")
     train_run(tiny_recipe("train.max_steps=2", *base), tmp_path / "extended")
-    train_run(tiny_recipe("train.max_steps=4", *base), tmp_path / "extended")
+    train_run(tiny_recipe("train.max_steps=4", *base), tmp_path / "extended")  # resumed from last.ckpt (step 2)
     name = "checkpoints/step_000004.safetensors"
     _assert_bitwise_equal(tmp_path / "straight" / name, tmp_path / "extended" / name)
+    # Issue 28, finding 9: a resumed ``divergence train`` started ``csv/metrics.csv`` over (Lightning's
+    # CSVLogger deletes it), losing the rows of the steps before the resume.
+    rows = list(csv.DictReader(open(tmp_path / "extended" / "csv" / "metrics.csv")))
+    assert sorted(int(r["step"]) for r in rows if r.get("train/loss")) == [0, 1, 2, 3]
     assert train_run(tiny_recipe("train.max_steps=4", *base), tmp_path / "extended").global_step == 4  # done: no-op
 
 
@@ -170,13 +174,3 @@ def test_a_nonfinite_loss_stops_a_run_in_one_line_after_recording_the_step(tmp_p
     err = capsys.readouterr().err
     assert "divergence train: error: run tiny: loss is inf at step 2" in err and "Traceback" not in err
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir())[-1] == "step_000002.safetensors"
-
-
-def test_a_resumed_run_continues_its_csv_log(tmp_path):
-    """Issue 28, finding 9: a resumed ``divergence train`` started ``csv/metrics.csv`` over (Lightning's
-    CSVLogger deletes it), losing the rows of the steps before the resume."""
-    base = ("train.checkpoint_every=0", "sample.enabled=false")
-    train_run(tiny_recipe("train.max_steps=2", *base), tmp_path)
-    train_run(tiny_recipe("train.max_steps=4", *base), tmp_path)  # resumed from last.ckpt (step 2)
-    rows = list(csv.DictReader(open(tmp_path / "csv" / "metrics.csv")))
-    assert sorted(int(r["step"]) for r in rows if r.get("train/loss")) == [0, 1, 2, 3]
