@@ -17,7 +17,7 @@ import json
 import pytest
 from safetensors.torch import load_file as _load
 
-from divergence.training.lockstep import train_pair
+from divergence.training.separate_arm import train_arm
 from tests.pairs.helpers import pair_recipe, store_lines
 
 from .conftest import STEPS, rank_results
@@ -48,7 +48,7 @@ def test_a_ddp_control_pair_stays_exactly_zero_and_starts_where_one_process_star
     assert load_file(ddp_a / last) != load_file(single_a / last)  # a global batch of 2 x batch_size
     assert json.loads((out / "pair.json").read_text())["finished"] is True
     accumulated = tmp_path / "accumulated"  # 1 process, 2 micro-batches: the global batch of 2 ranks
-    train_pair(pair_recipe("control", *STEPS, "train.accumulate=2"), accumulated)
+    train_arm(pair_recipe("control", *STEPS, "train.accumulate=2"), "a", accumulated)  # arm a's weights alone
     start, ddp_w, acc_w = (_load(path) for path in (ddp_a / first, ddp_a / last, accumulated / "a/checkpoints" / last))
     diff = sum(float(((ddp_w[k] - acc_w[k]).double() ** 2).sum()) for k in start)
     moved = sum(float(((ddp_w[k] - start[k]).double() ** 2).sum()) for k in start)
