@@ -23,7 +23,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from divergence.cli import main
 from divergence.errors import RecipeError
 from divergence.pairfolder.arm.losses import LossFile
 from divergence.pairfolder.arm.status import ArmStatus
@@ -50,20 +49,17 @@ def test_experts_over_two_ranks_compute_the_one_process_layer(gloo_runs):
         assert r["control_output"] == 0.0 and r["control_grads"] == 0.0, r  # the same sums in the same order
 
 
-def test_the_expert_parallel_pair_trains_as_separate_jobs_resumes_and_differs_by_a_reordering(tmp_path, monkeypatch):
+def test_the_expert_parallel_pair_trains_as_separate_jobs_resumes_and_differs_by_a_reordering(tmp_path):
     """Arm a's 2-rank job is killed (SIGKILL, its process group) after its first resumable checkpoint;
-    the pair's command (in this process, its arm jobs still child jobs) then resumes it from the full
-    tensors of ``resume/last.ckpt``, trains arm b and runs the comparator."""
+    the pair's command then resumes it from the full tensors of ``resume/last.ckpt``, trains arm b
+    and runs the comparator."""
     out = tmp_path / "pair"
     recipe = str(PAIRS / "expert-parallel.yaml")
-    command = ["train", "--recipe", recipe, "--out", str(out), *PAIR_FAST, *SHORT, *ARMS]
+    command = [sys.executable, "-m", "divergence", "train", "--recipe", recipe, "--out", str(out)]
+    command += [*PAIR_FAST, *SHORT, *ARMS]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
     first = subprocess.Popen(
-        [sys.executable, "-m", "divergence", *command, "--arm", "a"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        [*command, "--arm", "a"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     deadline = time.time() + TIMEOUT
     while time.time() < deadline and first.poll() is None and not (out / "a" / "resume" / "last.ckpt").exists():
@@ -71,9 +67,8 @@ def test_the_expert_parallel_pair_trains_as_separate_jobs_resumes_and_differs_by
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     assert first.returncode == -signal.SIGKILL, "arm a finished before it could be killed"
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("PYTHONPATH", os.getcwd())
-    assert main(command) == 0
+    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads((out / "pair.json").read_text())["last_step"] == 3
     a, b = (ArmStatus.read(out / arm) for arm in "ab")
     assert a.attempt == 2 and a.start_step >= 1  # resumed, not started again
