@@ -29,6 +29,7 @@ def gloo_runs(tmp_path_factory):
 LONG_FIRST = (
     "tests/study/test_study.py::test_tiny_study_end_to_end",  # group tiny_study
     "tests/scaleout/test_parallel_rows.py",  # 3 separate-job pairs on 2 gloo ranks
+    "tests/scaleout/test_ddp_lockstep.py",  # group trained (tests/scaleout: with two_rank_runs, one torchrun)
     "tests/pairs/test_resume.py::test_resume_after_sigkill",
     "tests/study/test_calibrate.py::test_calibrate_trains_the_ladder",
     "tests/study/test_study_process.py",

@@ -27,10 +27,12 @@ No window in any replicate: the valid steps. The window asks for a constant rati
 exponential regime, a dose ratio's premise; the reordering question is one of magnitude ("more
 than 10x a reordering of fp32 sums at every step"), and a bug's difference grows unlike a
 reordering's (a bias injected each step adds up; rounding is amplified, or sits at its floor),
-so no window forms exactly where the question matters. Measured on 2 gloo ranks, 6 steps
-(``tests/scaleout/test_parallel_rows.py``): rank 1's gradient scaled by 1 + 1e-3 sits +2.0 dex
-above R at every step, a parameter left out of the all-reduce +2.2 to +2.9 dex, and neither forms
-a window. So, when no replicate has one, each is read over its valid steps
+so no window forms exactly where the question matters. Measured on 2 gloo ranks, 6 steps, the
+tiny UNet: rank 1's gradient scaled by 1 + 1e-3 sits +2.0 dex above R at every step, a parameter
+left out of the all-reduce +2.2 to +2.9 dex, and neither forms a window (on the tiny DiT,
+``tests/scaleout/test_parallel_rows.py``, the scaled gradient's ratio is flat enough for one,
++2.0 to +2.1 dex, steps 2-6; the parameter left out, +3.0 to +3.2 dex and growing, forms none).
+So, when no replicate has one, each is read over its valid steps
 
     V_r  = {t >= t0: E_X, E_R > 0 and finite, before either saturates (E >= SATURATED_E x E_S)}
     lr_r = median over V_r of log10(E_X / E_R)      (at least ``min_window`` steps; read_on "valid_steps")

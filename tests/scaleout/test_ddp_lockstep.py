@@ -13,21 +13,14 @@ rank stops both ranks with one line, no hang.
 """
 
 import json
-import os
-import socket
-import subprocess
-import sys
 
 import pytest
-
 from safetensors.torch import load_file as _load
 
-from divergence.training.lockstep import train_pair
-from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe, store_lines
+from divergence.training.separate_arm import train_arm
+from tests.pairs.helpers import pair_recipe, store_lines
 
-from .conftest import STEPS
-
-TIMEOUT = 240  # seconds: a hang (one rank waiting in a collective) fails the test instead of the suite
+from .conftest import STEPS, rank_results
 
 
 def load_file(path) -> dict:
@@ -35,55 +28,10 @@ def load_file(path) -> dict:
     return {key: value.tolist() for key, value in _load(path).items()}
 
 
-def launch(out, *options, recipe="seed-vs-seed"):
-    """Start 2 ranks of ``divergence train`` on a lockstep pair; ``[(returncode, stderr)]`` by rank."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    args = [
-        "--recipe",
-        str(PAIRS / f"{recipe}.yaml"),
-        "--out",
-        str(out),
-        *PAIR_FAST,
-        *STEPS,
-        "train.strategy=ddp",
-        "train.devices=2",
-    ]
-    procs = []
-    for rank in range(2):
-        env = dict(
-            os.environ,
-            PYTHONPATH=os.getcwd(),
-            OMP_NUM_THREADS="1",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            WORLD_SIZE="2",
-            LOCAL_RANK=str(rank),
-            RANK=str(rank),
-            NODE_RANK="0",
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "tests.scaleout.ddp_train", *options, "--", *args],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    try:
-        errors = [p.communicate(timeout=TIMEOUT)[1] for p in procs]
-        return [(p.returncode, err) for p, err in zip(procs, errors)]
-    finally:
-        for p in procs:
-            p.kill()
-
-
 @pytest.mark.slow
-def test_a_ddp_control_pair_stays_exactly_zero_and_starts_where_one_process_starts(trained, tmp_path):
-    out = tmp_path / "ddp"
-    (rc0, err0), (rc1, err1) = launch(out, recipe="control")
+def test_a_ddp_control_pair_stays_exactly_zero_and_starts_where_one_process_starts(two_rank_runs, trained, tmp_path):
+    out = two_rank_runs / "control"  # 2 ranks of `divergence train` (train.strategy=ddp, train.devices=2)
+    (rc0, err0), (rc1, err1) = rank_results(two_rank_runs, "control")
     assert rc0 == 0 and rc1 == 0, (err0[-3000:], err1[-3000:])
     ddp, single = (store_lines(path) for path in (out, trained / "lockstep"))  # single: seed-vs-seed, 1 process
     ddp_steps, single_steps = ({r["step"]: r for r in lines if r["type"] == "step"} for lines in (ddp, single))
@@ -100,7 +48,7 @@ def test_a_ddp_control_pair_stays_exactly_zero_and_starts_where_one_process_star
     assert load_file(ddp_a / last) != load_file(single_a / last)  # a global batch of 2 x batch_size
     assert json.loads((out / "pair.json").read_text())["finished"] is True
     accumulated = tmp_path / "accumulated"  # 1 process, 2 micro-batches: the global batch of 2 ranks
-    train_pair(pair_recipe("control", *STEPS, "train.accumulate=2"), accumulated)
+    train_arm(pair_recipe("control", *STEPS, "train.accumulate=2"), "a", accumulated)  # arm a's weights alone
     start, ddp_w, acc_w = (_load(path) for path in (ddp_a / first, ddp_a / last, accumulated / "a/checkpoints" / last))
     diff = sum(float(((ddp_w[k] - acc_w[k]).double() ** 2).sum()) for k in start)
     moved = sum(float(((ddp_w[k] - start[k]).double() ** 2).sum()) for k in start)
@@ -108,9 +56,9 @@ def test_a_ddp_control_pair_stays_exactly_zero_and_starts_where_one_process_star
 
 
 @pytest.mark.slow
-def test_a_nan_on_one_rank_stops_both_ranks_with_one_line(tmp_path):
-    out = tmp_path / "nan"
-    results = launch(out, "--nan-on-rank", "1", "--nan-at-step", "1")  # rank 0's own loss stays finite
+def test_a_nan_on_one_rank_stops_both_ranks_with_one_line(two_rank_runs):
+    out = two_rank_runs / "nan"  # seed-vs-seed; rank 1's loss of arm a NaN at step 1, rank 0's finite
+    results = rank_results(two_rank_runs, "nan")
     for rank, (code, err) in enumerate(results):
         assert code == 2, (rank, err[-3000:])
         lines = [line for line in err.splitlines() if "divergence train: error:" in line]

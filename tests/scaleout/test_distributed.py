@@ -1,23 +1,16 @@
 """Several ranks: a DDP arm on CPU (gloo), and comparisons divided among ranks equal one rank exactly."""
 
 import json
-import os
 import pickle
-import shutil
-import subprocess
-import sys
 
 import pytest
-import torch.multiprocessing as mp
 
 from divergence.comparator.distributed import assign, compare_files
 from divergence.comparator.ranks import Ranks
 from divergence.checkpoints.compare import compare_checkpoints
 from divergence.pairfolder.arm.status import ArmStatus
-from tests.pairs.helpers import PAIR_FAST, PAIRS
 
-from .conftest import STEPS
-from .workers import compare_then_watch
+from .conftest import rank_results
 
 
 def test_assign_balances_sizes_and_gives_every_item_one_rank():
@@ -35,48 +28,28 @@ def test_one_rank_equals_compare(trained):
     assert ours.records == reference.records and ours.summary == reference.summary
 
 
-def test_two_gloo_ranks_equal_one_rank_and_follow_a_pair(trained, tmp_path):
+def test_two_gloo_ranks_equal_one_rank_and_follow_a_pair(two_rank_runs, trained):
+    """2 gloo ranks (the shared torchrun launch, its ``compare`` job): the comparison divided among
+    them, then the comparator following a copy of the separate arms."""
+    results = rank_results(two_rank_runs, "compare")
+    assert [code for code, _ in results] == [0, 0], results
     a, b = (str(trained / "arms" / arm / "checkpoints/step_000004.safetensors") for arm in "ab")
-    pair = tmp_path / "pair"
-    shutil.copytree(trained / "arms", pair)
-    init = f"file://{tmp_path / 'rendezvous'}"
-    result = tmp_path / "result.pkl"
-    mp.spawn(compare_then_watch, args=(2, init, a, b, str(pair), str(result)), nprocs=2, join=True)
-    records, summary = pickle.loads(result.read_bytes())
+    records, summary = pickle.loads((two_rank_runs / "compared.pkl").read_bytes())
     single = compare_files(a, b, Ranks())
     assert records == single.records and summary == single.summary  # exactly, record for record
-    assert (pair / "metrics.jsonl").read_bytes() == (trained / "lockstep/metrics.jsonl").read_bytes()
+    assert (two_rank_runs / "pair/metrics.jsonl").read_bytes() == (trained / "lockstep/metrics.jsonl").read_bytes()
 
 
 @pytest.mark.slow
-def test_a_two_process_ddp_arm_on_cpu_completes_and_checkpoints(tmp_path):
-    """torchrun, 2 processes, gloo: about 10 s on 2 cores."""
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    env = dict(os.environ, PYTHONPATH=os.getcwd(), OMP_NUM_THREADS="1")
-    command = [
-        torchrun,
-        "--standalone",
-        "--nproc-per-node=2",
-        "-m",
-        "divergence",
-        "train",
-        "--recipe",
-        str(PAIRS / "seed-vs-seed.yaml"),
-        "--arm",
-        "a",
-        "--out",
-        str(tmp_path),
-        *PAIR_FAST,
-        *STEPS,
-        "train.strategy=ddp",
-        "train.devices=2",
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    names = sorted(p.name for p in (tmp_path / "a/checkpoints").iterdir())
+def test_a_two_process_ddp_arm_on_cpu_completes_and_checkpoints(two_rank_runs):
+    """``divergence train --arm a`` on 2 gloo ranks under torchrun (the shared launch, its ``arm`` job)."""
+    out = two_rank_runs / "arm"
+    results = rank_results(two_rank_runs, "arm")
+    assert [code for code, _ in results] == [0, 0], [err[-3000:] for _, err in results]
+    names = sorted(p.name for p in (out / "a/checkpoints").iterdir())
     assert names == [f"step_{s:06d}.safetensors" for s in (0, 2, 3, 4)]
-    status = ArmStatus.read(tmp_path / "a")
+    status = ArmStatus.read(out / "a")
     assert status.finished and status.world_size == 2
-    losses = [json.loads(line) for line in (tmp_path / "a/losses.jsonl").read_text().splitlines()]
+    losses = [json.loads(line) for line in (out / "a/losses.jsonl").read_text().splitlines()]
     assert [r["step"] for r in losses] == [1, 2, 3, 4]
-    assert (tmp_path / "a/resume/last.ckpt").is_file()
+    assert (out / "a/resume/last.ckpt").is_file()

@@ -5,39 +5,51 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
+
+from lightning.pytorch.callbacks import Callback
 
 from divergence.training.callbacks.resume import HPC_NAME, drop_superseded, resume_file
 from divergence.training.checkpoint_io import load_resume_state
 
 # one tiny run; at step SIGNAL_AT the job signals itself as SLURM would (--signal=SIGUSR1@120)
-DRIVER = textwrap.dedent("""
-    import os, signal, sys
-    from lightning.pytorch.callbacks import Callback
+MAX_STEPS, CHECKPOINT_EVERY, SIGNAL_AT = 6, 2, 3
+
+
+class Probe(Callback):
+    """Notes each attempt's first step in ``out/started_at``; at step ``signal_at`` sends SIGUSR1 to itself."""
+
+    def __init__(self, out, signal_at: int):
+        self.out, self.signal_at = out, signal_at
+
+    def on_train_start(self, trainer, pl_module):
+        with open(os.path.join(self.out, "started_at"), "a") as f:
+            f.write(f"{trainer.global_step}\n")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.signal_at:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+
+def run_job(out: str, signal_at: int) -> None:
     from divergence.training.single import train_run
     from tests.training.tiny import tiny_recipe
 
-    out, signal_at = sys.argv[1], int(sys.argv[2])
+    recipe = tiny_recipe(
+        f"train.max_steps={MAX_STEPS}",
+        f"train.checkpoint_every={CHECKPOINT_EVERY}",
+        "sample.enabled=false",
+        "log.csv=false",
+        "log.tensorboard=false",
+        "train.cpu_threads=1",
+    )
+    train_run(recipe, out, callbacks=[Probe(out, signal_at)])
 
-    class Probe(Callback):
-        def on_train_start(self, trainer, pl_module):
-            with open(os.path.join(out, "started_at"), "a") as f:
-                f.write(f"{trainer.global_step}\\n")
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            if trainer.global_step == signal_at:
-                os.kill(os.getpid(), signal.SIGUSR1)
-
-    recipe = tiny_recipe("train.max_steps=10", "train.checkpoint_every=4", "sample.enabled=false",
-                         "log.csv=false", "log.tensorboard=false", "train.cpu_threads=1")
-    train_run(recipe, out, callbacks=[Probe()])
-""")
 
 # SLURM's requeue ends the job: this scontrol stands in for it (there is no SLURM here)
 SCONTROL = '#!/bin/bash\necho "$@" >> "$REQUEUE_LOG"\nkill -9 "$PPID"\n'
 
 
-def _job(tmp_path, out, signal_at):
+def _slurm_env(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "scontrol").write_text(SCONTROL)
@@ -55,28 +67,43 @@ def _job(tmp_path, out, signal_at):
         SLURM_NODEID="0",
         OMP_NUM_THREADS="1",
     )
+    return env
+
+
+def _job(tmp_path, out, signal_at):
+    """The job in its own process: SIGUSR1, then the requeue's ``kill -9`` of it."""
     return subprocess.run(
-        [sys.executable, "-c", DRIVER, str(out), str(signal_at)], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "tests.scaleout.test_requeue", str(out), str(signal_at)],
+        env=_slurm_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
-def test_requeue_resumes_from_the_hpc_checkpoint_and_removes_it(tmp_path):
+def test_requeue_resumes_from_the_hpc_checkpoint_and_removes_it(tmp_path, monkeypatch):
     out = tmp_path / "run"
-    first = _job(tmp_path, out, signal_at=6)
+    first = _job(tmp_path, out, signal_at=SIGNAL_AT)
     assert first.returncode == -signal.SIGKILL, first.stderr[-2000:]  # killed by the requeue
     assert (tmp_path / "requeued").read_text().split() == ["requeue", "4242"]
     resume = out / "resume"
     hpc = [p.name for p in resume.iterdir() if HPC_NAME.match(p.name)]
     assert hpc == ["hpc_ckpt_1.ckpt"]
-    assert load_resume_state(resume / "hpc_ckpt_1.ckpt")["global_step"] == 6  # at the step boundary
-    assert load_resume_state(resume / "last.ckpt")["global_step"] == 4
+    assert load_resume_state(resume / "hpc_ckpt_1.ckpt")["global_step"] == SIGNAL_AT  # at the step boundary
+    assert load_resume_state(resume / "last.ckpt")["global_step"] == 2
     assert resume_file(resume) == resume / "hpc_ckpt_1.ckpt"
 
-    second = _job(tmp_path, out, signal_at=-1)  # the requeued attempt
-    assert second.returncode == 0, second.stderr[-2000:]
-    assert (out / "started_at").read_text().split() == ["0", "6"]  # from the HPC step, not from 4
+    # the requeued attempt, in this process (no signal now: nothing ends it), in the job's environment
+    for key in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(key)
+    for key, value in _slurm_env(tmp_path).items():
+        if os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)
+    run_job(str(out), signal_at=-1)
+    assert (out / "started_at").read_text().split() == ["0", str(SIGNAL_AT)]  # from the HPC step, not from 2
     assert sorted(p.name for p in resume.iterdir() if p.suffix == ".ckpt") == ["last.ckpt"]  # superseded: gone
-    assert load_resume_state(resume / "last.ckpt")["global_step"] == 10
+    assert load_resume_state(resume / "last.ckpt")["global_step"] == MAX_STEPS
 
 
 def test_the_newest_state_wins_and_older_hpc_checkpoints_go(tmp_path):
@@ -92,3 +119,7 @@ def test_the_newest_state_wins_and_older_hpc_checkpoints_go(tmp_path):
     assert resume_file(resume) == resume / "last.ckpt"
     drop_superseded(resume, resume / "last.ckpt")
     assert sorted(p.name for p in resume.iterdir()) == ["last.ckpt"]
+
+
+if __name__ == "__main__":
+    run_job(sys.argv[1], int(sys.argv[2]))

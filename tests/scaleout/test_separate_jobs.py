@@ -116,10 +116,11 @@ def test_an_arm_resumed_after_a_crash_cleans_up_and_the_pair_still_matches_locks
 
 
 def test_ema_and_accumulation_give_the_lockstep_store_bitwise(tmp_path):
-    """EMA records (ema.* tensors, ema_* summaries) from files equal the lockstep tracker's."""
+    """EMA records (ema.* tensors, ema_* summaries) from files equal the lockstep tracker's (2 steps:
+    tracked 0 and 2, each from its own accumulated steps)."""
     from divergence.training.lockstep import train_pair
 
-    extra = ("train.ema={decay: 0.5}", "train.accumulate=2", "tracking.probe.enabled=false")
+    extra = ("train.ema={decay: 0.5}", "train.accumulate=2", "tracking.probe.enabled=false", "train.max_steps=2")
     train_pair(seed_pair(*extra), tmp_path / "lockstep")
     for arm in "ab":
         train_arm(seed_pair(*extra), arm, tmp_path / "arms")

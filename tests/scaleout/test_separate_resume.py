@@ -1,6 +1,6 @@
 """A separate-job pair resumed after a kill: only the killed arm's remaining steps train again.
 
-The pair: arm a one plain process, arm b ZeRO-1 under DDP on one gloo rank (``train.strategy``
+The pair (the tiny DiT): arm a one plain process, arm b ZeRO-1 under DDP on one gloo rank (``train.strategy``
 and ``train.shard_optimizer`` differ, so ``divergence train`` trains each arm as its own job).
 On one rank ZeroRedundancyOptimizer owns every weight and steps it exactly as AdamW does, so the
 two arms compute the same weights bitwise: arm a, trained once without interruption, is the
@@ -26,6 +26,7 @@ from divergence.training.separate_pair import separate_jobs
 from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe, store_lines
 
 OVERRIDES = (
+    "model.denoiser=transformer",  # the tiny DiT: a quarter of the UNet's CPU a step, and ZeRO-1 alike
     "arms.a=[{data-parallel: 1x2}]",  # one plain process (strategy auto)
     "arms.b=[zero-1]",  # ZeRO-1 under DDP, one rank
     "train.strategy=ddp",
