@@ -14,14 +14,33 @@ from .helpers import PAIR_FAST, PAIRS, step_records, wandb_history, wandb_synced
 
 # killed after step 13 (in the segment after the step-8 checkpoint), resumed across the end of every-step tracking (20)
 STEPS = ("train.max_steps=24", "train.checkpoint_every=8", "tracking.every=2")
+CHECKPOINT = 8
+WASSERSTEIN = "divergence/model/wasserstein"
+# seed-vs-seed on the tiny DiT: a step about 4x cheaper than the UNet's
+PAIR = """name: seed-vs-seed-dit
+base: {base}
+arms:
+  a: [{{seed: 0}}]
+  b: [{{seed: 1}}]
+"""
 
 
-def _command(out, *extra):
-    return ["train", "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--out", str(out), *PAIR_FAST, *STEPS, *extra]
+def _command(recipe, out, *extra):
+    return ["train", "--recipe", str(recipe), "--out", str(out), *PAIR_FAST, *STEPS, *extra]
 
 
-def _kill_mid_segment(out, *extra, after_step=13, timeout=120):
-    """Start the pair in a child process and SIGKILL it once the store has passed ``after_step``.
+def _wandb_holds(out, step):
+    """Whether the (still written) offline wandb file under ``out`` holds the tracked ``step``."""
+    try:
+        return any(row["_step"] >= step and WASSERSTEIN in row for row in wandb_history(out))
+    except Exception:  # a record cut mid-write: not yet
+        return False
+
+
+def _kill_mid_segment(recipe, out, *extra, after_step=13, timeout=120):
+    """Start the pair in a child process and SIGKILL it once the store has passed ``after_step`` and its
+    wandb file holds the checkpoint's step (wandb writes behind the trainer: killed before, the steps up to
+    the checkpoint would be in neither run, and the wandb check would fail for a reason not the resume's).
 
     The whole process group is killed, as a scheduler kills a job: the trainer and its wandb
     service process alike."""
@@ -29,7 +48,7 @@ def _kill_mid_segment(out, *extra, after_step=13, timeout=120):
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
     env["PYTHONPATH"] = os.getcwd()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "divergence", *_command(out, *extra)],
+        [sys.executable, "-m", "divergence", *_command(recipe, out, *extra)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -38,7 +57,7 @@ def _kill_mid_segment(out, *extra, after_step=13, timeout=120):
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
         store = out / "metrics.jsonl"
-        if store.exists() and f'"step":{after_step},' in store.read_text():
+        if store.exists() and f'"step":{after_step},' in store.read_text() and _wandb_holds(out, CHECKPOINT):
             os.killpg(proc.pid, signal.SIGKILL)
             break
         time.sleep(0.02)
@@ -49,12 +68,14 @@ def _kill_mid_segment(out, *extra, after_step=13, timeout=120):
 def test_resume_after_sigkill_equals_uninterrupted(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    recipe = tmp_path / "seed-vs-seed-dit.yaml"
+    recipe.write_text(PAIR.format(base=PAIRS.parent / "tiny-dit.yaml"))
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    assert main(_command(straight, "log.wandb=true")) == 0
-    _kill_mid_segment(killed, "log.wandb=true")
+    assert main(_command(recipe, straight, "log.wandb=true")) == 0
+    _kill_mid_segment(recipe, killed, "log.wandb=true")
     killed_at = max(step_records(killed))
     assert 12 <= killed_at < 24  # killed after step 12 committed, before the end
-    assert main(_command(killed, "log.wandb=true")) == 0
+    assert main(_command(recipe, killed, "log.wandb=true")) == 0
 
     # the metrics series: byte for byte the same records, no duplicates, no gaps
     assert (killed / "metrics.jsonl").read_bytes() == (straight / "metrics.jsonl").read_bytes()
@@ -67,5 +88,5 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path, monkeypatch):
     # drops the re-logged steps it already holds (its rule for resumed runs)
     rows = wandb_history(killed)
     assert len({row["_file"] for row in rows}) == 2
-    synced = wandb_synced_steps(rows, "divergence/model/wasserstein")
+    synced = wandb_synced_steps(rows, WASSERSTEIN)
     assert synced == [s for s, r in step_records(straight).items() if r["tracked"]]
