@@ -12,9 +12,9 @@ from divergence.cli import main
 
 from .helpers import PAIR_FAST, PAIRS, step_records, wandb_history, wandb_synced_steps
 
-# killed after step 13 (in the segment after the step-8 checkpoint), resumed across the end of every-step tracking (20)
-STEPS = ("train.max_steps=24", "train.checkpoint_every=8", "tracking.every=2")
-CHECKPOINT = 8
+# killed after step 7 (in the segment after the step-4 checkpoint), resumed across the end of every-step tracking (8)
+STEPS = ("train.max_steps=12", "train.checkpoint_every=4", "tracking.every=2", "tracking.dense=[[8,1]]")
+CHECKPOINT = 4
 WASSERSTEIN = "divergence/model/wasserstein"
 # seed-vs-seed on the tiny DiT: a step about 4x cheaper than the UNet's
 PAIR = """name: seed-vs-seed-dit
@@ -37,7 +37,7 @@ def _wandb_holds(out, step):
         return False
 
 
-def _kill_mid_segment(recipe, out, *extra, after_step=13, timeout=120):
+def _kill_mid_segment(recipe, out, *extra, after_step=7, timeout=120):
     """Start the pair in a child process and SIGKILL it once the store has passed ``after_step`` and its
     wandb file holds the checkpoint's step (wandb writes behind the trainer: killed before, the steps up to
     the checkpoint would be in neither run, and the wandb check would fail for a reason not the resume's).
@@ -74,14 +74,14 @@ def test_resume_after_sigkill_equals_uninterrupted(tmp_path, monkeypatch):
     assert main(_command(recipe, straight, "log.wandb=true")) == 0
     _kill_mid_segment(recipe, killed, "log.wandb=true")
     killed_at = max(step_records(killed))
-    assert 12 <= killed_at < 24  # killed after step 12 committed, before the end
+    assert 6 <= killed_at < 12  # killed after step 6 committed, before the end
     assert main(_command(recipe, killed, "log.wandb=true")) == 0
 
     # the metrics series: byte for byte the same records, no duplicates, no gaps
     assert (killed / "metrics.jsonl").read_bytes() == (straight / "metrics.jsonl").read_bytes()
     # the final weights of both arms: bitwise equal
     for arm in "ab":
-        final = f"{arm}/checkpoints/step_000024.safetensors"
+        final = f"{arm}/checkpoints/step_000012.safetensors"
         a, b = load_file(straight / final), load_file(killed / final)
         assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     # wandb: every tracked step exactly once across the killed and the resumed run, once wandb
