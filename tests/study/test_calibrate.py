@@ -59,7 +59,7 @@ def test_calibrate_trains_the_ladder_and_calls_evaluate(tmp_path, monkeypatch, c
         "--out",
         str(out),
         "--max-steps",
-        "3",
+        "2",
         "--replicates",
         "2",
         "--jobs",
@@ -68,15 +68,17 @@ def test_calibrate_trains_the_ladder_and_calls_evaluate(tmp_path, monkeypatch, c
         "doses=[1.0e-4,1.0e-2]",
         "base=tiny-dit.yaml",  # the ladder's mechanics, not a backbone's: the DiT trains ~3x faster than the UNet
         "references.precision=null",
-        "horizons=[2,3]",
+        "horizons=[1,2]",
         "train.batch_size=2",
         "tracking.probe.size=2",
         "sample.enabled=false",
         "log.wandb=false",
+        "log.csv=false",
+        "tracking.dense=[]",
     ]
     assert main(args) == 0
     ((ladder, seed_pairs, horizons, references),) = calls
-    assert sorted(ladder) == [1e-4, 1e-2] and horizons == (2, 3) and references == {}  # precision=null
+    assert sorted(ladder) == [1e-4, 1e-2] and horizons == (1, 2) and references == {}  # precision=null
     assert all(len(runs) == 2 for runs in ladder.values()) and len(seed_pairs) == 2
     run = ladder[1e-2][1]
     assert run.name == "grad-noise-0.01" and Path(run.folder) == (out / "grad-noise-0.01" / "r1").resolve()

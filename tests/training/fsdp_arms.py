@@ -91,21 +91,35 @@ def _by_hand(rank: int, world: int) -> tuple[dict, dict]:
         arm.configure_optimizers()
         for variant in p.arms["a"]:
             variant.verify(arm)  # raises unless every trained weight is sharded as the stage says
-    micro = inputs.prepare_step(inputs.batches.batch(0, rank, world))
-    for name, arm in arms.items():  # between forward and backward: what a unit holds (DTensors: its shards)
-        loss = torch.nn.functional.mse_loss(arm.predict(micro[0]), micro[0].target)
-        kept[name] = [isinstance(p, DTensor) for p in arm.unet.get_submodule(units(arm.unet)[0]).parameters()]
-        loss.backward()
-        arm.optimizer.zero_grad(set_to_none=True)
+    sharded = {name: sum(isinstance(p, DTensor) for p in arm.parameters()) for name, arm in arms.items()}
+    hooks = [arm.unet.register_forward_hook(_keep(kept, name, arm.unet)) for name, arm in arms.items()]
+    arms["grad-op"].predict(inputs.prepare_step(inputs.batches.batch(0, rank, world))[0])  # its forward only
     for step in range(STEPS):  # arm full's training, the uninterrupted reference of the resumed arm a
         arms["full"].training_step(inputs.prepare_step(inputs.batches.batch(step, rank, world)))
+    for hook in hooks:
+        hook.remove()
     full = tp.full_tensors(arms["full"].weights())
     result = {
         "units": units(arms["full"].unet),
         "text_encoder_units": units(arms["full"].text_encoder),
-        "sharded": {name: sum(isinstance(p, DTensor) for p in arm.parameters()) for name, arm in arms.items()},
+        "sharded": sharded,
         "parameters": sum(1 for _ in arms["full"].parameters()),
         "sharded_after_forward": {name: all(v) for name, v in kept.items()},
         "whole_after_forward": {name: not any(v) for name, v in kept.items()},
     }
     return result, {k: v.contiguous() for k, v in full.items()}
+
+
+def _keep(kept: dict, name: str, unet):
+    """A forward hook on ``unet`` noting, after its first forward (before the backward), whether each
+    weight of its first FSDP unit is a DTensor (that unit holds its shards) or a plain tensor (gathered)."""
+    from torch.distributed.tensor import DTensor
+
+    from divergence.models.fully_sharded import units
+
+    unit = unet.get_submodule(units(unet)[0])
+
+    def hook(*_):
+        kept.setdefault(name, [isinstance(p, DTensor) for p in unit.parameters()])
+
+    return hook
