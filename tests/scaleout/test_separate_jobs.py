@@ -35,12 +35,20 @@ def test_arms_write_checkpoints_at_every_tracked_step_byte_identical_to_lockstep
     assert [json.loads(line)["step"] for line in losses] == [1, 2, 3, 4]
 
 
-def test_watch_writes_the_lockstep_store_bitwise(arms, trained):
-    assert main(["watch", str(arms), "--poll", "0.01", "--timeout", "30", "--quiet"]) == 0
-    assert (arms / "metrics.jsonl").read_bytes() == (trained / "lockstep/metrics.jsonl").read_bytes()
-    info = json.loads((arms / "pair.json").read_text())
+@pytest.fixture(scope="module")
+def watched(trained, tmp_path_factory):
+    """The separately trained arms followed once by ``divergence watch`` (read it; copy it to change it)."""
+    out = tmp_path_factory.mktemp("watched") / "pair"
+    shutil.copytree(trained / "arms", out)
+    assert main(["watch", str(out), "--poll", "0.01", "--timeout", "30", "--quiet"]) == 0
+    return out
+
+
+def test_watch_writes_the_lockstep_store_bitwise(watched, trained):
+    assert (watched / "metrics.jsonl").read_bytes() == (trained / "lockstep/metrics.jsonl").read_bytes()
+    info = json.loads((watched / "pair.json").read_text())
     assert info["finished"] and info["last_step"] == 4 and info["category"] == "seed"
-    assert (arms / "csv/metrics.csv").is_file()  # the pair's loggers, as in lockstep
+    assert (watched / "csv/metrics.csv").is_file()  # the pair's loggers, as in lockstep
 
 
 class Stop(Exception):
@@ -79,8 +87,9 @@ def test_a_partly_written_checkpoint_is_never_read(arms, trained):
     assert (arms / "metrics.jsonl").read_bytes() == (trained / "lockstep/metrics.jsonl").read_bytes()
 
 
-def test_an_arm_restarted_from_an_earlier_step_is_followed(arms, trained, monkeypatch):
-    assert _watch(arms, timeout=30) == 0
+def test_an_arm_restarted_from_an_earlier_step_is_followed(watched, trained, tmp_path, monkeypatch):
+    arms = tmp_path / "pair"
+    shutil.copytree(watched, arms)  # followed to its last step
     status = ArmStatus.read(arms / "b")
     status.attempt, status.start_step = 2, 2  # arm b was requeued and resumed from step 2
     status.write(arms / "b")
