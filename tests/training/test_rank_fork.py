@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from divergence.training import child_start
+from divergence.training.separate_pair import RANK_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = [
@@ -76,7 +77,10 @@ def _command(root: Path, out: Path, *extra: str) -> list[str]:
 
 
 def _env(root: Path, mode: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+    # without the rank variables an earlier in-process launch left in this worker's environment (Lightning's
+    # launcher sets MASTER_PORT and the rest in its own process): a stale MASTER_PORT would be bound twice
+    dropped = {"PYTEST_CURRENT_TEST", "MASTER_ADDR", *RANK_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     path = os.pathsep.join([str(ROOT), str(root / "site")])
     return dict(env, PYTHONPATH=path, DIVERGENCE_CHILD_START=mode, RANK_FORK_STARTS=str(root / "starts.jsonl"))
 
