@@ -66,3 +66,23 @@ def test_fsdp_refines_the_data_parallel_layout_only_after_it(tmp_path):
         assert "(fsdp and fsdp-offload may set it after another variant, not before)" in str(err)
     else:
         raise AssertionError("a layout after fsdp was taken")
+
+
+def test_each_replicate_starts_its_multi_rank_pairs_first(tmp_path):
+    # a job waits for room rather than being passed (study.runner.fits): a 2-rank pair planned between
+    # 1-process ones left a core idle until the pair before it ended, once per 2-rank row and replicate
+    from divergence.atlas.plan import backbone_study
+    from divergence.study.runner import plan_jobs, start_order
+
+    rows = select(["fused-adamw", "data-parallel", "zero-1", "fsdp-full"])
+    planned = plan_jobs(backbone_study("unet", rows, "cpu", ["replicates=2"]).study, tmp_path, [])
+    started = start_order(planned)
+    assert sorted(map(id, started)) == sorted(map(id, planned))
+    assert [j.replicate for j in started] == sorted(j.replicate for j in planned)
+    for replicate in (0, 1):
+        jobs = [j for j in started if j.replicate == replicate]
+        assert {j.pair.name for j in jobs[:3]} == {"data-parallel", "zero-1", "fsdp-full"}
+        assert [j.ranks_now() for j in jobs] == [2, 2, 2] + [1] * (len(jobs) - 3)
+        assert jobs[2].pair.name == "data-parallel"  # arms of 2 and 1 ranks: its arm b runs beside a 1-process pair
+        ones = [j.label for j in jobs[3:]]
+        assert ones == [j.label for j in planned if j.replicate == replicate and j.ranks == 1]
