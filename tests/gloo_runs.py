@@ -9,11 +9,14 @@ its tests on one xdist worker):
     root/lightning/   tests.byo.dcp_lightning        (Lightning ModelParallelStrategy + ArmCheckpoints)
     root/fsdp/        tests.training.fsdp_arms       (the fsdp variant's FSDP2 arms, the fsdp-full pair)
     root/experts/     tests.models.expert_parallel_runs  (an MoE layer's experts over the 2 ranks)
+    root/tensor/      tests.training.tensor_parallel_runs  (the tensor-parallel arm, and its
+                      ``divergence train --arm a`` once the shared process group has ended)
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import torch
@@ -22,21 +25,32 @@ import torch
 def write_all(root: Path) -> Path:
     import torch.multiprocessing as mp
 
-    from tests.checkpoints.dcp_runs import _free_port
-
-    for name in ("runs", "arms", "lightning", "fsdp", "experts"):
+    for name in ("runs", "arms", "lightning", "fsdp", "experts", "tensor"):
         (root / name).mkdir(parents=True, exist_ok=True)
-    mp.spawn(_worker, args=(2, str(root), _free_port()), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, str(root), *_free_ports(2)), nprocs=2, join=True)
     return root
 
 
-def _worker(rank: int, world: int, root: str, port: int) -> None:
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports (all bound at once, so none is handed out twice)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _worker(rank: int, world: int, root: str, port: int, train_port: int) -> None:
     import torch.distributed as dist
 
     from tests.byo import dcp_arms, dcp_lightning
     from tests.checkpoints import dcp_runs
     from tests.training import fsdp_arms
     from tests.models import expert_parallel_runs
+    from tests.training import tensor_parallel_runs
 
     # the launcher's environment: Lightning reads its ranks from it
     os.environ.update(
@@ -50,6 +64,9 @@ def _worker(rank: int, world: int, root: str, port: int) -> None:
         expert_parallel_runs.write_on_rank(Path(root) / "experts", rank, world)
         dcp_lightning.fit_on_rank(Path(root) / "lightning")
         fsdp_arms.write_on_rank(Path(root) / "fsdp", rank, world)
+        tensor_parallel_runs.check_on_rank(Path(root) / "tensor", rank)
+        dist.destroy_process_group()
+        tensor_parallel_runs.train_on_rank(Path(root) / "tensor", rank, train_port)  # its own process group
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

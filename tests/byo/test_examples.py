@@ -2,8 +2,6 @@
 
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from divergence.store import MetricsStore
@@ -11,10 +9,16 @@ from divergence.store import MetricsStore
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def test_own_lightning_module_in_lockstep(tmp_path):
-    spec = importlib.util.spec_from_file_location("own_lightning_module", EXAMPLES / "own_lightning_module.py")
+def _load(name: str):
+    """``examples/<name>.py`` as a module (its ``main`` is what ``python examples/<name>.py`` runs)."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
+    return example
+
+
+def test_own_lightning_module_in_lockstep(tmp_path):
+    example = _load("own_lightning_module")
     example.main(["--out", str(tmp_path), "--steps", "3", "--every", "2"])
     store = MetricsStore(tmp_path)
     assert store.steps() == [0, 1, 2, 3]
@@ -26,13 +30,10 @@ def test_own_lightning_module_in_lockstep(tmp_path):
 
 
 def test_plain_loop_as_two_processes_and_watch(tmp_path):
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "plain_loop.py"), "--out", str(tmp_path), "--steps", "6", "--every", "3"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    """The example's ``main`` here (its two arm processes are its own ``Popen``s, its watch runs in
+    this process): a process of its own would import torch and the comparator again (~7 s of CPU)."""
+    example = _load("plain_loop")
+    assert example.main(["--out", str(tmp_path), "--steps", "6", "--every", "3"]) == 0
     store = MetricsStore(tmp_path)
     assert store.steps() == list(range(7))
     assert [r["step"] for r in store.step_records() if r["tracked"]] == list(range(7))  # dense early schedule

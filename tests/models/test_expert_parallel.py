@@ -18,12 +18,15 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from divergence.errors import RecipeError
+from divergence.training import child_start
+from divergence.training.separate_pair import RANK_VARIABLES
 from divergence.pairfolder.arm.losses import LossFile
 from divergence.pairfolder.arm.status import ArmStatus
 from divergence.variants import VARIANTS, as_base
@@ -50,25 +53,35 @@ def test_experts_over_two_ranks_compute_the_one_process_layer(gloo_runs):
 
 
 def test_the_expert_parallel_pair_trains_as_separate_jobs_resumes_and_differs_by_a_reordering(tmp_path):
-    """Arm a's 2-rank job is killed (SIGKILL, its process group) after its first resumable checkpoint;
-    the pair's command then resumes it from the full tensors of ``resume/last.ckpt``, trains arm b
-    and runs the comparator."""
+    """Arm a's 2-rank job is killed (SIGKILL, both ranks) after its first resumable checkpoint; the
+    pair's command then resumes it from the full tensors of ``resume/last.ckpt``, trains arm b and
+    runs the comparator. Both commands, their arm jobs and rank 1 are forked from one zygote
+    (``training.child_start``, as a study starts its pairs): one fresh interpreter, not four."""
     out = tmp_path / "pair"
     recipe = str(PAIRS / "expert-parallel.yaml")
     command = [sys.executable, "-m", "divergence", "train", "--recipe", recipe, "--out", str(out)]
     command += [*PAIR_FAST, *SHORT, *ARMS]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
-    first = subprocess.Popen(
-        [*command, "--arm", "a"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    deadline = time.time() + TIMEOUT
-    while time.time() < deadline and first.poll() is None and not (out / "a" / "resume" / "last.ckpt").exists():
-        time.sleep(0.02)
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait()
-    assert first.returncode == -signal.SIGKILL, "arm a finished before it could be killed"
-    run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=TIMEOUT)
-    assert run.returncode == 0, run.stderr[-3000:]
+    # without the rank variables an in-process launch may have left in this worker (a stale MASTER_PORT)
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", *RANK_VARIABLES)}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.getcwd())
+    zygote = None
+    try:
+        with open(tmp_path / "killed.log", "w") as log:
+            first = child_start.start([*command, "--arm", "a"], env, stdout=log, stderr=subprocess.STDOUT)
+        zygote = _zygote_of(first)
+        deadline = time.time() + TIMEOUT
+        while time.time() < deadline and first.poll() is None and not (out / "a" / "resume" / "last.ckpt").exists():
+            time.sleep(0.02)
+        for pid in _children(zygote.pid):  # as a scheduler kills a job: rank 0 and rank 1 alike
+            os.kill(pid, signal.SIGKILL)
+        assert first.wait(timeout=60) == -signal.SIGKILL, "arm a finished before it could be killed"
+        with open(tmp_path / "resumed.log", "w") as log:
+            run = child_start.start(command, env, stdout=log, stderr=subprocess.STDOUT)
+        assert run.wait(timeout=TIMEOUT) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
+    finally:
+        child_start.close_all()  # the zygote exits once its children have; waited for, so its CPU is ours
+        if zygote is not None:
+            zygote.wait(timeout=60)
     assert json.loads((out / "pair.json").read_text())["last_step"] == 3
     a, b = (ArmStatus.read(out / arm) for arm in "ab")
     assert a.attempt == 2 and a.start_step >= 1  # resumed, not started again
@@ -91,6 +104,29 @@ def test_the_expert_parallel_pair_trains_as_separate_jobs_resumes_and_differs_by
     # every merged step holds both of arm a's ranks; the step the kill interrupted may be missing (a rank
     # can die between the resumable checkpoint and its costs line, and the resumed attempt does not redo it)
     assert len(costs) >= 2 and all(len(c["arms"]["a"]["ranks"]) == 2 for c in costs)
+
+
+def _zygote_of(child) -> subprocess.Popen:
+    """The zygote process that forked ``child`` (a Popen'd child, were the fork server refused, fails here)."""
+    assert type(child) is child_start.ForkedChild, type(child)
+    (zygote,) = (z.process for z in child_start._zygotes.values() if z.process.pid == _parent(child.pid))
+    return zygote
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and _parent(int(entry.name)) == pid:
+                found.append(int(entry.name))
+        except (OSError, IndexError):
+            pass
+    return found
 
 
 def test_expert_parallel_is_fp32_equivalent_reads_as_one_process_and_bad_values_are_one_line():

@@ -81,7 +81,9 @@ def _by_hand(rank: int, world: int) -> tuple[dict, dict]:
 
     recipes = {"full": pair("fsdp-full"), "grad-op": pair("fsdp-grad-op")}
     inputs = Inputs(recipes["full"].arm_recipes["a"])
-    mesh = init_device_mesh("cpu", (world,))
+    # Lightning's ModelParallelStrategy mesh: its data-parallel dimension is the same mesh (by value), so
+    # the DTensor sharding rules computed here are cached for the Lightning arm's steps too
+    mesh = init_device_mesh("cpu", (world, 1), mesh_dim_names=("data_parallel", "tensor_parallel"))["data_parallel"]
     arms, kept = {}, {}
     for name, p in recipes.items():
         arm = arms[name] = Arm(p.arm_recipes["a"], inputs.tokenizer)
