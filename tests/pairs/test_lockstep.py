@@ -54,9 +54,9 @@ def test_flash_vs_baseline_drifts_apart_and_compare_reproduces_it(tmp_path, caps
     train_pair(
         pair_recipe(
             "flash-vs-baseline",
-            "train.max_steps=8",
+            "train.max_steps=4",
             "tracking.every=2",
-            "tracking.dense=[]",  # steps 0, 2, 4, 6, 8 compared (the default tracks every one of the first 20)
+            "tracking.dense=[]",  # steps 0, 2, 4 compared (the default tracks every one of the first 20)
             "tracking.coherence_every=0",  # its own test: tests/pairs/test_coherence_record.py
             "train.checkpoint_every=4",
         ),
@@ -64,13 +64,14 @@ def test_flash_vs_baseline_drifts_apart_and_compare_reproduces_it(tmp_path, caps
     )
     steps = step_records(tmp_path)
     assert steps[0]["max_abs_diff"] == 0.0  # same init, same data: only the kernel differs
-    assert 0 < steps[2]["wasserstein"] and steps[2]["wasserstein"] < steps[8]["wasserstein"]
-    # the saved checkpoints of step 8 give exactly the numbers the callback stored
-    a, b = (tmp_path / arm / "checkpoints" / "step_000008.safetensors" for arm in "ab")
+    # W grows 2.2x from step 2 to 4 (7.1e-9, 1.6e-8; 3.9e-8 at 8), on a CPU bitwise the same every run
+    assert 0 < steps[2]["wasserstein"] and steps[2]["wasserstein"] < steps[4]["wasserstein"]
+    # the saved checkpoints of step 4 give exactly the numbers the callback stored
+    a, b = (tmp_path / arm / "checkpoints" / "step_000004.safetensors" for arm in "ab")
     assert main(["compare", str(a), str(b), "--json", str(tmp_path / "c.json"), "--quiet"]) == 0
     summary = json.loads((tmp_path / "c.json").read_text())["summary"]
     for metric in ("wasserstein", "max_abs_diff", "mean_abs_diff", "rms_diff", "rel_l2", "cosine"):
-        assert summary[metric] == steps[8][metric], metric
+        assert summary[metric] == steps[4][metric], metric
     assert set(open_checkpoint(a).names) == set(open_checkpoint(b).names)
 
 
