@@ -2,6 +2,7 @@
 
 import functools
 import gc
+import json
 import math
 import subprocess
 import sys
@@ -99,38 +100,41 @@ def test_errors_name_the_shapes_and_dtypes():
         compare_tensors(torch.zeros(2, dtype=torch.complex64), torch.zeros(2))
 
 
-def _run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+# the threads after importing, after comparing, and the exit code of a child forked then, comparing again
+THREADS = f"""
+    import json, os, signal, threading
+    import divergence.metrics, divergence.checkpoints.compare
+    imported = [t.name for t in threading.enumerate()]
+    import torch
+    from divergence.metrics import compare_tensors
+    a, b = torch.ones({MID}), torch.zeros({MID})
+    parent = compare_tensors(a, b)
+    compared = [t.name for t in threading.enumerate()]
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(60)  # a child that hangs (the bug) ends itself
+        os._exit(0 if compare_tensors(a, b) == parent else 1)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps(dict(imported=imported, compared=compared, child=os.waitstatus_to_exitcode(status))))
+"""
 
 
-def test_importing_starts_no_thread_and_comparing_starts_the_pool():
-    done = _run(f"""
-        import threading
-        import divergence.metrics, divergence.checkpoints.compare
-        assert threading.active_count() == 1, threading.enumerate()
-        import torch
-        from divergence.metrics import compare_tensors
-        compare_tensors(torch.ones({MID}), torch.zeros({MID}))
-        assert any(t.name.startswith("divergence-metrics") for t in threading.enumerate())
-    """)
+@pytest.fixture(scope="module")
+def fresh_process() -> dict:
+    """``THREADS`` in one fresh interpreter (its imports cost ~3 s of CPU) for both tests of threads."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(THREADS)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
 
 
-def test_a_forked_child_compares_on_its_own_threads():
+def test_importing_starts_no_thread_and_comparing_starts_the_pool(fresh_process):
+    assert len(fresh_process["imported"]) == 1, fresh_process["imported"]
+    assert any(name.startswith("divergence-metrics") for name in fresh_process["compared"]), fresh_process
+
+
+def test_a_forked_child_compares_on_its_own_threads(fresh_process):
     """After fork only the forking thread exists: a pool inherited from the parent would never run."""
-    done = _run(f"""
-        import os, signal, torch
-        from divergence.metrics import compare_tensors
-        a, b = torch.ones({MID}), torch.zeros({MID})
-        parent = compare_tensors(a, b)
-        pid = os.fork()
-        if pid == 0:
-            signal.alarm(60)  # a child that hangs (the bug) ends itself
-            os._exit(0 if compare_tensors(a, b) == parent else 1)
-        _, status = os.waitpid(pid, 0)
-        raise SystemExit(os.waitstatus_to_exitcode(status))
-    """)
-    assert done.returncode == 0, done.stderr
+    assert fresh_process["child"] == 0, fresh_process
 
 
 def test_a_measured_pair_is_freed_without_the_garbage_collector():

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from divergence.variants.pair_recipe import load_pair_recipe
-from tests.training.tiny import FAST
+from tests.training.tiny import DIT, FAST  # noqa: F401  (DIT: for the pair tests)
 
 PAIRS = Path(__file__).resolve().parents[2] / "recipes" / "pairs"
 PAIR_FAST = (*FAST, "sample.enabled=false", "train.cpu_threads=1", "tracking.probe.size=4")

@@ -11,14 +11,15 @@ from divergence.metrics.coherence import coherence
 from divergence.training.lockstep import train_pair
 from divergence.training.update_error import UpdateError, not_measurable
 
-from .helpers import pair_recipe, step_records
+from .helpers import DIT, pair_recipe, step_records
 
 SMALL = ("train.max_steps=4", "tracking.dense=[]", "tracking.every=2", "tracking.probe.enabled=false")
 COHERENCE_KEYS = ("coherence", "coherence_steps", "coherence_cos", "coherence_err", "coherence_layers")
 
 
 def test_flash_pair_records_coherence_at_its_cadence_and_trains_as_without(tmp_path):
-    on = pair_recipe("flash-vs-baseline", *SMALL, "tracking.coherence_every=2")
+    """On the DiT (the UNet's update error: the next test)."""
+    on = pair_recipe("dit-flash-vs-baseline", *SMALL, "tracking.coherence_every=2")
     train_pair(on, tmp_path / "on")
     steps = step_records(tmp_path / "on")
     assert [s for s, r in steps.items() if "coherence" in r] == [2, 4]  # step 2 and 4: updates of batches 1 and 3
@@ -32,14 +33,14 @@ def test_flash_pair_records_coherence_at_its_cadence_and_trains_as_without(tmp_p
     assert logged["divergence/coherence/model"] == last["coherence"]
     assert 0 < logged["divergence/coherence/rel_err"] < 1  # an attention kernel's gradient error is small
     assert any(k.startswith("divergence/coherence/layer/") for k in logged)
-    without = pair_recipe("flash-vs-baseline", *SMALL, "tracking.coherence_every=0")  # off (the pair's own: 3)
+    without = pair_recipe("dit-flash-vs-baseline", *SMALL, "tracking.coherence_every=0")  # off (the pair's own: 3)
     train_pair(without, tmp_path / "off")
     off = step_records(tmp_path / "off")
     assert all(off[s]["loss_a"] == steps[s]["loss_a"] and off[s]["loss_b"] == steps[s]["loss_b"] for s in (1, 2, 3, 4))
     # crashed after step 3 and resumed from the step-2 checkpoint: the running sums come back with it
     from tests.training.test_train import Crash
 
-    resumed = pair_recipe("flash-vs-baseline", *SMALL, "tracking.coherence_every=2", "train.checkpoint_every=2")
+    resumed = pair_recipe("dit-flash-vs-baseline", *SMALL, "tracking.coherence_every=2", "train.checkpoint_every=2")
     with pytest.raises(SystemError):
         train_pair(resumed, tmp_path / "resumed", callbacks=[Crash(3)])
     train_pair(resumed, tmp_path / "resumed")
@@ -75,6 +76,6 @@ def test_pairs_that_cannot_be_switched_on_one_model_say_why(tmp_path):
     for name in ("flash-vs-baseline", "bf16-vs-fp32", "control"):
         p = pair_recipe(name)
         assert not_measurable(p.arm_recipes["b"], p.arm_recipes["a"]) is None, name
-    train_pair(pair_recipe("seed-vs-seed", *SMALL, "train.max_steps=2", "tracking.coherence_every=2"), tmp_path)
+    train_pair(pair_recipe("seed-vs-seed", *DIT, *SMALL, "train.max_steps=2", "tracking.coherence_every=2"), tmp_path)
     record = step_records(tmp_path)[2]
     assert "coherence" not in record and record["coherence_status"].startswith("not measurable: the arms differ")

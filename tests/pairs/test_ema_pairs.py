@@ -1,4 +1,5 @@
-"""EMA weights in a pair: tracked beside the raw weights, summarized apart, exactly zero in a control."""
+"""EMA weights in a pair: tracked beside the raw weights, summarized apart, exactly zero in a control (on the
+DiT: a step ~3x cheaper; the EMA of the UNet: tests/training/test_ema.py)."""
 
 import json
 
@@ -7,13 +8,15 @@ from divergence.metrics import METRIC_NAMES
 from divergence.tracking.records import SUMMARY_KEYS
 from divergence.training.lockstep import train_pair
 
-from .helpers import pair_recipe, step_records, store_lines
+from .helpers import DIT, pair_recipe, step_records, store_lines
 
 EMA = "train.ema={decay: 0.5}"
 
 
 def test_control_pair_with_ema_and_accumulation_is_exactly_zero(tmp_path):
-    train_pair(pair_recipe("control", EMA, "train.accumulate=2", "train.max_steps=3", "tracking.every=1"), tmp_path)
+    train_pair(
+        pair_recipe("control", *DIT, EMA, "train.accumulate=2", "train.max_steps=3", "tracking.every=1"), tmp_path
+    )
     steps = step_records(tmp_path)
     assert sorted(steps) == [0, 1, 2, 3]
     for record in steps.values():
@@ -23,7 +26,7 @@ def test_control_pair_with_ema_and_accumulation_is_exactly_zero(tmp_path):
 
 
 def test_ema_is_summarized_apart_and_compare_says_so(tmp_path, capsys):
-    overrides = ("train.max_steps=2", "tracking.every=1", "train.checkpoint_every=2")
+    overrides = (*DIT, "train.max_steps=2", "tracking.every=1", "train.checkpoint_every=2")
     train_pair(pair_recipe("seed-vs-seed", EMA, *overrides), tmp_path / "ema")
     train_pair(pair_recipe("seed-vs-seed", *overrides), tmp_path / "raw")
     with_ema, without = step_records(tmp_path / "ema"), step_records(tmp_path / "raw")

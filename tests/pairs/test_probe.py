@@ -8,7 +8,7 @@ import torch
 from divergence.checkpoints import open_checkpoint
 from divergence.training.lockstep import train_pair
 
-from .helpers import pair_recipe, step_records
+from .helpers import DIT, pair_recipe, step_records
 
 SMALL = (
     "train.max_steps=3",
@@ -35,7 +35,9 @@ def test_control_pair_probe_is_exactly_zero(tmp_path):
 
 def test_probe_runs_at_tracked_multiples_of_its_every_and_at_the_last_step(tmp_path):
     train_pair(
-        pair_recipe("control", "train.max_steps=5", "tracking.dense=[]", "tracking.every=1", "tracking.probe.every=2"),
+        pair_recipe(
+            "control", *DIT, "train.max_steps=5", "tracking.dense=[]", "tracking.every=1", "tracking.probe.every=2"
+        ),
         tmp_path,
     )
     steps = step_records(tmp_path)
@@ -45,10 +47,11 @@ def test_probe_runs_at_tracked_multiples_of_its_every_and_at_the_last_step(tmp_p
 
 
 def test_probe_does_not_change_training_and_sees_the_flash_kernel(tmp_path):
+    """On the DiT (the probe on the UNet: the control's test)."""
     on, off = tmp_path / "on", tmp_path / "off"
-    train_pair(pair_recipe("flash-vs-baseline", *SMALL, "train.checkpoint_every=3"), on)
+    train_pair(pair_recipe("dit-flash-vs-baseline", *SMALL, "train.checkpoint_every=3"), on)
     train_pair(
-        pair_recipe("flash-vs-baseline", *SMALL, "train.checkpoint_every=3", "tracking.probe.enabled=false"), off
+        pair_recipe("dit-flash-vs-baseline", *SMALL, "train.checkpoint_every=3", "tracking.probe.enabled=false"), off
     )
     with_probe, without = step_records(on), step_records(off)
     for step in (1, 2, 3):

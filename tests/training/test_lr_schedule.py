@@ -9,7 +9,7 @@ from divergence.recipe.run import LR_SCHEDULES
 from divergence.training.arm import Arm
 from divergence.training.inputs import Inputs
 from divergence.training.optim import build_lr_schedule
-from tests.training.tiny import tiny_recipe
+from tests.training.tiny import DIT, tiny_recipe
 
 STEPS, WARMUP = 23, 5
 
@@ -67,9 +67,9 @@ def test_polynomial_needs_lr_above_its_end():
 
 
 def test_resume_continues_the_schedule_bitwise():
-    recipe = tiny_recipe(
-        "train.lr_schedule=cosine_with_restarts", "train.warmup_steps=2", "train.max_steps=6", "train.lr_num_cycles=2"
-    )
+    """On the DiT (a step ~3x cheaper): the schedule is the optimizer's, whatever the denoiser."""
+    schedule = ("train.lr_schedule=cosine_with_restarts", "train.warmup_steps=2", "train.lr_num_cycles=2")
+    recipe = tiny_recipe(*DIT, *schedule, "train.max_steps=6")
     inputs = Inputs(recipe)
     batches = [inputs.prepare(inputs.batches.batch(s)) for s in range(5)]
 
