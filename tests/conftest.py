@@ -16,6 +16,18 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import pytest  # noqa: E402  (after the environment above: nothing imported earlier reads it)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread_a_worker():
+    """torch on one intra-op thread in each pytest worker, from its first fixture on: two workers share
+    two cores, and a second thread per worker only spins (tests/microbench's CLI fixture: 22.4 s of CPU
+    on torch's default 2 threads, 8.6 s on 1). A test about threads sets them itself, as it must anyway.
+    Processes a test starts get torch's default, as a user's do."""
+    import torch
+
+    torch.set_num_threads(1)
+    yield
+
+
 @pytest.fixture(scope="session")
 def gloo_runs(tmp_path_factory):
     """Every 2-rank gloo run the tests read (``tests.gloo_runs``): one spawn of 2 processes a session."""
