@@ -24,6 +24,7 @@ QUICK = [
     "sample.enabled=false",
     "tracking.coherence_every=0",  # the pairs' C(T) (one more step each 3): tests/pairs/test_coherence_record.py
     "log.wandb=false",  # each arm's offline wandb run (~2.4 s of CPU a child): tests/loggers
+    "data.resolution=16",  # 8x8 patches, not 16x16: a pair step ~2x cheaper, the study's mechanics the same
 ]
 # the study's mechanics, not a backbone's: the DiT trains ~3x faster than the UNet (the default study's
 # resolution onto the UNet base: test_default_study_resolves_every_pair_onto_one_base)
@@ -146,12 +147,11 @@ def tiny_study(tmp_path_factory):
 def test_tiny_study_end_to_end_then_resume_skips_finished_pairs(tiny_study, tmp_path, capsys):
     """The tiny study end to end, then the checks that read the same trained study, in one test so that
     the study trains once (xdist may split a module's tests over workers, each building the fixture)."""
-    _end_to_end_then_resume_skips_finished_pairs(tiny_study, capsys)
-    capsys.readouterr()
+    _end_to_end(tiny_study)
     _the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_new_replicates(tiny_study, tmp_path, capsys)
 
 
-def _end_to_end_then_resume_skips_finished_pairs(tiny_study, capsys):
+def _end_to_end(tiny_study):
     out, printed = tiny_study.out, tiny_study.printed
     assert tiny_study.code == 0
     assert "flash attention" in printed and "report:" in printed
@@ -165,11 +165,6 @@ def _end_to_end_then_resume_skips_finished_pairs(tiny_study, capsys):
         info = json.loads((out / name / "r0" / "pair.json").read_text())
         assert info["finished"] and info["last_step"] == 6 and info["replicate"] == 0
         assert info["tracking"]["probe"]["size"] == 4 and info["tracking"]["dense"] == [[20, 1], [100, 5]]
-    stamps = {p: (out / p / "r0" / "metrics.jsonl").stat().st_mtime_ns for p in summary["pairs"]}
-    _a_re_run_with_an_edited_recipe_is_refused_not_mixed(tiny_study, capsys)
-    # the same recipe after the refusal: reused, nothing to train (one re-run, one report, for both checks)
-    assert main(["study", "--out", str(out), *TINY]) == 0
-    assert stamps == {p: (out / p / "r0" / "metrics.jsonl").stat().st_mtime_ns for p in summary["pairs"]}
 
 
 def test_replicates_lay_out_one_folder_per_pair_and_replicate(tmp_path):
@@ -225,6 +220,14 @@ def _the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_new_r
         numerics = json.loads((study / run / "pair.json").read_text())["numerics"]
         assert numerics["a"]["cpu_threads"] == numerics["b"]["cpu_threads"] == 1
 
+    # over the study of one pair (its report ~3x cheaper to rebuild than the tiny study's five pairs)
+    stamps = {p: p.stat().st_mtime_ns for p in sorted(one.glob("*/r*/metrics.jsonl"))}
+    capsys.readouterr()
+    _a_re_run_with_an_edited_recipe_is_refused_not_mixed(one, [*only(2), "train.lr=0.5"], capsys)
+    # the same recipe after the refusal: reused, nothing to train
+    assert main(["study", "--out", str(one), *only(1)]) == 0
+    assert stamps == {p: p.stat().st_mtime_ns for p in sorted(one.glob("*/r*/metrics.jsonl"))} and stamps
+
     first = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(one.glob("*/r*/metrics.jsonl"))}
     logs = {p: p.stat().st_size for p in sorted((one / "logs").glob("*.log"))}
     assert main(["study", "--out", str(one), *only(2)]) == 0
@@ -251,13 +254,12 @@ def _the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_new_r
     assert code == 2 and err.count("\n") == 1 and "train.cpu_threads = 1, this command 2" in err
 
 
-def _a_re_run_with_an_edited_recipe_is_refused_not_mixed(tiny_study, capsys):
+def _a_re_run_with_an_edited_recipe_is_refused_not_mixed(out, edited, capsys):
     """Issue 28 (3): a re-run with ``train.lr=0.5`` over runs of ``train.lr=0.0003`` (the base's) exited 0 with a
     report of the old runs, and one extended by a replicate mixed old and new; now one line naming the run and
-    the key."""
-    out = tiny_study.out
+    the key. ``edited``: the study's arguments, two replicates and ``train.lr=0.5``."""
     before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.suffix != ".lock"}
-    assert main(["study", "--out", str(out), "--jobs", "2", "--replicates", "2", *QUICK, *DIT, "train.lr=0.5"]) == 2
+    assert main(["study", "--out", str(out), *edited]) == 2
     err = capsys.readouterr().err.strip()
     run = out / "flash-vs-baseline" / "r0"
     assert len(err.splitlines()) == 1 and f"{run}: its pair.yaml" in err, err
