@@ -45,7 +45,7 @@ Garbage collection: once imported, the zygote freezes its objects (``gc.freeze``
 Python's ``gc`` documentation for a process that forks without exec): a child's collector never
 scans the millions of preloaded objects again, above all in the full collections of the
 interpreter's exit, which took ~2.3 s of CPU of every forked child (a 2-step DiT pair child: 3.8
--> 1.5 s of CPU), and never writes their reference counts' pages (copy-on-write).
+-> 1.5 s of CPU), nor writes the collector's bookkeeping into their shared pages (copy-on-write).
 
 Environment: the preloaded modules read environment at import (torch._inductor.config alone
 reads ~190 variables: ``TORCHINDUCTOR_CACHE_DIR`` and the rest; libgomp reads ``OMP_*`` when it
@@ -200,10 +200,12 @@ class ForkedChild:
 class Zygote:
     """The caller's side of one zygote: a control socket, the environment and cwd it imported under
     (``key``), what its imports changed in that environment (``imported``: name -> [before, after]),
-    and its process (None in a forked child, whose zygote is its parent's: ``inherited``)."""
+    its process (None in a forked child, whose zygote is its parent's: ``inherited``), and how many
+    objects it froze for its children's collectors (``frozen``)."""
 
-    def __init__(self, control: socket.socket, key: tuple, imported: dict, process=None, error=None):
+    def __init__(self, control: socket.socket, key: tuple, imported: dict, process=None, error=None, frozen=0):
         self.control, self.key, self.imported, self.process, self.error = control, key, imported, process, error
+        self.frozen = frozen
 
     @classmethod
     def start(cls, env: dict[str, str], cwd: str) -> Zygote:
@@ -221,7 +223,7 @@ class Zygote:
         )
         theirs.close()
         ready = json.loads(ours.recv(_MESSAGE) or b'{"error": "exited while importing"}')
-        return cls(ours, _key(env, cwd), ready.get("imported", {}), process, ready.get("error"))
+        return cls(ours, _key(env, cwd), ready.get("imported", {}), process, ready.get("error"), ready.get("frozen", 0))
 
     def serves(self, env: dict[str, str], cwd: str) -> bool:
         """Whether a child with ``env`` and ``cwd`` may be forked from this zygote: the key matches once a
@@ -336,10 +338,11 @@ def serve(fd: int) -> None:
     imported = {
         k: [before.get(k), os.environ.get(k)] for k in {*before, *os.environ} if before.get(k) != os.environ.get(k)
     }
-    control.send(json.dumps({"error": error} if error else {"ready": True, "imported": imported}).encode())
     if error:
+        control.send(json.dumps({"error": error}).encode())
         return
     gc.freeze()  # the imported objects: never scanned again by a child's collector (module docstring)
+    control.send(json.dumps({"ready": True, "imported": imported, "frozen": gc.get_freeze_count()}).encode())
     request, fds, own = _serve(control)
     _become(request, fds, Zygote(own, key, imported))
 
