@@ -13,8 +13,10 @@ from divergence.training.lockstep import train_pair
 from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe
 from tests.training.tiny import one_torch_thread  # noqa: F401  (autouse: tiny models, one thread)
 
-# steps 0..4; tracked: 0, 2 (checkpoint), 3 (every), 4 (checkpoint, last); probed: 0, 2, 4 (not 3)
+# the tiny DiT (a quarter of the UNet's CPU a step); steps 0..4; tracked: 0, 2 (checkpoint), 3 (every),
+# 4 (checkpoint, last); probed: 0, 2, 4 (not 3)
 STEPS = (
+    "model.denoiser=transformer",
     "train.max_steps=4",
     "train.checkpoint_every=2",
     "tracking.every=3",
