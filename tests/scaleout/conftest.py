@@ -13,8 +13,10 @@ from divergence.training.lockstep import train_pair
 from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe
 from tests.training.tiny import one_torch_thread  # noqa: F401  (autouse: tiny models, one thread)
 
-# steps 0..4; tracked: 0, 2 (checkpoint), 3 (every), 4 (checkpoint, last); probed: 0, 2, 4 (not 3)
+# the tiny DiT (a quarter of the UNet's CPU a step); steps 0..4; tracked: 0, 2 (checkpoint), 3 (every),
+# 4 (checkpoint, last); probed: 0, 2, 4 (not 3)
 STEPS = (
+    "model.denoiser=transformer",
     "train.max_steps=4",
     "train.checkpoint_every=2",
     "tracking.every=3",
@@ -43,6 +45,15 @@ def arms(trained, tmp_path):
     out = tmp_path / "pair"
     shutil.copytree(trained / "arms", out)
     return out
+
+
+@pytest.fixture(scope="session")
+def job_env():
+    """The environment ``divergence train`` runs its separate-job pairs' arm jobs in here (one thread,
+    this checkout on the path): the same for every test using it, so their arm jobs fork from one
+    zygote (``training.child_start`` keys a zygote by the environment; ~9 s of CPU to start), on the
+    one xdist worker this fixture's tests share. Set it with ``pytest.MonkeyPatch``."""
+    return {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
 
 
 TWO_RANKS_TIMEOUT = 420  # seconds: a hang (one rank waiting in a collective) fails the tests instead of the suite

@@ -13,7 +13,6 @@ window and the unreduced parameter, whose difference grows unlike a reordering's
 steps (docs/method.md, "The reordering yardstick")"""
 
 import json
-import os
 import shutil
 
 import pytest
@@ -43,7 +42,7 @@ ARMS_A = {
 
 
 @pytest.fixture(scope="session")  # session: built once on its xdist group's worker
-def trained(tmp_path_factory):
+def trained(tmp_path_factory, job_env):
     root = tmp_path_factory.mktemp("parallel")
     reordering = ("arms.a=[{grad-accumulation: 2x2}]", "arms.b=[{grad-accumulation: 1x4}]")
     train_pair(pair_recipe("reordering", *SHORT, *reordering), root / "reordering")
@@ -51,10 +50,11 @@ def trained(tmp_path_factory):
     for name in ("rank-scale", "unreduced-param"):  # the same one-process arm b in every pair
         shutil.copytree(root / "ddp" / "b", root / name / "b")
     # each pair's command in this process, one after the other: its arm a still a child job of 2
-    # gloo ranks (separate_pair), only the parent's own start of torch saved (3 x ~10 s of CPU)
+    # gloo ranks (separate_pair), only the parent's own start of torch saved (3 x ~10 s of CPU); the
+    # arm jobs fork from the zygote test_separate_resume's job forks from too (job_env)
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("OMP_NUM_THREADS", "1")
-        env.setenv("PYTHONPATH", os.getcwd())
+        for name, value in job_env.items():
+            env.setenv(name, value)
         for name, arm_a in ARMS_A.items():
             command = ["train", "--recipe", str(PAIRS / "data-parallel.yaml"), "--out", str(root / name)]
             assert main([*command, *PAIR_FAST, *SHORT, arm_a, *DDP]) == 0, name

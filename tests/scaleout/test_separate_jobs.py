@@ -69,7 +69,7 @@ def test_a_restarted_comparator_continues_without_duplicates_or_gaps(arms, train
     with pytest.raises(Stop):
         _watch(arms)
     with open(arms / "metrics.jsonl", "a") as f:
-        f.write('{"type":"tensor","step":3,"tensor":"unet.conv_in.we')  # torn write of the step in flight
+        f.write('{"type":"tensor","step":3,"tensor":"unet.transformer.pos_em')  # torn write of the step in flight
     assert _watch(arms, timeout=30) == 0
     assert appended == [0, 1, 2, 3, 4]  # every step once
     assert (arms / "metrics.jsonl").read_bytes() == (trained / "lockstep/metrics.jsonl").read_bytes()
@@ -137,7 +137,7 @@ def test_ema_and_accumulation_give_the_lockstep_store_bitwise(tmp_path):
     assert main(["watch", str(tmp_path / "arms"), "--poll", "0.01", "--timeout", "30", "--quiet"]) == 0
     store = (tmp_path / "arms/metrics.jsonl").read_bytes()
     assert store == (tmp_path / "lockstep/metrics.jsonl").read_bytes()
-    assert b'"ema_rel_l2"' in store and b'"tensor":"ema.unet.conv_in.weight"' in store
+    assert b'"ema_rel_l2"' in store and b'"tensor":"ema.unet.transformer.pos_embed.proj.weight"' in store
 
 
 def test_the_comparator_of_a_separate_pair_runs_on_the_pairs_cpu_threads(tmp_path, monkeypatch):

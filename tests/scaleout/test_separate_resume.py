@@ -49,7 +49,7 @@ def _arm_b_killed(out):
     train_arm(pair_recipe("zero-1", *OVERRIDES), "b", out, callbacks=[KillAfterStep3()])
 
 
-def test_a_killed_arm_resumes_alone_and_the_store_equals_the_uninterrupted_arms(tmp_path):
+def test_a_killed_arm_resumes_alone_and_the_store_equals_the_uninterrupted_arms(tmp_path, job_env, monkeypatch):
     recipe, out = PAIRS / "zero-1.yaml", tmp_path / "pair"
     pair = pair_recipe("zero-1", *OVERRIDES)
     assert separate_jobs(pair) is not None  # the separate-job path, with one rank per arm
@@ -65,6 +65,8 @@ def test_a_killed_arm_resumes_alone_and_the_store_equals_the_uninterrupted_arms(
     assert killed.exitcode == -signal.SIGKILL
     assert ArmStatus.read(out / "b").state == "running" and not (out / "metrics.jsonl").exists()
 
+    for name, value in job_env.items():  # arm b's job forked from the zygote test_parallel_rows' jobs fork from
+        monkeypatch.setenv(name, value)
     assert main(["train", "--recipe", str(recipe), "--out", str(out), *PAIR_FAST, *OVERRIDES]) == 0
 
     status_a, status_b = ArmStatus.read(out / "a"), ArmStatus.read(out / "b")

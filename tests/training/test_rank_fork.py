@@ -2,7 +2,8 @@
 
 One tiny DiT data-parallel pair (arm a: 2 gloo ranks of 2 examples, arm b: 1 process of 4; 2 steps)
 is trained by a forked ``divergence train``: its arm jobs and arm a's rank 1 are forked from the
-zygote that forked the pair's process. Arm a alone is trained again, its rank 0 forked as before
+zygote that forked the pair's process (the zygote ``tests/training/test_child_start.py`` forks from
+too: ``zygote_root``). Arm a alone is trained again, its rank 0 forked as before
 but with ``DIVERGENCE_CHILD_START=popen``, so that its rank 1 is a fresh interpreter: the same
 bytes. A
 ``sitecustomize`` on the children's path logs every interpreter that starts (a forked child starts
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from divergence.training import child_start
-from divergence.training.separate_pair import RANK_VARIABLES
+from tests.training.forks import child_env as _env
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = [
@@ -39,50 +40,10 @@ arms:
   a: [{{data-parallel: 2x2}}]
   b: [{{data-parallel: 1x4}}]
 """
-# Run at every interpreter's start (never in a forked child): its argv, and in the zygote each
-# read of a rank variable while it imports, with the module that read it.
-SITECUSTOMIZE = """
-import json, os, sys
-_starts = os.environ.get("RANK_FORK_STARTS")
-if _starts:
-    with open(_starts, "a") as f:
-        f.write(json.dumps({"pid": os.getpid(), "argv": sys.orig_argv}) + "\\n")
-if _starts and "child_start import serve" in " ".join(sys.orig_argv):
-    _pid, _cls = os.getpid(), type(os.environ)
-    _getitem, _contains = _cls.__getitem__, _cls.__contains__
-    _watch = {"RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
-
-    def _note(key):
-        if key in _watch and os.getpid() == _pid:
-            frame = sys._getframe(2)
-            while frame.f_globals.get("__name__") in ("os", "_collections_abc", "collections.abc", "sitecustomize"):
-                frame = frame.f_back
-            with open(_starts + ".reads", "a") as f:
-                f.write(json.dumps([key, frame.f_globals.get("__name__")]) + "\\n")
-
-    def _recorded_getitem(self, key):
-        _note(key)
-        return _getitem(self, key)
-
-    def _recorded_contains(self, key):
-        _note(key)
-        return _contains(self, key)
-
-    _cls.__getitem__, _cls.__contains__ = _recorded_getitem, _recorded_contains
-"""
 
 
 def _command(root: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "divergence", "train", "--recipe", str(root / "pair.yaml"), "--out", str(out), *extra]
-
-
-def _env(root: Path, mode: str) -> dict[str, str]:
-    # without the rank variables an earlier in-process launch left in this worker's environment (Lightning's
-    # launcher sets MASTER_PORT and the rest in its own process): a stale MASTER_PORT would be bound twice
-    dropped = {"PYTEST_CURRENT_TEST", "MASTER_ADDR", *RANK_VARIABLES}
-    env = {k: v for k, v in os.environ.items() if k not in dropped}
-    path = os.pathsep.join([str(ROOT), str(root / "site")])
-    return dict(env, PYTHONPATH=path, DIVERGENCE_CHILD_START=mode, RANK_FORK_STARTS=str(root / "starts.jsonl"))
 
 
 def _starts(root: Path) -> list[list[str]]:
@@ -96,12 +57,11 @@ def _run(command: list[str], env: dict[str, str], log: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """The pair trained forked (``fork/``, the fresh interpreters started meanwhile), then arm a with Popen."""
-    root = tmp_path_factory.mktemp("rank_fork")
+def trained(zygote_root):
+    """The pair trained forked (``fork/``, the fresh interpreters started meanwhile), then arm a with Popen;
+    in the zygote's folder (``zygote_root``: its sitecustomize, its starts log), shared with test_child_start."""
+    root = zygote_root
     (root / "pair.yaml").write_text(PAIR.format(root=ROOT))
-    (root / "site").mkdir()
-    (root / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     code = _run(_command(root, root / "fork", *QUICK), _env(root, "fork"), root / "fork.log")
     assert code == 0, (root / "fork.log").read_text()[-3000:]
     forked_starts = _starts(root)
@@ -110,8 +70,7 @@ def trained(tmp_path_factory):
     with open(root / "popen.log", "w") as f:
         rank0 = zygote.fork(_command(root, root / "popen", *QUICK, "--arm", "a"), _env(root, "popen"), f, f)
     assert rank0.wait(timeout=600) == 0, (root / "popen.log").read_text()[-3000:]
-    yield root, forked_starts
-    child_start.close_all()
+    return root, forked_starts
 
 
 def test_a_forked_rank_trains_the_popen_ranks_bytes(trained):
