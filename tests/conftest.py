@@ -16,18 +16,6 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import pytest  # noqa: E402  (after the environment above: nothing imported earlier reads it)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def one_torch_thread_a_worker():
-    """torch on one intra-op thread in each pytest worker, from its first fixture on: two workers share
-    two cores, and a second thread per worker only spins (tests/microbench's CLI fixture: 22.4 s of CPU
-    on torch's default 2 threads, 8.6 s on 1). A test about threads sets them itself, as it must anyway.
-    Processes a test starts get torch's default, as a user's do."""
-    import torch
-
-    torch.set_num_threads(1)
-    yield
-
-
 @pytest.fixture(scope="session")
 def gloo_runs(tmp_path_factory):
     """Every 2-rank gloo run the tests read (``tests.gloo_runs``): one spawn of 2 processes a session."""
@@ -116,3 +104,16 @@ class _GroupSuffix:
 
 def pytest_configure(config):
     config.pluginmanager.register(_GroupSuffix(), "divergence-group-suffix")
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        _one_torch_thread()
+
+
+def _one_torch_thread():
+    """torch on one intra-op thread in each process that runs tests (an xdist worker, or pytest -n 0):
+    two workers share two cores, and a second thread per worker only spins (tests/microbench's CLI
+    fixture: 22.4 s of CPU on torch's default 2 threads, 8.6 s on 1). A hook, not an autouse fixture:
+    a session fixture of tests/ would put every test in one xdist group (``_shared_group``). A test
+    about threads sets them itself; processes a test starts get torch's default, as a user's do."""
+    import torch
+
+    torch.set_num_threads(1)
