@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from divergence.atlas.catalog import Optimization
@@ -45,8 +46,7 @@ def run_atlas(
             plans[backbone] = (plan, plan_jobs(plan.study, out / backbone, pair_overrides))
     if calibration is None and (out / CALIBRATION_FILE).is_file():
         calibration = out / CALIBRATION_FILE
-    with study_lock(out):
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str((out / CACHE_DIR).resolve()))
+    with study_lock(out), inductor_cache(out / CACHE_DIR):
         write_recipes([job for _, planned in plans.values() for job in planned])  # every reused run checked first
         workers = 1  # the reports are built as many at a time as the pair runs were trained
         for backbone, (plan, planned) in plans.items():
@@ -62,6 +62,23 @@ def run_atlas(
         atlas["command"] = command
         write_atlas(out, atlas)
     return atlas
+
+
+@contextmanager
+def inductor_cache(folder: Path):
+    """``TORCHINDUCTOR_CACHE_DIR`` is ``folder`` while the atlas trains, so that every compile arm and
+    replicate its children run reuses one cache; unless the caller set one, which stays. Afterwards the
+    environment is as it was: before, the variable stayed in the calling process, and a library user's
+    later studies ran their children with the first atlas's cache folder."""
+    name = "TORCHINDUCTOR_CACHE_DIR"
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = str(folder.resolve())
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
 
 
 def keep_earlier_rows(out: Path, atlas: dict) -> dict:

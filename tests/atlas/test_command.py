@@ -2,6 +2,7 @@
 its resume, and bad input as one line."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from divergence.atlas.catalog import OPTIMIZATIONS
 from divergence.atlas.plan import backbone_study
 from divergence.cli import main
+from divergence.training import child_start
 
 QUICK = [
     "--no-wandb",
@@ -56,8 +58,13 @@ def test_the_flash_unbiased_row_trains_its_pair_against_baseline_under_bf16_auto
 
 def test_a_tiny_atlas_end_to_end_then_a_second_run_trains_nothing(tmp_path, capsys):
     out = tmp_path / "A"
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     assert main(["atlas", "--out", str(out), "--only", "fused-adamw", "tf32", "--replicates", "1", *QUICK]) == 0
     printed = capsys.readouterr().out
+    # the pair runs' children shared the atlas's compile cache; this process's environment is as it was
+    children = [dict(key[2]).get("TORCHINDUCTOR_CACHE_DIR") for key in child_start._zygotes]
+    assert (cache or str((out / "inductor-cache").resolve())) in children
+    assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == cache
     assert "fused-adamw" in printed and "tf32" in printed and "GPU only" in printed
     atlas = json.loads((out / "atlas.json").read_text())
     assert [(r["optimization"], r["backbone"]) for r in atlas["rows"]] == [("fused-adamw", "dit"), ("tf32", "dit")]
