@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -30,6 +29,7 @@ from divergence.training.separate_pair import RANK_VARIABLES
 from divergence.pairfolder.arm.losses import LossFile
 from divergence.pairfolder.arm.status import ArmStatus
 from divergence.variants import VARIANTS, as_base
+from tests.procs import children, parent
 from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe, store_lines
 from tests.training.tiny import tiny_recipe
 
@@ -72,7 +72,7 @@ def test_the_expert_parallel_pair_trains_as_separate_jobs_resumes_and_differs_by
         deadline = time.time() + TIMEOUT
         while time.time() < deadline and first.poll() is None and not (out / "a" / "resume" / "last.ckpt").exists():
             time.sleep(0.02)
-        for pid in _children(zygote.pid):  # as a scheduler kills a job: rank 0 and rank 1 alike
+        for pid in children(zygote.pid):  # as a scheduler kills a job: rank 0 and rank 1 alike
             os.kill(pid, signal.SIGKILL)
         assert first.wait(timeout=60) == -signal.SIGKILL, "arm a finished before it could be killed"
         with open(tmp_path / "resumed.log", "w") as log:
@@ -109,24 +109,8 @@ def test_the_expert_parallel_pair_trains_as_separate_jobs_resumes_and_differs_by
 def _zygote_of(child) -> subprocess.Popen:
     """The zygote process that forked ``child`` (a Popen'd child, were the fork server refused, fails here)."""
     assert type(child) is child_start.ForkedChild, type(child)
-    (zygote,) = (z.process for z in child_start._zygotes.values() if z.process.pid == _parent(child.pid))
+    (zygote,) = (z.process for z in child_start._zygotes.values() if z.process.pid == parent(child.pid))
     return zygote
-
-
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def _children(pid: int) -> list[int]:
-    """The live processes whose parent is ``pid``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and _parent(int(entry.name)) == pid:
-                found.append(int(entry.name))
-        except (OSError, IndexError):
-            pass
-    return found
 
 
 def test_expert_parallel_is_fp32_equivalent_reads_as_one_process_and_bad_values_are_one_line():

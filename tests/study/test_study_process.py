@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from divergence.cli import main
+from tests.procs import alive, parent
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
@@ -47,18 +48,6 @@ def _study_recipe(tmp_path, *references) -> Path:
     return path
 
 
-def _state(pid: int) -> str | None:
-    """The process's state letter (R, S, Z, ...), None once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    return _state(pid) not in (None, "Z", "X")
-
-
 def _train_children(pid: int) -> list[int]:
     """Live ``divergence train`` children of ``pid``: started by it (Popen), or forked by its zygote
     (``training.child_start``; a forked child's command line is the zygote's)."""
@@ -67,16 +56,14 @@ def _train_children(pid: int) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            command = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
+            processes[int(entry.name)] = parent(int(entry.name)), (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
             continue
-        processes[int(entry.name)] = parent, command
-    zygotes = {p for p, (parent, command) in processes.items() if parent == pid and _is_zygote(command)}
+    zygotes = {p for p, (up, command) in processes.items() if up == pid and _is_zygote(command)}
     return [
         p
-        for p, (parent, command) in processes.items()
-        if _alive(p) and ((parent == pid and b"train" in command) or parent in zygotes)
+        for p, (up, command) in processes.items()
+        if alive(p) and ((up == pid and b"train" in command) or up in zygotes)
     ]
 
 
@@ -111,14 +98,14 @@ def _start_study(recipe: Path, out: Path, *extra: str) -> tuple[subprocess.Popen
 def _gone(pids: list[int], seconds: float) -> list[int]:
     """Those of ``pids`` still alive after up to ``seconds``."""
     deadline = time.monotonic() + seconds
-    while any(map(_alive, pids)) and time.monotonic() < deadline:
+    while any(map(alive, pids)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return [p for p in pids if _alive(p)]
+    return [p for p in pids if alive(p)]
 
 
 def _kill(pids: list[int]) -> None:
     for pid in pids:
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
     _gone(pids, 30)
 
@@ -204,7 +191,7 @@ def _a_restarted_study_refuses_the_folder_its_orphan_still_trains(recipe, out, f
     first.kill()  # SIGKILL: no code of the study runs; the kernel drops its lock; its train child goes on
     first.wait(timeout=30)
     (orphan,) = children
-    assert _alive(orphan) and PairLock.is_held(run)
+    assert alive(orphan) and PairLock.is_held(run)
     store = (run / "metrics.jsonl").read_bytes()
     capsys.readouterr()
     assert main(["study", "--recipe", str(recipe), "--out", str(out), "--max-steps", "500", *QUICK]) == 2

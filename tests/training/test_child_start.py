@@ -14,6 +14,7 @@ import pytest
 
 from divergence.errors import UserInputError
 from divergence.training import child_start
+from tests.procs import parent
 from tests.training.forks import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,8 +76,7 @@ def test_the_zygote_has_one_thread_froze_its_imports_and_is_the_forked_childs_pa
     assert zygote.frozen > 100_000
     child = child_start.start(_train(both[0] / "long", "train.max_steps=1000"), _env(zygote_root, "fork"))
     try:
-        parent = int(Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        assert parent == zygote.process.pid
+        assert parent(child.pid) == zygote.process.pid
         with pytest.raises(subprocess.TimeoutExpired):
             child.wait(timeout=0.1)
     finally:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from divergence.training import child_start
+from tests.procs import children
 from tests.training.forks import child_env as _env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,19 +135,8 @@ def test_a_killed_rank_1_stops_its_job(trained):
 def _wait_for_sibling(zygote: int, rank0: int) -> int:
     """The zygote's child other than rank 0: rank 1, once rank 0 has launched it."""
     for _ in range(3000):
-        children = [p for p in _children(zygote) if p != rank0]
-        if children:
-            return children[0]
+        others = [p for p in children(zygote) if p != rank0]
+        if others:
+            return others[0]
         time.sleep(0.05)
     raise AssertionError("rank 1 never started")
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-        except (OSError, IndexError):
-            pass
-    return found
