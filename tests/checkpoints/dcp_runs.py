@@ -20,8 +20,6 @@ rank's copy; the safetensors oracle rank 0's).
 
 from __future__ import annotations
 
-import os
-import socket
 from pathlib import Path
 
 import torch
@@ -37,32 +35,6 @@ def tiny_model() -> torch.nn.Module:
         torch.nn.BatchNorm1d(5),
         torch.nn.Linear(5, 3),
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def write_runs(root: Path) -> Path:
-    """Both runs under ``root`` (about 10 s: two processes start torch)."""
-    import torch.multiprocessing as mp
-
-    mp.spawn(_worker, args=(2, str(root), _free_port()), nprocs=2, join=True)
-    return root
-
-
-def _worker(rank: int, world: int, root: str, port: int) -> None:
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        write_on_rank(Path(root), rank, world)
-    finally:
-        dist.destroy_process_group()
 
 
 def write_on_rank(root: Path, rank: int, world: int) -> None:

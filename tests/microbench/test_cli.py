@@ -6,7 +6,6 @@ import csv
 import pytest
 
 from divergence.cli import main
-from tests.training.tiny import one_thread
 
 CONTRACT = [
     "impl",
@@ -27,8 +26,7 @@ CONTRACT = [
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("microbench")
-    with one_thread():  # a module fixture: before the autouse one_torch_thread
-        assert main(["microbench", "--quick", "--no-progress", "--out", str(out)]) == 0
+    assert main(["microbench", "--quick", "--no-progress", "--out", str(out)]) == 0
     return out
 
 

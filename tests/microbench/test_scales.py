@@ -13,7 +13,6 @@ from divergence.microbench.inputs import make_inputs
 from divergence.microbench.scale_findings import cell, scale_table
 from divergence.microbench.scales import parse_dist
 from divergence.microbench.sweep import COLUMNS, CONTRACT, EXTRA, plan, run_sweep
-from tests.training.tiny import one_thread
 
 NUMERIC = ("max_abs_err", "mean_abs_err", "block_q", "block_kv", "seq_len")
 
@@ -22,8 +21,7 @@ NUMERIC = ("max_abs_err", "mean_abs_err", "block_q", "block_kv", "seq_len")
 def quick_csv(tmp_path_factory):
     out = tmp_path_factory.mktemp("scales")
     args = ["--precision", "bf16", "fp16", "--impl", "baseline", "flash", "--out", str(out)]
-    with one_thread():  # a module fixture: before the autouse one_torch_thread
-        assert main(["microbench", "--quick", "--no-progress", *args]) == 0
+    assert main(["microbench", "--quick", "--no-progress", *args]) == 0
     with open(out / "results.csv") as f:
         reader = csv.DictReader(f)
         rows = list(reader)

@@ -1,7 +1,5 @@
 """The tiny recipe shrunk further for tests: two examples a batch, quick samples, no wandb."""
 
-import contextlib
-
 import pytest
 import torch
 
@@ -26,22 +24,14 @@ def tiny_recipe(*overrides: str) -> RunRecipe:
     return parse(RunRecipe, apply_overrides({}, [*FAST, *overrides]))
 
 
-@contextlib.contextmanager
-def one_thread():
-    """torch on one intra-op thread inside (for a module or session fixture), as before after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 @pytest.fixture(autouse=True)
 def one_torch_thread():
-    """Tiny models run fastest on one thread; on a shared 2-core machine, far faster."""
-    with one_thread():
-        yield
+    """Tiny models run fastest on one thread; on a shared 2-core machine, far faster (each pytest
+    process starts on one: tests/conftest.py); after a test that sets another count, one again."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def ready_arm(*overrides: str, recorder=None):
