@@ -95,6 +95,7 @@ def markdown(atlas: dict) -> str:
         + ", ".join(f"{b} {_num(v.get('seed_ceiling'))}" for b, v in atlas.get("backbones", {}).items())
         + ".",
     ]
+    lines += look_lines(atlas)
     lines += router_lines(atlas)
     lines += rank_lines(atlas)
     notes = [
@@ -187,6 +188,22 @@ def _labels(fig, ax, points: list[tuple[str, float, float]], height: float = 11.
             fontsize=8,
             arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.5"} if shift else None,
         )
+
+
+def look_lines(atlas: dict) -> list[str]:
+    """The replicates of the two looks (``atlas.looks``): the first look's, and the rows this run
+    trained further with the readings it did so for; ``[]`` for an atlas without looks."""
+    first = (atlas.get("looks") or {}).get("first_replicates")
+    rows = [r for r in atlas["rows"] if r.get("looks")]
+    if not first or not rows:
+        return []
+    more = [
+        f"{r['optimization']} ({r['backbone']}) to {r['looks']['replicates']} for {', '.join(r['looks']['extended_for'])}"
+        for r in rows
+        if r["looks"].get("extended_for")
+    ]
+    said = "; ".join(more) if more else "none"
+    return ["", f"Replicates: {first} for every row first (`--first-replicates`); rows trained further: {said}."]
 
 
 def router_lines(atlas: dict) -> list[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from divergence.atlas.looks import FIRST_REPLICATES
+
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
@@ -28,7 +30,18 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="unet, dit, moe (the MoE atlas) or all (default: unet and dit, the dense backbones)",
     )
     p.add_argument(
-        "--replicates", type=int, help="replicates of every pair but the control (default: the study recipe's)"
+        "--replicates",
+        type=int,
+        help="replicates of every pair but the control (default: the study recipe's, 6); a row the first look "
+        "decides stops at the first look's",
+    )
+    p.add_argument(
+        "--first-replicates",
+        type=int,
+        default=FIRST_REPLICATES,
+        metavar="K",
+        help="the first look: every pair trains K replicates; a row they leave undecided trains --replicates "
+        "where that many would decide it, with the references (default: %(default)s; K >= --replicates: one look)",
     )
     p.add_argument("--jobs", type=int, help="pairs trained at once (default: 2 on a CPU with 2+ cores, 1 on a GPU)")
     p.add_argument(
@@ -63,6 +76,10 @@ def run(args) -> int:
         check_rows(optimizations, chosen)
     if args.replicates is not None and args.replicates < 1:
         raise UserInputError(f"--replicates {args.replicates}: must be >= 1")
+    if args.first_replicates < 2:
+        raise UserInputError(
+            f"--first-replicates {args.first_replicates}: must be >= 2 (one replicate has no interval to decide on)"
+        )
     calibration = Path(args.calibration) if args.calibration else None
     if calibration is not None and not calibration.is_file():
         raise UserInputError(f"--calibration {calibration}: no such file; write one with divergence calibrate")
@@ -85,6 +102,7 @@ def run(args) -> int:
             jobs=args.jobs,
             calibration=calibration,
             quiet=args.quiet,
+            first_replicates=args.first_replicates,
             command=" ".join(["divergence", "atlas", *sys.argv[2:]]),
         )
     except PairFailed as err:

@@ -36,7 +36,7 @@ from divergence.training.arm import Arm, StepOutput
 from divergence.training.inputs import Inputs
 from divergence.tracking.recorder import diverged, first_nonfinite
 from divergence.training.optim import StepCounter
-from divergence.training.step_costs import step_cost
+from divergence.training.step_costs import measures_memory, step_cost
 
 STATE_KEY = "divergence"
 LOSS_SCALED = "16-mixed"  # the precision whose loss scaler skips a step with non-finite gradients
@@ -142,7 +142,7 @@ class ArmsModule(L.LightningModule):
         for name, arm in self.arms.items():  # each arm's step timed and its peak memory read (costs.jsonl)
             own = self.own_inputs.get(name)
             mine = inputs if own is None else self._own_step(own, batch.step)
-            with step_cost(self.device) as self.last_costs[name]:
+            with step_cost(self.device, memory=measures_memory(batch.step)) as self.last_costs[name]:
                 self.last_outputs[name] = arm.training_step(mine, backward=self.manual_backward)
         self.optimizers().step()  # one tick of global_step (see StepCounter)
         local = torch.stack([out.loss.float() for out in self.last_outputs.values()])

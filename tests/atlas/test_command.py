@@ -78,9 +78,13 @@ def test_a_tiny_atlas_end_to_end_then_a_second_run_trains_nothing(tmp_path, caps
         assert (out / name).is_file(), name
     runs = sorted(p.parent.relative_to(out).as_posix() for p in out.glob("dit/*/r*/pair.json"))
     assert runs == [f"dit/{n}/r{r}" for n in ("bf16-vs-fp32", "fused-adamw") for r in (0,)]
-    for run in runs:  # every pair run recorded each arm's step time and peak memory at every step
+    for run in runs:  # every pair run recorded each arm's step time at every step, its peak memory at step 3
         lines = [json.loads(x) for x in (out / run / "costs.jsonl").read_text().splitlines()]
         assert [x["step"] for x in lines] == [1, 2, 3, 4, 5] and all(set(x["arms"]) == {"a", "b"} for x in lines)
+        assert all(x["arms"][arm]["seconds"] > 0 for x in lines for arm in "ab")
+        assert [x["arms"]["a"]["peak_bytes"] is not None for x in lines] == [False, False, True, False, False]
+    # one replicate: a single look
+    assert atlas["looks"] == {"first_replicates": 3} and fused["looks"] == {"replicates": 1, "extended_for": []}
     logs = {p.name: p.stat().st_size for p in (out / "dit" / "logs").iterdir()}
     assert main(["atlas", "--out", str(out), "--only", "fused-adamw", "tf32", "--replicates", "1", *QUICK]) == 0
     assert logs == {p.name: p.stat().st_size for p in (out / "dit" / "logs").iterdir()}  # no pair run started
@@ -97,6 +101,10 @@ def test_a_tiny_atlas_end_to_end_then_a_second_run_trains_nothing(tmp_path, caps
     [
         (["--only", "flash", "nope"], "--only nope: unknown optimization; known: fp8-tensorwise, fp8-rowwise"),
         (["--backbone", "vit"], "--backbone vit: unknown backbone; known: unet, dit, moe, all"),
+        (
+            ["--first-replicates", "1"],
+            "--first-replicates 1: must be >= 2 (one replicate has no interval to decide on)",
+        ),
         (["--only", "expert-grouped"], "--only expert-grouped: a row of moe only, not of --backbone unet, dit"),
         (["--replicates", "0"], "--replicates 0: must be >= 1"),
         (["--calibration", "missing.json"], "--calibration missing.json: no such file"),
