@@ -35,7 +35,7 @@ from divergence.atlas.costs import pair_costs
 
 def measured_row(opt: Optimization, backbone: str, pair_name: str, summary: dict, report: str) -> dict:
     """The row of ``opt`` on ``backbone`` from its report's summary (``pair_name``: its pair under study)."""
-    verdict = next((v for v in summary.get("verdicts", []) if v.get("study") == pair_name), None)
+    verdict = verdict_of(summary, pair_name)
     runs = [p for p in summary.get("pairs", {}).values() if p.get("name") == pair_name]
     row = _row(opt, backbone)
     row.update(
@@ -66,6 +66,11 @@ def measured_row(opt: Optimization, backbone: str, pair_name: str, summary: dict
         reason=(verdict.get("reasons") or [None])[0],
     )
     return row
+
+
+def verdict_of(summary: dict, pair_name: str) -> dict | None:
+    """The verdict of pair ``pair_name`` in a report's summary, or None when it has none."""
+    return next((v for v in summary.get("verdicts", []) if v.get("study") == pair_name), None)
 
 
 def windows(verdict: dict, runs: list[dict], min_window: int | None) -> dict | None:

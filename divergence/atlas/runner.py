@@ -21,7 +21,7 @@ from divergence.atlas.plan import BackboneStudy, backbone_study, split_overrides
 from divergence.atlas.catalog import BACKBONES, OPTIMIZATIONS
 from divergence.atlas.looks import FIRST_REPLICATES, to_decide, trained_prefix
 from divergence.atlas.render import ATLAS_FILE, SCHEMA, write_atlas
-from divergence.atlas.rows import measured_row, reference_flips, seed_ceiling, unavailable_row
+from divergence.atlas.rows import measured_row, reference_flips, seed_ceiling, unavailable_row, verdict_of
 
 CALIBRATION_FILE = "calibration.json"
 CACHE_DIR = "inductor-cache"  # torch.compile's artifacts, shared by every compile arm and replicate
@@ -115,7 +115,7 @@ def first_look(plan: BackboneStudy, planned: list, optimizations, calibration: P
     short = [o for o in optimizations if 2 <= have[o.name] < most]  # under 2: no interval to plan from
     builds = [(row_inputs(plan, planned, o.name, have[o.name]), None) for o in short]
     verdicts = {
-        o.name: next((v for v in summary.get("verdicts", []) if v.get("study") == plan.pairs[o.name]), None)
+        o.name: verdict_of(summary, plan.pairs[o.name])
         for o, summary in zip(short, build_reports(builds, calibration, workers, figures=False))
     }
     looks = {}
