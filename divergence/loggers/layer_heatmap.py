@@ -61,7 +61,9 @@ def heatmap_image(history: LayerHistory) -> np.ndarray:
     from matplotlib.figure import Figure
 
     modules, steps, _ = history.matrix(TRAJECTORY_METRICS[0])
-    fig = Figure(figsize=(12, min(12, 2 + 0.15 * len(modules))), dpi=72)
+    # constrained layout: room for the module names and for every colour bar's label (the last one's
+    # was cut at the right edge with fixed margins)
+    fig = Figure(figsize=(12, min(12, 2 + 0.15 * len(modules))), dpi=72, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, len(TRAJECTORY_METRICS), sharey=True)
     for ax, metric in zip(axes, TRAJECTORY_METRICS):
@@ -70,7 +72,6 @@ def heatmap_image(history: LayerHistory) -> np.ndarray:
         axes[0].set_yticks(range(len(modules)), modules, fontsize=6)
     else:
         axes[0].set_ylabel(f"{len(modules)} modules, in model order")
-    fig.subplots_adjust(left=0.3 if len(modules) <= LABEL_ROWS else 0.08, right=0.97, wspace=0.25)
     fig.canvas.draw()
     return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
 

@@ -39,6 +39,11 @@ from divergence.training.host import check_host
 from divergence.training.separate_pair import arm_finished, separate_jobs
 
 POLL_SECONDS = 1.0
+# A pair run that fails (any exit but 0, or 2: bad input, the same however often it runs) is started once
+# more, from its last checkpoint, before the study fails: a rank's crash (a segfault in a gloo thread)
+# need not cost a two-hour atlas. torchrun's --max-restarts is the same idea (its default is 0: one
+# process group, not a queue of independent runs).
+RESTARTS = 1
 # A stopped study waits this long for its children to exit (Lightning stops at a step's end), then kills them.
 STOP_SECONDS = 20.0
 
@@ -65,6 +70,7 @@ class PairJob:
     log_start: int = 0  # where this job's child began writing its log (earlier attempts wrote before it)
     ranks: int = 1  # processes its widest arm trains on at once (a separate-job pair's 2-rank arm: 2)
     arm_ranks: tuple[int, ...] = ()  # a separate-job pair's: each arm's processes, in the order they train (a, b)
+    restarts: int = 0  # how often it was started again after a failure (``RESTARTS`` at most)
 
     @property
     def label(self) -> str:
@@ -187,7 +193,10 @@ def run_jobs(jobs: list[PairJob], overrides: list[str], parallel: int, show_prog
                 _update(jobs, bars, overall)
                 for job in [j for j in running if j.process.poll() is not None]:
                     running.remove(job)
-                    _check_exit(job)
+                    if _restarts(job, overall):
+                        waiting.insert(0, job)  # next to start: from its checkpoint, its log appended to
+                    else:
+                        _check_exit(job)
             _update(jobs, bars, overall)
     except BaseException:
         _end([j.process for j in running])
@@ -287,15 +296,31 @@ def _update(jobs: list[PairJob], bars: dict, overall) -> None:
     overall.update(done - overall.n)
 
 
+def _restarts(job: PairJob, bar) -> bool:
+    """Whether ``job``, just ended, starts again: it failed other than with exit 2 and has restarts left.
+    Says so in one line (through ``bar``, above the progress bars): the failure, and that it resumes."""
+    code = job.process.returncode
+    if code in (0, 2) or job.restarts >= RESTARTS:
+        return False
+    job.restarts += 1
+    bar.write(f"divergence: {_failure(job)}; starting it again from its last checkpoint", file=sys.stderr)
+    return True
+
+
 def _check_exit(job: PairJob) -> None:
     code = job.process.returncode
     if code == 0:
         return
+    raise PairFailed(
+        _failure(job, "failed again, after a restart from its checkpoint" if job.restarts else "failed"), code
+    )
+
+
+def _failure(job: PairJob, failed: str = "failed") -> str:
+    """``pair <name> (replicate <r>) <failed> (exit <code>): <its last line> [full log: <log>]``."""
     log = _log_path(job)
     last = _last_line(log, job.log_start)
-    raise PairFailed(
-        f"pair {job.pair.name} (replicate {job.replicate}) failed (exit {code}): {last} [full log: {log}]", code
-    )
+    return f"pair {job.pair.name} (replicate {job.replicate}) {failed} (exit {job.process.returncode}): {last} [full log: {log}]"
 
 
 def _last_line(log: Path, start: int) -> str:

@@ -4,6 +4,7 @@ The studies here are real (``python -m divergence study`` in a subprocess, its c
 ``divergence train`` processes); they are stopped or killed while their children start.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from divergence.cli import main
+from divergence.pairfolder.pair_json import PairInfo
 from tests.procs import alive, parent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,3 +216,59 @@ def test_the_lock_names_its_holder_and_is_free_once_released(tmp_path):
             assert f"(pid {os.getpid()})" in str(err)
     with study_lock(tmp_path):  # released on the way out
         pass
+
+
+def test_a_pair_run_that_dies_is_started_again_from_its_checkpoint_once(tmp_path):
+    """A train child killed (as a rank's segfault or the OOM killer would) is started once more and resumes
+    from its last checkpoint: the study ends as if nothing happened, its store holding every step once. Killed
+    twice, the study fails, in one line that says it was restarted."""
+    recipe = _study_recipe(tmp_path)
+    out = tmp_path / "once"
+    study, (child,) = _start_study(recipe, out, "train.checkpoint_every=2", "--max-steps", "20")
+    run = out / "fused-adamw" / "r0"
+    try:
+        _kill_after_a_checkpoint(child, run)
+        assert study.wait(timeout=240) == 0, study.stderr.read()
+    finally:
+        _kill([study.pid, *_train_children(study.pid)])
+    err = study.stderr.read()
+    assert "divergence: pair fused-adamw (replicate 0) failed (exit " in err, err
+    assert "; starting it again from its last checkpoint" in err
+    info = PairInfo.read(run)
+    assert info.finished and info.last_step == 20
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in records if r["type"] == "step"]
+    assert steps == list(range(21))  # resumed: every step recorded once (dense tracking), none lost or twice
+    assert [r["step"] for r in records] == sorted(r["step"] for r in records)
+
+    out = tmp_path / "twice"
+    study, (child,) = _start_study(recipe, out, "train.checkpoint_every=2", "--max-steps", "500")
+    try:
+        _kill_after_a_checkpoint(child, out / "fused-adamw" / "r0")
+        _kill([_next_train_child(study, child)])
+        assert study.wait(timeout=60) == 1
+    finally:
+        _kill([study.pid, *_train_children(study.pid)])
+    (line,) = [line for line in study.stderr.read().splitlines() if "error" in line]
+    assert "pair fused-adamw (replicate 0) failed again, after a restart from its checkpoint (exit " in line, line
+
+
+def _kill_after_a_checkpoint(child: int, run: Path) -> None:
+    """SIGKILL ``child`` once ``run`` holds a resumable checkpoint (``resume/last.ckpt``)."""
+    deadline = time.monotonic() + 120
+    while not (run / "resume" / "last.ckpt").is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (run / "resume" / "last.ckpt").is_file(), f"{run}: no checkpoint in 120 s"
+    _kill([child])
+
+
+def _next_train_child(study: subprocess.Popen, before: int) -> int:
+    """The train child ``study`` starts after ``before`` ended."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        started = [p for p in _train_children(study.pid) if p != before]
+        if started:
+            return started[0]
+        assert study.poll() is None, study.stderr.read()
+        time.sleep(0.2)
+    raise AssertionError("the study started no train child again in 120 s")
