@@ -5,7 +5,12 @@ A row's verdict has three readings, each with an interval over replicates and, w
 interval straddles the line it is read against, the replicates that would decide it
 (``divergence.analysis.replicates.replicates_to_clear``, from the replicates' mean and spread):
 the dose ratio against low precision (``inconclusive``), the ratio against the reordering
-reference (``inconclusive``) and the outcome (``undecided``). After the first look a row trains
+reference (``inconclusive``) and the outcome (``undecided``). A fourth reason a row is open: its
+dose ratio has no interval because too few replicates formed a window (under 2 pooled: the
+verdict is ``preliminary``; the fp32 reorderings of the DiT settle late, and in the CPU atlas 1 of 3
+replicates of its ``data-parallel`` and ``tensor-parallel`` rows formed one). At the rate the first
+look saw (w of k replicates), 2 windows form at about ceil(2 k / w) replicates: that is the count
+that would decide it. After the first look a row trains
 up to the study's replicates ``most`` only if one of them is undecided and would be decided within
 ``most``; the references then train ``most`` too (a row's ratios pair its replicate r with the
 references' replicate r). A row the first look decides keeps its first-look interval; one whose
@@ -16,9 +21,8 @@ Why: most rows of the CPU atlas sit dex away from both lines (the fp32 reorderin
 bf16, the low-precision rows 3-4 dex above the reordering reference), and 3 replicates decide them
 (t_{0.975,2} = 4.30 and a spread of 0.1-0.3 dex: an interval of +/-0.25-0.75 dex). Training
 every row 6 times would take the whole CPU atlas about 3 h 20 min on 2 cores (estimated from its
-first replicate); with the two looks it takes about 2 h 15 min (the first look measured, the
-second estimated: docs/atlas.md, "The CPU atlas as measured"): the first look sent 4 of the
-UNet's 15 rows on to 6 replicates.
+first replicate); with the two looks it took 2 h 11 min (docs/atlas.md, "The CPU atlas as
+measured"): the first look sent 5 of the UNet's 15 rows on to 6 replicates.
 
 What it costs the statistics: a status is now read at two replicate counts instead of one. Each
 reading's 95% interval lies wholly on the wrong side of its line with probability at most 2.5%,
@@ -49,8 +53,26 @@ def to_decide(verdict: dict | None, most: int) -> list[str]:
         ("dose", dose.get("status") == "inconclusive", (dose.get("replicates_needed") or {}).get("exclude_0")),
         ("reordering", reordering.get("status") == "inconclusive", reordering.get("replicates_needed")),
         ("outcome", outcome.get("status") == "undecided", outcome.get("replicates_needed")),
+        ("windows", *_windows(verdict)),
     )
     return [f"{name} {n}" for name, open_, n in readings if open_ and isinstance(n, int) and n <= most]
+
+
+def _windows(verdict: dict) -> tuple[bool, int | None]:
+    """Whether the dose ratio lacks an interval for want of windows (under 2 of the replicates
+    trained formed one), and the replicates at which 2 would form at the rate seen (None for none
+    formed: no rate to go by).
+
+    >>> _windows({"dose_ratio": {"log10": -3.5, "lo": None, "replicates": 1}, "per_replicate": [{}, {}, {}]})
+    (True, 6)
+    >>> _windows({"dose_ratio": {"lo": -3.7, "replicates": 2}, "per_replicate": [{}, {}, {}]})
+    (False, None)
+    """
+    dose = verdict.get("dose_ratio") or {}
+    formed, trained = dose.get("replicates") or 0, len(verdict.get("per_replicate") or [])
+    if dose.get("lo") is not None or formed >= min(2, trained):
+        return False, None
+    return True, (-(-2 * trained // formed) if formed else None)
 
 
 def trained_prefix(done: set[tuple[str, int]], once: set[str], names: list[str], most: int) -> int:

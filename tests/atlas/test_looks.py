@@ -109,6 +109,29 @@ def test_each_open_reading_within_reach_is_named():
     assert to_decide(decided, 6) == [] and to_decide(None, 6) == []
 
 
+def test_a_row_without_an_interval_for_want_of_windows_trains_until_two_would_form():
+    """The DiT's data-parallel row in the CPU atlas: 1 of 3 replicates formed a window of 5 tracked steps,
+    so the dose ratio had a point and no interval (``preliminary``); at that rate 6 replicates form 2."""
+    window = {"window": [10, 30], "steps_in_window": 19}
+    verdict = {
+        "status": "preliminary",
+        "dose_ratio": {"status": "bounded", "log10": -3.45, "lo": None, "hi": None, "replicates": 1},
+        "reordering": {"status": "reordering_like"},
+        "outcome": {"status": "undecided", "replicates_needed": None},
+        "per_replicate": [
+            {"window": [11, 11], "steps_in_window": 1},
+            window,
+            {"window": [13, 14], "steps_in_window": 2},
+        ],
+    }
+    assert to_decide(verdict, 6) == ["windows 6"]
+    assert to_decide(verdict, 5) == []  # 2 windows not expected within 5
+    none_formed = {**verdict, "dose_ratio": {**verdict["dose_ratio"], "log10": None, "replicates": 0}}
+    assert to_decide(none_formed, 6) == []  # no rate to go by
+    pooled = {**verdict, "dose_ratio": {**verdict["dose_ratio"], "lo": -3.9, "hi": -3.0, "replicates": 2}}
+    assert to_decide(pooled, 6) == []
+
+
 def test_the_finished_replicates_are_counted_from_0_and_the_control_once():
     done = {("x", 0), ("x", 1), ("x", 3), ("ref", 0), ("ref", 1), ("ref", 2), ("ctl", 0)}
     assert trained_prefix(done, {"ctl"}, ["x", "ref", "ctl"], 6) == 2
