@@ -7,7 +7,8 @@ steps is not trained again; any
 other resumes from its last checkpoint (that is what ``divergence train`` does on an
 existing folder), so an interrupted study picks up where it stopped. Both only for a run of the
 same recipe, and none while a live process writes its folder (``study.reuse``, checked before
-anything is written). Progress is a bar per
+anything is written). A pair run that fails other than on bad input is started once more
+(``RESTARTS``), resuming from its last checkpoint, before the study fails. Progress is a bar per
 pair and one overall, read from the pairs' metrics stores.
 """
 
