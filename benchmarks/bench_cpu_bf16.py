@@ -2,15 +2,15 @@
 
     python benchmarks/bench_cpu_bf16.py [--rounds 3] [--threads 1]
 
-The atlas runs its bf16 pairs (the precision reference, the flash, int8 and fp8 rows) under emulated
+The atlas runs its bf16 pairs (the precision reference, the flash and fp8 rows) under emulated
 autocast (``training.emulated_autocast``): convolutions and linears are fp32 kernels on 16-bit-rounded
 values, but attention runs as PyTorch runs it, since attention is what the flash rows study. PyTorch's
 CPU kernels compute a bf16 matrix product with native bf16 instructions where the CPU has them
 (AVX512-BF16, AMX) and with a generic loop where it does not; attention is made of such products.
 This benchmark times one training step (forward and backward, batch 16) of the tiny UNet
 (``recipes/tiny.yaml``) in fp32 and under bf16 autocast, rounds alternating (a change of the machine's
-load hits both alike), and the share of the bf16 step spent in attention (``torch.profiler``: the SDPA
-ops' self time). It prints the CPU's bf16 support beside the ratios.
+load hits both alike), and the share of each step spent in attention (``torch.profiler``: the SDPA and
+batched-product ops' self time). It prints the CPU's bf16 support beside the ratios.
 
 Measured 2026-11-26 on the 2-core AMD EPYC of issue 34's atlas (AVX2, no AVX512-BF16), one thread: the
 numbers are in docs/atlas.md ("The CPU atlas as measured").

@@ -194,7 +194,7 @@ def run_jobs(jobs: list[PairJob], overrides: list[str], parallel: int, show_prog
                 _update(jobs, bars, overall)
                 for job in [j for j in running if j.process.poll() is not None]:
                     running.remove(job)
-                    if _restarts(job, overall):
+                    if _restarts(job):
                         waiting.insert(0, job)  # next to start: from its checkpoint, its log appended to
                     else:
                         _check_exit(job)
@@ -297,14 +297,16 @@ def _update(jobs: list[PairJob], bars: dict, overall) -> None:
     overall.update(done - overall.n)
 
 
-def _restarts(job: PairJob, bar) -> bool:
+def _restarts(job: PairJob) -> bool:
     """Whether ``job``, just ended, starts again: it failed other than with exit 2 and has restarts left.
-    Says so in one line (through ``bar``, above the progress bars): the failure, and that it resumes."""
+    Says so in one line above the progress bars (``tqdm.write``): the failure, and that it resumes."""
+    from tqdm import tqdm
+
     code = job.process.returncode
     if code in (0, 2) or job.restarts >= RESTARTS:
         return False
     job.restarts += 1
-    bar.write(f"divergence: {_failure(job)}; starting it again from its last checkpoint", file=sys.stderr)
+    tqdm.write(f"divergence: {_failure(job)}; starting it again from its last checkpoint", file=sys.stderr)
     return True
 
 
