@@ -20,6 +20,7 @@ import torch
 
 # Score-matrix elements held at once (B*H*chunk*Lk); 2**25 floats is 128 MiB in fp32.
 _CHUNK_ELEMENTS = 2**25
+_HALF = (torch.float16, torch.bfloat16)
 
 
 def baseline_attention(
@@ -88,13 +89,38 @@ def golden_attention(
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a @ b`` in the operands' format: summed in fp32 (or wider), rounded once.
 
-    PyTorch has no fast fp16 GEMM on CPU (its fallback is 10-40x slower than fp32), so fp16
-    operands on CPU are upcast to fp32 (exact), multiplied and rounded back: the arithmetic of a
-    fp16 GEMM with fp32 accumulation, as GPUs and PyTorch's own CPU path perform it.
+    A 16-bit product on a CPU (fp16 or bf16 operands, or CPU autocast to a 16-bit format, which
+    casts fp32 operands as it casts ``torch.matmul``'s) is computed as GPUs and PyTorch's own
+    16-bit GEMM compute it, with fp32 kernels:
+
+        rnd16( rnd16(a) @ rnd16(b) )      (the exact products summed in fp32)
+
+    PyTorch has no fast 16-bit GEMM on a CPU without AVX512-BF16/FP16 or AMX: its fallback is
+    10-40x slower than fp32 for attention's shapes (30x for Q K^T at head dim 8 on the 2-core
+    AVX2 machine, where it was half of a bf16 training step). Widening a 16-bit value to fp32
+    is exact, so the two differ only in the order of the fp32 sums: Q K^T bitwise equal, P V in
+    99.99% of the elements, one unit in the last place in the rest
+    (``tests/attention/test_reference.py``). Autograd follows the casts, so the gradients are
+    16-bit products rounded once as well.
     """
-    if a.dtype == torch.float16 and a.device.type == "cpu":
-        return torch.matmul(a.float(), b.float()).to(torch.float16)
-    return torch.matmul(a, b)
+    dtype = _cpu_16bit(a, b)
+    if dtype is None:
+        return torch.matmul(a, b)
+    with torch.autocast("cpu", enabled=False):
+        return torch.matmul(a.to(dtype).float(), b.to(dtype).float()).to(dtype)
+
+
+def _cpu_16bit(a: torch.Tensor, b: torch.Tensor) -> torch.dtype | None:
+    """The 16-bit format ``torch.matmul(a, b)`` computes in on a CPU (autocast's, else the operands'
+    promoted format), or None for fp32, fp64 (which autocast leaves alone) and other devices."""
+    if a.device.type != "cpu" or not (a.is_floating_point() and b.is_floating_point()):
+        return None
+    if torch.float64 in (a.dtype, b.dtype):
+        return None
+    if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") in _HALF:
+        return torch.get_autocast_dtype("cpu")
+    dtype = torch.promote_types(a.dtype, b.dtype)
+    return dtype if dtype in _HALF else None
 
 
 def default_scale(q: torch.Tensor) -> float:
