@@ -231,7 +231,7 @@ def rank_lines(atlas: dict) -> list[str]:
         return []
     lines = [
         "",
-        "Per rank (rows whose arms train as their own multi-process jobs; median over the steps after the "
+        "Per rank (rows whose arms train as their own jobs, one process or more; median over the steps after the "
         "warm-up, every replicate; the arms ran at different times, so their time ratio is not a speed-up "
         "measured under one load):",
     ]

@@ -37,7 +37,7 @@ from divergence.study.reuse import check_no_writer, check_same_recipe
 from divergence.training import child_start
 from divergence.training.pair_setup import pair_config
 from divergence.training.host import check_host
-from divergence.training.separate_pair import arm_finished, separate_jobs
+from divergence.training.separate_pair import arm_finished, on_cpu, separate_jobs
 
 POLL_SECONDS = 1.0
 # A pair run that fails (any exit but 0, or 2: bad input, the same however often it runs) is started once
@@ -69,8 +69,8 @@ class PairJob:
     recipe_text: str = ""
     config: dict | None = None  # the resolved pair as ``train`` saves it (``pair.yaml``): what a reused run must match
     log_start: int = 0  # where this job's child began writing its log (earlier attempts wrote before it)
-    ranks: int = 1  # processes its widest arm trains on at once (a separate-job pair's 2-rank arm: 2)
-    arm_ranks: tuple[int, ...] = ()  # a separate-job pair's: each arm's processes, in the order they train (a, b)
+    cores: int = 1  # cores its widest arm keeps busy at once (``arm_cores``: a 2-rank arm, a 2-thread CPU arm: 2)
+    arm_cores: tuple[int, ...] = ()  # a separate-job pair's: each arm's cores, in the order they train (a, b)
     restarts: int = 0  # how often it was started again after a failure (``RESTARTS`` at most)
 
     @property
@@ -89,14 +89,14 @@ class PairJob:
             return stored
         return (sum(tail_step(arm) for arm in arms) + stored) // (len(ARMS) + 1)
 
-    def ranks_now(self) -> int:
-        """The processes it runs at this moment (started or not): a separate-job pair trains arm a,
+    def cores_now(self) -> int:
+        """The cores it keeps busy at this moment (started or not): a separate-job pair trains arm a,
         then arm b, then compares in one process (``training.separate_pair``), so its count is that
-        of its first unfinished arm, then 1; a lockstep pair's is ``ranks`` throughout."""
-        if not self.arm_ranks:
-            return self.ranks
+        of its first unfinished arm, then 1; a lockstep pair's is ``cores`` throughout."""
+        if not self.arm_cores:
+            return self.cores
         folder = PairFolder(self.out)
-        return next((n for arm, n in zip(ARMS, self.arm_ranks) if not arm_finished(folder, arm, self.max_steps)), 1)
+        return next((n for arm, n in zip(ARMS, self.arm_cores) if not arm_finished(folder, arm, self.max_steps)), 1)
 
     def finished(self) -> bool:
         try:
@@ -141,16 +141,33 @@ def plan_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
                         replicate=replicate,
                         recipe_text=text,
                         config=pair_config(resolved),
-                        ranks=max(arm_ranks(resolved)),
-                        arm_ranks=arm_ranks(resolved) if separate_jobs(resolved) else (),
+                        cores=max(arm_cores(resolved)),
+                        arm_cores=arm_cores(resolved) if separate_jobs(resolved) else (),
                     )
                 )
     return jobs
 
 
-def arm_ranks(pair) -> tuple[int, ...]:
-    """Each arm's processes (``train.devices`` x ``train.num_nodes``), arm a first."""
-    return tuple(pair.arm_recipes[arm].train.devices * pair.arm_recipes[arm].train.num_nodes for arm in ARMS)
+def arm_cores(pair) -> tuple[int, ...]:
+    """The cores each arm keeps busy, arm a first: its processes (``train.devices`` x
+    ``train.num_nodes``), times its intra-op threads on a CPU (``train.cpu_threads``; 0, torch's
+    default, is every core). A 2-thread CPU arm beside another pair's job would share a core with
+    it: both slow down, and its step time no longer says what 2 threads cost (the first CPU atlas
+    read the ``cpu-threads`` row's 2 threads as 2.1x slower than 1).
+
+    >>> from types import SimpleNamespace as N
+    >>> arm = lambda threads: N(train=N(devices=1, num_nodes=1, cpu_threads=threads, accelerator="cpu"))
+    >>> arm_cores(N(arm_recipes={"a": arm(2), "b": arm(1)}))
+    (2, 1)
+    """
+    return tuple(_cores(pair.arm_recipes[arm].train) for arm in ARMS)
+
+
+def _cores(train) -> int:
+    processes = train.devices * train.num_nodes
+    if not on_cpu(train.accelerator):
+        return processes
+    return processes * (train.cpu_threads or os.cpu_count() or 1)
 
 
 def write_recipes(jobs: list[PairJob]) -> None:
@@ -219,32 +236,32 @@ def start_order(jobs: list[PairJob]) -> list[PairJob]:
     the replicate's start, the 2-process jobs follow one another, and a separate-job pair's
     1-process phase runs beside the first 1-process job.
 
-    >>> one, two = PairJob(None, None, None, 1), PairJob(None, None, None, 1, ranks=2)
-    >>> split = PairJob(None, None, None, 1, ranks=2, arm_ranks=(2, 1))
-    >>> later = PairJob(None, None, None, 1, ranks=2, replicate=1)
+    >>> one, two = PairJob(None, None, None, 1), PairJob(None, None, None, 1, cores=2)
+    >>> split = PairJob(None, None, None, 1, cores=2, arm_cores=(2, 1))
+    >>> later = PairJob(None, None, None, 1, cores=2, replicate=1)
     >>> [j is k for j, k in zip(start_order([one, split, later, two]), [two, split, one, later])]
     [True, True, True, True]
     """
 
     def key(job: PairJob) -> tuple[int, int, int]:
-        widths = job.arm_ranks or (job.ranks,) * len(ARMS)  # a lockstep pair: all its time on ``ranks``
+        widths = job.arm_cores or (job.cores,) * len(ARMS)  # a lockstep pair: all its time on ``cores``
         return job.replicate, -widths[0], -sum(width > 1 for width in widths)
 
     return sorted(jobs, key=key)
 
 
 def fits(job: PairJob, running: list[PairJob], parallel: int) -> bool:
-    """Whether ``job`` starts beside ``running``: the processes they run now (``PairJob.ranks_now``)
+    """Whether ``job`` starts beside ``running``: the cores they keep busy now (``PairJob.cores_now``)
     within ``parallel``, or nothing running. While a separate-job pair trains its 2-rank arm it
     takes 2 of the slots, so on 2 cores that arm trains alone (gloo ranks sharing a core wait on each
     other at every collective); its 1-process arm and its comparator take one, beside another pair.
     Jobs start in their order: the next waits for room rather than being passed by a smaller one.
 
-    >>> one, two = PairJob(None, None, None, 1), PairJob(None, None, None, 1, ranks=2)
+    >>> one, two = PairJob(None, None, None, 1), PairJob(None, None, None, 1, cores=2)
     >>> fits(one, [one], 2), fits(two, [one], 2), fits(two, [], 2)
     (True, False, True)
     """
-    return not running or sum(j.ranks_now() for j in running) + job.ranks_now() <= parallel
+    return not running or sum(j.cores_now() for j in running) + job.cores_now() <= parallel
 
 
 def _end(processes: list[subprocess.Popen]) -> None:

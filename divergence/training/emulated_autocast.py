@@ -19,9 +19,10 @@ follows the same casts, so gradients are rounded to 16 bits where autocast round
 Measured on this machine (one thread, the tiny UNet at batch 16): 1.7x the fp32 step instead of
 10.8x; op by op the emulated and the native results agree in 99.99% of the elements bitwise and
 differ by one unit in the last place in the rest (both are the correctly rounded exact value up to
-the order of the fp32 sums; ``tests/training/test_emulated_autocast.py``). Attention kernels
-(SDPA, and the baseline's ``bmm``/``baddbmm``) are not touched: they are what a flash-vs-baseline
-pair studies, and run as PyTorch runs them.
+the order of the fp32 sums; ``tests/training/test_emulated_autocast.py``). Attention is not
+touched here: SDPA and the other kernels a flash-vs-baseline pair studies run as PyTorch runs them,
+and the baseline's own products (``divergence.attention.reference.matmul``) follow the same
+formula on a CPU, with fp32 kernels, by their own rule.
 
 Only modules of exactly ``torch.nn.Conv2d`` and ``torch.nn.Linear`` are changed (their class is
 swapped for a subclass whose ``forward`` applies the formula when CPU autocast is on; otherwise

@@ -79,7 +79,7 @@ def check_ranks(pair: PairRecipe, cpus: int | None = None) -> None:
     for arm in ARMS:
         train = pair.arm_recipes[arm].train
         ranks = train.devices * train.num_nodes
-        if _on_cpu(train.accelerator) and train.devices > cpus:
+        if on_cpu(train.accelerator) and train.devices > cpus:
             raise UserInputError(
                 f"arm {arm}: train.devices={train.devices} CPU ranks, but this machine has {cpus} cores; "
                 f"use train.devices <= {cpus} (one core per rank)"
@@ -92,7 +92,7 @@ def check_ranks(pair: PairRecipe, cpus: int | None = None) -> None:
         )
 
 
-def _on_cpu(accelerator: str) -> bool:
+def on_cpu(accelerator: str) -> bool:
     if accelerator != "auto":
         return accelerator == "cpu"
     import torch

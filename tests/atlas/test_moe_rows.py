@@ -159,7 +159,7 @@ def test_a_two_rank_arm_trains_alone_on_two_slots(tmp_path):
 
     study = backbone_study("moe", select(["expert-parallel"]), "cpu", ["replicates=1"]).study
     jobs = {j.label: j for j in plan_jobs(study, tmp_path, [])}
-    assert {label: j.ranks for label, j in jobs.items()} == {
+    assert {label: j.cores for label, j in jobs.items()} == {
         "expert-parallel-r0": 2,
         "seed-vs-seed-r0": 1,
         "bf16-vs-fp32-r0": 1,
@@ -173,9 +173,9 @@ def test_a_two_rank_arm_trains_alone_on_two_slots(tmp_path):
     # once its 2-rank arm a finished, the pair runs arm b (1 rank), then the comparator: one slot
     from divergence.pairfolder.arm.status import ArmStatus
 
-    assert wide.arm_ranks == (2, 1) and narrow.arm_ranks == () and wide.ranks_now() == 2
+    assert wide.arm_cores == (2, 1) and narrow.arm_cores == () and wide.cores_now() == 2
     (wide.out / "a").mkdir(parents=True)
     ArmStatus("a", state="running", last_step=wide.max_steps - 1, max_steps=wide.max_steps).write(wide.out / "a")
-    assert wide.ranks_now() == 2 and not fits(narrow, [wide], 2)
+    assert wide.cores_now() == 2 and not fits(narrow, [wide], 2)
     ArmStatus("a", state="finished", last_step=wide.max_steps, max_steps=wide.max_steps).write(wide.out / "a")
-    assert wide.ranks_now() == 1 and fits(narrow, [wide], 2) and not fits(narrow, [wide, narrow], 2)
+    assert wide.cores_now() == 1 and fits(narrow, [wide], 2) and not fits(narrow, [wide, narrow], 2)

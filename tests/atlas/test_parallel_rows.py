@@ -40,7 +40,7 @@ def test_the_fsdp_rows_shard_over_two_ranks_in_a_study_as_on_their_own(tmp_path)
     jobs = {j.label: j for j in plan_jobs(study, tmp_path, [])}
     for name, value, sharding in (("fsdp-full", "full", "FULL_SHARD"), ("fsdp-grad-op", "grad-op", "SHARD_GRAD_OP")):
         job = jobs[f"{name}-r0"]
-        assert job.arm_ranks == (2, 2) and job.config["arms"] == {
+        assert job.arm_cores == (2, 2) and job.config["arms"] == {
             "a": ["data-parallel=2x8", f"fsdp={value}"],
             "b": ["data-parallel=2x8"],
         }
@@ -82,7 +82,25 @@ def test_each_replicate_starts_its_multi_rank_pairs_first(tmp_path):
     for replicate in (0, 1):
         jobs = [j for j in started if j.replicate == replicate]
         assert {j.pair.name for j in jobs[:3]} == {"data-parallel", "zero-1", "fsdp-full"}
-        assert [j.ranks_now() for j in jobs] == [2, 2, 2] + [1] * (len(jobs) - 3)
+        assert [j.cores_now() for j in jobs] == [2, 2, 2] + [1] * (len(jobs) - 3)
         assert jobs[2].pair.name == "data-parallel"  # arms of 2 and 1 ranks: its arm b runs beside a 1-process pair
         ones = [j.label for j in jobs[3:]]
-        assert ones == [j.label for j in planned if j.replicate == replicate and j.ranks == 1]
+        assert ones == [j.label for j in planned if j.replicate == replicate and j.cores == 1]
+
+
+def test_a_two_thread_cpu_arm_takes_two_slots_and_starts_with_the_two_rank_pairs(tmp_path):
+    # beside another pair's job on 2 cores, the cpu-threads row's 2-thread arm shared a core: its steps
+    # read 2.1x slower than 1 thread (the first CPU atlas), and the neighbour slowed down with it
+    from divergence.atlas.plan import backbone_study
+    from divergence.study.runner import fits, plan_jobs, start_order
+
+    planned = plan_jobs(backbone_study("unet", select(["cpu-threads"]), "cpu", ["replicates=1"]).study, tmp_path, [])
+    jobs = {j.label: j for j in planned}
+    threads = jobs["cpu-threads-r0"]
+    assert threads.cores == 2 and threads.arm_cores == ()  # lockstep: both arms in one process, 2 cores throughout
+    assert {label: j.cores for label, j in jobs.items() if label != "cpu-threads-r0"} == dict.fromkeys(
+        ["seed-vs-seed-r0", "bf16-vs-fp32-r0", "control-r0", "reordering-r0"], 1
+    )
+    assert not fits(threads, [jobs["control-r0"]], 2) and not fits(jobs["control-r0"], [threads], 2)
+    assert fits(threads, [], 2)
+    assert start_order(planned)[0] is threads
