@@ -40,6 +40,7 @@ from divergence.training.host import check_host
 from divergence.training.separate_pair import arm_finished, on_cpu, separate_jobs
 
 POLL_SECONDS = 1.0
+DISK_FULL = "No space left on device"  # strerror(ENOSPC), in a child's OSError line
 # A pair run that fails (any exit but 0, or 2: bad input, the same however often it runs) is started once
 # more, from its last checkpoint, before the study fails: a rank's crash (a segfault in a gloo thread)
 # need not cost a two-hour atlas. torchrun's --max-restarts is the same idea (its default is 0: one
@@ -320,7 +321,7 @@ def _restarts(job: PairJob) -> bool:
     from tqdm import tqdm
 
     code = job.process.returncode
-    if code in (0, 2) or job.restarts >= RESTARTS:
+    if code in (0, 2) or job.restarts >= RESTARTS or _disk_full(job):
         return False
     job.restarts += 1
     tqdm.write(f"divergence: {_failure(job)}; starting it again from its last checkpoint", file=sys.stderr)
@@ -340,17 +341,28 @@ def _failure(job: PairJob, failed: str = "failed") -> str:
     """``pair <name> (replicate <r>) <failed> (exit <code>): <its last line> [full log: <log>]``."""
     log = _log_path(job)
     last = _last_line(log, job.log_start)
-    return f"pair {job.pair.name} (replicate {job.replicate}) {failed} (exit {job.process.returncode}): {last} [full log: {log}]"
+    said = f"pair {job.pair.name} (replicate {job.replicate}) {failed} (exit {job.process.returncode}): {last} [full log: {log}]"
+    if DISK_FULL in last:
+        return f"{said}; free disk space (a pair run's checkpoints are in {job.out}), then run the same command again: it resumes"
+    return said
+
+
+def _disk_full(job: PairJob) -> bool:
+    """Whether the job's child ran out of disk space: a restart would too, so it stops at once."""
+    return DISK_FULL in _last_line(_log_path(job), job.log_start)
 
 
 def _last_line(log: Path, start: int) -> str:
-    """What the child said last: its own error line (``divergence train: error: ...``), else the log's last
-    line, read from where the child began (lines before are an earlier attempt's)."""
+    """What the child said last: its own error line (``divergence train: error: ...``), else a full disk
+    (``OSError: [Errno 28] No space left on device``: the cause, where rank 0 died of it and rank 1's
+    "connection closed by peer" came last), else the log's last line, read from where the child
+    began (lines before are an earlier attempt's)."""
     with open(log, "rb") as f:
         f.seek(start)
         lines = [line for line in f.read().decode(errors="replace").splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("divergence train: error:")]
-    return (errors or lines or ["(no output)"])[-1]
+    full = [line for line in lines if DISK_FULL in line]
+    return (errors or full or lines or ["(no output)"])[-1]
 
 
 def _log_path(job: PairJob) -> Path:

@@ -284,3 +284,28 @@ def test_a_failed_train_child_is_quoted_from_its_own_lines(tmp_path):
         f.write("Traceback (most recent call last):\nValueError: boom\n\n")
     assert _last_line(log, start) == "ValueError: boom"
     assert _last_line(log, log.stat().st_size) == "(no output)"
+
+
+def test_a_full_disk_is_said_as_the_cause_with_what_to_do_and_not_restarted(tmp_path):
+    # the CPU atlas's DiT data-parallel arm: rank 0 died of ENOSPC while saving its checkpoint, rank 1's
+    # gloo error came last, and the restart failed the same way; the study quoted rank 1's line
+    from divergence.study.runner import PairJob, _failure, _log_path, _restarts
+
+    job = PairJob(
+        SimpleNamespace(name="data-parallel"), tmp_path / "recipes" / "data-parallel-r1.yaml", tmp_path / "run", 30
+    )
+    job.replicate, job.process = 1, SimpleNamespace(returncode=1)
+    log = _log_path(job)
+    log.parent.mkdir(parents=True)
+    log.write_text(
+        "Epoch 0: step 7\nOSError: [Errno 28] No space left on device\n"
+        "[rank1]: RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1187.\n"
+    )
+    said = _failure(job)
+    assert "failed (exit 1): OSError: [Errno 28] No space left on device [full log: " in said, said
+    assert said.endswith(
+        f"free disk space (a pair run's checkpoints are in {tmp_path / 'run'}), then run the same command again: it resumes"
+    )
+    assert not _restarts(job) and job.restarts == 0
+    log.write_text("[rank1]: RuntimeError: Connection closed by peer\n")  # any other failure: one restart
+    assert _restarts(job) and job.restarts == 1
