@@ -42,10 +42,12 @@ def scaled_int8_mm(a: torch.Tensor, b: torch.Tensor, row_scale: torch.Tensor, co
     """torchao's ``scaled_int8_mm`` with the int8 product from :func:`exact_int_mm` on a CPU."""
     if a.device.type != "cpu":
         return _TORCHAO[0](a, b, row_scale, col_scale)
+    # _int_mm's int32 times the scales promotes to the scales' format (fp32, or bf16 under autocast)
+    dtype = torch.promote_types(torch.int32, col_scale.dtype)
     product = exact_int_mm(a, b)
-    if product.dtype == torch.float64:  # _int_mm's int32 goes to fp32 before the scales: so here
-        product = product.to(torch.int32).float()
-    return product * col_scale.view(-1) * row_scale.view(-1, 1)
+    if product.dtype == torch.float64:
+        product = product.to(torch.int32)
+    return product.to(dtype) * col_scale.view(-1) * row_scale.view(-1, 1)
 
 
 _TORCHAO: list = []  # torchao's own scaled_int8_mm, once replaced

@@ -27,6 +27,19 @@ def test_the_worst_case_sum_is_exact_at_the_fp32_limit_and_goes_to_fp64_past_it(
     assert exact_int_mm(wide, wide.T).dtype == torch.float64
 
 
+@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k", [64, 2 * EXACT_IN_FP32])
+def test_the_scaled_product_is_torchao_s_bitwise_in_the_scales_format(k, scale_dtype):
+    from divergence.models.optimizations import convert_int8
+
+    convert_int8({})  # installs the exact product, keeping torchao's
+    a, b = _int8((32, k), 2), _int8((k, 16), 3)
+    row = torch.rand(32, generator=torch.Generator().manual_seed(4)).to(scale_dtype)
+    col = torch.rand(16, generator=torch.Generator().manual_seed(5)).to(scale_dtype)
+    mine, theirs = int8_matmul.scaled_int8_mm(a, b, row, col), int8_matmul._TORCHAO[0](a, b, row, col)
+    assert mine.dtype == theirs.dtype == scale_dtype and torch.equal(mine, theirs)
+
+
 def _layer_step(seed=0):
     """Output and gradients of torchao's Int8 mixed-precision linear on a fixed input."""
     from divergence.models.optimizations import convert_int8
