@@ -78,12 +78,18 @@ def attention_share(unet, inputs, bf16: bool) -> float:
     return attention / total
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def step_args(description: str) -> argparse.Namespace:
+    """``--rounds`` and ``--threads`` of a tiny-UNet step benchmark, torch's threads set to the latter."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    return args
+
+
+def main() -> None:
+    args = step_args(__doc__.splitlines()[0])
     unet, inputs = tiny_unet()
     times = {False: [], True: []}
     for bf16 in (False, True):

@@ -16,14 +16,13 @@ step's gradients are bitwise equal both ways.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import time
 from contextlib import contextmanager, nullcontext
 
 import torch
-from bench_cpu_bf16 import cpu_bf16_support, tiny_unet
+from bench_cpu_bf16 import cpu_bf16_support, step_args, tiny_unet
 
 from divergence.attention import reference
 
@@ -70,11 +69,7 @@ def step(unet, inputs, bf16: bool) -> list[torch.Tensor]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    args = step_args(__doc__.splitlines()[0])
     unet, inputs = tiny_unet()
     baseline_attention_on(unet)
     int8 = int8_unet(unet)
