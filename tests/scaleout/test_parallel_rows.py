@@ -83,11 +83,13 @@ def _each_arm_trains_as_its_own_job_and_the_comparator_completes_the_pair(traine
 
 def _correct_ddp_reads_reordering_like_and_each_injected_bug_reads_beyond_it(trained):
     """Correct DDP reads ``reordering_like`` (on its window: its E equals the reordering's, log ratio
-    0.0); each bug ``beyond_reordering``. The rank scale's E grows as the reordering's does, a constant
-    ratio: read on its window (measured: +2.02 to +2.13 dex over steps 1-6, window 2-6, median +2.08).
-    The unreduced parameter's E adds up step by step, unlike the reordering's, so no window forms:
-    the ratio is read over the valid steps 1-6, above ``REORDERING_DEX`` at every one (measured: +2.98
-    to +3.24 dex, growing, median +3.19)."""
+    0.0); each bug ``beyond_reordering``. Where it is read depends on the CPU's fp32 kernels, which
+    are part of both pairs' arithmetic, so either way is checked for what it says. The rank scale's
+    E grows as the reordering's does, a constant ratio: read on its window (measured on an AVX2
+    CPU: +2.02 to +2.13 dex over steps 1-6, window 2-6, median +2.08; +2.34 on an AVX-512 one).
+    The unreduced parameter's E adds up step by step: on the AVX2 CPU no window formed with the
+    reordering's, and the ratio was read over the valid steps 1-6, above ``REORDERING_DEX`` at every
+    one (+2.98 to +3.24 dex, growing, median +3.19); on the AVX-512 one a window formed (+3.42)."""
     from divergence.analysis.reordering import sentence
 
     reference = [load_pair(trained / "reordering")]
@@ -95,17 +97,16 @@ def _correct_ddp_reads_reordering_like_and_each_injected_bug_reads_beyond_it(tra
     said = {name: (r.status, r.read_on, round(r.ratio.mean, 2), r.reason) for name, r in readings.items()}
     assert readings["ddp"].status == "reordering_like", said
     assert readings["ddp"].fp32_equivalent  # data-parallel declares itself the identity in fp32
-    for name, read_on in (("rank-scale", "window"), ("unreduced-param", "valid_steps")):
+    for name in ("rank-scale", "unreduced-param"):
         r = readings[name]
-        assert (r.status, r.read_on) == ("beyond_reordering", read_on), said
+        assert r.status == "beyond_reordering" and r.read_on in ("window", "valid_steps"), said
         assert r.fp32_equivalent  # the injected bug claims the identity, as the buggy DDP it stands for would
         said_by_verdict = sentence(r, name)
         assert said_by_verdict.endswith(f"if {name} should be the identity, look for a bug."), said_by_verdict
-        assert ("read over the valid steps" in said_by_verdict) == (read_on == "valid_steps"), said_by_verdict
-    unreduced = readings["unreduced-param"]
-    assert unreduced.estimates[0].window == (1, 6), said
-    said_by_verdict = sentence(unreduced, "unreduced-param")
-    assert "read over the valid steps 1-6, as X and R do not grow alike)" in said_by_verdict, said_by_verdict
+        valid_steps = "read over the valid steps 1-6, as X and R do not grow alike)" in said_by_verdict
+        assert valid_steps == (r.read_on == "valid_steps"), said_by_verdict
+        if r.read_on == "valid_steps":  # every valid step is read, and each is beyond the line
+            assert r.estimates[0].window == (1, 6), said
 
 
 def _control_the_ddp_arm_starts_from_the_one_process_arms_weights(trained):
