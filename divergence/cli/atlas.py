@@ -69,8 +69,7 @@ def run(args) -> int:
     from divergence.extras import require
 
     if args.only:  # `--only flash train.max_steps=60`: KEY=VALUE after the names are overrides, not names
-        args.overrides = [*[o for o in args.only if "=" in o], *args.overrides]
-        args.only = [o for o in args.only if "=" not in o] or None
+        _split_only(args)
     optimizations, chosen = select(args.only), backbones(args.backbone)  # bad names: one line, before any import
     if args.only:
         check_rows(optimizations, chosen)
@@ -81,8 +80,8 @@ def run(args) -> int:
             f"--first-replicates {args.first_replicates}: must be >= 2 (one replicate has no interval to decide on)"
         )
     calibration = Path(args.calibration) if args.calibration else None
-    if calibration is not None and not calibration.is_file():
-        raise UserInputError(f"--calibration {calibration}: no such file; write one with divergence calibrate")
+    if calibration is not None:
+        _check_calibration(calibration)
     require("train", "lightning", "diffusers", "transformers")
     require("report", "matplotlib", "scipy")
     from divergence.atlas.runner import run_atlas
@@ -112,6 +111,36 @@ def run(args) -> int:
         print(_line(row))
     print(f"atlas: {Path(args.out) / 'atlas.md'}, atlas.json, atlas.html, atlas.png")
     return 0
+
+
+def _split_only(args) -> None:
+    """``--only``'s names, and the KEY=VALUE overrides its list swallowed (``nargs="+"``) moved to the
+    overrides; ``--only`` with overrides and no name is one line (it would train every row)."""
+    from divergence.errors import UserInputError
+
+    names = [o for o in args.only if "=" not in o]
+    if not names:
+        raise UserInputError(
+            f"--only {' '.join(args.only)}: names no optimization; name the rows, then the overrides "
+            "(--only flash train.max_steps=2), or leave --only out for every row"
+        )
+    args.overrides = [*[o for o in args.only if "=" in o], *args.overrides]
+    args.only = names
+
+
+def _check_calibration(path) -> None:
+    """``--calibration``: a file, said in one line when it is missing or a folder."""
+    from divergence.errors import UserInputError
+
+    if path.is_dir():
+        inside = path / "calibration.json"
+        hint = f" (give {inside})" if inside.is_file() else ""
+        raise UserInputError(
+            f"--calibration {path}: a folder; expected the calibration.json that divergence calibrate "
+            f"writes in its --out folder{hint}"
+        )
+    if not path.is_file():
+        raise UserInputError(f"--calibration {path}: no such file; write one with divergence calibrate")
 
 
 def _line(row: dict) -> str:

@@ -108,6 +108,12 @@ def test_a_tiny_atlas_end_to_end_then_a_second_run_trains_nothing(tmp_path, caps
         (["--only", "expert-grouped"], "--only expert-grouped: a row of moe only, not of --backbone unet, dit"),
         (["--replicates", "0"], "--replicates 0: must be >= 1"),
         (["--calibration", "missing.json"], "--calibration missing.json: no such file"),
+        (["--calibration", "."], "--calibration .: a folder; expected the calibration.json that divergence calibrate"),
+        (
+            ["--only", "train.max_steps=2"],  # an override alone would have started every row
+            "--only train.max_steps=2: names no optimization; name the rows, then the overrides "
+            "(--only flash train.max_steps=2), or leave --only out for every row",
+        ),
         (["base=tiny.yaml"], "base=tiny.yaml: the atlas sets base and study itself"),
         (["--only", "flash", "train.lr=-1"], "lr: must be in (0, 1]"),  # KEY=VALUE after --only: an override
     ],
