@@ -164,9 +164,11 @@ def apply_overrides(data: dict, overrides: typing.Iterable[str]) -> dict:
         key = key.strip()
         if not key:
             raise RecipeError(f"override {short(item)}: the key is empty")
+        parts = key.split(".")
+        if not all(parts):  # `.train.lr`, `train..lr`, `train.`: no key of any recipe
+            raise RecipeError(f"override {short(item)}: the key has an empty part; write dotted names, e.g. train.lr")
         value = read_yaml_value(raw, f"override {short(key)}")
         node = data
-        parts = key.split(".")
         for part in parts[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):

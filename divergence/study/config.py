@@ -155,9 +155,7 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
             )
         if spec:
             pairs.append(_pair(role, spec, path, shared, note))
-    names = [p.name for p in pairs]
-    if len(set(names)) != len(names):
-        raise RecipeError(f"{path}: two pairs share a name ({names}); name the inline study pair differently")
+    _check_distinct_names(pairs, path)
     jobs = data.get("jobs", "auto")
     if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise RecipeError(f"{path}: jobs: expected auto or a positive integer, got {short(jobs)}")
@@ -213,6 +211,12 @@ def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "", key: 
     )
     if note:
         recipe["description"] = f"{data.get('description', data['name'])} (stand-in for fp16 vs fp32 on a CPU)"
+    if role == "reordering" and data.get("control") is True:
+        raise RecipeError(
+            f"{study_path}: {key}{f' ({spec})' if isinstance(spec, str) else ''}: a control pair (identical "
+            "arms, control: true) is no reordering yardstick; name a pair whose arms only reorder fp32 sums, "
+            "e.g. pairs/reordering.yaml"
+        )
     if role == "reordering":
         recipe["reordering"] = True  # its category, whatever the file says; its arms are checked when read
     return StudyPair(
@@ -223,6 +227,20 @@ def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "", key: 
         key,
         spec if isinstance(spec, str) else "",
     )
+
+
+def _check_distinct_names(pairs: list[StudyPair], path: Path) -> None:
+    """Each pair of a study trains into ``OUT/<name>``: two pairs of one name are one line naming both keys."""
+    seen = {}
+    for pair in pairs:
+        where = f"{pair.key} ({pair.file})" if pair.file else pair.key
+        if pair.name in seen:
+            raise RecipeError(
+                f"{path}: two pairs share a name ({pair.name}: {seen[pair.name]} and {where}); each pair of a "
+                "study needs its own name (its folder): give one of them another pair, or name the inline one "
+                "differently"
+            )
+        seen[pair.name] = where
 
 
 def in_study(message: str, pair: StudyPair, study: Study) -> str:
@@ -264,11 +282,10 @@ def _in_deployment(pair: StudyPair, study_path: Path) -> StudyPair:
         f"both arms train in {precision}, where {used} is used (its deployment numerics; the base trains in "
         f"{base_precision}); numerics=base studies it in the base's"
     )
-    return StudyPair(
-        pair.role,
-        pair.name,
-        {**pair.recipe, "recipe": {**recipe, "train": train}},
-        "; ".join(n for n in (pair.note, note) if n),
+    return replace(  # its key and file kept: its errors still say where the study recipe gives it
+        pair,
+        recipe={**pair.recipe, "recipe": {**recipe, "train": train}},
+        note="; ".join(n for n in (pair.note, note) if n),
     )
 
 

@@ -132,6 +132,35 @@ def test_a_bad_references_reordering_is_one_line_and_exit_2_before_training(tmp_
     assert not list((tmp_path / "s").glob("*/*/metrics.jsonl"))
 
 
+@pytest.mark.parametrize(
+    "extra, says",
+    [  # the pair under study in its deployment numerics kept where the recipe gives it (was "study.yaml: .tracking")
+        (
+            ["tracking.coherence_every=-1"],
+            "study.yaml: study (pairs/flash-vs-baseline.yaml): tracking.coherence_every: must be >= 0",
+        ),
+        (["train.lr=-1"], "study.yaml: study (pairs/flash-vs-baseline.yaml): train.lr: must be in (0, 1]"),
+        ([".tracking.coherence_every=1"], "override '.tracking.coherence_every=1': the key has an empty part"),
+        (["tracking.=1"], "override 'tracking.=1': the key has an empty part"),
+    ],
+)
+def test_a_bad_key_in_a_study_is_named_as_its_recipe_gives_it(tmp_path, capsys, extra, says):
+    code = main(["study", "--out", str(tmp_path / "s"), *QUICK, *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and says in err, err
+    assert ": ." not in err and ": :" not in err
+
+
+def test_a_control_pair_named_as_the_reordering_reference_is_refused_saying_why(tmp_path, capsys):
+    """``references.reordering=pairs/control.yaml``: a control (identical arms) is no reordering yardstick;
+    said as that, not as two pairs sharing a name."""
+    code = main(["study", "--out", str(tmp_path / "s"), *QUICK, "references.reordering=pairs/control.yaml"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "references.reordering (pairs/control.yaml): a control pair" in err and "pairs/reordering.yaml" in err
+    assert "share a name" not in err
+
+
 @pytest.fixture(scope="session")  # session: kept while its group runs, never rebuilt mid-run
 def tiny_study(tmp_path_factory):
     """The default study, tiny (every pair on the DiT, one replicate, 6 steps, two pair runs side by side): trained
