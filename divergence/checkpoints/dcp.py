@@ -35,6 +35,7 @@ from divergence.checkpoints.pickled import STATE_DICT_KEYS
 from divergence.checkpoints.safetensors_file import SafetensorsFile
 from divergence.checkpoints.saved_tensor import load_saved_tensor
 from divergence.checkpoints.source import TensorSource
+from divergence.checkpoints.tied import folder_ties
 from divergence.errors import CheckpointError
 
 OPTIMIZER_PREFIX = "optim"  # optimizer, optimizers, optim, optimizer_0 ...
@@ -62,6 +63,9 @@ class DcpFolder(TensorSource):
         self._safetensors: dict[str, SafetensorsFile | None] = {}
         self.metadata = {"format": "dcp"}
         super().__init__({name: stored.info for name, stored in self._stored.items()})
+        # an arm's step folder saves a tied tensor once, its other names in its marker (pairfolder.arm.weights_dcp)
+        ties = folder_ties(self.path).items()
+        self.tied = {prefix + k: [prefix + n for n in v] for k, v in ties if prefix + k in self._stored}
 
     def load(self, name: str) -> torch.Tensor:
         self.info(name)

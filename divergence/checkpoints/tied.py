@@ -21,10 +21,15 @@ storage (a fused qkv buffer split into q, k, v) are different tensors.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import torch
 
+from divergence.formats import DCP_COMPLETE_FILE
+
 METADATA_KEY = "divergence.tied"  # a weights file's ties, as JSON {kept: [names]} (pairfolder.arm.weights_file)
+# an arm's DCP step folder's complete.json: its shards' sizes and ties; a few kB for thousands of ranks
+MAX_MARKER_BYTES = 16 * 1024 * 1024
 
 
 def untie(state: dict) -> tuple[dict, dict[str, list[str]]]:
@@ -47,8 +52,25 @@ def read_ties(path, metadata: dict) -> dict[str, list[str]]:
     """The ties a weights file's metadata records (``METADATA_KEY``); {} when none or unreadable."""
     try:
         tied = json.loads(metadata.get(METADATA_KEY, "{}"))
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
+    return _checked(tied)
+
+
+def folder_ties(folder) -> dict[str, list[str]]:
+    """The ties an arm's DCP step folder records in its ``complete.json`` (``"tied"``, written by
+    ``pairfolder.arm.weights_dcp``); {} when it has none, or no readable marker (a folder DCP wrote
+    by itself). A marker larger than ``MAX_MARKER_BYTES`` is not an arm writer's: {}."""
+    try:
+        with open(Path(folder) / DCP_COMPLETE_FILE, "rb") as f:
+            text = f.read(MAX_MARKER_BYTES + 1)
+        marker = json.loads(text) if len(text) <= MAX_MARKER_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return _checked(marker.get("tied", {})) if isinstance(marker, dict) else {}
+
+
+def _checked(tied) -> dict[str, list[str]]:
     ok = isinstance(tied, dict) and all(
         isinstance(v, list) and all(isinstance(n, str) for n in v) for v in tied.values()
     )
@@ -56,10 +78,24 @@ def read_ties(path, metadata: dict) -> dict[str, list[str]]:
 
 
 def _storage_key(tensor) -> tuple | None:
-    """What makes two entries one tensor; None for what holds no memory of its own to share."""
-    if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta" or tensor.numel() == 0:
+    """What makes two entries one tensor; None for what holds no memory of its own to share.
+
+    A ``DTensor`` (FSDP2, tensor parallelism) is a wrapper: its key is its local shard's, with the
+    global shape and placements. A rank whose shard is empty sees no storage (None): a writer of
+    every rank's shards merges the ranks' ties (``pairfolder.arm.weights_dcp``). Another wrapper
+    subclass without a storage of its own is never tied."""
+    if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
         return None
-    pointer = tensor.untyped_storage().data_ptr()
+    local = getattr(tensor, "_local_tensor", None)
+    if isinstance(local, torch.Tensor) and hasattr(tensor, "placements"):
+        inner = _storage_key(local)
+        return None if inner is None else ("dtensor", inner, tuple(tensor.shape), tuple(map(str, tensor.placements)))
+    if tensor.numel() == 0:
+        return None
+    try:
+        pointer = tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # a wrapper subclass: no storage of its own
+        return None
     if pointer == 0:
         return None
     return (str(tensor.device), pointer, tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype)

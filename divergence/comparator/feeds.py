@@ -34,7 +34,7 @@ class ArmFeed:
     def checkpoint(self, step: int) -> tuple[Path, tuple] | None:
         """The complete weights file (or DCP folder) of ``step`` and its identity, or None while it is not complete."""
         path = self.arm_folder.saved_weights(step)
-        found = completed(path, step)
+        found = completed(path, step, self.arm_folder.arm)  # a DCP folder copied from the other arm: refused
         return None if found is None else (path, found)
 
 

@@ -26,14 +26,23 @@ to the one compared (an arm that restarted and rewrote it keeps its new file), t
 from the note. A comparator killed anywhere in between loses nothing: started again, it keeps
 the noted steps the store holds and drops the ones it does not (they are compared again, and
 noted again).
+
+Nothing but an arm's weights of the noted step: every entry of the note must name arm ``a`` or
+``b``'s ``checkpoints/step_NNNNNN.safetensors`` or ``step_NNNNNN.dcp`` of the entry's own step
+(the names the writers make), in this pair folder; an entry naming anything else (a file or
+folder outside the pair, an arm's losses, another step's weights) was not written by the
+comparator, and the note is refused in one line naming it (exit 2) before anything is deleted.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import os
 from pathlib import Path
 
+from divergence.errors import UserInputError
+from divergence.pairfolder.layout import ARMS, CHECKPOINTS_DIR, weights_dcp_name, weights_name
 from divergence.tables import write_json
 from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.arm.weights_dcp import remove_weights
@@ -45,7 +54,8 @@ class Retention:
         """``tracked_steps``: every tracked step of the pair, increasing (the last is kept). An
         open-ended pair's: ``schedule`` (``step -> tracked``) lists them as far as asked, and the
         last is set by ``end_at`` once known."""
-        self.path, self.keep, self.tracked = as_pair_folder(out).retention, keep or 0, list(tracked_steps)
+        self.folder = as_pair_folder(out)
+        self.path, self.keep, self.tracked = self.folder.retention, keep or 0, list(tracked_steps)
         self.schedule = schedule
         self.planned_last = None if schedule is not None else (self.tracked[-1] if self.tracked else -1)
         self.last = self.planned_last
@@ -82,7 +92,7 @@ class Retention:
     def note(self, step: int, paths: dict, taken: dict) -> None:
         """Before the commit of ``step``: what its commit makes deletable (nothing if it is kept)."""
         if not self.kept(step):
-            files = {arm: [str(paths[arm]), list(taken[arm])] for arm in paths}
+            files = {arm: [str(Path(paths[arm]).absolute()), list(taken[arm])] for arm in paths}
             self._write([e for e in self._pending() if e["step"] != step] + [{"step": step, "files": files}])
 
     def release(self, step: int) -> list[Path]:
@@ -146,11 +156,37 @@ class Retention:
         except (OSError, ValueError):
             return []  # none, or a note cut short: deleting nothing loses nothing
         entries = data.get("pending", [data]) if isinstance(data, dict) else []
-        return [
+        pending = [
             e
             for e in entries
             if isinstance(e, dict) and isinstance(e.get("step"), int) and isinstance(e.get("files"), dict)
         ]
+        for entry in pending:
+            self._check(entry)
+        return pending
+
+    def _check(self, entry: dict) -> None:
+        """Refuse (one line) an entry naming anything but an arm's weights of the entry's step."""
+        step = entry["step"]
+        for arm, noted in entry["files"].items():
+            ok = arm in ARMS and isinstance(noted, list) and len(noted) == 2 and isinstance(noted[0], str)
+            ok = ok and isinstance(noted[1], list) and all(type(v) is int for v in noted[1])
+            if ok and self._weights_of(arm, Path(noted[0]), step):
+                continue
+            shown = json.dumps(entry)
+            shown = shown if len(shown) <= 300 else shown[:300] + "..."
+            raise UserInputError(
+                f"{self.path}: its entry of step {step} names {str(noted)[:200]} for arm {str(arm)[:20]!r}, which is "
+                f"not that arm's {CHECKPOINTS_DIR}/{weights_name(step)} or {weights_dcp_name(step)} in {self.folder} "
+                f"(the only files watch deletes); nothing was deleted. Remove the entry, or the file, then run watch "
+                f"again. The entry: {shown}"
+            )
+
+    def _weights_of(self, arm: str, path: Path, step: int) -> bool:
+        """``path`` is arm ``arm``'s weights file or DCP folder of ``step`` in this pair folder."""
+        if path.name not in (weights_name(step), weights_dcp_name(step)) or step < 0:
+            return False
+        return os.path.realpath(path.parent) == os.path.realpath(self.folder.arm(arm).checkpoints_dir)
 
 
 def files_lost_to(arm: str, status, statuses: dict, followed: dict, folder, records: list[dict]) -> str | None:
@@ -170,7 +206,7 @@ def files_lost_to(arm: str, status, statuses: dict, followed: dict, folder, reco
         gone = [
             r["step"]
             for r in records
-            if r["step"] > start and r.get("tracked") and not folder.arm(other).weights(r["step"]).exists()
+            if r["step"] > start and r.get("tracked") and not folder.arm(other).saved_weights(r["step"]).exists()
         ]
         if gone:
             return (

@@ -31,7 +31,16 @@ from pathlib import Path
 
 from divergence.pairfolder.folder import PairFolder, as_pair_folder
 from divergence.pairfolder.arm.lock import writer_alive
-from divergence.pairfolder.layout import ARMS, CHECKPOINTS_DIR, LOSSES_FILE, STATUS_FILE, WRITER_LOCK_FILE, weights_name
+from divergence.pairfolder.layout import (
+    ARMS,
+    CHECKPOINTS_DIR,
+    DCP_SUFFIX,
+    LOSSES_FILE,
+    STATUS_FILE,
+    WRITER_LOCK_FILE,
+    weights_dcp_name,
+    weights_name,
+)
 
 ENDED = ("finished", "failed")
 
@@ -84,8 +93,18 @@ def _missing(arm: str, status, step: int, pair, feed) -> str | None:
     if step > 0 and step not in feed.losses():
         return f"{ended}, but its {arm}/{LOSSES_FILE} has no step {step} (a gap)"
     if pair.tracked(step) and not feed.arm_folder.saved_weights(step).exists():
-        return f"{ended}, but it has no {arm}/{CHECKPOINTS_DIR}/{weights_name(step)} (tracked step {step})"
+        return f"{ended}, but it has no {arm}/{CHECKPOINTS_DIR}/{_weights_name(feed.arm_folder, step)} (tracked step {step})"
     return None
+
+
+def _weights_name(arm_folder, step: int) -> str:
+    """The name of the weights of ``step`` an arm writes: its DCP folder's when the arm holds DCP
+    folders (``ArmWriter(..., format="dcp")``), else its safetensors file's."""
+    try:
+        dcp = any(p.is_dir() for p in arm_folder.checkpoints_dir.glob(f"step_*{DCP_SUFFIX}"))
+    except OSError:
+        dcp = False
+    return f"{weights_dcp_name(step)}/" if dcp else weights_name(step)
 
 
 def armless(pair_folder: PairFolder | Path) -> bool:

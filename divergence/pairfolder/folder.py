@@ -98,9 +98,20 @@ class RunFolder(os.PathLike):
         return self.checkpoints_dir / weights_dcp_name(step)
 
     def saved_weights(self, step: int) -> Path:
-        """The weights of ``step`` as written: its DCP folder when there is one, else its safetensors file."""
-        folder = self.weights_dcp(step)
-        return folder if folder.is_dir() else self.weights(step)
+        """The weights of ``step`` as written: its DCP folder when there is one, else its safetensors file.
+
+        A step with both (an arm trained again in the other format by a writer that left the old one)
+        is the one written last: the file when its mtime is later than the folder's (a folder's mtime
+        moves as its files are written, its ``complete.json`` last); ``ArmWriter`` removes the other
+        format's entry of a step before it writes the step, so it leaves no such pair itself.
+        """
+        folder, file = self.weights_dcp(step), self.weights(step)
+        try:
+            if not folder.is_dir() or file.stat().st_mtime_ns > folder.stat().st_mtime_ns:
+                return file
+        except OSError:  # no file (or the folder went meanwhile): the folder, or nothing
+            pass
+        return folder
 
     @property
     def resume_dir(self) -> Path:

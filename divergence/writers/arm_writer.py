@@ -72,6 +72,8 @@ from divergence.pairfolder.arm import (
     save_weights,
     tracked_with_stride,
 )
+from divergence.pairfolder.arm.weights_dcp import remove_weights
+from divergence.pairfolder.arm.weights_file import completed
 from divergence.pairfolder.pair_json import (
     DEFAULT_EVERY,
     check_pair_files,
@@ -234,6 +236,8 @@ class ArmWriter:
         else:
             check()
         self.saved_step = step
+        if self.is_writer:  # the other format's entry of the step (an earlier attempt's) would shadow this one
+            remove_weights(self.arm_folder.weights(step) if self.dcp else self.arm_folder.weights_dcp(step))
         if self.dcp:
             return save_dcp(self.arm_folder.weights_dcp(step), tensors, step=step, arm=self.arm, writer=self.is_writer)
         # a tied tensor (wte / lm_head) is saved once, its other names in the file (checkpoints.tied)
@@ -287,7 +291,7 @@ class ArmWriter:
     def _save_last(self, model) -> None:
         """A finished arm's last step is a compared one: its weights file, if not written yet."""
         step = self.last_step
-        if self.saved_step == step or (self.saved_step is None and self.arm_folder.saved_weights(step).exists()):
+        if self.saved_step == step or (self.saved_step is None and self._complete(step)):
             return  # saved by the schedule (or, after a restart at this very step, by the earlier attempt)
         if model is None and self.last_model is not None:
             given_at, given = self.last_model
@@ -298,6 +302,14 @@ class ArmWriter:
                 "call finish(model=...) with the model (or its state dict)"
             )
         self.save(step, self.weights(model))
+
+    def _complete(self, step: int) -> bool:
+        """The weights of ``step`` are there and complete: an earlier attempt killed while it saved them
+        (a DCP folder without its ``complete.json``, a file cut short) left them to be written again."""
+        try:
+            return completed(self.arm_folder.saved_weights(step), step, arm=self.arm) is not None
+        except UserInputError:  # not written by an arm writer, or another arm's: written again
+            return False
 
     def __enter__(self) -> "ArmWriter":
         return self

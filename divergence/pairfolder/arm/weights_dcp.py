@@ -15,8 +15,16 @@ the step, a barrier, every rank saves, a barrier (all shards are on disk), then 
 {name: bytes}}``, the size of every file DCP wrote. A reader takes the folder only when its
 marker names the step and every listed file has its size (``completed``); a folder without
 it is being written (or its writer died) and is "not there yet", as a safetensors file whose
-CRC does not match is (``weights_file.completed``). The marker's identity (inode, size, mtime)
-stands for the folder's (``identity``): a step written again gets a new marker.
+CRC does not match is (``weights_file.completed``). A folder whose marker names the other arm
+(copied from it) is refused. The marker's identity (inode, size, mtime) stands for the
+folder's (``identity``): a step written again gets a new marker.
+
+A tied parameter (``lm_head.weight`` is ``wte.weight``: ``divergence.checkpoints.tied``) is
+saved once, under its first name, and the marker lists its other names (``"tied": {kept:
+[names]}``, only when there are any), as a safetensors weights file does in its metadata: the
+whole-model figures count it once whatever the format. Every rank must drop the same names
+(DCP's save plans a collective), while a rank whose shard of the tensor is empty sees no
+storage to share: the ranks' ties are gathered and merged first.
 
 Without a process group (one process), ``save`` runs without collectives and the order is the
 same. The folder is read by ``divergence.checkpoints.dcp`` (nothing in it is unpickled by
@@ -32,7 +40,8 @@ import warnings
 from pathlib import Path
 
 from divergence.atomic import atomic_file
-from divergence.pairfolder.layout import DCP_COMPLETE_FILE
+from divergence.errors import CheckpointError
+from divergence.pairfolder.layout import ARMS, DCP_COMPLETE_FILE
 
 FORMAT = "divergence.weights-dcp/1"
 
@@ -45,6 +54,7 @@ def save_dcp(path: str | Path, state: dict, *, step: int, arm: str, writer: bool
 
     path = Path(path)
     group = dist.is_available() and dist.is_initialized()
+    state, tied = _untied(state, group)
     if writer:
         remove_weights(path)  # an earlier attempt's folder of this step (a restart writes it again)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,15 +69,37 @@ def save_dcp(path: str | Path, state: dict, *, step: int, arm: str, writer: bool
         files = {
             p.name: p.stat().st_size for p in sorted(path.iterdir()) if p.is_file() and p.name != DCP_COMPLETE_FILE
         }
-        marker = {"format": FORMAT, "step": step, "arm": arm, "files": files}
+        marker = {"format": FORMAT, "step": step, "arm": arm, "files": files, **({"tied": tied} if tied else {})}
         with atomic_file(path / DCP_COMPLETE_FILE, "w") as f:
             json.dump(marker, f, sort_keys=True)
     return path
 
 
-def completed(path: str | Path, step: int) -> tuple[int, int, int] | None:
+def _untied(state: dict, group: bool) -> tuple[dict, dict[str, list[str]]]:
+    """``state`` without the second and later names of a tied tensor, and ``{kept: [names]}``: the
+    same on every rank (the union of each rank's ties, in the state's order)."""
+    import torch.distributed as dist
+
+    from divergence.checkpoints.tied import untie
+
+    tied = untie(state)[1]
+    if group:
+        everyone: list = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, tied)
+        merged: dict[str, list[str]] = {}
+        for ties in everyone:
+            for kept, names in ties.items():
+                known = merged.setdefault(kept, [])
+                known += [n for n in names if n not in known]
+        tied = {k: merged[k] for k in state if k in merged}
+    dropped = {name for names in tied.values() for name in names}
+    return {k: v for k, v in state.items() if k not in dropped}, tied
+
+
+def completed(path: str | Path, step: int, arm: str | None = None) -> tuple[int, int, int] | None:
     """The identity of the DCP folder ``path`` of ``step`` when its marker is there, names ``step`` and
-    every file it lists has its size; else None (being written, a writer that died, replaced)."""
+    every file it lists has its size; else None (being written, a writer that died, replaced).
+    A complete folder whose marker names another arm than ``arm`` is a ``CheckpointError``."""
     path = Path(path)
     found = identity(path)
     try:
@@ -79,6 +111,14 @@ def completed(path: str | Path, step: int) -> tuple[int, int, int] | None:
             return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if arm is not None and marker.get("arm") != arm:
+        named = marker.get("arm")
+        named = named if named in ARMS else repr(str(named)[:40])
+        raise CheckpointError(
+            f"{path}: its {DCP_COMPLETE_FILE} names arm {named}, but the folder lies in arm {arm}'s checkpoints "
+            f"(copied from the other arm?); a pair compares each arm's own weights: put arm {arm}'s weights of "
+            f"step {step} there, or train arm {arm} again from before it"
+        )
     return found if found is not None and found == identity(path) else None
 
 
@@ -93,9 +133,11 @@ def identity(path: str | Path) -> tuple[int, int, int] | None:
 
 def remove_weights(path: str | Path) -> None:
     """Remove a weights file or DCP folder (nothing when it is gone); a folder's marker goes first, so
-    a reader never takes a folder being removed."""
+    a reader never takes a folder being removed. A symbolic link is removed itself, not followed."""
     path = Path(path)
-    if path.is_dir():
+    if path.is_symlink():  # a link put there by hand: the link goes, never what it points to
+        path.unlink(missing_ok=True)
+    elif path.is_dir():
         (path / DCP_COMPLETE_FILE).unlink(missing_ok=True)
         shutil.rmtree(path, ignore_errors=True)
     else:

@@ -57,16 +57,17 @@ def save_weights(path: str | Path, tensors: dict[str, torch.Tensor], *, step: in
     return path
 
 
-def completed(path: str | Path, step: int) -> tuple[int, int, int] | None:
+def completed(path: str | Path, step: int, arm: str | None = None) -> tuple[int, int, int] | None:
     """The identity ``(inode, size, mtime_ns)`` of the weights file of ``step`` when its completion
     marker matches its bytes, else None (missing, partial, preallocated, being rewritten).
 
     A file whose header parses but carries no marker was not written by ``save_weights``: a
     ``CheckpointError``, since waiting would never make it complete. A DCP folder (``ArmWriter(...,
-    format="dcp")``) is complete when its marker says so (``weights_dcp.completed``).
+    format="dcp")``) is complete when its marker says so (``weights_dcp.completed``); one whose
+    marker names another arm than ``arm`` (given) is a ``CheckpointError``.
     """
     if os.path.isdir(path):
-        return weights_dcp.completed(path, step)
+        return weights_dcp.completed(path, step, arm)
     try:
         before = os.stat(path)
         with open(path, "rb") as f:
