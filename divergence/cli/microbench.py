@@ -39,7 +39,9 @@ def register(subparsers) -> argparse.ArgumentParser:
         nargs="+",
         metavar="NAME",
         help="baseline, flash (the re-implementation), flash-unbiased (it with Qiu and Yao's row-maximum "
-        "change), sdpa, sdpa-flash, sdpa-math, sdpa-efficient, sdpa-cudnn, flash-attn",
+        "change), sdpa, sdpa-flash, sdpa-math, sdpa-efficient, sdpa-cudnn, flash-attn, or your own kernel "
+        "as module:function, called f(q, k, v, *, scale, causal) -> out on (B, H, L, D) tensors in the "
+        "format under test (docs/bias.md)",
     )
     p.add_argument(
         "--accumulate",
@@ -52,7 +54,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         nargs="+",
         metavar="SPEC",
         help="distributions of the input-scale study: normal:STD (N(0, STD^2)), uniform:LOW:HIGH, or "
-        "ties[:STD[:KEYS]] (repeated keys: ties at the row maximum), e.g. normal:0.25 uniform:0:1 ties",
+        "ties[:STD[:KEYS]] (repeated keys: ties at the row maximum), or lowrank[:STD[:NOISE]] (similar "
+        "rows: one shared row plus noise), e.g. normal:0.25 uniform:0:1 ties lowrank",
     )
     p.add_argument("--device", help="cpu or cuda")
     p.add_argument(

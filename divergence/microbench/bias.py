@@ -2,9 +2,10 @@
 
 For every input distribution the sweep ran (the reference inputs and those of the input-scale
 study) at one length, every format, and baseline, flash and flash-unbiased (the reference tile,
-every accumulation mode): the relative bias ``|mean e| / rms e`` and the bias z-score (mean over
-its standard error over independent units, ``se_units``) of the output and of the gradients dQ, dK, dV against the fp64
-golden value (:func:`divergence.microbench.metrics.signed_stats`). A magnitude ratio ("2.3x the
+every accumulation mode), and the other kernels the sweep ran there (a user's ``module:function``
+kernels run on every distribution): the relative bias ``|mean e| / rms e`` and the bias z-score
+(mean over its standard error over independent units, ``se_units``) of the output, of the
+gradients dQ, dK, dV and of D = rowsum(dO * O) against the fp64 golden value (:func:`divergence.microbench.metrics.signed_stats`). A magnitude ratio ("2.3x the
 baseline's error") cannot tell an error that wanders (it grows like sqrt(t) over t training
 steps) from one that drifts (like t); these columns can (Qiu and Yao, arXiv 2510.04212, 2025;
 docs/method.md). ``flash-unbiased`` is flash with their row-maximum change.
@@ -17,18 +18,20 @@ from __future__ import annotations
 import math
 
 from divergence.microbench.scale_findings import MODE
-from divergence.microbench.select import one, precisions, reference_flash
+from divergence.microbench.select import kernels, one, precisions, reference_flash
 
-QUANTITIES = (("", "out"), ("dq_", "dQ"), ("dk_", "dK"), ("dv_", "dV"))
+QUANTITIES = (("", "out"), ("dq_", "dQ"), ("dk_", "dK"), ("dv_", "dV"), ("delta_", "D"))
 BIASED_Z = 3.0  # |z| at or above: the findings call the error biased
 
 
 def dists(recipe):
-    """The input distributions with bias rows: ties-like ones first, then the reference, then the rest."""
+    """The input distributions with bias rows: ties and low-rank ones first, then the reference, then the rest."""
     from divergence.microbench.scale_findings import scale_dists
 
     out = scale_dists(recipe)
-    return sorted(out, key=lambda d: (d.family != "ties", d.spec != recipe.inputs.reference_dist().spec))
+    return sorted(
+        out, key=lambda d: (d.family not in ("ties", "lowrank"), d.spec != recipe.inputs.reference_dist().spec)
+    )
 
 
 def length(rows, recipe, dist: str) -> int | None:
@@ -41,7 +44,8 @@ def length(rows, recipe, dist: str) -> int | None:
 
 
 def impl_rows(rows, recipe, dist: str, seq_len: int, precision: str) -> list[tuple[str, dict]]:
-    """``[(label, row), ...]``: baseline, then flash and flash-unbiased in each mode present."""
+    """``[(label, row), ...]``: baseline, then flash and flash-unbiased in each mode present, then
+    the other kernels that ran on ``dist``."""
     out = []
     base = one(rows, impl="baseline", precision=precision, seq_len=seq_len, input_dist=dist)
     if base:
@@ -52,6 +56,10 @@ def impl_rows(rows, recipe, dist: str, seq_len: int, precision: str) -> list[tup
             r = r if r and r["input_dist"] == dist else _on(rows, recipe, impl, precision, seq_len, acc, dist)
             if r:
                 out.append((f"{impl} {MODE[acc]}", r))
+    for impl in kernels(recipe):
+        r = one(rows, impl=impl, precision=precision, seq_len=seq_len, input_dist=dist)
+        if r:
+            out.append((impl, r))
     return out
 
 
@@ -62,7 +70,7 @@ def _on(rows, recipe, impl, precision, seq_len, acc, dist):
 
 
 def bias_table(rows, recipe) -> tuple[list[str], list[list]]:
-    """One line per (input, format, implementation): relative bias and z of out, dQ, dK, dV."""
+    """One line per (input, format, implementation): relative bias and z of out, dQ, dK, dV, D."""
     head = ["input", "seq", "format", "implementation"]
     for _, name in QUANTITIES:
         head += [f"{name} rel. bias", f"{name} z"]
@@ -95,7 +103,7 @@ def bias_lines(rows, recipe) -> list[str]:
                 continue
             out.append(
                 f"On {d.label} inputs at {p}, seq {seq}, the error's relative bias |mean|/rms (z) for "
-                f"out, dQ, dK, dV: baseline {_values(found['baseline'])}; " + "; ".join(parts) + "."
+                f"out, dQ, dK, dV, D: baseline {_values(found['baseline'])}; " + "; ".join(parts) + "."
             )
     return out
 
@@ -126,7 +134,7 @@ TABLE_TEXT = (
     "element errs by the same amount), z = mean e over its standard error, across the B x H "
     "independent (batch, head) slices when there are at least 8 (--set inputs.heads=16), else across "
     "rows, which tie-heavy inputs correlate, inflating z (|z| >= 3, marked * in the findings: biased). Gradients for one seeded output gradient dO: autograd for "
-    "baseline, FlashAttention-2's backward from the stored output for flash and flash-unbiased "
+    "baseline and other kernels, D = rowsum(dO * O) from each output in fp64, FlashAttention-2's backward from the stored output for flash and flash-unbiased "
     "(flash with Qiu and Yao's row-maximum change). all-low: every operation in the format (the "
     "paper's, and Qiu and Yao's PyTorch kernel); fp32-acc: kernel-faithful."
 )

@@ -10,7 +10,8 @@ The sweep runs three studies:
 - *input scale* (Figure 7): baseline and flash (every accumulation mode) on every distribution
   of ``inputs.scales``, at the lengths of ``sweep.scale_seq_lens``, in every format but fp64
   (whose baseline is the golden value, so a ratio means nothing). Real kernels and the tile
-  study stay on the reference inputs: the scale study is about the flash/baseline ratio.
+  study stay on the reference inputs: the scale study is about the flash/baseline ratio; a
+  user's kernels (``module:function``) run in it beside flash, on every distribution.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Union
 
 from divergence.attention.blocks import BLOCK_ORDERS, parse_block_size, tile_from_memory
+from divergence.microbench.user_kernel import is_user_impl
 from divergence.microbench.scales import DEFAULT_SCALES, InputDist, legacy_dist, parse_dist
 from divergence.config.schema import apply_overrides, load_yaml, parse, require
 
@@ -158,8 +160,9 @@ class SweepConfig:
     reference_seq_len (the longest lengths cost minutes per distribution on a CPU)."""
     impls: tuple[str, ...] = ("baseline", "flash", "flash-unbiased", "sdpa-flash", "sdpa-math")
     """baseline, flash (the re-implementation), flash-unbiased (it with the row-maximum change of
-    Qiu and Yao, 2025) and real kernels (sdpa, sdpa-flash, sdpa-math, sdpa-efficient, sdpa-cudnn,
-    flash-attn); baseline always runs, as the reference."""
+    Qiu and Yao, 2025), real kernels (sdpa, sdpa-flash, sdpa-math, sdpa-efficient, sdpa-cudnn,
+    flash-attn) and a user's kernels as ``module:function`` (:mod:`.user_kernel`); baseline always
+    runs, as the reference."""
     accumulate: tuple[str, ...] = ACCUMULATE
     """Modes of the re-implementation: none (all in the input format, the paper's) and fp32
     (kernel-faithful: fp32 S, m, l, O; P rounded to the input format before P V)."""
@@ -181,6 +184,9 @@ class SweepConfig:
             ("accumulate", self.accumulate, ACCUMULATE),
         ):
             require(len(values) > 0, f"sweep.{key}", f"needs at least one of {', '.join(allowed)}")
+            if key == "impls":  # a user's kernel, module:function, is checked when it is loaded
+                values = [v for v in values if not is_user_impl(v)]
+                allowed = (*allowed, "module:function")
             if not _all_in(values, allowed):
                 require(False, f"sweep.{key}", f"{_first_not_in(values, allowed)!r} is not one of {', '.join(allowed)}")
         require(

@@ -276,7 +276,9 @@ def fig8_bias(rows, recipe, out_dir: Path) -> Path | None:
         return None
     labels = list(dict.fromkeys(lab for d, p, seq in groups for lab, _ in bias.impl_rows(rows, recipe, d.spec, seq, p)))
     palette = ["#7f7f7f", "#d62728", "#ff9896", "#1f77b4", "#aec7e8", "#2ca02c", "#98df8a"]
-    fig, axes = _subplots(len(bias.QUANTITIES), 1, figsize=(max(8, 1.3 * len(groups) * len(labels) / 3), 11))
+    fig, axes = _subplots(
+        len(bias.QUANTITIES), 1, figsize=(max(8, 1.3 * len(groups) * len(labels) / 3), 2.75 * len(bias.QUANTITIES))
+    )
     width = 0.8 / len(labels)
     for ax, (prefix, name) in zip(axes, bias.QUANTITIES):
         named = set()

@@ -9,11 +9,19 @@ from divergence.microbench.config import MicrobenchRecipe, load_recipe
 
 def check_kernels(recipe: MicrobenchRecipe) -> None:
     """Raise UserInputError naming the first real kernel that cannot run on the sweep's device
-    in one of its formats, with the fix; nothing falls back to another kernel."""
+    in one of its formats, with the fix, or the first user kernel (``module:function``) that
+    cannot be imported or breaks its contract on a small input; nothing falls back to another
+    kernel."""
     from divergence.microbench.sweep import DTYPES
+
+    from divergence.microbench.user_kernel import is_user_impl, probe
 
     for impl in recipe.sweep.impls:
         if impl in ("baseline", "flash", "flash-unbiased"):
+            continue
+        if is_user_impl(impl):  # import it and run it small in every format: the contract's errors now
+            for precision in recipe.sweep.precisions:
+                probe(impl, recipe.sweep.device, DTYPES[precision], recipe.inputs.head_dim, recipe.inputs.causal)
             continue
         kernel = get_kernel(impl)
         for precision in recipe.sweep.precisions:

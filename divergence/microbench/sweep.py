@@ -8,9 +8,17 @@ baseline are computed once.
 Each row also carries the signed error against the golden value (``mean_signed_err``,
 ``bias_z``, ...; :func:`~divergence.microbench.metrics.signed_stats`), of the forward output and,
 up to ``sweep.backward_max_seq_len``, of the gradients ``dq``, ``dk``, ``dv`` for one seeded
-output gradient ``dO``: autograd for baseline and the real kernels, FlashAttention-2's backward
+output gradient ``dO``: autograd for baseline, the real kernels and a user's kernels (where its
+output has a graph; :mod:`.user_kernel`), FlashAttention-2's backward
 (:mod:`divergence.attention.tiled_backward`, from the stored rounded output) for ``flash`` and
 ``flash-unbiased``, fp64 autograd through the golden attention for the golden gradients.
+
+With the gradients comes ``delta`` = rowsum(dO * O) (FlashAttention-2's D, Algorithm 2), the
+one place where the stored output enters every gradient (dS = P * (dP - D)): its error is
+rowsum(dO * (O - O_golden)), computed in fp64 from the implementation's rounded output, so it is
+what a bias of O passes into the backward pass, whatever format the kernel itself keeps D in
+(Qiu and Yao, arXiv 2510.04212, 2025, section 3.2). dS itself, (L, L) per head, is not stored:
+its error reaches dQ = dS K and dK = dS^T Q, which are.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from divergence.microbench.config import MicrobenchRecipe
 from divergence.microbench.inputs import make_grad_output, make_inputs
 from divergence.microbench.metrics import SIGNED_KEYS, error_stats, signed_stats
 from divergence.microbench.scales import InputDist, parse_dist
+from divergence.microbench.user_kernel import call_user_kernel, is_user_impl, load_user_kernel, user_backward
 from divergence.microbench.validation import compare_with_kernel
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
@@ -72,7 +81,7 @@ EXTRA = (
 # Signed error against the golden value (metrics.signed_stats): forward, then each gradient.
 _SIGNED = ("mean_signed_err", "se_signed_err", "se_units", "bias_z", "rel_bias", "majority_sign_frac")
 GRADS = ("dq", "dk", "dv")
-SIGNED = _SIGNED + tuple(f"{g}_{c}" for g in GRADS for c in ("max_abs_err", "mean_abs_err", *_SIGNED))
+SIGNED = _SIGNED + tuple(f"{g}_{c}" for g in (*GRADS, "delta") for c in ("max_abs_err", "mean_abs_err", *_SIGNED))
 COLUMNS = CONTRACT + EXTRA + SIGNED
 FLASH_IMPLS = ("flash", "flash-unbiased")  # the re-implementation, without and with the row-maximum change
 
@@ -147,6 +156,7 @@ def _scale_cases(recipe: MicrobenchRecipe, ref_tile, ref_memory) -> list[Case]:
                     if impl in s.impls
                     for acc in accumulate_modes(s.accumulate, p)
                 ]
+                out += [Case(i, p, seq_len, "kernel", input_dist=dist.spec) for i in s.impls if is_user_impl(i)]
     return out
 
 
@@ -163,6 +173,7 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
     bar = tqdm(total=len(cases), desc="microbench", unit="run", disable=not progress)
     ref = recipe.inputs.reference_dist()
     cases = [c if c.input_dist else _with_dist(c, ref.spec) for c in cases]
+    user = {c.impl: load_user_kernel(c.impl) for c in cases if is_user_impl(c.impl)}
     groups = dict.fromkeys((c.seq_len, c.input_dist) for c in sorted(cases, key=lambda c: c.seq_len))
     for seq_len, spec in groups:
         group = [c for c in cases if (c.seq_len, c.input_dist) == (seq_len, spec)]
@@ -170,7 +181,7 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
         q, k, v = make_inputs(recipe.inputs, seq_len, recipe.sweep.device, dist)
         golden = _attend_baseline(q, k, v, recipe)
         backward = seq_len <= recipe.sweep.backward_max_seq_len
-        dout = make_grad_output(recipe.inputs, seq_len, recipe.sweep.device) if backward else None
+        dout = make_grad_output(recipe.inputs, seq_len, recipe.sweep.device, dist) if backward else None
         golden_grads = _golden_grads(q, k, v, dout, recipe.inputs.causal) if backward else None
         baselines = {}
         for case in group:
@@ -180,13 +191,14 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
             if case.precision not in baselines:
                 baselines[case.precision] = _attend_baseline(*inputs, recipe)
             start = time.perf_counter()
-            out = run_case(case, *inputs, causal=recipe.inputs.causal)
+            out = run_case(case, *inputs, causal=recipe.inputs.causal, user=user)
             _sync(recipe.sweep.device)
             seconds = time.perf_counter() - start
             row = _row(case, recipe, dist, out, golden, baselines[case.precision], seconds)
             if backward:
-                grads = run_backward(case, *inputs, out, dout.to(dtype), causal=recipe.inputs.causal)
-                row.update(_grad_columns(grads, golden_grads))
+                grads = run_backward(case, *inputs, out, dout.to(dtype), causal=recipe.inputs.causal, user=user)
+                row.update(_grad_columns(grads, golden_grads) if grads is not None else {})
+                row.update(_delta_columns(out, golden, dout))
             rows.append(row)
             if case.impl == "sdpa-flash" and recipe.sweep.device == "cpu":
                 checks.append(
@@ -199,8 +211,13 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
     return rows, checks
 
 
-def run_case(case: Case, q, k, v, *, causal: bool) -> torch.Tensor:
-    """The output of ``case``'s implementation on (B, H, L, D) inputs already in its format."""
+def run_case(case: Case, q, k, v, *, causal: bool, user: dict | None = None) -> torch.Tensor:
+    """The output of ``case``'s implementation on (B, H, L, D) inputs already in its format;
+    ``user``: the loaded ``module:function`` kernels by spec."""
+    if is_user_impl(case.impl):
+        fn = (user or {}).get(case.impl) or load_user_kernel(case.impl)
+        with torch.no_grad():
+            return call_user_kernel(case.impl, fn, q, k, v, causal=causal)
     if case.impl == "baseline":
         return baseline_attention(q, k, v, causal=causal)
     if case.impl in FLASH_IMPLS:
@@ -208,9 +225,13 @@ def run_case(case: Case, q, k, v, *, causal: bool) -> torch.Tensor:
     return get_kernel(case.impl)(q, k, v, causal=causal)
 
 
-def run_backward(case: Case, q, k, v, out, dout, *, causal: bool) -> tuple[torch.Tensor, ...]:
+def run_backward(case: Case, q, k, v, out, dout, *, causal: bool, user: dict | None = None):
     """``(dq, dk, dv)`` of ``case``'s implementation for the output gradient ``dout`` (module
-    docstring): FlashAttention-2's backward from ``out`` for the re-implementation, else autograd."""
+    docstring): FlashAttention-2's backward from ``out`` for the re-implementation, else autograd;
+    None for a user's kernel whose output has no autograd graph."""
+    if is_user_impl(case.impl):
+        fn = (user or {}).get(case.impl) or load_user_kernel(case.impl)
+        return user_backward(case.impl, fn, q, k, v, dout, causal=causal)
     if case.impl in FLASH_IMPLS:
         options = _flash_options(case)
         _, lse = flash_attention_tiled(q, k, v, **options, causal=causal, return_lse=True)
@@ -245,6 +266,17 @@ def _grad_columns(grads, golden_grads) -> dict:
         row[f"{name}_mean_abs_err"] = stats["mean_abs"]
         row.update(_signed_columns(grad, gold, f"{name}_"))
     return row
+
+
+def _delta_columns(out, golden, dout) -> dict:
+    """Error of D = rowsum(dO * O) from ``out`` against the golden D, both in fp64 (module
+    docstring); (B, H, L, 1), so rows are the fallback units as for the output."""
+    dout = dout.double()
+    delta = (dout * out.double()).sum(dim=-1, keepdim=True)
+    gold = (dout * golden.double()).sum(dim=-1, keepdim=True)
+    stats = error_stats(delta, gold)
+    row = {"delta_max_abs_err": stats["max_abs"], "delta_mean_abs_err": stats["mean_abs"]}
+    return {**row, **_signed_columns(delta, gold, "delta_")}
 
 
 def _with_dist(case: Case, spec: str) -> Case:

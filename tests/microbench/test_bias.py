@@ -97,3 +97,30 @@ def test_every_row_carries_the_signed_error_forward_and_backward():
             assert "dq_bias_z" not in r  # longer than sweep.backward_max_seq_len: the cells stay empty
     dout = make_grad_output(recipe.inputs, 64)
     assert dout.shape == (1, 2, 64, 16) and torch.equal(dout.to(torch.bfloat16).double(), dout)
+
+
+def test_the_low_rank_inputs_have_similar_rows_tied_scores_and_a_similar_output_gradient():
+    cfg = InputsConfig(heads=2, head_dim=64)
+    dist = parse_dist("lowrank")
+    q, k, v = make_inputs(cfg, 256, dist=dist)
+    dout = make_grad_output(cfg, 256, dist=dist)
+    for x in (q, k, dout):  # one shared row per head plus 1% noise: every row nearly the shared one
+        centred = x - x.mean(dim=-2, keepdim=True)
+        assert centred.square().mean() < 0.001 * x.square().mean()
+    assert (v.mean(dim=-2) < 0).double().mean() > 0.7  # V's shared row shifted to mostly negative
+    s = (q.to(torch.bfloat16) @ k.to(torch.bfloat16).transpose(-2, -1)).float() / 8
+    tied = (s >= s.amax(dim=-1, keepdim=True) - 1e-3).sum(dim=-1)
+    assert tied.double().mean() > 2  # several scores of a row at its maximum, in bf16
+    normal = make_grad_output(cfg, 256)
+    assert (normal - normal.mean(dim=-2, keepdim=True)).square().mean() > 0.9  # other inputs: dO as before
+
+
+def test_delta_is_rowsum_of_the_output_gradient_times_the_output_error():
+    from divergence.microbench.sweep import _delta_columns
+
+    gold = torch.zeros(1, 8, 4, 2, dtype=torch.float64)
+    out = gold + 2.0**-8  # every output element errs up by one amount
+    dout = torch.ones_like(gold)
+    cols = _delta_columns(out.to(torch.bfloat16), gold, dout)
+    assert cols["delta_mean_signed_err"] == 2 * 2.0**-8 and cols["delta_rel_bias"] == 1.0
+    assert {f"delta_{c}" for c in ("bias_z", "max_abs_err", "majority_sign_frac")} <= set(COLUMNS)
