@@ -78,7 +78,7 @@ def run(args) -> int:
         for name, note in dict.fromkeys((j.pair.name, j.pair.note) for j in jobs if j.pair.note):  # once per pair
             print(f"note: {name}: {note}")
         if study.pretrain is not None:
-            ensure_pretrained(study.base, study.pretrain, out, quiet=args.quiet)
+            ensure_pretrained(study.base, study.pretrain, out, quiet=args.quiet, runs=[j.out for j in jobs])
         write_recipes(jobs)
         try:
             run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet)

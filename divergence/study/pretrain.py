@@ -7,14 +7,22 @@ trains the base recipe (with ``pretrain.recipe``'s changes) N steps as a single 
 step-N denoiser and text encoder as ``save_pretrained`` folders, ``OUT/pretrained/unet`` and
 ``OUT/pretrained/text_encoder``: what a diffusers user fine-tunes from. Every pair's recipe loads
 them (``model.unet.path``, ``model.text_encoder.path``), so every arm starts from bitwise the same
-weights and each ``pair.json`` records them as ``start``. A study run again finds the folders and
-trains nothing; an interrupted pretraining resumes like any run.
+weights and each ``pair.json`` records them as ``start``.
+
+The cache is keyed on the resolved pretraining recipe: ``OUT/pretrained/recipe.yaml`` (the base
+with ``pretrain.recipe``'s changes and ``train.max_steps`` = ``pretrain.steps``) is what the folders
+were built from. A study run again with the same recipe finds the folders and trains nothing; an
+interrupted pretraining of it resumes like any run. A different recipe (``pretrain.steps=5`` over
+a 200-step model, an edited base) pretrains again, in one line saying which key changed; when pair
+runs in OUT already fine-tuned the old model it is refused instead, in one line saying what to do
+(their report would mix two starts).
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -23,7 +31,8 @@ from pathlib import Path
 import yaml
 
 from divergence.errors import RecipeError, UserInputError
-from divergence.config.yaml_safe import short
+from divergence.config.yaml_safe import read_yaml, short
+from divergence.pairfolder.layout import PAIR_RECIPE_FILE, RUN_RECIPE_FILE
 from divergence.training import child_start
 
 PARTS = ("unet", "text_encoder")  # the trained parts a fine-tune starts from, as save_pretrained folders
@@ -66,21 +75,23 @@ def with_start(recipe: dict, out: Path) -> dict:
     return merged
 
 
-def ensure_pretrained(base: Path, pretrain: dict, out: Path, quiet: bool = False) -> Path:
-    """``OUT/pretrained``, trained and written when its parts are missing (the cache otherwise)."""
+def ensure_pretrained(base: Path, pretrain: dict, out: Path, quiet: bool = False, runs=()) -> Path:
+    """``OUT/pretrained``, trained and written unless its parts were built from this pretraining
+    recipe (the cache; see the module docstring). ``runs``: the study's pair-run folders, whose
+    started runs keep a changed recipe from replacing the model they fine-tuned."""
     where = folder(out)
-    if all((where / part / "config.json").is_file() for part in PARTS):
+    recipe = pretrain_recipe(base, pretrain)
+    change = _change(where, recipe)
+    if change is None and all((where / part / "config.json").is_file() for part in PARTS):
         return where
+    if change is not None and _built(where):
+        _replace(where, change, runs)
     run = where / "run"
-    recipe = _merge(yaml.safe_load(Path(base).read_text()) or {}, pretrain["recipe"])
-    recipe.setdefault("train", {})["max_steps"] = pretrain["steps"]
-    recipe["train"]["checkpoint_every"] = pretrain["steps"]
-    recipe.setdefault("sample", {})["enabled"] = False
     where.mkdir(parents=True, exist_ok=True)
-    (where / "recipe.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
+    (where / RUN_RECIPE_FILE).write_text(yaml.safe_dump(recipe, sort_keys=False))
     if not quiet:
         print(f"pretraining the start of every pair: {pretrain['steps']} steps into {run}", flush=True)
-    command = [sys.executable, "-m", "divergence", "train", "--recipe", str(where / "recipe.yaml"), "--out", str(run)]
+    command = [sys.executable, "-m", "divergence", "train", "--recipe", str(where / RUN_RECIPE_FILE), "--out", str(run)]
     with open(where / "pretrain.log", "a") as log:
         child = child_start.start(  # forked from the zygote the study's pair runs then reuse, or Popen
             [*command, "log.wandb=false", "log.progress_bar=false"],
@@ -91,8 +102,64 @@ def ensure_pretrained(base: Path, pretrain: dict, out: Path, quiet: bool = False
     code = _wait_showing_steps(child, run, pretrain["steps"], quiet)
     if code != 0:
         raise UserInputError(f"pretraining failed (exit {code}): see {where / 'pretrain.log'}")
-    export_parts(where / "recipe.yaml", run / "checkpoints" / f"step_{pretrain['steps']:06d}.safetensors", where)
+    export_parts(where / RUN_RECIPE_FILE, run / "checkpoints" / f"step_{pretrain['steps']:06d}.safetensors", where)
     return where
+
+
+def pretrain_recipe(base: Path, pretrain: dict) -> dict:
+    """The run recipe pretraining trains: the base file with ``pretrain.recipe``'s changes, N steps,
+    one checkpoint (the last), no samples."""
+    recipe = _merge(yaml.safe_load(Path(base).read_text()) or {}, pretrain["recipe"])
+    recipe.setdefault("train", {})["max_steps"] = pretrain["steps"]
+    recipe["train"]["checkpoint_every"] = pretrain["steps"]
+    recipe.setdefault("sample", {})["enabled"] = False
+    return recipe
+
+
+def _built(where: Path) -> bool:
+    """Whether ``where`` holds anything pretraining made: a part or the run."""
+    return any((where / name).exists() for name in (*PARTS, "run"))
+
+
+def _change(where: Path, recipe: dict) -> str | None:
+    """How ``recipe`` differs from the one ``where`` was built from (its first differing key), or None."""
+    saved = where / RUN_RECIPE_FILE
+    try:
+        built = read_yaml(saved) if saved.is_file() else None
+    except (OSError, RecipeError):
+        built = None
+    if built is None:
+        return None if not _built(where) else f"no readable {RUN_RECIPE_FILE} says what it was built from"
+    key, old, new = _first_difference(built, recipe)
+    return None if key is None else f"{key} {short(old)}, this study's {short(new)}"
+
+
+def _first_difference(old, new, key: str = ""):
+    """(dotted key, old value, new value) of the first difference between two plain-data trees, or
+    (None, None, None) when they are equal."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for name in [*old, *(k for k in new if k not in old)]:
+            found = _first_difference(old.get(name), new.get(name), f"{key}.{name}" if key else str(name))
+            if found[0] is not None:
+                return found
+        return None, None, None
+    return (None, None, None) if old == new else (key or "the recipe", old, new)
+
+
+def _replace(where: Path, change: str, runs) -> None:
+    """Discard a pretrained model built from another recipe, saying why; refused (one line) when a
+    pair run of this study already started from it."""
+    started = [r for r in runs if (Path(r) / PAIR_RECIPE_FILE).is_file()]
+    if started:
+        raise UserInputError(
+            f"{where}: pretrained from another recipe ({change}), and {started[0]} (and every pair run beside "
+            f"it) fine-tunes that model; give a new --out, or delete {where.parent}'s pair runs and {where} "
+            "to pretrain again"
+        )
+    print(f"{where}: pretrained from another recipe ({change}): pretraining again", flush=True)
+    for part in PARTS:  # the parts first: a rebuild stopped half-way leaves no part to be taken for the new one
+        shutil.rmtree(where / part, ignore_errors=True)
+    shutil.rmtree(where / "run", ignore_errors=True)
 
 
 def _wait_showing_steps(child: subprocess.Popen | child_start.ForkedChild, run: Path, steps: int, quiet: bool) -> int:

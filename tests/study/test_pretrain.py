@@ -70,3 +70,51 @@ def test_the_pretraining_bar_reads_the_steps_from_the_runs_csv_log(tmp_path):
     assert steps_logged(tmp_path) == 3
     log.write_text("train/loss,step\n1.1,0\n0.9,1\n0.8,")
     assert steps_logged(tmp_path) == 2  # a half-written row is not read: the last whole one counts
+
+
+def _fine_tune_study(tmp_path, steps: int):
+    """A fine-tune study of the tiny UNet pretrained ``steps`` steps at 16x16, batch 2 (seconds), the
+    control its one pair."""
+    path = tmp_path / "finetune.yaml"
+    path.write_text(
+        f"base: {RECIPES / 'tiny.yaml'}\nstudy: {RECIPES / 'pairs' / 'control.yaml'}\n"
+        f"pretrain: {{steps: {steps}, recipe: {{data: {{resolution: 16}}, train: {{batch_size: 2}}}}}}\n"
+    )
+    return path
+
+
+def _unet(out):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder(out) / "unet" / "diffusion_pytorch_model.safetensors"))
+
+
+def test_a_pretrained_model_of_another_recipe_is_built_again_or_refused_never_reused(tmp_path, capsys):
+    """OUT/pretrained is keyed on its pretraining recipe: built from 2 steps, a study asking 1 step pretrains
+    again saying why (it reused the 2-step model silently, reading only config.json); asking the same
+    recipe again trains nothing; a study whose pair runs already fine-tuned the model refuses in one line."""
+    from divergence.cli import main
+    from divergence.study.pretrain import ensure_pretrained
+
+    out = tmp_path / "out"
+    two = load_study(_fine_tune_study(tmp_path, 2))
+    ensure_pretrained(two.base, two.pretrain, out, quiet=True)
+    built = _unet(out)
+    capsys.readouterr()
+    one = load_study(_fine_tune_study(tmp_path, 1))
+    ensure_pretrained(one.base, one.pretrain, out, quiet=True)
+    assert "(train.max_steps 2, this study's 1): pretraining again" in capsys.readouterr().out
+    rebuilt = _unet(out)
+    assert any(not torch.equal(rebuilt[k], v) for k, v in built.items())  # one step from the init, not two
+    log = (folder(out) / "pretrain.log").stat().st_size
+    ensure_pretrained(one.base, one.pretrain, out, quiet=True)  # the same recipe: the cache
+    assert capsys.readouterr().out == "" and (folder(out) / "pretrain.log").stat().st_size == log
+    started = out / "control" / "r0"  # a pair run fine-tuned from the 1-step model
+    started.mkdir(parents=True)
+    (started / "pair.yaml").write_text("name: control\n")
+    code = main(
+        ["study", "--recipe", str(_fine_tune_study(tmp_path, 1)), "--out", str(out), "--quiet", "pretrain.steps=2"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "train.max_steps 1, this study's 2" in err, err
+    assert "give a new --out" in err and all(torch.equal(_unet(out)[k], v) for k, v in rebuilt.items())
