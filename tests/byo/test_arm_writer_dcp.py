@@ -88,6 +88,22 @@ def test_watch_over_dcp_arms_equals_watch_over_the_same_weights_in_safetensors(a
     assert max(r["max_abs_diff"] for r in got[1] if r["step"] == MAX_STEPS) > 0  # the arms diverged
 
 
+def test_a_tied_parameter_sharded_over_the_ranks_is_saved_once_as_in_safetensors(arms, tmp_path, capsys):
+    """head.weight is wte.weight, its one row on rank 0 and rank 1's shard empty: rank 1 sees no tie by
+    itself, so the ranks merge their ties before DCP's save and both drop head.weight. The store equals
+    the one of the gathered weights in safetensors (the tie counted once), every record."""
+    dcp, st = tmp_path / "dcp", tmp_path / "st"
+    shutil.copytree(arms / "tied-dcp", dcp)
+    shutil.copytree(arms / "tied-st", st)
+    marker = json.loads((dcp / "a" / CHECKPOINTS_DIR / "step_000002.dcp" / DCP_COMPLETE_FILE).read_text())
+    assert marker["tied"] == {"wte.weight": ["head.weight"]}
+    assert _watch(dcp, capsys) == (0, "")
+    assert _watch(st, capsys) == (0, "")
+    got, want = _rows(MetricsStore(dcp)), _rows(MetricsStore(st))
+    assert got == want and [r["numel"] for r in got[0]] == [12] * 3  # wte (= head) and the LayerNorm's two
+    assert sorted({r["tensor"] for r in got[1]}) == ["norm.bias", "norm.weight", "wte.weight"]
+
+
 def test_track_over_dcp_arm_folders_equals_track_over_safetensors(arms, tmp_path):
     def track(kind):
         a, b = (str(arms / kind / arm / CHECKPOINTS_DIR) for arm in "ab")
