@@ -209,13 +209,19 @@ def test_arms_requeued_under_a_running_watch_end_in_a_complete_store(tmp_path, c
     of their checkpoints), a watch follows them while they run, then each arm may be killed and
     requeued from its newest checkpoint and trains to the end. A second watch ends in the complete
     store of the last attempts' losses (no file a restart needs was deleted), and with ``keep`` the
-    kept files are there."""
+    kept files are there. Each writer, a requeued one too, saves its weights as safetensors or as
+    DCP folders (drawn apart, so the steps drawn do not depend on it)."""
     rng = random.Random(SEED * 1000 + case)
+    formats = random.Random(SEED * 7 + case)
     max_steps, every, keep = rng.randint(2, 6), rng.randint(1, 3), rng.choice([None, 1, 2])
     options = dict(max_steps=max_steps, every=every, dense=[], keep=keep, log={"wandb": False})
     writers, losses, newest, net = {}, {}, {}, torch.nn.Linear(2, 1)
+
+    def format():
+        return formats.choice(["safetensors", "dcp"])
+
     for name in ("a", "b"):
-        writers[name], losses[name], newest[name] = ArmWriter(tmp_path, name, **options), {}, 0
+        writers[name], losses[name], newest[name] = ArmWriter(tmp_path, name, format=format(), **options), {}, 0
         writers[name].record(0, net)
         for step in range(1, rng.randint(1, max_steps) + 1):
             losses[name][step] = rng.uniform(0.1, 2.0)
@@ -229,7 +235,7 @@ def test_arms_requeued_under_a_running_watch_end_in_a_complete_store(tmp_path, c
         if rng.random() < 0.5:  # killed (the OS drops its lock), requeued from its newest checkpoint
             writers[name].lock.release()
             start = newest[name]
-            writers[name] = ArmWriter(tmp_path, name, start_step=start, resume=start == 0, **options)
+            writers[name] = ArmWriter(tmp_path, name, start_step=start, resume=start == 0, format=format(), **options)
             if start == 0:
                 writers[name].record(0, net)
             losses[name] = {s: v for s, v in losses[name].items() if s <= start}
