@@ -136,12 +136,13 @@ def test_retention_schedule_and_a_rewritten_file_stays(tmp_path):
     r = Retention(tmp_path, 3, [0, 1, 2, 3, 4, 5, 6, 10, 20])
     assert [s for s in (0, 1, 2, 3, 4, 5, 6, 10, 20) if r.kept(s)] == [0, 3, 6, 20]
     assert all(Retention(tmp_path, k, [0, 5, 10]).kept(5) for k in (0, None))
-    path = tmp_path / _name(5)
+    path = tmp_path / "a" / "checkpoints" / _name(5)  # arm a's weights of step 5: all a note may name
+    path.parent.mkdir(parents=True)
     path.write_bytes(b"compared")
     from divergence.pairfolder.arm.weights_file import identity
 
     Retention(tmp_path, 2, [0, 5, 10]).note(5, {"a": path}, {"a": identity(path)})
-    os.replace(_rewrite(tmp_path), path)  # an arm restarted and wrote the step again
+    os.replace(_rewrite(path.parent), path)  # an arm restarted and wrote the step again
     assert Retention(tmp_path, 2, [0, 5, 10]).recover(5) == [] and path.read_bytes() == b"rewritten"
     assert not (tmp_path / "retention.json").exists()
 
