@@ -302,3 +302,21 @@ def test_the_stall_of_a_dcp_arm_names_its_step_folder(tmp_path, capsys):
     shutil.rmtree(tmp_path / "a" / CHECKPOINTS_DIR / "step_000001.dcp")
     code = main(["watch", str(tmp_path), "--no-log", "--quiet", "--poll", "0.02", "--timeout", "5"])
     assert_one_line_exit2(code, capsys, "it has no a/checkpoints/step_000001.dcp/ (tracked step 1)")
+
+
+def test_retention_removes_a_linked_step_folder_not_what_it_points_to(tmp_path, capsys):
+    """Finding 6 through a link: arm a's step_000001.dcp is a symbolic link to a folder outside the pair.
+    Its note is the arm's own name of the step, so watch deletes it: the link, never the folder's files
+    (the marker went first, then rmtree refused the link)."""
+    out, outside = tmp_path / "pair", tmp_path / "elsewhere"
+    two_finished_arms(out, capsys)
+    outside.mkdir()
+    (outside / DCP_COMPLETE_FILE).write_text("{}")
+    (outside / "shard").write_bytes(b"x")
+    link = out / "a" / CHECKPOINTS_DIR / "step_000001.dcp"
+    link.symlink_to(outside, target_is_directory=True)
+    entry = {"step": 1, "files": {"a": [str(link), stat_of(outside / DCP_COMPLETE_FILE)]}}
+    (out / "retention.json").write_text(json.dumps({"pending": [entry]}))
+    assert watch(out, capsys) == (0, [])
+    assert not link.is_symlink() and not (out / "retention.json").exists()
+    assert sorted(p.name for p in outside.iterdir()) == [DCP_COMPLETE_FILE, "shard"]
