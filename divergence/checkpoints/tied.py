@@ -21,10 +21,13 @@ storage (a fused qkv buffer split into q, k, v) are different tensors.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import torch
 
+from divergence.errors import CheckpointError
 from divergence.formats import DCP_COMPLETE_FILE
 
 METADATA_KEY = "divergence.tied"  # a weights file's ties, as JSON {kept: [names]} (pairfolder.arm.weights_file)
@@ -60,14 +63,31 @@ def read_ties(path, metadata: dict) -> dict[str, list[str]]:
 def folder_ties(folder) -> dict[str, list[str]]:
     """The ties an arm's DCP step folder records in its ``complete.json`` (``"tied"``, written by
     ``pairfolder.arm.weights_dcp``); {} when it has none, or no readable marker (a folder DCP wrote
-    by itself). A marker larger than ``MAX_MARKER_BYTES`` is not an arm writer's: {}."""
+    by itself, a marker that is not an arm writer's: ``read_marker``)."""
     try:
-        with open(Path(folder) / DCP_COMPLETE_FILE, "rb") as f:
-            text = f.read(MAX_MARKER_BYTES + 1)
-        marker = json.loads(text) if len(text) <= MAX_MARKER_BYTES else None
+        marker = json.loads(read_marker(Path(folder) / DCP_COMPLETE_FILE))
     except (OSError, ValueError, RecursionError):
         return {}
     return _checked(marker.get("tied", {})) if isinstance(marker, dict) else {}
+
+
+def read_marker(path: Path) -> bytes:
+    """The bytes of a DCP step folder's ``complete.json``: a regular file of at most
+    ``MAX_MARKER_BYTES``. It is opened without blocking and checked before it is read, so a FIFO,
+    a device (a link to ``/dev/zero``) or a huge file is refused (``CheckpointError``), never
+    waited on or read whole; OSError when it cannot be opened (not there)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MARKER_BYTES:
+            raise CheckpointError(
+                f"{path}: not an arm writer's completion marker (a regular file of at most "
+                f"{MAX_MARKER_BYTES:,} bytes); remove it, or the folder, and write the step again"
+            )
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(MAX_MARKER_BYTES + 1)
+    finally:
+        os.close(fd)
 
 
 def _checked(tied) -> dict[str, list[str]]:

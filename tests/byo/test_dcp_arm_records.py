@@ -320,3 +320,30 @@ def test_retention_removes_a_linked_step_folder_not_what_it_points_to(tmp_path, 
     assert watch(out, capsys) == (0, [])
     assert not link.is_symlink() and not (out / "retention.json").exists()
     assert sorted(p.name for p in outside.iterdir()) == [DCP_COMPLETE_FILE, "shard"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge"])
+def test_a_step_marker_that_is_no_small_file_is_refused_not_read(tmp_path, capsys, kind):
+    """A step folder's complete.json that is a FIFO (a read would wait for a writer for ever), a link to
+    /dev/zero or a file past the marker's bound: watch refuses it in one line naming it; compare, which
+    reads a marker only for its ties, leaves it unread and compares the tensors."""
+    from divergence.checkpoints.tied import MAX_MARKER_BYTES
+
+    two_finished_arms(tmp_path / "pair", capsys, format="dcp")
+    folder = tmp_path / "pair" / "a" / CHECKPOINTS_DIR / "step_000002.dcp"
+    marker = folder / DCP_COMPLETE_FILE
+    shutil.copytree(folder, tmp_path / "copy")
+    for path in (marker, tmp_path / "copy" / DCP_COMPLETE_FILE):
+        path.unlink()
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "device":
+            path.symlink_to("/dev/zero")
+        else:
+            with open(path, "wb") as f:
+                f.truncate(MAX_MARKER_BYTES + 1)
+    (tmp_path / "pair" / "metrics.jsonl").unlink()  # compared again from step 0
+    code = main(["watch", str(tmp_path / "pair"), "--no-log", "--quiet", "--poll", "0.02", "--timeout", "5"])
+    assert_one_line_exit2(code, capsys, "step_000002.dcp/complete.json", "not an arm writer's completion marker")
+    b = tmp_path / "pair" / "b" / CHECKPOINTS_DIR / "step_000002.dcp"
+    assert main(["compare", str(tmp_path / "copy"), str(b)]) == 0

@@ -40,6 +40,7 @@ import warnings
 from pathlib import Path
 
 from divergence.atomic import atomic_file
+from divergence.checkpoints.tied import read_marker
 from divergence.errors import CheckpointError
 from divergence.pairfolder.layout import ARMS, DCP_COMPLETE_FILE
 
@@ -102,14 +103,20 @@ def completed(path: str | Path, step: int, arm: str | None = None) -> tuple[int,
     A complete folder whose marker names another arm than ``arm`` is a ``CheckpointError``."""
     path = Path(path)
     found = identity(path)
+    if found is None:
+        return None
     try:
-        marker = json.loads((path / DCP_COMPLETE_FILE).read_text())
+        text = read_marker(path / DCP_COMPLETE_FILE)  # a FIFO, a device or a huge file: refused, not read
+    except OSError:  # removed meanwhile
+        return None
+    try:
+        marker = json.loads(text)
         files = marker["files"]
         if marker.get("format") != FORMAT or marker.get("step") != step or not isinstance(files, dict):
             return None
         if any(os.stat(path / name).st_size != size for name, size in files.items()):
             return None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
     if arm is not None and marker.get("arm") != arm:
         named = marker.get("arm")
