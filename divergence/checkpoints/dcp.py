@@ -30,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-from divergence.checkpoints.dcp_metadata import METADATA_FILE, read_metadata, stored_tensors
+from divergence.checkpoints.dcp_metadata import METADATA_FILE, is_safetensors_shard, read_metadata, stored_tensors
+from divergence.checkpoints.files import open_regular
 from divergence.checkpoints.pickled import STATE_DICT_KEYS
 from divergence.checkpoints.safetensors_file import SafetensorsFile
 from divergence.checkpoints.saved_tensor import load_saved_tensor
@@ -103,7 +104,7 @@ class DcpFolder(TensorSource):
             if shard is not None:  # saved with serialization_format=SAFETENSORS: one chunk per name
                 piece = shard.load(self._fqn[name])
             else:
-                with open(file, "rb") as f:
+                with open_regular(file) as f:  # checked on the open file: a FIFO put in its place fails at once
                     piece = load_saved_tensor(f, chunk.offset, chunk.length, where, out)
         except OSError as err:
             raise CheckpointError(f"{file}: cannot read: {err.strerror or err}") from None
@@ -118,10 +119,9 @@ class DcpFolder(TensorSource):
         """The shard as a safetensors file when DCP wrote it as one (``FileSystemWriter(...,
         serialization_format=SerializationFormat.SAFETENSORS)``), else None (torch.save archives)."""
         if file not in self._safetensors:
-            with open(self.path / file, "rb") as f:
+            with open_regular(self.path / file) as f:
                 head = f.read(9)
-            is_zip = head[:4] == b"PK\x03\x04"
-            self._safetensors[file] = None if is_zip or head[8:9] != b"{" else SafetensorsFile(self.path / file)
+            self._safetensors[file] = SafetensorsFile(self.path / file) if is_safetensors_shard(head) else None
         return self._safetensors[file]
 
 

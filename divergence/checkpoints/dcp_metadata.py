@@ -25,13 +25,17 @@ a path is its name. Any other global is refused by name before it is imported.
 
 from __future__ import annotations
 
+import io
+import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import torch
 
-from divergence.checkpoints.files import check_path
+from divergence.checkpoints import bounds
+from divergence.checkpoints.dcp_chunks import check_counts, check_distinct_bytes, check_tiling
+from divergence.checkpoints.files import open_regular, read_regular
 from divergence.checkpoints.source import TensorInfo, check_comparable
 from divergence.errors import CheckpointError
 
@@ -133,10 +137,9 @@ def read_metadata(folder: Path) -> Record:
     """The folder's ``.metadata``, unpickled into ``Record``s; refused, naming the global, if it names
     anything outside the DCP vocabulary."""
     path = folder / METADATA_FILE
-    check_path(path, folder_ok=False)
+    data = read_regular(path, bounds.MAX_METADATA_BYTES, "DCP .metadata")
     try:
-        with open(path, "rb") as f:
-            metadata = MetadataUnpickler(f, path).load()
+        metadata = MetadataUnpickler(io.BytesIO(data), path).load()
     except CheckpointError:
         raise
     except OSError as err:
@@ -147,6 +150,7 @@ def read_metadata(folder: Path) -> Record:
         raise CheckpointError(f"{path}: corrupt DCP metadata ({type(err).__name__}: {str(err)[:160]})") from None
     if not (isinstance(metadata, Record) and type(metadata).__name__ == "Metadata"):
         raise CheckpointError(f"{path}: not DCP metadata (it holds a {type(metadata).__name__})")
+    metadata.size = len(data)
     return metadata
 
 
@@ -175,13 +179,23 @@ def stored_tensors(folder: Path, metadata: Record) -> tuple[dict[str, StoredTens
     entries, storage = metadata.field("state_dict_metadata", 0), metadata.field("storage_data", 2)
     if not isinstance(entries, dict) or not isinstance(storage, dict):
         raise CheckpointError(f"{path}: corrupt DCP metadata (no state_dict_metadata or storage_data mapping)")
+    size = getattr(metadata, "size", bounds.MAX_METADATA_BYTES)
+    check_counts(path, size, len(storage), "storage entries")
+    kept = {
+        fqn: e for fqn, e in entries.items() if isinstance(e, Record) and type(e).__name__ == "TensorStorageMetadata"
+    }
+    # BytesStorageMetadata: a pickled object (a step counter, extra state), never read
+    check_counts(
+        path, size, sum(len(e.field("chunks") or ()) for e in kept.values() if isinstance(e.field("chunks"), list))
+    )
     where = _chunk_locations(path, storage)
-    sizes = _file_sizes(folder, path, {w[0] for w in where.values()})
+    sizes, safetensors = _shard_files(folder, path, {w[0] for w in where.values()})
     tensors = {}
-    for fqn, entry in entries.items():
-        if not isinstance(entry, Record) or type(entry).__name__ != "TensorStorageMetadata":
-            continue  # BytesStorageMetadata: a pickled object (a step counter, extra state), never read
-        tensors[str(fqn)] = _stored_tensor(path, str(fqn), entry, where, sizes)
+    for fqn, entry in kept.items():
+        _check_name(path, fqn)
+        tensors[fqn] = _stored_tensor(path, fqn, entry, where, sizes)
+    placed = [(c.file, fqn, c.offset, c.length) for fqn, t in tensors.items() for c in t.chunks]
+    check_distinct_bytes(path, placed, safetensors)
     planner = metadata.field("planner_data", 1)
     paths = {}
     for fqn in tensors:
@@ -198,6 +212,7 @@ def _chunk_locations(path: Path, storage: dict) -> dict[tuple, tuple[str, int, i
         if not (isinstance(index, Record) and isinstance(info, Record)):
             raise CheckpointError(f"{path}: corrupt DCP metadata (storage_data maps {type(index).__name__})")
         fqn, offsets = index.field("fqn"), index.field("offset")
+        _check_name(path, fqn)
         file, start, length = info.field("relative_path"), info.field("offset"), info.field("length")
         transforms = info.field("transform_descriptors")
         if transforms:
@@ -208,8 +223,14 @@ def _chunk_locations(path: Path, storage: dict) -> dict[tuple, tuple[str, int, i
         if not (isinstance(file, str) and _is_count(start) and _is_count(length)):
             raise CheckpointError(f"{path}: corrupt DCP metadata (storage of {str(fqn)[:80]!r})")
         _check_file_name(path, fqn, file)
-        where[(str(fqn), _dims(offsets))] = (file, start, length)
+        where[(fqn, _dims(offsets))] = (file, start, length)
     return where
+
+
+def _check_name(path: Path, fqn) -> None:
+    """A tensor's flattened name is a string (anything else, a list nested 10^5 deep, is corrupt)."""
+    if not isinstance(fqn, str):
+        raise CheckpointError(f"{path}: corrupt DCP metadata (a tensor named by a {type(fqn).__name__}, not a string)")
 
 
 def _check_file_name(path: Path, fqn, file: str) -> None:
@@ -221,13 +242,26 @@ def _check_file_name(path: Path, fqn, file: str) -> None:
         )
 
 
-def _file_sizes(folder: Path, path: Path, files: set[str]) -> dict[str, int]:
-    sizes = {}
+def _shard_files(folder: Path, path: Path, files: set[str]) -> tuple[dict[str, int], set[str]]:
+    """Each chunk file's size (a regular file, opened without blocking), and which are safetensors shards."""
+    sizes, safetensors = {}, set()
     for file in sorted(files):
         if not (folder / file).exists():
             raise CheckpointError(f"{path}: names the chunk file {file}, which is missing from {folder}")
-        sizes[file] = check_path(folder / file, folder_ok=False).st_size
-    return sizes
+        try:
+            with open_regular(folder / file) as f:
+                sizes[file], head = os.fstat(f.fileno()).st_size, f.read(9)
+        except OSError as err:
+            raise CheckpointError(f"{folder / file}: cannot read: {err.strerror or err}") from None
+        if is_safetensors_shard(head):
+            safetensors.add(file)
+    return sizes, safetensors
+
+
+def is_safetensors_shard(head: bytes) -> bool:
+    """A shard's first 9 bytes are a safetensors file's (an 8-byte header length, then its JSON's
+    ``{``: ``FileSystemWriter(..., serialization_format=SAFETENSORS)``), not a torch.save zip's."""
+    return head[:4] != b"PK\x03\x04" and head[8:9] == b"{"
 
 
 def _stored_tensor(path: Path, fqn: str, entry: Record, where: dict, sizes: dict) -> StoredTensor:
@@ -254,7 +288,7 @@ def _stored_tensor(path: Path, fqn: str, entry: Record, where: dict, sizes: dict
                 f"{start + length:,} of {file}, which holds {sizes[file]:,}"
             )
         stored.append(Chunk(offsets, extent, file, start, length))
-    _check_tiling(path, fqn, shape, stored)
+    check_tiling(path, fqn, shape, stored)
     need, held = TensorInfo(shape, dtype).numel * dtype.itemsize, sum(c.length for c in stored)
     if need > held:
         raise CheckpointError(
@@ -266,25 +300,6 @@ def _stored_tensor(path: Path, fqn: str, entry: Record, where: dict, sizes: dict
 
 def _missing(path: Path, fqn: str, offsets: tuple):
     raise CheckpointError(f"{path}: corrupt DCP metadata: tensor {fqn!r}'s chunk at {list(offsets)} has no storage")
-
-
-def _check_tiling(path: Path, fqn: str, shape: tuple, chunks: list[Chunk]) -> None:
-    """The chunks cover the tensor exactly: their volumes add up to its size and no two overlap
-    (boxes overlap when their extents overlap in every dimension)."""
-    numel = TensorInfo(shape, torch.float32).numel
-    volume = sum(TensorInfo(c.sizes, torch.float32).numel for c in chunks)
-    if volume != numel:
-        raise CheckpointError(
-            f"{path}: corrupt DCP metadata: tensor {fqn!r} of shape {list(shape)} has chunks holding "
-            f"{volume:,} of its {numel:,} elements"
-        )
-    boxes = sorted((c.offsets, c.sizes) for c in chunks if 0 not in c.sizes)
-    for i, (oa, sa) in enumerate(boxes):
-        for ob, sb in boxes[i + 1 :]:
-            if ob[0] >= oa[0] + sa[0]:
-                break  # sorted by the first offset: no later box reaches back into this one
-            if all(b < a + s and a < b + t for a, s, b, t in zip(oa, sa, ob, sb)):
-                raise CheckpointError(f"{path}: corrupt DCP metadata: two chunks of tensor {fqn!r} overlap")
 
 
 def _dims(value) -> tuple[int, ...] | None:

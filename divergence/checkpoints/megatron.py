@@ -26,7 +26,9 @@ from pathlib import Path
 
 import torch
 
+from divergence.checkpoints import bounds
 from divergence.checkpoints.dcp import DcpFolder, is_dcp_folder
+from divergence.checkpoints.files import read_regular
 from divergence.checkpoints.source import TensorInfo, TensorSource
 from divergence.errors import CheckpointError
 
@@ -37,12 +39,15 @@ STACKED = re.compile(r"(^|\.)layers\.(?!\d+\.)")
 
 
 def is_megatron_folder(path: Path) -> bool:
-    """A DCP folder with Megatron-Core's ``metadata.json`` naming the ``torch_dist`` backend."""
-    if not (is_dcp_folder(path) and (path / METADATA_JSON).is_file()):
+    """A DCP folder with Megatron-Core's ``metadata.json`` naming the ``torch_dist`` backend. A
+    ``metadata.json`` there that is not a regular file, or is larger than Megatron writes
+    (``bounds.MAX_MEGATRON_JSON_BYTES``), is refused unread."""
+    if not (is_dcp_folder(path) and (path / METADATA_JSON).exists()):
         return False
+    text = read_regular(path / METADATA_JSON, bounds.MAX_MEGATRON_JSON_BYTES, "Megatron metadata.json")
     try:
-        config = json.loads((path / METADATA_JSON).read_text(encoding="utf-8")[:100_000])
-    except (OSError, ValueError, RecursionError):
+        config = json.loads(text.decode("utf-8"))
+    except (ValueError, RecursionError):
         return False
     return isinstance(config, dict) and config.get("sharded_backend") == BACKEND
 
@@ -65,6 +70,12 @@ class MegatronFolder(DcpFolder):
             if not (STACKED.search(name) and shape):
                 infos[name] = stored.info
                 continue
+            if len(self._layer) + shape[0] > bounds.MAX_STACKED_LAYERS:
+                raise CheckpointError(
+                    f"{self.path}: tensor {name!r} stacks {shape[0]:,} layers; with the others, more than the "
+                    f"{bounds.MAX_STACKED_LAYERS:,} per-layer tensors a folder may name (a Megatron model has "
+                    "a few thousand)"
+                )
             for index in range(shape[0]):
                 layer_name = STACKED.sub(rf"\g<1>layers.{index}.", name, count=1)
                 if layer_name in infos:

@@ -10,7 +10,10 @@ checkpoint's metadata. ``load_saved_tensor`` reads one such archive without hand
 - the archive's ``data.pkl`` is unpickled by torch's own weights-only unpickler
   (``torch._weights_only_unpickler``, what ``torch.load(weights_only=True)`` uses): only
   tensors and plain containers are rebuilt, and a pickle naming any other global is refused
-  with that global named (``pickle_scan``);
+  with that global named (``pickle_scan``); a ``data.pkl`` that is compressed (``torch.save``
+  never compresses; a few hundred bytes of bzip2 can inflate to gigabytes) or larger than
+  ``bounds.MAX_CHUNK_PICKLE_BYTES`` is refused before it is read, and every member of the
+  archive must lie inside the chunk's byte range (a zip directory may claim any size);
 - it is unpickled twice: first onto ``meta`` (sizes only), where every storage it asks for
   must be a stored (uncompressed) ``data/KEY`` record of exactly its declared size, and torch
   checks, when it builds the view, that the view fits its storage; then for real, each
@@ -29,6 +32,7 @@ import zipfile
 
 import torch
 
+from divergence.checkpoints import bounds
 from divergence.checkpoints.pickle_scan import referenced_globals
 from divergence.errors import CheckpointError
 
@@ -76,7 +80,7 @@ def load_saved_tensor(file, offset: int, length: int, where: str, out: torch.Ten
     window, data = FileRange(file, offset, length), b""
     try:
         with zipfile.ZipFile(window) as archive:
-            data, records = _pickle_and_records(archive, where)
+            data, records = _pickle_and_records(archive, length, where)
         used: list[zipfile.ZipInfo] = []
         meta = _unpickle(data, lambda saved_id: _meta_storage(saved_id, records, used, where))
         if not isinstance(meta, torch.Tensor):
@@ -94,13 +98,30 @@ def load_saved_tensor(file, offset: int, length: int, where: str, out: torch.Ten
         raise CheckpointError(f"{where}: corrupt torch.save archive ({type(err).__name__}: {str(err)[:160]})") from None
 
 
-def _pickle_and_records(archive: zipfile.ZipFile, where: str) -> tuple[bytes, dict[str, zipfile.ZipInfo]]:
+def _pickle_and_records(archive: zipfile.ZipFile, length: int, where: str) -> tuple[bytes, dict[str, zipfile.ZipInfo]]:
+    """``data.pkl``'s bytes (stored, bounded) and the ``data/KEY`` records, all inside the chunk's ``length`` bytes."""
     pickles = [n for n in archive.namelist() if n.endswith("data.pkl") and n.count("/") == 1]
     if len(pickles) != 1:
         raise CheckpointError(f"{where}: not a torch.save archive (no single data.pkl)")
+    beyond = next((i for i in archive.infolist() if i.header_offset + _stored_size(i) > length), None)
+    if beyond is not None:
+        raise CheckpointError(f"{where}: corrupt chunk: its member {beyond.filename[:80]} ends past the chunk's bytes")
+    info = archive.getinfo(pickles[0])
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise CheckpointError(f"{where}: not a torch.save archive (its data.pkl is compressed); refused uninflated")
+    if info.file_size > bounds.MAX_CHUNK_PICKLE_BYTES:
+        raise CheckpointError(
+            f"{where}: corrupt chunk: its data.pkl of {info.file_size:,} bytes is larger than the "
+            f"{bounds.MAX_CHUNK_PICKLE_BYTES:,} of one tensor's"
+        )
     root = pickles[0][: -len("data.pkl")]
     records = {i.filename[len(root) + 5 :]: i for i in archive.infolist() if i.filename.startswith(root + "data/")}
     return archive.read(pickles[0]), records
+
+
+def _stored_size(info: zipfile.ZipInfo) -> int:
+    """Bytes a member takes in the archive: a stored member's size is also what is read into memory."""
+    return max(info.compress_size, info.file_size) if info.compress_type == zipfile.ZIP_STORED else info.compress_size
 
 
 def _unpickle(data: bytes, persistent_load):
@@ -121,7 +142,9 @@ def _checked(saved_id, records: dict, where: str) -> tuple[torch.dtype, int, zip
         raise CheckpointError(f"{where}: corrupt torch.save archive (storage {str(key)[:40]!r})")
     nbytes = numel * dtype.itemsize
     record = records.get(str(key))
-    if record is None or record.file_size != nbytes or record.compress_type != zipfile.ZIP_STORED:
+    if record is not None and record.compress_type != zipfile.ZIP_STORED:
+        raise CheckpointError(f"{where}: corrupt chunk: storage data/{key} is compressed; refused uninflated")
+    if record is None or record.file_size != nbytes:
         held = "missing" if record is None else f"{record.file_size} bytes"
         raise CheckpointError(
             f"{where}: corrupt or truncated chunk: storage data/{key} declares {nbytes} bytes, the archive holds {held}"

@@ -80,10 +80,18 @@ def _add(series: dict[int, Path], step: int, path: Path, folder: Path) -> None:
 
 def _check_no_component_needed(entry: Path) -> None:
     """An accelerate ``checkpoint-N/`` whose model lies in a subfolder (diffusers' save hook writes
-    ``checkpoint-N/unet``) beside optimizer and RNG files: name the subfolder to compare."""
+    ``checkpoint-N/unet``; accelerate's FSDP ``save_state`` the DCP folder ``pytorch_model_fsdp_0/``
+    beside ``optimizer_0/``) beside optimizer and RNG files: name the subfolder to compare."""
     if (entry / "model_index.json").is_file() or any(entry.glob("*.safetensors")):
         return  # a pipeline (read component by component) or the model's own weights at the top
-    models = sorted(d.name for d in entry.iterdir() if d.is_dir() and any(d.glob("*.safetensors")))
+    from divergence.checkpoints.dcp import OPTIMIZER_PREFIX, is_dcp_folder
+
+    models = sorted(
+        d.name
+        for d in entry.iterdir()
+        if d.is_dir()
+        and (any(d.glob("*.safetensors")) or (is_dcp_folder(d) and not d.name.startswith(OPTIMIZER_PREFIX)))
+    )
     if models:
         raise UserInputError(
             f"{entry}: the model lies in a subfolder ({', '.join(models)}) beside optimizer and RNG files; "

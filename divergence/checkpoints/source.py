@@ -82,8 +82,19 @@ class CompositeSource(TensorSource):
         return self._owner[name].load(name)
 
 
+# Floating-point by torch's account, but two 4-bit values packed in each byte with no arithmetic
+# (torch converts them to nothing) and meaningful only with the scales stored beside them (MX and
+# NVFP4 formats): comparing the bytes would not compare the weights.
+PACKED_DTYPES = tuple(getattr(torch, name) for name in ("float4_e2m1fn_x2",) if hasattr(torch, name))
+
+
 def check_comparable(path, name: str, dtype: torch.dtype) -> None:
-    """Floating, complex, integer and bool tensors can be compared; quantized and others cannot."""
+    """Floating, complex, integer and bool tensors can be compared; quantized, packed and others cannot."""
+    if dtype in PACKED_DTYPES:
+        raise CheckpointError(
+            f"{path}: tensor {name!r} has dtype {dtype} (two 4-bit values packed per byte, scaled by a "
+            "separate tensor), which divergence cannot compare; compare the dequantized weights"
+        )
     if not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool or _is_integer(dtype)):
         raise CheckpointError(f"{path}: tensor {name!r} has dtype {dtype}, which divergence cannot compare")
 

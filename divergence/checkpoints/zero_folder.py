@@ -27,12 +27,15 @@ Accepted paths: ``save_dir`` (its ``latest`` tag is read) or a ``global_stepN`` 
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 
 import torch
 
-from divergence.checkpoints.files import check_path
+from divergence.checkpoints import bounds
+from divergence.checkpoints.files import check_path, read_regular
 from divergence.checkpoints.pickled import find_state_dict, load_checked
 from divergence.checkpoints.source import InMemorySource
 from divergence.errors import CheckpointError
@@ -46,18 +49,34 @@ _TAG = re.compile(r"^[\w.\-]+$")
 
 def is_zero_folder(path: Path) -> bool:
     """One tag's folder (``mp_rank_00_model_states.pt`` or ZeRO-3's per-rank states), or a save_dir
-    whose ``latest`` file names such a folder (a stray file called ``latest`` elsewhere is not one)."""
+    whose ``latest`` file names such a folder (a stray file called ``latest`` elsewhere is not one,
+    nor is a ``latest`` that is not a regular file of at most ``bounds.MAX_TAG_BYTES``: it is not read)."""
     if (path / MODEL_STATES).is_file() or any(path.glob(_ZERO3)):
         return True
     try:
-        tag = (path / LATEST).read_text(encoding="utf-8", errors="replace").strip()[:200]
+        info = os.stat(path / LATEST)
     except OSError:
+        return False
+    if not stat.S_ISREG(info.st_mode) or info.st_size > bounds.MAX_TAG_BYTES:
+        return False
+    try:
+        tag = _read_tag(path / LATEST)
+    except CheckpointError:
         return False
     return bool(_TAG.match(tag)) and tag not in (".", "..") and (path / tag).is_dir()
 
 
+def _read_tag(latest: Path) -> str:
+    return read_regular(latest, bounds.MAX_TAG_BYTES, "DeepSpeed 'latest' tag").decode("utf-8", "replace").strip()
+
+
 def open_zero_folder(path: str | Path, prefix: str = "") -> InMemorySource:
     """The model weights of a DeepSpeed checkpoint (see the module docstring)."""
+    if not stat.S_ISDIR(check_path(Path(path)).st_mode):
+        raise CheckpointError(
+            f"{path}: not a folder; a DeepSpeed checkpoint is a save_dir (with its 'latest' file) or a "
+            "global_stepN/ folder"
+        )
     folder = _tag_folder(Path(path))
     _check_layout(folder)
     states = folder / MODEL_STATES
@@ -72,10 +91,9 @@ def open_zero_folder(path: str | Path, prefix: str = "") -> InMemorySource:
 def _tag_folder(path: Path) -> Path:
     """``path`` itself, or the folder its ``latest`` file names."""
     latest = path / LATEST
-    if not latest.is_file() or (path / MODEL_STATES).is_file():
+    if not latest.exists() or latest.is_dir() or (path / MODEL_STATES).is_file():
         return path
-    check_path(latest, folder_ok=False)
-    tag = latest.read_text(encoding="utf-8", errors="replace").strip()[:200]
+    tag = _read_tag(latest)[:200]
     if not _TAG.match(tag) or tag in (".", ".."):
         raise CheckpointError(f"{latest}: names {tag!r}, not a checkpoint tag inside {path} (e.g. global_step1000)")
     if not (path / tag).is_dir():
@@ -118,5 +136,18 @@ def _check_not_placeholders(states: Path, checkpoint, weights: dict[str, torch.T
     for group in groups:
         for name, shape in group.items() if isinstance(group, dict) else ():
             tensor = weights.get(name)
-            if tensor is not None and tensor.numel() == 0 and torch.Size(shape).numel() > 0:
+            if tensor is not None and tensor.numel() == 0 and _numel(states, name, shape) > 0:
                 raise CheckpointError(f"{states}: {_ZERO3_ADVICE} ({name!r} is an empty placeholder)")
+
+
+def _numel(states: Path, name, shape) -> int:
+    """The number of elements of a ``param_shapes`` entry (a ``torch.Size`` as DeepSpeed saves it)."""
+    if not (isinstance(shape, (list, tuple)) and all(type(d) is int and 0 <= d < 2**63 for d in shape)):
+        raise CheckpointError(
+            f"{states}: param_shapes gives {str(name)[:80]!r} the shape {str(shape)[:60]}, not a list of sizes; "
+            "the file is corrupt"
+        )
+    n = 1
+    for d in shape:
+        n *= d
+    return n

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import struct
 import zipfile
 from pathlib import Path
@@ -58,3 +59,39 @@ def evil_pickle(path: Path, marker: Path, protocol: int, zip_format: bool = True
         _use_new_zipfile_serialization=zip_format,
     )
     return path
+
+
+def append_saved(path: Path, tensor: torch.Tensor) -> tuple[int, int]:
+    """``torch.save(tensor)`` appended to ``path`` as DCP writes a chunk: its (byte offset, length)."""
+    with open(path, "ab") as f:
+        start = f.tell()
+        torch.save(tensor, f)
+        return start, f.tell() - start
+
+
+def write_dcp_metadata(folder: Path, tensors: dict, planner: dict | None = None) -> Path:
+    """A ``.metadata`` built from torch's own DCP classes, as ``dcp.save`` pickles it.
+
+    ``tensors``: ``{fqn: (shape, dtype, [(offsets, sizes, file, byte offset, byte length), ...])}``;
+    ``planner``: ``planner_data`` (default: each name at the top level)."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata,
+        Metadata,
+        MetadataIndex,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+
+    entries, storage = {}, {}
+    for fqn, (shape, dtype, chunks) in tensors.items():
+        stored = []
+        for offsets, sizes, file, start, length in chunks:
+            stored.append(ChunkStorageMetadata(torch.Size(offsets), torch.Size(sizes)))
+            storage[MetadataIndex(fqn, torch.Size(offsets))] = _StorageInfo(file, start, length)
+        entries[fqn] = TensorStorageMetadata(TensorProperties(dtype=dtype), torch.Size(shape), stored)
+    planner = {fqn: (fqn,) for fqn in tensors} if planner is None else planner
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".metadata", "wb") as f:
+        pickle.dump(Metadata(entries, planner_data=planner, storage_data=storage), f)
+    return folder

@@ -216,9 +216,32 @@ def test_corrupt_metadata_is_one_line(runs, tmp_path, capsys, change, needle):
 
 
 def test_overlapping_chunks_are_refused(tmp_path):
-    from divergence.checkpoints.dcp_metadata import Chunk, _check_tiling
+    from divergence.checkpoints.dcp_chunks import check_tiling as _check_tiling
+    from divergence.checkpoints.dcp_metadata import Chunk
 
     top, middle, bottom = (Chunk((row, 0), (2, 4), "f", 0, 1) for row in (0, 1, 2))
     with pytest.raises(CheckpointError, match="two chunks of tensor 'w' overlap"):
         _check_tiling(tmp_path, "w", (4, 4), [top, middle])  # 16 elements, but row 1 twice, row 3 never
     _check_tiling(tmp_path, "w", (4, 4), [top, bottom])
+
+
+def test_track_over_accelerate_fsdp_checkpoints_names_the_model_folder(tmp_path, capsys):
+    """accelerate's FSDP ``save_state`` with a sharded state dict: ``checkpoint-N/pytorch_model_fsdp_0/``
+    (DCP of ``{"model": ...}``) beside ``optimizer_0/`` (DCP) and ``random_states_0.pkl``."""
+    import torch.distributed.checkpoint as dcp
+
+    for arm, scale in (("a", 1.0), ("b", 1.5)):
+        for step in (1, 2):
+            folder = tmp_path / arm / f"checkpoint-{step}"
+            w = torch.arange(6.0).reshape(2, 3) * scale * step
+            with pytest.warns(UserWarning, match="single process"):
+                dcp.save({"model": {"w": w}}, checkpoint_id=folder / "pytorch_model_fsdp_0")
+            with pytest.warns(UserWarning, match="single process"):
+                dcp.save({"optimizer": {"state": {"w": {"exp_avg": w}}}}, checkpoint_id=folder / "optimizer_0")
+            (folder / "random_states_0.pkl").write_bytes(b"never read")
+    a, b, out = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "pair")
+    assert main(["track", a, b, "--out", out, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--component pytorch_model_fsdp_0" in err[0] and "checkpoint-1" in err[0], err
+    assert main(["track", a, b, "--out", out, "--quiet", "--component", "pytorch_model_fsdp_0"]) == 0
+    assert MetricsStore(out).steps() == [1, 2]
