@@ -87,6 +87,7 @@ class WindowEstimate:
     saturated_at: int | None = None  # first shared step with E_X or E_P >= SATURATED_E x E_S (None: not reached)
     settled_at: int | None = None  # this replicate's first step past its transient (None: never settled)
     window_start: int | None = None  # t0, the first step common to the replicates read together
+    start: int | None = None  # the earliest step any window may start at (before t0's transient rule)
 
     @property
     def usable(self) -> bool:
@@ -148,7 +149,12 @@ def estimate_replicates(
     settled = [settle_step(c.steps, c.log_ratio, c.regime, c.valid, start, length) for c in curves]
     t0 = common_start(settled, start)
     return [
-        replace(_summarise(c, first_run(c.regime & (c.steps >= t0), length), length), settled_at=at, window_start=t0)
+        replace(
+            _summarise(c, first_run(c.regime & (c.steps >= t0), length), length),
+            settled_at=at,
+            window_start=t0,
+            start=start,
+        )
         for c, at in zip(curves, settled)
     ]
 

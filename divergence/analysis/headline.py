@@ -4,7 +4,9 @@ The headline states, in this order: the status; the dose ratio as a factor, with
 interval, replicates and the window every replicate was read on (one common window, or each
 replicate's); when the dose is inconclusive, how many replicates would exclude 0; the outcome's
 own status (within / no larger than a seed change's / shifted / undecided with the replicates
-that would decide); the noise floor; the equivalent gradient-noise dose. Example::
+that would decide); the noise floor; the equivalent gradient-noise dose. Replicates a reading left
+out are counted in its sentence. A dose read on every valid step (``every_step``: no growth-rate
+window in every replicate) is stated as the bound it is. Example::
 
     Bounded: flash perturbs training 2.3x less than bf16 vs fp32 (log10 dose ratio -0.37, 95% CI
     -0.62 to -0.12, 6 replicates, window steps 12-30 in every replicate); outcome undecided: final
@@ -15,6 +17,8 @@ that would decide); the noise floor; the equivalent gradient-noise dose. Example
 from __future__ import annotations
 
 import math
+
+from divergence.analysis.every_step import left_out_text, spans_text
 
 STATUS_WORDS = {
     "bounded": "Bounded",
@@ -31,7 +35,9 @@ def headline(v, label: str, ref_label: str, floor_text: str | None = None) -> st
     if v.status == "no_verdict":
         return f"{word} for {label}: {v.reasons[0]}."
     span = window_text(v)
-    if not v.dose_like:
+    if v.read_on == "valid_steps":
+        text = f"{word}: {bound_text(v, label, ref_label)}{_undecided_dose(v)}; {outcome_text(v)}."
+    elif not v.dose_like:
         text = (
             f"{word}: {label} vs {ref_label} is not dose-like: log10(E_X/E_P) drifts by {v.drift:+.2f} dex "
             f"across {span}, so no single ratio describes it; see the curve; {outcome_text(v)}."
@@ -41,7 +47,7 @@ def headline(v, label: str, ref_label: str, floor_text: str | None = None) -> st
         if v.dose.interval:
             numbers = (
                 f"log10 dose ratio {v.dose.mean:+.2f}, 95% CI {v.dose.lo:+.2f} to {v.dose.hi:+.2f}, "
-                f"{v.dose.n} replicates, {span}"
+                f"{v.dose.n} replicates{left_out_text(v.estimates, v.read_on)}, {span}"
             )
         else:
             numbers = f"log10 dose ratio {v.dose.mean:+.2f}, {span}"
@@ -56,6 +62,27 @@ def headline(v, label: str, ref_label: str, floor_text: str | None = None) -> st
     if v.equivalent_dose is not None:
         text += f" It perturbs training like a relative gradient noise of {v.equivalent_dose:.1g} per step."
     return text
+
+
+def bound_text(v, label: str, ref_label: str) -> str:
+    """The dose read on every valid step (``every_step``): a bound that holds at each of them, e.g.
+    ``X's difference is at most 10^-3.9 of P's at every valid step (7900x less; ...)``."""
+    below, m = v.bound_side == "below", v.dose.mean
+    which, at = ("largest", "at most") if below else ("smallest", "at least")
+    pooled = (
+        f", 95% CI {v.dose.lo:+.2f} to {v.dose.hi:+.2f}, {v.dose.n} replicates"
+        if v.dose.interval
+        else ", one replicate"
+    )
+    numbers = (
+        f"{which} log10 E_X/E_P over each replicate's valid steps, pooled {m:+.2f}{pooled}"
+        f"{left_out_text(v.estimates, v.read_on)}, {spans_text(v.estimates)}"
+    )
+    return (
+        f"{label}'s difference is {at} 10^{m:.1f} of {ref_label}'s at every valid step "
+        f"({factor_text(10 ** abs(m))}x {'less' if m < 0 else 'more'}; {numbers}; read on every valid step, "
+        "as the growth-rate window does not form in every replicate)"
+    )
 
 
 def window_text(v) -> str:

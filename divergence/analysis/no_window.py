@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from divergence.analysis import every_step
 from divergence.analysis.dose import SATURATED_E
 from divergence.analysis.window import RATE_FACTOR, local_rates
 
@@ -63,6 +64,30 @@ def why_no_window(study, reference, estimates, min_window: int, seeds=(), satura
         f"{x} and {p} do not grow alike: over {_unsaturated(best)} unsaturated tracked steps their local growth "
         f"rates agree (within {RATE_FACTOR:g}x) on at most {longest} in a row (need {min_window}), so their ratio "
         "is not a dose ratio: see the curves (does each pair's arms differ in its one change only?)"
+    )
+
+
+def crossing_text(estimates) -> str:
+    """No window and valid steps on both sides of 0: no bound holds at every step either."""
+    values = every_step.steps_of(estimates)
+    if not values.size:
+        return ""
+    return (
+        f"; nor does a bound hold at every valid step: log10(E_X/E_P) runs from {values.min():+.2f} "
+        f"to {values.max():+.2f}"
+    )
+
+
+def why_valid_steps(study, reference, windows, min_window, seeds, level) -> str:
+    """The caveat of a dose read on every valid step: why no growth-rate window was read."""
+    head = "read on every valid step, as a bound, since "
+    without = every_step.left_out(windows)
+    if len(without) < len(windows):
+        return head + f"replicate(s) {', '.join(map(str, without))} form no growth-rate window of {min_window} steps"
+    return (
+        head
+        + "no replicate forms a growth-rate window: "
+        + why_no_window(study, reference, windows, min_window, seeds, level)
     )
 
 

@@ -23,7 +23,7 @@ threshold d = ``REORDERING_DEX`` (+1 dex: 10x a reordering):
 One replicate: the point estimate decides, no interval, no replicates planned. X's arms bitwise
 equal at every tracked step where R's differ: reordering_like, no number.
 
-No window in any replicate: the valid steps. The window asks for a constant ratio in a shared
+Not a window in every replicate: the valid steps. The window asks for a constant ratio in a shared
 exponential regime, a dose ratio's premise; the reordering question is one of magnitude ("more
 than 10x a reordering of fp32 sums at every step"), and a bug's difference grows unlike a
 reordering's (a bias injected each step adds up; rounding is amplified, or sits at its floor),
@@ -32,9 +32,12 @@ tiny UNet: rank 1's gradient scaled by 1 + 1e-3 sits +2.0 dex above R at every s
 left out of the all-reduce +2.2 to +2.9 dex, and neither forms a window (on the tiny DiT,
 ``tests/scaleout/test_parallel_rows.py``, the scaled gradient's ratio is flat enough for one,
 +2.0 to +2.1 dex, steps 2-6; the parameter left out, +3.0 to +3.2 dex and growing, forms none).
-So, when no replicate has one, each is read over its valid steps
+So, when a replicate has none, every replicate is read over its valid steps
+(``every_step.choose``: a replicate whose valid steps all lie on one side of d is never dropped for
+want of a window; with valid steps on both sides, the replicates that have a window are read on
+it, the others left out and counted in the sentence)
 
-    V_r  = {t >= t0: E_X, E_R > 0 and finite, before either saturates (E >= SATURATED_E x E_S)}
+    V_r  = {t >= start: E_X, E_R > 0 and finite, before either saturates (E >= SATURATED_E x E_S)}
     lr_r = median over V_r of log10(E_X / E_R)      (at least ``min_window`` steps; read_on "valid_steps")
 
 pooled and decided as above, with one more condition, since a drifting ratio is not one number
@@ -44,8 +47,10 @@ inconclusive, and no number of replicates decides it (the reason says where it c
 reading (status None, with the reason): R's arms bitwise equal, or fewer than ``min_window``
 valid steps in every replicate (``no_window.why_no_window`` says which condition failed).
 
-The verdict's sentence says it for every pair; the "look for a bug" clause only for a pair whose
-variants declare themselves fp32-equivalent (``Variant.fp32_equivalent``). Examples, three
+The verdict's sentence says it for every pair; the "look for a bug" clause only for a pair that
+declares its change should be the identity (``pair.json``'s ``expect_identity``, which the built-in
+fp32-equivalent variants set and ``ArmWriter(expect_identity=True)`` writes; ``expects_identity``).
+Without a reordering pair the headline says that "bug or noise" was not asked. Examples, three
 replicates each (t_{0.975, 2} = 4.30):
 
 >>> decide(pool([0.2, 0.4, 0.3])), decide(pool([2.9, 3.1, 3.0])), decide(pool([0.5, 1.5, 1.0]))
@@ -66,20 +71,24 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from divergence.analysis import dose
+from divergence.analysis import dose, every_step
 from divergence.analysis.dose import MIN_WINDOW, SATURATED_E, WindowEstimate, estimate_replicates
+from divergence.analysis.every_step import left_out_text, on_valid_steps  # noqa: F401 (on_valid_steps: public here)
 from divergence.analysis.headline import factor_text
 from divergence.analysis.no_window import why_no_window
 from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
 from divergence.analysis.trajectories import PairData
 from divergence.analysis.verdict import _all_zero
-from divergence.analysis.window import drift
 from divergence.variants.registry import VARIANTS, fp32_equivalent
 
 REORDERING_DEX = 1.0  # log10(E_X / E_R) above which X perturbs more than a reordering of fp32 sums
 FP32_EQUIVALENT = tuple(sorted(name for name, cls in VARIANTS.items() if cls.fp32_equivalent))  # the variants' word
 STATUSES = ("reordering_like", "beyond_reordering", "inconclusive")
-READ_ON = ("window", "valid_steps")  # where log10(E_X / E_R) was read (the module docstring)
+NOT_ASKED = (  # the headline's line, and summary.json's warning, without a reordering pair
+    "Bug or noise was not asked: no reordering pair (category reordering, arms that differ only in the order "
+    "of fp32 sums) among the inputs, so nothing says whether the change is more than a reordering."
+)
+READ_ON = every_step.READ_ON  # where log10(E_X / E_R) was read (the module docstring)
 
 
 def method_text() -> str:
@@ -91,11 +100,13 @@ def method_text() -> str:
         f"the same t interval: reordering-like when the interval's upper end is at most +{REORDERING_DEX:g} dex "
         f"({10**REORDERING_DEX:g}x a reordering, however far below it), beyond reordering when its lower end is "
         "above it, inconclusive when it holds it (with the replicates that would decide). When X and R do not grow "
-        "alike in any replicate (a bug's bias injected each step adds up, a reordering's rounding does not), it is "
-        f"read over the valid steps instead (both E > 0 and finite, unsaturated, at least {dose.MIN_WINDOW} of "
-        "them), and a status then also needs every step on its side of the threshold: a ratio that crosses it is "
-        f"inconclusive. For a change its variants declare fp32-equivalent ({', '.join(FP32_EQUIVALENT)}), beyond "
-        "reordering means: if it should be the identity, look for a bug."
+        "alike in every replicate (a bug's bias injected each step adds up, a reordering's rounding does not), "
+        f"every replicate is read over its valid steps instead (both E > 0 and finite, unsaturated, at least "
+        f"{dose.MIN_WINDOW} of them), and a status then also needs every step on its side of the threshold: a "
+        "ratio that crosses it is inconclusive (and the replicates with a window are read on it, the others left "
+        "out and counted). For a pair that declares its change should be the identity (pair.json's "
+        f"expect_identity, set by the fp32-equivalent variants {', '.join(FP32_EQUIVALENT)} and by "
+        "ArmWriter(expect_identity=True)), beyond reordering means: if it should be the identity, look for a bug."
     )
 
 
@@ -125,9 +136,7 @@ def against_reordering(
 ) -> Reordering:
     """The replicates of the pair under study against the replicates of the reordering pair R
     (``saturated``: the E / E_S that ends a window, a fine-tune's where the pairs are one)."""
-    common = dict(
-        reference=reordering[0].name, label=reordering[0].label, fp32_equivalent=fp32_equivalent(study[0].arms)
-    )
+    common = dict(reference=reordering[0].name, label=reordering[0].label, fp32_equivalent=expects_identity(study[0]))
     empty = pool([])
     if _all_zero(reordering):
         reason = f"{reordering[0].name}'s arms are bitwise equal at every tracked step: no reordering to compare with"
@@ -141,9 +150,8 @@ def against_reordering(
         if (r := replicate_of(reordering, x.replicate)) is not None
     ]
     windows = tuple(estimate_replicates(runs, start, min_window, saturated))
-    read_on, estimates = "window", windows
-    if not any(e.usable for e in windows):
-        read_on, estimates = "valid_steps", tuple(on_valid_steps(e) for e in windows)
+    read_on, estimates = every_step.choose(windows, REORDERING_DEX)
+    estimates = tuple(estimates)
     usable = [e for e in estimates if e.usable]
     if not usable:
         reason = why_no_window(study, reordering, list(windows), min_window, seeds, saturated)
@@ -167,20 +175,14 @@ def against_reordering(
     )
 
 
-def on_valid_steps(e: WindowEstimate) -> WindowEstimate:
-    """One replicate read over its valid steps V_r (module docstring) instead of a window: t >= t0,
-    log10(E_X / E_R) finite (both E > 0 and finite), before the first saturated step; ``log10`` NaN
-    (not usable) with fewer than ``min_window`` of them."""
-    steps = np.asarray(e.steps)
-    keep = np.isfinite(e.log_ratio) & (steps >= (e.window_start or 0))
-    if e.saturated_at is not None:
-        keep &= steps < e.saturated_at
-    n = int(keep.sum())
-    span = (int(steps[keep][0]), int(steps[keep][-1])) if n else None
-    if n < e.min_window:
-        return replace(e, window=span, n_window=n, in_window=keep, log10=math.nan, drift=math.nan)
-    median = float(np.median(e.log_ratio[keep]))
-    return replace(e, window=span, n_window=n, in_window=keep, log10=median, drift=drift(steps, e.log_ratio, keep))
+def expects_identity(pair: PairData) -> bool:
+    """Whether the pair declares that its change should be the identity in fp32 (``pair.json``'s
+    ``expect_identity``, whatever its arms' labels); a folder without the key that the built-in trainer
+    wrote (a recipe recorded) is read from its variants' names (``Variant.fp32_equivalent``), as written
+    before the key existed; any other undeclared pair: False."""
+    if pair.expect_identity is not None:
+        return bool(pair.expect_identity)
+    return bool(pair.recipe) and fp32_equivalent(pair.arms)
 
 
 def crossing(values: np.ndarray) -> str | None:
@@ -208,9 +210,10 @@ def decide(ratio: Pooled) -> str:
 def with_reordering(
     v, study: list[PairData], reordering: list[PairData], seeds, start, min_window, saturated: float = SATURATED_E
 ):
-    """The verdict ``v`` with X against R and the sentence that says it; unchanged without R."""
+    """The verdict ``v`` with X against R and the sentence that says it; without R, the line that says
+    the question was not asked."""
     if not reordering:
-        return v
+        return replace(v, headline=f"{v.headline} {NOT_ASKED}")
     r = against_reordering(study, reordering, seeds, start, min_window, saturated)
     return replace(v, reordering=r, headline=f"{v.headline} {sentence(r, study[0].label)}")
 
@@ -224,10 +227,14 @@ def sentence(r: Reordering, label: str) -> str:
         return f"{against}: reordering-like: {r.reason}."
     m = r.ratio.mean
     numbers = (
-        f"log10 E_X/E_R {m:+.2f}, 95% CI {r.ratio.lo:+.2f} to {r.ratio.hi:+.2f}, {r.ratio.n} replicates"
-        if r.ratio.interval
-        else f"log10 E_X/E_R {m:+.2f}, one replicate"
-    ) + where_read(r)
+        (
+            f"log10 E_X/E_R {m:+.2f}, 95% CI {r.ratio.lo:+.2f} to {r.ratio.hi:+.2f}, {r.ratio.n} replicates"
+            if r.ratio.interval
+            else f"log10 E_X/E_R {m:+.2f}, one replicate"
+        )
+        + left_out_text(r.estimates, r.read_on or "window")
+        + where_read(r)
+    )
     factor = factor_text(10 ** abs(m))
     limit = factor_text(10**REORDERING_DEX)
     if r.status == "beyond_reordering" and r.fp32_equivalent:

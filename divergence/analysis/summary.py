@@ -19,7 +19,8 @@ from divergence.analysis.coherence import pair_coherence
 from divergence.analysis.dose import MIN_WINDOW
 from divergence.analysis.growth import N_BOOT, Estimate, estimate_growth, layer_mean
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, nonfinite_layers, top_layers
-from divergence.analysis.reordering import REORDERING_DEX, Reordering, with_reordering
+from divergence.analysis.every_step import left_out
+from divergence.analysis.reordering import NOT_ASKED, REORDERING_DEX, Reordering, with_reordering
 from divergence.analysis.replicates import CONFIDENCE, Pooled, group
 from divergence.analysis.trajectories import TRAJECTORY_METRICS, PairData, router_summary
 from divergence.analysis.headline import headline
@@ -151,6 +152,8 @@ def _warnings(pairs: list[PairData], floors: tuple[NoiseFloor, ...], role: dict)
             f"several precision pairs: the verdict uses {role['precision'][0][0].name}; {names} are "
             "shown but not used as the reference"
         )
+    if role["optimization"] and not role["reordering"]:
+        warnings.append(NOT_ASKED)
     if len(role["reordering"]) > 1:
         names = ", ".join(runs[0].name for runs in role["reordering"][1:])
         warnings.append(
@@ -214,6 +217,9 @@ def verdict_dict(v: Verdict) -> dict:
             "common_start": usable[0].window_start if usable else None,
             "status": v.dose_status,
             "replicates_needed": {k: needed.get(k) for k in ("exclude_0", "exclude_0.3_dex")},
+            "read_on": v.read_on if v.estimates else None,
+            "statistic": _statistic(v),
+            "left_out": list(left_out(v.estimates)) if v.estimates else [],
         },
         "outcome": {
             **_pooled(v.outcome, "mean"),
@@ -271,11 +277,20 @@ def reordering_dict(r: Reordering | None) -> dict | None:
         "drift_dex": _num(r.drift),
         "reason": r.reason,
         "read_on": r.read_on,
+        "left_out": list(left_out(r.estimates)) if r.read_on else [],
         "per_replicate": [
             {"replicate": e.replicate, "window": list(e.window) if e.window else None, "log10": _num(e.log10)}
             for e in r.estimates
         ],
     }
+
+
+def _statistic(v: Verdict) -> str | None:
+    """What each replicate's ``log10`` is: the median over its window, or, read on every valid step, the
+    largest (every step below 0: a bound from above) or the smallest (every step above 0) there."""
+    if not v.estimates:
+        return None
+    return {"below": "max", "above": "min"}.get(v.bound_side, "median")
 
 
 def _pooled(p: Pooled, key: str) -> dict:

@@ -71,6 +71,8 @@ class PairData:
     router: dict[str, np.ndarray] = field(default_factory=dict)
     # pair.json's ``start``: the pretrained weights both arms start from (a fine-tune); None: not recorded
     start: str | None = None
+    # pair.json's ``expect_identity``: the change should be the identity in fp32; None: not declared
+    expect_identity: bool | None = None
 
     @property
     def label(self) -> str:
@@ -150,6 +152,7 @@ def pair_from_records(
         outside_deployment=getattr(info, "outside_deployment", None),
         router={k: np.array([_float(r.get(k)) for r in tracked]) for k in ROUTER_KEYS if any(k in r for r in tracked)},
         start=getattr(info, "start", None),
+        expect_identity=getattr(info, "expect_identity", None),
     )
 
 

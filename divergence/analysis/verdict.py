@@ -46,10 +46,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from divergence.analysis import outcome
+from divergence.analysis import every_step, outcome
 from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate_replicates
 from divergence.analysis.finetune import FineTune, ceiling_text, saturation_level
-from divergence.analysis.no_window import why_no_window
+from divergence.analysis.no_window import crossing_text, why_no_window, why_valid_steps
 from divergence.analysis.headline import STATUS_WORDS, factor_text, headline, percent
 from divergence.analysis.layers import noise_floor
 from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
@@ -95,10 +95,14 @@ class Verdict:
     margin_factor: float = MARGIN_FACTOR  # m = margin_factor x sigma_S
     # X against the reordering reference, a ``reordering.Reordering`` (None: the study has none)
     reordering: object | None = None
+    read_on: str = "window"  # every_step.READ_ON: the growth-rate window, or every valid step
+    bound_side: str | None = None  # read on the valid steps: every step "below" or "above" 0
 
     @property
     def dose_like(self) -> bool:
-        return not (math.isfinite(self.drift) and abs(self.drift) > MAX_DRIFT)
+        """One ratio describes the pair: read on a window, with no drift beyond ``MAX_DRIFT`` (a bound
+        read on every valid step needs no constant ratio, and is no dose ratio)."""
+        return self.read_on == "window" and not (math.isfinite(self.drift) and abs(self.drift) > MAX_DRIFT)
 
 
 def judge(
@@ -127,22 +131,24 @@ def judge(
     if blocked:
         return _no_verdict(name, reference[0].name, blocked, floor=floor, label=label)
     level = saturation_level(fine_tune)
-    estimates, caveats = _estimates(study, reference, seeds, start, min_window, level)
+    windows, caveats = _estimates(study, reference, seeds, start, min_window, level)
     caveats += _setup_caveats(study, controls)
     if fine_tune is not None:
         caveats.insert(0, ceiling_text(fine_tune, seeds))
-    usable = [e for e in estimates if e.usable]
-    if not usable and _all_zero(study) and not _all_zero(reference):
+    if not any(e.usable for e in windows) and _all_zero(study) and not _all_zero(reference):
         return _no_drift(study, reference, caveats)
+    read_on, estimates = every_step.choose(windows, 0.0)
+    side = every_step.side(every_step.steps_of(estimates), 0.0) if read_on == "valid_steps" else None
+    usable = [e for e in estimates if e.usable] if read_on == "window" or side else []
     if not usable:
-        v = _no_verdict(
-            name,
-            reference[0].name,
-            why_no_window(study, reference, estimates, min_window, seeds, level),
-            floor=floor,
-            label=label,
-        )
+        why = why_no_window(study, reference, windows, min_window, seeds, level) + crossing_text(estimates)
+        v = _no_verdict(name, reference[0].name, why, floor=floor, label=label)
         return replace(v, caveats=caveats[:1]) if fine_tune is not None else v
+    if side:
+        estimates = every_step.bound(estimates, side)
+        usable = [e for e in estimates if e.usable]
+        caveats.append(why_valid_steps(study, reference, windows, min_window, seeds, level))
+    caveats += _left_out(estimates, read_on)
     dose, dose_f = pool([e.log10 for e in usable]), pool([e.log10_function for e in usable])
     where = outcome.source(study + seeds)
     deltas = {p.replicate: outcome.delta(p, where) for p in study if p.replicate in {e.replicate for e in usable}}
@@ -152,7 +158,7 @@ def judge(
     m, margin_caveat = outcome.margin(seeds, where, factor)
     caveats += [c for c in (margin_caveat, floor_text, _disagreement(dose, dose_f)) if c]
     drift = float(np.mean([e.drift for e in usable]))
-    dose_status, reasons = _dose_status(dose, drift)
+    dose_status, reasons = every_step.bound_status(dose, side) if side else _dose_status(dose, drift)
     outcome_status, outcome_needed = outcome.decide(result, m)
     reasons += _outcome_reasons(outcome_status, result, m, seeds)
     status = "not_bounded" if outcome_status == "shifted" else dose_status
@@ -191,6 +197,8 @@ def judge(
         replicates_needed=needed,
         saturated=saturated,
         margin_factor=factor,
+        read_on=read_on,
+        bound_side=side,
     )
     return _with_headline(v, label, reference[0].label, floor_text)
 
@@ -258,11 +266,17 @@ def _estimates(study, reference, seeds, start, min_window, level) -> tuple[list[
             )
             continue
         runs.append((x, p, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None)))
-    estimates = estimate_replicates(runs, start, min_window, level)
-    short = [e.replicate for e in estimates if not e.usable]
-    if short and len(short) < len(estimates):
-        caveats.append(f"replicate(s) {', '.join(map(str, short))} left out: window under {min_window} steps")
-    return estimates, caveats
+    return estimate_replicates(runs, start, min_window, level), caveats
+
+
+def _left_out(estimates, read_on: str) -> list[str]:
+    """The caveat naming the replicates a reading left out (none when every replicate was read)."""
+    short = every_step.left_out(estimates)
+    if not short or len(short) == len(estimates):
+        return []
+    n = estimates[0].min_window
+    why = f"window under {n} steps" if read_on == "window" else f"under {n} valid steps"
+    return [f"replicate(s) {', '.join(map(str, short))} left out: {why}"]
 
 
 def _dose_status(dose: Pooled, drift: float) -> tuple[str, list[str]]:

@@ -34,7 +34,12 @@ Keys (``docs/pair-folder.md``; ``PairInfo`` holds them):
 - ``start`` (optional, a string): where both arms' starting weights come from when they are not
   a fresh initialization (a fine-tune): a path, a hub id or a hash of the pretrained weights,
   the same string for every pair of one study (``docs/method.md``, "Fine-tuning"); absent or
-  null: not recorded (training from scratch, or an older writer).
+  null: not recorded (training from scratch, or an older writer);
+- ``expect_identity`` (optional, a bool): the pair's change should be the identity in fp32 (a
+  reordering of fp32 sums at most: gradient accumulation, a fused optimizer, data parallelism), so
+  a difference beyond a reordering reads "if it should be the identity, look for a bug" whatever
+  the arms' labels; the built-in trainer writes true for the fp32-equivalent variants, a user's
+  loop passes ``ArmWriter(expect_identity=True)``; absent: not declared.
 
 Keys this version does not know are kept when ``PairInfo`` rewrites the file (``extra``), so a
 reader that marks a pair finished never drops what a newer writer put there.
@@ -71,6 +76,7 @@ class PairInfo:
     numerics: dict = field(default_factory=dict)
     outside_deployment: str | None = None
     start: str | None = None  # the arms' pretrained starting weights (a fine-tune); written only when set
+    expect_identity: bool | None = None  # the change should be the identity in fp32; written only when set
     contract: int = CONTRACT
     # keys of pair.json this version does not know (``log``, a newer writer's): written back as read
     extra: dict = field(default_factory=dict, repr=False)
@@ -84,6 +90,8 @@ class PairInfo:
         extra = data.pop("extra")
         if data["start"] is None:
             del data["start"]  # optional: a pair from scratch writes no key (older readers' files unchanged)
+        if data["expect_identity"] is None:
+            del data["expect_identity"]  # optional, as ``start``
         return {"contract": data.pop("contract"), **data, **{k: v for k, v in extra.items() if k not in data}}
 
     def write(self, pair_dir: str | Path) -> None:
@@ -177,6 +185,7 @@ def write_pair_files(
     stride: int = 1,
     keep: int | None = None,
     start: str | None = None,
+    expect_identity: bool | None = None,
 ) -> dict:
     """Write ``pair.json`` into ``out`` (created); return its content.
 
@@ -189,7 +198,9 @@ def write_pair_files(
     ``divergence.pairfolder.arm.steps``); ``keep``: ``tracking.keep``, the files ``divergence
     watch`` keeps once it has compared a step (``divergence.comparator.retention``; None: all);
     ``start``: where both arms' starting weights come from in a fine-tune (a path, hub id or hash;
-    ``docs/method.md``, "Fine-tuning"), None: a fresh initialization or not said.
+    ``docs/method.md``, "Fine-tuning"), None: a fresh initialization or not said;
+    ``expect_identity``: True when the pair's change should be the identity in fp32 (a reordering of
+    fp32 sums at most: a verdict then says "look for a bug" beyond one), None: not declared.
     """
     from divergence.pairfolder.arm.steps import MAX_STEP, check_stride
 
@@ -210,6 +221,11 @@ def write_pair_files(
             f"start={start!r}: must be a non-empty string naming the pretrained weights both arms start from "
             "(a path, hub id or hash), or None"
         )
+    if expect_identity is not None and not isinstance(expect_identity, bool):
+        raise UserInputError(
+            f"expect_identity={expect_identity!r}: must be True (the change should be the identity in fp32), "
+            "False or None (not declared)"
+        )
     if log is not None and not isinstance(log, dict):
         raise UserInputError(f"log={log!r}: must be a dict, the recipe's log section (e.g. {{'wandb': False}})")
     tracking = tracking_schedule(every, spike_factor, spike_window, dense)
@@ -227,6 +243,7 @@ def write_pair_files(
         replicate=replicate,
         tracking=tracking,
         start=start,
+        expect_identity=expect_identity,
         extra={**({"log": dict(log)} if log else {}), **({"open_ended": True} if max_steps is None else {})},
     )
     out.mkdir(parents=True, exist_ok=True)

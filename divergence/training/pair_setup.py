@@ -20,6 +20,7 @@ from divergence.pairfolder.pair_json import PairInfo
 from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.config.schema import to_dict
 from divergence.variants.deployment import arm_numerics, outside_deployment
+from divergence.variants.registry import fp32_equivalent
 
 # Recipe sections that decide the inputs: both arms must agree on them to share one batch, but for
 # ``data.seed`` (the data-seed variant: that arm draws its own batches of the same data). The batch itself is the step's global batch, batch_size x accumulate examples (``data.batches``): arms
@@ -62,6 +63,7 @@ def pair_info(pair: PairRecipe) -> PairInfo:
         numerics=numerics,
         outside_deployment=outside_deployment(pair.arms, numerics),
         start=pretrained_start(pair.base),
+        expect_identity=fp32_equivalent(pair.labels()) or None,  # the fp32-equivalent variants declare it
     )
 
 

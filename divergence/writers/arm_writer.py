@@ -117,7 +117,9 @@ class ArmWriter:
         (``divergence.comparator.retention``); None (default): keep all. Both arms the same.
     **pair : for ``pair.json`` when this arm writes it: ``name``, ``category``, ``arms``,
         ``description``, ``replicate``, ``spike_factor``, ``spike_window``, ``log``, ``start`` (the
-        pretrained weights both arms start from, in a fine-tune: a path, hub id or hash); a folder
+        pretrained weights both arms start from, in a fine-tune: a path, hub id or hash),
+        ``expect_identity`` (True: the pair's change should be the identity in fp32, a reordering
+        of fp32 sums at most, so a verdict beyond a reordering says "look for a bug"); a folder
         whose ``pair.json`` differs in a given ``name``, ``category``, ``arms`` or ``replicate``
         is refused (another pair).
     """

@@ -12,7 +12,7 @@ import numpy as np
 from scipy import stats
 
 from divergence.analysis import analyze, to_summary
-from divergence.analysis.reordering import REORDERING_DEX, STATUSES, decide, method_text
+from divergence.analysis.reordering import NOT_ASKED, REORDERING_DEX, STATUSES, decide, method_text
 from divergence.analysis.replicates import pool
 from divergence.report.content import method
 from tests.analysis.synthetic import FLOOR, bug_study, dose_study, dense_steps
@@ -25,7 +25,10 @@ def _analysis(study, reordering, *, fp32_equivalent=False, replicates=4):
     pairs = dose_study(study=study, precision=1e-5, reordering=reordering, replicates=replicates, horizon=200)
     if fp32_equivalent:
         pairs = [
-            dataclasses.replace(p, arms=FP32_EQUIVALENT_ARMS) if p.category == "optimization" else p for p in pairs
+            dataclasses.replace(p, arms=FP32_EQUIVALENT_ARMS, expect_identity=True)
+            if p.category == "optimization"
+            else p
+            for p in pairs
         ]
     return analyze(pairs, n_boot=50)
 
@@ -43,7 +46,8 @@ def test_a_pair_twice_a_reordering_is_reordering_like_and_the_dose_verdict_is_un
     assert r["replicates_needed"] is None and r["reference"] == "reordering" and r["read_on"] == "window"
     v, v0 = with_r.verdicts[0], without.verdicts[0]
     assert (v.status, v.dose) == (v0.status, v0.dose)  # the precision verdict is read as before
-    assert v.headline.startswith(v0.headline + " Against a reordering of fp32 sums (4x4 vs 1x16 accumulation)")
+    before = v0.headline.removesuffix(" " + NOT_ASKED)
+    assert v.headline.startswith(before + " Against a reordering of fp32 sums (4x4 vs 1x16 accumulation)")
     assert "reordering-like, no more than 10x a reordering." in v.headline
 
 
@@ -83,12 +87,15 @@ def test_wandb_summary_keys_carry_the_reordering_reading():
     assert not any(k.startswith("report/reordering/") for k in flat_summary(to_summary(_analysis(1e-8, None))))
 
 
-def test_without_a_reordering_reference_the_verdict_reports_as_before_and_the_key_is_null():
+def test_without_a_reordering_reference_the_key_is_null_and_the_headline_and_warnings_say_it_was_not_asked():
     analysis = _analysis(1e-8, None)
-    assert analysis.verdicts[0].reordering is None and "reordering" not in analysis.verdicts[0].headline
+    v = analysis.verdicts[0]
+    assert v.reordering is None and v.headline.endswith(" " + NOT_ASKED)
+    assert "Against a reordering" not in v.headline and NOT_ASKED.startswith("Bug or noise was not asked")
     summary = to_summary(analysis)
-    assert summary["verdicts"][0]["reordering"] is None
+    assert summary["verdicts"][0]["reordering"] is None and NOT_ASKED in summary["warnings"]
     assert summary["settings"]["reordering_reference"] is None
+    assert NOT_ASKED not in to_summary(_analysis(1e-8, 5e-9))["warnings"]
 
 
 def test_one_replicate_reads_the_point_estimate_and_plans_nothing():
@@ -123,7 +130,10 @@ def _bug(eps_x, *, fp32_equivalent=True, horizon=40):
     pairs = bug_study(eps_x, horizon=horizon)
     if fp32_equivalent:
         pairs = [
-            dataclasses.replace(p, arms=FP32_EQUIVALENT_ARMS) if p.category == "optimization" else p for p in pairs
+            dataclasses.replace(p, arms=FP32_EQUIVALENT_ARMS, expect_identity=True)
+            if p.category == "optimization"
+            else p
+            for p in pairs
         ]
     analysis = analyze(pairs, n_boot=50)
     return _reordering(analysis), analysis.verdicts[0].headline

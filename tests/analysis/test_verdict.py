@@ -105,9 +105,11 @@ def test_pairs_that_do_not_grow_alike_are_not_told_to_track_densely():
         for p in dose_study()
     ]
     v = analyze(pairs, n_boot=100).verdicts[0]
-    assert v.status == "no_verdict"
-    assert "flash-vs-baseline and bf16-vs-fp32 do not grow alike" in v.headline
-    assert "at most 0 in a row (need 5)" in v.headline and "track earlier" not in v.headline
+    # below the flat reference at every valid step: read as the bound it is, the missing window said
+    assert (v.status, v.read_on, v.bound_side) == ("bounded", "valid_steps", "below")
+    (why,) = [c for c in v.caveats if c.startswith("read on every valid step")]
+    assert "flash-vs-baseline and bf16-vs-fp32 do not grow alike" in why
+    assert "at most 0 in a row (need 5)" in why and "track earlier" not in why
 
 
 def test_no_precision_pair_gives_no_verdict():
@@ -167,7 +169,15 @@ def test_summary_schema_2():
         "common_start",
         "status",
         "replicates_needed",
+        "read_on",
+        "statistic",
+        "left_out",
     }
+    assert (v["dose_ratio"]["read_on"], v["dose_ratio"]["statistic"], v["dose_ratio"]["left_out"]) == (
+        "window",
+        "median",
+        [],
+    )
     assert v["dose_ratio"]["status"] == "bounded" and v["outcome"]["status"] == "within"
     assert set(v["dose_ratio"]["replicates_needed"]) == {"exclude_0", "exclude_0.3_dex"}
     assert 2 <= v["dose_ratio"]["replicates_needed"]["exclude_0.3_dex"] <= 4  # -3 dex, 4 tight replicates
@@ -219,8 +229,9 @@ def test_a_reference_that_never_drifts_and_a_pair_that_does_not_grow_are_named()
     flat = [
         dataclasses.replace(p, rel_l2=np.full(len(p.steps), 1e-3)) if p.category == "optimization" else p for p in pairs
     ]
-    v = analyze(flat, n_boot=100).verdicts[0]
-    assert v.status == "no_verdict" and "does not grow over training" in v.headline
+    v = analyze(flat, n_boot=100).verdicts[0]  # above P at every valid step: not bounded, read as a bound
+    assert (v.status, v.read_on, v.bound_side) == ("not_bounded", "valid_steps", "above")
+    assert "is at least 10^" in v.headline and any("does not grow over training" in c for c in v.caveats)
 
 
 def test_no_control_and_an_unfinished_run_are_caveats():
