@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
+
+from divergence.errors import UserInputError
 
 HELP = "follow a pair's separately trained arms and write its metrics store as they go"
 
@@ -115,7 +118,28 @@ def summary_line(out, seconds: float) -> str:
     records = MetricsStore(out).step_records()
     tracked = [r for r in records if r.get("tracked")]
     last = f"; step {tracked[-1]['step']}: max_abs_diff {tracked[-1]['max_abs_diff']:.4g}" if tracked else ""
-    return (
-        f"{out}: {len(records)} steps stored ({len(tracked)} compared){last}; {seconds:.1f} s; "
-        f"next: divergence report {out}"
-    )
+    return f"{out}: {len(records)} steps stored ({len(tracked)} compared){last}; {seconds:.1f} s; {next_step(out)}"
+
+
+NEEDS = (
+    "a verdict needs this pair beside a precision pair (bf16 vs fp32), a seed pair, a control and a reordering "
+    'pair, 3 or more replicates each (README, "What a verdict needs"): divergence report FOLDER, FOLDER holding '
+    "them all"
+)
+
+
+def next_step(out) -> str:
+    """What to run next: ``divergence report`` on the folder that holds this pair beside a pair under study
+    and a precision pair (the pair folders one or two levels below its parent), else what a verdict needs:
+    a report of one pair folder shows its curves but can decide nothing."""
+    from divergence.pairfolder.pair_json import read_pair_json
+    from divergence.report.inputs import find_runs
+
+    parent = Path(out).resolve().parent
+    try:
+        categories = {read_pair_json(run).get("category") for run in find_runs([parent])}
+    except UserInputError:
+        categories = set()
+    if {"optimization", "precision"} <= categories:
+        return f"next: divergence report {parent}"
+    return f"next: {NEEDS}"

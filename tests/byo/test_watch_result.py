@@ -3,6 +3,7 @@
 import torch
 
 from divergence.cli import main
+from divergence.cli.watch import NEEDS
 from divergence.store import MetricsStore
 from divergence.writers import ArmWriter
 
@@ -25,24 +26,33 @@ def two_arms(out, steps=6, every=2, **pair):
 
 
 def test_quiet_watch_prints_the_result_line_only(tmp_path, capsys):
-    two_arms(tmp_path)
+    out = tmp_path / "pair"
+    two_arms(out)
     capsys.readouterr()
-    assert main(["watch", str(tmp_path), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0
+    assert main(["watch", str(out), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0
     captured = capsys.readouterr()
     assert captured.err == ""
     lines = captured.out.splitlines()
     assert len(lines) == 1, lines
-    last = MetricsStore(tmp_path).step_records()[-1]
-    assert lines[0].startswith(f"{tmp_path}: 7 steps stored (4 compared); step 6: max_abs_diff ")
+    last = MetricsStore(out).step_records()[-1]
+    assert lines[0].startswith(f"{out}: 7 steps stored (4 compared); step 6: max_abs_diff ")
     assert f"max_abs_diff {last['max_abs_diff']:.4g};" in lines[0]
-    assert lines[0].endswith(f" s; next: divergence report {tmp_path}")
+    # one pair folder alone: a report of it could decide nothing, so the line says what a verdict needs
+    assert lines[0].endswith(f" s; next: {NEEDS}") and "a reordering pair" in NEEDS
 
 
 def test_watch_with_its_progress_bar_ends_with_the_same_line(tmp_path, capsys):
-    two_arms(tmp_path)
+    two_arms(tmp_path / "pair")
     capsys.readouterr()
-    assert main(["watch", str(tmp_path), "--no-log", "--poll", "0.05", "--timeout", "30"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1].endswith(f"next: divergence report {tmp_path}")
+    assert main(["watch", str(tmp_path / "pair"), "--no-log", "--poll", "0.05", "--timeout", "30"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f"next: {NEEDS}")
+
+
+def test_a_pair_beside_a_precision_pair_is_told_to_report_their_folder(tmp_path, capsys):
+    two_arms(tmp_path / "bf16", name="bf16", category="precision")
+    two_arms(tmp_path / "change", name="change", category="optimization")
+    assert main(["watch", str(tmp_path / "change"), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith(f"next: divergence report {tmp_path.resolve()}")
 
 
 def test_a_second_watch_of_one_pair_is_refused_in_one_line_and_the_store_is_stored_once(tmp_path, capsys):
