@@ -30,6 +30,7 @@ COMMANDS = (
     "launch",
     "track",
     "pair",
+    "check",
     "dashboard",
 )
 
