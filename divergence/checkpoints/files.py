@@ -65,11 +65,11 @@ def read_regular(path: Path, limit: int, what: str) -> bytes:
         if size > limit:
             raise CheckpointError(f"{path}: {size:,} bytes, more than the {limit:,} of the largest {what}; refused")
         try:
-            data = f.read(limit + 1)
+            data = f.read(size + 1)  # read(n) allocates n bytes first: the size, not the limit
         except OSError as err:
             raise CheckpointError(f"{path}: cannot read: {err.strerror or err}") from None
-    if len(data) > limit:  # grew while being read
-        raise CheckpointError(f"{path}: more than the {limit:,} bytes of the largest {what}; refused")
+    if len(data) > size:
+        raise CheckpointError(f"{path}: grew while being read; refused")
     return data
 
 
