@@ -47,6 +47,24 @@ from divergence.analysis.window import drift
 READ_ON = ("window", "valid_steps")
 
 
+def method_text() -> str:
+    """The report's Method paragraph on which reading applies when, rendered from the constants."""
+    from divergence.analysis.dose import MIN_WINDOW
+    from divergence.analysis.window import RATE_FACTOR
+
+    return (
+        "Which reading: the unsaturated window (local growth rates within a factor "
+        f"{RATE_FACTOR:g}, at least {MIN_WINDOW} steps) is the from-scratch regime the dose ratio is made for. Where "
+        "a replicate forms none (a fine-tune, where nothing amplifies exponentially; doses far apart; early "
+        "saturation), every replicate is read over its valid steps (both E > 0 and finite, unsaturated, at least "
+        f"{MIN_WINDOW} of them) when every one of them lies on one side of the line: the dose as a bound that holds "
+        "at every valid step (per replicate the largest log10(E_X / E_P) there, pooled with the t interval: bounded "
+        "when its upper end is below 0, 'at most 10^m of P's at every valid step'; the smallest, above 0: not "
+        "bounded), the reordering as beyond or like at every valid step. Otherwise the replicates with a window are "
+        "read on it and the others left out, counted in the sentence. The headline names the reading used."
+    )
+
+
 def on_valid_steps(e: WindowEstimate) -> WindowEstimate:
     """One replicate read over its valid steps V_r instead of a window: t >= start, the log ratio
     finite (both E > 0 and finite), before the first saturated step; ``log10`` the median there, NaN

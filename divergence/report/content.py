@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, kind_table, top_layers
-from divergence.analysis import dose, finetune, outcome, reordering, replicates, verdict, window
+from divergence.analysis import dose, every_step, finetune, outcome, reordering, replicates, verdict, window
 from divergence.analysis.growth import Estimate
 from divergence.analysis.headline import replicates_sentence
 
@@ -70,9 +70,10 @@ def method() -> list[str]:
         "a shifted outcome makes it not bounded; an undecided outcome is said with the replicates that would decide "
         "it. Replicates that would decide are planned at the observed mean and spread (the fewest n whose t "
         f"interval clears the bound). No verdict without a precision pair, with a window under {dose.MIN_WINDOW} "
-        "steps, or with a control pair (two identical arms) that differs as much as the pair under study; a "
+        "steps and no bound at every valid step, or with a control pair (two identical arms) that differs as much as the pair under study; a "
         "non-zero control smaller than that is the hardware's run-to-run floor, and the pair is stated against it. "
         "One replicate gives point estimates only: preliminary.",
+        every_step.method_text(),
         reordering.method_text(),
         "Fine-tuning: when every pair starts from the same pretrained weights (pair.json's start, or every pair's "
         "E(0) = 0, the seed pair's too), the seed reference is a data-order / noise seed pair, whose E grows from 0 "
