@@ -55,7 +55,7 @@ def weights_of(arm_dir: Path, step: int) -> dict[str, torch.Tensor] | None:
     if not path.is_file():
         return None
     source = SafetensorsFile(path)
-    return {name: source.load(name).to(torch.float64) for name in source.names()}
+    return {name: source.load(name).to(torch.float64) for name in source.names}
 
 
 def rel_l2(a: dict, b: dict, where: str) -> float:

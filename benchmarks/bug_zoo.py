@@ -1,0 +1,171 @@
+"""The bug zoo: bugs from public history and legitimate reorderings, each a short paired run on a tiny GPT-2,
+read by divergence's two checks and by the rules the big trainers use, on the same runs.
+
+    nice -n 10 python benchmarks/bug_zoo.py --out zoo            # every case (benchmarks/zoo_cases.py)
+    python benchmarks/bug_zoo.py --out zoo --only unreduced-param data-parallel-2 --steps 8
+
+For every case: the change's arm and the baseline's arm are trained ``--steps`` optimizer steps from the
+same weights on the same batches and written through ``divergence.ArmWriter`` into ``OUT/<case>/`` (arm a
+the change, arm b the baseline; every step tracked), beside ``OUT/reference/``, the reordering pair (arm a
+the baseline over 2 micro-batches summed last to first). Then:
+
+- the one-step check (``divergence.one_step_check``) on the initial weights and step 1's batch, against
+  the baseline over 2, 4 and 8 micro-batches (an update, for the optimizer case, from AdamW's state after 3
+  baseline steps);
+- the trajectory check (``divergence.trajectory_check``) of ``OUT/<case>`` against ``OUT/reference``;
+- divergence's answer: beyond reordering when the one-step check says so (decided at step 1), else the
+  trajectory's status and the step it was decided by;
+- the anchors' rules on the two arms' losses (``divergence.analysis.anchors``); Megatron's band from
+  three runs of the baseline that differ only in the order of their sums (the baseline, and its loop over
+  2 and over 8 micro-batches summed last to first): on a CPU the baseline repeated is bitwise itself.
+
+Writes ``OUT/zoo.json`` and ``OUT/zoo.md`` (the table, the misses and false alarms per rule, the time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import zoo_cases  # noqa: E402
+from zoo_cases import CASES, Arm, baseline, one_step_args, train  # noqa: E402
+
+from divergence import ArmWriter  # noqa: E402
+from divergence.analysis.anchors import RULES, all_rules  # noqa: E402
+from divergence.analysis.one_step import one_step_check  # noqa: E402
+from divergence.analysis.trajectory_check import trajectory_check  # noqa: E402
+
+REPEATS = {"reordered-2": 2, "reordered-8": 8}  # the baseline's loop over k micro-batches, last first
+
+
+def record(arm: Arm, steps: int) -> dict:
+    """A run kept in memory: ``{"weights": {step: state}, "losses": {step: loss}}``."""
+    run = {"weights": {}, "losses": {}}
+
+    def keep(step, model, loss):
+        run["weights"][step] = {k: v.detach().clone() for k, v in model.state_dict().items() if v.is_floating_point()}
+        if loss is not None:
+            run["losses"][step] = loss
+
+    train(arm, steps, keep)
+    return run
+
+
+def write_arm(out: Path, arm: str, run: dict, steps: int, **pair) -> None:
+    with ArmWriter(out, arm, max_steps=steps, every=1, **pair) as writer:
+        for step in range(steps + 1):
+            writer.record(step, run["weights"][step], run["losses"].get(step))
+
+
+def write_pair(out: Path, change: dict, base: dict, steps: int, **pair) -> None:
+    write_arm(out, "a", change, steps, **pair)
+    write_arm(out, "b", base, steps, **pair)
+
+
+def run_case(case, out: Path, base: dict, repeats: list[dict], steps: int) -> dict:
+    start = time.perf_counter()
+    change = record(case.arm, steps)
+    write_pair(out / case.name, change, base, steps, name=case.name, category="optimization", expect_identity=True)
+    one = one_step_check(**one_step_args(case))
+    traj = trajectory_check(out / case.name, out / "reference")
+    if one.status == "beyond_reordering":
+        status, decided = one.status, 1
+    else:
+        status, decided = traj["status"], traj["decided_step"]
+    rules = all_rules(change["losses"], base["losses"], repeats)
+    return {
+        "case": case.name,
+        "truth": "bug" if case.bug else "legitimate",
+        "source": case.source,
+        "one_step": {k: one.to_dict()[k] for k in ("status", "log10_ratio", "lo", "hi", "seconds")},
+        "trajectory": {k: traj[k] for k in ("status", "log10_ratio", "lo", "hi", "decided_step", "steps")},
+        "status": status,
+        "decided_step": decided,
+        "rules": rules,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def run_zoo(out: str | Path, names: list[str] | None = None, steps: int = 30) -> dict:
+    """Train and read every case (or ``names``); returns what ``zoo.json`` holds."""
+    out, start = Path(out), time.perf_counter()
+    cases = [c for c in CASES if names is None or c.name in names]
+    unknown = sorted(set(names or []) - {c.name for c in CASES})
+    if unknown:
+        raise SystemExit(f"bug_zoo: unknown case {unknown[0]!r}; cases: {', '.join(c.name for c in CASES)}")
+    base = record(Arm(), steps)
+    refs = {name: record(Arm(grad=partial(baseline, micro=k, reverse=True)), steps) for name, k in REPEATS.items()}
+    write_pair(out / "reference", refs["reordered-2"], base, steps, name="reference", category="reordering")
+    repeats = [base["losses"]] + [r["losses"] for r in refs.values()]
+    rows = [run_case(case, out, base, repeats, steps) for case in cases]
+    result = {"steps": steps, "rows": rows, "counts": counts(rows), "seconds": time.perf_counter() - start}
+    (out / "zoo.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "zoo.md").write_text(markdown(result))
+    return result
+
+
+def counts(rows: list[dict]) -> dict:
+    """Misses (a bug called "the same") and false alarms (a legitimate change flagged), per rule and ours."""
+    out = {}
+    for rule in ("divergence", *RULES):
+        same = [r["status"] == "reordering_like" if rule == "divergence" else r["rules"][rule] for r in rows]
+        flagged = [r["status"] == "beyond_reordering" if rule == "divergence" else not r["rules"][rule] for r in rows]
+        out[rule] = {
+            "misses": sum(s for s, r in zip(same, rows) if r["truth"] == "bug"),
+            "false_alarms": sum(f for f, r in zip(flagged, rows) if r["truth"] != "bug"),
+            "undecided": sum(not s and not f for s, f in zip(same, flagged)),
+        }
+    return out
+
+
+def _ratio(read: dict, interval: str) -> str:
+    if read["log10_ratio"] is None:
+        return "bitwise equal"
+    if read["lo"] is None:
+        return f"{read['log10_ratio']:+.2f}"
+    return f"{read['log10_ratio']:+.2f} {interval} {read['lo']:+.2f} to {read['hi']:+.2f}"
+
+
+def markdown(result: dict) -> str:
+    head = (
+        "| case | truth | one step: log10 E_X/E_R (95% CI) | trajectory: median log10 E_X/E_R (range) | divergence "
+        "| decided by step | titan assert-equal | titan step-1 rtol 1e-5 | Megatron golden rtol 0.05 | Megatron band |"
+    )
+    lines = [head, "|" + " --- |" * 10]
+    word = {"reordering_like": "reordering-like", "beyond_reordering": "**beyond reordering**", None: "no reading"}
+    for r in result["rows"]:
+        rules = " | ".join("same" if r["rules"][k] else "**differs**" for k in RULES)
+        lines.append(
+            f"| {r['case']} | {r['truth']} | {_ratio(r['one_step'], 'CI')} | {_ratio(r['trajectory'], 'range')} | "
+            f"{word.get(r['status'], r['status'])} | {r['decided_step']} | {rules} |"
+        )
+    lines += ["", "| rule | misses (bugs called the same) | false alarms (legitimate changes flagged) | undecided |"]
+    lines.append("| --- | --- | --- | --- |")
+    lines += [f"| {k} | {v['misses']} | {v['false_alarms']} | {v['undecided']} |" for k, v in result["counts"].items()]
+    lines += ["", "Sources:", ""] + [f"- {r['case']}: {r['source']}" for r in result["rows"]]
+    lines += ["", f"{len(result['rows'])} cases, {result['steps']} steps each: {result['seconds']:.0f} s wall."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="a new folder: the pair folders, zoo.json and zoo.md")
+    parser.add_argument("--only", nargs="+", metavar="CASE", help="these cases only")
+    parser.add_argument("--steps", type=int, default=30, help="optimizer steps per run (default 30)")
+    args = parser.parse_args(argv)
+    if Path(args.out).exists():
+        raise SystemExit(f"bug_zoo: {args.out} exists; give a new folder")
+    result = run_zoo(args.out, args.only, args.steps)
+    print((Path(args.out) / "zoo.md").read_text())
+    return 0 if result else 1
+
+
+if __name__ == "__main__":
+    zoo_cases.make_model()  # transformers imported before the clock of the first case
+    sys.exit(main())
