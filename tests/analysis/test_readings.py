@@ -106,3 +106,14 @@ def test_expect_identity_is_a_bool_or_absent(tmp_path):
     assert write_pair_files(tmp_path / "same", max_steps=4, expect_identity=True)["expect_identity"] is True
     with pytest.raises(UserInputError, match="expect_identity='yes': must be True"):
         write_pair_files(tmp_path / "bad", max_steps=4, expect_identity="yes")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"), [("reordering", True), ("flash-vs-baseline", None), ("bf16-vs-fp32", None)]
+)
+def test_the_builtin_trainer_declares_the_fp32_equivalent_variants_identity(name, expected):
+    from divergence.training.pair_setup import pair_info
+    from divergence.variants.pair_recipe import load_pair_recipe
+
+    info = pair_info(load_pair_recipe(f"recipes/pairs/{name}.yaml"))
+    assert info.expect_identity is expected and (("expect_identity" in info.to_json()) is bool(expected))
