@@ -39,3 +39,11 @@ def test_plain_loop_as_two_processes_and_watch(tmp_path):
     assert [r["step"] for r in store.step_records() if r["tracked"]] == list(range(7))  # dense early schedule
     assert store.step_records()[-1]["max_abs_diff"] > 0  # foreach vs fused AdamW differ in the last bits
     assert (tmp_path / "csv" / "metrics.csv").is_file()  # watch's logs
+
+
+def test_one_step_check_example():
+    """Two ranks read reordering-like, the parameter left out of the all-reduce beyond reordering."""
+    results = _load("one_step_check").main()
+    assert results["two_ranks"].status == "reordering_like"
+    assert results["two_ranks_one_left_out"].status == "beyond_reordering"
+    assert results["two_ranks_one_left_out"].worst(1)[0][0] == "2.bias"

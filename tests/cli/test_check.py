@@ -41,3 +41,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_trajectory_of_a_folder_that_is_no_pair_is_one_line(tmp_path, capsys):
+    assert main(["check", "trajectory", str(tmp_path), "--reference", str(tmp_path)]) == 2
+    assert "not a pair folder (no pair.json)" in capsys.readouterr().err
