@@ -45,3 +45,7 @@ MAX_STACKED_LAYERS = 2**20
 # --- DeepSpeed ``save_dir`` --------------------------------------------------------------------
 # ``latest`` holds a tag, which names a folder: at most 255 bytes on every common file system.
 MAX_TAG_BYTES = 4096
+
+# --- An arm's DCP step folder (``ArmWriter(format="dcp")``) ------------------------------------
+# ``complete.json`` lists the shards' sizes and the ties: a few kB for thousands of ranks.
+MAX_MARKER_BYTES = 16 * 1024 * 1024

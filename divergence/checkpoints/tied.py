@@ -27,12 +27,11 @@ from pathlib import Path
 
 import torch
 
+from divergence.checkpoints.bounds import MAX_MARKER_BYTES
 from divergence.errors import CheckpointError
 from divergence.formats import DCP_COMPLETE_FILE
 
 METADATA_KEY = "divergence.tied"  # a weights file's ties, as JSON {kept: [names]} (pairfolder.arm.weights_file)
-# an arm's DCP step folder's complete.json: its shards' sizes and ties; a few kB for thousands of ranks
-MAX_MARKER_BYTES = 16 * 1024 * 1024
 
 
 def untie(state: dict) -> tuple[dict, dict[str, list[str]]]:

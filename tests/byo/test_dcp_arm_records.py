@@ -327,7 +327,7 @@ def test_a_step_marker_that_is_no_small_file_is_refused_not_read(tmp_path, capsy
     """A step folder's complete.json that is a FIFO (a read would wait for a writer for ever), a link to
     /dev/zero or a file past the marker's bound: watch refuses it in one line naming it; compare, which
     reads a marker only for its ties, leaves it unread and compares the tensors."""
-    from divergence.checkpoints.tied import MAX_MARKER_BYTES
+    from divergence.checkpoints.bounds import MAX_MARKER_BYTES
 
     two_finished_arms(tmp_path / "pair", capsys, format="dcp")
     folder = tmp_path / "pair" / "a" / CHECKPOINTS_DIR / "step_000002.dcp"
