@@ -125,7 +125,7 @@ def counts(rows: list[dict]) -> dict:
 
 
 def _ratio(read: dict, interval: str) -> str:
-    if read["log10_ratio"] is None:
+    if read["log10_ratio"] is None or read["log10_ratio"] == -float("inf"):
         return "bitwise equal"
     if read["lo"] is None:
         return f"{read['log10_ratio']:+.2f}"
