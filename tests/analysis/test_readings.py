@@ -117,3 +117,21 @@ def test_the_builtin_trainer_declares_the_fp32_equivalent_variants_identity(name
 
     info = pair_info(load_pair_recipe(f"recipes/pairs/{name}.yaml"))
     assert info.expect_identity is expected and (("expect_identity" in info.to_json()) is bool(expected))
+
+
+def test_a_replicate_left_out_of_a_window_reading_is_counted_in_its_sentence():
+    """Replicate 0's X crosses P (10^-1 to 10^+1 of it, growing unlike it): no window there, and its valid
+    steps lie on both sides of 0, so the other three are read on their windows and the headline counts it."""
+    from tests.analysis.synthetic import dose_study
+
+    pairs = dose_study(horizon=100)
+    (p0,) = [p for p in pairs if p.category == "precision" and p.replicate == 0]
+    crossing = p0.rel_l2 * 10 ** np.linspace(-1, 1, len(p0.rel_l2))
+    pairs = [
+        dataclasses.replace(p, rel_l2=crossing) if p.category == "optimization" and p.replicate == 0 else p
+        for p in pairs
+    ]
+    v = analyze(pairs, n_boot=20).verdicts[0]
+    assert (v.read_on, v.dose.n) == ("window", 3) and "4 replicates" not in v.headline
+    assert "3 replicates; 1 of 4 replicates left out (no window of 5 steps), window" in v.headline
+    assert to_summary(analyze(pairs, n_boot=20))["verdicts"][0]["dose_ratio"]["left_out"] == [0]
