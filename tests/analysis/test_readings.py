@@ -132,6 +132,6 @@ def test_a_replicate_left_out_of_a_window_reading_is_counted_in_its_sentence():
         for p in pairs
     ]
     v = analyze(pairs, n_boot=20).verdicts[0]
-    assert (v.read_on, v.dose.n) == ("window", 3) and "4 replicates" not in v.headline
+    assert (v.read_on, v.dose.n) == ("window", 3) and ", 4 replicates," not in v.headline
     assert "3 replicates; 1 of 4 replicates left out (no window of 5 steps), window" in v.headline
     assert to_summary(analyze(pairs, n_boot=20))["verdicts"][0]["dose_ratio"]["left_out"] == [0]
