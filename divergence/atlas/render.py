@@ -56,7 +56,10 @@ def cells(row: dict) -> list[str]:
     if row["status"] == "unavailable":
         return [row["optimization"], row["backbone"], *[""] * (len(COLUMNS) - 3), row.get("reason") or ""]
     interval = (
-        (f"{_num(dose.get('log10'))} [{_num(dose.get('lo'))}, {_num(dose.get('hi'))}] ({dose.get('replicates', '?')})")
+        (
+            f"{_num(dose.get('log10'))} [{_num(dose.get('lo'))}, {_num(dose.get('hi'))}] ({dose.get('replicates', '?')})"
+            + (" (valid steps: a bound)" if dose.get("read_on") == "valid_steps" else "")
+        )
         if dose.get("log10") is not None
         else "-"
     )

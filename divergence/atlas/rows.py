@@ -54,7 +54,10 @@ def measured_row(opt: Optimization, backbone: str, pair_name: str, summary: dict
         status=verdict["status"],
         headline=verdict.get("headline"),
         dose_ratio={
-            **{k: dose.get(k) for k in ("log10", "lo", "hi", "replicates", "status", "replicates_needed", "reference")},
+            **{
+                k: dose.get(k)
+                for k in ("log10", "lo", "hi", "replicates", "status", "replicates_needed", "reference", "read_on")
+            },
             "windows": windows(verdict, runs, min_window),
         },
         equivalent_dose=verdict.get("equivalent_dose"),
