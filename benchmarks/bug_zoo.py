@@ -19,6 +19,11 @@ the baseline over 2 micro-batches summed last to first). Then:
   three runs of the baseline that differ only in the order of their sums (the baseline, and its loop over
   2 and over 8 micro-batches summed last to first): on a CPU the baseline repeated is bitwise itself.
 
+FSDP vs DDP and ZeRO-1 vs DDP are real 2-rank gloo runs (``zoo_distributed``, one spawn of 2 CPU processes
+before the others): arm b is DDP's run, the one-step check runs on both ranks, and DDP's losses take the
+one-process baseline's place among the band's repeats. The ``torch.compile`` case compiles with inductor
+(a C++ compiler on the CPU) into ``OUT/inductor-cache`` (``TORCHINDUCTOR_CACHE_DIR`` while the cases run).
+
 Writes ``OUT/zoo.json`` and ``OUT/zoo.md`` (the table, the misses and false alarms per rule, the time).
 """
 
@@ -26,14 +31,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import zoo_cases  # noqa: E402
+import zoo_distributed  # noqa: E402
 from zoo_cases import CASES, Arm, baseline, one_step_args, train  # noqa: E402
 
 from divergence import ArmWriter  # noqa: E402
@@ -68,14 +76,21 @@ def write_pair(out: Path, change: dict, base: dict, steps: int, **pair) -> None:
     write_arm(out, "b", base, steps, **pair)
 
 
-def run_case(case, out: Path, base: dict, repeats: list[dict], steps: int) -> dict:
+def run_case(case, out: Path, base: dict, repeats: list[dict], steps: int, ranked: dict) -> dict:
+    """One case's row. A case on real ranks was trained and checked in ``ranked`` (``zoo_distributed.run``):
+    its baseline is DDP's run, which takes the one-process baseline's place in the band's repeats."""
     start = time.perf_counter()
-    change = record(case.arm, steps)
-    write_pair(out / case.name, change, base, steps, name=case.name, category="optimization", expect_identity=True)
-    one = one_step_check(**one_step_args(case))
+    if case.ranks:
+        done = ranked[case.name]
+        change, base, one = {"losses": done["change"]}, {"losses": done["base"]}, done["one_step"]
+        repeats = [base["losses"], *repeats[1:]]
+    else:
+        change = record(case.arm, steps)
+        write_pair(out / case.name, change, base, steps, name=case.name, category="optimization", expect_identity=True)
+        one = one_step_check(**one_step_args(case)).to_dict()
     traj = trajectory_check(out / case.name, out / "reference")
-    if one.status == "beyond_reordering":
-        status, decided = one.status, 1
+    if one["status"] == "beyond_reordering":
+        status, decided = one["status"], 1
     else:
         status, decided = traj["status"], traj["decided_step"]
     rules = all_rules(change["losses"], base["losses"], repeats)
@@ -83,12 +98,12 @@ def run_case(case, out: Path, base: dict, repeats: list[dict], steps: int) -> di
         "case": case.name,
         "truth": "bug" if case.bug else "legitimate",
         "source": case.source,
-        "one_step": {k: one.to_dict()[k] for k in ("status", "log10_ratio", "lo", "hi", "seconds")},
+        "one_step": {k: one[k] for k in ("status", "log10_ratio", "lo", "hi", "seconds")},
         "trajectory": {k: traj[k] for k in ("status", "log10_ratio", "lo", "hi", "decided_step", "steps")},
         "status": status,
         "decided_step": decided,
         "rules": rules,
-        "seconds": time.perf_counter() - start,
+        "seconds": time.perf_counter() - start + (ranked[case.name]["seconds"] if case.ranks else 0.0),
     }
 
 
@@ -99,15 +114,33 @@ def run_zoo(out: str | Path, names: list[str] | None = None, steps: int = 30) ->
     unknown = sorted(set(names or []) - {c.name for c in CASES})
     if unknown:
         raise SystemExit(f"bug_zoo: unknown case {unknown[0]!r}; cases: {', '.join(c.name for c in CASES)}")
+    ranked = zoo_distributed.run(out, [c.name for c in cases if c.ranks], steps) if any(c.ranks for c in cases) else {}
     base = record(Arm(), steps)
     refs = {name: record(Arm(grad=partial(baseline, micro=k, reverse=True)), steps) for name, k in REPEATS.items()}
     write_pair(out / "reference", refs["reordered-2"], base, steps, name="reference", category="reordering")
     repeats = [base["losses"]] + [r["losses"] for r in refs.values()]
-    rows = [run_case(case, out, base, repeats, steps) for case in cases]
+    with inductor_cache(out / "inductor-cache" if any(c.arm.compile for c in cases) else None):
+        rows = [run_case(case, out, base, repeats, steps, ranked) for case in cases]
     result = {"steps": steps, "rows": rows, "counts": counts(rows), "seconds": time.perf_counter() - start}
     (out / "zoo.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "zoo.md").write_text(markdown(result))
     return result
+
+
+@contextmanager
+def inductor_cache(folder: Path | None):
+    """``TORCHINDUCTOR_CACHE_DIR`` set to ``folder`` (the zoo's own: a run compiles from scratch and leaves no
+    cache elsewhere) while the cases run, then put back; None: left as it is."""
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if folder is not None:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder.resolve())
+    try:
+        yield
+    finally:
+        if folder is not None and before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        elif folder is not None:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
 
 
 def counts(rows: list[dict]) -> dict:

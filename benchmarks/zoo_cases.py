@@ -195,6 +195,7 @@ class Case:
     source: str
     arm: Arm
     one_step: bool = True
+    ranks: bool = False  # trained as real 2-rank gloo arms against DDP (zoo_distributed), not by ``train``
     description: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -249,6 +250,16 @@ def _with_checkpointing(model, batch) -> float:
         checkpointing(model, False)
 
 
+def _compiled(model, batch) -> float:
+    """The baseline with the transformer compiled (``torch.compile``, inductor), the eager one put back after."""
+    eager = model.transformer
+    model.transformer = torch.compile(eager)
+    try:
+        return baseline(model, batch)
+    finally:
+        model.transformer = eager
+
+
 def checkpointing(model, on: bool) -> None:
     """Activation checkpointing on or off (transformers' newer name where it has one)."""
     name = "activation_checkpointing" if hasattr(model, "activation_checkpointing_enable") else "gradient_checkpointing"
@@ -259,7 +270,7 @@ def checkpointing(model, on: bool) -> None:
 
 
 def _grad_of(arm: Arm) -> Callable:
-    return _with_checkpointing if arm.checkpointing else arm.grad
+    return _with_checkpointing if arm.checkpointing else _compiled if arm.compile else arm.grad
 
 
 def update_path(fused: bool, grad: Callable, state: dict) -> Callable:
@@ -343,4 +354,11 @@ CASES = [
          Arm(fused=True)),
     Case("activation-checkpointing", False, "the forward recomputed in the backward: the same operations",
          Arm(checkpointing=True)),
+    Case("torch-compile", False, "torch.compile (inductor's C++ kernels on the CPU) of the transformer vs eager: "
+         "fused kernels that compute the same sums in another order", Arm(compile=True)),
+    Case("fsdp-vs-ddp", False, "FSDP2 (torch.distributed.fsdp.fully_shard) vs DDP, 2 gloo ranks: weights, gradients "
+         "and optimizer state sharded, gradients reduce-scattered (torchtitan PR #3847: FSDP vs HSDP 'a benign "
+         "reduction-order effect')", Arm(), ranks=True),
+    Case("zero-1", False, "ZeRO stage 1 (Rajbhandari et al. 2020; torch.distributed.optim.ZeroRedundancyOptimizer) "
+         "vs DDP, 2 gloo ranks: AdamW's state and step sharded, each partition broadcast", Arm(), ranks=True),
 ]  # fmt: skip

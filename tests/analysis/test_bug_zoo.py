@@ -5,6 +5,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bug_zoo  # noqa: E402
 
@@ -29,3 +31,23 @@ def test_three_cases_of_the_zoo(tmp_path):
     assert [r["case"] for r in written["rows"]] == ["unreduced-param", "scheduler-per-micro-batch", "data-parallel-2"]
     assert "| unreduced-param | bug |" in (tmp_path / "zoo.md").read_text()
     assert json.loads((tmp_path / "unreduced-param" / "pair.json").read_text())["name"] == "unreduced-param"
+
+
+@pytest.mark.slow
+def test_fsdp_and_zero1_on_two_gloo_ranks(tmp_path):
+    """FSDP2 vs DDP and ZeRO-1 vs DDP trained as real 2-rank gloo arms, written by rank 0 through ArmWriter,
+    read by the same checks: each a reordering of DDP's sums, never a bug."""
+    result = bug_zoo.run_zoo(tmp_path, ["fsdp-vs-ddp", "zero-1"], steps=3)
+    rows = {r["case"]: r for r in result["rows"]}
+    for name, row in rows.items():
+        assert row["truth"] == "legitimate" and row["status"] == "reordering_like", name
+        assert row["one_step"]["status"] == "reordering_like" and row["trajectory"]["steps"] == 3
+        for arm in "ab":
+            status = json.loads((tmp_path / name / arm / "status.json").read_text())
+            assert (status["state"], status["world_size"], status["last_step"]) == ("finished", 2, 3)
+            assert len((tmp_path / name / arm / "losses.jsonl").read_text().splitlines()) == 3
+    # arm b of both pairs is the one DDP run, written to both folders
+    assert (tmp_path / "zero-1" / "b" / "losses.jsonl").read_text() == (
+        tmp_path / "fsdp-vs-ddp" / "b" / "losses.jsonl"
+    ).read_text()
+    assert all(rows["zero-1"]["rules"].values()) and all(rows["fsdp-vs-ddp"]["rules"].values())
