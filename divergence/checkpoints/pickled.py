@@ -39,7 +39,7 @@ import torch
 
 from divergence.checkpoints.files import check_path
 from divergence.checkpoints.pickle_scan import referenced_globals
-from divergence.checkpoints.source import InMemorySource
+from divergence.checkpoints.source import InMemorySource, check_comparable
 from divergence.errors import CheckpointError
 
 # Where the model weights sit inside common checkpoint dicts, in order of preference.
@@ -72,13 +72,23 @@ def load_checked(path: str | Path):
     if _kind(path) == "zip":
         data, records = _archive(path)
         allowed = _inert_globals(data)
-        _check_sizes(path, find_state_dict(_meta_load(path, data, records, allowed), path), size)
+        meta = find_state_dict(_meta_load(path, data, records, allowed), path)
+        _check_sizes(path, meta, size)
+        _check_dtypes(path, meta)  # before the real load: torch cannot even allocate some packed dtypes
         return _safe_load(path, True, allowed, data)
     head = _head(path, LEGACY_SCAN)
     allowed = _inert_globals(head)
     obj = _safe_load(path, False, allowed, head)
     _check_sizes(path, find_state_dict(obj, path), size)
     return obj
+
+
+def _check_dtypes(path: Path, state) -> None:
+    """Every tensor of the meta pass in a dtype that can be compared (``source.check_comparable``)."""
+    if isinstance(state, dict):
+        for name, value in state.items():
+            if isinstance(value, torch.Tensor):
+                check_comparable(path, str(name), value.dtype)
 
 
 def _kind(path: Path) -> str:
