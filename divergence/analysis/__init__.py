@@ -1,6 +1,5 @@
 """The bounding analysis: pure functions from pair runs' records to a dose ratio per replicate,
-pooled over replicates, the outcome test, and the verdict (``docs/method.md``). The legacy growth
-rates (ratios of slopes) are kept for the report's appendix.
+pooled over replicates, the outcome test, and the verdict (``docs/method.md``).
 
 Reads no files: ``divergence.report.inputs`` turns run folders into ``PairData``.
 """
@@ -8,8 +7,6 @@ Reads no files: ``divergence.report.inputs`` turns run folders into ``PairData``
 from divergence.analysis.dose import MIN_WINDOW, WindowEstimate, estimate, local_rates
 from divergence.analysis.growth import (
     Estimate,
-    Ratio,
-    compare_growth,
     estimate_growth,
     growth_rate,
     layer_mean,
@@ -21,11 +18,8 @@ from divergence.analysis.summary import Analysis, analyze, to_summary
 from divergence.analysis.trajectories import METRIC_LABELS, PROBE_KEYS, TRAJECTORY_METRICS, PairData, pair_from_records
 from divergence.analysis.verdict import STATUSES, Verdict, judge
 
-MIN_STEPS = MIN_WINDOW
-
 __all__ = [
     "METRIC_LABELS",
-    "MIN_STEPS",
     "MIN_WINDOW",
     "PROBE_KEYS",
     "STATUSES",
@@ -35,11 +29,9 @@ __all__ = [
     "NoiseFloor",
     "PairData",
     "Pooled",
-    "Ratio",
     "Verdict",
     "WindowEstimate",
     "analyze",
-    "compare_growth",
     "estimate",
     "estimate_growth",
     "group",

@@ -1,4 +1,4 @@
-"""Growth rate of a pair's weight difference, and ratios between pairs, with bootstrap CIs.
+"""Growth rate of a pair's weight difference, with its bootstrap CI (the report's pairs table).
 
 The paper (Fig. 8) compares pairs by the *rate of change* of their weight difference over
 training: Flash vs Baseline grows about as fast as a change of init seed and 2-5x slower
@@ -32,13 +32,7 @@ steps, how much the trend depends on the scatter around it. Consecutive steps of
 correlated, which the step resampling ignores, so read the interval as a lower bound on
 the uncertainty, not as exact coverage.
 
-Ratio. rho = g_study / g_ref, with both rates fitted on the steps both pairs tracked and the
-layers both recorded (the same training window: a slope taken later in training is not
-comparable to one taken earlier). Its CI comes from the joint bootstrap: each replicate uses
-the same layer draw (by name) and the same step draw for both pairs, so the correlation
-between two runs of one model on one data order is kept, and rho*_b = g*_study / g*_ref.
-
-Draws are seeded per (seed, pair names, metric), so the numbers do not depend on the order
+Draws are seeded per (seed, pair name, metric), so the numbers do not depend on the order
 in which pairs are analysed and a report is reproducible to the last digit.
 
 Example (two layers of equal size that grow at 2 and 4 units per step: g = 3):
@@ -77,21 +71,6 @@ class Estimate:
     @property
     def defined(self) -> bool:
         return bool(np.isfinite(self.value) and np.isfinite(self.lo) and np.isfinite(self.hi))
-
-
-@dataclass(frozen=True)
-class Ratio:
-    """g_study / g_reference by one metric, fitted on the window both pairs tracked."""
-
-    study: str
-    reference: str
-    metric: str
-    estimate: Estimate
-    study_rate: float
-    reference_rate: float
-    # the reference's bootstrap rate is > 0 in all but (1 - CONFIDENCE) / 2 of the replicates;
-    # otherwise the ratio's interval is unbounded and means nothing
-    reference_growing: bool
 
 
 def ols_slope(x, y) -> np.ndarray:
@@ -154,36 +133,6 @@ def estimate_growth(pair: PairData, metric: str, n_boot: int = N_BOOT, seed: int
         :, 0
     ]
     return _interval(value, rates, n_steps, n_layers)
-
-
-def compare_growth(study: PairData, reference: PairData, metric: str, n_boot: int = N_BOOT, seed: int = 0) -> Ratio:
-    """rho = g_study / g_reference on the common steps and layers, CI from the joint bootstrap."""
-    steps, cols_s, cols_r = np.intersect1d(study.steps, reference.steps, return_indices=True)
-    where_r = {n: i for i, n in enumerate(reference.layers)}
-    rows_s = np.array([i for i, n in enumerate(study.layers) if n in where_r], dtype=int)
-    rows_r = np.array([where_r[study.layers[i]] for i in rows_s], dtype=int)
-    a = study.layer_values[metric][np.ix_(rows_s, cols_s)]  # (L, T)
-    b = reference.layer_values[metric][np.ix_(rows_r, cols_r)]
-    keep = np.isfinite(a).all(axis=1) & np.isfinite(b).all(axis=1)
-    a, b, weights = a[keep], b[keep], study.numel[rows_s][keep]
-    n_steps, n_layers = len(steps), int(keep.sum())
-    nan = Estimate(np.nan, np.nan, np.nan, n_steps, n_layers, 0)
-    if n_steps < 2 or n_layers == 0:
-        return Ratio(study.name, reference.name, metric, nan, np.nan, np.nan, False)
-    g_s, g_r = growth_rate(steps, a, weights), growth_rate(steps, b, weights)
-    value = g_s / g_r if g_r > 0 else np.nan
-    if n_steps < MIN_FIT_STEPS:
-        return Ratio(study.name, reference.name, metric, nan, g_s, g_r, False)
-    rates = bootstrap_rates(steps, np.stack([a, b]), weights, n_boot, rng_for(seed, study.name, reference.name, metric))
-    growing = float(np.mean(rates[:, 1] > 0)) >= 1 - (1 - CONFIDENCE) / 2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = np.where(rates[:, 1] > 0, rates[:, 0] / rates[:, 1], np.nan)
-    estimate = (
-        _interval(value, ratios, n_steps, n_layers)
-        if growing
-        else Estimate(value, np.nan, np.nan, n_steps, n_layers, 0)
-    )
-    return Ratio(study.name, reference.name, metric, estimate, g_s, g_r, growing)
 
 
 def _interval(value: float, replicates: np.ndarray, n_steps: int, n_layers: int) -> Estimate:

@@ -10,11 +10,11 @@ reordering of fp32 sums). Runs of one pair name are its replicates.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from divergence.analysis import finetune, legacy, outcome
+from divergence.analysis import finetune, outcome
 from divergence.analysis.coherence import pair_coherence
 from divergence.analysis.dose import MIN_WINDOW
 from divergence.analysis.growth import N_BOOT, Estimate, estimate_growth, layer_mean
@@ -33,12 +33,11 @@ ORDER = ("optimization", "precision", "seed", "control", "reordering")
 @dataclass(frozen=True)
 class Analysis:
     pairs: tuple[PairData, ...]
-    growth: dict[str, dict[str, Estimate]]  # pair key -> metric -> legacy growth rate g with CI
+    growth: dict[str, dict[str, Estimate]]  # pair key -> metric -> growth rate g with CI (``growth``)
     verdicts: tuple[Verdict, ...]  # one per pair (name) under study
     noise_floors: tuple[NoiseFloor, ...]
     warnings: tuple[str, ...]
     settings: dict
-    legacy: dict[str, list] = field(default_factory=dict)  # study name -> legacy.Ratio list
     calibration: dict | None = None
 
     def by_category(self, category: str) -> list[PairData]:
@@ -57,7 +56,7 @@ def analyze(
     start: int | None = None,
     calibration: dict | None = None,
 ) -> Analysis:
-    """A verdict for every pair under study, the noise floor, and the legacy slope ratios."""
+    """A verdict for every pair under study, the noise floor, and each pair's growth rates."""
     if not pairs:
         raise ValueError("analyze: no pairs to analyse")
     pairs = sorted(pairs, key=lambda p: (ORDER.index(p.category), p.name, p.replicate))  # study first
@@ -75,8 +74,6 @@ def analyze(
         v = with_reordering(v, study, reordering, seeds, start, min_steps, finetune.saturation_level(fine_tune))
         verdicts.append(replace(v, extra={**v.extra, "coherence": pair_coherence(study)}))
     growth = {p.key: {m: estimate_growth(p, m, n_boot, seed) for m in TRAJECTORY_METRICS} for p in pairs}
-    lowest = [runs[0] for runs in role["precision"] + role["seed"]]
-    legacy_ratios = {s[0].name: legacy.legacy_ratios(s[0], lowest, n_boot, seed) for s in role["optimization"]}
     floors = tuple(noise_floor(p) for p in controls)
     settings = {
         "metric": METRIC,
@@ -103,7 +100,6 @@ def analyze(
         floors,
         tuple(_warnings(pairs, floors, role)),
         settings,
-        legacy_ratios,
         calibration,
     )
 
@@ -173,13 +169,10 @@ def _warnings(pairs: list[PairData], floors: tuple[NoiseFloor, ...], role: dict)
         if bad:
             warnings.append(
                 f"{pair.key}: {len(bad)} layers hold NaN/inf at some step (first: {bad[0]}); "
-                "they are left out of its legacy growth rates"
+                "they are left out of its growth rates"
             )
         if pair.category != "optimization" and not pair.finished:
             warnings.append(f"{pair.key} is unfinished (last step {pair.last_step} of {pair.max_steps})")
-    layer_sets = {frozenset(p.layers) for p in pairs if p.layers}
-    if len(layer_sets) > 1:
-        warnings.append("the pairs do not record the same layers; legacy ratios use the layers both pairs recorded")
     return warnings
 
 
@@ -189,11 +182,6 @@ def to_summary(analysis: Analysis) -> dict:
         "schema": SCHEMA,
         "settings": analysis.settings,
         "verdicts": [verdict_dict(v) for v in analysis.verdicts],
-        "legacy_slope_ratio": {
-            "note": legacy.NOTE,
-            "used_by_verdict": False,
-            "ratios": {s: [legacy.ratio_dict(r) for r in rs] for s, rs in analysis.legacy.items()},
-        },
         "noise_floor": [asdict(f) for f in analysis.noise_floors],
         "pairs": {p.key: _pair_dict(p, analysis.growth[p.key]) for p in analysis.pairs},
         "warnings": list(analysis.warnings),

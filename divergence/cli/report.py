@@ -27,14 +27,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="where to write the report (default: DIR when one is given)")
     p.add_argument("--no-wandb", action="store_true", help="do not log the report to wandb")
     p.add_argument("--wandb-project", metavar="NAME", help="wandb project (default: $WANDB_PROJECT or divergence)")
-    p.add_argument(
-        "--bootstrap",
-        type=int,
-        default=2000,
-        metavar="N",
-        help="bootstrap replicates of the legacy slope ratios in the appendix (default 2000)",
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap draws (default 0)")
+    for gone in ("--bootstrap", "--seed"):  # the legacy slope ratio's draws: accepted, said gone, ignored
+        p.add_argument(gone, type=int, metavar="N", help=argparse.SUPPRESS)
     p.add_argument(
         "--min-steps",
         type=int,
@@ -56,15 +50,14 @@ def run(args) -> int:
 
     require("report", "matplotlib", "scipy")
     out = _out_dir(args)
-    if args.bootstrap < 100:
-        raise UserInputError(f"--bootstrap {args.bootstrap}: use at least 100 replicates for a 95% interval")
+    for flag, value in (("--bootstrap", args.bootstrap), ("--seed", args.seed)):
+        if value is not None:
+            print(f"note: {flag} is gone with the legacy slope ratio it drew; ignored", file=sys.stderr)
     if args.min_steps < 3:
         raise UserInputError(f"--min-steps {args.min_steps}: a window needs at least 3 steps for a local rate")
     from divergence.report import build_report
 
-    report = build_report(
-        args.dirs, out, n_boot=args.bootstrap, seed=args.seed, min_steps=args.min_steps, calibration=args.calibration
-    )
+    report = build_report(args.dirs, out, min_steps=args.min_steps, calibration=args.calibration)
     print_report(report)
     if not args.no_wandb:
         log_report_to_wandb(report, args.wandb_project)

@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from divergence.analysis import MIN_STEPS, Analysis, analyze, to_summary
+from divergence.analysis import MIN_WINDOW, Analysis, analyze, to_summary
 from divergence.analysis.calibration_file import check_calibration
 from divergence.analysis.dose import probe_values
 from divergence.analysis.growth import N_BOOT
@@ -39,7 +39,7 @@ def build_report(
     out: str | Path,
     n_boot: int = N_BOOT,
     seed: int = 0,
-    min_steps: int = MIN_STEPS,
+    min_steps: int = MIN_WINDOW,
     calibration: str | Path | None = None,
 ) -> Report:
     """Read the pair runs under ``inputs``, analyse them and write the report into ``out``.

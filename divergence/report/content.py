@@ -84,9 +84,7 @@ def method() -> list[str]:
         "Deployment numerics: an optimization is measured where it runs. A flash kernel is used under fp16/bf16 "
         "autocast, so a study trains both arms of its pair there; a pair trained outside its deployment numerics is "
         "said in a caveat. Each arm's numerics (device, precision, kernel, TF32, threads) are in its pair.json.",
-        "Appendix: the first version's ratio of growth rates (least-squares slope of the raw metric over the whole "
-        "run, bootstrap over layers and steps) is kept for comparison. It depends on the horizon and the verdict "
-        "does not use it. The method in full: docs/method.md in the divergence repository.",
+        "The method in full: docs/method.md in the divergence repository.",
     ]
 
 
@@ -116,13 +114,6 @@ DOSE_CAPTIONS = (
     ),
 )
 
-LEGACY_NOTE = (
-    "Horizon-dependent and unused by the verdict: the ratio of least-squares slopes of the raw metric "
-    "over the whole run, with a bootstrap over layers and steps, read on the lowest replicate. It "
-    "mixes the dose ratio with where each curve sits on its exponential, and drifts towards 1 once "
-    "the reference saturates."
-)
-
 
 @dataclass(frozen=True)
 class Table:
@@ -146,43 +137,6 @@ def rate(e: Estimate) -> str:
         return "–"
     interval = f" ({number(e.lo * PER)} – {number(e.hi * PER)})" if e.defined else ""
     return number(e.value * PER) + interval
-
-
-def ratio_table(analysis: Analysis) -> Table:
-    """The legacy ratios of growth rates (appendix; horizon-dependent, unused by the verdict)."""
-    rows = []
-    for study, ratios in analysis.legacy.items():
-        for r in ratios:
-            e = r.estimate
-            ci = f"{number(e.lo)} – {number(e.hi)}" if e.defined else "undefined"
-            rows.append(
-                (
-                    study,
-                    r.reference,
-                    METRIC_LABELS[r.metric],
-                    number(e.value),
-                    ci,
-                    number(r.study_rate * PER),
-                    number(r.reference_rate * PER),
-                    str(e.n_steps),
-                    str(e.n_layers),
-                )
-            )
-    return Table(
-        (
-            "pair under study",
-            "reference",
-            "metric",
-            "ratio of rates",
-            "95% CI",
-            f"g study /{PER} steps",
-            f"g reference /{PER} steps",
-            "steps",
-            "layers",
-        ),
-        tuple(rows),
-        align_left=3,
-    )
 
 
 def pairs_table(analysis: Analysis) -> Table:

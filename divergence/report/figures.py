@@ -103,31 +103,6 @@ def relative_growth(analysis: Analysis, metric: str, out_dir: Path) -> Path | No
     return _finish(fig, out_dir / f"relative_{metric}.png")
 
 
-def growth_rates(analysis: Analysis, out_dir: Path) -> Path | None:
-    """Growth rate g of every pair with its bootstrap interval, one panel per metric."""
-    pairs = [p for p in analysis.pairs if np.isfinite(analysis.growth[p.key]["wasserstein"].value)]
-    if not pairs:
-        return None
-    fig, axes = subplots(1, len(TRAJECTORY_METRICS), figsize=(11, 0.5 * len(pairs) + 1.8), sharey=True)
-    ys = np.arange(len(pairs))[::-1]
-    for ax, metric in zip(axes, TRAJECTORY_METRICS):
-        for y, p in zip(ys, pairs):
-            g = analysis.growth[p.key][metric]
-            color = COLORS.get(p.category, "black")
-            if g.defined:  # drawn as a segment: a percentile interval need not contain its point estimate
-                ax.plot([g.lo * 1000, g.hi * 1000], [y, y], color=color, linewidth=1.5)
-                ax.plot([g.lo * 1000, g.hi * 1000], [y, y], color=color, linestyle="none", marker="|", markersize=9)
-            if np.isfinite(g.value):
-                ax.plot([g.value * 1000], [y], "o", color=color)
-        ax.axvline(0, color="black", linewidth=0.6)
-        ax.set_xlabel(f"g, {METRIC_LABELS[metric]} per 1k steps")
-        ax.grid(True, axis="x", alpha=0.3)
-    axes[0].set_yticks(ys)
-    axes[0].set_yticklabels([f"{run_label(p)} [{p.category}]" for p in pairs])
-    fig.suptitle("Legacy: growth rate of the weight difference (95% bootstrap interval; horizon-dependent)")
-    return _finish(fig, out_dir / "growth_rates.png")
-
-
 def heatmap(pair: PairData, out_dir: Path, metric: str = "wasserstein", rows: int = HEATMAP_ROWS) -> Path | None:
     """Per-layer metric over steps for the ``rows`` layers with the largest final value."""
     if not pair.layers or not len(pair.steps):
@@ -197,7 +172,6 @@ def all_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
     for metric in TRAJECTORY_METRICS:
         figures[f"trajectory_{metric}"] = trajectory(analysis, metric, out_dir)
         figures[f"relative_{metric}"] = relative_growth(analysis, metric, out_dir)
-    figures["growth_rates"] = growth_rates(analysis, out_dir)
     figures.update(dose_figures(analysis, out_dir))
     figures[ROUTER_FIGURE] = router_figure(analysis, out_dir)  # MoE pairs only
     figures.update(coherence_figures(analysis, out_dir))

@@ -74,9 +74,7 @@ def render_html(analysis: Analysis, figures: dict[str, Path], generated: str) ->
         )
     for pair in shown_runs(analysis):
         body += _pair_section(pair, figures)
-    body += ["<h2>Appendix: legacy ratio of growth rates</h2>", f"<p class='meta'>{escape(content.LEGACY_NOTE)}</p>"]
-    if analysis.verdicts:
-        body.append(_table(content.ratio_table(analysis)))
+    body += ["<h2>Growth since the first tracked step</h2>"]
     for metric in TRAJECTORY_METRICS:
         body.append(
             _figure(
@@ -85,7 +83,6 @@ def render_html(analysis: Analysis, figures: dict[str, Path], generated: str) ->
                 "since the first tracked step; dashed: the least-squares fit whose slope is g.",
             )
         )
-    body.append(_figure(figures.get("growth_rates"), "Growth rate g of each run with its 95% bootstrap interval."))
     body += ["<h2>Method</h2>"] + [f"<p>{escape(t)}</p>" for t in content.method()]
     body.append("<p class='meta'>Every number above is in <code>summary.json</code> beside this file.</p>")
     return (

@@ -64,11 +64,9 @@ def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path,
             _table(content.kinds_table(pair)),
             "",
         ]
-    lines += ["## Appendix: legacy ratio of growth rates", "", f"_{content.LEGACY_NOTE}_", ""]
-    if analysis.verdicts:
-        lines += [_table(content.ratio_table(analysis)), ""]
+    lines += ["## Growth since the first tracked step", ""]
     lines += [_image(figures.get(f"relative_{m}"), out_dir, f"relative {METRIC_LABELS[m]}") for m in TRAJECTORY_METRICS]
-    lines += [_image(figures.get("growth_rates"), out_dir, "growth rates"), ""]
+    lines += [""]
     lines += ["## Method", ""] + [p + "\n" for p in content.method()]
     lines.append("Every number above is in `summary.json` beside this file.")
     return "\n".join(line for line in lines if line is not None) + "\n"

@@ -17,7 +17,7 @@ Summary keys (``flat_summary``), each path segment key-safe (``flash-vs-baseline
     report/outcome/<safe study>/status               within / shifted / undecided (the outcome alone)
     report/reordering/<safe study>/log10, lo, hi, replicates, status
                                                      against the reordering reference (when the study has one)
-    verdict/<study>/status, verdict/<study>/headline, ratio/<study>/<metric>/<reference>/<key>,
+    verdict/<study>/status, verdict/<study>/headline, dose_ratio/<study>/<key>, outcome/<study>/<key>,
     growth/<pair>/<metric>/<key>                     the earlier keys, unchanged
 
 and the table ``report/dose_ratios`` (one row per verdict: study, reference, metric, log10, lo,
@@ -53,10 +53,6 @@ def flat_summary(summary: dict) -> dict[str, float | str]:
         for key in ("mean", "lo", "hi", "margin"):
             flat[f"outcome/{v['study']}/{key}"] = v["outcome"][key]
         flat.update(_report_keys(v))
-    for study, ratios in summary.get("legacy_slope_ratio", {}).get("ratios", {}).items():
-        for r in ratios:
-            for key in ("ratio", "lo", "hi"):
-                flat[f"legacy_ratio/{study}/{r['metric']}/{r['reference']}/{key}"] = r[key]
     for name, pair in summary["pairs"].items():
         for metric, g in pair.get("growth_rate", {}).items():
             for key in ("value", "lo", "hi"):

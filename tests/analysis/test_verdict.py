@@ -187,9 +187,7 @@ def test_summary_schema_2():
     assert {"mean", "lo", "hi", "margin"} <= set(v["outcome"])
     assert v["lambda"]["reference"] == pytest.approx(0.02, rel=0.1)
     assert v["t10"]["study"]["censored"] == 4 and v["flatness"]["dose_like"] is True
-    assert summary["legacy_slope_ratio"]["used_by_verdict"] is False
-    assert "horizon-dependent" in summary["legacy_slope_ratio"]["note"]
-    assert summary["legacy_slope_ratio"]["ratios"]["flash-vs-baseline"][0]["reference"] == "bf16-vs-fp32"
+    assert "legacy_slope_ratio" not in summary  # the horizon-dependent slope ratio is gone
     assert "flash-vs-baseline#3" in summary["pairs"] and summary["pairs"]["flash-vs-baseline#3"]["replicate"] == 3
 
 

@@ -13,8 +13,8 @@ from divergence.report.wandb_log import flat_summary
 from tests.analysis.synthetic import write_dose_study, write_pair
 from tests.report.browser import CHROMIUM, Browser
 
-# log E, dose ratio, phi, outcome; 2 trajectories, 2 relative, rates; heatmaps and losses of 4 pairs
-N_FIGURES = 4 + 5 + 4 + 4
+# log E, dose ratio, phi, outcome; 2 trajectories, 2 relative; heatmaps and losses of 4 pairs
+N_FIGURES = 4 + 4 + 4 + 4
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,8 @@ def test_markdown_links_every_figure_and_states_the_verdict(report):
     text = (report.out / "report.md").read_text()
     assert report.analysis.verdicts[0].headline in text
     assert "### Every estimate" in text and "pooled (3)" in text
-    assert text.index("## Dose ratio") < text.index("## Appendix: legacy ratio of growth rates")
+    assert text.index("## Dose ratio") < text.index("## Growth since the first tracked step")
+    assert "legacy" not in text.lower() and "growth_rates" not in text  # the slope ratio and its figure are gone
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert len(links) == N_FIGURES and all((report.out / link).is_file() for link in links)
 
@@ -91,7 +92,7 @@ def test_the_browser_check_catches_broken_pages(tmp_path):
 
 
 def test_cli_reports_a_study_folder(study, tmp_path, capsys):
-    assert main(["report", str(study), "--out", str(tmp_path / "r"), "--no-wandb", "--bootstrap", "200"]) == 0
+    assert main(["report", str(study), "--out", str(tmp_path / "r"), "--no-wandb"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("Bounded: flash vs baseline perturbs training") and "report.html" in out
     assert (tmp_path / "r" / "report.html").is_file() and not (tmp_path / "r" / "wandb").exists()
@@ -100,7 +101,7 @@ def test_cli_reports_a_study_folder(study, tmp_path, capsys):
 def test_cli_takes_run_folders_copied_from_elsewhere(study, tmp_path, capsys):
     # separate jobs: each pair run folder given directly; replicates of one pair grouped by name
     runs = [study / f"{name}-r{r}" for name in ("flash-vs-baseline", "bf16-vs-fp32") for r in range(2)]
-    args = ["report", *map(str, runs), "--out", str(tmp_path / "r"), "--no-wandb", "--bootstrap", "200"]
+    args = ["report", *map(str, runs), "--out", str(tmp_path / "r"), "--no-wandb"]
     assert main(args) == 0
     out = capsys.readouterr().out
     # no seed pair: the outcome has no margin and is undecided; the status is the dose's alone
@@ -114,7 +115,7 @@ def test_cli_logs_to_wandb_offline_by_default(study, tmp_path, monkeypatch, caps
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
     runs = [str(study / "flash-vs-baseline-r0"), str(study / "bf16-vs-fp32-r0")]  # two runs: few figures, fast
-    assert main(["report", *runs, "--out", str(tmp_path), "--bootstrap", "200"]) == 0
+    assert main(["report", *runs, "--out", str(tmp_path)]) == 0
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and f"wandb: {runs[0]}" in capsys.readouterr().out
 
@@ -123,8 +124,22 @@ def test_flat_summary_names_every_ratio(report):
     flat = flat_summary(report.summary)
     assert flat["verdict/flash-vs-baseline/status"] == "bounded"
     assert flat["dose_ratio/flash-vs-baseline/log10"] == report.summary["verdicts"][0]["dose_ratio"]["log10"]
-    legacy = report.summary["legacy_slope_ratio"]["ratios"]["flash-vs-baseline"][0]
-    assert flat[f"legacy_ratio/flash-vs-baseline/{legacy['metric']}/bf16-vs-fp32/ratio"] == legacy["ratio"]
+    assert "legacy_slope_ratio" not in report.summary and not any(k.startswith("legacy_ratio/") for k in flat)
+
+
+def test_the_legacy_bootstrap_flags_are_accepted_said_gone_and_ignored(study, tmp_path, capsys):
+    # --bootstrap and --seed drew the legacy slope ratio's interval: a script that passes them still runs
+    runs = [str(study / "flash-vs-baseline-r0"), str(study / "bf16-vs-fp32-r0")]
+    assert main(["report", *runs, "--out", str(tmp_path), "--no-wandb", "--bootstrap", "50", "--seed", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "--bootstrap is gone" in err and "--seed is gone" in err
+    assert "bootstrap" not in main_help("report")
+
+
+def main_help(command: str) -> str:
+    from divergence.cli import build_parser
+
+    return build_parser()._subparsers._group_actions[0].choices[command].format_help()
 
 
 def _bad_inputs(tmp_path: Path):
@@ -181,20 +196,6 @@ def test_degenerate_stores_give_a_report_not_a_traceback(tmp_path):
     assert v["status"] == "no_verdict" and "cannot serve as the yardstick" in v["headline"] and study.is_dir()
     assert v["dose_ratio"]["log10"] is None and (report.out / "report.html").is_file()
     assert any("layers hold NaN/inf" in w for w in report.summary["warnings"])
-
-
-def test_an_interval_that_does_not_hold_its_estimate_is_drawn(tmp_path):
-    import dataclasses
-
-    from divergence.analysis import Estimate, analyze
-    from divergence.report.figures import growth_rates
-    from tests.analysis.synthetic import study_pairs
-
-    analysis = analyze(study_pairs(), n_boot=100)
-    skewed = Estimate(value=5e-4, lo=1e-4, hi=2e-4, n_steps=10, n_layers=3, n_boot=100)  # estimate above its interval
-    growth = {key: {m: skewed for m in rates} for key, rates in analysis.growth.items()}
-    path = growth_rates(dataclasses.replace(analysis, growth=growth), tmp_path)
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_calibration_next_to_the_inputs_is_found_and_stated(study, tmp_path):
