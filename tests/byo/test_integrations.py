@@ -152,11 +152,3 @@ def test_a_loss_the_callback_cannot_see_needs_the_filter_off(tmp_path):
     run.args.logging_nan_inf_filter = False
     run.train()
     assert len(open(tmp_path / "pair" / "a" / "losses.jsonl").readlines()) == STEPS
-
-
-def test_the_old_import_path_is_the_same_callback():
-    """``divergence.integrations.transformers`` (the path users' scripts import) is the writers' class."""
-    from divergence.integrations.transformers import ArmWriterCallback as old
-    from divergence.writers.transformers import ArmWriterCallback
-
-    assert old is ArmWriterCallback

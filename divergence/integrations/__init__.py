@@ -1,2 +1,0 @@
-"""Kept for the public path ``divergence.integrations.transformers`` (README); the writers live in
-``divergence.writers`` (``divergence.writers.transformers.ArmWriterCallback``)."""
