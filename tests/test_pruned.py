@@ -17,3 +17,19 @@ def test_the_analysis_exports_one_name_per_constant():
     assert not hasattr(analysis, "MIN_STEPS") and "MIN_STEPS" not in analysis.__all__
     assert analysis.MIN_WINDOW == 5  # the one name of the window's minimum length
     assert not hasattr(analysis, "compare_growth") and not hasattr(analysis, "Ratio")
+
+
+def test_comments_say_what_the_code_does_not_when_or_where_it_was_written():
+    """No issue numbers, dates or "the machine this project is developed on" in divergence/'s source."""
+    import re
+    from pathlib import Path
+
+    history = re.compile(r"\bissue \d+|\bissue #\d+|developed on|\b20\d\d-[01]\d-[0-3]\d\b", re.IGNORECASE)
+    root = Path(__file__).resolve().parents[1] / "divergence"
+    found = [
+        f"{path.relative_to(root.parent)}:{number}: {line.strip()}"
+        for path in sorted(root.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if history.search(line)
+    ]
+    assert not found, "\n".join(found)

@@ -18,8 +18,8 @@ from divergence.errors import UserInputError
 BACKBONES = {"unet": "tiny.yaml", "dit": "tiny-dit.yaml", "moe": "tiny-moe.yaml"}  # base run recipe of each (recipes/)
 DENSE = ("unet", "dit")
 EVERY = tuple(BACKBONES)
-# ``--backbone``: one of BACKBONES, or ALL; without it the dense backbones (the CPU atlas of issue 34),
-# the MoE atlas being its own command (``--backbone moe``, issue 31's)
+# ``--backbone``: one of BACKBONES, or ALL; without it the dense backbones (the CPU atlas),
+# the MoE atlas being its own run (``--backbone moe``)
 DEFAULT_BACKBONES = DENSE
 ALL = "all"
 # Study overrides a backbone sets before the command line's (which may set them back). On the MoE

@@ -3,7 +3,7 @@
 A language model that ties its output layer to its token embedding (GPT-2 and nanoGPT:
 ``lm_head.weight`` is ``transformer.wte.weight``) lists the one tensor under both names in
 ``state_dict()``. Compared as two tensors, it would count twice in every whole-model number
-(the issue's GPT-like model: 30,080 values for 28,032 parameters). ``untie`` keeps the first
+(a GPT-like model: 30,080 values for 28,032 parameters). ``untie`` keeps the first
 name and lists the others as ties of it; ``divergence compare`` names them in its tensor table
 and the records carry them (``tied``). Two entries are one tensor when they are views of the
 same storage at the same offset with the same shape, strides and dtype: the definition of

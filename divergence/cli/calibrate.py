@@ -90,7 +90,7 @@ def run(args) -> int:
 
 def evaluate_ladder(jobs, doses, horizons: tuple[int, ...]) -> dict:
     """Read every trained run and hand the ladder and the seed pairs to the calibration analysis."""
-    from divergence.analysis.calibration import evaluate  # the analysis side of issue 10
+    from divergence.analysis.calibration import evaluate
     from divergence.report.inputs import load_pair
     from divergence.study.calibration import LADDER_ROLE, ladder_name
 

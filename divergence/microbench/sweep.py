@@ -44,7 +44,7 @@ from divergence.microbench.validation import compare_with_kernel
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
 
-# The results.csv contract first (names fixed by issue 3), then the extras.
+# The results.csv contract first (its column names are public), then the extras.
 CONTRACT = (
     "impl",
     "precision",

@@ -1,6 +1,6 @@
 """An arm: one model being trained, with its own optimizer, LR schedule, precision and attention.
 
-A single run holds one arm; a pair (issue 5) holds two stepping on the identical
+A single run holds one arm; a pair holds two stepping on the identical
 ``DiffusionInputs``. Everything that may differ between arms lives here (init seed, precision
 policy, attention variant, optimizer state); everything they share lives in ``Inputs``. An arm
 never reads a global RNG while training, so it computes bitwise the same alone or in lockstep.

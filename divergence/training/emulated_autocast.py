@@ -8,15 +8,14 @@ fp32 accumulation and rounds the result to 16 bits:
 PyTorch's CPU kernels compute the same rounding model, but on a CPU without AVX512-BF16 (or
 AMX) its bf16 convolution falls back to ``_slow_conv2d`` and its bf16 matmuls to a generic
 GEMM: a training step of the tiny recipe under bf16 autocast costs about 11x the fp32 step on
-the 2-core AVX2 machine this project is developed on (``_slow_conv2d`` forward and backward are
-75% of it). This module computes the formula above with fp32 kernels instead: the inputs are
+a 2-core AVX2 CPU (``_slow_conv2d`` forward and backward are 75% of it). This module computes the formula above with fp32 kernels instead: the inputs are
 rounded to the autocast dtype and widened back (exact), the op runs in fp32 with autocast off,
 and the output is rounded to the autocast dtype, as autocast's own output is. The backward
 follows the same casts, so gradients are rounded to 16 bits where autocast rounds them:
 
     d rnd16(x).float() / dx  ->  grad.to(dtype16).to(x.dtype)
 
-Measured on this machine (one thread, the tiny UNet at batch 16): 1.7x the fp32 step instead of
+Measured on that CPU (one thread, the tiny UNet at batch 16): 1.7x the fp32 step instead of
 10.8x; op by op the emulated and the native results agree in 99.99% of the elements bitwise and
 differ by one unit in the last place in the rest (both are the correctly rounded exact value up to
 the order of the fp32 sums; ``tests/training/test_emulated_autocast.py``). Attention is not
