@@ -48,9 +48,11 @@ def run_atlas(
     quiet: bool = False,
     command: str = "divergence atlas",
     first_replicates: int = FIRST_REPLICATES,
+    shared: bool = True,
 ) -> dict:
     """Train and report; return the atlas (what ``atlas.json`` holds). ``first_replicates``: the
-    first look's replicates (``atlas.looks``); the study's replicates or more: a single look."""
+    first look's replicates (``atlas.looks``); the study's replicates or more: a single look;
+    ``shared``: every arm of a replicate trained once (``study.shared_arms``), else pair by pair."""
     from divergence.study.runner import device_type, parallel_jobs
     from divergence.study.lock import study_lock
     from divergence.study.runner import plan_jobs, run_jobs, write_recipes
@@ -67,6 +69,7 @@ def run_atlas(
     with study_lock(out), inductor_cache(out / CACHE_DIR):
         write_recipes([job for _, planned in plans.values() for job in planned])  # every reused run checked first
         workers = 1  # the reports are built as many at a time as the pair runs were trained
+        arm_steps = {}  # backbone -> {trained, pair_by_pair} (its arms.json)
         for backbone, (plan, planned) in plans.items():  # the first look's replicates
             first = [j for j in planned if j.replicate < first_replicates]
             parallel = parallel_jobs(jobs, plan.study.jobs, device, len(first))
@@ -76,7 +79,7 @@ def run_atlas(
                     f"atlas {backbone}: {len(first)} pair runs ({', '.join(dict.fromkeys(j.label for j in first))}),"
                     f" {parallel} at a time, into {out / backbone}"
                 )
-            run_jobs(first, pair_overrides, parallel, show_progress=not quiet)
+            arm_steps[backbone] = run_jobs(first, pair_overrides, parallel, not quiet, shared)["arm_steps"]
         looks = {}
         for backbone, (plan, planned) in plans.items():  # the first look: its undecided rows train more
             looks[backbone] = first_look(
@@ -93,11 +96,12 @@ def run_atlas(
                         + ", and the references"
                     )
                 parallel = parallel_jobs(jobs, plan.study.jobs, device, len(more))
-                run_jobs(more, pair_overrides, parallel, show_progress=not quiet)
+                arm_steps[backbone] = run_jobs(more, pair_overrides, parallel, not quiet, shared)["arm_steps"]
         atlas = keep_earlier_rows(
             out, _assemble(out, optimizations, backbones, plans, device, calibration, workers, looks)
         )
         atlas["command"] = command
+        atlas["arm_steps"] = arm_steps
         atlas["looks"] = {"first_replicates": first_replicates}
         write_atlas(out, atlas)
     return atlas

@@ -49,7 +49,13 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="calibration.json (divergence calibrate) for the equivalent gradient-noise "
         "dose (default: OUT/calibration.json when present)",
     )
-    p.add_argument("--no-wandb", action="store_true", help="no wandb logs for the pair runs (log.wandb=false)")
+    p.add_argument("--no-wandb", action="store_true", help="no wandb: the pair runs do not log to it (log.wandb=false)")
+    p.add_argument(
+        "--no-shared-arms",
+        action="store_true",
+        help="train every pair both its arms (the pair-by-pair plan); by default an arm several pairs of a "
+        "replicate share is trained once (docs/pair-folder.md, Shared arms)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
         "overrides",
@@ -103,6 +109,7 @@ def run(args) -> int:
             quiet=args.quiet,
             first_replicates=args.first_replicates,
             command=" ".join(["divergence", "atlas", *sys.argv[2:]]),
+            shared=not args.no_shared_arms,
         )
     except PairFailed as err:
         print(f"divergence atlas: error: {err}", file=sys.stderr)

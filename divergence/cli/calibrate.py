@@ -30,6 +30,13 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--replicates", type=int, help="replicates of every pair (default: the recipe's)")
     p.add_argument("--jobs", type=int, help="pairs trained at once (default: the recipe's jobs)")
+    p.add_argument("--no-wandb", action="store_true", help="no wandb: the pair runs do not log to it (log.wandb=false)")
+    p.add_argument(
+        "--no-shared-arms",
+        action="store_true",
+        help="train every pair both its arms (the pair-by-pair plan); by default an arm several pairs of a "
+        "replicate share is trained once (docs/pair-folder.md, Shared arms)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
         "overrides",
@@ -63,6 +70,8 @@ def run(args) -> int:
     pair_overrides = [o for o in args.overrides if not o.startswith(CALIBRATION_OVERRIDES)]
     if args.max_steps is not None:
         pair_overrides.append(f"train.max_steps={args.max_steps}")
+    if args.no_wandb:
+        pair_overrides.append("log.wandb=false")
     out = Path(args.out)
     jobs = plan_jobs(calibration.study, out, pair_overrides)  # every recipe checked; nothing written yet
     parallel = parallel_jobs(args.jobs, calibration.study.jobs, device, len(jobs))
@@ -76,7 +85,7 @@ def run(args) -> int:
         )
         write_recipes(jobs)
         try:
-            run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet)
+            run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet, shared=not args.no_shared_arms)
         except PairFailed as err:
             print(f"divergence calibrate: error: {err}", file=sys.stderr)
             return 2 if err.exit_code == 2 else 1

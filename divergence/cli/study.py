@@ -27,7 +27,13 @@ def register(subparsers) -> argparse.ArgumentParser:
         type=int,
         help="pairs trained at once (default: the recipe's jobs; auto = 2 on a CPU with 2+ cores, 1 on a GPU)",
     )
-    p.add_argument("--no-wandb", action="store_true", help="do not log the report to wandb")
+    p.add_argument("--no-wandb", action="store_true", help="no wandb: neither the pair runs nor the report log to it")
+    p.add_argument(
+        "--no-shared-arms",
+        action="store_true",
+        help="train every pair both its arms (the pair-by-pair plan); by default an arm several pairs of a "
+        "replicate share is trained once (docs/pair-folder.md, Shared arms)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
         "overrides",
@@ -65,6 +71,8 @@ def run(args) -> int:
     pair_overrides = [o for o in args.overrides if not o.startswith(STUDY_OVERRIDES)]
     if args.max_steps is not None:
         pair_overrides.append(f"train.max_steps={args.max_steps}")
+    if args.no_wandb:
+        pair_overrides.append("log.wandb=false")
     out = Path(args.out)
     study = fine_tuned(study, out)  # with pretrain: every pair starts from OUT/pretrained
     jobs = plan_jobs(study, out, pair_overrides)  # every recipe checked; nothing written yet
@@ -81,7 +89,7 @@ def run(args) -> int:
             ensure_pretrained(study.base, study.pretrain, out, quiet=args.quiet, runs=[j.out for j in jobs])
         write_recipes(jobs)
         try:
-            run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet)
+            run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet, shared=not args.no_shared_arms)
         except PairFailed as err:
             print(f"divergence study: error: {err}", file=sys.stderr)
             return 2 if err.exit_code == 2 else 1

@@ -28,12 +28,16 @@ def register(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--max-steps", type=int, help="override train.max_steps")
     parser.add_argument("--checkpoint-every", type=int, help="override train.checkpoint_every")
     parser.add_argument(
+        "--no-wandb", action="store_true", help="no wandb: the run does not log to it (log.wandb=false)"
+    )
+    parser.add_argument(
         "--replicate",
         type=int,
         metavar="N",
         help="with a pair recipe: train replicate N (its data, "
         "init and probe seeds derived from N the same way for every pair; 0 is the recipe's seeds)",
     )
+    parser.add_argument("--lend-arms", action="store_true", help=argparse.SUPPRESS)  # a study's shared arms
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. train.lr=1e-4")
     return parser
 
@@ -53,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"train.max_steps={args.max_steps}")
     if args.checkpoint_every is not None:
         overrides.append(f"train.checkpoint_every={args.checkpoint_every}")
+    if args.no_wandb:
+        overrides.append("log.wandb=false")
     if args.replicate is not None:
         if args.replicate < 0:
             raise UserInputError(f"--replicate {args.replicate}: must be >= 0")
@@ -71,13 +77,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.recipe is not None and is_pair_recipe(args.recipe):
         pair = load_pair_recipe(args.recipe, overrides)
-        from divergence.training.separate_pair import separate_jobs
+        from divergence.training.separate_pair import borrowed_arms, separate_jobs
 
-        if separate_jobs(pair) is not None:  # arms fixed per process apart: each its own job, then the comparator
-            return _train_separate(pair, args, overrides)
+        borrowed = borrowed_arms(args.out)
+        if separate_jobs(pair) is not None or borrowed:  # each arm its own job (or another pair's), then the comparator
+            return _train_separate(pair, args, overrides, borrowed)
         from divergence.training.lockstep import train_pair
 
-        train_pair(pair, args.out)
+        train_pair(pair, args.out, lend_arms=args.lend_arms)
         return 0
     if args.recipe is not None:
         recipe = load_run_recipe(args.recipe, overrides)
@@ -90,14 +97,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_separate(pair, args, overrides: list[str]) -> int:
-    """The pair's arms as separate multi-process jobs, followed by the comparator ``divergence watch`` runs."""
+def _train_separate(pair, args, overrides: list[str], borrowed: tuple[str, ...] = ()) -> int:
+    """The pair's arms as separate multi-process jobs, followed by the comparator ``divergence watch`` runs;
+    ``borrowed``: arms another pair of a study trains (links in ``--out``), followed, not trained."""
     from divergence.comparator.follow import Comparator
     from divergence.models.determinism import comparing_threads
     from divergence.training.probe_files import FileProbe
     from divergence.training.separate_pair import arm_command, separate_jobs, train_separate
 
-    print(f"{pair.name}: the arms train as separate jobs ({separate_jobs(pair)}), then the comparator follows them")
+    why = separate_jobs(pair) or f"arm {', '.join(borrowed)} shared with another pair"
+    print(f"{pair.name}: the arms train as separate jobs ({why}), then the comparator follows them")
 
     def follow(out) -> int:
         # the probe's forwards on the pair's own thread count (train.cpu_threads), as in a lockstep job:
@@ -106,7 +115,7 @@ def _train_separate(pair, args, overrides: list[str]) -> int:
         comparing_threads(pair.base.train)
         return Comparator(out, log=True, progress=False, probe=FileProbe).run(poll=0.2, timeout=FOLLOW_TIMEOUT)
 
-    return train_separate(pair, args.out, arm_command(args.recipe, args.out, overrides), follow)
+    return train_separate(pair, args.out, arm_command(args.recipe, args.out, overrides), follow, borrowed)
 
 
 FOLLOW_TIMEOUT = 3600.0  # seconds without any progress once both arms finished: the comparator stops (exit 1)

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -32,7 +32,9 @@ from divergence.pairfolder.pair_json import PairInfo
 from divergence.variants.pair_recipe import load_pair_recipe
 from divergence.store import MetricsStore
 from divergence.study.config import Study, StudyPair, in_study
+from divergence.study import shared_arms
 from divergence.study.lock import signals_raise
+from divergence.study.shared_arms import sharing_facts
 from divergence.study.reuse import check_no_writer, check_same_recipe
 from divergence.training import child_start
 from divergence.training.pair_setup import pair_config
@@ -73,6 +75,9 @@ class PairJob:
     cores: int = 1  # cores its widest arm keeps busy at once (``arm_cores``: a 2-rank arm, a 2-thread CPU arm: 2)
     arm_cores: tuple[int, ...] = ()  # a separate-job pair's: each arm's cores, in the order they train (a, b)
     restarts: int = 0  # how often it was started again after a failure (``RESTARTS`` at most)
+    sharing: dict = field(default_factory=dict)  # what the shared-arms plan reads (``shared_arms.sharing_facts``)
+    borrowed: dict = field(default_factory=dict)  # {arm: the owner's arm folder}: trained by another pair run
+    lends: bool = False  # other pair runs read its arms (``shared_arms``)
 
     @property
     def label(self) -> str:
@@ -97,7 +102,8 @@ class PairJob:
         if not self.arm_cores:
             return self.cores
         folder = PairFolder(self.out)
-        return next((n for arm, n in zip(ARMS, self.arm_cores) if not arm_finished(folder, arm, self.max_steps)), 1)
+        own = [(arm, n) for arm, n in zip(ARMS, self.arm_cores) if arm not in self.borrowed]
+        return next((n for arm, n in own if not arm_finished(folder, arm, self.max_steps)), 1)
 
     def finished(self) -> bool:
         try:
@@ -144,6 +150,7 @@ def plan_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
                         config=pair_config(resolved),
                         cores=max(arm_cores(resolved)),
                         arm_cores=arm_cores(resolved) if separate_jobs(resolved) else (),
+                        sharing=sharing_facts(resolved, pair.role),
                     )
                 )
     return jobs
@@ -186,11 +193,21 @@ def run_folder(out: Path, name: str, replicate: int) -> Path:
     return out / name / f"r{replicate}"
 
 
-def run_jobs(jobs: list[PairJob], overrides: list[str], parallel: int, show_progress: bool = True) -> None:
-    """Train every unfinished pair, ``parallel`` at a time; raise PairFailed naming a failed pair."""
+def run_jobs(
+    jobs: list[PairJob], overrides: list[str], parallel: int, show_progress: bool = True, shared: bool = True
+) -> dict:
+    """Train every unfinished pair, ``parallel`` at a time; raise PairFailed naming a failed pair.
+
+    ``shared``: every arm of a replicate trained once, whatever pairs it belongs to
+    (``study.shared_arms``); else every pair both its arms. Returns ``DIR/arms.json`` as written
+    (its ``arm_steps``: trained, and pair by pair)."""
     from tqdm import tqdm
 
     _log_path(jobs[0]).parent.mkdir(parents=True, exist_ok=True)
+    root = _log_path(jobs[0]).parent.parent
+    jobs = start_order(jobs)
+    record = shared_arms.assign(jobs, root) if shared else shared_arms.record_pair_by_pair(jobs, root)
+    tqdm.write(f"divergence: {shared_arms.describe(record)}", file=sys.stderr)
     for job in jobs:
         job.skipped = job.finished()
     total = sum(j.max_steps for j in jobs)
@@ -201,7 +218,7 @@ def run_jobs(jobs: list[PairJob], overrides: list[str], parallel: int, show_prog
         for i, j in enumerate(jobs)
     }
     overall = tqdm(total=total, desc=f"{'study':<22}", position=0, leave=True, disable=not show_progress, unit="step")
-    waiting = start_order([j for j in jobs if not j.skipped])
+    waiting = [j for j in jobs if not j.skipped]
     running: list[PairJob] = []
     try:
         with signals_raise():  # SIGTERM and SIGHUP, like Ctrl-C, reach the except below
@@ -223,6 +240,7 @@ def run_jobs(jobs: list[PairJob], overrides: list[str], parallel: int, show_prog
     finally:
         for bar in (*bars.values(), overall):
             bar.close()
+    return record
 
 
 def start_order(jobs: list[PairJob]) -> list[PairJob]:
@@ -244,9 +262,10 @@ def start_order(jobs: list[PairJob]) -> list[PairJob]:
     [True, True, True, True]
     """
 
-    def key(job: PairJob) -> tuple[int, int, int]:
+    def key(job: PairJob) -> tuple[int, bool, int, int]:
         widths = job.arm_cores or (job.cores,) * len(ARMS)  # a lockstep pair: all its time on ``cores``
-        return job.replicate, -widths[0], -sum(width > 1 for width in widths)
+        lends_first = not job.sharing.get("lockstep", False)  # it never borrows: it owns its arms
+        return job.replicate, lends_first, -widths[0], -sum(width > 1 for width in widths)
 
     return sorted(jobs, key=key)
 
@@ -298,6 +317,9 @@ def _start(job: PairJob, overrides: list[str]) -> PairJob:
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # each job its own wandb service
     env.setdefault("WANDB_RUN_GROUP", job.out.parent.name)  # one wandb group: the study folder's name
     job.out.mkdir(parents=True, exist_ok=True)
+    shared_arms.link_borrowed(job)
+    if job.lends:
+        command.append("--lend-arms")
     log = open(_log_path(job), "a")
     job.log_start = log.tell()
     job.process = child_start.start(command, env, stdout=log, stderr=subprocess.STDOUT)  # forked or Popen

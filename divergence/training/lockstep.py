@@ -33,8 +33,12 @@ from divergence.training.callbacks.step_costs import StepCosts
 from divergence.training.pair_setup import pair_info  # noqa: F401  (importers)
 
 
-def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
-    """Train (or resume) the pair in ``out``; returns the finished ``lightning.Trainer``."""
+def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = (), *, lend_arms: bool = False):
+    """Train (or resume) the pair in ``out``; returns the finished ``lightning.Trainer``.
+
+    ``lend_arms``: other pairs of a study read these arms (``divergence.study.shared_arms``), so each
+    arm also keeps what a separate arm keeps for its comparator: its weights at every tracked step,
+    ``losses.jsonl`` and ``status.json`` (``ArmProgress``)."""
     from divergence.training.host import check_host
 
     check_host(*pair.arm_recipes.values())
@@ -49,13 +53,14 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = ()):
     lock = pair_lock(pair_folder) if pair_folder.writer_lock.is_file() else None
     try:
         check_folder(pair_folder, LOCKSTEP, pair_config(pair))
+        check_no_borrowed_arm(pair_folder)
         check_numerics(pair_folder, pair_numerics(pair))
         module = pair_module(pair)  # builds both arms: bad variants fail before any file is written
         if global_rank_zero():
             writable_folder(pair_folder)
             lock = lock or pair_lock(pair_folder)
             write_pair_files(pair_folder, pair, keep=False)
-        return _train(pair, pair_folder, module, callbacks)
+        return _train(pair, pair_folder, module, callbacks, lend_arms)
     finally:
         if lock is not None:
             lock.release()
@@ -70,7 +75,45 @@ def pair_lock(pair_folder: PairFolder):
     return PairLock(pair_folder) if global_rank_zero() else None
 
 
-def _train(pair: PairRecipe, pair_folder: PairFolder, module, callbacks):
+def check_no_borrowed_arm(pair_folder: PairFolder) -> None:
+    """A pair folder whose arm is another pair's (a link a study with shared arms made) trains only its
+    own arms, as separate jobs: training both here would write into the other pair's arm."""
+    from divergence.errors import UserInputError
+    from divergence.pairfolder.layout import ARMS
+
+    for arm in ARMS:
+        if pair_folder.arm(arm).path.is_symlink():
+            raise UserInputError(
+                f"--out {pair_folder.path}: arm {arm} is shared with another pair ({pair_folder.arm(arm).path} is a "
+                "link); run the study that made it again (it trains this pair's own arms), or choose a new --out"
+            )
+
+
+def lent_arm_callbacks(pair: PairRecipe, pair_folder: PairFolder) -> list:
+    """What each arm of a pair whose arms others read keeps (``lend_arms``): its weights at every tracked
+    step (``WeightCheckpoint`` with the pair's tracking, as a separate arm saves them) and its journal."""
+    from divergence.pairfolder.layout import ARMS
+    from divergence.training.callbacks.arm_progress import ArmProgress
+    from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
+    from divergence.training.fit import checkpoint_arms
+    from divergence.training.probe import training_drops
+
+    train = pair.base.train
+    journals = [
+        ArmProgress(
+            pair_folder.arm(arm),
+            arm,
+            train.batch_size * train.accumulate,
+            loss=lambda m, arm=arm: m.step_losses[arm],
+            tensor_order=lambda m, arm=arm: m.tensor_order[arm],
+            router_drop=lambda m, arm=arm: training_drops(m.arms[arm], across_ranks=True),
+        )
+        for arm in ARMS
+    ]
+    return [WeightCheckpoint(pair_folder.path, train.checkpoint_every, pair.tracking, arms=checkpoint_arms), *journals]
+
+
+def _train(pair: PairRecipe, pair_folder: PairFolder, module, callbacks, lend_arms: bool = False):
     from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
     from divergence.training.callbacks.divergence import DivergenceTracker
     from divergence.loggers.sinks import RunIdentity
@@ -100,7 +143,7 @@ def _train(pair: PairRecipe, pair_folder: PairFolder, module, callbacks):
         module,
         replace(pair.base, name=pair.name),
         pair_folder,
-        first_callbacks=[tracker],
+        first_callbacks=[tracker, *(lent_arm_callbacks(pair, pair_folder) if lend_arms else ())],
         callbacks=callbacks,
         identity=RunIdentity.for_pair(pair, pair_folder, pair_config(pair)),
     )

@@ -100,12 +100,15 @@ def on_cpu(accelerator: str) -> bool:
     return not torch.cuda.is_available()
 
 
-def train_separate(pair: PairRecipe, out: str | Path, train_command: list[str], follow: Callable[[Path], int]) -> int:
+def train_separate(
+    pair: PairRecipe, out: str | Path, train_command: list[str], follow: Callable[[Path], int], borrowed=()
+) -> int:
     """Train ``pair``'s arms as separate jobs into ``out`` and follow them; the exit code.
 
     ``train_command``: ``divergence train`` of this pair without ``--arm`` (``[python, -m,
     divergence, train, --recipe, R, --out, OUT, overrides...]``); ``follow(out)``: the comparator's
-    run over ``out`` (0 when the store is complete)."""
+    run over ``out`` (0 when the store is complete); ``borrowed``: the arms another pair of a study
+    trains (``borrowed_arms``): not trained here, followed as they come."""
     from divergence.training.separate_arm import check_arm_folder
     from divergence.training.step_costs import merge_rank_costs
 
@@ -113,9 +116,13 @@ def train_separate(pair: PairRecipe, out: str | Path, train_command: list[str], 
     out = PairFolder(out)
     for arm in ARMS:
         check_arm_folder(out, pair, arm)
+    if borrowed:
+        from divergence.training.pair_setup import write_pair_files
+
+        write_pair_files(out, pair, keep=True)  # a pair of borrowed arms only: no arm job writes them
     with signals_raise():
         for arm in ARMS:
-            if arm_finished(out, arm, pair.base.train.max_steps):
+            if arm in borrowed or arm_finished(out, arm, pair.base.train.max_steps):
                 continue
             code = _run(train_command + ["--arm", arm])
             if code:
@@ -123,6 +130,13 @@ def train_separate(pair: PairRecipe, out: str | Path, train_command: list[str], 
         code = follow(out.path)
     merge_rank_costs(out.path)
     return code
+
+
+def borrowed_arms(out: str | Path) -> tuple[str, ...]:
+    """The arms of the pair folder ``out`` that are another pair's: links a study with shared arms made
+    (``divergence.study.shared_arms``; docs/pair-folder.md, "Shared arms")."""
+    folder = PairFolder(out)
+    return tuple(arm for arm in ARMS if folder.arm(arm).path.is_symlink())
 
 
 def arm_finished(out: PairFolder, arm: str, max_steps: int) -> bool:

@@ -1,0 +1,124 @@
+"""Every arm of a study trained once: the plan, and the same stores bit for bit as pair by pair."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from divergence.cli import main
+from divergence.errors import UserInputError
+from divergence.pairfolder.arm.status import ArmStatus
+from divergence.study import load_study, shared_arms
+from divergence.study.runner import plan_jobs, start_order
+
+from .test_study import DIT, QUICK
+
+# 4 steps, not 6; the reordering's arm b (one batch of 16) is not the base's batch of 2 here: not shared
+STUDY = ["--jobs", "2", "--replicates", "2", *QUICK[:4], "--max-steps", "4", *QUICK[4:], *DIT]
+
+
+def _planned(tmp_path, *overrides):
+    study = load_study(Path(shared_arms.__file__).parents[1] / "recipes" / "study.yaml", list(overrides))
+    return start_order(plan_jobs(study, tmp_path, []))
+
+
+def test_the_default_study_trains_its_shared_arms_once(tmp_path):
+    jobs = _planned(tmp_path)
+    record = shared_arms.assign(jobs, tmp_path)
+    steps = record["arm_steps"]
+    assert steps["pair_by_pair"] == 50 * 30  # 6 replicates of 4 pairs and the control once, 2 arms of 30 steps
+    assert steps["trained"] <= 0.65 * steps["pair_by_pair"]
+    assert steps["trained"] == 31 * 30  # per replicate 5 distinct arms, and the control's second training
+    order = [job.label for job in jobs]
+    for job in jobs:
+        if job.pair.role == "study":
+            assert not job.borrowed and job.lends  # measured as pair by pair (coherence, side-by-side step times)
+        if job.pair.role == "control":
+            assert set(job.borrowed) == {"a"}  # arm b: a second training of the recipe, never arm a itself
+        for arm, owner in job.borrowed.items():
+            owner_label = f"{owner.parent.parent.name}-{owner.parent.name}"
+            assert order.index(owner_label) < order.index(job.label)  # the owner starts first
+            owner_job = jobs[order.index(owner_label)]
+            assert owner_job.lends and owner_job.replicate == job.replicate
+            assert job.sharing["keys"]["ab".index(arm)] == owner_job.sharing["keys"]["ab".index(owner.name)]
+    assert json.loads((tmp_path / "arms.json").read_text())["arm_steps"] == steps
+
+
+def test_a_study_folder_keeps_the_plan_it_started_with(tmp_path):
+    jobs = _planned(tmp_path, "replicates=1")
+    shared_arms.assign(jobs, tmp_path)
+    with pytest.raises(UserInputError, match="shares arms between pairs; run it again without --no-shared-arms"):
+        shared_arms.record_pair_by_pair(jobs, tmp_path / "")
+    other = tmp_path / "other"
+    other.mkdir()
+    shared_arms.record_pair_by_pair(jobs, other)
+    with pytest.raises(UserInputError, match="trains pair by pair; run it again with --no-shared-arms"):
+        shared_arms.assign(jobs, other)
+    (tmp_path / "arms.json").write_text('{"runs": {"x": {"borrowed": 3}}}')
+    with pytest.raises(UserInputError, match=r"arms.json: not an arms.json written by divergence study"):
+        shared_arms.assign(jobs, tmp_path)
+
+
+def test_a_study_trained_pair_by_pair_is_not_shared_by_a_second_run(tmp_path):
+    jobs = _planned(tmp_path / "s", "replicates=1")
+    (jobs[0].out / "a").mkdir(parents=True)  # a pair run started before the study planned shared arms
+    with pytest.raises(UserInputError, match="trained pair by pair .*--no-shared-arms"):
+        shared_arms.assign(jobs, tmp_path / "s")
+
+
+def _stores(out: Path) -> dict:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.glob("*/r*/metrics.jsonl"))}
+
+
+def _figures(out: Path) -> str:
+    summary = json.loads((out / "summary.json").read_text())
+    return json.dumps(summary["verdicts"], sort_keys=True)
+
+
+def _kill_mid_run(out: Path) -> None:
+    """``divergence study`` in its own session, SIGKILLed with its children once a shared arm's journal has
+    two steps and before the study finished (a machine lost mid-run)."""
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    command = [sys.executable, "-m", "divergence", "study", "--out", str(out), *STUDY]
+    process = subprocess.Popen(
+        command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 300
+    losses = out / "seed-vs-seed" / "r1" / "a" / "losses.jsonl"
+    while time.monotonic() < deadline and process.poll() is None:
+        if losses.is_file() and len(losses.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, "the study ended before it could be killed"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def test_shared_arms_give_the_pair_by_pair_stores_bit_for_bit_even_after_a_sigkill(tmp_path, capsys):
+    by_pair = tmp_path / "by-pair"
+    assert main(["study", "--out", str(by_pair), "--no-shared-arms", *STUDY]) == 0
+    shared = tmp_path / "shared"
+    _kill_mid_run(shared)
+    assert main(["study", "--out", str(shared), *STUDY]) == 0
+    assert "arm-steps: 52 trained, 72 pair by pair (0.72x" in capsys.readouterr().err
+    assert _stores(shared) == _stores(by_pair) and len(_stores(shared)) == 9
+    assert _figures(shared) == _figures(by_pair)
+    record = json.loads((shared / "arms.json").read_text())
+    assert record["shared"] and record["arm_steps"] == {"trained": 52, "pair_by_pair": 72}
+    assert json.loads((by_pair / "arms.json").read_text())["arm_steps"] == {"trained": 72, "pair_by_pair": 72}
+    trained = [arm for arm in shared.glob("*/r*/[ab]") if not arm.is_symlink()]
+    assert len(trained) * 4 == 52  # every distinct arm one folder, each trained 4 steps
+    for arm in trained:  # no step lost, none trained twice: a killed arm resumed once, after its checkpoint
+        steps = [json.loads(line)["step"] for line in (arm / "losses.jsonl").read_text().splitlines()]
+        assert steps == [1, 2, 3, 4], arm
+        status = ArmStatus.read(arm)
+        assert status.finished and status.attempt <= 2
+    assert (shared / "bf16-vs-fp32" / "r1" / "a").resolve() == (shared / "flash-vs-baseline" / "r1" / "b").resolve()
+    attempts = {arm: ArmStatus.read(arm).attempt for arm in trained}
+    assert main(["study", "--out", str(shared), *STUDY]) == 0  # finished: trains nothing
+    assert {arm: ArmStatus.read(arm).attempt for arm in trained} == attempts
