@@ -69,7 +69,7 @@ def test_two_arms_with_a_resume_then_watch_report_track(tmp_path, capsys):
     assert losses[:2] == losses_before[:2] and [json.loads(x)["step"] for x in losses] == list(range(1, 7))
     arm(tmp_path, "seed1", 1, "pair", "b")
 
-    assert cli(["watch", str(tmp_path / "pair"), "--poll", "0.1", "--timeout", "60", "--quiet", "--no-log"]) == 0
+    assert cli(["watch", str(tmp_path / "pair"), "--poll", "0.1", "--timeout", "60", "--quiet", "--no-wandb"]) == 0
     store = MetricsStore(tmp_path / "pair")
     assert store.steps() == list(range(7))
     watched = step_metrics(store)
@@ -84,7 +84,7 @@ def test_two_arms_with_a_resume_then_watch_report_track(tmp_path, capsys):
     (tmp_path / "control" / "b" / "writer.lock").unlink(missing_ok=True)
     status = json.loads((tmp_path / "control" / "b" / "status.json").read_text())
     (tmp_path / "control" / "b" / "status.json").write_text(json.dumps({**status, "arm": "b"}))
-    assert cli(["watch", str(tmp_path / "control"), "--poll", "0.1", "--timeout", "60", "--quiet", "--no-log"]) == 0
+    assert cli(["watch", str(tmp_path / "control"), "--poll", "0.1", "--timeout", "60", "--quiet", "--no-wandb"]) == 0
     control = MetricsStore(tmp_path / "control")
     assert {step: m[0] for step, m in step_metrics(control).items()} == {s: 0.0 for s in range(7)}
 
@@ -104,9 +104,9 @@ def test_two_arms_with_a_resume_then_watch_report_track(tmp_path, capsys):
 
 
 def test_the_readme_lines_are_the_example_lines():
-    """Every piece of code in the README's diffusers block is in the example, as written."""
-    readme = (EXAMPLE.parents[1] / "README.md").read_text()
-    start = readme.index("### An accelerate + diffusers script")
+    """Every piece of code in the docs' diffusers block (docs/your-training.md) is in the example, as written."""
+    readme = (EXAMPLE.parents[1] / "docs" / "your-training.md").read_text()
+    start = readme.index("## An accelerate + diffusers script")
     block = readme[start:].split("```python\n", 1)[1].split("```", 1)[0]
     source = EXAMPLE.read_text()
     pieces = [p.strip() for line in block.splitlines() for p in line.split("#", 1)[0].split(",")]

@@ -1,7 +1,8 @@
 """The README's "Python API" examples run as written, and ``import divergence`` does nothing.
 
-Every ```python block of the section is executed in order, in one namespace, in a temporary
-folder (they build a pair folder, its store and a report there).
+Every ```python block of the README's "Python API" section, then of docs/your-training.md's "From
+Python" section (which the README links to), is executed in order, in one namespace, in a
+temporary folder (they build a pair folder, its store and a report there).
 """
 
 import re
@@ -12,22 +13,25 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+YOUR_TRAINING = README.parent / "docs" / "your-training.md"
 
 
-def python_blocks(section: str) -> list[str]:
-    text = README.read_text()
+def python_blocks(section: str, page: Path = README) -> list[str]:
+    text = page.read_text()
     start = text.index(f"## {section}\n")
     end = text.find("\n## ", start + 1)
     return re.findall(r"```python\n(.*?)```", text[start : end if end > 0 else None], flags=re.S)
 
 
 def test_python_api_examples_run(tmp_path, monkeypatch, capsys):
-    blocks = python_blocks("Python API")
-    assert len(blocks) >= 2
+    readme = python_blocks("Python API")
+    docs = python_blocks("From Python: a pair, its store and its report", YOUR_TRAINING)
+    assert len(readme) >= 1 and len(docs) >= 1
+    assert "docs/your-training.md#from-python-a-pair-its-store-and-its-report" in README.read_text()
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    for block in blocks:
-        exec(compile(block, str(README), "exec"), namespace)
+    for block, page in [*((b, README) for b in readme), *((b, YOUR_TRAINING) for b in docs)]:
+        exec(compile(block, str(page), "exec"), namespace)
     assert (tmp_path / "report" / "report.html").is_file()
     assert namespace["pair"].steps.tolist() == list(range(21))  # densely tracked early: every step to 20
     assert namespace["result"].summary["max_abs_diff"] > 0
