@@ -25,7 +25,7 @@ default) and at the last step. One evaluation (64 items, two forward passes in f
 baseline attention) costs about 1.6 pair steps of the tiny recipe (batch 16, forward and
 backward): its cost is the forward passes themselves (profile: convolutions ~30%, baseline
 attention ~40%, text encoder ~4%), so at every tracked step of the dense schedule it would add
-19-61% to a run (2000 to 100 steps); every 20 steps it adds 8-10% (``benchmarks/bench_pair.py``).
+19-61% to a run (2000 to 100 steps); every 20 steps it adds 8.2-9.7% (docs/measurements.md).
 The trade: the window's saturation test (phi < 0.1) and the function-space twin lr^F are read
 at probed steps only (``divergence.analysis.dose``); ``every: 1`` probes every tracked step.
 
