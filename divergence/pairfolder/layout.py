@@ -57,6 +57,7 @@ CHECKPOINTS_DIR = "checkpoints"
 LOSSES_FILE = "losses.jsonl"
 STATUS_FILE = "status.json"
 WRITER_LOCK_FILE = "writer.lock"
+ARMS_FILE = "arms.json"  # a study folder's: each pair run's shared arms and the arm-steps (study.shared_arms)
 DCP_SUFFIX = ".dcp"  # a tracked step's weights as a torch.distributed.checkpoint folder
 # DCP_COMPLETE_FILE (divergence.formats): in it, written last, once every rank has saved its shards
 

@@ -16,7 +16,8 @@ from divergence.analysis.growth import N_BOOT
 from divergence.errors import UserInputError
 from divergence.report.figures import all_figures
 from divergence.report.html import render_html
-from divergence.report.inputs import load_pairs
+from divergence.report import content
+from divergence.report.inputs import load_pairs, study_arm_steps
 from divergence.report.markdown import render_markdown
 from divergence.tables import write_csv, write_json
 
@@ -59,6 +60,9 @@ def build_report(
     summary = to_summary(analysis)
     generated = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     summary["generated"] = generated
+    arm_steps = study_arm_steps(inputs)
+    if arm_steps is not None:
+        summary["arm_steps"] = arm_steps  # the studies' arms.json: trained, and pair by pair
     try:
         figures = all_figures(analysis, out / FIGURES_DIR)
     except OSError as err:  # a figure file that cannot be replaced, a full disk
@@ -82,8 +86,9 @@ def build_report(
             "probe_rel_diff",
         ),
     )
-    _write_text(files[2], render_markdown(analysis, figures, out, generated))
-    _write_text(files[3], render_html(analysis, figures, generated))
+    cost = content.cost_text(arm_steps)
+    _write_text(files[2], render_markdown(analysis, figures, out, generated, cost))
+    _write_text(files[3], render_html(analysis, figures, generated, cost))
     return Report(analysis, summary, out, files, figures)
 
 

@@ -122,6 +122,18 @@ class Table:
     align_left: int = 1  # leading columns of text; the rest are numbers
 
 
+def cost_text(arm_steps: dict | None) -> str | None:
+    """The report's cost line: the arm-steps the study trained and those training every pair both its
+    arms would have (``DIR/arms.json``), or None outside a study folder."""
+    if not arm_steps or not arm_steps["pair_by_pair"]:
+        return None
+    trained, by_pair = arm_steps["trained"], arm_steps["pair_by_pair"]
+    return (
+        f"Cost: {trained} arm-steps trained ({trained / by_pair:.2f}x the {by_pair} a pair-by-pair plan trains: "
+        "an arm several pairs of a replicate share is trained once)."
+    )
+
+
 def number(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"

@@ -42,8 +42,8 @@ code { background: #eff1f3; padding: 1px 4px; border-radius: 3px; font-size: 13p
 """
 
 
-def render_html(analysis: Analysis, figures: dict[str, Path], generated: str) -> str:
-    """The whole report as one HTML string."""
+def render_html(analysis: Analysis, figures: dict[str, Path], generated: str, cost: str | None = None) -> str:
+    """The whole report as one HTML string; ``cost``: the study's arm-steps line (``content.cost_text``)."""
     body = [
         f"<h1>Divergence report</h1><p class='meta'>divergence {escape(__version__)} · {escape(generated)} · "
         f"{len(analysis.pairs)} pair runs</p>"
@@ -62,7 +62,8 @@ def render_html(analysis: Analysis, figures: dict[str, Path], generated: str) ->
     if router_text(analysis):  # MoE pairs: flip fraction beside E(t)
         body += ["<h3>Router</h3>", _figure(figures.get(ROUTER_FIGURE), CAPTION)]
         body += [f"<p>{escape(t)}</p>" for t in router_text(analysis)]
-    body += ["<h2>Pairs</h2>", _table(content.pairs_table(analysis)), "<h3>Noise floor</h3>"]
+    body += ["<h2>Pairs</h2>", _table(content.pairs_table(analysis))]
+    body += ([f"<p>{escape(cost)}</p>"] if cost else []) + ["<h3>Noise floor</h3>"]
     body += [f"<p>{escape(t)}</p>" for t in content.noise_floor_text(analysis)]
     body += ["<h2>Weight difference over training</h2>"]
     for metric in TRAJECTORY_METRICS:

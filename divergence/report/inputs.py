@@ -16,7 +16,7 @@ from pathlib import Path
 from divergence.analysis import PairData, pair_from_records
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import as_pair_folder
-from divergence.pairfolder.layout import METRICS_FILE, PAIR_FILE
+from divergence.pairfolder.layout import ARMS_FILE, METRICS_FILE, PAIR_FILE
 from divergence.pairfolder.pair_json import PairInfo
 from divergence.store import MetricsStore
 
@@ -140,3 +140,24 @@ def _replicate(folder: Path, info: PairInfo) -> int:
 def _is_run(path: Path) -> bool:
     folder = as_pair_folder(path)
     return folder.pair_json.is_file() or folder.metrics.is_file()
+
+
+def study_arm_steps(paths: list[str | Path]) -> dict | None:
+    """The arm-steps of the studies the inputs belong to (``arms.json`` in an input folder, its parent or
+    grandparent: a study folder, ``<study>/<pair>`` or ``<study>/<pair>/r<N>``), summed over the studies:
+    ``{"trained", "pair_by_pair"}``; None when no input lies in a study folder that has one."""
+    found = {
+        c.resolve()
+        for p in map(Path, paths)
+        for c in (p / ARMS_FILE, p.parent / ARMS_FILE, p.parent.parent / ARMS_FILE)
+        if c.is_file()
+    }
+    total = {"trained": 0, "pair_by_pair": 0}
+    for path in sorted(found):
+        try:
+            steps = json.loads(path.read_text())["arm_steps"]
+            for key in total:
+                total[key] += int(steps[key])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise UserInputError(f"{path}: no arm_steps to read ({err}); remove it or run the study again") from None
+    return total if found else None

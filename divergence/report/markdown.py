@@ -11,7 +11,10 @@ from divergence.report.figures import shown_runs
 from divergence.report.router_panel import FIGURE as ROUTER_FIGURE, router_text
 
 
-def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path, generated: str) -> str:
+def render_markdown(
+    analysis: Analysis, figures: dict[str, Path], out_dir: Path, generated: str, cost: str | None = None
+) -> str:
+    """The whole report as Markdown; ``cost``: the study's arm-steps line (``content.cost_text``)."""
     lines = ["# Divergence report", "", f"_{generated} · {len(analysis.pairs)} pair runs_", ""]
     if not analysis.verdicts:
         lines += ["**No verdict**: no pair under study (category optimization) among the inputs.", ""]
@@ -34,7 +37,8 @@ def render_markdown(analysis: Analysis, figures: dict[str, Path], out_dir: Path,
     if router_text(analysis):  # MoE pairs: flip fraction beside E(t)
         lines += ["### Router", "", _image(figures.get(ROUTER_FIGURE), out_dir, "router flip fraction"), ""]
         lines += [*router_text(analysis), ""]
-    lines += ["## Pairs", "", _table(content.pairs_table(analysis)), "", "### Noise floor", ""]
+    lines += ["## Pairs", "", _table(content.pairs_table(analysis)), ""] + ([cost, ""] if cost else [])
+    lines += ["### Noise floor", ""]
     lines += [*content.noise_floor_text(analysis), "", "## Weight difference over training", ""]
     lines += [
         _image(figures.get(f"trajectory_{m}"), out_dir, f"whole-model {METRIC_LABELS[m]}") for m in TRAJECTORY_METRICS

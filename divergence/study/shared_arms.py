@@ -42,9 +42,8 @@ import yaml
 
 from divergence.atomic import write_atomic
 from divergence.errors import UserInputError
-from divergence.pairfolder.layout import ARMS
+from divergence.pairfolder.layout import ARMS, ARMS_FILE
 
-ARMS_FILE = "arms.json"
 PLACEMENT_KEYS = ("every", "dense")  # tracking keys that decide which steps an arm saves
 
 

@@ -119,6 +119,14 @@ def test_shared_arms_give_the_pair_by_pair_stores_bit_for_bit_even_after_a_sigki
         status = ArmStatus.read(arm)
         assert status.finished and status.attempt <= 2
     assert (shared / "bf16-vs-fp32" / "r1" / "a").resolve() == (shared / "flash-vs-baseline" / "r1" / "b").resolve()
+    summary = json.loads((shared / "summary.json").read_text())
+    assert summary["arm_steps"] == {"trained": 52, "pair_by_pair": 72}
+    assert "Cost: 52 arm-steps trained (0.72x the 72 a pair-by-pair plan trains" in (shared / "report.md").read_text()
+    assert "Cost: 72 arm-steps trained (1.00x" in (by_pair / "report.md").read_text()
+    borrowing = shared / "bf16-vs-fp32" / "r0"  # both its arms links: `watch` reads it as any finished pair
+    store = (borrowing / "metrics.jsonl").read_bytes()
+    assert main(["watch", str(borrowing), "--timeout", "5", "--quiet", "--no-wandb"]) == 0
+    assert (borrowing / "metrics.jsonl").read_bytes() == store
     attempts = {arm: ArmStatus.read(arm).attempt for arm in trained}
     assert main(["study", "--out", str(shared), *STUDY]) == 0  # finished: trains nothing
     assert {arm: ArmStatus.read(arm).attempt for arm in trained} == attempts
