@@ -1,7 +1,7 @@
 """Optional dependencies: which ``pip install 'divergence[EXTRA]'`` a command needs, said in one line.
 
 ``pip install divergence`` (torch, numpy, safetensors, tqdm, pyyaml) is enough for ``compare``,
-``export`` to CSV, ``store``, ``watch --no-log`` and the Python metrics. The rest comes in extras
+``export`` to CSV, ``store``, ``watch --no-wandb`` and the Python metrics. The rest comes in extras
 (``pyproject.toml``)::
 
     train        lightning, diffusers, transformers, pillow   train, study, calibrate, microbench

@@ -44,6 +44,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+class _Renamed(argparse.Action):
+    """A flag under its old name: accepted, hidden from ``--help``, and its first use says the new name."""
+
+    def __init__(self, option_strings, dest, new: str, note: str = "", **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=False, help=argparse.SUPPRESS, **kwargs)
+        self.new, self.note = new, note
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if not getattr(namespace, self.dest):
+            print(f"{parser.prog}: note: {option_string} is deprecated; use {self.new}{self.note}", file=sys.stderr)
+        setattr(namespace, self.dest, True)
+
+
+def renamed_flag(parser: argparse.ArgumentParser, old: str, new: str, note: str = "") -> None:
+    """Keep ``old`` working for the scripts that hold it (a store_true flag now called ``new``)."""
+    parser.add_argument(old, action=_Renamed, new=new, note=note)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="divergence",

@@ -12,9 +12,11 @@ Under ``torchrun`` the checkpoint pairs are divided among the ranks (gloo on CPU
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
+from divergence.cli import renamed_flag
 from divergence.errors import UserInputError
 
 HELP = "follow a pair's separately trained arms and write its metrics store as they go"
@@ -45,7 +47,14 @@ def register(subparsers) -> argparse.ArgumentParser:
         "status change, even while a step is retried (default: wait as long as it takes)",
     )
     p.add_argument("--device", default="auto", help="auto (this rank's GPU if any), cpu or cuda")
-    p.add_argument("--no-log", action="store_true", help="write the store only; no wandb/CSV logs")
+    p.add_argument(
+        "--no-wandb",
+        action="store_true",
+        help="no wandb run: the store and its CSV logs (the store alone where Lightning is not installed)",
+    )
+    renamed_flag(
+        p, "--no-log", "--no-wandb", " (no wandb run, CSV logs kept); --no-log still writes the store only, no logs"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar; only the result line")
     return p
 
@@ -57,10 +66,22 @@ def _file_probe(pair, device):
     return FileProbe(pair, device)
 
 
-def run(args) -> int:
-    import sys
-    from pathlib import Path
+def _can_log(no_wandb: bool) -> bool:
+    """The logs are Lightning's loggers (CSV, wandb, TensorBoard): without Lightning, ``--no-wandb``
+    writes the store alone (said in one line), and a watch that would log to wandb is refused."""
+    from divergence.extras import MissingExtra, require
 
+    try:
+        require("train", "lightning")
+    except MissingExtra as err:
+        if not no_wandb:
+            raise MissingExtra(f"{err}; or pass --no-wandb (the store without logs)") from None
+        print("divergence watch: note: Lightning is not installed: the store only, no CSV logs", file=sys.stderr)
+        return False
+    return True
+
+
+def run(args) -> int:
     from divergence.errors import UserInputError
 
     if args.poll <= 0:
@@ -69,13 +90,7 @@ def run(args) -> int:
         raise UserInputError(f"--timeout {args.timeout:g}: must be > 0 seconds")
     if Path(args.dir).exists() and not Path(args.dir).is_dir():
         raise UserInputError(f"{args.dir}: not a folder; give the pair folder the arms train into")
-    if not args.no_log:
-        from divergence.extras import MissingExtra, require
-
-        try:
-            require("train", "lightning")  # the loggers are Lightning's (CSV, wandb, TensorBoard)
-        except MissingExtra as err:
-            raise MissingExtra(f"{err}; or pass --no-log (the store only)") from None
+    log = not args.no_log and _can_log(args.no_wandb)
     from divergence.comparator.follow import Comparator
     from divergence.comparator.wait import wait_for_pair
     from divergence.pairfolder.folder import PairFolder
@@ -99,7 +114,8 @@ def run(args) -> int:
             pair_folder,
             ranks,
             device,
-            log=not args.no_log,
+            log=log,
+            wandb=not (args.no_wandb or args.no_log),
             progress=not args.quiet and ranks.is_zero,
             probe=_file_probe,
         )

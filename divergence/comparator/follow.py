@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from divergence.comparator.measurer import Measurer
@@ -64,13 +65,17 @@ class Comparator:
         progress: bool = True,
         probe=None,
         prefetch: bool = True,
+        wandb: bool = True,
     ):
-        """``out``: the pair folder (a path, or the ``PairFolder``); ``probe``: the function-space probe's
+        """``out``: the pair folder (a path, or the ``PairFolder``); ``wandb=False``: the logs without
+        their wandb run, whatever the pair's ``log.wandb`` (``log=False``: no logs at all); ``probe``: the function-space probe's
         factory ``(PairSchedule, device) -> probe`` (``due(step)``, ``record(paths)``), used when the
         pair's ``tracking.probe`` is enabled; ``divergence watch`` passes the built-in trainer's
         ``FileProbe`` (``training.probe_files``). None: no probe."""
         self.pair_folder, self.ranks = as_pair_folder(out), ranks or Ranks()
         self.pair = read_schedule(self.pair_folder)
+        if not wandb:
+            self.pair = replace(self.pair, log=replace(self.pair.log, wandb=False))
         self.measurer = Measurer(self.ranks, device)
         self.planner: Planner | None = None  # rank 0's; the other ranks only measure
         failed = None

@@ -42,7 +42,7 @@ def test_a_mismatch_rank_zero_finds_stops_every_rank_before_the_collective_save(
 
 
 def _watch(out, capsys, *extra):
-    code = main(["watch", str(out), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "20", *extra])
+    code = main(["watch", str(out), "--no-wandb", "--quiet", "--poll", "0.05", "--timeout", "20", *extra])
     return code, capsys.readouterr().err.strip()
 
 

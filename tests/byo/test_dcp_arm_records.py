@@ -21,7 +21,7 @@ from tests.helpers import assert_one_line_exit2
 
 
 def watch(out, capsys, timeout=20):
-    code = main(["watch", str(out), "--no-log", "--quiet", "--poll", "0.02", "--timeout", str(timeout)])
+    code = main(["watch", str(out), "--no-wandb", "--quiet", "--poll", "0.02", "--timeout", str(timeout)])
     return code, capsys.readouterr().err.strip().splitlines()
 
 
@@ -237,7 +237,7 @@ def test_retention_deletes_nothing_outside_the_arms_checkpoints(tmp_path, capsys
         },
     }
     (out / "retention.json").write_text(json.dumps({"pending": [entry]}))
-    code = main(["watch", str(out), "--no-log", "--quiet", "--poll", "0.02", "--timeout", "5"])
+    code = main(["watch", str(out), "--no-wandb", "--quiet", "--poll", "0.02", "--timeout", "5"])
     assert_one_line_exit2(code, capsys, "retention.json", "data.bin", "step 1")
     assert (outside / "data.bin").read_bytes() == b"keep me"
     assert sorted(p.name for p in folder.iterdir()) == [DCP_COMPLETE_FILE, "shard"]
@@ -253,7 +253,7 @@ def test_retention_deletes_no_other_file_of_the_arm(tmp_path, capsys):
         entry = {"step": 1, "files": {"a": [str(path), stat_of(path)]}}
         before = path.read_bytes()
         (out / "retention.json").write_text(json.dumps({"pending": [entry]}))
-        code = main(["watch", str(out), "--no-log", "--quiet", "--poll", "0.02", "--timeout", "5"])
+        code = main(["watch", str(out), "--no-wandb", "--quiet", "--poll", "0.02", "--timeout", "5"])
         assert_one_line_exit2(code, capsys, "retention.json", path.name)
         assert path.read_bytes() == before
 
@@ -272,7 +272,7 @@ def test_a_dcp_folder_of_the_other_arm_is_refused_naming_it(tmp_path, capsys):
     shutil.copytree(
         tmp_path / "a" / CHECKPOINTS_DIR / "step_000001.dcp", tmp_path / "b" / CHECKPOINTS_DIR / "step_000001.dcp"
     )
-    code = main(["watch", str(tmp_path), "--no-log", "--quiet", "--poll", "0.02", "--timeout", "5"])
+    code = main(["watch", str(tmp_path), "--no-wandb", "--quiet", "--poll", "0.02", "--timeout", "5"])
     assert_one_line_exit2(code, capsys, "b/checkpoints/step_000001.dcp", "arm a")
     assert MetricsStore(tmp_path).steps() == [0]
 
@@ -300,7 +300,7 @@ def test_the_stall_of_a_dcp_arm_names_its_step_folder(tmp_path, capsys):
             writer.record(step, net, 1.0)
         writer.finish()
     shutil.rmtree(tmp_path / "a" / CHECKPOINTS_DIR / "step_000001.dcp")
-    code = main(["watch", str(tmp_path), "--no-log", "--quiet", "--poll", "0.02", "--timeout", "5"])
+    code = main(["watch", str(tmp_path), "--no-wandb", "--quiet", "--poll", "0.02", "--timeout", "5"])
     assert_one_line_exit2(code, capsys, "it has no a/checkpoints/step_000001.dcp/ (tracked step 1)")
 
 
@@ -343,7 +343,7 @@ def test_a_step_marker_that_is_no_small_file_is_refused_not_read(tmp_path, capsy
             with open(path, "wb") as f:
                 f.truncate(MAX_MARKER_BYTES + 1)
     (tmp_path / "pair" / "metrics.jsonl").unlink()  # compared again from step 0
-    code = main(["watch", str(tmp_path / "pair"), "--no-log", "--quiet", "--poll", "0.02", "--timeout", "5"])
+    code = main(["watch", str(tmp_path / "pair"), "--no-wandb", "--quiet", "--poll", "0.02", "--timeout", "5"])
     assert_one_line_exit2(code, capsys, "step_000002.dcp/complete.json", "not an arm writer's completion marker")
     b = tmp_path / "pair" / "b" / CHECKPOINTS_DIR / "step_000002.dcp"
     assert main(["compare", str(tmp_path / "copy"), str(b)]) == 0

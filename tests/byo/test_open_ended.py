@@ -33,7 +33,7 @@ def train(out, arm, steps=7, lr=0.1, state_dicts=False, **options):
 
 
 def watch(out, capsys):
-    code = main(["watch", str(out), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "20"])
+    code = main(["watch", str(out), "--no-wandb", "--quiet", "--poll", "0.05", "--timeout", "20"])
     return code, capsys.readouterr().err.strip()
 
 

@@ -83,7 +83,9 @@ def test_two_trainers_with_arm_checkpoints_and_watch_equal_lockstep(tmp_path, ca
         pl.seed_everything(0, verbose=False)
         callback = ArmCheckpoints(tmp_path / "separate", arm, every=2, name="tiny-lm-adamw", dense=[])
         trainer(STEPS, [callback]).fit(lm(kernel=kernel), tokens())
-    assert main(["watch", str(tmp_path / "separate"), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "20"]) == 0
+    assert (
+        main(["watch", str(tmp_path / "separate"), "--no-wandb", "--quiet", "--poll", "0.05", "--timeout", "20"]) == 0
+    )
     assert "next: a verdict needs this pair beside a precision pair" in capsys.readouterr().out
     pl.seed_everything(0, verbose=False)
     pair = LockstepPair(

@@ -10,7 +10,7 @@ from divergence.writers import ArmWriter
 
 
 def watch(out, capsys) -> tuple[int, str]:
-    code = main(["watch", str(out), "--no-log", "--quiet", "--poll", "0.02", "--timeout", "0.3"])
+    code = main(["watch", str(out), "--no-wandb", "--quiet", "--poll", "0.02", "--timeout", "0.3"])
     return code, capsys.readouterr().err.strip().splitlines()[-1]
 
 

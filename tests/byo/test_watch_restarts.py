@@ -73,7 +73,7 @@ def watch(out, capsys, *options):
 
     result, started = {}, time.monotonic()
     thread = threading.Thread(
-        target=lambda: result.update(code=main(["watch", str(out), "--no-log", "--quiet", *options])), daemon=True
+        target=lambda: result.update(code=main(["watch", str(out), "--no-wandb", "--quiet", *options])), daemon=True
     )
     thread.start()
     thread.join(60)

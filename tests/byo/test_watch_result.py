@@ -29,7 +29,7 @@ def test_quiet_watch_prints_the_result_line_only(tmp_path, capsys):
     out = tmp_path / "pair"
     two_arms(out)
     capsys.readouterr()
-    assert main(["watch", str(out), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0
+    assert main(["watch", str(out), "--no-wandb", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0
     captured = capsys.readouterr()
     assert captured.err == ""
     lines = captured.out.splitlines()
@@ -44,14 +44,14 @@ def test_quiet_watch_prints_the_result_line_only(tmp_path, capsys):
 def test_watch_with_its_progress_bar_ends_with_the_same_line(tmp_path, capsys):
     two_arms(tmp_path / "pair")
     capsys.readouterr()
-    assert main(["watch", str(tmp_path / "pair"), "--no-log", "--poll", "0.05", "--timeout", "30"]) == 0
+    assert main(["watch", str(tmp_path / "pair"), "--no-wandb", "--poll", "0.05", "--timeout", "30"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].endswith(f"next: {NEEDS}")
 
 
 def test_a_pair_beside_a_precision_pair_is_told_to_report_their_folder(tmp_path, capsys):
     two_arms(tmp_path / "bf16", name="bf16", category="precision")
     two_arms(tmp_path / "change", name="change", category="optimization")
-    assert main(["watch", str(tmp_path / "change"), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0
+    assert main(["watch", str(tmp_path / "change"), "--no-wandb", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].endswith(f"next: divergence report {tmp_path.resolve()}")
 
 
@@ -65,12 +65,12 @@ def test_a_second_watch_of_one_pair_is_refused_in_one_line_and_the_store_is_stor
     first = Comparator(tmp_path, log=False, progress=False)  # holds the lock from here
     capsys.readouterr()
     before = sorted(p.name for p in tmp_path.iterdir())
-    assert main(["watch", str(tmp_path), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 2
+    assert main(["watch", str(tmp_path), "--no-wandb", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "another divergence watch already follows this pair" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no lock file left behind
     assert str(tmp_path) in err and "let it finish, or stop it" in err
     assert first.run(poll=0.05, timeout=30) == 0  # the first finishes the store, and releases the lock
-    assert main(["watch", str(tmp_path), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0
+    assert main(["watch", str(tmp_path), "--no-wandb", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0
     steps = [r["step"] for r in MetricsStore(tmp_path).step_records()]
     assert steps == list(range(7))  # every step once

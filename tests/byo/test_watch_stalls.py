@@ -25,7 +25,7 @@ BOUND = 8  # seconds: watch's --timeout; a wait that long is the old hang
 
 def watch(out, capsys, timeout=BOUND):
     started = time.monotonic()
-    code = main(["watch", str(out), "--no-log", "--quiet", "--poll", "0.02", "--timeout", str(timeout)])
+    code = main(["watch", str(out), "--no-wandb", "--quiet", "--poll", "0.02", "--timeout", str(timeout)])
     err = capsys.readouterr().err.strip().splitlines()
     return code, err, time.monotonic() - started
 

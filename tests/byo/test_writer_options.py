@@ -32,7 +32,7 @@ def train(out, arm, steps=6, lr=0.1, start=0, net=None, **options):
 
 
 def watch(out, capsys):
-    code = main(["watch", str(out), "--no-log", "--quiet", "--poll", "0.05", "--timeout", "20"])
+    code = main(["watch", str(out), "--no-wandb", "--quiet", "--poll", "0.05", "--timeout", "20"])
     return code, capsys.readouterr().err.strip()
 
 

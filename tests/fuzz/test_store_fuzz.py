@@ -76,7 +76,7 @@ def _train(out, *extra):
 
 
 def _watch(out):
-    return ["watch", str(out), "--no-log", "--quiet", "--poll", "0.01", "--timeout", "5"]
+    return ["watch", str(out), "--no-wandb", "--quiet", "--poll", "0.01", "--timeout", "5"]
 
 
 def _snapshot(folder: Path) -> dict:

@@ -186,7 +186,7 @@ def test_watch_ends_by_itself_without_a_timeout(tmp_path):
             writer.record(0, torch.nn.Linear(2, 1))
             writer.record(1, torch.nn.Linear(2, 1), 0.5)
     run = subprocess.run(
-        [sys.executable, "-m", "divergence", "watch", str(tmp_path), "--no-log", "--quiet", "--poll", "0.05"],
+        [sys.executable, "-m", "divergence", "watch", str(tmp_path), "--no-wandb", "--quiet", "--poll", "0.05"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -15,7 +15,7 @@ def test_watch_started_before_the_arms_waits_for_their_folder(arms, trained, tmp
     result = {}
     thread = threading.Thread(
         target=lambda: result.update(
-            code=main(["watch", str(arms), "--poll", "0.01", "--timeout", "30", "--quiet", "--no-log"])
+            code=main(["watch", str(arms), "--poll", "0.01", "--timeout", "30", "--quiet", "--no-wandb"])
         )
     )
     thread.start()

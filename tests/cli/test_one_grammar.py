@@ -1,0 +1,67 @@
+"""One CLI grammar: one flag for "no wandb" with one meaning, renamed flags kept working."""
+
+import pytest
+
+from divergence.cli import build_parser, main
+from tests.byo.test_watch_result import two_arms
+
+
+def command_help(command: str) -> str:
+    return build_parser()._subparsers._group_actions[0].choices[command].format_help()
+
+
+@pytest.mark.parametrize("command", ["train", "study", "calibrate", "atlas", "report", "watch"])
+def test_every_command_that_logs_to_wandb_takes_no_wandb_and_shows_no_other_spelling(command):
+    text = command_help(command)
+    assert "--no-wandb" in text and "--no-log" not in text
+
+
+def test_watch_no_wandb_keeps_the_csv_logs_and_no_log_still_writes_the_store_only(tmp_path, capsys):
+    for folder, flag in (("w", "--no-wandb"), ("s", "--no-log")):
+        two_arms(tmp_path / folder)
+        capsys.readouterr()
+        args = ["watch", str(tmp_path / folder), flag, flag, "--quiet", "--poll", "0.05", "--timeout", "30"]
+        assert main(args) == 0
+        err = capsys.readouterr().err
+        assert not (tmp_path / folder / "wandb").exists()
+        assert (tmp_path / folder / "csv" / "metrics.csv").is_file() == (flag == "--no-wandb")
+        # the old name: said once (given twice here), the new name in the line
+        assert err.count("--no-log is deprecated; use --no-wandb") == (flag == "--no-log")
+
+
+@pytest.mark.parametrize("command", ["study", "calibrate", "train"])
+def test_no_wandb_reaches_the_pair_runs(command, tmp_path, monkeypatch):
+    """``--no-wandb`` of a command that trains: log.wandb=false in every run it trains (study: the report too)."""
+    seen = {}
+
+    class Planned(Exception):
+        pass
+
+    def plan_jobs(study, out, overrides):
+        seen["overrides"] = overrides
+        raise Planned
+
+    def load_pair_recipe(recipe, overrides):
+        seen["overrides"] = overrides
+        raise Planned
+
+    monkeypatch.setattr("divergence.study.runner.plan_jobs", plan_jobs)
+    monkeypatch.setattr("divergence.variants.pair_recipe.load_pair_recipe", load_pair_recipe)
+    extra = ["--recipe", "divergence/recipes/pairs/flash-vs-baseline.yaml"] if command == "train" else []
+    with pytest.raises(Planned):
+        main([command, "--out", str(tmp_path / "o"), "--no-wandb", *extra])
+    assert "log.wandb=false" in seen["overrides"]
+
+
+def test_watch_without_lightning_no_wandb_is_the_store_alone_and_logging_is_refused(tmp_path, monkeypatch, capsys):
+    from divergence.extras import MissingExtra
+
+    def require(extra, *modules):
+        raise MissingExtra("lightning is not installed: pip install 'divergence[train]'")
+
+    monkeypatch.setattr("divergence.extras.require", require)
+    two_arms(tmp_path / "p")
+    assert main(["watch", str(tmp_path / "p"), "--quiet", "--poll", "0.05", "--timeout", "30"]) == 2
+    assert "or pass --no-wandb (the store without logs)" in capsys.readouterr().err
+    assert main(["watch", str(tmp_path / "p"), "--no-wandb", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0
+    assert "the store only, no CSV logs" in capsys.readouterr().err and not (tmp_path / "p" / "csv").exists()
