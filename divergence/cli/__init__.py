@@ -44,6 +44,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def plain(text: str) -> str:
+    """A docstring's text as ``--help`` prints it: no reStructuredText double backticks, one line."""
+    return " ".join(text.replace("``", "").split())
+
+
 class _Renamed(argparse.Action):
     """A flag under its old name: accepted, hidden from ``--help``, and its first use says the new name."""
 

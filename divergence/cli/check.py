@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 
+from divergence.cli import plain
+
 HELP = "bug or noise: a change's gradient, or a pair's run, against a reordering of the baseline's sums"
 EXIT = {"reordering_like": 0, "beyond_reordering": 1, "inconclusive": 3, None: 3}
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("check", help=HELP, description=__doc__.split("\n\n")[1].replace("\n", " "))
+    p = subparsers.add_parser("check", help=HELP, description=plain(__doc__.split("\n\n")[1]))
     p.add_argument("mode", choices=("step", "trajectory"), help="step: one step's gradients; trajectory: two pairs")
     p.add_argument("change", help="step: FILE.py:FUNCTION, the changed path; trajectory: the pair folder")
     p.add_argument("baseline", nargs="?", help="step: FILE.py:FUNCTION, the baseline path")

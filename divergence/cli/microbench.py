@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from divergence.cli import plain
 from divergence.errors import UserInputError
 
 
@@ -17,7 +18,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "microbench",
         help="attention numerics microbenchmark: flash vs baseline vs fp64 golden (paper Figs. 3-6)",
-        description=__doc__.split("\n\n")[1],
+        description=plain(__doc__.split("\n\n")[1]),
     )
     p.add_argument("--recipe", help="microbench recipe YAML (default: the built-in one, as recipes/microbench.yaml)")
     p.add_argument("--precision", nargs="+", metavar="P", help="number formats: bf16 fp16 fp32 fp64")

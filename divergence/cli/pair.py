@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 
+from divergence.cli import plain
+
 HELP = "set a pair folder's name, category, description or arm labels (pair.json) after the fact"
 KEYS = ("name", "category", "description", "arms.a", "arms.b")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("pair", help=HELP, description=HELP + ". " + __doc__.split("\n\n")[1].replace("\n", " "))
+    p = subparsers.add_parser("pair", help=HELP, description=HELP + ". " + plain(__doc__.split("\n\n")[1]))
     p.add_argument("action", choices=("set",), help="set: change the given keys")
     p.add_argument("dir", help="the pair folder (holds pair.json)")
     p.add_argument("values", nargs="+", metavar="KEY=VALUE", help=f"keys: {', '.join(KEYS)}")

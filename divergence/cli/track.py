@@ -23,7 +23,7 @@ import sys
 
 from divergence.pairfolder.pair_json import CATEGORIES
 
-HELP = "turn two checkpoint series trained anywhere into a pair folder with its metrics store"
+HELP = "after training: turn two saved checkpoint series, from any trainer, into a pair folder and its store"
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -34,7 +34,9 @@ def register(subparsers) -> argparse.ArgumentParser:
         help=HELP,
         description=HELP + ". Series: accelerate/diffusers checkpoint-N/ folders (with --component unet), "
         "Lightning .ckpt files (numbered by their global_step), step_N.safetensors files, save_pretrained or "
-        "torch.distributed.checkpoint folders (step-N/, checkpoint-N/).",
+        "torch.distributed.checkpoint folders (step-N/, checkpoint-N/). It compares the steps both series hold, "
+        "once, and knows no losses (the store's losses are NaN). To follow two arms while they train, writing "
+        "into one pair folder, use divergence watch.",
     )
     p.add_argument("a", help="folder of arm a's checkpoints")
     p.add_argument("b", help="folder of arm b's checkpoints")

@@ -19,16 +19,18 @@ from pathlib import Path
 from divergence.cli import renamed_flag
 from divergence.errors import UserInputError
 
-HELP = "follow a pair's separately trained arms and write its metrics store as they go"
+HELP = "while a pair's two arms train, follow them and write its metrics store as they go (live)"
 
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "watch",
         help=HELP,
-        description=HELP + ". Computes each step's records as soon as both arms' losses and checkpoints for it "
-        "are complete; restarted, it continues where it stopped. Launch under torchrun to divide each "
-        "comparison among ranks.",
+        description=HELP + ". The arms write into one pair folder (divergence.ArmWriter, Lightning's "
+        "ArmCheckpoints, transformers' ArmWriterCallback, or divergence train --arm); watch computes each step's "
+        "records as soon as both arms' losses and checkpoints for it are complete, with their losses; restarted, "
+        "it continues where it stopped. Launch under torchrun to divide each comparison among ranks. "
+        "For two checkpoint series that are already saved, by any trainer, use divergence track.",
     )
     p.add_argument("dir", help="pair folder the arms train into (divergence train --arm a|b --out DIR)")
     p.add_argument(

@@ -1,5 +1,7 @@
 """One CLI grammar: one flag for "no wandb" with one meaning, renamed flags kept working."""
 
+import argparse
+
 import pytest
 
 from divergence.cli import build_parser, main
@@ -65,3 +67,31 @@ def test_watch_without_lightning_no_wandb_is_the_store_alone_and_logging_is_refu
     assert "or pass --no-wandb (the store without logs)" in capsys.readouterr().err
     assert main(["watch", str(tmp_path / "p"), "--no-wandb", "--quiet", "--poll", "0.05", "--timeout", "30"]) == 0
     assert "the store only, no CSV logs" in capsys.readouterr().err and not (tmp_path / "p" / "csv").exists()
+
+
+def _parsers(parser, name="divergence"):
+    """Every parser of the command line, with its name: the top, each command, each command's actions."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from _parsers(sub, f"{name} {sub_name}")
+
+
+def test_no_help_text_prints_rst_double_backticks():
+    found = [
+        f"{name}: {text[:60]}"
+        for name, parser in _parsers(build_parser())
+        for text in [parser.description or "", *(a.help or "" for a in parser._actions)]
+        if "``" in text
+    ]
+    assert not found, found
+
+
+def test_watch_and_track_say_in_their_help_how_they_differ():
+    top, watch, track = (
+        " ".join(t.split()) for t in (build_parser().format_help(), command_help("watch"), command_help("track"))
+    )
+    assert "while a pair's two arms train" in watch and "use divergence track" in watch
+    assert "after training" in track and "use divergence watch" in track and "no losses" in track
+    assert "(live)" in top and "after training:" in top
