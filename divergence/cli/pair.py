@@ -1,4 +1,4 @@
-"""``divergence pair set OUT KEY=VALUE ...``: name a pair folder after the fact.
+"""``divergence pair DIR KEY=VALUE ...``: name a pair folder after the fact.
 
 The keys are ``pair.json``'s identity (``docs/pair-folder.md``): ``name`` (what every verdict
 calls the pair), ``category`` (its role in the verdict: ``control`` identical arms, ``seed``
@@ -9,6 +9,9 @@ comma-separated: ``arms.a=attention=flash``; a description that was only the arm
 follows them). Nothing else in the folder changes. Refused while
 a writer holds an arm (its ``writer.lock``): the arms' writers check ``pair.json`` when they
 start, so it changes between runs, not under one.
+
+``divergence pair set DIR KEY=VALUE ...``, its first spelling (``set`` its one action), still works
+and says the new one once.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ KEYS = ("name", "category", "description", "arms.a", "arms.b")
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("pair", help=HELP, description=HELP + ". " + plain(__doc__.split("\n\n")[1]))
-    p.add_argument("action", choices=("set",), help="set: change the given keys")
     p.add_argument("dir", help="the pair folder (holds pair.json)")
     p.add_argument("values", nargs="+", metavar="KEY=VALUE", help=f"keys: {', '.join(KEYS)}")
     return p
@@ -52,6 +54,19 @@ def parse_values(values: list[str]) -> dict:
     return out
 
 
+def _old_spelling(args) -> None:
+    """``pair set DIR KEY=VALUE``: the first word ``set`` and a folder after it, not a KEY=VALUE."""
+    import sys
+
+    if args.dir == "set" and "=" not in args.values[0]:
+        print("divergence pair: note: 'divergence pair set DIR' is now 'divergence pair DIR'", file=sys.stderr)
+        args.dir, args.values = args.values[0], args.values[1:]
+        if not args.values:
+            from divergence.errors import UserInputError
+
+            raise UserInputError(f"{args.dir}: give KEY=VALUE with KEY one of {', '.join(KEYS)}")
+
+
 def run(args) -> int:
     from pathlib import Path
 
@@ -59,6 +74,7 @@ def run(args) -> int:
     from divergence.pairfolder.layout import PAIR_FILE
     from divergence.pairfolder.pair_json import PairInfo, arms_line
 
+    _old_spelling(args)
     changes = parse_values(args.values)
     PairInfo.read(args.dir)  # a one-line error when missing or unreadable (before the lock creates anything)
     with PairLock(args.dir):  # no writer of the pair may start (or be running) while pair.json changes

@@ -4,7 +4,7 @@ A line is complete when it ends with a newline. The one incomplete line a file m
 its last: a writer killed mid-line leaves it, and it is "not written yet", never an error.
 Every complete line must parse, or the file is refused with its line number: a reader that
 stopped there would silently drop the records after it, and a writer resuming there would
-delete them (``divergence store repair DIR`` moves such lines aside and keeps the rest).
+delete them (``divergence repair DIR`` moves such lines aside and keeps the rest).
 """
 
 from __future__ import annotations
@@ -59,12 +59,12 @@ def require_step(record: dict) -> int:
 def unreadable(path: Path, number: int, reason: str) -> UserInputError:
     """The one-line error for line ``number`` of ``path``, with the command that repairs it."""
     return UserInputError(
-        f"{path}: line {number}: {reason}; nothing was changed. Run `divergence store repair "
+        f"{path}: line {number}: {reason}; nothing was changed. Run `divergence repair "
         f"{repair_folder(path)}` to keep every committed record and move such lines aside"
     )
 
 
 def repair_folder(path: Path) -> Path:
-    """The folder ``divergence store repair`` takes for a file: the pair folder (losses live in
+    """The folder ``divergence repair`` takes for a file: the pair folder (losses live in
     ``DIR/<arm>/``, the store in ``DIR``)."""
     return path.parent if path.name == METRICS_FILE else path.parent.parent

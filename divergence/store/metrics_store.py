@@ -37,7 +37,7 @@ records carry its step, and steps strictly increase; anything else is an error n
 file and line (and the step), never a silent stop. A torn final line and complete records
 after the last commit are the uncommitted tail of a killed writer: readers skip it and
 ``open_for_append`` cuts it, but nothing committed or unreadable is ever cut: that is
-``divergence store repair DIR``'s job (``divergence.store.repair``).
+``divergence repair DIR``'s job (``divergence.store.repair``).
 """
 
 from __future__ import annotations

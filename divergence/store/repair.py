@@ -1,4 +1,4 @@
-"""``divergence store repair DIR``: keep every committed record, move the unreadable lines aside.
+"""``divergence repair DIR``: keep every committed record, move the unreadable lines aside.
 
 Readers refuse a store or loss file with an unreadable line (``divergence.pairfolder.jsonl``), and
 writers never cut one. This is the way out that loses nothing: each file is split into

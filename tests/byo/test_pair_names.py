@@ -77,9 +77,7 @@ def test_the_verdict_calls_armwriter_pairs_by_their_names(tmp_path):
 def test_pair_set_renames_and_relabels_the_arms(tmp_path, capsys):
     root = study(tmp_path / "study")
     for folder in root.glob("flash-vs-baseline-r*"):
-        assert (
-            main(["pair", "set", str(folder), "name=my-kernel", "arms.a=attention=mine", "arms.b=attention=sdpa"]) == 0
-        )
+        assert main(["pair", str(folder), "name=my-kernel", "arms.a=attention=mine", "arms.b=attention=sdpa"]) == 0
     result = analysis(root)
     (verdict,) = result.verdicts
     assert verdict.study == "my-kernel" and verdict.headline.startswith("Bounded: my-kernel perturbs training")
@@ -89,6 +87,6 @@ def test_pair_set_renames_and_relabels_the_arms(tmp_path, capsys):
     assert ("my-kernel", "0", "under study", "attention=mine vs attention=sdpa") in rows
     # a description a person gives is the name's longer form: the verdict reads it
     for folder in root.glob("flash-vs-baseline-r*"):
-        assert main(["pair", "set", str(folder), "description=my kernel vs sdpa"]) == 0
+        assert main(["pair", str(folder), "description=my kernel vs sdpa"]) == 0
     (verdict,) = verdicts(root)
     assert verdict["study"] == "my-kernel" and verdict["headline"].startswith("Bounded: my kernel vs sdpa perturbs")

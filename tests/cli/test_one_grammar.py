@@ -95,3 +95,26 @@ def test_watch_and_track_say_in_their_help_how_they_differ():
     assert "while a pair's two arms train" in watch and "use divergence track" in watch
     assert "after training" in track and "use divergence watch" in track and "no losses" in track
     assert "(live)" in top and "after training:" in top
+
+
+def test_one_action_groups_are_folded_and_their_old_spelling_still_works(tmp_path, capsys):
+    from divergence.pairfolder.pair_json import PairInfo
+    from divergence.store import MetricsStore
+
+    listed = [
+        line.split()[0]
+        for line in build_parser().format_help().splitlines()
+        if line.startswith("    ") and line[4] != " "
+    ]
+    assert "repair" in listed and "pair" in listed and "store" not in listed  # the old group: hidden
+    two_arms(tmp_path / "p")
+    assert main(["pair", str(tmp_path / "p"), "name=mine"]) == 0
+    assert main(["pair", "set", str(tmp_path / "p"), "category=control"]) == 0
+    assert (PairInfo.read(tmp_path / "p").name, PairInfo.read(tmp_path / "p").category) == ("mine", "control")
+    assert capsys.readouterr().err.count("'divergence pair set DIR' is now 'divergence pair DIR'") == 1
+    MetricsStore(tmp_path / "p").path.write_text("[]\n")
+    assert main(["repair", str(tmp_path / "p")]) == 0 and "moved 1 lines" in capsys.readouterr().out
+    MetricsStore(tmp_path / "p").path.write_text("[]\n")
+    assert main(["store", "repair", str(tmp_path / "p")]) == 0
+    out, err = capsys.readouterr()
+    assert "moved 1 lines" in out and "'divergence store repair DIR' is now 'divergence repair DIR'" in err

@@ -118,7 +118,7 @@ def test_a_garbage_store_line_is_one_line_naming_it(lockstep, capsys, tmp_path, 
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[: at - 1] + [line + b"\n"] + lines[at - 1 :]))  # becomes line `at`
     where = f"{path}: line {at}"
-    _refused(capsys, lockstep, ["export", str(lockstep), "--csv", str(tmp_path / "x.csv")], where, "store repair")
+    _refused(capsys, lockstep, ["export", str(lockstep), "--csv", str(tmp_path / "x.csv")], where, "divergence repair")
     assert not (tmp_path / "x.csv").exists()
     _refused(capsys, lockstep, _train(lockstep), where)
     _refused(capsys, lockstep, _watch(lockstep), where)

@@ -94,9 +94,9 @@ def test_a_garbage_line_in_a_real_store_stops_the_resume_and_repair_recovers_eve
     path.write_bytes(b"".join(lines[: at - 1] + [b"garbage\n"] + lines[at - 1 :]))
     damaged = path.read_bytes()
     assert main(_train(out)) == 2
-    assert_one_line(capsys, f"metrics.jsonl: line {at}: not JSON", f"divergence store repair {out}")
+    assert_one_line(capsys, f"metrics.jsonl: line {at}: not JSON", f"divergence repair {out}")
     assert path.read_bytes() == damaged
-    assert main(["store", "repair", str(out)]) == 0
+    assert main(["repair", str(out)]) == 0
     assert path.read_bytes() == (trained / "lockstep/metrics.jsonl").read_bytes()
     assert next(out.glob("metrics.jsonl.unreadable-*")).read_bytes() == b"garbage\n"
     assert main(_train(out)) == 0  # resumes (at its last step) and keeps every record

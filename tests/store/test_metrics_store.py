@@ -133,7 +133,7 @@ def test_a_garbage_line_mid_file_is_an_error_and_resume_cuts_nothing(tmp_path):
         lambda s: s.open_for_append(),
         lambda s: s.truncate_after(7),
     ):
-        with pytest.raises(UserInputError, match=r"metrics.jsonl: line 10: not JSON .*divergence store repair"):
+        with pytest.raises(UserInputError, match=r"metrics.jsonl: line 10: not JSON .*divergence repair"):
             read(MetricsStore(tmp_path))
     assert store.path.read_bytes() == before
 
@@ -148,7 +148,7 @@ def test_repair_keeps_every_committed_block_and_moves_the_unreadable_lines_aside
     with open(store.path, "ab") as f:
         f.write(b"".join(clean[6:9]))  # step 2's block again, at the end
         f.write(b'{"type":"tensor","step":9,"tensor":"w"')  # and a torn final line
-    assert main(["store", "repair", str(tmp_path)]) == 0
+    assert main(["repair", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "kept 9 committed steps; moved 5 lines" in out and "line 5:" in out and "line 11:" in out
     side = list(tmp_path.glob("metrics.jsonl.unreadable-*"))
@@ -157,7 +157,7 @@ def test_repair_keeps_every_committed_block_and_moves_the_unreadable_lines_aside
     repaired = MetricsStore(tmp_path)
     assert repaired.steps() == list(range(9))
     assert store.path.read_bytes() == b"".join(clean) + b'{"type":"tensor","step":9,"tensor":"w"'
-    assert main(["store", "repair", str(tmp_path)]) == 0
+    assert main(["repair", str(tmp_path)]) == 0
     assert "nothing to repair" in capsys.readouterr().out
 
 
@@ -192,7 +192,7 @@ def test_a_garbage_loss_line_is_an_error_and_a_resumed_arm_cuts_nothing(tmp_path
         with pytest.raises(UserInputError, match=r"losses.jsonl: line 3: its loss 'x' is not a number"):
             read(LossFile(tmp_path / "a"))
     assert losses.path.read_bytes() == before
-    assert main(["store", "repair", str(tmp_path)]) == 0
+    assert main(["repair", str(tmp_path)]) == 0
     assert "moved 1 lines" in capsys.readouterr().out
     assert sorted(LossFile(tmp_path / "a").read_new()) == [1, 2, 3, 4, 5]
 

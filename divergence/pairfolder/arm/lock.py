@@ -10,7 +10,7 @@ holds them for its lifetime. There are two kinds of writer:
   --arm``): ``ArmLock`` takes an exclusive lock on ``<arm>/writer.lock`` and a shared one on
   ``<pair>/writer.lock`` (the other arm's writer shares it);
 - a *pair writer* writes the whole folder (the lockstep ``divergence train``, ``LockstepPair``,
-  ``divergence track --out``, ``divergence pair set``): ``PairLock`` takes an exclusive lock on
+  ``divergence track``, ``divergence pair``): ``PairLock`` takes an exclusive lock on
   ``<pair>/writer.lock``, so it is refused while an arm writer or another pair writer lives, and
   refuses them while it lives.
 

@@ -18,7 +18,7 @@ exactly the float the arm computed; NaN and infinities are written as JSON5 toke
 store writes them. Readers take complete lines only: a torn final line of a killed writer is
 not there yet. Every complete line must be ``{"step": int, "loss": number}`` (and an optional
 ``router_drop``) with steps strictly increasing, or the file is refused naming its line
-(``divergence store repair DIR`` moves such lines aside). A resumed arm cuts the lines after
+(``divergence repair DIR`` moves such lines aside). A resumed arm cuts the lines after
 the step it resumes from.
 """
 
