@@ -44,6 +44,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def folder_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    """The command's one folder as every command names it, a positional ``DIR``; ``--out DIR``, its
+    first spelling in ``train`` and ``track``, stays accepted (hidden: the jobs a study starts use it)."""
+    parser.add_argument("dir", nargs="?", metavar="DIR", help=help)
+    parser.add_argument("--out", dest="out_flag", metavar="DIR", help=argparse.SUPPRESS)
+
+
+def chosen_folder(args: argparse.Namespace) -> str:
+    """``DIR`` or ``--out DIR`` (one of them, or both the same), refused in one line otherwise."""
+    given = {str(f) for f in (args.dir, args.out_flag) if f is not None}
+    if len(given) != 1:
+        raise UserInputError(
+            "give the folder once, as DIR" if given else "the folder is missing: give it as DIR (after the command)"
+        )
+    return given.pop()
+
+
 def plain(text: str) -> str:
     """A docstring's text as ``--help`` prints it: no reStructuredText double backticks, one line."""
     return " ".join(text.replace("``", "").split())

@@ -11,7 +11,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="write a run's metrics store as one row per (step, tensor)",
         description="Export DIR/metrics.jsonl as CSV and/or Parquet, one row per (step, tensor).",
     )
-    p.add_argument("dir", help="a paired-training run folder (holds metrics.jsonl)")
+    p.add_argument("dir", metavar="DIR", help="a paired-training run folder (holds metrics.jsonl)")
     p.add_argument("--csv", metavar="PATH", help="write CSV here")
     p.add_argument("--parquet", metavar="PATH", help="write Parquet here")
     return p

@@ -26,7 +26,7 @@ KEYS = ("name", "category", "description", "arms.a", "arms.b")
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("pair", help=HELP, description=HELP + ". " + plain(__doc__.split("\n\n")[1]))
-    p.add_argument("dir", help="the pair folder (holds pair.json)")
+    p.add_argument("dir", metavar="DIR", help="the pair folder (holds pair.json)")
     p.add_argument("values", nargs="+", metavar="KEY=VALUE", help=f"keys: {', '.join(KEYS)}")
     return p
 

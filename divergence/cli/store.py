@@ -20,7 +20,7 @@ DIR_HELP = "a pair folder (holds metrics.jsonl, a/losses.jsonl, b/losses.jsonl)"
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("repair", help=HELP, description=HELP + ". " + DESCRIPTION)
-    p.add_argument("dir", help=DIR_HELP)
+    p.add_argument("dir", metavar="DIR", help=DIR_HELP)
     old = subparsers.add_parser("store", description=DESCRIPTION)  # no help=: not listed by --help
     actions = old.add_subparsers(dest="action", metavar="ACTION", parser_class=type(old))
     actions.required = True

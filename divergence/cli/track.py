@@ -1,4 +1,4 @@
-"""``divergence track A B --out PAIR``: a pair folder from two checkpoint series trained anywhere.
+"""``divergence track A B DIR``: a pair folder from two checkpoint series trained anywhere.
 
 A and B are folders of step-numbered checkpoints (``divergence.checkpoints.series``). Steps
 are matched by number; for each step both series have, the two checkpoints are compared
@@ -7,13 +7,13 @@ are matched by number; for each step both series have, the two checkpoints are c
 step (the losses are unknown: NaN). ``PAIR/pair.json`` describes the pair, so ``divergence
 report``, ``export`` and wandb logging work on it. Steps only one series has are listed.
 
-Nothing is written before the inputs are checked (``--out`` a folder, or a path that can become
+Nothing is written before the inputs are checked (DIR a folder, or a path that can become
 one, holding no store; the series' steps within int64), and the pair folder is built in a
 hidden staging folder beside it and moved into place at the end: a failure mid-way (a
 checkpoint that cannot be read or matched) names the step and both files, and leaves no
 half-written pair folder. ``track`` is a writer of the pair folder like any other: it holds the
 folder's ``PairLock`` (``divergence.pairfolder.arm.lock``) while it builds and publishes, so it is
-refused in one line while an arm writer, a lockstep run or another ``track`` writes ``--out``.
+refused in one line while an arm writer, a lockstep run or another ``track`` writes DIR.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from divergence.cli import chosen_folder, folder_argument
 from divergence.pairfolder.pair_json import CATEGORIES
 
 HELP = "after training: turn two saved checkpoint series, from any trainer, into a pair folder and its store"
@@ -38,16 +39,16 @@ def register(subparsers) -> argparse.ArgumentParser:
         "once, and knows no losses (the store's losses are NaN). To follow two arms while they train, writing "
         "into one pair folder, use divergence watch.",
     )
-    p.add_argument("a", help="folder of arm a's checkpoints")
-    p.add_argument("b", help="folder of arm b's checkpoints")
-    p.add_argument("--out", required=True, metavar="PAIR", help="pair folder to write (must not hold a store yet)")
+    p.add_argument("a", metavar="A", help="folder of arm a's checkpoints")
+    p.add_argument("b", metavar="B", help="folder of arm b's checkpoints")
+    folder_argument(p, "the pair folder to write (must not hold a store yet; --out DIR works too)")
     p.add_argument(
         "--component",
         default=None,
         metavar="NAME",
         help="the subfolder of each checkpoint folder holding the model (e.g. unet)",
     )
-    p.add_argument("--name", default=None, help="the pair's name (default: the --out folder's name)")
+    p.add_argument("--name", default=None, help="the pair's name (default: the DIR folder's name)")
     p.add_argument(
         "--category",
         default="optimization",
@@ -75,6 +76,7 @@ def run(args) -> int:
     from divergence.checkpoints.series import find_series
     from divergence.errors import UserInputError
 
+    args.out = chosen_folder(args)
     parse_maps(args.map)  # a bad rule fails before any work
     out = _check_out(Path(args.out))
     series = {"a": find_series(args.a, args.component), "b": find_series(args.b, args.component)}
@@ -97,19 +99,19 @@ def run(args) -> int:
 
 
 def _check_out(out):
-    """``--out`` can hold a new pair folder: a folder without a store, or a path under folders only."""
+    """DIR can hold a new pair folder: a folder without a store, or a path under folders only."""
     from divergence.errors import UserInputError
     from divergence.store import MetricsStore
 
     if out.exists() and not out.is_dir():
-        raise UserInputError(f"--out {out}: exists and is not a folder; give a folder for the pair")
+        raise UserInputError(f"{out}: exists and is not a folder; give a folder for the pair")
     for parent in out.parents:
         if parent.exists():
             if not parent.is_dir():
-                raise UserInputError(f"--out {out}: {parent} is a file, not a folder")
+                raise UserInputError(f"{out}: {parent} is a file, not a folder")
             break
     if MetricsStore(out).exists():
-        raise UserInputError(f"--out {out}: already holds a metrics store; choose a new folder or remove it")
+        raise UserInputError(f"{out}: already holds a metrics store; choose a new folder or remove it")
     return out
 
 
@@ -192,7 +194,7 @@ def _staging(out):
         staging.mkdir()
     except OSError as err:
         raise UserInputError(
-            f"--out {out}: cannot write there ({err.strerror or err}); choose a folder you can write to"
+            f"{out}: cannot write there ({err.strerror or err}); choose a folder you can write to"
         ) from None
     return staging
 

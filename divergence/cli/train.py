@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from divergence.cli import chosen_folder, folder_argument
+
 HELP = "train a text-to-image diffusion model from a recipe"
 
 
@@ -11,19 +13,19 @@ def register(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "train",
         help=HELP,
-        description=HELP + ". Running it again with the same --out resumes.",
+        description=HELP + ". Running it again with the same DIR resumes.",
     )
     parser.add_argument(
         "--recipe",
         help="recipe YAML: a run (default: the embedded tiny recipe, recipes/tiny.yaml) "
         "or a pair of arms (recipes/pairs/*.yaml), trained in lockstep",
     )
-    parser.add_argument("--out", required=True, help="run folder: checkpoints, samples, logs, resume state")
+    folder_argument(parser, "the run or pair folder: checkpoints, samples, logs, resume state (--out DIR works too)")
     parser.add_argument(
         "--arm",
         choices=("a", "b"),
         help="with a pair recipe: train only this arm, as its own "
-        "job (any strategy, devices, nodes); `divergence watch OUT` compares the arms as they go",
+        "job (any strategy, devices, nodes); `divergence watch DIR` compares the arms as they go",
     )
     parser.add_argument("--max-steps", type=int, help="override train.max_steps")
     parser.add_argument("--checkpoint-every", type=int, help="override train.checkpoint_every")
@@ -52,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
     from divergence.recipe.run import RunRecipe, load_run_recipe
     from divergence.config.schema import apply_overrides, parse
 
+    if args.dir is not None and "=" in args.dir:  # the first KEY=VALUE, read as DIR by argparse
+        args.overrides, args.dir = [args.dir, *args.overrides], None
+    args.out = chosen_folder(args)
     overrides = list(args.overrides)
     if args.max_steps is not None:
         overrides.append(f"train.max_steps={args.max_steps}")

@@ -32,7 +32,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "it continues where it stopped. Launch under torchrun to divide each comparison among ranks. "
         "For two checkpoint series that are already saved, by any trainer, use divergence track.",
     )
-    p.add_argument("dir", help="pair folder the arms train into (divergence train --arm a|b --out DIR)")
+    p.add_argument("dir", metavar="DIR", help="pair folder the arms train into (divergence train DIR --arm a|b)")
     p.add_argument(
         "--poll",
         type=float,

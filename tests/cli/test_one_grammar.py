@@ -1,6 +1,7 @@
 """One CLI grammar: one flag for "no wandb" with one meaning, renamed flags kept working."""
 
 import argparse
+import re
 
 import pytest
 
@@ -118,3 +119,46 @@ def test_one_action_groups_are_folded_and_their_old_spelling_still_works(tmp_pat
     assert main(["store", "repair", str(tmp_path / "p")]) == 0
     out, err = capsys.readouterr()
     assert "moved 1 lines" in out and "'divergence store repair DIR' is now 'divergence repair DIR'" in err
+
+
+def _series(folder, steps=(0, 10)):
+    """A checkpoint series of a tiny state dict: step_N.safetensors files."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    for step in steps:
+        save_file({"w": torch.full((3,), 1.0 + step)}, str(folder / f"step_{step}.safetensors"))
+
+
+@pytest.mark.parametrize("command", ["train", "track", "watch", "export", "repair", "pair"])
+def test_every_command_of_one_pair_folder_names_it_dir(command):
+    usage = " ".join(command_help(command).split("\n\n")[0].split())
+    assert re.search(r"[ \[]DIR\b", usage) and "--out" not in usage
+
+
+def test_track_takes_the_pair_folder_as_dir_and_still_as_out(tmp_path, capsys):
+    _series(tmp_path / "a")
+    _series(tmp_path / "b")
+    assert main(["track", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "p"), "--quiet"]) == 0
+    assert main(["track", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "q"), "--quiet"]) == 0
+    assert (tmp_path / "p" / "metrics.jsonl").read_bytes() == (tmp_path / "q" / "metrics.jsonl").read_bytes()
+    assert (
+        main(["track", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "r"), "--out", str(tmp_path / "s")])
+        == 2
+    )
+    assert capsys.readouterr().err.strip().endswith("give the folder once, as DIR")
+    assert main(["track", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    assert "the folder is missing: give it as DIR" in capsys.readouterr().err
+
+
+def test_train_takes_its_folder_as_dir_before_the_overrides_and_still_as_out(tmp_path, monkeypatch):
+    trained = []
+    monkeypatch.setattr("divergence.training.single.train_run", lambda recipe, out: trained.append((recipe, out)))
+    for args in (
+        ["train", str(tmp_path / "r"), "train.max_steps=3"],
+        ["train", "train.max_steps=3", "--out", str(tmp_path / "r")],
+    ):
+        assert main(args) == 0
+    assert [(recipe.train.max_steps, str(out)) for recipe, out in trained] == [(3, str(tmp_path / "r"))] * 2
+    assert main(["train", "train.max_steps=3"]) == 2  # an override is not a folder
