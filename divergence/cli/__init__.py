@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     try:
         return int(args._run(args) or 0)
     except UserInputError as err:
@@ -118,6 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"divergence {args.subcommand}: interrupted", file=sys.stderr)
         return 130
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser.parse_args``, but KEY=VALUE words after an option join the command's overrides
+    (``train DIR --recipe R train.lr=1``): argparse gives a ``nargs="*"`` positional only the words
+    before the first option."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not isinstance(getattr(args, "overrides", None), list) or any(w.startswith("-") for w in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
+    return args
 
 
 EXIT_CLOSED_PIPE = 128 + 13  # 128 + SIGPIPE: the status a shell shows for a writer whose reader left

@@ -54,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from divergence.recipe.run import RunRecipe, load_run_recipe
     from divergence.config.schema import apply_overrides, parse
 
-    if args.dir is not None and "=" in args.dir:  # the first KEY=VALUE, read as DIR by argparse
-        args.overrides, args.dir = [args.dir, *args.overrides], None
+    _split_words(args)
     args.out = chosen_folder(args)
     overrides = list(args.overrides)
     if args.max_steps is not None:
@@ -100,6 +99,17 @@ def run(args: argparse.Namespace) -> int:
 
     train_run(recipe, args.out)
     return 0
+
+
+def _split_words(args) -> None:
+    """DIR and the KEY=VALUE overrides in any order (argparse fills DIR with the first word)."""
+    from divergence.errors import UserInputError
+
+    words = [w for w in (args.dir, *args.overrides) if w is not None]
+    folders = [w for w in words if "=" not in w]
+    if len(folders) > 1:
+        raise UserInputError(f"{' '.join(folders)}: give one folder (DIR) and KEY=VALUE overrides")
+    args.dir, args.overrides = (folders[0] if folders else None), [w for w in words if "=" in w]
 
 
 def _train_separate(pair, args, overrides: list[str], borrowed: tuple[str, ...] = ()) -> int:

@@ -158,7 +158,12 @@ def test_train_takes_its_folder_as_dir_before_the_overrides_and_still_as_out(tmp
     for args in (
         ["train", str(tmp_path / "r"), "train.max_steps=3"],
         ["train", "train.max_steps=3", "--out", str(tmp_path / "r")],
+        ["train", str(tmp_path / "r"), "--checkpoint-every", "5", "train.max_steps=3"],  # KEY=VALUE after an option
+        ["train", "train.max_steps=3", str(tmp_path / "r")],
     ):
         assert main(args) == 0
-    assert [(recipe.train.max_steps, str(out)) for recipe, out in trained] == [(3, str(tmp_path / "r"))] * 2
+    assert [(recipe.train.max_steps, str(out)) for recipe, out in trained] == [(3, str(tmp_path / "r"))] * 4
     assert main(["train", "train.max_steps=3"]) == 2  # an override is not a folder
+    assert main(["train", str(tmp_path / "r"), str(tmp_path / "s")]) == 2  # one folder
+    with pytest.raises(SystemExit, match="2"):
+        main(["train", str(tmp_path / "r"), "--bogus"])  # an unknown option is still refused
