@@ -205,7 +205,7 @@ def build_parts(out: Path, python: str, kernels: list[str], gpus: int) -> list[P
                 ]
                 for arm in ("a", "b")
             ]
-            + [dv + ["watch", work("ddp-watch") + "/pair", "--timeout", "60", "--no-log", "--quiet"]],
+            + [dv + ["watch", work("ddp-watch") + "/pair", "--timeout", "60", "--no-wandb", "--quiet"]],
         ),
     ]
 
