@@ -105,6 +105,14 @@ class PairJob:
         own = [(arm, n) for arm, n in zip(ARMS, self.arm_cores) if arm not in self.borrowed]
         return next((n for arm, n in own if not arm_finished(folder, arm, self.max_steps)), 1)
 
+    def ready(self) -> bool:
+        """Whether it has work now (``next_ready``): an arm of its own to train, or borrowed arms all finished."""
+        if len(self.borrowed) < len(ARMS):
+            return True
+        return all(
+            arm_finished(PairFolder(owner.parent), owner.name, self.max_steps) for owner in self.borrowed.values()
+        )
+
     def finished(self) -> bool:
         try:
             info = PairInfo.read(self.out)
@@ -223,8 +231,9 @@ def run_jobs(
     try:
         with signals_raise():  # SIGTERM and SIGHUP, like Ctrl-C, reach the except below
             while waiting or running:
-                while waiting and fits(waiting[0], running, parallel):
-                    running.append(_start(waiting.pop(0), overrides))
+                while (job := next_ready(waiting, running)) is not None and fits(job, running, parallel):
+                    waiting.remove(job)
+                    running.append(_start(job, overrides))
                 time.sleep(POLL_SECONDS)
                 _update(jobs, bars, overall)
                 for job in [j for j in running if j.process.poll() is not None]:
@@ -241,6 +250,15 @@ def run_jobs(
         for bar in (*bars.values(), overall):
             bar.close()
     return record
+
+
+def next_ready(waiting: list[PairJob], running: list[PairJob]) -> PairJob | None:
+    """The first waiting job with work to do now: one that trains an arm of its own, or whose borrowed
+    arms have all finished. A pair that only compares arms others train (``shared_arms``) would hold a
+    core while it waits for them: it starts once they have finished, and the jobs after it go first.
+    With nothing running, the first waiting job (its comparator then says what it waits for)."""
+    ready = next((job for job in waiting if job.ready()), None)
+    return ready if ready is not None or running else next(iter(waiting), None)
 
 
 def start_order(jobs: list[PairJob]) -> list[PairJob]:

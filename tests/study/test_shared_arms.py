@@ -130,3 +130,19 @@ def test_shared_arms_give_the_pair_by_pair_stores_bit_for_bit_even_after_a_sigki
     attempts = {arm: ArmStatus.read(arm).attempt for arm in trained}
     assert main(["study", "--out", str(shared), *STUDY]) == 0  # finished: trains nothing
     assert {arm: ArmStatus.read(arm).attempt for arm in trained} == attempts
+
+
+def test_a_pair_that_only_compares_waits_for_its_owners_and_lets_later_jobs_pass(tmp_path):
+    from divergence.pairfolder.arm.status import ArmStatus as Status
+    from divergence.study.runner import PairJob, next_ready
+
+    owner = tmp_path / "seed-vs-seed" / "r0"
+    compare_only = PairJob(None, None, tmp_path / "bf16-vs-fp32" / "r0", 4, borrowed={a: owner / a for a in "ab"})
+    trains = PairJob(None, None, tmp_path / "control" / "r0", 4, borrowed={"a": owner / "a"})
+    running = [PairJob(None, None, owner, 4)]
+    assert next_ready([compare_only, trains], running) is trains  # its own arm b trains meanwhile
+    assert next_ready([compare_only], []) is compare_only  # nothing else to run: it starts and waits
+    for arm in "ab":
+        (owner / arm).mkdir(parents=True)
+        Status(arm, state="finished", last_step=4).write(owner / arm)
+    assert next_ready([compare_only, trains], running) is compare_only
