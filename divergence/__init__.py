@@ -11,7 +11,9 @@ The Python API (see "Python API" in the README)::
 
     import divergence
     result = divergence.compare_state_dicts(model_a.state_dict(), model_b.state_dict())
-    writer = divergence.ArmWriter("runs/pair", "a", max_steps=1000)     # your own loop
+    writer = divergence.ArmWriter("runs/pair", "a", max_steps=1000)     # one arm of your own loop
+    divergence.watch("runs/pair")                                       # beside the two arm jobs
+    pair = divergence.Pair("runs/pair", model_a, model_b, max_steps=1000)  # both arms in one loop
     pairs = divergence.load_pairs(["runs/pair"]); divergence.build_report(["runs/pair"], "report")
 
 Importing ``divergence`` loads nothing heavy: each name is imported on first use.
@@ -46,6 +48,8 @@ _LAZY = {
     "METRICS": "divergence.metrics",
     # writing a pair folder from your own training
     "ArmWriter": "divergence.writers",
+    "Pair": "divergence.writers.pair",
+    "watch": "divergence.cli.watch",
     # reading pair folders, analysing them, reporting
     "MetricsStore": "divergence.store",
     "PairInfo": "divergence.pairfolder.pair_json",

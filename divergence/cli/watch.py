@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from divergence.cli import renamed_flag
@@ -68,7 +69,7 @@ def _file_probe(pair, device):
     return FileProbe(pair, device)
 
 
-def _can_log(no_wandb: bool) -> bool:
+def _can_log(no_wandb: bool, no_wandb_name: str = "--no-wandb") -> bool:
     """The logs are Lightning's loggers (CSV, wandb, TensorBoard): without Lightning, ``--no-wandb``
     writes the store alone (said in one line), and a watch that would log to wandb is refused."""
     from divergence.extras import MissingExtra, require
@@ -77,39 +78,92 @@ def _can_log(no_wandb: bool) -> bool:
         require("train", "lightning")
     except MissingExtra as err:
         if not no_wandb:
-            raise MissingExtra(f"{err}; or pass --no-wandb (the store without logs)") from None
+            raise MissingExtra(f"{err}; or pass {no_wandb_name} (the store without logs)") from None
         print("divergence watch: note: Lightning is not installed: the store only, no CSV logs", file=sys.stderr)
         return False
     return True
 
 
-def run(args) -> int:
-    from divergence.errors import UserInputError
+@dataclass(frozen=True)
+class WatchResult:
+    """What a watch ended with: ``code`` 0 the pair is complete (both arms finished, every step
+    stored), 1 timed out without progress, 2 a step that can never come (said on stderr);
+    ``steps`` stored and ``compared`` (tracked) in the store, its ``last_step`` (None: none)."""
 
-    if args.poll <= 0:
-        raise UserInputError(f"--poll {args.poll:g}: must be > 0 seconds")
-    if args.timeout is not None and args.timeout <= 0:
-        raise UserInputError(f"--timeout {args.timeout:g}: must be > 0 seconds")
-    if Path(args.dir).exists() and not Path(args.dir).is_dir():
-        raise UserInputError(f"{args.dir}: not a folder; give the pair folder the arms train into")
-    log = not args.no_log and _can_log(args.no_wandb)
+    code: int
+    steps: int
+    compared: int
+    last_step: int | None
+    seconds: float
+
+    @property
+    def complete(self) -> bool:
+        return self.code == 0
+
+
+def watch(
+    pair_folder: str | Path,
+    *,
+    poll: float = 5.0,
+    timeout: float | None = None,
+    device: str = "auto",
+    wandb: bool = True,
+    logs: bool = True,
+    quiet: bool = False,
+) -> WatchResult:
+    """Follow the two arm jobs of ``pair_folder`` while they train and write its metrics store:
+    ``divergence watch DIR`` as a function, with its waits, output and rules.
+
+    ::
+
+        result = divergence.watch("runs/adamw-foreach-vs-fused", poll=0.5, timeout=600, wandb=False)
+        if result.complete:
+            divergence.build_report(["runs"], "report")
+
+    It waits for the arms to start (up to ``timeout``), then stores each step once both arms'
+    losses (and, at a tracked step, both weights files) are written, and returns when the pair is
+    complete, after ``timeout`` seconds without progress (no step stored, no new loss, no arm
+    status change), or at a step that can never come (an arm ended before it). Restarted, it
+    continues after the last stored step. ``poll``: seconds between looks when nothing is ready;
+    ``device``: ``auto`` (this rank's GPU if any), ``cpu`` or ``cuda``; ``wandb=False``: no wandb
+    run, the CSV logs kept; ``logs=False``: the store alone; ``quiet``: no progress bar, only the
+    result line (printed on a complete pair: steps stored, the last ``max_abs_diff``, the next
+    command). Under ``torchrun`` every rank calls it and the comparisons are divided among them.
+    Bad input (an unreadable store, weights that cannot be matched) raises ``UserInputError``.
+    """
+    return _watch(pair_folder, poll, timeout, device, wandb, logs, quiet, PYTHON_NAMES)
+
+
+CLI_NAMES = {"poll": "--poll {:g}", "timeout": "--timeout {:g}", "no_wandb": "--no-wandb"}
+PYTHON_NAMES = {"poll": "watch(poll={!r})", "timeout": "watch(timeout={!r})", "no_wandb": "wandb=False"}
+
+
+def _watch(out, poll, timeout, device, wandb, logs, quiet, names) -> WatchResult:
+    if not poll > 0:
+        raise UserInputError(f"{names['poll'].format(poll)}: must be > 0 seconds")
+    if timeout is not None and not timeout > 0:
+        raise UserInputError(f"{names['timeout'].format(timeout)}: must be > 0 seconds")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise UserInputError(f"{out}: not a folder; give the pair folder the arms train into")
+    log = logs and _can_log(not wandb, names["no_wandb"])
     from divergence.comparator.follow import Comparator
     from divergence.comparator.wait import wait_for_pair
     from divergence.pairfolder.folder import PairFolder
 
-    pair_folder = PairFolder(args.dir)  # built once here, handed down as the object
-    if not wait_for_pair(pair_folder, args.poll, args.timeout):
+    started = time.monotonic()
+    pair_folder = PairFolder(out)  # built once here, handed down as the object
+    if not wait_for_pair(pair_folder, poll, timeout):
         from divergence.pairfolder.starting import how_to_start
 
         print(
-            f"divergence watch: timed out: {args.dir} holds no started pair after {args.timeout:g} s; "
-            f"start the arms: {how_to_start(args.dir, 'a')}",
+            f"divergence watch: timed out: {out} holds no started pair after {timeout:g} s; "
+            f"start the arms: {how_to_start(out, 'a')}",
             file=sys.stderr,
         )
-        return 1
+        return _result(out, 1, started)
     from divergence.comparator.ranks import ranks_from_environment
 
-    ranks, device = ranks_from_environment(args.device)
+    ranks, device = ranks_from_environment(device)
     started = time.monotonic()
     try:
         comparator = Comparator(
@@ -117,16 +171,44 @@ def run(args) -> int:
             ranks,
             device,
             log=log,
-            wandb=not (args.no_wandb or args.no_log),
-            progress=not args.quiet and ranks.is_zero,
+            wandb=wandb,
+            progress=not quiet and ranks.is_zero,
             probe=_file_probe,
         )
-        code = comparator.run(args.poll, args.timeout)
+        code = comparator.run(poll, timeout)
         if code == 0 and ranks.is_zero:
-            print(summary_line(args.dir, time.monotonic() - started))
-        return code
+            print(summary_line(out, time.monotonic() - started))
+        return _result(out, code, started)
     finally:
         ranks.close()
+
+
+def _result(out, code: int, started: float) -> WatchResult:
+    """The result of a watch of ``out`` ended with ``code``, its counts read from the store."""
+    from divergence.store import MetricsStore
+
+    store = MetricsStore(out)
+    try:
+        records = store.step_records() if store.exists() else []
+    except UserInputError:  # an unreadable store: the stop said so already
+        records = []
+    compared = sum(1 for r in records if r.get("tracked"))
+    last = records[-1]["step"] if records else None
+    return WatchResult(code, len(records), compared, last, time.monotonic() - started)
+
+
+def run(args) -> int:
+    result = _watch(
+        args.dir,
+        args.poll,
+        args.timeout,
+        args.device,
+        wandb=not (args.no_wandb or args.no_log),
+        logs=not args.no_log,
+        quiet=args.quiet,
+        names=CLI_NAMES,
+    )
+    return result.code
 
 
 def summary_line(out, seconds: float) -> str:

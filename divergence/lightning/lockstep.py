@@ -42,13 +42,17 @@ from divergence.errors import UserInputError
 from divergence.lightning.arm_checkpoints import step_loss
 from divergence.lightning.gather import gather_state, max_steps, submodule
 from divergence.lightning.optimizers import split_optimizers
-from divergence.lightning.pair_tracker import PairTracker
+from divergence.tracking.pair_tracker import PairTracker
 from divergence.lightning.rng import rng_state, set_rng_state
 from divergence.pairfolder.pair_json import DEFAULT_EVERY
 from divergence.tracking.records import ARMS
 from divergence.writers.arm_writer import state_weights
 
 STATE_KEY = "divergence_pair_tracker"
+RESTART_ADVICE = (
+    "To continue it, resume the Trainer from its checkpoint (trainer.fit(pair, data, ckpt_path=...)); to train "
+    "it again from step 0, pass LockstepPair(..., resume=True)"
+)
 
 
 class LockstepPair(pl.LightningModule):
@@ -97,7 +101,7 @@ class LockstepPair(pl.LightningModule):
         self.module_a, self.module_b = module_a, module_b
         self.compared = module or ""
         self.gradient_clip_val = gradient_clip_val
-        self.tracker = PairTracker(out, every, pair, resume=resume)
+        self.tracker = PairTracker(out, every, pair, resume=resume, restart_advice=RESTART_ADVICE)
         self._optimizers: dict[str, list[int]] = {}
         self._schedulers: dict[str, list[tuple[int, str]]] = {}
         for arm in ARMS:
@@ -159,10 +163,13 @@ class LockstepPair(pl.LightningModule):
         return [_ReleaseOnException(self.tracker)]
 
     def on_train_start(self) -> None:
-        self.tracker.start(self.trainer, max_steps(self.trainer), self._pair_weights)
+        trainer = self.trainer
+        self.tracker.start(
+            trainer.global_step, max_steps(trainer), self._pair_weights, _TrainerRanks(trainer), trainer.loggers
+        )
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        self.tracker.record(self.trainer, self.trainer.global_step, self._losses, self._pair_weights)
+        self.tracker.record(self.trainer.global_step, self._losses, self._pair_weights)
 
     def on_train_epoch_end(self) -> None:
         schedulers = _as_list(self.lr_schedulers())
@@ -172,7 +179,7 @@ class LockstepPair(pl.LightningModule):
                     schedulers[i].step()
 
     def on_train_end(self) -> None:
-        self.tracker.finish(self.trainer)
+        self.tracker.finish()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint[STATE_KEY] = self.tracker.state_dict()
@@ -204,6 +211,13 @@ class _ReleaseOnException(pl.Callback):
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         self.tracker.release()
+
+
+class _TrainerRanks:
+    """The Trainer's ranks as the tracker takes them: rank zero, and its strategy's broadcast."""
+
+    def __init__(self, trainer):
+        self.is_zero, self.broadcast = trainer.is_global_zero, trainer.strategy.broadcast
 
 
 def _as_list(x) -> list:

@@ -3,6 +3,8 @@
 - ``write_pair_files``: ``pair.json`` (defined in ``divergence.pairfolder``, the contract);
 - ``ArmWriter``: one arm's side (weights at tracked steps, ``losses.jsonl``, ``status.json``)
   from a plain PyTorch, accelerate or diffusers loop.
+- ``Pair``: both arms trained in one plain PyTorch loop, compared in memory into the store
+  (``divergence.writers.pair``; no weights files, no ``divergence watch``).
 
 - ``transformers.ArmWriterCallback``: the transformers ``Trainer``'s callback over ``ArmWriter``
   (``divergence.writers.transformers``, the path the README names).
@@ -12,5 +14,6 @@ Lightning users take ``divergence.lightning`` (``LockstepPair``, ``ArmCheckpoint
 
 from divergence.pairfolder.pair_json import CONTRACT, ensure_pair_files, write_pair_files
 from divergence.writers.arm_writer import ArmWriter
+from divergence.writers.pair import Pair
 
-__all__ = ["CONTRACT", "ArmWriter", "ensure_pair_files", "write_pair_files"]
+__all__ = ["CONTRACT", "ArmWriter", "Pair", "ensure_pair_files", "write_pair_files"]
