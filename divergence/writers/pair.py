@@ -58,6 +58,8 @@ class Pair:
     resume : train the pair again from step 0 into a folder whose store holds its steps.
     name, category, arms, description, replicate, expect_identity : ``pair.json``'s fields
         (``docs/pair-folder.md``); None: ``pair.json``'s default (the folder's name, an optimization).
+    dense : the early schedule on top of ``every`` (``[[until, every], ...]``; default every step to
+        20 and every 5th to 100; ``[]``: off).
     """
 
     @in_script
@@ -77,6 +79,7 @@ class Pair:
         description: str | None = None,
         replicate: int | None = None,
         expect_identity: bool | None = None,
+        dense: list | None = None,
     ):
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise UserInputError(f"Pair(max_steps={max_steps!r}): must be an integer >= 1")
@@ -86,7 +89,7 @@ class Pair:
                 "copies built from the same seed)"
             )
         start_step = check_step(start_step, expected=start_step, max_steps=max_steps, where="Pair(start_step=...)")
-        given = dict(name=name, category=category, arms=arms, description=description, replicate=replicate)
+        given = dict(name=name, category=category, arms=arms, description=description, replicate=replicate, dense=dense)
         pair = {k: v for k, v in given.items() if v is not None}
         if expect_identity is not None:
             pair["expect_identity"] = expect_identity
