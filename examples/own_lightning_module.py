@@ -1,7 +1,7 @@
 """Your own LightningModule, two arms in lockstep: SDPA's flash kernel vs diffusers' baseline attention.
 
-A small diffusers UNet with self-attention learns to denoise the procedural shapes images
-(DDPM noise and timesteps drawn from the global RNG). ``LockstepPair`` trains two copies from
+A small diffusers UNet with self-attention learns to denoise small synthetic images of squares
+(the example's own data; DDPM noise and timesteps drawn from the global RNG). ``LockstepPair`` trains two copies from
 the same initial weights on the same batches, forks the RNG so both draw the same noise, and
 writes the pair folder: ``pair.json`` and the metrics store ``metrics.jsonl``.
 
@@ -14,7 +14,6 @@ Only ``LockstepPair`` comes from divergence; the module is plain Lightning + dif
 import argparse
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
 import torch.nn.functional as F
 from diffusers import DDPMScheduler, UNet2DModel
@@ -22,22 +21,26 @@ from diffusers.models.attention_processor import Attention, AttnProcessor, AttnP
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import DataLoader, Dataset
 
-from divergence.data.shapes import ShapesDataset
 from divergence.lightning import LockstepPair
 
 
-class Shapes(Dataset):
-    """The shapes images as (3, 16, 16) tensors in [-1, 1]."""
+class Squares(Dataset):
+    """The example's own images: a coloured square on a dark background, its place, size and colour
+    drawn from seed 0, as (3, 16, 16) tensors in [-1, 1]."""
 
-    def __init__(self, n: int = 256):
-        self.images = ShapesDataset(seed=0, num_examples=n, resolution=16)
+    def __init__(self, n: int = 256, size: int = 16):
+        draw = torch.Generator().manual_seed(0)
+        self.images = torch.full((n, 3, size, size), -0.8)
+        for image in self.images:
+            side = int(torch.randint(3, size // 2, (1,), generator=draw))
+            top, left = torch.randint(0, size - side, (2,), generator=draw).tolist()
+            image[:, top : top + side, left : left + side] = torch.rand(3, 1, 1, generator=draw) * 2 - 1
 
     def __len__(self):
         return len(self.images)
 
     def __getitem__(self, i):
-        image, _caption = self.images[i]
-        return torch.from_numpy(np.asarray(image, dtype=np.float32) / 127.5 - 1).permute(2, 0, 1)
+        return self.images[i]
 
 
 class Denoiser(pl.LightningModule):
@@ -106,7 +109,7 @@ def main(argv=None):
         enable_model_summary=False,
         enable_progress_bar=False,
     )
-    trainer.fit(pair, DataLoader(Shapes(), batch_size=8, shuffle=False))
+    trainer.fit(pair, DataLoader(Squares(), batch_size=8, shuffle=False))
     print(f"{args.out}: {args.steps} steps; next: divergence report {args.out} --out report")
 
 

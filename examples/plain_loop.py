@@ -1,10 +1,11 @@
-"""Two arms of a plain PyTorch loop as two processes, written with ``ArmWriter``; ``divergence watch`` follows.
+"""Two arms of a plain PyTorch loop as two processes, written with ``ArmWriter``; ``divergence.watch`` follows.
 
 The arms differ in one thing: arm a's AdamW runs its multi-tensor ``foreach`` implementation,
 arm b the single-kernel ``fused`` one (the same math in another operation order; on the CPU
 the per-tensor loop matches ``foreach`` bit for bit, ``fused`` does not). Each arm is its own
-process, as it would be its own job on a cluster; the watcher builds the pair's metrics store
-while they train.
+process, as it would be its own job on a cluster; ``divergence.watch`` (``divergence watch`` as a
+function) builds the pair's metrics store while they train. The data is the example's own: small
+synthetic images, denoised by a two-layer convolutional net.
 
     python examples/plain_loop.py --out runs/adamw-foreach-vs-fused --steps 40
     python examples/plain_loop.py --arm a --out DIR     # one arm alone (what the launcher runs)
@@ -14,13 +15,23 @@ import argparse
 import subprocess
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 import divergence
-from divergence.data.shapes import ShapesDataset
 from divergence.writers import write_pair_files
+
+
+def images(count: int = 64, size: int = 16) -> torch.Tensor:
+    """The example's own data: ``count`` RGB images of a bright square on a dark background, its
+    place, size and colour drawn from seed 0, (count, 3, size, size) in [0, 1]."""
+    draw = torch.Generator().manual_seed(0)
+    data = torch.full((count, 3, size, size), 0.1)
+    for image in data:
+        side = int(torch.randint(3, size // 2, (1,), generator=draw))
+        top, left = torch.randint(0, size - side, (2,), generator=draw).tolist()
+        image[:, top : top + side, left : left + side] = torch.rand(3, 1, 1, generator=draw)
+    return data
 
 
 def train_arm(arm: str, out: str, steps: int, every: int) -> None:
@@ -30,13 +41,7 @@ def train_arm(arm: str, out: str, steps: int, every: int) -> None:
     )
     kernel = {"a": "foreach", "b": "fused"}[arm]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, **{kernel: True})
-    images = ShapesDataset(seed=0, num_examples=64, resolution=16)
-    data = torch.stack(
-        [
-            torch.from_numpy(np.asarray(images[i][0], dtype=np.float32) / 255).permute(2, 0, 1)
-            for i in range(len(images))
-        ]
-    )  # (64, 3, 16, 16)
+    data = images()  # (64, 3, 16, 16), the same in both arms
     noise = torch.Generator().manual_seed(1)  # the same noise in both arms
 
     writer = divergence.ArmWriter(out, arm, max_steps=steps, every=every)  # pair.json: written by main
@@ -73,12 +78,10 @@ def main(argv=None) -> int:
     )  # CSV logs only
     common = ["--out", args.out, "--steps", str(args.steps), "--every", str(args.every)]
     jobs = [subprocess.Popen([sys.executable, __file__, "--arm", arm, *common]) for arm in ("a", "b")]
-    from divergence.cli import main as divergence_cli
-
-    code = divergence_cli(["watch", args.out, "--poll", "0.2", "--timeout", "120", "--quiet"])
-    if any(job.wait() != 0 for job in jobs) or code != 0:
+    result = divergence.watch(args.out, poll=0.2, timeout=120, quiet=True)  # prints the result and the next command
+    if any(job.wait() != 0 for job in jobs) or not result.complete:
         return 1
-    return 0  # watch has printed the result and the next command
+    return 0
 
 
 if __name__ == "__main__":

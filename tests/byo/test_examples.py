@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 from divergence.store import MetricsStore
@@ -39,6 +40,33 @@ def test_plain_loop_as_two_processes_and_watch(tmp_path):
     assert [r["step"] for r in store.step_records() if r["tracked"]] == list(range(7))  # dense early schedule
     assert store.step_records()[-1]["max_abs_diff"] > 0  # foreach vs fused AdamW differ in the last bits
     assert (tmp_path / "csv" / "metrics.csv").is_file()  # watch's logs
+
+
+def test_plain_pair_in_one_loop_then_the_report(tmp_path, capsys):
+    """Two in-process pairs of a plain loop (``divergence.Pair``) and ``divergence.build_report`` over both."""
+    report = _load("plain_pair").main(["--out", str(tmp_path), "--steps", "4", "--every", "2"])
+    for name in ("adamw-fused-vs-foreach", "bf16-vs-fp32"):
+        assert MetricsStore(tmp_path / name).steps() == [0, 1, 2, 3, 4]
+        assert json.loads((tmp_path / name / "pair.json").read_text())["finished"] is True
+    fused, bf16 = (
+        MetricsStore(tmp_path / n).step_records()[-1]["max_abs_diff"]
+        for n in ("adamw-fused-vs-foreach", "bf16-vs-fp32")
+    )
+    assert 0 < fused < bf16  # fused vs foreach AdamW: the last bits; bf16 autocast: far more
+    assert report.summary["pairs"]["bf16-vs-fp32"]["category"] == "precision"
+    assert (tmp_path / "report" / "report.html").is_file()
+    assert "2 pairs; the report: " in capsys.readouterr().out
+
+
+def test_examples_use_the_public_api_and_their_own_data():
+    """Examples import only divergence's documented modules (no built-in trainer's data) and watch a
+    pair with ``divergence.watch``, not the command through ``divergence.cli.main``."""
+    public = {"divergence", "divergence.lightning", "divergence.writers", "divergence.errors", "divergence.cli"}
+    for path in EXAMPLES.glob("*.py"):
+        text = path.read_text()
+        imported = set(re.findall(r"^\s*(?:from|import) (divergence[\w.]*)", text, re.MULTILINE))
+        assert imported <= public, (path.name, imported - public)
+        assert '["watch"' not in text, path.name
 
 
 def test_one_step_check_example():
