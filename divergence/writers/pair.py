@@ -17,6 +17,7 @@ compared where they are, and ``out`` gets ``pair.json`` and ``metrics.jsonl`` wi
 
 Your loop is the lockstep: give both models the same batch and the same random draws (noise,
 dropout) at each step, so that the one change under study is the only difference between them.
+It is one process's writer: under ``torchrun``, use ``LockstepPair`` or an ``ArmWriter`` per arm.
 
 Restarting: a loop resumed from its own checkpoint at step G passes ``start_step=G``; the stored
 steps after G are dropped (the loop computes them again), the steps up to G are kept, and the
