@@ -12,8 +12,8 @@ This benchmark times one training step (forward and backward, batch 16) of the t
 load hits both alike), and the share of each step spent in attention (``torch.profiler``: the SDPA and
 batched-product ops' self time). It prints the CPU's bf16 support beside the ratios.
 
-Measured 2026-11-26 on the 2-core AMD EPYC of issue 34's atlas (AVX2, no AVX512-BF16), one thread: the
-numbers are in docs/atlas.md ("The CPU atlas as measured").
+On a 2-core CPU with AVX2 and no AVX512-BF16, one thread, the numbers are in docs/measurements.md
+("The CPU atlas on an AVX2 CPU").
 """
 
 from __future__ import annotations

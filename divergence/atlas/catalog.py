@@ -32,7 +32,7 @@ BACKBONE_STUDY = {"moe": ("references.reordering=pairs/reordering-adamw.yaml",)}
 # command line's. The MoE study tracks every step: a 30-step study tracks every step to 20, then
 # every 5th, and on the MoE the fp32 reorderings (expert-grouped) settle late (step 18 or so:
 # E starts near 4e-9 and grows faster than bf16's at first), so their window held 4-5 tracked
-# steps, under the 5 it needs, in 2 of 3 replicates (docs/atlas.md, "The MoE atlas as measured").
+# steps, under the 5 it needs, in 2 of 3 replicates (docs/measurements.md, "The MoE atlas").
 # Tracking a step costs one weight comparison (the probe stays at its own cadence).
 BACKBONE_PAIRS = {"moe": ("tracking.every=1",)}
 

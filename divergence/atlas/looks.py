@@ -22,8 +22,8 @@ bf16, the low-precision rows 3-4 dex above the reordering reference), and 3 repl
 (t_{0.975,2} = 4.30 and a spread of 0.1-0.3 dex: an interval of +/-0.25-0.75 dex). Training
 every row 6 times would take the whole CPU atlas about 3 h 20 min on 2 AVX2 cores (estimated from
 its first replicate); with the two looks it took 1 h 50 min there and 67 min on 2 AVX-512 cores
-(docs/atlas.md, "The CPU atlas as measured"): the first look sent 5 (AVX2) and 8 (AVX-512) of the
-UNet's 15 rows on to 6 replicates.
+(docs/measurements.md, "The CPU atlas" and its AVX2 section): the first look sent 5 (AVX2) and 8
+(AVX-512) of the UNet's 15 rows on to 6 replicates.
 
 What it costs the statistics: a status is now read at two replicate counts instead of one. Each
 reading's 95% interval lies wholly on the wrong side of its line with probability at most 2.5%,
