@@ -6,7 +6,7 @@ replicate's); when the dose is inconclusive, how many replicates would exclude 0
 own status (within / no larger than a seed change's / shifted / undecided with the replicates
 that would decide); the noise floor; the equivalent gradient-noise dose. Replicates a reading left
 out are counted in its sentence. A dose read on every valid step (``every_step``: no growth-rate
-window in every replicate) is stated as the bound it is. Example::
+window in every replicate) is stated as the bound it is. An illustrative example (its figures invented, no measurement)::
 
     Bounded: flash perturbs training 2.3x less than bf16 vs fp32 (log10 dose ratio -0.37, 95% CI
     -0.62 to -0.12, 6 replicates, window steps 12-30 in every replicate); outcome undecided: final
