@@ -8,10 +8,11 @@ printed apart.
 
 Then ``--pairs`` separate-job pairs the same two ways: a data-parallel pair on the tiny DiT (arm a
 2 gloo ranks of 8, arm b 1 process of 16, 2 steps): ``divergence train`` of the pair, its two arm
-jobs, arm a's rank 1 and the comparator. With ``Popen`` each of the first four is a fresh
-interpreter, rank 1 a child of rank 0 that rank 0 never waits for; this process is made their
-subreaper (``PR_SET_CHILD_SUBREAPER``), so that every one of them is reaped here and counted in
-``RUSAGE_CHILDREN``. Forked, every one is the zygote's child.
+jobs, arm a's rank 1 and the comparator. With ``Popen`` each of the first three is a fresh
+interpreter; forked, each is the zygote's child. Either way arm a's rank 1 is a fresh interpreter
+that Lightning's launcher starts from rank 0 and never waits for; this process is made the
+subreaper of such orphans (``PR_SET_CHILD_SUBREAPER``), so that each is reaped here and counted in
+``RUSAGE_CHILDREN``, beside what the zygote reaped.
 
     python benchmarks/child_start.py [--children 3] [--pairs 1] [key=value ...]
 """
@@ -135,15 +136,12 @@ def _one(command: list[str], env: dict[str, str], zygote: int) -> tuple[float, f
     child = child_start.start(command, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     code = child.wait()
     _reap_orphans(keep=zygote)
-    while _children(zygote):  # a forked rank 1 may end after the job that started it
-        time.sleep(0.05)
     wall = time.perf_counter() - start
     if code:
         raise SystemExit(f"{' '.join(command)}: exit {code}")
-    if isinstance(child, child_start.ForkedChild):
-        return wall, _zygote_cpu(zygote)[1] - reaped
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    ours = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)  # Popen'd, or orphans
+    return wall, ours + _zygote_cpu(zygote)[1] - reaped  # the zygote's reaped: every forked child
 
 
 def _zygote_cpu(pid: int) -> tuple[float, float]:

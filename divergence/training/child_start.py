@@ -1,38 +1,37 @@
 """``divergence train`` children forked from a server that imported the heavy modules once.
 
 Why: every ``divergence train`` child (a study's or an atlas's pair run, a separate-job pair's arm
-job, rank 1 of a multi-rank arm) spends about 9 s of CPU importing before it trains: ``python -c
-"import lightning"`` takes 8.5 s on a 2-core machine (``python -X importtime``:
-torchmetrics.functional 2.5 s, torch._dynamo 2.3 s, scipy.signal 1.5 s, transformers 1 s), and a
-CPU atlas starts ~380 children. A small zygote (the idea of Android's zygote and of
-``multiprocessing``'s forkserver) imports ``PRELOAD`` once; each child is an ``os.fork()`` of it,
-so it starts with those modules imported (``benchmarks/child_start.py`` measures both ways).
+job) spends about 9 s of CPU importing before it trains: ``python -c "import lightning"`` takes
+8.5 s on a 2-core machine (``python -X importtime``: torchmetrics.functional 2.5 s, torch._dynamo
+2.3 s, scipy.signal 1.5 s, transformers 1 s), and a CPU atlas starts ~380 children. A small zygote
+(the idea of Android's zygote and of ``multiprocessing``'s forkserver) imports ``PRELOAD`` once;
+each child is an ``os.fork()`` of it, so it starts with those modules imported. What that saves a
+child and a separate-job pair is measured in docs/measurements.md ("Children forked from the
+zygote", ``benchmarks/child_start.py``).
 
-What is forked from the one zygote: the study's (or atlas's) pair runs; inside a forked pair run,
-its separate-job arm jobs; inside a forked arm job, Lightning's ranks 1..N-1
-(``training.rank_launch.ForkedRanks`` routes their launch here). Each forked child gets its own
-control socket to the zygote (``inherited``), so ``start`` in it asks that same zygote, whose key
-it knows, and none of these processes forks itself: a pair run or a rank 0 has run torch and may
-hold threads; only the zygote, which has done neither, forks. A zygote serves every open control
-socket and exits once all are closed (each with its process) and every child is reaped. A key
-that does not match (a forked child starting a child of another environment) starts a new zygote
-as before, except for ranks, which Lightning then starts with ``Popen``.
+What is forked from the one zygote: the study's (or atlas's) pair runs and, inside a forked pair
+run, its separate-job arm jobs. Each forked child gets its own control socket to the zygote
+(``inherited``), so ``start`` in it asks that same zygote, whose key it knows, and none of these
+processes forks itself: a pair run has run torch and may hold threads; only the zygote, which has
+done neither, forks. A zygote serves every open control socket and exits once all are closed (each
+with its process) and every child is reaped. A key that does not match starts a new zygote. The
+ranks 1..N-1 of a multi-rank arm are started by Lightning's own launcher, as fresh interpreters.
 
 How a child is made the same as ``python -m divergence ARGS`` run with env ENV, cwd and stdio:
 the zygote receives the command, ENV, the cwd and the caller's fds 0, 1, 2 (``SCM_RIGHTS``); the
 forked child ``dup2``s the fds onto 0, 1, 2 (C-level output goes to the log too), replaces
 ``os.environ`` by ENV (plus what the imports set in it, as in a fresh interpreter: Lightning's
-``PYTORCH_NVML_BASED_CUDA_CHECK=1``), reads ``rank_zero_only.rank`` again from it
-(``RANK_READERS``), changes to the cwd, sets ``sys.argv``/``sys.orig_argv`` and runs the
-package (or ``divergence.__main__``, a rank's command) with ``runpy.run_module(...,
-alter_sys=True)``, so ``__main__.__spec__`` and ``sys.argv`` are what Lightning's
-``_SubprocessScriptLauncher`` reads to start rank 1 as ``python -m divergence.__main__ ARGS``.
-Its exit is the interpreter's own (``SystemExit`` codes, 1 for an exception, death by SIGINT on
-an uncaught Ctrl-C, atexit handlers run). The child is the zygote's child: the zygote reaps it and sends its exit code (``Popen.returncode``'s
-convention: -N for signal N) to the caller's ``ForkedChild``, which is used like a ``Popen``
-(pid, poll, wait(timeout) raising ``TimeoutExpired``, terminate, kill, returncode); SIGTERM goes
-straight to the child, whose handlers are the default ones (SIGINT: ``KeyboardInterrupt``), so
-``training.stop_signals`` and Lightning's handlers see it as with ``Popen``.
+``PYTORCH_NVML_BASED_CUDA_CHECK=1``), changes to the cwd, sets ``sys.argv``/``sys.orig_argv`` and
+runs the package with ``runpy.run_module(..., alter_sys=True)``, so ``__main__.__spec__`` and
+``sys.argv`` are those of ``python -m divergence``, from which Lightning's launcher builds the
+command of an arm's rank 1 (``python -m divergence.__main__ ARGS``). Its exit is the interpreter's
+own (``SystemExit`` codes, 1 for an exception, death by SIGINT on an uncaught Ctrl-C, atexit
+handlers run). The child is the zygote's child: the zygote reaps it and sends its exit code
+(``Popen.returncode``'s convention: -N for signal N) to the caller's ``ForkedChild``, which is used
+like a ``Popen`` (pid, poll, wait(timeout) raising ``TimeoutExpired``, terminate, kill,
+returncode); SIGTERM goes straight to the child, whose handlers are the default ones (SIGINT:
+``KeyboardInterrupt``), so ``training.stop_signals`` and Lightning's handlers see it as with
+``Popen``.
 
 Fork safety: the zygote runs no torch compute and starts no thread; it refuses to serve (the
 caller falls back to ``Popen``) unless it has exactly one thread after importing
@@ -51,13 +50,10 @@ Environment: the preloaded modules read environment at import (torch._inductor.c
 reads ~190 variables: ``TORCHINDUCTOR_CACHE_DIR`` and the rest; libgomp reads ``OMP_*`` when it
 is loaded; Lightning and torchmetrics read ``LOCAL_RANK``/``RANK``), so the zygote is started
 lazily, at the first child, with that child's environment and cwd, and a child is forked from it
-only if its environment equals the zygote's in every variable except ``JOB_ONLY``: read by wandb,
-which the zygote never imports, or pytest's per-test name, or the rank variables Lightning's
-launcher sets (read after import, but for ``rank_zero_only.rank``, which the child reads again;
-a rank differs from its rank 0 in them, so a rank is the same child whichever zygote forks it).
-Any other difference starts a new zygote (the old one exits once its children have).
-``DIVERGENCE_CHILD_START=popen`` turns all this off (``Popen``, as before);
-off Linux, or when the zygote cannot start, children are started with ``Popen``.
+only if its environment equals the zygote's in every variable except ``JOB_ONLY`` (read by wandb,
+which the zygote never imports, or pytest's per-test name). Any other difference starts a new
+zygote (the old one exits once its children have). ``DIVERGENCE_CHILD_START=popen`` turns all this
+off (``Popen``); off Linux, or when the zygote cannot start, children are started with ``Popen``.
 """
 
 from __future__ import annotations
@@ -80,7 +76,6 @@ PRELOAD = (
     "divergence.cli",
     "divergence.training.arms_module",
     "divergence.training.fit",
-    "divergence.training.rank_launch",
     "divergence.training.single",
     "divergence.training.lockstep",
     "divergence.training.separate_arm",
@@ -98,36 +93,22 @@ PRELOAD = (
     "transformers.models.clip.modeling_clip",
 )
 # Variables a child may have different from the zygote's: read only when wandb starts a run (wandb is not
-# preloaded), or only by test helpers no preloaded module imports (pytest sets PYTEST_CURRENT_TEST per test).
-# Then those Lightning's launcher gives a rank (``_SubprocessScriptLauncher``) and the cuBLAS one a
-# deterministic rank 0 sets before it launches: read when the strategy sets up, by torch's rendezvous
-# (libtorch: MASTER_ADDR, MASTER_PORT) and by cuBLAS at its first handle, never at import but for
-# ``rank_zero_only.rank``, which ``_read_rank`` reads again in the child (``RANK_READERS``). And
-# ``MODE_VARIABLE``, read by ``start`` only (a child told ``popen`` Popens its own children).
-RANK_VARIABLES = ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-JOB_ONLY = (
-    "WANDB_RUN_GROUP",
-    "WANDB_SERVICE",
-    "PYTEST_CURRENT_TEST",
-    *RANK_VARIABLES,
-    "CUBLAS_WORKSPACE_CONFIG",
-    MODE_VARIABLE,
-)
+# preloaded), or only by test helpers no preloaded module imports (pytest sets PYTEST_CURRENT_TEST per test),
+# and ``MODE_VARIABLE``, read by ``start`` only (a child told ``popen`` Popens its own children).
+JOB_ONLY = ("WANDB_RUN_GROUP", "WANDB_SERVICE", "PYTEST_CURRENT_TEST", MODE_VARIABLE)
 PACKAGE = "divergence"
-MODULES = ([PACKAGE], [f"{PACKAGE}.__main__"])  # what ``python -m`` runs: ours, and Lightning's rank command
 COMMANDS = "divergence.cli"  # preloaded (PRELOAD), with each of its command modules
 _MESSAGE = 1 << 20
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def start(command: list[str], env: dict[str, str], stdout=None, stderr=None, *, new_zygote: bool = True):
+def start(command: list[str], env: dict[str, str], stdout=None, stderr=None):
     """``subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr)``, or the same child forked
-    from the zygote when ``command`` is ``[sys.executable, -m, divergence, ...]`` (or
-    ``divergence.__main__``, Lightning's rank command) and the mode allows it. ``stdout``/``stderr``:
-    None (ours), a file or an fd; ``stderr`` also ``subprocess.STDOUT``. In a forked child, the zygote
-    that forked it serves when the key matches; ``new_zygote=False``: no other is started for it."""
-    if _mode(env) == "fork" and list(command[:2]) == [sys.executable, "-m"] and command[2:3] in MODULES:
-        zygote = _zygote(env, new_zygote)
+    from the zygote when ``command`` is ``[sys.executable, -m, divergence, ...]`` and the mode allows
+    it. ``stdout``/``stderr``: None (ours), a file or an fd; ``stderr`` also ``subprocess.STDOUT``.
+    In a forked child, the zygote that forked it serves when the key matches."""
+    if _mode(env) == "fork" and list(command[:3]) == [sys.executable, "-m", PACKAGE]:
+        zygote = _zygote(env)
         if zygote is not None:
             child = zygote.fork(list(command), env, stdout, stderr)
             if child is not None:
@@ -155,7 +136,7 @@ class ForkedChild:
         self.pid = pid
         self.returncode: int | None = None
         self._status = status
-        # Lightning's observer thread polls while the main thread may signal: one reader at a time (as Popen's)
+        # a signal handler may poll or signal while ``wait`` blocks: one reader at a time (as Popen's)
         self._reading = threading.Lock()
 
     def poll(self) -> int | None:
@@ -272,9 +253,9 @@ _zygotes: dict[tuple, Zygote] = {}
 inherited: Zygote | None = None  # in a forked child: the zygote that forked it (``_become``)
 
 
-def _zygote(env: dict[str, str], new: bool = True) -> Zygote | None:
-    """The zygote for ``env`` and our cwd: the one that forked us, or ours, or (``new``) one started now
-    (a zygote of another key is closed)."""
+def _zygote(env: dict[str, str]) -> Zygote | None:
+    """The zygote for ``env`` and our cwd: the one that forked us, or ours, or one started now (a
+    zygote of another key is closed)."""
     cwd = os.getcwd()
     if inherited is not None and inherited.serves(env, cwd):
         return inherited
@@ -282,8 +263,6 @@ def _zygote(env: dict[str, str], new: bool = True) -> Zygote | None:
     zygote = _zygotes.get(key)
     if zygote is not None and zygote.alive():
         return zygote
-    if not new:
-        return None
     close_all()
     try:
         zygote = Zygote.start(env, cwd)
@@ -478,7 +457,6 @@ def _become(request: dict, fds: list[int], zygote: Zygote) -> None:
     for name, (before, after) in zygote.imported.items():  # lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1
         if os.environ.get(name) == before:
             os.environ.pop(name, None) if after is None else os.environ.__setitem__(name, after)
-    _read_rank()
     os.chdir(request["cwd"])
     if sys.path and sys.path[0] == "":
         sys.path[0] = request["cwd"]  # `python -m` puts the cwd first
@@ -487,22 +465,3 @@ def _become(request: dict, fds: list[int], zygote: Zygote) -> None:
     if "numpy" in sys.modules:  # a fresh process seeds numpy's global generator from the OS
         sys.modules["numpy"].random.seed()
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
-
-
-# The preloaded modules that read the rank from the environment at import, and how (their own words):
-# lightning.fabric.utilities.rank_zero sets lightning_utilities' ``rank_zero_only.rank`` (which
-# lightning.pytorch's is) from RANK, LOCAL_RANK, SLURM_PROCID or JSM_NAMESPACE_RANK; torchmetrics its
-# own from LOCAL_RANK. Found by recording every ``os.environ`` read while ``PRELOAD`` imports
-# (tests/training/test_rank_fork.py keeps the list); no other preloaded module reads a RANK_VARIABLE then.
-RANK_READERS = {
-    "lightning.fabric.utilities.rank_zero": lambda m: m._get_rank() or 0,
-    "torchmetrics.utilities.prints": lambda m: int(os.environ.get("LOCAL_RANK", 0)),
-}
-
-
-def _read_rank() -> None:
-    """Set each preloaded ``rank_zero_only.rank`` from this child's environment, as its import would."""
-    for name, rank in RANK_READERS.items():
-        module = sys.modules.get(name)
-        if module is not None:
-            module.rank_zero_only.rank = rank(module)

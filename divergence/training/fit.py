@@ -34,7 +34,6 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
     from divergence.training.callbacks.samples import SampleGrid
     from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
     from divergence.training.checkpoint_io import AtomicCheckpointIO
-    from divergence.training.rank_launch import fork_ranks
     from divergence.training.tensor_parallel import model_parallel, model_parallel_strategy
     from divergence.models.determinism import determinism
     from divergence.loggers.sinks import RunIdentity, build_loggers, finish_wandb, global_rank_zero
@@ -79,7 +78,6 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
         use_distributed_sampler=False,
         num_sanity_val_steps=0,
     )
-    fork_ranks(trainer.strategy)  # ranks 1..N-1 forked from the zygote that forked this process, if one did
     start = resume_from(out)
     # loaded by AtomicCheckpointIO: weights_only, and only the globals our own resume state holds
     finished = False

@@ -55,8 +55,9 @@ def test_experts_over_two_ranks_compute_the_one_process_layer(gloo_runs):
 def test_the_expert_parallel_pair_trains_as_separate_jobs_resumes_and_differs_by_a_reordering(tmp_path):
     """Arm a's 2-rank job is killed (SIGKILL, both ranks) after its first resumable checkpoint; the
     pair's command then resumes it from the full tensors of ``resume/last.ckpt``, trains arm b and
-    runs the comparator. Both commands, their arm jobs and rank 1 are forked from one zygote
-    (``training.child_start``, as a study starts its pairs): one fresh interpreter, not four."""
+    runs the comparator. Both commands and their arm jobs are forked from one zygote
+    (``training.child_start``, as a study starts its pairs); arm a's rank 1 is Lightning's, started by
+    rank 0."""
     out = tmp_path / "pair"
     recipe = str(PAIRS / "expert-parallel.yaml")
     command = [sys.executable, "-m", "divergence", "train", "--recipe", recipe, "--out", str(out)]
@@ -72,7 +73,8 @@ def test_the_expert_parallel_pair_trains_as_separate_jobs_resumes_and_differs_by
         deadline = time.time() + TIMEOUT
         while time.time() < deadline and first.poll() is None and not (out / "a" / "resume" / "last.ckpt").exists():
             time.sleep(0.02)
-        for pid in children(zygote.pid):  # as a scheduler kills a job: rank 0 and rank 1 alike
+        rank0 = children(zygote.pid)
+        for pid in [*rank0, *(p for r in rank0 for p in children(r))]:  # as a scheduler kills a job: every rank
             os.kill(pid, signal.SIGKILL)
         assert first.wait(timeout=60) == -signal.SIGKILL, "arm a finished before it could be killed"
         with open(tmp_path / "resumed.log", "w") as log:

@@ -12,36 +12,13 @@ from pathlib import Path
 from divergence.training.separate_pair import RANK_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[2]
-# Run at every interpreter's start (never in a forked child): its argv, and in the zygote each
-# read of a rank variable while it imports, with the module that read it.
+# Run at every interpreter's start (never in a forked child): its pid and argv.
 SITECUSTOMIZE = """
 import json, os, sys
 _starts = os.environ.get("RANK_FORK_STARTS")
 if _starts:
     with open(_starts, "a") as f:
         f.write(json.dumps({"pid": os.getpid(), "argv": sys.orig_argv}) + "\\n")
-if _starts and "child_start import serve" in " ".join(sys.orig_argv):
-    _pid, _cls = os.getpid(), type(os.environ)
-    _getitem, _contains = _cls.__getitem__, _cls.__contains__
-    _watch = {"RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
-
-    def _note(key):
-        if key in _watch and os.getpid() == _pid:
-            frame = sys._getframe(2)
-            while frame.f_globals.get("__name__") in ("os", "_collections_abc", "collections.abc", "sitecustomize"):
-                frame = frame.f_back
-            with open(_starts + ".reads", "a") as f:
-                f.write(json.dumps([key, frame.f_globals.get("__name__")]) + "\\n")
-
-    def _recorded_getitem(self, key):
-        _note(key)
-        return _getitem(self, key)
-
-    def _recorded_contains(self, key):
-        _note(key)
-        return _contains(self, key)
-
-    _cls.__getitem__, _cls.__contains__ = _recorded_getitem, _recorded_contains
 """
 
 

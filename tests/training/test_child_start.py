@@ -100,6 +100,8 @@ def test_the_zygote_key_ignores_only_the_wandb_run_variables_and_the_pytest_test
     assert child_start._key({**env, "PYTEST_CURRENT_TEST": "tests/x.py::t (call)"}, "/") == key
     assert child_start._key({**env, "TORCHINDUCTOR_CACHE_DIR": "/tmp/y"}, "/") != key
     assert child_start._key({**env, "OMP_NUM_THREADS": "1"}, "/") != key
+    # Lightning and torchmetrics read their rank from these at import (``rank_zero_only.rank``)
+    assert all(child_start._key({**env, name: "1"}, "/") != key for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE"))
     assert child_start._key(env, "/tmp") != key
 
 

@@ -1,27 +1,22 @@
-"""A separate pair's arm jobs and their Lightning ranks are forks of the one zygote (``training.rank_launch``).
+"""A separate pair's arm jobs are forks of the one zygote; a multi-rank arm's rank 1 is Lightning's.
 
 One tiny DiT data-parallel pair (arm a: 2 gloo ranks of 2 examples, arm b: 1 process of 4; 2 steps)
-is trained by a forked ``divergence train``: its arm jobs and arm a's rank 1 are forked from the
-zygote that forked the pair's process (the zygote ``tests/training/test_child_start.py`` forks from
-too: ``zygote_root``). Arm a alone is trained again, its rank 0 forked as before
-but with ``DIVERGENCE_CHILD_START=popen``, so that its rank 1 is a fresh interpreter: the same
-bytes. A
-``sitecustomize`` on the children's path logs every interpreter that starts (a forked child starts
-none), and in the zygote records which module reads a rank variable while ``PRELOAD`` imports.
+is trained by a forked ``divergence train``: its arm jobs are forked from the zygote that forked the
+pair's process (the zygote ``tests/training/test_child_start.py`` forks from too: ``zygote_root``),
+and arm a's rank 1 is a fresh interpreter that Lightning's own launcher starts from rank 0. Arm a
+alone is trained again, started with ``Popen`` (``DIVERGENCE_CHILD_START=popen``): the same bytes.
+A ``sitecustomize`` on the children's path logs every interpreter that starts (a forked child
+starts none).
 """
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from divergence.training import child_start
-from tests.procs import children
 from tests.training.forks import child_env as _env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +36,8 @@ arms:
   a: [{{data-parallel: 2x2}}]
   b: [{{data-parallel: 1x4}}]
 """
+ZYGOTE = ["-c", "from divergence.training.child_start import serve"]  # the start of the zygote's argv
+RANK = ["-m", "divergence.__main__"]  # Lightning's command of a rank it launches (``python -m`` of __main__)
 
 
 def _command(root: Path, out: Path, *extra: str) -> list[str]:
@@ -48,34 +45,36 @@ def _command(root: Path, out: Path, *extra: str) -> list[str]:
 
 
 def _starts(root: Path) -> list[list[str]]:
-    return [json.loads(line)["argv"][1:3] for line in (root / "starts.jsonl").read_text().splitlines()]
+    """The interpreters started so far with the starts log on: each one's ``-m MODULE`` or ``-c CODE``."""
+    path = root / "starts.jsonl"
+    return [json.loads(line)["argv"][1:3] for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def _run(command: list[str], env: dict[str, str], log: Path) -> int:
+def _run(command: list[str], env: dict[str, str], log: Path):
     with open(log, "w") as f:
         child = child_start.start(command, env, stdout=f, stderr=subprocess.STDOUT)
-    return child.wait(timeout=600)
+    assert child.wait(timeout=600) == 0, log.read_text()[-3000:]
+    return child
 
 
 @pytest.fixture(scope="module")
 def trained(zygote_root):
-    """The pair trained forked (``fork/``, the fresh interpreters started meanwhile), then arm a with Popen;
-    in the zygote's folder (``zygote_root``: its sitecustomize, its starts log), shared with test_child_start."""
+    """The pair trained forked (``fork/``), then arm a alone with Popen (``popen/``), and the fresh
+    interpreters each started (the zygote's own start aside); in the zygote's folder, shared with
+    test_child_start."""
     root = zygote_root
     (root / "pair.yaml").write_text(PAIR.format(root=ROOT))
-    code = _run(_command(root, root / "fork", *QUICK), _env(root, "fork"), root / "fork.log")
-    assert code == 0, (root / "fork.log").read_text()[-3000:]
-    forked_starts = _starts(root)
-    # arm a again, rank 0 forked as before but told to Popen its rank 1 (one fresh import, not two)
-    (zygote,) = child_start._zygotes.values()
-    with open(root / "popen.log", "w") as f:
-        rank0 = zygote.fork(_command(root, root / "popen", *QUICK, "--arm", "a"), _env(root, "popen"), f, f)
-    assert rank0.wait(timeout=600) == 0, (root / "popen.log").read_text()[-3000:]
-    return root, forked_starts
+    runs, starts = {}, {}
+    for mode, extra in (("fork", ()), ("popen", ("--arm", "a"))):
+        before = len(_starts(root))
+        command = _command(root, root / mode, *QUICK, *extra)
+        runs[mode] = _run(command, _env(root, mode), root / f"{mode}.log")
+        starts[mode] = [s for s in _starts(root)[before:] if s[0] != ZYGOTE[0]]
+    return root, runs, starts
 
 
-def test_a_forked_rank_trains_the_popen_ranks_bytes(trained):
-    root, _ = trained
+def test_an_arm_with_lightnings_rank_1_trains_the_popen_runs_bytes(trained):
+    root, _, _ = trained
     fork, popen = root / "fork" / "a", root / "popen" / "a"
     assert json.loads((fork / "status.json").read_text())["world_size"] == 2
     names = ["losses.jsonl", "checkpoints/step_000002.safetensors", "resume/last.ckpt"]
@@ -84,59 +83,11 @@ def test_a_forked_rank_trains_the_popen_ranks_bytes(trained):
     assert (root / "fork" / "metrics.jsonl").stat().st_size > 0  # the comparator followed both arms
 
 
-def test_the_pair_its_arm_jobs_and_rank_1_start_no_interpreter_but_the_one_zygote(trained):
-    root, forked = trained
-    (zygote,) = forked  # no second zygote, no fresh rank: the pair, both arm jobs and rank 1 were forked
-    assert zygote[0] == "-c" and zygote[1].startswith("from divergence.training.child_start import serve"), forked
-    popen = _starts(root)[1:]  # the arm whose rank 0 Popened its rank 1: a fresh interpreter
-    assert popen == [["-m", "divergence.__main__"]], popen
-
-
-def test_no_preloaded_module_reads_a_rank_variable_at_import_but_the_rank_readers(trained):
-    root, _ = trained
-    reads = {tuple(json.loads(line)) for line in (root / "starts.jsonl.reads").read_text().splitlines()}
-    assert {module for _key, module in reads} == set(child_start.RANK_READERS), reads
-
-
-def test_a_forked_rank_reads_its_rank_from_its_environment(monkeypatch):
-    from lightning.fabric.utilities.rank_zero import rank_zero_only
-    from torchmetrics.utilities import prints
-
-    before = rank_zero_only.rank, prints.rank_zero_only.rank
-    try:
-        monkeypatch.setenv("LOCAL_RANK", "1")
-        child_start._read_rank()
-        assert (rank_zero_only.rank, prints.rank_zero_only.rank) == (1, 1)
-    finally:
-        rank_zero_only.rank, prints.rank_zero_only.rank = before
-
-
-def test_a_killed_rank_1_stops_its_job(trained):
-    """Arm a's rank 1, forked by the zygote, SIGKILLed as it starts: Lightning's observer sees its exit
-    code through ``ForkedChild.poll`` and ends rank 0 (or rank 0's next collective fails), with the line."""
-    root, _ = trained
-    log = root / "killed.log"
-    with open(log, "w") as f:
-        command = _command(root, root / "killed", *QUICK, "train.max_steps=1000", "--arm", "a")
-        rank0 = child_start.start(command, _env(root, "fork"), stdout=f, stderr=subprocess.STDOUT)
-    (zygote,) = child_start._zygotes.values()
-    assert type(rank0) is child_start.ForkedChild
-    try:
-        rank1 = _wait_for_sibling(zygote.process.pid, rank0.pid)
-        os.kill(rank1, signal.SIGKILL)
-        code = rank0.wait(timeout=120)
-    finally:
-        rank0.kill()
-    text = log.read_text()
-    why = (f"Child process with PID {rank1} terminated with code -9", "Check the logs of the remote worker")
-    assert code != 0 and any(line in text for line in why), text[-2000:]
-
-
-def _wait_for_sibling(zygote: int, rank0: int) -> int:
-    """The zygote's child other than rank 0: rank 1, once rank 0 has launched it."""
-    for _ in range(3000):
-        others = [p for p in children(zygote) if p != rank0]
-        if others:
-            return others[0]
-        time.sleep(0.05)
-    raise AssertionError("rank 1 never started")
+def test_the_pair_and_its_arm_jobs_are_forked_and_rank_1_is_a_fresh_interpreter_lightning_starts(trained):
+    root, runs, starts = trained
+    assert type(runs["fork"]) is child_start.ForkedChild and type(runs["popen"]) is subprocess.Popen
+    (zygote,) = [s for s in _starts(root) if s[0] == ZYGOTE[0]]  # one zygote forked every forked child
+    assert zygote[1].startswith(ZYGOTE[1]), zygote
+    # forked: the pair's process and both arm jobs start no interpreter; arm a's rank 1 is Lightning's Popen
+    assert starts["fork"] == [RANK], starts
+    assert starts["popen"] == [["-m", "divergence"], RANK], starts  # Popen: rank 0 too is a fresh interpreter
