@@ -1,13 +1,17 @@
-"""The bug zoo: bugs from public history and legitimate reorderings, each a short paired run on a tiny GPT-2,
-read by divergence's two checks and by the rules the big trainers use, on the same runs.
+"""The bug zoo: bugs from public history and legitimate reorderings, each a short paired run on a tiny GPT-2
+or on divergence's built-in UNet, read by divergence's two checks and by the rules the big trainers use, on
+the same runs.
 
     nice -n 10 python benchmarks/bug_zoo.py --out zoo            # every case (benchmarks/zoo_cases.py)
     python benchmarks/bug_zoo.py --out zoo --only unreduced-param data-parallel-2 --steps 8
 
-For every case: the change's arm and the baseline's arm are trained ``--steps`` optimizer steps from the
-same weights on the same batches and written through ``divergence.ArmWriter`` into ``OUT/<case>/`` (arm a
-the change, arm b the baseline; every step tracked), beside ``OUT/reference/``, the reordering pair (arm a
-the baseline over 2 micro-batches summed last to first). Then:
+A case names its backbone (``BACKBONES``): the tiny GPT-2 of ``zoo_cases`` or the tiny recipe's UNet and
+text encoder of ``zoo_unet``; each backbone module gives its model, batches, baseline path, training loop
+and one-step arguments. For every case: the change's arm and the baseline's arm are trained ``--steps``
+optimizer steps from the same weights on the same batches and written through ``divergence.ArmWriter``
+into ``OUT/<case>/`` (arm a the change, arm b the baseline; every step tracked), beside the backbone's
+reordering pair (arm a the baseline over 2 micro-batches summed last to first): ``OUT/reference/`` for
+the GPT-2, ``OUT/reference-unet/`` for the UNet. Then:
 
 - the one-step check (``divergence.one_step_check``) on the initial weights and step 1's batch, against
   the baseline over 2, 4 and 8 micro-batches (an update, for the optimizer case, from AdamW's state after 3
@@ -40,9 +44,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import torch  # noqa: E402
 import zoo_cases  # noqa: E402
 import zoo_distributed  # noqa: E402
-from zoo_cases import CASES, Arm, baseline, one_step_args, train  # noqa: E402
+import zoo_unet  # noqa: E402
+from zoo_cases import Arm  # noqa: E402
 
 from divergence import ArmWriter  # noqa: E402
 from divergence.analysis.anchors import RULES, all_rules  # noqa: E402
@@ -50,9 +56,16 @@ from divergence.analysis.one_step import one_step_check  # noqa: E402
 from divergence.analysis.trajectory_check import trajectory_check  # noqa: E402
 
 REPEATS = {"reordered-2": 2, "reordered-8": 8}  # the baseline's loop over k micro-batches, last first
+BACKBONES = {"gpt2": zoo_cases, zoo_unet.NAME: zoo_unet}  # a case's ``backbone``: the module that trains it
+CASES = [*zoo_cases.CASES, *zoo_unet.CASES]
 
 
-def record(arm: Arm, steps: int) -> dict:
+def reference_folder(backbone: str) -> str:
+    """The backbone's reordering pair's folder under OUT: ``reference`` (GPT-2), ``reference-<name>``."""
+    return "reference" if backbone == "gpt2" else f"reference-{backbone}"
+
+
+def record(arm: Arm, steps: int, backbone=zoo_cases) -> dict:
     """A run kept in memory: ``{"weights": {step: state}, "losses": {step: loss}}``."""
     run = {"weights": {}, "losses": {}}
 
@@ -61,7 +74,7 @@ def record(arm: Arm, steps: int) -> dict:
         if loss is not None:
             run["losses"][step] = loss
 
-    train(arm, steps, keep)
+    backbone.train(arm, steps, keep)
     return run
 
 
@@ -76,19 +89,33 @@ def write_pair(out: Path, change: dict, base: dict, steps: int, **pair) -> None:
     write_arm(out, "b", base, steps, **pair)
 
 
+def baselines(out: Path, backbone: str, steps: int) -> tuple[dict, list[dict]]:
+    """The backbone's baseline run and the band's repeats (the baseline and its reordered loops), its
+    reordering pair written to ``OUT/<reference_folder>``."""
+    module = BACKBONES[backbone]
+    base = record(Arm(grad=module.baseline), steps, module)
+    refs = {
+        name: record(Arm(grad=partial(module.baseline, micro=k, reverse=True)), steps, module)
+        for name, k in REPEATS.items()
+    }
+    folder = reference_folder(backbone)
+    write_pair(out / folder, refs["reordered-2"], base, steps, name=folder, category="reordering")
+    return base, [base["losses"]] + [r["losses"] for r in refs.values()]
+
+
 def run_case(case, out: Path, base: dict, repeats: list[dict], steps: int, ranked: dict) -> dict:
     """One case's row. A case on real ranks was trained and checked in ``ranked`` (``zoo_distributed.run``):
     its baseline is DDP's run, which takes the one-process baseline's place in the band's repeats."""
-    start = time.perf_counter()
+    start, module = time.perf_counter(), BACKBONES[case.backbone]
     if case.ranks:
         done = ranked[case.name]
         change, base, one = {"losses": done["change"]}, {"losses": done["base"]}, done["one_step"]
         repeats = [base["losses"], *repeats[1:]]
     else:
-        change = record(case.arm, steps)
+        change = record(case.arm, steps, module)
         write_pair(out / case.name, change, base, steps, name=case.name, category="optimization", expect_identity=True)
-        one = one_step_check(**one_step_args(case)).to_dict()
-    traj = trajectory_check(out / case.name, out / "reference")
+        one = one_step_check(**module.one_step_args(case)).to_dict()
+    traj = trajectory_check(out / case.name, out / reference_folder(case.backbone))
     if one["status"] == "beyond_reordering":
         status, decided = one["status"], 1
     else:
@@ -96,6 +123,7 @@ def run_case(case, out: Path, base: dict, repeats: list[dict], steps: int, ranke
     rules = all_rules(change["losses"], base["losses"], repeats)
     return {
         "case": case.name,
+        "backbone": case.backbone,
         "truth": "bug" if case.bug else "legitimate",
         "source": case.source,
         "one_step": {k: one[k] for k in ("status", "log10_ratio", "lo", "hi", "seconds")},
@@ -115,16 +143,33 @@ def run_zoo(out: str | Path, names: list[str] | None = None, steps: int = 30) ->
     if unknown:
         raise SystemExit(f"bug_zoo: unknown case {unknown[0]!r}; cases: {', '.join(c.name for c in CASES)}")
     ranked = zoo_distributed.run(out, [c.name for c in cases if c.ranks], steps) if any(c.ranks for c in cases) else {}
-    base = record(Arm(), steps)
-    refs = {name: record(Arm(grad=partial(baseline, micro=k, reverse=True)), steps) for name, k in REPEATS.items()}
-    write_pair(out / "reference", refs["reordered-2"], base, steps, name="reference", category="reordering")
-    repeats = [base["losses"]] + [r["losses"] for r in refs.values()]
+    runs = {}
+    for name in dict.fromkeys(c.backbone for c in cases):
+        with threads(BACKBONES[name]):
+            runs[name] = baselines(out, name, steps)
+    rows = []
     with inductor_cache(out / "inductor-cache" if any(c.arm.compile for c in cases) else None):
-        rows = [run_case(case, out, base, repeats, steps, ranked) for case in cases]
+        for case in cases:
+            with threads(BACKBONES[case.backbone]):
+                rows.append(run_case(case, out, *runs[case.backbone], steps, ranked))
     result = {"steps": steps, "rows": rows, "counts": counts(rows), "seconds": time.perf_counter() - start}
     (out / "zoo.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "zoo.md").write_text(markdown(result))
     return result
+
+
+@contextmanager
+def threads(backbone):
+    """torch's intra-op threads set to the backbone's ``THREADS`` while it trains, then put back; a backbone
+    without one runs with torch's default. (The UNet's recipe says 1: its CPU numbers depend on the count,
+    and 2 threads on 2 shared cores run its convolutions ten times slower.)"""
+    before, count = torch.get_num_threads(), getattr(backbone, "THREADS", None)
+    if count is not None:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextmanager
@@ -165,17 +210,20 @@ def _ratio(read: dict, interval: str) -> str:
     return f"{read['log10_ratio']:+.2f} {interval} {read['lo']:+.2f} to {read['hi']:+.2f}"
 
 
+MODELS = {"gpt2": "GPT-2", "unet": "UNet"}  # a backbone's name in the table
+
+
 def markdown(result: dict) -> str:
     head = (
-        "| case | truth | one step: log10 E_X/E_R (95% CI) | trajectory: median log10 E_X/E_R (range) | divergence "
+        "| case | model | truth | one step: log10 E_X/E_R (95% CI) | trajectory: median log10 E_X/E_R (range) | divergence "
         "| decided by step | titan assert-equal | titan step-1 rtol 1e-5 | Megatron golden rtol 0.05 | Megatron band |"
     )
-    lines = [head, "|" + " --- |" * 10]
+    lines = [head, "|" + " --- |" * 11]
     word = {"reordering_like": "reordering-like", "beyond_reordering": "**beyond reordering**", None: "no reading"}
     for r in result["rows"]:
         rules = " | ".join("same" if r["rules"][k] else "**differs**" for k in RULES)
         lines.append(
-            f"| {r['case']} | {r['truth']} | {_ratio(r['one_step'], 'CI')} | {_ratio(r['trajectory'], 'range')} | "
+            f"| {r['case']} | {MODELS[r['backbone']]} | {r['truth']} | {_ratio(r['one_step'], 'CI')} | {_ratio(r['trajectory'], 'range')} | "
             f"{word.get(r['status'], r['status'])} | {r['decided_step']} | {rules} |"
         )
     lines += ["", "| rule | misses (bugs called the same) | false alarms (legitimate changes flagged) | undecided |"]

@@ -196,6 +196,7 @@ class Case:
     arm: Arm
     one_step: bool = True
     ranks: bool = False  # trained as real 2-rank gloo arms against DDP (zoo_distributed), not by ``train``
+    backbone: str = "gpt2"  # the module that trains it: "gpt2" this one, "unet" zoo_unet
     description: str = ""
     extra: dict = field(default_factory=dict)
 
