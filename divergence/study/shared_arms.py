@@ -136,15 +136,17 @@ def assign(jobs: list, root: Path) -> dict:
         else:  # an owner that started before without lending keeps no journal to read: train the arm here
             role = roles[label]
             role.borrowed = {a: o for a, o in role.borrowed.items() if o[0] not in saved or saved[o[0]]["lends"]}
-    by_label = {job.label: job for job in jobs}
+    folders = {label: root / run["folder"] for label, run in saved.items()}  # owners of earlier runs too
+    folders.update({job.label: job.out for job in jobs})
     for job in jobs:
         role = roles[job.label]
         job.lends = role.lends
-        job.borrowed = {arm: by_label[owner].out / owner_arm for arm, (owner, owner_arm) in role.borrowed.items()}
+        job.borrowed = {arm: folders[owner] / owner_arm for arm, (owner, owner_arm) in role.borrowed.items()}
         recorded["runs"][job.label] = {
             "borrowed": {a: list(o) for a, o in role.borrowed.items()},
             "lends": role.lends,
             "max_steps": job.max_steps,
+            "folder": os.path.relpath(job.out, root),
         }
     return _write(path, recorded)
 
@@ -158,7 +160,12 @@ def record_pair_by_pair(jobs: list, root: Path) -> dict:
             f"{path}: the study in {root} shares arms between pairs; run it again without --no-shared-arms"
         )
     for job in jobs:
-        recorded["runs"][job.label] = {"borrowed": {}, "lends": False, "max_steps": job.max_steps}
+        recorded["runs"][job.label] = {
+            "borrowed": {},
+            "lends": False,
+            "max_steps": job.max_steps,
+            "folder": os.path.relpath(job.out, root),
+        }
     return _write(path, recorded)
 
 
@@ -190,7 +197,9 @@ def read_arms(path: Path) -> dict | None:
         ) from None
     runs = data.get("runs") if isinstance(data, dict) else None
     if not isinstance(runs, dict) or not all(_run_reads(run) for run in runs.values()):
-        raise UserInputError(f"{path}: not an arms.json written by divergence study (runs: borrowed, lends, max_steps)")
+        raise UserInputError(
+            f"{path}: not an arms.json written by divergence study (runs: borrowed, lends, max_steps, folder)"
+        )
     return data
 
 
@@ -201,6 +210,7 @@ def _run_reads(run) -> bool:
         and all(isinstance(o, list) and len(o) == 2 for o in run["borrowed"].values())
         and isinstance(run.get("lends"), bool)
         and isinstance(run.get("max_steps"), int)
+        and isinstance(run.get("folder"), str)
     )
 
 

@@ -146,3 +146,16 @@ def test_a_pair_that_only_compares_waits_for_its_owners_and_lets_later_jobs_pass
         (owner / arm).mkdir(parents=True)
         Status(arm, state="finished", last_step=4).write(owner / arm)
     assert next_ready([compare_only, trains], running) is compare_only
+
+
+def test_a_later_run_of_a_subset_finds_the_owners_the_first_recorded(tmp_path):
+    """The atlas trains its first look, then more replicates of some rows and the references: a reference
+    recorded in the first run borrows from a row the second run does not train again."""
+    jobs = _planned(tmp_path, "replicates=1")
+    shared_arms.assign(jobs, tmp_path)
+    borrowers = [job for job in jobs if job.borrowed]
+    first = {job.label: dict(job.borrowed) for job in borrowers}
+    later = _planned(tmp_path, "replicates=1")
+    subset = [job for job in later if not job.lends]  # the owners are not in this run
+    shared_arms.assign(subset, tmp_path)
+    assert {job.label: job.borrowed for job in subset if job.borrowed} == first
