@@ -103,7 +103,7 @@ class ArmsModule(L.LightningModule):
         networks fully sharded over the data-parallel mesh (FSDP2, ``train.fsdp_sharding``), or its
         MoE experts over the data-parallel mesh (``train.expert_parallel``,
         ``divergence.models.expert_parallel``)."""
-        mesh = getattr(self, "_device_mesh", None)
+        mesh = self.device_mesh  # set by ModelParallelStrategy before this hook, else None
         if mesh is None or getattr(self, "_model_parallel_done", False):
             return
         from divergence.models import fully_sharded
