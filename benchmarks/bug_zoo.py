@@ -135,14 +135,19 @@ def run_case(case, out: Path, base: dict, repeats: list[dict], steps: int, ranke
     }
 
 
-def run_zoo(out: str | Path, names: list[str] | None = None, steps: int = 30) -> dict:
-    """Train and read every case (or ``names``); returns what ``zoo.json`` holds."""
+def run_zoo(out: str | Path, names: list[str] | None = None, steps: int = 30, ranked: dict | None = None) -> dict:
+    """Train and read every case (or ``names``); returns what ``zoo.json`` holds. ``ranked``: the cases on
+    real ranks already trained into ``out`` by ``zoo_distributed.run_on_rank`` (``zoo_distributed.load``),
+    so that a test session's one gloo spawn serves them; None: spawned here."""
     out, start = Path(out), time.perf_counter()
     cases = [c for c in CASES if names is None or c.name in names]
     unknown = sorted(set(names or []) - {c.name for c in CASES})
     if unknown:
         raise SystemExit(f"bug_zoo: unknown case {unknown[0]!r}; cases: {', '.join(c.name for c in CASES)}")
-    ranked = zoo_distributed.run(out, [c.name for c in cases if c.ranks], steps) if any(c.ranks for c in cases) else {}
+    if ranked is None:
+        ranked = (
+            zoo_distributed.run(out, [c.name for c in cases if c.ranks], steps) if any(c.ranks for c in cases) else {}
+        )
     runs = {}
     for name in dict.fromkeys(c.backbone for c in cases):
         with threads(BACKBONES[name]):

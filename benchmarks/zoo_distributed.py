@@ -194,28 +194,36 @@ def one_step(case: str, ddp: torch.nn.Module) -> dict:
 def _worker(rank: int, out: str, names: list[str], steps: int, port: int) -> None:
     import torch.distributed as dist
 
-    from divergence import ArmWriter
-
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
-        out, result = Path(out), {}
-        pair = {"category": "optimization", "expect_identity": True, "max_steps": steps, "every": 1}
-        with _writers(ArmWriter, out, names, "b", pair) as writers:
-            base, base_seconds = train_arm("ddp", steps, writers)
-        for name in names:
-            with _writers(ArmWriter, out, [name], "a", pair) as writers:
-                change, seconds = train_arm(CASES[name], steps, writers)
-            start = time.perf_counter()
-            reading = one_step(name, wrap("ddp"))
-            seconds += time.perf_counter() - start + base_seconds / len(names)
-            result[name] = {"change": change, "base": base, "one_step": reading, "seconds": seconds}
-        if rank == 0:
-            (out / "distributed.json").write_text(json.dumps(result) + "\n")
-        dist.barrier()
+        run_on_rank(Path(out), names, steps)
     finally:
         dist.destroy_process_group()
+
+
+def run_on_rank(out: Path, names: list[str], steps: int) -> None:
+    """Train, write and check the cases ``names`` on this rank of a 2-rank gloo process group already
+    initialized (this module's spawn, or a test session's shared one: ``tests.gloo_runs``)."""
+    import torch.distributed as dist
+
+    from divergence import ArmWriter
+
+    result = {}
+    pair = {"category": "optimization", "expect_identity": True, "max_steps": steps, "every": 1}
+    with _writers(ArmWriter, out, names, "b", pair) as writers:
+        base, base_seconds = train_arm("ddp", steps, writers)
+    for name in names:
+        with _writers(ArmWriter, out, [name], "a", pair) as writers:
+            change, seconds = train_arm(CASES[name], steps, writers)
+        start = time.perf_counter()
+        reading = one_step(name, wrap("ddp"))
+        seconds += time.perf_counter() - start + base_seconds / len(names)
+        result[name] = {"change": change, "base": base, "one_step": reading, "seconds": seconds}
+    if dist.get_rank() == 0:
+        (out / "distributed.json").write_text(json.dumps(result) + "\n")
+    dist.barrier()
 
 
 class _writers:
@@ -242,7 +250,12 @@ def run(out: str | Path, names: list[str], steps: int) -> dict:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mp.spawn(_worker, args=(str(out), names, steps, port), nprocs=WORLD, join=True)
-    result = json.loads((out / "distributed.json").read_text())
+    return load(out)
+
+
+def load(out: str | Path) -> dict:
+    """``OUT/distributed.json`` as ``run`` returns it (``run_on_rank`` wrote it), losses keyed by int step."""
+    result = json.loads((Path(out) / "distributed.json").read_text())
     for case in result.values():
         for key in ("change", "base"):
             case[key] = {int(k): v for k, v in case[key].items()}

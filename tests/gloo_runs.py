@@ -11,6 +11,7 @@ its tests on one xdist worker):
     root/experts/     tests.models.expert_parallel_runs  (an MoE layer's experts over the 2 ranks)
     root/tensor/      tests.training.tensor_parallel_runs  (the tensor-parallel arm, and its
                       ``divergence train --arm a`` once the shared process group has ended)
+    root/zoo/         benchmarks/zoo_distributed.py  (the bug zoo's FSDP2 and ZeRO-1 arms against DDP)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 def write_all(root: Path) -> Path:
     import torch.multiprocessing as mp
 
-    for name in ("runs", "arms", "lightning", "fsdp", "experts", "tensor"):
+    for name in ("runs", "arms", "lightning", "fsdp", "experts", "tensor", "zoo"):
         (root / name).mkdir(parents=True, exist_ok=True)
     mp.spawn(_worker, args=(2, str(root), *_free_ports(2)), nprocs=2, join=True)
     return root
@@ -65,8 +66,22 @@ def _worker(rank: int, world: int, root: str, port: int, train_port: int) -> Non
         dcp_lightning.fit_on_rank(Path(root) / "lightning")
         fsdp_arms.write_on_rank(Path(root) / "fsdp", rank, world)
         tensor_parallel_runs.check_on_rank(Path(root) / "tensor", rank)
+        zoo_on_rank(Path(root) / "zoo")
         dist.destroy_process_group()
         tensor_parallel_runs.train_on_rank(Path(root) / "tensor", rank, train_port)  # its own process group
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+ZOO_CASES, ZOO_STEPS = ["fsdp-vs-ddp", "zero-1"], 2  # the bug zoo's cases on real ranks, and their steps
+
+
+def zoo_on_rank(out: Path) -> None:
+    """The bug zoo's FSDP2 vs DDP and ZeRO-1 vs DDP arms, trained, written and checked on this rank."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import zoo_distributed
+
+    zoo_distributed.run_on_rank(out, ZOO_CASES, ZOO_STEPS)
