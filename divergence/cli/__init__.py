@@ -54,9 +54,11 @@ def folder_argument(parser: argparse.ArgumentParser, help: str) -> None:
 def chosen_folder(args: argparse.Namespace) -> str:
     """``DIR`` or ``--out DIR`` (one of them, or both the same), refused in one line otherwise."""
     given = {str(f) for f in (args.dir, args.out_flag) if f is not None}
-    if len(given) != 1:
+    if not given:
+        raise UserInputError("the folder is missing: give it as DIR (after the command)")
+    if len(given) > 1:  # a word without "=" meant as an override reads as a second folder
         raise UserInputError(
-            "give the folder once, as DIR" if given else "the folder is missing: give it as DIR (after the command)"
+            f"give the folder once, as DIR (got {args.dir!r} and --out {args.out_flag!r}); an override is KEY=VALUE"
         )
     return given.pop()
 

@@ -147,7 +147,7 @@ def test_track_takes_the_pair_folder_as_dir_and_still_as_out(tmp_path, capsys):
         main(["track", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "r"), "--out", str(tmp_path / "s")])
         == 2
     )
-    assert capsys.readouterr().err.strip().endswith("give the folder once, as DIR")
+    assert capsys.readouterr().err.strip().startswith("divergence track: error: give the folder once, as DIR")
     assert main(["track", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
     assert "the folder is missing: give it as DIR" in capsys.readouterr().err
 

@@ -159,7 +159,7 @@ def test_the_comparator_of_a_separate_pair_runs_on_the_pairs_cpu_threads(tmp_pat
             return 0
 
     monkeypatch.setattr(follow, "Comparator", Watching)
-    monkeypatch.setattr(separate_pair, "train_separate", lambda pair, out, command, follow: follow(out))
+    monkeypatch.setattr(separate_pair, "train_separate", lambda pair, out, command, follow, *borrowed: follow(out))
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
