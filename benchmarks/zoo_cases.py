@@ -103,13 +103,19 @@ def ranks(model, batch, world: int, keep_local: str | None = None, rank_mean: bo
         part_loss.backward()
         grads.append({n: p.grad.clone() for n, p in params.items()})
         loss += float(part_loss.detach()) / world
+    all_reduce(params, grads, world, keep_local)
+    clip(model)
+    return loss
+
+
+def all_reduce(params: dict, grads: list[dict], world: int, keep_local: str | None = None) -> None:
+    """Each parameter's ``.grad``: the ranks' gradients summed in rank order over ``world`` (the
+    all-reduce's mean); ``keep_local``: that parameter keeps rank 0's gradient (left out of it)."""
     for name, p in params.items():
         summed = grads[0][name]
         for g in grads[1:]:
             summed = summed + g[name]
         p.grad = grads[0][name] if name == keep_local else summed / world
-    clip(model)
-    return loss
 
 
 def uneven_rank_means(model, batch) -> float:

@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from zoo_cases import REFERENCE_SPLITS, SCALE, Arm, Case, _gradient_only, clip, make_optimizer, warmup
+from zoo_cases import REFERENCE_SPLITS, SCALE, Arm, Case, _gradient_only, all_reduce, clip, make_optimizer, warmup
 
 NAME = "unet"
 RECIPE_OVERRIDES = ("data.resolution=16", "train.batch_size=8", "data.num_examples=256")
@@ -109,11 +109,7 @@ def ranks(model, batch, world: int, keep_local: str | None = None) -> float:
         part_loss.backward()
         grads.append({n: p.grad.clone() for n, p in params.items()})
         loss += float(part_loss.detach()) / world
-    for name, p in params.items():
-        summed = grads[0][name]
-        for g in grads[1:]:
-            summed = summed + g[name]
-        p.grad = grads[0][name] if name == keep_local else summed / world
+    all_reduce(params, grads, world, keep_local)
     clip(model)
     return loss
 

@@ -51,6 +51,16 @@ def folder_argument(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--out", dest="out_flag", metavar="DIR", help=argparse.SUPPRESS)
 
 
+def shared_arms_argument(parser: argparse.ArgumentParser) -> None:
+    """``--no-shared-arms`` of the commands that train a study's pair runs (study, atlas, calibrate)."""
+    parser.add_argument(
+        "--no-shared-arms",
+        action="store_true",
+        help="train every pair both its arms (the pair-by-pair plan); by default an arm several pairs of a "
+        "replicate share is trained once (docs/pair-folder.md, Shared arms)",
+    )
+
+
 def chosen_folder(args: argparse.Namespace) -> str:
     """``DIR`` or ``--out DIR`` (one of them, or both the same), refused in one line otherwise."""
     given = {str(f) for f in (args.dir, args.out_flag) if f is not None}

@@ -50,12 +50,9 @@ def register(subparsers) -> argparse.ArgumentParser:
         "dose (default: OUT/calibration.json when present)",
     )
     p.add_argument("--no-wandb", action="store_true", help="no wandb: the pair runs do not log to it (log.wandb=false)")
-    p.add_argument(
-        "--no-shared-arms",
-        action="store_true",
-        help="train every pair both its arms (the pair-by-pair plan); by default an arm several pairs of a "
-        "replicate share is trained once (docs/pair-folder.md, Shared arms)",
-    )
+    from divergence.cli import shared_arms_argument
+
+    shared_arms_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
         "overrides",

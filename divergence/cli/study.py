@@ -28,12 +28,9 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="pairs trained at once (default: the recipe's jobs; auto = 2 on a CPU with 2+ cores, 1 on a GPU)",
     )
     p.add_argument("--no-wandb", action="store_true", help="no wandb: neither the pair runs nor the report log to it")
-    p.add_argument(
-        "--no-shared-arms",
-        action="store_true",
-        help="train every pair both its arms (the pair-by-pair plan); by default an arm several pairs of a "
-        "replicate share is trained once (docs/pair-folder.md, Shared arms)",
-    )
+    from divergence.cli import shared_arms_argument
+
+    shared_arms_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
         "overrides",
