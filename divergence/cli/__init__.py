@@ -51,6 +51,18 @@ def folder_argument(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--out", dest="out_flag", metavar="DIR", help=argparse.SUPPRESS)
 
 
+def shorthand(overrides: list[str], flag: str, key: str, value) -> None:
+    """Append ``key=value`` for a flag that is shorthand for a recipe override (``--max-steps N`` is
+    ``train.max_steps=N``); the same key also given as ``KEY=VALUE`` with another value is refused, so a
+    command never says one thing two ways and silently keeps one."""
+    import yaml
+
+    given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].strip() == key]
+    if any(yaml.safe_load(g) != yaml.safe_load(str(value)) for g in given):
+        raise UserInputError(f"{flag} {value} and {key}={given[-1]}: give the value once (they are the same setting)")
+    overrides.append(f"{key}={value}")
+
+
 def shared_arms_argument(parser: argparse.ArgumentParser) -> None:
     """``--no-shared-arms`` of the commands that train a study's pair runs (study, atlas, calibrate)."""
     parser.add_argument(

@@ -26,7 +26,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--recipe", default=None, help="calibration recipe (default: recipes/calibration.yaml)")
     p.add_argument("--out", required=True, help="folder: OUT/<pair>/r<replicate> per pair run, calibration.json")
     p.add_argument(
-        "--max-steps", type=int, help="override train.max_steps for every pair (horizons beyond it are clipped to it)"
+        "--max-steps",
+        type=int,
+        help="the same as train.max_steps=N, for every pair (horizons beyond it are clipped to it)",
     )
     p.add_argument("--replicates", type=int, help="replicates of every pair (default: the recipe's)")
     p.add_argument("--jobs", type=int, help="pairs trained at once (default: the recipe's jobs)")
@@ -52,6 +54,7 @@ def run(args) -> int:
 
     require("train", "lightning", "diffusers", "transformers")
     from divergence.study.runner import device_type, parallel_jobs
+    from divergence.cli import shorthand
     from divergence.errors import UserInputError
     from divergence.study import PairFailed, run_jobs
     from divergence.study.calibration import CALIBRATION_OVERRIDES, load_calibration
@@ -62,13 +65,15 @@ def run(args) -> int:
         if value is not None and value < 1:
             raise UserInputError(f"{flag} {value}: must be >= 1")
     device = device_type()
-    overrides = [*args.overrides, *([f"replicates={args.replicates}"] if args.replicates is not None else [])]
+    overrides = list(args.overrides)
+    if args.replicates is not None:
+        shorthand(overrides, "--replicates", "replicates", args.replicates)
     calibration = load_calibration(args.recipe or _default_recipe(), overrides, device)
     pair_overrides = [o for o in args.overrides if not o.startswith(CALIBRATION_OVERRIDES)]
     if args.max_steps is not None:
-        pair_overrides.append(f"train.max_steps={args.max_steps}")
+        shorthand(pair_overrides, "--max-steps", "train.max_steps", args.max_steps)
     if args.no_wandb:
-        pair_overrides.append("log.wandb=false")
+        shorthand(pair_overrides, "--no-wandb", "log.wandb", "false")
     out = Path(args.out)
     jobs = plan_jobs(calibration.study, out, pair_overrides)  # every recipe checked; nothing written yet
     parallel = parallel_jobs(args.jobs, calibration.study.jobs, device, len(jobs))

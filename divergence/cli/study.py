@@ -18,7 +18,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--out", required=True, help="study folder: OUT/<pair>/r<replicate> per pair run, the report at its top"
     )
-    p.add_argument("--max-steps", type=int, help="override train.max_steps for every pair")
+    p.add_argument("--max-steps", type=int, help="the same as train.max_steps=N, for every pair")
     p.add_argument(
         "--replicates", type=int, help="replicates of every pair but the control (default: the recipe's replicates)"
     )
@@ -50,6 +50,7 @@ def run(args) -> int:
     require("train", "lightning", "diffusers", "transformers")
     require("report", "matplotlib", "scipy")
     from divergence.cli.report import log_report_to_wandb, print_report
+    from divergence.cli import shorthand
     from divergence.errors import UserInputError
     from divergence.report import build_report
     from divergence.study import PairFailed, load_study, run_jobs
@@ -63,13 +64,15 @@ def run(args) -> int:
     if args.replicates is not None and args.replicates < 1:
         raise UserInputError(f"--replicates {args.replicates}: must be >= 1")
     device = device_type()
-    study_overrides = [*args.overrides, *([f"replicates={args.replicates}"] if args.replicates is not None else [])]
+    study_overrides = list(args.overrides)
+    if args.replicates is not None:
+        shorthand(study_overrides, "--replicates", "replicates", args.replicates)
     study = load_study(args.recipe or _default_recipe(), study_overrides, device)
     pair_overrides = [o for o in args.overrides if not o.startswith(STUDY_OVERRIDES)]
     if args.max_steps is not None:
-        pair_overrides.append(f"train.max_steps={args.max_steps}")
+        shorthand(pair_overrides, "--max-steps", "train.max_steps", args.max_steps)
     if args.no_wandb:
-        pair_overrides.append("log.wandb=false")
+        shorthand(pair_overrides, "--no-wandb", "log.wandb", "false")
     out = Path(args.out)
     study = fine_tuned(study, out)  # with pretrain: every pair starts from OUT/pretrained
     jobs = plan_jobs(study, out, pair_overrides)  # every recipe checked; nothing written yet

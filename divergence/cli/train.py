@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from divergence.cli import chosen_folder, folder_argument
+from divergence.cli import chosen_folder, folder_argument, shorthand
 
 HELP = "train a text-to-image diffusion model from a recipe"
 
@@ -27,8 +27,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="with a pair recipe: train only this arm, as its own "
         "job (any strategy, devices, nodes); `divergence watch DIR` compares the arms as they go",
     )
-    parser.add_argument("--max-steps", type=int, help="override train.max_steps")
-    parser.add_argument("--checkpoint-every", type=int, help="override train.checkpoint_every")
+    parser.add_argument("--max-steps", type=int, help="the same as train.max_steps=N")
+    parser.add_argument("--checkpoint-every", type=int, help="the same as train.checkpoint_every=N")
     parser.add_argument(
         "--no-wandb", action="store_true", help="no wandb: the run does not log to it (log.wandb=false)"
     )
@@ -58,11 +58,11 @@ def run(args: argparse.Namespace) -> int:
     args.out = chosen_folder(args)
     overrides = list(args.overrides)
     if args.max_steps is not None:
-        overrides.append(f"train.max_steps={args.max_steps}")
+        shorthand(overrides, "--max-steps", "train.max_steps", args.max_steps)
     if args.checkpoint_every is not None:
-        overrides.append(f"train.checkpoint_every={args.checkpoint_every}")
+        shorthand(overrides, "--checkpoint-every", "train.checkpoint_every", args.checkpoint_every)
     if args.no_wandb:
-        overrides.append("log.wandb=false")
+        shorthand(overrides, "--no-wandb", "log.wandb", "false")
     if args.replicate is not None:
         if args.replicate < 0:
             raise UserInputError(f"--replicate {args.replicate}: must be >= 0")

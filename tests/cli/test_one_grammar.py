@@ -167,3 +167,31 @@ def test_train_takes_its_folder_as_dir_before_the_overrides_and_still_as_out(tmp
     assert main(["train", str(tmp_path / "r"), str(tmp_path / "s")]) == 2  # one folder
     with pytest.raises(SystemExit, match="2"):
         main(["train", str(tmp_path / "r"), "--bogus"])  # an unknown option is still refused
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "--max-steps", "3", "train.max_steps=4"],
+        ["train", "--checkpoint-every", "2", "train.checkpoint_every=5"],
+        ["study", "--max-steps", "3", "train.max_steps=4"],
+        ["study", "--replicates", "2", "replicates=3"],
+        ["calibrate", "--max-steps", "3", "train.max_steps=4"],
+        ["train", "--no-wandb", "log.wandb=true"],
+    ],
+)
+def test_a_flag_and_its_recipe_key_with_two_values_are_refused_in_one_line(command, tmp_path, capsys):
+    """``--max-steps N`` is ``train.max_steps=N``: given both with different values, neither silently wins."""
+    folder = [str(tmp_path / "out")] if command[0] == "train" else ["--out", str(tmp_path / "out")]  # a study folder
+    assert main([command[0], *folder, *command[1:]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "give the value once" in err and command[1] in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_flag_and_its_recipe_key_with_one_value_agree():
+    from divergence.cli import shorthand
+
+    overrides = ["train.max_steps=6", "train.lr=1e-4"]
+    shorthand(overrides, "--max-steps", "train.max_steps", 6)
+    assert overrides[-1] == "train.max_steps=6"
