@@ -1,7 +1,8 @@
 """A stopped study ends its ``train`` children; a study folder takes one study at a time (issue 24).
 
-The studies here are real (``python -m divergence study`` in a subprocess, its children real
-``divergence train`` processes); they are stopped or killed while their children start.
+The studies here are real, their children real ``divergence train`` processes. A study that is itself
+killed with SIGKILL is ``python -m divergence study`` in a subprocess; the others run in this process
+(``main``, as the command does), stopped with SIGTERM or their children killed from a thread.
 """
 
 import json
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -114,9 +116,9 @@ def _kill(pids: list[int]) -> None:
 
 def test_a_study_folder_takes_one_study_and_a_stopped_study_ends_its_children(tmp_path, capsys):
     """One folder through a study's life, each check on the processes the one before left (so the file starts
-    two studies, not four): a second study or calibration is refused while the first trains; the first killed,
-    the restarted study refuses the folder its orphan still trains; the orphan gone, a study gets the lock, and
-    SIGTERM to it ends every train child."""
+    one study process, not four): a second study or calibration is refused while the first trains; the first
+    killed, the restarted study refuses the folder its orphan still trains; the orphan gone, a study gets the
+    lock, and SIGTERM to it ends every train child."""
     out = tmp_path / "out"
     recipe = _study_recipe(tmp_path)
     _import_what_a_refused_study_imports(recipe)
@@ -127,14 +129,22 @@ def test_a_study_folder_takes_one_study_and_a_stopped_study_ends_its_children(tm
     finally:
         _kill([first.pid, *children])  # its orphan: the test's own cleanup
     # the first killed (the kernel dropped its lock) and its orphan gone: a study gets the lock and trains
-    # (fused-adamw resumed, the control one more child beside it)
+    # (fused-adamw resumed, the control one more child beside it); it runs in this process (``main``), sent
+    # SIGTERM from a thread once both children train
     recipe = _study_recipe(tmp_path, ("control", "control"))
-    second, children = _start_study(recipe, out, "--jobs", "2", "--max-steps", "500")
+    stopped = _in_thread(lambda before: _sigterm_this_study(out, before, children=2))
     try:
-        assert (out / ".study.lock").read_text() == f"{second.pid}\n"
-        _sigterm_ends_every_train_child(second, children)
+        assert (
+            main(["study", "--recipe", str(recipe), "--out", str(out), *QUICK, "--jobs", "2", "--max-steps", "500"])
+            == 130
+        )
+        holder, children = stopped.result()
+        assert holder == f"{os.getpid()}\n"  # the lock was this study's
+        survivors = _gone(children, 5)
+        assert not survivors, f"train children {survivors} outlived the study"
+        assert "study: interrupted" in capsys.readouterr().err
     finally:
-        _kill([second.pid, *children])
+        _kill(_train_children(os.getpid()))
 
 
 def _import_what_a_refused_study_imports(recipe):
@@ -147,12 +157,16 @@ def _import_what_a_refused_study_imports(recipe):
     assert plan_jobs(load_study(recipe), recipe.parent / "out", [])
 
 
-def _sigterm_ends_every_train_child(process, children):
-    process.send_signal(signal.SIGTERM)
-    process.wait(timeout=60)
-    survivors = _gone(children, 5)
-    assert not survivors, f"train children {survivors} outlived the study"
-    assert "interrupted" in process.stderr.read()
+def _sigterm_this_study(out: Path, before: set[int], children: int) -> tuple[str, list[int]]:
+    """SIGTERM to this process once the study ``main`` runs in it has ``children`` train children (none of
+    ``before``): what its lock file said then, and those children."""
+    try:
+        started = _new_train_children(os.getpid(), before, children)
+        return (out / ".study.lock").read_text(), started
+    finally:  # sent even when the above failed: the study ends, and the test with it
+        handler = signal.getsignal(signal.SIGTERM)  # the study's (``signals_raise``): it ends the study, not pytest
+        assert "signals_raise" in getattr(handler, "__qualname__", ""), handler
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _a_second_study_on_the_folder_is_refused_while_the_first_trains(recipe, out, first, capsys):
@@ -218,39 +232,57 @@ def test_the_lock_names_its_holder_and_is_free_once_released(tmp_path):
         pass
 
 
-def test_a_pair_run_that_dies_is_started_again_from_its_checkpoint_once(tmp_path):
+def test_a_pair_run_that_dies_is_started_again_from_its_checkpoint_once(tmp_path, capsys):
     """A train child killed (as a rank's segfault or the OOM killer would) is started once more and resumes
     from its last checkpoint: the study ends as if nothing happened, its store holding every step once. Killed
-    twice, the study fails, in one line that says it was restarted."""
+    twice, the study fails, in one line that says it was restarted.
+
+    Both studies run in this process, their children killed from a thread: what is checked is the study's
+    handling of its children, the same in a study process of its own."""
     recipe = _study_recipe(tmp_path)
     out = tmp_path / "once"
-    study, (child,) = _start_study(recipe, out, "train.checkpoint_every=2", "--max-steps", "20")
     run = out / "fused-adamw" / "r0"
-    try:
-        _kill_after_a_checkpoint(child, run)
-        assert study.wait(timeout=240) == 0, study.stderr.read()
-    finally:
-        _kill([study.pid, *_train_children(study.pid)])
-    err = study.stderr.read()
+    killed = _in_thread(lambda before: _kill_after_a_checkpoint(_new_train_children(os.getpid(), before)[0], run))
+    assert main(["study", "--recipe", str(recipe), "--out", str(out), *QUICK, *ONCE]) == 0
+    killed.result()
+    err = capsys.readouterr().err
     assert "divergence: pair fused-adamw (replicate 0) failed (exit " in err, err
     assert "; starting it again from its last checkpoint" in err
     info = PairInfo.read(run)
-    assert info.finished and info.last_step == 20
+    assert info.finished and info.last_step == 6
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in records if r["type"] == "step"]
-    assert steps == list(range(21))  # resumed: every step recorded once (dense tracking), none lost or twice
+    assert steps == list(range(7))  # resumed: every step recorded once (dense tracking), none lost or twice
     assert [r["step"] for r in records] == sorted(r["step"] for r in records)
 
     out = tmp_path / "twice"
-    study, (child,) = _start_study(recipe, out, "train.checkpoint_every=2", "--max-steps", "500")
-    try:
+
+    def twice(before):
+        (child,) = _new_train_children(os.getpid(), before)
         _kill_after_a_checkpoint(child, out / "fused-adamw" / "r0")
-        _kill([_next_train_child(study, child)])
-        assert study.wait(timeout=60) == 1
-    finally:
-        _kill([study.pid, *_train_children(study.pid)])
-    (line,) = [line for line in study.stderr.read().splitlines() if "error" in line]
+        _kill(_new_train_children(os.getpid(), {*before, child}))
+
+    killed = _in_thread(twice)
+    assert main(["study", "--recipe", str(recipe), "--out", str(out), *QUICK, *TWICE]) == 1
+    killed.result()
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert "pair fused-adamw (replicate 0) failed again, after a restart from its checkpoint (exit " in line, line
+
+
+# the dying pair run: a checkpoint every 2 steps on the DiT at 16x16 (8x8 patches: a step ~2x cheaper),
+# 6 steps (killed after its first checkpoint, the restart trains 4) or more than it trains before the kills
+ONCE = ["train.checkpoint_every=2", "data.resolution=16", "--max-steps", "6"]
+TWICE = ["train.checkpoint_every=2", "data.resolution=16", "--max-steps", "500"]
+
+
+def _in_thread(act) -> Future:
+    """``act(before)`` in a thread (``before``: this process's train children now, none of them those it
+    acts on), while the study runs in this process's main thread; its future."""
+    before = set(_train_children(os.getpid()))
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(act, before)
+    pool.shutdown(wait=False)
+    return future
 
 
 def _kill_after_a_checkpoint(child: int, run: Path) -> None:
@@ -262,13 +294,15 @@ def _kill_after_a_checkpoint(child: int, run: Path) -> None:
     _kill([child])
 
 
-def _next_train_child(study: subprocess.Popen, before: int) -> int:
-    """The train child ``study`` starts after ``before`` ended."""
+def _new_train_children(pid: int, before: set[int], wanted: int = 1) -> list[int]:
+    """``wanted`` train children of ``pid`` that are none of ``before``, once it has them."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        started = [p for p in _train_children(study.pid) if p != before]
-        if started:
-            return started[0]
-        assert study.poll() is None, study.stderr.read()
+        started = [p for p in _train_children(pid) if p not in before]
+        if len(started) >= wanted:
+            time.sleep(0.5)  # the zygote's own short-lived fork (``child_start._quiesce``) is no train child
+            started = [p for p in _train_children(pid) if p in started]
+            if len(started) >= wanted:
+                return started
         time.sleep(0.2)
-    raise AssertionError("the study started no train child again in 120 s")
+    raise AssertionError(f"{wanted} train children did not start in 120 s")
