@@ -40,15 +40,16 @@ from lightning.pytorch.core.optimizer import do_nothing_closure
 
 from divergence.errors import UserInputError
 from divergence.lightning.arm_checkpoints import step_loss
-from divergence.lightning.gather import gather_state, max_steps, submodule
+from divergence.lightning.gather import gather_state, submodule
 from divergence.lightning.optimizers import split_optimizers
-from divergence.tracking.pair_tracker import PairTracker
 from divergence.lightning.rng import rng_state, set_rng_state
+from divergence.lightning.tracker import DivergenceTracker, mean_over_ranks
 from divergence.pairfolder.pair_json import DEFAULT_EVERY
+from divergence.tracking.pair_tracker import PairTracker
 from divergence.tracking.records import ARMS
 from divergence.writers.arm_writer import state_weights
 
-STATE_KEY = "divergence_pair_tracker"
+OLD_STATE_KEY = "divergence_pair_tracker"  # where a checkpoint of an earlier divergence kept the tracker's state
 RESTART_ADVICE = (
     "To continue it, resume the Trainer from its checkpoint (trainer.fit(pair, data, ckpt_path=...)); to train "
     "it again from step 0, pass LockstepPair(..., resume=True)"
@@ -101,7 +102,7 @@ class LockstepPair(pl.LightningModule):
         self.module_a, self.module_b = module_a, module_b
         self.compared = module or ""
         self.gradient_clip_val = gradient_clip_val
-        self.tracker = PairTracker(out, every, pair, resume=resume, restart_advice=RESTART_ADVICE)
+        self.tracker = PairTracker.of_pair(out, every, pair, resume=resume, restart_advice=RESTART_ADVICE)
         self._optimizers: dict[str, list[int]] = {}
         self._schedulers: dict[str, list[tuple[int, str]]] = {}
         for arm in ARMS:
@@ -129,8 +130,7 @@ class LockstepPair(pl.LightningModule):
         for arm in ARMS:
             set_rng_state(forked)
             losses[arm] = self._arm_step(arm, batch, batch_idx)
-        reduce = self.trainer.strategy.reduce  # the global loss: every rank's detectors see the same
-        self._losses = {arm: float(reduce(loss, reduce_op="mean")) for arm, loss in losses.items()}
+        self._losses = mean_over_ranks(self.trainer, losses)  # the global loss: every rank's detectors see the same
         return None
 
     def _arm_step(self, arm: str, batch, batch_idx) -> torch.Tensor:
@@ -158,18 +158,12 @@ class LockstepPair(pl.LightningModule):
         else:
             self.trainer.strategy.optimizer_step(optimizer.optimizer, do_nothing_closure)
 
-    # -- tracking -------------------------------------------------------------------------------
+    # -- tracking: the pair's tracker, driven by its callback ----------------------------------
     def configure_callbacks(self):
-        return [_ReleaseOnException(self.tracker)]
-
-    def on_train_start(self) -> None:
-        trainer = self.trainer
-        self.tracker.start(
-            trainer.global_step, max_steps(trainer), self._pair_weights, _TrainerRanks(trainer), trainer.loggers
-        )
+        return [DivergenceTracker(self.tracker, losses=lambda m: m._losses, weights=lambda m: m._pair_weights())]
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        self.tracker.record(self.trainer.global_step, self._losses, self._pair_weights)
+        self.tracker.stop_if_diverged(self.trainer.global_step, self._losses)  # after every callback's records
 
     def on_train_epoch_end(self) -> None:
         schedulers = _as_list(self.lr_schedulers())
@@ -178,14 +172,12 @@ class LockstepPair(pl.LightningModule):
                 if interval == "epoch":
                     schedulers[i].step()
 
-    def on_train_end(self) -> None:
-        self.tracker.finish()
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint[STATE_KEY] = self.tracker.state_dict()
-
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self.tracker.load_state_dict(checkpoint.get(STATE_KEY, {}))
+        if OLD_STATE_KEY in checkpoint:
+            raise UserInputError(
+                "the checkpoint was written by an earlier divergence (its tracker state under "
+                f"{OLD_STATE_KEY!r}); train the pair again from step 0: LockstepPair(..., resume=True), no ckpt_path"
+            )
 
     def _pair_weights(self):
         """Both arms' weights on rank zero (collective under FSDP), None elsewhere."""
@@ -201,23 +193,6 @@ class LockstepPair(pl.LightningModule):
 
     def _arm_log_dict(self, arm: str, dictionary: dict, *args, **kwargs):
         return self.log_dict({f"{arm}/{k}": v for k, v in dictionary.items()}, *args, **kwargs)
-
-
-class _ReleaseOnException(pl.Callback):
-    """A failed or interrupted ``fit`` drops the folder's lock (a LightningModule has no such hook)."""
-
-    def __init__(self, tracker: PairTracker):
-        self.tracker = tracker
-
-    def on_exception(self, trainer, pl_module, exception) -> None:
-        self.tracker.release()
-
-
-class _TrainerRanks:
-    """The Trainer's ranks as the tracker takes them: rank zero, and its strategy's broadcast."""
-
-    def __init__(self, trainer):
-        self.is_zero, self.broadcast = trainer.is_global_zero, trainer.strategy.broadcast
 
 
 def _as_list(x) -> list:

@@ -1,7 +1,7 @@
 """What a pair's tracker records and logs at a step, wherever the step is measured.
 
-The lockstep trackers (the built-in trainer's ``DivergenceTracker``, ``divergence.lightning``'s
-``LockstepPair``), ``divergence watch`` (separate arm jobs) and ``divergence track`` (two
+The lockstep tracker (``pair_tracker``: the built-in trainer's pairs, ``LockstepPair``,
+``divergence.Pair``), ``divergence watch`` (separate arm jobs) and ``divergence track`` (two
 checkpoint series) all build their store records and log keys here, so their stores and logs
 are identical record for record:
 

@@ -1,7 +1,7 @@
 """One step of a pair, recorded: the one writing path of every tracker.
 
-The lockstep trackers (the built-in trainer's ``DivergenceTracker``, ``divergence.lightning``'s
-``LockstepPair``), ``divergence watch`` (separate arm jobs) and ``divergence track`` (two
+The lockstep tracker (``pair_tracker``: the built-in trainer's pairs, ``LockstepPair``,
+``divergence.Pair``), ``divergence watch`` (separate arm jobs) and ``divergence track`` (two
 checkpoint series) all record a step here, so their stores are identical record for record:
 
 1. ``losses``: on every rank, the step's losses and spike flags (``loss_record``); the

@@ -1,6 +1,6 @@
 """What the metrics store holds for a pair at one step, built the same way wherever it is built.
 
-The lockstep callback (``callbacks/divergence.py``) and a comparator following two separate
+The lockstep tracker (``pair_tracker``) and a comparator following two separate
 arm jobs both use these functions, so their stores are identical record for record.
 
 Step convention: step ``N`` is the state after ``N`` optimizer steps (step 0: the initial

@@ -30,6 +30,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from divergence.data.batches import StepBatch
+from divergence.errors import UserInputError
+from divergence.lightning.tracker import mean_over_ranks
 from divergence.pairfolder.layout import ARMS
 from divergence.recipe.run import RunRecipe
 from divergence.training.arm import Arm, StepOutput
@@ -145,9 +147,7 @@ class ArmsModule(L.LightningModule):
             with step_cost(self.device, memory=measures_memory(batch.step)) as self.last_costs[name]:
                 self.last_outputs[name] = arm.training_step(mine, backward=self.manual_backward)
         self.optimizers().step()  # one tick of global_step (see StepCounter)
-        local = torch.stack([out.loss.float() for out in self.last_outputs.values()])
-        mean = self.trainer.strategy.reduce(local, reduce_op="mean")  # the global loss of each arm
-        self.step_losses = dict(zip(self.last_outputs, mean.tolist()))
+        self.step_losses = mean_over_ranks(self.trainer, {n: out.loss for n, out in self.last_outputs.items()})
         self._log_step()
         return next(iter(self.last_outputs.values())).loss
 
@@ -179,11 +179,14 @@ class ArmsModule(L.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if any(key.startswith("arm.") for key in checkpoint.get("state_dict", ())):  # before the arms' ModuleDict
+            raise UserInputError(
+                "the resume checkpoint (resume/last.ckpt) was written by an earlier divergence (weights named arm.*); "
+                "train the run again into a new --out"
+            )
         saved = checkpoint[STATE_KEY]["arms"]
         for name, arm in self.arms.items():
             arm.load_train_state_dict(saved[self.folders[name]])
-        if "state_dict" in checkpoint:  # a model-parallel strategy has loaded (and removed) it already
-            rename_single_arm_keys(checkpoint["state_dict"], next(iter(self.arms)) if len(self.arms) == 1 else None)
 
     def _log_step(self) -> None:
         if len(self.arms) == 1:  # a single run or a separate arm: its own train/* series
@@ -194,14 +197,6 @@ class ArmsModule(L.LightningModule):
             self.log_dict(
                 {f"loss_{name}": loss for name, loss in self.step_losses.items()}, prog_bar=True, logger=False
             )
-
-
-def rename_single_arm_keys(state_dict: dict, name: str | None) -> None:
-    """Resume state written before the arms were one ``ModuleDict``: ``arm.<key>`` -> ``arms.<name>.<key>``."""
-    if name is None:
-        return
-    for key in [k for k in state_dict if k.startswith("arm.")]:
-        state_dict[f"arms.{name}.{key[4:]}"] = state_dict.pop(key)
 
 
 def step_dataloader(trainer, inputs: Inputs, workers: int) -> DataLoader:

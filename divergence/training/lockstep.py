@@ -38,7 +38,7 @@ def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = (), 
 
     ``lend_arms``: other pairs of a study read these arms (``divergence.study.shared_arms``), so each
     arm also keeps what a separate arm keeps for its comparator: its weights at every tracked step,
-    ``losses.jsonl`` and ``status.json`` (``ArmProgress``)."""
+    ``losses.jsonl`` and ``status.json`` (``callbacks.arm_files``)."""
     from divergence.training.host import check_host
 
     check_host(*pair.arm_recipes.values())
@@ -89,47 +89,32 @@ def check_no_borrowed_arm(pair_folder: PairFolder) -> None:
             )
 
 
-def lent_arm_callbacks(pair: PairRecipe, pair_folder: PairFolder) -> list:
+def lent_arm_callbacks(pair: PairRecipe, pair_folder: PairFolder, module) -> list:
     """What each arm of a pair whose arms others read keeps (``lend_arms``): its weights at every tracked
-    step (``WeightCheckpoint`` with the pair's tracking, as a separate arm saves them) and its journal."""
-    from divergence.pairfolder.layout import ARMS
-    from divergence.training.callbacks.arm_progress import ArmProgress
-    from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
-    from divergence.training.fit import checkpoint_arms
-    from divergence.training.probe import training_drops
+    step, ``losses.jsonl`` and ``status.json``, as a separate arm keeps them (``callbacks.arm_files``)."""
+    from divergence.training.callbacks.arm_files import arm_callbacks
 
     train = pair.base.train
-    journals = [
-        ArmProgress(
-            pair_folder.arm(arm),
-            arm,
-            train.batch_size * train.accumulate,
-            loss=lambda m, arm=arm: m.step_losses[arm],
-            tensor_order=lambda m, arm=arm: m.tensor_order[arm],
-            router_drop=lambda m, arm=arm: training_drops(m.arms[arm], across_ranks=True),
-        )
-        for arm in ARMS
-    ]
-    return [WeightCheckpoint(pair_folder.path, train.checkpoint_every, pair.tracking, arms=checkpoint_arms), *journals]
+    return arm_callbacks(module, pair_folder, pair.tracking, train.batch_size * train.accumulate)
 
 
 def _train(pair: PairRecipe, pair_folder: PairFolder, module, callbacks, lend_arms: bool = False):
     from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
-    from divergence.training.callbacks.divergence import DivergenceTracker
+    from divergence.lightning.tracker import DivergenceTracker
+    from divergence.tracking.pair_tracker import PairTracker
     from divergence.loggers.sinks import RunIdentity
     from divergence.training.fit import fit
     from divergence.training.pair_setup import pair_config
 
     coherence = pair_coherence(pair)
-    tracker = DivergenceTracker(
+    tracker = PairTracker(  # no pair: train_pair has checked the folder, holds its lock and writes pair.json
         pair_folder,
         pair.tracking,
-        pair.base.train.checkpoint_every,
+        checkpoint_every=pair.base.train.checkpoint_every,
         probe=pair_probe(pair, module),
-        losses=lambda m: m.step_losses,
-        weights=lambda m: (m.arms["a"].weights(), m.arms["b"].weights()),
         extras=coherence.extras if coherence else None,
     )
+    tracker = DivergenceTracker(tracker, losses=lambda m: m.step_losses, weights=arm_weights)
     callbacks = [
         *callbacks,
         StepCosts(pair_folder, costs=lambda m: m.last_costs),
@@ -143,7 +128,7 @@ def _train(pair: PairRecipe, pair_folder: PairFolder, module, callbacks, lend_ar
         module,
         replace(pair.base, name=pair.name),
         pair_folder,
-        first_callbacks=[tracker, *(lent_arm_callbacks(pair, pair_folder) if lend_arms else ())],
+        first_callbacks=[tracker, *(lent_arm_callbacks(pair, pair_folder, module) if lend_arms else ())],
         callbacks=callbacks,
         identity=RunIdentity.for_pair(pair, pair_folder, pair_config(pair)),
     )
@@ -178,4 +163,9 @@ def pair_probe(pair: PairRecipe, module):
     from divergence.training.probe import FunctionProbe
 
     probe = FunctionProbe(module.inputs, pair.tracking.probe, pair.probe_seed)
-    return lambda pl_module: probe.record(pl_module.arms["a"], pl_module.arms["b"])
+    return lambda: probe.record(module.arms["a"], module.arms["b"])
+
+
+def arm_weights(module) -> tuple[dict, dict] | None:
+    """Both arms' weights by checkpoint key on global rank zero (the one that compares), None elsewhere."""
+    return (module.arms["a"].weights(), module.arms["b"].weights()) if module.trainer.is_global_zero else None

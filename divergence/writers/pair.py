@@ -96,7 +96,7 @@ class Pair:
             pair["expect_identity"] = expect_identity
         self.models = (model_a, model_b)
         self.max_steps, self.next_step = max_steps, start_step + 1
-        self.tracker = PairTracker(out, every, pair, resume=resume, restart_advice=RESTART_ADVICE)
+        self.tracker = PairTracker.of_pair(out, every, pair, resume=resume, restart_advice=RESTART_ADVICE)
         self.out = self.tracker.out
         self.tracker.start(start_step, max_steps, self._weights)
         if start_step > 0:
@@ -136,6 +136,7 @@ class Pair:
         losses = {"a": loss_value(loss_a, f"{where} loss_a"), "b": loss_value(loss_b, f"{where} loss_b")}
         self.next_step = step + 1
         self.tracker.record(step, losses, self._weights)
+        self.tracker.stop_if_diverged(step, losses)
 
     def finish(self) -> None:
         """``pair.json`` says the last stored step and whether the pair is complete (it reached

@@ -245,7 +245,7 @@ def test_epochs_that_end_before_max_steps_end_the_pair(tmp_path):
 
 
 def test_an_early_stop_finishes_the_arms_at_the_step_reached(tmp_path):
-    """Issue 28, finding 13: EarlyStopping stopped both arms at the end of their first epoch (step
+    """EarlyStopping stopped both arms at the end of their first epoch (step
     8 of max_steps 100); both ended ``failed`` and watch stopped at step 9. An early stop is a
     finish at the step reached: the arms are ``finished`` at 8, compared there, and the pair ends there."""
     from lightning.pytorch.callbacks import EarlyStopping
@@ -342,3 +342,31 @@ def test_a_vector_loss_is_named_not_averaged(tmp_path):
     with pytest.raises(UserInputError, match=r"the loss of a batch: loss is a Tensor of shape \(8,\)"):
         trainer(2, [callback]).fit(PerSample(), loader())
     assert json.loads((tmp_path / "a" / "status.json").read_text())["state"] == "failed"
+
+
+def test_a_checkpoint_holds_the_spike_detectors_after_its_step(tmp_path):
+    """A checkpoint Lightning writes at step 4 holds spike detectors that saw step 4's losses: the tracker
+    records the step before the checkpoint callback runs, so a run resumed there flags what an
+    uninterrupted one flags (recorded after the callbacks, the state missed the checkpoint's own step)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    pl.seed_everything(0, verbose=False)
+    pair = LockstepPair(build(0), build(0, approximate="tanh"), out=tmp_path / "pair", every=2)
+    saver = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=4, save_top_k=-1)
+    run = pl.Trainer(
+        max_steps=4,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[saver],
+    )
+    run.fit(pair, loader())
+    ckpt = torch.load(tmp_path / "ckpt" / "epoch=0-step=4.ckpt", weights_only=False)  # this test's own file
+    state = ckpt.get("divergence_pair_tracker") or ckpt["callbacks"]["DivergenceTracker"]
+    records = [r for r in MetricsStore(tmp_path / "pair").step_records() if r["step"] > 0]
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert state["a"]["history"] == [r["loss_a"] for r in records]
+    assert state["b"]["history"] == [r["loss_b"] for r in records]
+    with pytest.raises(UserInputError, match="written by an earlier divergence .*resume=True"):
+        pair.on_load_checkpoint({"divergence_pair_tracker": {}})
