@@ -48,6 +48,7 @@ from divergence.lightning.gather import gather_state, max_steps, sharded_state, 
 from divergence.pairfolder.arm.steps import check_loss
 from divergence.pairfolder.pair_json import DEFAULT_EVERY
 from divergence.writers.arm_writer import ArmWriter
+from divergence.writers.every_rank import on_every_rank
 
 
 def step_loss(outputs) -> torch.Tensor:
@@ -85,8 +86,13 @@ class ArmCheckpoints(Callback):
         ``"dcp"``: under a sharded strategy (``ModelParallelStrategy``'s FSDP2, ``FSDPStrategy``)
         every rank writes its own shards into the step's DCP folder, nothing gathered
         (``gather.sharded_state``, ``divergence.pairfolder.arm.weights_dcp``).
-    **pair : ``pair.json`` fields for the arm that starts first (``name``, ``category``,
-        ``arms``, ``description``, ``replicate``, ``log``); see ``write_pair_files``.
+    **options : ``ArmWriter``'s keyword options: ``pair.json``'s fields for the arm that starts
+        first (``name``, ``category``, ``arms``, ``description``, ``replicate``, ``dense``, ``log``,
+        ``keep``, ...), ``global_batch``, ``weights`` (``module -> {name: tensor}``).
+
+    A subclass may replace ``step_loss`` (the step's loss) and ``router_drop`` (a mixture of
+    experts' capacity drops), as the built-in trainer's arms do
+    (``divergence.training.callbacks.arm_files``).
     """
 
     def __init__(
@@ -98,11 +104,11 @@ class ArmCheckpoints(Callback):
         loss: Callable | None = None,
         resume: bool = False,
         format: str = "safetensors",
-        **pair,
+        **options,
     ):
         self.format = format
         self.out, self.arm, self.every, self.module = Path(out), arm, every, module or ""
-        self.loss_of, self.resume, self.pair = loss or step_loss, resume, pair
+        self.loss_of, self.resume, self.options = loss or step_loss, resume, options
         self.writer: ArmWriter | None = None
         self._losses: list[torch.Tensor] = []
         self._step = 0
@@ -114,8 +120,7 @@ class ArmCheckpoints(Callback):
         submodule(pl_module, self.module)  # a wrong name fails before any file is written
         self._step = trainer.global_step
         stride = 1 if pl_module.automatic_optimization else max(1, len(trainer.optimizers))
-        self.writer = _on_every_rank(
-            trainer,
+        self.writer = on_every_rank(  # checks and writes on rank 0 only; its one-line error raised on every rank
             lambda: _Writer(
                 self.out,
                 self.arm,
@@ -126,7 +131,7 @@ class ArmCheckpoints(Callback):
                 stride=stride,
                 rank=trainer.global_rank,
                 format=self.format,
-                **self.pair,
+                **self.options,
             ),
         )
         if self.writer.tracked(self._step):  # step 0, or the resumed step (its file may have been cut)
@@ -142,18 +147,15 @@ class ArmCheckpoints(Callback):
         if self._saving is not None and self.writer is not None:
             self.writer.checkpointed(self._saving)  # a restart resumes there or later (tracking.keep)
             self._saving = None
-        loss = self.loss_of(outputs)
-        check_loss(loss, "ArmCheckpoints: the loss of a batch")  # one value: a vector is not averaged away
-        self._losses.append(torch.as_tensor(loss, dtype=torch.float32).reshape(()))
+        loss = self.step_loss(trainer, pl_module, outputs)
         step = trainer.global_step
         if step == self._step:
             return  # a micro-batch of a step still accumulating gradients
-        loss = trainer.strategy.reduce(torch.stack(self._losses).mean(), reduce_op="mean")  # every rank
-        self._losses, self._step = [], step
+        self._step = step
         self.writer.check(step, f"ArmCheckpoints: global_step {step} after a batch")  # before any file is written
         if self.writer.tracked(step):
             self._save(trainer, pl_module, step)
-        self.writer.record(step, None, loss)
+        self.writer.record(step, None, loss, router_drop=self.router_drop(pl_module))
 
     @in_script
     def on_train_end(self, trainer, pl_module) -> None:
@@ -167,28 +169,32 @@ class ArmCheckpoints(Callback):
         if self.writer is not None:
             self.writer.finish("failed")
 
+    # -- what a subclass may replace ---------------------------------------------------------
+    def step_loss(self, trainer, pl_module, outputs):
+        """Every rank, after each batch: the loss of the optimizer step it ended (the mean over the
+        step's micro-batches, averaged over ranks), or None while the step still accumulates."""
+        loss = self.loss_of(outputs)
+        check_loss(loss, "ArmCheckpoints: the loss of a batch")  # one value: a vector is not averaged away
+        self._losses.append(torch.as_tensor(loss, dtype=torch.float32).reshape(()))
+        if trainer.global_step == self._step:
+            return None
+        loss = trainer.strategy.reduce(torch.stack(self._losses).mean(), reduce_op="mean")  # every rank
+        self._losses = []
+        return loss
+
+    def router_drop(self, pl_module) -> float | None:
+        """Every rank, once a step: the fraction of expert choices dropped by capacity (None: no experts)."""
+        return None
+
     # -- helpers -----------------------------------------------------------------------------
     def _save(self, trainer, pl_module, step: int) -> None:
         if self.writer.dcp:  # every rank its shards (a collective save)
-            weights = sharded_state(trainer, pl_module, self.module)
-        else:
-            weights = gather_state(trainer, pl_module, self.module)  # collective under FSDP
+            weights = self.writer.weights(sharded_state(trainer, pl_module, self.module))
+        else:  # collective under FSDP
+            weights = gather_state(trainer, pl_module, self.module, self.writer.weights)
         if weights is not None:
-            self.writer.save(step, self.writer.weights(weights))
+            self.writer.save(step, weights)
 
 
 class _Writer(ArmWriter):
     how_to_resume = "resume the Trainer from its checkpoint (trainer.fit(module, data, ckpt_path=...))"
-
-
-def _on_every_rank(trainer, build: Callable):
-    """``build()`` (which checks and writes on rank 0 only); its one-line error raised on every rank."""
-    result, error = None, None
-    try:
-        result = build()
-    except UserInputError as err:
-        error = str(err)
-    error = trainer.strategy.broadcast(error)
-    if error is not None:
-        raise UserInputError(error)
-    return result

@@ -3,35 +3,44 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from divergence.errors import UserInputError
 
 
-def gather_state(trainer, pl_module, path: str = "") -> dict | None:
-    """``{name: tensor}`` of ``pl_module``'s submodule ``path`` ("" for the whole) on rank zero, else None.
+def gather_state(trainer, pl_module, path: str = "", weights: Callable | None = None) -> dict | None:
+    """``weights`` of ``pl_module``'s submodule ``path`` ("" for the whole) on rank zero, else None.
 
-    Collective under FSDP (every rank must call it: the shards are gathered, offloaded to
-    CPU on rank zero); a local read of rank zero's replica otherwise. Names are relative to
-    the submodule, as ``submodule.state_dict()`` names them.
+    ``weights``: ``module or state dict -> {name: tensor}`` (``ArmWriter``'s option; default the
+    state dict itself). Collective under FSDP (every rank must call it: the shards are gathered,
+    offloaded to CPU on rank zero); a local read of rank zero's replica otherwise. Names are relative
+    to the submodule, as ``submodule.state_dict()`` names them. Under a model-parallel strategy a
+    ``weights`` function reads the live submodule on every rank and each DTensor it returns is
+    gathered in turn (the built-in trainer's ``Arm.weights``, whose names a state dict lacks).
     """
     from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
+    weights = weights or (lambda state: state)
     if isinstance(trainer.strategy, ModelParallelStrategy):  # FSDP2 / tensor parallel: DTensors
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+        from divergence.writers.arm_writer import state_weights
+
+        if weights is not state_weights:  # the module's own names: every rank reads them, gathered one by one
+            full = {
+                k: v.full_tensor() if hasattr(v, "full_tensor") else v
+                for k, v in weights(submodule(pl_module, path)).items()
+            }
+            return full if trainer.is_global_zero else None
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # full on rank zero only
         full = get_model_state_dict(trainer.strategy.model, options=options)
-        return _relative(pl_module, path, full) if trainer.is_global_zero else None
+        return weights(_relative(pl_module, path, full)) if trainer.is_global_zero else None
     if isinstance(trainer.strategy, FSDPStrategy):
         full = trainer.strategy.lightning_module_state_dict()
-        if not trainer.is_global_zero:
-            return None
-        module_path = _module_path(pl_module, submodule(pl_module, path))
-        prefix = f"{module_path}." if module_path else ""
-        return {k[len(prefix) :]: v for k, v in full.items() if k.startswith(prefix)}
+        return weights(_relative(pl_module, path, full)) if trainer.is_global_zero else None
     if not trainer.is_global_zero:
         return None
-    return submodule(pl_module, path).state_dict()
+    return weights(submodule(pl_module, path))
 
 
 def sharded_state(trainer, pl_module, path: str = "") -> dict:

@@ -20,7 +20,7 @@ replicated activations. Every rank sees the same batch (one data-parallel replic
 loader's rank and size come from the strategy, ``ModelParallelStrategy.distributed_sampler_kwargs``).
 
 The weights written are the full tensors under the 1-rank names (``DTensor.full_tensor``,
-``divergence.training.callbacks.weight_checkpoints``), so the comparator matches them one to one.
+``divergence.lightning.gather.gather_state``), so the comparator matches them one to one.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
     ``recipe`` gives the hardware, cadence and logging; ``identity`` (a
     ``divergence.loggers.sinks.RunIdentity``) files the wandb run, by default as a run of its
     own with ``recipe`` as config. Callback order: ``first_callbacks``,
-    weights-only checkpoints, the resumable checkpoint, samples, ``callbacks``, progress bar.
+    the arms' weights files (``callbacks.arm_files``), the resumable checkpoint, samples, ``callbacks``, progress bar.
     """
     import lightning as L
     import torch
@@ -32,7 +32,8 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
     from divergence.training.callbacks.requeue import SlurmRequeue
     from divergence.training.callbacks.resume import ResumeCheckpoint
     from divergence.training.callbacks.samples import SampleGrid
-    from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
+    from divergence.lightning.arm_checkpoints import ArmCheckpoints
+    from divergence.training.callbacks.arm_files import arm_callbacks
     from divergence.training.checkpoint_io import AtomicCheckpointIO
     from divergence.training.tensor_parallel import model_parallel, model_parallel_strategy
     from divergence.models.determinism import determinism
@@ -44,12 +45,8 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
         writable_folder(out)  # the loggers write into it first (an arm's folder is new on its first run)
     if train.cpu_threads:
         torch.set_num_threads(train.cpu_threads)
-    given = (*first_callbacks, *callbacks)  # a WeightCheckpoint given replaces the default one
-    own = (
-        []
-        if any(isinstance(c, WeightCheckpoint) for c in given)
-        else [WeightCheckpoint(out, every, arms=checkpoint_arms)]
-    )
+    given = (*first_callbacks, *callbacks)  # arm writers given replace the default ones (the weights files alone)
+    own = [] if any(isinstance(c, ArmCheckpoints) for c in given) else arm_callbacks(module, out)
     own.append(ResumeCheckpoint(out.resume_dir, every))
     if recipe.sample.enabled:
         own.append(SampleGrid(out, recipe.sample, arms=checkpoint_arms, inputs=lambda m: m.inputs))

@@ -38,12 +38,10 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
     if arm in pair.arm_recipes:
         check_host(pair.arm_recipes[arm])
     from divergence.pairfolder.arm.lock import ArmLock
-    from divergence.training.callbacks.arm_progress import ArmProgress
-    from divergence.training.callbacks.weight_checkpoints import WeightCheckpoint
+    from divergence.training.callbacks.arm_files import arm_callbacks
     from divergence.loggers.sinks import RunIdentity, global_rank_zero
-    from divergence.training.fit import checkpoint_arms, fit, writable_folder
+    from divergence.training.fit import fit, writable_folder
     from divergence.training.pair_setup import pair_config, pair_module, write_pair_files
-    from divergence.training.probe import training_drops
 
     if arm not in ARMS:
         raise UserInputError(f"--arm {arm!r}: must be one of {', '.join(ARMS)}")
@@ -59,17 +57,7 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
         if lock is not None:
             write_pair_files(pair_folder, pair, keep=True)
         per_rank = recipe.train.batch_size * recipe.train.accumulate
-        first = [
-            WeightCheckpoint(arm_folder, recipe.train.checkpoint_every, pair.tracking, arms=checkpoint_arms),
-            ArmProgress(
-                arm_folder,
-                arm,
-                per_rank,
-                loss=lambda m: m.step_losses[arm],
-                tensor_order=lambda m: m.tensor_order[arm],
-                router_drop=lambda m: training_drops(m.arms[arm], across_ranks=True),
-            ),
-        ]
+        first = arm_callbacks(module, pair_folder, pair.tracking, per_rank)  # weights, losses, status
         identity = RunIdentity.for_pair(pair, pair_folder, pair_config(pair), job_type="arm", arm=arm)
         callbacks = [*callbacks, *_arm_callbacks(recipe, arm_folder)]
         return fit(module, recipe, arm_folder, first_callbacks=first, callbacks=callbacks, identity=identity)

@@ -112,16 +112,26 @@ class ArmWriter:
     global_batch : examples per optimizer step over all ranks (batch size x ranks x accumulation),
         in ``status.json``; given by both arms, ``divergence watch`` compares it instead of the
         world sizes (2 ranks x batch 2 and 1 rank x batch 4 are one pair).
-    keep : ``tracking.keep`` in ``pair.json``: once ``divergence watch`` has compared a step it
-        deletes both arms' weights files of it but every keep-th tracked step's and the last's
-        (``divergence.comparator.retention``); None (default): keep all. Both arms the same.
-    **pair : for ``pair.json`` when this arm writes it: ``name``, ``category``, ``arms``,
-        ``description``, ``replicate``, ``spike_factor``, ``spike_window``, ``log``, ``start`` (the
-        pretrained weights both arms start from, in a fine-tune: a path, hub id or hash),
-        ``expect_identity`` (True: the pair's change should be the identity in fp32, a reordering
-        of fp32 sums at most, so a verdict beyond a reordering says "look for a bug"); a folder
-        whose ``pair.json`` differs in a given ``name``, ``category``, ``arms`` or ``replicate``
-        is refused (another pair).
+    name, category, arms, description, replicate, spike_factor, spike_window, dense, log, keep,
+    start, expect_identity : ``pair.json`` when this arm writes it (``write_pair_files``; None: its
+        default): the pair's ``name`` (default the folder's), ``category``, ``arms`` (each arm's
+        labels), ``description``, ``replicate``, the spike rule, the early schedule ``dense`` on top
+        of ``every`` (``[]``: off), the ``log`` section ``divergence watch`` logs with, ``keep``
+        (``tracking.keep``: once ``watch`` has compared a step it deletes both arms' weights files of
+        it but every keep-th tracked step's and the last's, ``divergence.comparator.retention``; both
+        arms the same), ``start`` (the pretrained weights both arms start from in a fine-tune: a
+        path, hub id or hash) and ``expect_identity`` (True: the change should be the identity in
+        fp32, so a verdict beyond a reordering says "look for a bug"). A folder whose ``pair.json``
+        differs in a given ``name``, ``category``, ``arms`` or ``replicate`` is refused (another pair).
+    records : False: the weights files alone, no ``losses.jsonl``, ``status.json``, ``pair.json`` or
+        lock (the built-in trainer's single run and lockstep arms, whose losses its tracker keeps);
+        ``arm`` may then be ``""``, the folder ``out`` itself.
+    label, recipe : the ``arm`` name (default ``arm``) and the recipe (default ``{}``) in each
+        weights file's metadata.
+    checkpoint_every : also save the weights every ``checkpoint_every`` steps (0: not); the built-in
+        trainer's ``train.checkpoint_every``, which its ``pair.json`` makes compared steps.
+    locked : True: the caller holds the arm's lock (an ``ArmLock``, or a ``PairLock`` on the pair) for
+        this writer's life, so it takes none.
     """
 
     how_to_resume = "pass start_step=G, the step of the checkpoint this process resumes from"
@@ -141,12 +151,31 @@ class ArmWriter:
         rank: int | None = None,
         global_batch: int | None = None,
         format: str = "safetensors",
-        **pair,
+        name: str | None = None,
+        category: str | None = None,
+        arms: dict | None = None,
+        description: str | None = None,
+        replicate: int | None = None,
+        spike_factor: float | None = None,
+        spike_window: int | None = None,
+        dense: list | tuple | None = None,
+        log: dict | None = None,
+        keep: int | None = None,
+        start: str | None = None,
+        expect_identity: bool | None = None,
+        records: bool = True,
+        label: str | None = None,
+        recipe: dict | None = None,
+        checkpoint_every: int = 0,
+        locked: bool = False,
     ):
+        pair = dict(name=name, category=category, arms=arms, description=description, replicate=replicate)
+        pair.update(spike_factor=spike_factor, spike_window=spike_window, dense=dense, log=log, keep=keep)
+        pair = {k: v for k, v in dict(pair, start=start, expect_identity=expect_identity).items() if v is not None}
         if format not in WEIGHTS_FORMATS:
             raise UserInputError(f"ArmWriter(format={format!r}): must be one of {', '.join(WEIGHTS_FORMATS)}")
         self.dcp = format == "dcp"  # every rank saves its shards at tracked steps
-        if arm not in ARMS:
+        if arm not in ARMS and (records or arm != ""):
             raise UserInputError(f"arm={arm!r}: must be one of {', '.join(ARMS)}")
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
             raise UserInputError(
@@ -158,9 +187,12 @@ class ArmWriter:
         self.arm_folder = self.pair_folder.arm(arm)
         self.weights = weights or state_weights
         self.rank = global_rank() if rank is None else rank
+        self.records, self.label, self.recipe, self.locked = records, label or arm, recipe or {}, locked
         self.lock: ArmLock | None = None
+        self.opened = self.is_writer and not records  # rank 0 writes until ``finish``
         self.global_batch = check_global_batch(global_batch)
         self.schedule = schedule_config(tracking_schedule(every, dense=pair.get("dense", DENSE_DEFAULT)))
+        self.checkpoint_every = checkpoint_every
         self.stride = check_stride(stride, max_steps, "ArmWriter")
         start_step = check_step(start_step, expected=start_step, max_steps=max_steps, where="ArmWriter(start_step=...)")
         if start_step % self.stride:
@@ -170,7 +202,7 @@ class ArmWriter:
         self.journal.resume_at(start_step, initial=start_step == 0)  # a fresh start records step 0 first
         self.saved_step: int | None = None  # the step whose weights ``save`` wrote last
         self.last_model: tuple | None = None  # (step, model) given to ``record`` last: ``finish`` saves its last step
-        if self.is_writer:
+        if self.is_writer and records:
             self._open(start_step, resume, stride, pair)
 
     @property
@@ -194,15 +226,17 @@ class ArmWriter:
 
     def tracked(self, step: int) -> bool:
         """Whether the weights of ``step`` are saved (and compared)."""
-        return tracked_with_stride(step, self.stride, lambda t: is_tracked(t, self.max_steps, self.schedule, 0))
+        every = self.checkpoint_every
+        return tracked_with_stride(step, self.stride, lambda t: is_tracked(t, self.max_steps, self.schedule, every))
 
     @in_script
-    def record(self, step: int, model=None, loss=None) -> None:
+    def record(self, step: int, model=None, loss=None, router_drop: float | None = None) -> None:
         """The loss of optimizer step ``step`` (none at step 0) and, at tracked steps, ``model``'s weights.
 
         Steps come in order, each once: 0 (the initial weights), then 1, 2, ... ``max_steps``
         (every ``stride``-th), or from ``start_step + 1`` after a restart. Checked on every rank
-        (the same steps everywhere, so every rank stops alike); only rank 0 writes.
+        (the same steps everywhere, so every rank stops alike); only rank 0 writes. ``router_drop``:
+        the step's capacity-drop fraction of an arm with experts, written beside the loss.
         """
         where = f"ArmWriter.record({step!r}, ...)"
         step = self.check(step, where)
@@ -211,7 +245,7 @@ class ArmWriter:
             if loss is None:
                 raise UserInputError(f"{where}: give the step's loss (a float or a 0-d tensor)")
             check_loss(loss, where)
-            value = loss_value(loss, where) if self.is_writer else None  # read (a device sync) where written
+            value = loss_value(loss, where) if self.opened and self.records else None  # a device sync: where written
         if self.is_writer or self.dcp:  # DCP: every rank saves its shards
             if model is not None:
                 self.last_model = (step, model)
@@ -219,8 +253,8 @@ class ArmWriter:
                 if model is None:
                     raise UserInputError(f"{where}: step {step} is tracked; give the model (or its state dict)")
                 self.save(step, self.weights(model))
-            if value is not None and self.is_writer:
-                self.journal.append(step, value, where)
+            if value is not None:
+                self.journal.append(step, value, where, router_drop=router_drop)
         self.journal.advance(step)
 
     @in_script
@@ -232,7 +266,7 @@ class ArmWriter:
     def save(self, step: int, tensors: dict) -> Path:
         """Write the weights file of ``step`` (atomically; any device, copied to the CPU); with
         ``format="dcp"`` every rank's shards into the step's DCP folder (a collective)."""
-        check = (lambda: self.journal.check_tensors(tensors, step)) if self.is_writer else (lambda: None)
+        check = (lambda: self.journal.check_tensors(tensors, step)) if self.opened and self.records else (lambda: None)
         if self.dcp:
             on_every_rank(check)  # every rank stops before the collective save, not rank zero alone
         else:
@@ -243,7 +277,7 @@ class ArmWriter:
         if self.dcp:
             return save_dcp(self.arm_folder.weights_dcp(step), tensors, step=step, arm=self.arm, writer=self.is_writer)
         # a tied tensor (wte / lm_head) is saved once, its other names in the file (checkpoints.tied)
-        return save_weights(self.arm_folder.weights(step), tensors, step=step, arm=self.arm, recipe={})
+        return save_weights(self.arm_folder.weights(step), tensors, step=step, arm=self.label, recipe=self.recipe)
 
     @in_script
     def checkpointed(self, step: int) -> None:
@@ -257,7 +291,7 @@ class ArmWriter:
                 f"ArmWriter.checkpointed({step!r}): give the step of the checkpoint saved, an integer from 0 "
                 f"to {self.last_step} (the step recorded last)"
             )
-        if self.is_writer and self.lock is not None and self.lock.held:
+        if self.opened and self.records:
             self.journal.checkpointed(step)
 
     @in_script
@@ -278,17 +312,23 @@ class ArmWriter:
         state = state or ("finished" if self.last_step >= (self.max_steps or 1) else "failed")
         if self.dcp and not self.is_writer and state == "finished" and self.last_step > 0:
             self._save_last(model)  # the collective save of the last step, as rank 0 does below
-        if not self.is_writer or self.lock is None or not self.lock.held:
+        if not self.opened:
             return
         try:
             if state == "finished" and self.last_step > 0:
                 self._save_last(model)
         except BaseException:
-            self.journal.end("failed", self.last_step)
-            self.lock.release()
+            self._end("failed")
             raise
-        self.journal.end(state, self.last_step)
-        self.lock.release()
+        self._end(state)
+
+    def _end(self, state: str) -> None:
+        """Rank 0: ``status.json`` says ``state``; the arm's lock released (another process may write it)."""
+        self.opened = False
+        if self.records:
+            self.journal.end(state, self.last_step)
+        if self.lock is not None:
+            self.lock.release()
 
     def _save_last(self, model) -> None:
         """A finished arm's last step is a compared one: its weights file, if not written yet."""
@@ -322,21 +362,21 @@ class ArmWriter:
     def _open(self, start_step: int, resume: bool, stride: int, pair: dict) -> None:
         """Rank 0: check the folder (reading only), take the arm's lock, then write."""
         saved = check_pair_files(self.pair_folder, max_steps=self.max_steps, every=self.every, stride=stride, **pair)
-        self.lock = ArmLock(self.arm_folder)
+        self.lock = None if self.locked else ArmLock(self.arm_folder)  # the lock creates the folder
         try:
+            self.arm_folder.path.mkdir(parents=True, exist_ok=True)
             claim_arm_folder(self.arm_folder, self.arm, start_step, resume, self.how_to_resume)
             if saved is None:
                 saved = write_pair_files(
                     self.pair_folder, max_steps=self.max_steps, every=self.every, stride=stride, **pair
                 )
             self.schedule = schedule_config(saved.get("tracking") or {"every": self.every})
-            self._start(start_step)
+            self.journal.start(start_step, world_size=world_size(), global_batch=self.global_batch)
+            self.opened = True
         except BaseException:
-            self.lock.release()
+            if self.lock is not None:
+                self.lock.release()
             raise
-
-    def _start(self, start_step: int) -> None:
-        self.journal.start(start_step, world_size=world_size(), global_batch=self.global_batch)
 
 
 def check_global_batch(value) -> int | None:

@@ -10,13 +10,12 @@ An arm trained as its own job leaves, in its folder (``divergence.pairfolder.Arm
 - and, at a restart from step G, nothing of the steps after G (``records.drop_after``: the
   arm computes them again, and ``divergence watch`` follows the new attempt).
 
-Every writer of an arm (``divergence.writers.ArmWriter`` for any loop, and through it Lightning's
-``ArmCheckpoints`` and the transformers callback; the built-in trainer's ``ArmProgress``) keeps
-this journal, so the step rules (``docs/pair-folder.md``, "The step rules every arm writer
-checks"; ``pairfolder.arm.steps``) are checked in one place, the step on every rank. Only global rank zero
-calls ``start``, ``append`` and ``end``; what writes the weights files and holds the arm's lock
-(``pairfolder.arm.lock.ArmLock``) is the writer's own business: ``ArmWriter`` does both, the
-built-in trainer has ``WeightCheckpoint`` and ``train_arm``.
+Every writer of an arm keeps this journal through ``divergence.writers.ArmWriter`` (for any loop;
+through it Lightning's ``ArmCheckpoints``, the built-in trainer's arms and the transformers
+callback), so the step rules (``docs/pair-folder.md``, "The step rules every arm writer checks";
+``pairfolder.arm.steps``) are checked in one place, the step on every rank. Only global rank zero
+calls ``start``, ``append`` and ``end``; ``ArmWriter`` also writes the weights files and holds the
+arm's lock (``pairfolder.arm.lock.ArmLock``).
 """
 
 from __future__ import annotations
