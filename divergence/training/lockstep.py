@@ -100,21 +100,21 @@ def lent_arm_callbacks(pair: PairRecipe, pair_folder: PairFolder, module) -> lis
 
 def _train(pair: PairRecipe, pair_folder: PairFolder, module, callbacks, lend_arms: bool = False):
     from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
-    from divergence.training.callbacks.divergence import DivergenceTracker
+    from divergence.lightning.tracker import DivergenceTracker
+    from divergence.tracking.pair_tracker import PairTracker
     from divergence.loggers.sinks import RunIdentity
     from divergence.training.fit import fit
     from divergence.training.pair_setup import pair_config
 
     coherence = pair_coherence(pair)
-    tracker = DivergenceTracker(
+    tracker = PairTracker(  # no pair: train_pair has checked the folder, holds its lock and writes pair.json
         pair_folder,
         pair.tracking,
-        pair.base.train.checkpoint_every,
+        checkpoint_every=pair.base.train.checkpoint_every,
         probe=pair_probe(pair, module),
-        losses=lambda m: m.step_losses,
-        weights=lambda m: (m.arms["a"].weights(), m.arms["b"].weights()),
         extras=coherence.extras if coherence else None,
     )
+    tracker = DivergenceTracker(tracker, losses=lambda m: m.step_losses, weights=arm_weights)
     callbacks = [
         *callbacks,
         StepCosts(pair_folder, costs=lambda m: m.last_costs),
@@ -163,4 +163,9 @@ def pair_probe(pair: PairRecipe, module):
     from divergence.training.probe import FunctionProbe
 
     probe = FunctionProbe(module.inputs, pair.tracking.probe, pair.probe_seed)
-    return lambda pl_module: probe.record(pl_module.arms["a"], pl_module.arms["b"])
+    return lambda: probe.record(module.arms["a"], module.arms["b"])
+
+
+def arm_weights(module) -> tuple[dict, dict] | None:
+    """Both arms' weights by checkpoint key on global rank zero (the one that compares), None elsewhere."""
+    return (module.arms["a"].weights(), module.arms["b"].weights()) if module.trainer.is_global_zero else None
