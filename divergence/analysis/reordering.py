@@ -79,7 +79,7 @@ from divergence.analysis.no_window import why_no_window
 from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
 from divergence.analysis.trajectories import PairData
 from divergence.analysis.verdict import _all_zero
-from divergence.variants.registry import VARIANTS, fp32_equivalent
+from divergence.variants.registry import VARIANTS
 
 REORDERING_DEX = 1.0  # log10(E_X / E_R) above which X perturbs more than a reordering of fp32 sums
 FP32_EQUIVALENT = tuple(sorted(name for name, cls in VARIANTS.items() if cls.fp32_equivalent))  # the variants' word
@@ -177,12 +177,8 @@ def against_reordering(
 
 def expects_identity(pair: PairData) -> bool:
     """Whether the pair declares that its change should be the identity in fp32 (``pair.json``'s
-    ``expect_identity``, whatever its arms' labels); a folder without the key that the built-in trainer
-    wrote (a recipe recorded) is read from its variants' names (``Variant.fp32_equivalent``), as written
-    before the key existed; any other undeclared pair: False."""
-    if pair.expect_identity is not None:
-        return bool(pair.expect_identity)
-    return bool(pair.recipe) and fp32_equivalent(pair.arms)
+    ``expect_identity``, whatever its arms' labels); an undeclared pair: False."""
+    return bool(pair.expect_identity)
 
 
 def crossing(values: np.ndarray) -> str | None:

@@ -112,7 +112,7 @@ def pair_from_records(
 ) -> PairData:
     """Build a ``PairData`` from a ``PairInfo`` and the store's step and tensor records.
 
-    ``replicate`` defaults to ``info.replicate`` (0 where pair.json has none)."""
+    ``replicate`` defaults to ``info.replicate``."""
     step_records = sorted(step_records, key=lambda r: r["step"])
     tracked = [r for r in step_records if r.get("tracked")]
     steps = np.array([r["step"] for r in tracked], dtype=np.int64)
@@ -144,15 +144,15 @@ def pair_from_records(
         loss_steps=np.array([r["step"] for r in step_records], dtype=np.int64),
         loss={arm: np.array([_float(r.get(f"loss_{arm}")) for r in step_records]) for arm in "ab"},
         spikes={arm: np.array([bool(r.get(f"spike_{arm}")) for r in step_records], dtype=bool) for arm in "ab"},
-        replicate=int(getattr(info, "replicate", 0) or 0) if replicate is None else int(replicate),
-        recipe=dict(getattr(info, "recipe", None) or {}),
+        replicate=int(info.replicate) if replicate is None else int(replicate),
+        recipe=dict(info.recipe or {}),
         rel_l2=np.array([_model_value(r, by_step[r["step"]], "rel_l2") for r in tracked], dtype=float),
         probe={k: np.array([_float(r.get(k)) for r in tracked]) for k in PROBE_KEYS},
-        numerics=dict(getattr(info, "numerics", None) or {}),
-        outside_deployment=getattr(info, "outside_deployment", None),
+        numerics=dict(info.numerics or {}),
+        outside_deployment=info.outside_deployment,
         router={k: np.array([_float(r.get(k)) for r in tracked]) for k in ROUTER_KEYS if any(k in r for r in tracked)},
-        start=getattr(info, "start", None),
-        expect_identity=getattr(info, "expect_identity", None),
+        start=info.start,
+        expect_identity=info.expect_identity,
     )
 
 

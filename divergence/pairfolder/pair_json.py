@@ -2,7 +2,7 @@
 
 Keys (``docs/pair-folder.md``; ``PairInfo`` holds them):
 
-- ``contract``: the version of the folder layout (``CONTRACT``; read with a default of 1);
+- ``contract``: the version of the folder layout (``CONTRACT``); a reader refuses any other;
 - ``name``: the pair's name (``flash-vs-baseline``);
 - ``category``: what the two arms differ in, which decides its role in a bounding study:
   ``control`` (nothing), ``seed`` (weight-init seed only), ``precision`` (training precision
@@ -28,13 +28,13 @@ Keys (``docs/pair-folder.md``; ``PairInfo`` holds them):
 - ``numerics``: what each arm trains in, ``{"a": {...}, "b": {...}}`` with ``device`` (cpu,
   cuda), ``precision``, ``attention`` (the kernel), ``tf32``, ``deterministic`` and
   ``cpu_threads`` (torch intra-op threads, resolved); written by the built-in trainer, ``{}``
-  when absent (older folders, other writers); a resume must train in the same numerics;
+  when absent (other writers); a resume must train in the same numerics;
 - ``outside_deployment``: one line when an arm trains a variant outside the numerics it is used
   in (``divergence.variants.deployment``: sdpa-flash in fp32, tf32 on a CPU), else null;
 - ``start`` (optional, a string): where both arms' starting weights come from when they are not
   a fresh initialization (a fine-tune): a path, a hub id or a hash of the pretrained weights,
   the same string for every pair of one study (``docs/method.md``, "Fine-tuning"); absent or
-  null: not recorded (training from scratch, or an older writer);
+  null: not recorded (training from scratch);
 - ``expect_identity`` (optional, a bool): the pair's change should be the identity in fp32 (a
   reordering of fp32 sums at most: gradient accumulation, a fused optimizer, data parallelism), so
   a difference beyond a reordering reads "if it should be the identity, look for a bug" whatever
@@ -89,7 +89,7 @@ class PairInfo:
         data = asdict(self)
         extra = data.pop("extra")
         if data["start"] is None:
-            del data["start"]  # optional: a pair from scratch writes no key (older readers' files unchanged)
+            del data["start"]  # optional: a pair from scratch writes no key
         if data["expect_identity"] is None:
             del data["expect_identity"]  # optional, as ``start``
         return {"contract": data.pop("contract"), **data, **{k: v for k, v in extra.items() if k not in data}}
@@ -111,7 +111,7 @@ class PairInfo:
 
 
 def read_pair_json(out: str | Path) -> dict:
-    """``pair.json`` as plain data, with ``contract`` defaulting to 1 (folders written before it)."""
+    """``pair.json`` as plain data, of this package's ``CONTRACT`` (any other is refused in one line)."""
     path = as_pair_folder(out).pair_json
     try:
         data = json.loads(path.read_text())
@@ -121,11 +121,15 @@ def read_pair_json(out: str | Path) -> dict:
         raise UserInputError(f"{path}: unreadable ({err})") from None
     if not isinstance(data, dict):
         raise UserInputError(f"{path}: not a JSON object")
-    data.setdefault("contract", 1)
-    if not isinstance(data["contract"], int) or data["contract"] > CONTRACT:
+    contract = data.get("contract")
+    if type(contract) is int and contract > CONTRACT:
         raise UserInputError(
-            f"{path}: contract {data['contract']!r} is newer than this divergence reads "
-            f"({CONTRACT}); upgrade divergence"
+            f"{path}: contract {contract} is newer than this divergence reads ({CONTRACT}); upgrade divergence"
+        )
+    if type(contract) is not int or contract != CONTRACT:
+        raise UserInputError(
+            f"{path}: contract {contract!r}, not {CONTRACT}: not written by this divergence; train the pair "
+            "again (a writer of your own: write pair.json with divergence.writers.write_pair_files)"
         )
     return data
 
@@ -161,7 +165,7 @@ def tracking_schedule(
 
 
 def schedule_config(tracking: dict) -> TrackingConfig:
-    """The schedule of a ``tracking`` dict as ``is_tracked`` takes it (older folders: no dense)."""
+    """The schedule of a ``tracking`` dict as ``is_tracked`` takes it (no ``dense``: none)."""
     try:
         return TrackingConfig(every=tracking["every"], dense=tuple(tuple(d) for d in tracking.get("dense", ())))
     except (RecipeError, TypeError, ValueError) as err:

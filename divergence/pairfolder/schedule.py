@@ -2,10 +2,9 @@
 
 Read from ``pair.json`` alone (``max_steps``, ``tracking``, ``log``; the built-in trainer's
 ``recipe.train.checkpoint_every`` and ``recipe.log`` where its folders keep them), so
-``divergence watch`` follows a pair trained by any code. Folders written before ``pair.json``
-held ``tracking`` fall back to ``pair.yaml``, the built-in trainer's resolved pair recipe.
-``pair.yaml`` is also what the function-space probe builds its models from: without it (a pair
-trained by someone else's code) there is no probe.
+``divergence watch`` follows a pair trained by any code. ``pair.yaml``, the built-in trainer's
+resolved pair recipe, is what the function-space probe builds its models from: without it (a
+pair trained by someone else's code) there is no probe.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from divergence.errors import RecipeError, UserInputError
 from divergence.pairfolder.arm.steps import check_stride
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.folder import as_pair_folder
-from divergence.pairfolder.layout import PAIR_FILE, PAIR_RECIPE_FILE
+from divergence.pairfolder.layout import PAIR_FILE
 from divergence.pairfolder.pair_json import is_open_ended, read_pair_json
 from divergence.pairfolder.settings import LogConfig, ProbeConfig, TrackingConfig, is_tracked
 from divergence.pairfolder.starting import how_to_start
@@ -61,19 +60,14 @@ class PairSchedule:
 def read_schedule(out: str | Path) -> PairSchedule:
     """The ``PairSchedule`` of pair folder ``out``; a ``UserInputError`` naming the file and key."""
     out = as_pair_folder(out)
-    if not out.pair_json.is_file() and not out.pair_yaml.is_file():
+    if not out.pair_json.is_file():
         raise UserInputError(f"{out}: no {PAIR_FILE}; start the arms first: {how_to_start(out, 'a')}")
-    config = _read_recipe(out)
-    info = read_pair_json(out) if out.pair_json.is_file() else {}
-    tracking = info.get("tracking") or {}
-    if "every" in tracking:
-        return _from_pair_json(out, info, config)
-    if config is None:
+    info = read_pair_json(out)
+    if "every" not in (info.get("tracking") or {}):
         raise UserInputError(
-            f"{out.pair_json}: no tracking.every, and no {PAIR_RECIPE_FILE} to read it from; "
-            f"write {PAIR_FILE} with divergence.writers.write_pair_files"
+            f"{out.pair_json}: no tracking.every; write {PAIR_FILE} with divergence.writers.write_pair_files"
         )
-    return _from_recipe(out, info, config)
+    return _from_pair_json(out, info, _read_recipe(out))
 
 
 def _from_pair_json(out: PairFolder, info: dict, config: dict | None) -> PairSchedule:
@@ -93,28 +87,10 @@ def _from_pair_json(out: PairFolder, info: dict, config: dict | None) -> PairSch
     return replace(_schedule(name, max_steps, checkpoint_every, parsed, log, info, config), stride=stride)
 
 
-def _from_recipe(out: PairFolder, info: dict, config: dict) -> PairSchedule:
-    """A folder of an older version: the schedule in ``pair.yaml`` (``recipes.a.train``), the
-    built-in trainer's resolved pair recipe (every key written, so no recipe default is needed;
-    a missing ``checkpoint_every`` is no checkpoint step)."""
-    try:
-        parsed = parse(TrackingConfig, config.get("tracking"), "tracking")
-        arm = config["recipes"]["a"]
-        train = arm["train"]
-        max_steps, checkpoint_every = int(train["max_steps"]), int(train.get("checkpoint_every") or 0)
-        log = parse(LogConfig, arm.get("log"), "log")
-        name = config["name"]
-    except (KeyError, TypeError) as err:
-        raise UserInputError(f"{out.pair_yaml}: not a pair file (missing {err})") from None
-    except ValueError as err:
-        raise UserInputError(f"{out.pair_yaml}: {err}") from None
-    return _schedule(name, max_steps, checkpoint_every, parsed, log, info or {"name": name}, config)
-
-
 def _schedule(name, max_steps, checkpoint_every, tracking, log, info, config) -> PairSchedule:
     if config is None and tracking.probe.enabled:  # the probe builds our models from pair.yaml
         tracking = replace(tracking, probe=ProbeConfig(enabled=False))
-    replicate = int(info.get("replicate", (config or {}).get("replicate", 0)) or 0)
+    replicate = int(info.get("replicate", 0) or 0)
     return PairSchedule(name, max_steps, checkpoint_every, tracking, log, replicate, info, config)
 
 

@@ -23,7 +23,7 @@ Replicates: ``replicate: N`` derives the data seed, every arm's init seed and th
 from N with ``replicate_seed``, the same way for every pair, so replicate N of two different
 pairs are common random numbers (same initial weights, same batches, same probe set), and a
 seed pair's arm b keeps a different init seed from arm a in every replicate. Replicate 0
-keeps the recipe's seeds unchanged (runs made before replicates existed are replicate 0).
+keeps the recipe's seeds unchanged.
 
 """
 

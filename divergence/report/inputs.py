@@ -126,10 +126,8 @@ def _read_pair(folder: Path) -> PairData:
 
 
 def _replicate(folder: Path, info: PairInfo) -> int:
-    """pair.json's ``replicate`` (0 when absent), read raw if this PairInfo predates the key."""
-    value = getattr(info, "replicate", None)
-    if value is None:
-        value = json.loads(as_pair_folder(folder).pair_json.read_text()).get("replicate", 0)
+    """pair.json's ``replicate``: an integer >= 0, else a one-line error naming the file."""
+    value = info.replicate
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise UserInputError(
             f"{as_pair_folder(folder).pair_json}: 'replicate' is {value!r}; it must be an integer >= 0"

@@ -20,7 +20,7 @@ Record schema of a paired run (what the report relies on):
   (``tracking.probe``, ``divergence.training.probe``), also ``probe_rel_diff`` (F(t) =
   ||out_a(Q) - out_b(Q)|| / ||out_b(Q)|| on the fixed probe set Q, both arms in fp32 with baseline
   attention and no autocast), ``probe_loss_a`` and ``probe_loss_b`` (each arm's diffusion loss on
-  Q). Stores written before the probe existed, or with it off, lack the three keys.
+  Q). Stores written with the probe off, or by a user's own trainer, lack the three keys.
 
 Which steps are tracked is ``divergence.pairfolder.settings.is_tracked``: step 0, densely early
 (every step to 20, every 5th to 100 by default: ``tracking.dense``), then every

@@ -48,10 +48,8 @@ def repair_folder(folder: str | Path) -> list[Repair]:
     folder = Path(folder)
     if not folder.is_dir():
         raise UserInputError(f"{folder}: no such folder")
-    pair = as_pair_folder(folder)  # a pair folder's store, a legacy pair-level losses file, each arm's losses
-    paths = [
-        p for p in (pair.metrics, folder / LOSSES_FILE, *(arm.losses for arm in pair.arms.values())) if p.is_file()
-    ]
+    pair = as_pair_folder(folder)
+    paths = [p for p in (pair.metrics, *(arm.losses for arm in pair.arms.values())) if p.is_file()]
     if not paths:
         raise UserInputError(f"{folder}: holds no {METRICS_FILE} and no <arm>/{LOSSES_FILE}; give a pair folder")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -176,7 +176,7 @@ def _write(path: Path, recorded: dict) -> dict:
 
 
 def _check_pair_by_pair(jobs: list, path: Path) -> None:
-    """A study folder trained before ``arms.json`` existed, or pair by pair: its pair runs hold their own arms."""
+    """A study folder trained pair by pair (no ``arms.json``): its pair runs hold their own arms."""
     started = [job for job in jobs if any((job.out / arm).is_dir() for arm in ARMS)]
     if started:
         raise UserInputError(

@@ -9,9 +9,7 @@ that differs from the command's in a key that changes what is computed.
 Keys that may differ: those a resumed run may change (``train.max_steps`` extends a run; the
 cadence of checkpoints, samples and logs; data workers), the tracking of a lockstep
 pair (the tracker's own), and for separate arms how each job runs (devices, strategy, accumulate). A key
-absent from an older folder's saved recipe is no change when its current value is the key's
-default (the folder was written before the key existed, and read as its default; a 16-bit CPU
-folder without ``train.cpu_autocast`` computed ``native``).
+absent from the saved recipe (a folder of another divergence version) is a change like any other.
 
 ``train.cpu_threads`` may not change on a resume: a CPU splits its reductions by thread, so the
 same replicate trained with 1 and with 2 threads differs from the first step (``check_numerics``
@@ -22,7 +20,6 @@ TF32 and the resolved thread count, which ``cpu_threads: 0`` leaves to the machi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from divergence.errors import UserInputError
@@ -113,7 +110,7 @@ def check_folder(out: PairFolder | Path, kind: FolderKind, config: dict, *, arm:
 
 def check_numerics(pair_folder: PairFolder | Path, numerics: dict) -> None:
     """Refuse to resume the lockstep pair in ``pair_folder`` in other numerics than ``pair.json`` recorded
-    (``numerics``: arm -> ``arm_numerics``); folders written before the key pass."""
+    (``numerics``: arm -> ``arm_numerics``); a pair.json without them (another divergence version) is refused."""
     from divergence.pairfolder.pair_json import read_pair_json
 
     pair_folder = as_pair_folder(pair_folder)
@@ -121,12 +118,12 @@ def check_numerics(pair_folder: PairFolder | Path, numerics: dict) -> None:
     if not (pair_folder.resume_dir.is_dir() and pair_folder.pair_json.is_file()):
         return
     saved = read_pair_json(pair_folder).get("numerics") or {}
-    for arm in sorted(set(saved) & set(numerics)):
-        for key in sorted(set(saved[arm] or {}) & set(numerics[arm])):
-            if saved[arm][key] != numerics[arm][key]:
+    for arm in sorted(numerics):
+        for key in sorted(numerics[arm]):
+            if (saved.get(arm) or {}).get(key) != numerics[arm][key]:
                 raise UserInputError(
                     f"--out {out}: its {PAIR_FILE} says arm {arm} trained with {key} = "
-                    f"{saved[arm][key]!r}, this command {numerics[arm][key]!r}; resume in the "
+                    f"{(saved.get(arm) or {}).get(key)!r}, this command {numerics[arm][key]!r}; resume in the "
                     f"numerics the pair started in (set train.cpu_threads, train.accelerator to "
                     "match) or choose a new --out"
                 )
@@ -138,8 +135,6 @@ def first_change(saved: dict, now: dict, kind: FolderKind) -> tuple:
     for key in sorted(set(saved) | set(now)):
         if saved.get(key) == now.get(key) or _may_change(key, kind):
             continue
-        if key not in saved and key in now and now[key] == _before_the_key(key, saved, kind):
-            continue  # written before the key existed: read as what it computed with
         return key, saved.get(key), now.get(key)
     return None, None, None
 
@@ -149,46 +144,6 @@ def _may_change(key: str, kind: FolderKind) -> bool:
         return True
     recipe_key = key.split(".", 2)[-1] if key.startswith("recipes.") else key
     return recipe_key.startswith(kind.changeable)
-
-
-def _before_the_key(key: str, saved: dict, kind: FolderKind):
-    """What a folder written before ``key`` existed computed with: the key's default, except
-    ``train.cpu_autocast`` (default ``emulate``), which came after CPU runs in bf16/fp16 computed
-    with PyTorch's own kernels (``native``)."""
-    if key.endswith("train.cpu_autocast"):
-        prefix = key[: -len("cpu_autocast")]
-        if saved.get(prefix + "precision", "32-true") != "32-true" and saved.get(prefix + "accelerator") != "gpu":
-            return "native"
-    return default_of(key, kind.saved)
-
-
-_MISSING = object()
-
-
-def default_of(key: str, saved: str):
-    """The default of a flattened key of ``recipe.yaml`` or ``pair.yaml`` (a sentinel if none)."""
-    defaults = _run_defaults()
-    if saved == RUN_RECIPE_FILE:
-        return defaults.get(key, _MISSING)
-    if key.startswith("recipes."):
-        return defaults.get(key.split(".", 2)[-1], _MISSING)
-    return _pair_defaults().get(key, _MISSING)
-
-
-@lru_cache(maxsize=1)
-def _run_defaults() -> dict:
-    from divergence.recipe.run import RunRecipe
-    from divergence.config.schema import to_dict
-
-    return flatten_keys(to_dict(RunRecipe()))
-
-
-@lru_cache(maxsize=1)
-def _pair_defaults() -> dict:
-    from divergence.pairfolder.settings import TrackingConfig
-    from divergence.config.schema import to_dict
-
-    return {"replicate": 0, "control": False, **flatten_keys({"tracking": to_dict(TrackingConfig())})}
 
 
 def check_resume(out: RunFolder | Path) -> None:

@@ -28,7 +28,7 @@ from divergence.errors import UserInputError
 from divergence.recipe.pair import ARMS, PairRecipe
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.folder import as_pair_folder
-from divergence.pairfolder.arm.status import ArmStatus, batch_mismatch
+from divergence.pairfolder.arm.status import ArmStatus
 
 
 def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tuple = ()):
@@ -89,17 +89,12 @@ def check_arm_folder(out: PairFolder | Path, pair: PairRecipe, arm: str) -> None
         _check_fsdp(pair.arm_recipes[arm])
     other = ArmStatus.read(as_pair_folder(out).arm(ARMS[1 - ARMS.index(arm)]))
     world_size = train.devices * train.num_nodes
-    mine = ArmStatus(arm, world_size=world_size, global_batch=global_batch(train, world_size))
-    if other is not None and batch_mismatch({arm: mine, other.arm: other}) is not None:
-        if other.global_batch is None:  # written before global batches were recorded
-            raise UserInputError(
-                f"arm {arm}: {world_size} ranks (train.devices x train.num_nodes), but the other arm trains on "
-                f"{other.world_size}; both arms need the same world size, or their batches differ"
-            )
+    mine = global_batch(train, world_size)
+    if other is not None and other.global_batch != mine:
         raise UserInputError(
-            f"arm {arm}: global batch {mine.global_batch} (train.batch_size {train.batch_size} x {world_size} ranks x "
-            f"train.accumulate {train.accumulate}), but the other arm's is {other.global_batch}; both arms need the "
-            "same global batch, or they train on different examples"
+            f"arm {arm}: global batch {mine} (train.batch_size {train.batch_size} x {world_size} ranks x "
+            f"train.accumulate {train.accumulate}), but the other arm's is {other.global_batch} (its status.json); both "
+            "arms need the same global batch, or they train on different examples (train that arm again to match)"
         )
 
 

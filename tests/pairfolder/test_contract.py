@@ -1,5 +1,6 @@
 """The pair-folder contract: pair.json kept whole when rewritten, the schedule read from pair.json
-alone (pair.yaml only for older folders and the probe), and the readers free of the training package."""
+alone (pair.yaml only for the probe), a pair.json of another contract refused, and the readers free
+of the training package."""
 
 import json
 import os
@@ -83,30 +84,46 @@ def test_schedule_of_the_built_in_trainers_pair_json(tmp_path):
     assert not schedule.tracking.probe.enabled  # the probe builds our models from pair.yaml: absent here
 
 
-def test_older_folder_without_tracking_falls_back_to_pair_yaml(tmp_path):
+def test_a_folder_without_tracking_in_pair_json_is_refused_whatever_pair_yaml_holds(tmp_path):
     PairInfo(name="old", category="optimization", arms={"a": ["x"], "b": ["y"]}, max_steps=12).write(tmp_path)
-    recipe = {
-        "name": "old",
-        "tracking": {"every": 5, "dense": [], "probe": {"enabled": False}},
-        "recipes": {"a": {"name": "old", "train": {"max_steps": 12, "checkpoint_every": 4}, "log": {"wandb": False}}},
-    }
+    recipe = {"name": "old", "tracking": {"every": 5}, "recipes": {"a": {"train": {"max_steps": 12}}}}
     (tmp_path / PAIR_RECIPE_FILE).write_text(yaml.safe_dump(recipe))
-    schedule = read_schedule(tmp_path)
-    assert (schedule.max_steps, schedule.checkpoint_every, schedule.tracking.every) == (12, 4, 5)
-    assert [s for s in range(13) if schedule.tracked(s)] == [0, 4, 5, 8, 10, 12]
+    with pytest.raises(UserInputError, match=r"pair.json: no tracking.every; write pair.json with "):
+        read_schedule(tmp_path)
+
+
+PAIR = {"name": "p", "category": "control", "arms": {"a": [], "b": []}, "max_steps": 3}
 
 
 @pytest.mark.parametrize(
     "content, message",
     [
-        ({"name": "p", "category": "control", "arms": {"a": [], "b": []}, "max_steps": 3}, "no tracking.every"),
+        ({"contract": CONTRACT, **PAIR}, "no tracking.every"),
         ({"contract": CONTRACT + 1, "name": "p"}, "upgrade divergence"),
+        (
+            {**PAIR, "tracking": {"every": 1}},
+            r"contract None, not 1: not written by this divergence; train the pair again",
+        ),
+        ({"contract": "1", **PAIR, "tracking": {"every": 1}}, r"contract '1', not 1: .* train the pair again"),
     ],
 )
 def test_unreadable_schedule_names_the_file(tmp_path, content, message):
     (tmp_path / PAIR_FILE).write_text(json.dumps(content))
-    with pytest.raises(UserInputError, match=message):
+    with pytest.raises(UserInputError, match=message) as err:
         read_schedule(tmp_path)
+    assert str(err.value).startswith(str(tmp_path / PAIR_FILE)) and "\n" not in str(err.value)
+
+
+def test_a_folder_without_contract_is_refused_at_the_command_line_in_one_line(tmp_path, capsys):
+    from divergence.cli import main
+    from tests.helpers import assert_one_line
+
+    _train(tmp_path / "pair", "a", 0.1)
+    _train(tmp_path / "pair", "b", 0.2)
+    path = tmp_path / "pair" / PAIR_FILE
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k != "contract"}))
+    assert main(["report", str(tmp_path / "pair"), "--out", str(tmp_path / "r"), "--no-wandb"]) == 2
+    assert_one_line(capsys, str(path), "contract None, not 1", "train the pair again")
 
 
 def test_no_pair_json_says_to_start_the_arms(tmp_path):

@@ -39,15 +39,17 @@ def test_arm_refuses_a_global_batch_other_than_the_other_arms(trained, tmp_path,
     assert_one_line(capsys, "arm b: global batch 6", "the other arm's is 2")
 
 
-def test_arm_with_an_old_status_needs_the_same_world_size(trained, tmp_path, capsys):
+def test_arm_beside_a_status_without_its_global_batch_is_refused(trained, tmp_path, capsys):
     shutil.copytree(trained / "arms", tmp_path / "arms")
     shutil.rmtree(tmp_path / "arms" / "b")
     status = ArmStatus.read(tmp_path / "arms/a")
-    status.global_batch = None  # written before global batches were recorded
+    status.global_batch = None  # a status that records no global batch: nothing says the batches agree
     status.write(tmp_path / "arms/a")
     train = ["train", "--recipe", str(PAIRS / "seed-vs-seed.yaml"), "--arm", "b", "--out", str(tmp_path / "arms")]
-    assert main([*train, *PAIR_FAST, *STEPS, "train.devices=2"]) == 2
-    assert_one_line(capsys, "arm b: 2 ranks", "the other arm trains on 1")
+    assert main([*train, *PAIR_FAST, *STEPS]) == 2
+    assert_one_line(
+        capsys, "arm b: global batch 2", "the other arm's is None (its status.json)", "train that arm again"
+    )
 
 
 def test_fsdp_limits_are_explicit(tmp_path, capsys):

@@ -11,8 +11,8 @@ from tests.pairs.helpers import pair_recipe
 from tests.training.tiny import tiny_recipe
 
 
-def _older(config: dict, *dotted: str) -> dict:
-    """``config`` as a folder written before the keys ``dotted`` existed (they are left out)."""
+def _without(config: dict, *dotted: str) -> dict:
+    """``config`` with the keys ``dotted`` left out (a recipe another divergence version saved)."""
     out = yaml.safe_load(yaml.safe_dump(config))
     for key in dotted:
         *parents, last = key.split(".")
@@ -29,37 +29,15 @@ def _run_folder(tmp_path, saved: dict):
     return tmp_path
 
 
-def test_a_key_an_older_folder_lacks_is_no_change_at_its_default():
-    now = to_dict(tiny_recipe())
-    older = _older(now, "train.deterministic", "train.tf32", "train.grad_noise", "log.project")
-    assert first_change(older, now, RUN) == (None, None, None)
-    changed = to_dict(tiny_recipe("train.tf32=true"))
-    assert first_change(older, changed, RUN) == ("train.tf32", None, True)  # not the default: a change
-
-
-def test_a_16_bit_cpu_folder_older_than_cpu_autocast_computed_natively():
-    """Folders written before train.cpu_autocast computed bf16/fp16 on a CPU with PyTorch's kernels:
-    resuming them with today's default (emulate) would change what is computed mid-run."""
-    bf16 = to_dict(tiny_recipe("train.precision=bf16-mixed"))
-    assert first_change(_older(bf16, "train.cpu_autocast"), bf16, RUN) == ("train.cpu_autocast", None, "emulate")
-    native = to_dict(tiny_recipe("train.precision=bf16-mixed", "train.cpu_autocast=native"))
-    assert first_change(_older(bf16, "train.cpu_autocast"), native, RUN) == (None, None, None)
-    fp32 = to_dict(tiny_recipe())  # no autocast: the key changes nothing
-    assert first_change(_older(fp32, "train.cpu_autocast"), fp32, RUN) == (None, None, None)
-    gpu = to_dict(tiny_recipe("train.precision=bf16-mixed", "train.accelerator=gpu"))
-    assert first_change(_older(gpu, "train.cpu_autocast"), gpu, RUN) == (None, None, None)
-
-
-def test_pair_keys_added_later_are_read_as_defaults_in_every_kind():
+def test_a_saved_recipe_without_a_key_is_refused_in_one_line(tmp_path):
+    """No key is read as its default: a folder whose recipe lacks one is trained again, not resumed."""
+    now = to_dict(tiny_recipe("train.precision=bf16-mixed"))
+    out = _run_folder(tmp_path / "run", _without(now, "train.cpu_autocast"))
+    with pytest.raises(UserInputError, match=r"recipe.yaml \(a run\) has train.cpu_autocast = None, this command "):
+        check_folder(out, RUN, now)
     pair = pair_recipe("seed-vs-seed")
-    now = pair_config(pair)
-    older = _older(now, "replicate", "tracking.dense", "recipes.a.train.tf32", "recipes.b.train.tf32")
     for kind in (LOCKSTEP, SEPARATE):
-        assert first_change(older, now, kind) == (None, None, None)
-    probe_off = _older(now, "tracking.probe")  # tests shrink the probe: size 4 is not the default
-    assert first_change(probe_off, now, SEPARATE)[0] == "tracking.probe.size"
-    replicate = pair_config(pair_recipe("seed-vs-seed", "replicate=2"))
-    assert first_change(older, replicate, SEPARATE)[0] == "recipes.a.data.seed"
+        assert first_change(_without(pair_config(pair), "replicate"), pair_config(pair), kind)[0] == "replicate"
 
 
 def test_what_may_change_depends_on_the_kind():
@@ -114,4 +92,5 @@ def test_a_resume_in_other_numerics_than_pair_json_recorded_is_refused(tmp_path)
     with pytest.raises(UserInputError, match=r"pair.json says arm a trained with device = 'cpu', this command 'cuda'"):
         check_numerics(out, elsewhere)
     (out / "pair.json").write_text((out / "pair.json").read_text().replace('"numerics"', '"numerics_old"'))
-    check_numerics(out, elsewhere)  # a folder written before pair.json had numerics: nothing to compare
+    with pytest.raises(UserInputError, match=r"pair.json says arm a trained with \w+ = None, this command "):
+        check_numerics(out, pair_numerics(pair))  # no numerics recorded: nothing says it may resume

@@ -10,12 +10,12 @@ fails). Keys (a contract between the arm jobs and ``divergence watch``):
 - ``last_step``: the last completed step when the attempt ended (null while running);
 - ``checkpoint_step``: the step of the arm's newest resumable checkpoint, where a restart would
   resume from (its writer says so: ``ArmWriter.checkpointed``, the Lightning callbacks on each
-  save; the attempt's ``start_step`` until then; absent in older statuses: ``start_step``).
+  save; the attempt's ``start_step`` until then, and when absent).
   ``divergence watch`` with ``tracking.keep`` deletes no weights file after it (``restart_point``);
 - ``max_steps``, ``world_size``: the arm's length and its number of ranks;
 - ``global_batch``: examples per optimizer step, ``batch_size x world_size x accumulate``; both
-  arms must train on the same global batch, or they see different examples (null in a status
-  written before it existed, or by a writer that does not know it: then the world sizes must agree);
+  arms must train on the same global batch, or they see different examples (null from a writer
+  not told it: then the world sizes must agree);
 - ``tensor_order``: the arm's weight names in module order, the order in which the lockstep
   tracker stores a step's tensor records (checkpoint files sort their names).
 """
@@ -81,7 +81,7 @@ def batch_mismatch(statuses: dict[str, "ArmStatus | None"]) -> str | None:
     """What keeps the arms' batches from being the same, in words; None when they agree.
 
     The global batch decides what an optimizer step trains on (``divergence.data.batches``);
-    where an arm did not record it, the world sizes must agree (the rule before accumulation).
+    where an arm did not record it, the world sizes must agree.
     """
     known = {arm: s for arm, s in statuses.items() if s is not None}
     if len(known) < 2:
