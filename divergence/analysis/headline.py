@@ -35,48 +35,48 @@ def headline(v, label: str, ref_label: str, floor_text: str | None = None) -> st
     if v.status == "no_verdict":
         return f"{word} for {label}: {v.reasons[0]}."
     span = window_text(v)
-    if v.read_on == "valid_steps":
+    if v.dose.read_on == "valid_steps":
         text = f"{word}: {bound_text(v, label, ref_label)}{_undecided_dose(v)}; {outcome_text(v)}."
-    elif not v.dose_like:
+    elif not v.dose.dose_like:
         text = (
-            f"{word}: {label} vs {ref_label} is not dose-like: log10(E_X/E_P) drifts by {v.drift:+.2f} dex "
+            f"{word}: {label} vs {ref_label} is not dose-like: log10(E_X/E_P) drifts by {v.dose.drift:+.2f} dex "
             f"across {span}, so no single ratio describes it; see the curve; {outcome_text(v)}."
         )
     else:
-        direction = "less" if v.dose.mean < 0 else "more"
-        if v.dose.interval:
+        direction = "less" if v.dose.ratio.mean < 0 else "more"
+        if v.dose.ratio.interval:
             numbers = (
-                f"log10 dose ratio {v.dose.mean:+.2f}, 95% CI {v.dose.lo:+.2f} to {v.dose.hi:+.2f}, "
-                f"{v.dose.n} replicates{left_out_text(v.estimates, v.read_on)}, {span}"
+                f"log10 dose ratio {v.dose.ratio.mean:+.2f}, 95% CI {v.dose.ratio.lo:+.2f} to {v.dose.ratio.hi:+.2f}, "
+                f"{v.dose.ratio.n} replicates{left_out_text(v.dose.estimates, v.dose.read_on)}, {span}"
             )
         else:
-            numbers = f"log10 dose ratio {v.dose.mean:+.2f}, {span}"
+            numbers = f"log10 dose ratio {v.dose.ratio.mean:+.2f}, {span}"
         text = (
-            f"{word}: {label} perturbs training {factor_text(10 ** abs(v.dose.mean))}x {direction} than "
+            f"{word}: {label} perturbs training {factor_text(10 ** abs(v.dose.ratio.mean))}x {direction} than "
             f"{ref_label} ({numbers}){_undecided_dose(v)}; {outcome_text(v)}."
         )
     if v.indicative:
         text += f" The point estimates alone read {v.indicative.replace('_', ' ')}; train more replicates."
     if floor_text:
         text += f" {floor_text[0].upper()}{floor_text[1:]}."
-    if v.equivalent_dose is not None:
-        text += f" It perturbs training like a relative gradient noise of {v.equivalent_dose:.1g} per step."
+    if v.dose.equivalent is not None:
+        text += f" It perturbs training like a relative gradient noise of {v.dose.equivalent:.1g} per step."
     return text
 
 
 def bound_text(v, label: str, ref_label: str) -> str:
     """The dose read on every valid step (``every_step``): a bound that holds at each of them, e.g.
     ``X's difference is at most 10^-3.9 of P's at every valid step (7900x less; ...)``."""
-    below, m = v.bound_side == "below", v.dose.mean
+    below, m = v.dose.bound_side == "below", v.dose.ratio.mean
     which, at = ("largest", "at most") if below else ("smallest", "at least")
     pooled = (
-        f", 95% CI {v.dose.lo:+.2f} to {v.dose.hi:+.2f}, {v.dose.n} replicates"
-        if v.dose.interval
+        f", 95% CI {v.dose.ratio.lo:+.2f} to {v.dose.ratio.hi:+.2f}, {v.dose.ratio.n} replicates"
+        if v.dose.ratio.interval
         else ", one replicate"
     )
     numbers = (
         f"{which} log10 E_X/E_P over each replicate's valid steps, pooled {m:+.2f}{pooled}"
-        f"{left_out_text(v.estimates, v.read_on)}, {spans_text(v.estimates)}"
+        f"{left_out_text(v.dose.estimates, v.dose.read_on)}, {spans_text(v.dose.estimates)}"
     )
     return (
         f"{label}'s difference is {at} 10^{m:.1f} of {ref_label}'s at every valid step "
@@ -87,9 +87,9 @@ def bound_text(v, label: str, ref_label: str) -> str:
 
 def window_text(v) -> str:
     """The window(s) the dose was read on: one common window, or each usable replicate's."""
-    windows = [e.window for e in v.estimates if e.usable and e.window]
+    windows = [e.window for e in v.dose.estimates if e.usable and e.window]
     if not windows:
-        return f"window steps {v.window[0]}-{v.window[1]}" if v.window else "no window"
+        return f"window steps {v.dose.window[0]}-{v.dose.window[1]}" if v.dose.window else "no window"
     if len(set(windows)) == 1:
         first, last = windows[0]
         return f"window steps {first}-{last}" + (" in every replicate" if len(windows) > 1 else "")
@@ -98,9 +98,9 @@ def window_text(v) -> str:
 
 def _undecided_dose(v) -> str:
     """For an inconclusive dose: the interval holds 0, and what would exclude it."""
-    if v.dose_status != "inconclusive" or not v.dose.interval:
+    if v.dose.status != "inconclusive" or not v.dose.ratio.interval:
         return ""
-    n = v.replicates_needed.get("exclude_0")
+    n = v.dose.replicates_needed.get("exclude_0")
     if n is None:
         return ": the interval holds 0, and at this mean no number of replicates within reach would exclude it"
     return f": the interval holds 0; about {n} replicates would exclude it"
@@ -108,22 +108,22 @@ def _undecided_dose(v) -> str:
 
 def outcome_text(v) -> str:
     """The outcome's own status, with its number against the margin."""
-    o = v.outcome
+    o = v.outcome.delta
     if not math.isfinite(o.mean):
         return "outcome undecided: no loss records"
-    what = "final probe-loss difference" if v.outcome_source == "probe" else "final training-loss difference"
+    what = "final probe-loss difference" if v.outcome.source == "probe" else "final training-loss difference"
     ci = f" (95% CI {percent(o.lo)} to {percent(o.hi)})" if o.interval else ""
     number = f"{what} {percent(o.mean)}{ci}"
-    if not math.isfinite(v.margin):
+    if not math.isfinite(v.outcome.margin):
         return f"outcome undecided: {number}, no seed margin"
-    scale = "a seed change's spread" if v.saturated else "the seed margin"
-    margin = f"+/-{percent(v.margin)[1:]}"
-    if v.outcome_status == "within":
-        head = "outcome no larger than a seed change's" if v.saturated else "outcome within the seed margin"
+    scale = "a seed change's spread" if v.outcome.saturated else "the seed margin"
+    margin = f"+/-{percent(v.outcome.margin)[1:]}"
+    if v.outcome.status == "within":
+        head = "outcome no larger than a seed change's" if v.outcome.saturated else "outcome within the seed margin"
         return f"{head}: {number} inside {scale} {margin}" + _saturated_note(v)
-    if v.outcome_status == "shifted":
+    if v.outcome.status == "shifted":
         return f"outcome shifted: {number} outside {scale} {margin}" + _saturated_note(v)
-    n = v.replicates_needed.get("outcome")
+    n = v.outcome.replicates_needed
     decide = (
         f"; about {n} replicates would decide"
         if n is not None
@@ -135,25 +135,25 @@ def outcome_text(v) -> str:
 
 
 def _saturated_note(v) -> str:
-    return " (the pair has saturated: its outcome is compared with a seed change's)" if v.saturated else ""
+    return " (the pair has saturated: its outcome is compared with a seed change's)" if v.outcome.saturated else ""
 
 
 def replicates_sentence(v) -> str | None:
     """What more (or fewer) replicates would make of the dose interval, at the observed mean and spread."""
-    if v.dose_status is None or not v.dose.interval or not math.isfinite(v.dose.mean):
+    if v.dose.status is None or not v.dose.ratio.interval or not math.isfinite(v.dose.ratio.mean):
         return None
-    zero, two = v.replicates_needed.get("exclude_0"), v.replicates_needed.get("exclude_0.3_dex")
-    side = "below -0.3" if v.dose.mean < 0 else "above +0.3"
+    zero, two = v.dose.replicates_needed.get("exclude_0"), v.dose.replicates_needed.get("exclude_0.3_dex")
+    side = "below -0.3" if v.dose.ratio.mean < 0 else "above +0.3"
     parts = [
         f"exclude 0 from {zero} replicates" if zero is not None else "not exclude 0 from any number within reach",
         f"lie {side} dex (a factor 2) from {two}"
         if two is not None
         else f"not lie {side} dex (a factor 2) from any number, its mean being within it"
-        if abs(v.dose.mean) < 0.3
+        if abs(v.dose.ratio.mean) < 0.3
         else f"not lie {side} dex (a factor 2) from any number within reach",
     ]
     return (
-        f"At the observed mean ({v.dose.mean:+.2f}) and spread of {v.dose.n} replicates, the dose interval "
+        f"At the observed mean ({v.dose.ratio.mean:+.2f}) and spread of {v.dose.ratio.n} replicates, the dose interval "
         f"would {parts[0]} and {parts[1]}."
     )
 

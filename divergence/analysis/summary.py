@@ -24,7 +24,7 @@ from divergence.analysis.reordering import NOT_ASKED, REORDERING_DEX, Reordering
 from divergence.analysis.replicates import CONFIDENCE, Pooled, group
 from divergence.analysis.trajectories import TRAJECTORY_METRICS, PairData, router_summary
 from divergence.analysis.headline import headline
-from divergence.analysis.verdict import MAX_DRIFT, METRIC, OUTSIDE, Verdict, judge
+from divergence.analysis.verdict import MAX_DRIFT, METRIC, OUTSIDE, Dose, Verdict, judge
 
 SCHEMA = 2
 ORDER = ("optimization", "precision", "seed", "control", "reordering")
@@ -39,12 +39,6 @@ class Analysis:
     warnings: tuple[str, ...]
     settings: dict
     calibration: dict | None = None
-
-    def by_category(self, category: str) -> list[PairData]:
-        return [p for p in self.pairs if p.category == category]
-
-    def runs(self, name: str) -> list[PairData]:
-        return [p for p in self.pairs if p.name == name]
 
 
 def analyze(
@@ -72,7 +66,7 @@ def analyze(
         v = judge(study, reference, seeds, controls, margin_factor, start, min_steps, fine_tune)
         v = _with_calibration(v, study, reference, calibration)
         v = with_reordering(v, study, reordering, seeds, start, min_steps, finetune.saturation_level(fine_tune))
-        verdicts.append(replace(v, extra={**v.extra, "coherence": pair_coherence(study)}))
+        verdicts.append(replace(v, coherence=pair_coherence(study)))
     growth = {p.key: {m: estimate_growth(p, m, n_boot, seed) for m in TRAJECTORY_METRICS} for p in pairs}
     floors = tuple(noise_floor(p) for p in controls)
     settings = {
@@ -94,13 +88,13 @@ def analyze(
         "pair's spread over replicates",
     }
     return Analysis(
-        tuple(pairs),
-        growth,
-        tuple(verdicts),
-        floors,
-        tuple(_warnings(pairs, floors, role)),
-        settings,
-        calibration,
+        pairs=tuple(pairs),
+        growth=growth,
+        verdicts=tuple(verdicts),
+        noise_floors=floors,
+        warnings=tuple(_warnings(pairs, floors, role)),
+        settings=settings,
+        calibration=calibration,
     )
 
 
@@ -120,17 +114,17 @@ def _fine_tune_dict(fine_tune: finetune.FineTune | None, seeds: list[PairData]) 
 
 def _with_calibration(v: Verdict, study, reference, calibration) -> Verdict:
     """The studied pair's equivalent gradient-noise dose, when a calibration of this recipe exists."""
-    if calibration is None or not math.isfinite(v.dose.mean) or not v.dose_like or not reference:
+    if calibration is None or not math.isfinite(v.dose.ratio.mean) or not v.dose.dose_like or not reference:
         return v
     from divergence.analysis.calibration import equivalent_dose, place_reference, recipe_identity
 
     if calibration.get("recipe", {}).get("id") != recipe_identity(study[0].recipe)["id"]:
         return replace(v, caveats=v.caveats + ("the calibration given is for another recipe: no equivalent dose",))
-    calibration = place_reference(calibration, reference, v.window)
-    dose = equivalent_dose(calibration, v.dose.mean, reference[0].name)
+    calibration = place_reference(calibration, reference, v.dose.window)
+    dose = equivalent_dose(calibration, v.dose.ratio.mean, reference[0].name)
     if dose is None:
         return v
-    v = replace(v, equivalent_dose=dose)
+    v = replace(v, dose=replace(v.dose, equivalent=dose))
     return replace(v, headline=headline(v, study[0].label, reference[0].label, _floor_text(v)))
 
 
@@ -191,8 +185,8 @@ def to_summary(analysis: Analysis) -> dict:
 
 def verdict_dict(v: Verdict) -> dict:
     """One entry of ``verdicts`` (the schema-2 contract)."""
-    usable = [e for e in v.estimates if e.usable]
-    needed = v.replicates_needed or {}
+    dose, result = v.dose, v.outcome
+    usable = [e for e in dose.estimates if e.usable]
     return {
         "study": v.study,
         "status": v.status,
@@ -200,38 +194,38 @@ def verdict_dict(v: Verdict) -> dict:
         "dose_ratio": {
             "reference": v.reference,
             "metric": METRIC,
-            **_pooled(v.dose, "log10"),
-            "window": list(v.window) if v.window else None,
+            **_pooled(dose.ratio, "log10"),
+            "window": list(dose.window) if dose.window else None,
             "common_start": usable[0].window_start if usable else None,
-            "status": v.dose_status,
-            "replicates_needed": {k: needed.get(k) for k in ("exclude_0", "exclude_0.3_dex")},
-            "read_on": v.read_on if v.estimates else None,
-            "statistic": _statistic(v),
-            "left_out": list(left_out(v.estimates)) if v.estimates else [],
+            "status": dose.status,
+            "replicates_needed": {k: dose.replicates_needed.get(k) for k in ("exclude_0", "exclude_0.3_dex")},
+            "read_on": dose.read_on if dose.estimates else None,
+            "statistic": _statistic(dose),
+            "left_out": list(left_out(dose.estimates)) if dose.estimates else [],
         },
         "outcome": {
-            **_pooled(v.outcome, "mean"),
-            "margin": _num(v.margin),
-            "source": v.outcome_source,
-            "status": v.outcome_status,
-            "replicates_needed": needed.get("outcome"),
-            "margin_factor": _num(v.margin_factor),
-            "saturated": v.saturated,
+            **_pooled(result.delta, "mean"),
+            "margin": _num(result.margin),
+            "source": result.source,
+            "status": result.status,
+            "replicates_needed": result.replicates_needed,
+            "margin_factor": _num(result.margin_factor),
+            "saturated": result.saturated,
         },
         "reasons": list(v.reasons),
         "caveats": list(v.caveats),
         "indicative": v.indicative,
         "outside_deployment": next((c for c in v.caveats if c.startswith(OUTSIDE)), None),
-        "function_space": {"metric": "probe_rel_diff", **_pooled(v.dose_function, "log10")},
-        "flatness": {"drift_dex": _num(v.drift), "max_drift_dex": 0.5, "dose_like": v.dose_like},
+        "function_space": {"metric": "probe_rel_diff", **_pooled(dose.function, "log10")},
+        "flatness": {"drift_dex": _num(dose.drift), "max_drift_dex": 0.5, "dose_like": dose.dose_like},
         "lambda": {k: _num(np.mean([e.lam[k] for e in usable])) if usable else None for k in ("study", "reference")},
-        "t10": _phi_steps(v, "t10"),
-        "t50": _phi_steps(v, "t50"),
+        "t10": _phi_steps(dose, "t10"),
+        "t50": _phi_steps(dose, "t50"),
         "noise_floor_ratio": _num(v.floor),
-        "equivalent_dose": v.equivalent_dose,
+        "equivalent_dose": dose.equivalent,
         "reordering": reordering_dict(v.reordering),
-        "coherence": _finite(v.extra.get("coherence")),
-        "outcome_per_replicate": {str(r): _num(d) for r, d in v.extra.get("outcome_per_replicate", {}).items()},
+        "coherence": _finite(v.coherence),
+        "outcome_per_replicate": {str(r): _num(d) for r, d in result.per_replicate.items()},
         "per_replicate": [
             {
                 "replicate": e.replicate,
@@ -246,7 +240,7 @@ def verdict_dict(v: Verdict) -> dict:
                 "t10": e.t10,
                 "t50": e.t50,
             }
-            for e in v.estimates
+            for e in dose.estimates
         ],
     }
 
@@ -273,23 +267,23 @@ def reordering_dict(r: Reordering | None) -> dict | None:
     }
 
 
-def _statistic(v: Verdict) -> str | None:
+def _statistic(dose: Dose) -> str | None:
     """What each replicate's ``log10`` is: the median over its window, or, read on every valid step, the
     largest (every step below 0: a bound from above) or the smallest (every step above 0) there."""
-    if not v.estimates:
+    if not dose.estimates:
         return None
-    return {"below": "max", "above": "min"}.get(v.bound_side, "median")
+    return {"below": "max", "above": "min"}.get(dose.bound_side, "median")
 
 
 def _pooled(p: Pooled, key: str) -> dict:
     return {key: _num(p.mean), "lo": _num(p.lo), "hi": _num(p.hi), "replicates": p.n}
 
 
-def _phi_steps(v: Verdict, which: str) -> dict:
+def _phi_steps(dose: Dose, which: str) -> dict:
     """Per pair role: each replicate's first step with phi at the level (None: censored) and the median."""
     out = {}
     for role in ("study", "reference"):
-        steps = [getattr(e, which).get(role) for e in v.estimates]
+        steps = [getattr(e, which).get(role) for e in dose.estimates]
         reached = [s for s in steps if s is not None]
         out[role] = {
             "per_replicate": steps,

@@ -66,43 +66,64 @@ MAX_DISAGREEMENT = 0.3  # dex between the weight-space and function-space dose r
 METRIC = "rel_l2"
 
 
+NOT_READ = Pooled(math.nan, None, None, 0, ())  # no replicate read
+
+
 @dataclass(frozen=True)
-class Verdict:
-    study: str
-    reference: str | None
-    status: str
-    headline: str
-    reasons: tuple[str, ...]
-    caveats: tuple[str, ...] = ()
-    dose: Pooled = Pooled(math.nan, None, None, 0, ())  # log10(E_X/E_P), per replicate pooled
-    dose_function: Pooled = Pooled(math.nan, None, None, 0, ())  # the same from the probe F
+class Dose:
+    """The dose question: log10(E_X / E_P) per replicate, pooled, and what its interval decides."""
+
+    ratio: Pooled = NOT_READ  # log10(E_X/E_P), per replicate pooled
+    function: Pooled = NOT_READ  # the same from the probe F
     window: tuple[int, int] | None = None  # the union of the replicates' windows
     estimates: tuple[WindowEstimate, ...] = ()
     drift: float = math.nan  # mean over replicates, dex
-    outcome: Pooled = Pooled(math.nan, None, None, 0, ())
-    outcome_source: str = "training"
-    margin: float = math.nan
-    floor: float | None = None  # N, X's deviation over the control's; None: exact or no control
-    indicative: str | None = None  # a preliminary verdict's status from point estimates
-    equivalent_dose: float | None = None  # relative gradient noise per step, from a calibration
-    extra: dict = field(default_factory=dict)
-    dose_status: str | None = None  # DOSE_STATUSES, from the dose interval alone (None: no dose read)
-    outcome_status: str | None = None  # outcome.OUTCOME_STATUSES, from the outcome interval alone
-    # replicates that would decide, at the observed mean and spread: "exclude_0", "exclude_0.3_dex"
-    # (the dose interval) and "outcome"; None where none within reach (or one replicate)
-    replicates_needed: dict = field(default_factory=dict)
-    saturated: bool = False  # X saturated at the end: its outcome is held to the seed spread itself
-    margin_factor: float = MARGIN_FACTOR  # m = margin_factor x sigma_S
-    # X against the reordering reference, a ``reordering.Reordering`` (None: the study has none)
-    reordering: object | None = None
+    status: str | None = None  # DOSE_STATUSES, from the dose interval alone (None: no dose read)
     read_on: str = "window"  # every_step.READ_ON: the growth-rate window, or every valid step
     bound_side: str | None = None  # read on the valid steps: every step "below" or "above" 0
+    # replicates that would decide, at the observed mean and spread: "exclude_0" and "exclude_0.3_dex";
+    # None where none within reach (or one replicate)
+    replicates_needed: dict = field(default_factory=dict)
+    equivalent: float | None = None  # relative gradient noise per step, from a calibration
 
     @property
     def dose_like(self) -> bool:
         """One ratio describes the pair: read on a window, with no drift beyond ``MAX_DRIFT`` (a bound
         read on every valid step needs no constant ratio, and is no dose ratio)."""
         return self.read_on == "window" and not (math.isfinite(self.drift) and abs(self.drift) > MAX_DRIFT)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The outcome question: the end-of-training difference Delta against the seed margin m."""
+
+    delta: Pooled = NOT_READ  # Delta, per replicate pooled
+    source: str = "training"  # the loss it is read on: "training" or "probe"
+    margin: float = math.nan  # m = margin_factor x sigma_S
+    margin_factor: float = MARGIN_FACTOR
+    status: str | None = None  # outcome.OUTCOME_STATUSES, from the outcome interval alone
+    saturated: bool = False  # X saturated at the end: its outcome is held to the seed spread itself
+    replicates_needed: int | None = None  # replicates that would decide (None: none within reach)
+    per_replicate: dict = field(default_factory=dict)  # replicate -> Delta of the pair under study
+    seed_per_replicate: dict = field(default_factory=dict)  # replicate -> Delta of the seed pair
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One pair under study's verdict: the status and its words, and the readings it rests on."""
+
+    study: str
+    reference: str | None
+    status: str
+    headline: str = ""
+    reasons: tuple[str, ...] = ()
+    caveats: tuple[str, ...] = ()
+    dose: Dose = field(default_factory=Dose)
+    outcome: Outcome = field(default_factory=Outcome)
+    floor: float | None = None  # N, X's deviation over the control's; None: exact or no control
+    indicative: str | None = None  # a preliminary verdict's status from point estimates
+    reordering: object | None = None  # X against the reordering reference, a ``reordering.Reordering``
+    coherence: dict | None = None  # the pair's coherence over its replicates (``coherence.pair_coherence``)
 
 
 def judge(
@@ -146,61 +167,75 @@ def judge(
         return replace(v, caveats=caveats[:1]) if fine_tune is not None else v
     if side:
         estimates = every_step.bound(estimates, side)
-        usable = [e for e in estimates if e.usable]
         caveats.append(why_valid_steps(study, reference, windows, min_window, seeds, level))
     caveats += _left_out(estimates, read_on)
-    dose, dose_f = pool([e.log10 for e in usable]), pool([e.log10_function for e in usable])
-    where = outcome.source(study + seeds)
-    deltas = {p.replicate: outcome.delta(p, where) for p in study if p.replicate in {e.replicate for e in usable}}
-    result = pool(list(deltas.values()))
-    saturated = outcome.saturated_at_end([phi_at_end(e) for e in usable])
-    factor = max(margin_factor, outcome.SATURATED_FACTOR) if saturated else margin_factor
-    m, margin_caveat = outcome.margin(seeds, where, factor)
-    caveats += [c for c in (margin_caveat, floor_text, _disagreement(dose, dose_f)) if c]
-    drift = float(np.mean([e.drift for e in usable]))
-    dose_status, reasons = every_step.bound_status(dose, side) if side else _dose_status(dose, drift)
-    outcome_status, outcome_needed = outcome.decide(result, m)
-    reasons += _outcome_reasons(outcome_status, result, m, seeds)
-    status = "not_bounded" if outcome_status == "shifted" else dose_status
+    dose, reasons = _dose_reading(estimates, read_on, side)
+    result, margin_caveat = _outcome_reading(study, seeds, dose, margin_factor)
+    caveats += [c for c in (margin_caveat, floor_text, _disagreement(dose.ratio, dose.function)) if c]
+    reasons += _outcome_reasons(result.status, result.delta, result.margin, seeds)
+    status = "not_bounded" if result.status == "shifted" else dose.status
     indicative = None
-    if dose.n == 1:
-        status, indicative = "preliminary", _indicative(dose_status, result, m)
-    window = (min(e.window[0] for e in usable), max(e.window[1] for e in usable))
-    needed = {
-        "exclude_0": replicates_to_clear(dose, abs(dose.mean)),
-        "exclude_0.3_dex": replicates_to_clear(dose, abs(dose.mean) - FACTOR_2_DEX),
-        "outcome": outcome_needed,
-    }
+    if dose.ratio.n == 1:
+        status, indicative = "preliminary", _indicative(dose.status, result.delta, result.margin)
     v = Verdict(
-        name,
-        reference[0].name,
-        status,
-        "",
-        tuple(reasons),
-        tuple(caveats),
-        dose,
-        dose_f,
-        window,
-        tuple(estimates),
-        drift,
-        result,
-        where,
-        m,
-        floor,
-        indicative,
-        extra={
-            "outcome_per_replicate": deltas,
-            "seed_outcome_per_replicate": {p.replicate: outcome.delta(p, where) for p in seeds},
-        },
-        dose_status=dose_status,
-        outcome_status=outcome_status,
-        replicates_needed=needed,
-        saturated=saturated,
-        margin_factor=factor,
-        read_on=read_on,
-        bound_side=side,
+        study=name,
+        reference=reference[0].name,
+        status=status,
+        reasons=tuple(reasons),
+        caveats=tuple(caveats),
+        dose=dose,
+        outcome=result,
+        floor=floor,
+        indicative=indicative,
     )
     return _with_headline(v, label, reference[0].label, floor_text)
+
+
+def _dose_reading(estimates, read_on: str, side: str | None) -> tuple[Dose, list[str]]:
+    """The dose question on the usable estimates: pooled ratio, its status and the reasons for it."""
+    usable = [e for e in estimates if e.usable]
+    ratio, function = pool([e.log10 for e in usable]), pool([e.log10_function for e in usable])
+    drift = float(np.mean([e.drift for e in usable]))
+    status, reasons = every_step.bound_status(ratio, side) if side else _dose_status(ratio, drift)
+    dose = Dose(
+        ratio=ratio,
+        function=function,
+        window=(min(e.window[0] for e in usable), max(e.window[1] for e in usable)),
+        estimates=tuple(estimates),
+        drift=drift,
+        status=status,
+        read_on=read_on,
+        bound_side=side,
+        replicates_needed={
+            "exclude_0": replicates_to_clear(ratio, abs(ratio.mean)),
+            "exclude_0.3_dex": replicates_to_clear(ratio, abs(ratio.mean) - FACTOR_2_DEX),
+        },
+    )
+    return dose, reasons
+
+
+def _outcome_reading(study, seeds, dose: Dose, margin_factor: float) -> tuple[Outcome, str | None]:
+    """The outcome question on the replicates the dose read, and the margin's caveat (None: none)."""
+    read = {e.replicate for e in dose.estimates if e.usable}
+    where = outcome.source(study + seeds)
+    deltas = {p.replicate: outcome.delta(p, where) for p in study if p.replicate in read}
+    delta = pool(list(deltas.values()))
+    saturated = outcome.saturated_at_end([phi_at_end(e) for e in dose.estimates if e.usable])
+    factor = max(margin_factor, outcome.SATURATED_FACTOR) if saturated else margin_factor
+    m, margin_caveat = outcome.margin(seeds, where, factor)
+    status, needed = outcome.decide(delta, m)
+    result = Outcome(
+        delta=delta,
+        source=where,
+        margin=m,
+        margin_factor=factor,
+        status=status,
+        saturated=saturated,
+        replicates_needed=needed,
+        per_replicate=deltas,
+        seed_per_replicate={p.replicate: outcome.delta(p, where) for p in seeds},
+    )
+    return result, margin_caveat
 
 
 def phi_at_end(e: WindowEstimate) -> float:
@@ -224,14 +259,13 @@ def _no_drift(study, reference, caveats) -> Verdict:
         f"{reference[0].label}'s differ."
     )
     return Verdict(
-        study[0].name,
-        reference[0].name,
-        status,
-        text,
-        (),
-        tuple(caveats),
+        study=study[0].name,
+        reference=reference[0].name,
+        status=status,
+        headline=text,
+        caveats=tuple(caveats),
+        dose=Dose(status="bounded"),
         indicative="bounded" if status == "preliminary" else None,
-        dose_status="bounded",
     )
 
 
@@ -374,7 +408,10 @@ def _disagreement(dose: Pooled, dose_f: Pooled) -> str | None:
 
 
 def _no_verdict(name, reference, reason, floor=None, label: str | None = None) -> Verdict:
-    return Verdict(name, reference, "no_verdict", f"No verdict for {label or name}: {reason}.", (reason,), floor=floor)
+    headline = f"No verdict for {label or name}: {reason}."
+    return Verdict(
+        study=name, reference=reference, status="no_verdict", headline=headline, reasons=(reason,), floor=floor
+    )
 
 
 def _with_headline(v: Verdict, label: str, ref_label: str, floor_text: str | None) -> Verdict:

@@ -26,9 +26,7 @@ def coherence_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path | Non
     from divergence.recipe.names import file_stem
 
     return {
-        f"coherence/{v.study}": coherence_panel(
-            v.extra.get("coherence"), v.study, out_dir / f"coherence_{file_stem(v.study)}.png"
-        )
+        f"coherence/{v.study}": coherence_panel(v.coherence, v.study, out_dir / f"coherence_{file_stem(v.study)}.png")
         for v in analysis.verdicts
     }
 

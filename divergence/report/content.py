@@ -34,7 +34,7 @@ def coherence_text(v) -> str | None:
     """The verdict's coherence sentence (``analysis.coherence.sentence``), None when not recorded."""
     from divergence.analysis.coherence import sentence
 
-    return sentence(v.extra.get("coherence"), v.study)
+    return sentence(v.coherence, v.study)
 
 
 def method() -> list[str]:
@@ -185,8 +185,8 @@ def estimates_table(analysis: Analysis) -> Table:
     """Every estimate behind each verdict: one row per replicate, then the pooled row."""
     rows = []
     for v in analysis.verdicts:
-        deltas = v.extra.get("outcome_per_replicate", {})
-        for e in v.estimates:
+        deltas = v.outcome.per_replicate
+        for e in v.dose.estimates:
             span = f"{e.window[0]}-{e.window[1]}" if e.window else "–"
             rows.append(
                 (
@@ -206,23 +206,23 @@ def estimates_table(analysis: Analysis) -> Table:
                     number(deltas.get(e.replicate)),
                 )
             )
-        span = f"{v.window[0]}-{v.window[1]}" if v.window else "–"
+        span = f"{v.dose.window[0]}-{v.dose.window[1]}" if v.dose.window else "–"
         rows.append(
             (
                 v.study,
-                f"pooled ({v.dose.n})",
+                f"pooled ({v.dose.ratio.n})",
                 "",
                 span,
                 "",
-                interval(v.dose),
-                interval(v.dose_function),
-                signed(v.drift),
+                interval(v.dose.ratio),
+                interval(v.dose.function),
+                signed(v.dose.drift),
                 "",
                 "",
                 "",
                 "",
                 "",
-                interval(v.outcome, signed=False),
+                interval(v.outcome.delta, signed=False),
             )
         )
     return Table(
@@ -284,9 +284,9 @@ def calibration_text(analysis: Analysis) -> list[str]:
         + ("every criterion passes." if not failed else f"failed criteria: {', '.join(failed)}.")
     ]
     out += [
-        f"{v.study}: perturbs training like a relative gradient noise of {v.equivalent_dose:.1g} per step."
+        f"{v.study}: perturbs training like a relative gradient noise of {v.dose.equivalent:.1g} per step."
         for v in analysis.verdicts
-        if v.equivalent_dose is not None
+        if v.dose.equivalent is not None
     ]
     from divergence.analysis.calibration import floor_dose, reference_doses
 

@@ -61,7 +61,7 @@ def log_e(analysis: Analysis, out_dir: Path) -> Path | None:
         label = None if p.name in labelled else f"{p.label} [{p.category}]"
         labelled.add(p.name)
         ax.plot(p.steps[ok], p.rel_l2[ok], color=COLORS.get(p.category, "black"), linewidth=1, alpha=0.8, label=label)
-    starts = [e.saturated_at for v in analysis.verdicts for e in v.estimates if e.saturated_at is not None]
+    starts = [e.saturated_at for v in analysis.verdicts for e in v.dose.estimates if e.saturated_at is not None]
     if starts:
         ax.axvspan(
             min(starts),
@@ -81,7 +81,8 @@ def log_e(analysis: Analysis, out_dir: Path) -> Path | None:
 
 def dose_ratio(v: Verdict, path: Path) -> Path | None:
     """log10(E_X / E_P)(t) per replicate; bold: the window; band: the pooled estimate and its interval."""
-    curves = [e for e in v.estimates if np.isfinite(e.log_ratio).any()]
+    dose = v.dose
+    curves = [e for e in dose.estimates if np.isfinite(e.log_ratio).any()]
     if not curves:
         return None
     fig, ax = subplots(figsize=(8, 4.2))
@@ -90,12 +91,13 @@ def dose_ratio(v: Verdict, path: Path) -> Path | None:
         (line,) = ax.plot(e.steps[ok], e.log_ratio[ok], linewidth=0.8, alpha=0.5, label=f"replicate {e.replicate}")
         inside = ok & e.in_window
         ax.plot(e.steps[inside], e.log_ratio[inside], linewidth=2, color=line.get_color())
-    if v.window:
-        ax.axvspan(v.window[0], v.window[1], color="#2ca02c", alpha=0.08, label=f"window {v.window[0]}-{v.window[1]}")
-    if math.isfinite(v.dose.mean):
-        ax.axhline(v.dose.mean, color="black", linewidth=1.2, label=f"estimate {v.dose.mean:+.2f}")
-        if v.dose.interval:
-            ax.axhspan(v.dose.lo, v.dose.hi, color="black", alpha=0.1, label="95% t interval")
+    if dose.window:
+        first, last = dose.window
+        ax.axvspan(first, last, color="#2ca02c", alpha=0.08, label=f"window {first}-{last}")
+    if math.isfinite(dose.ratio.mean):
+        ax.axhline(dose.ratio.mean, color="black", linewidth=1.2, label=f"estimate {dose.ratio.mean:+.2f}")
+        if dose.ratio.interval:
+            ax.axhspan(dose.ratio.lo, dose.ratio.hi, color="black", alpha=0.1, label="95% t interval")
     ax.axhline(0, color="#ff7f0e", linewidth=0.8, linestyle="--", label="as much as the reference")
     ax.set_xlabel("training step")
     ax.set_ylabel("log10(E_X / E_P)")
@@ -107,7 +109,7 @@ def dose_ratio(v: Verdict, path: Path) -> Path | None:
 
 def phi(v: Verdict, path: Path) -> Path | None:
     """phi(t) = F / F_S of X (red) and P (orange) per replicate, with t10 and t50 marked."""
-    curves = [e for e in v.estimates if any(np.isfinite(e.phi.get(k, [])).any() for k in ("study", "reference"))]
+    curves = [e for e in v.dose.estimates if any(np.isfinite(e.phi.get(k, [])).any() for k in ("study", "reference"))]
     if not curves:
         return None
     fig, ax = subplots(figsize=(8, 4.2))
@@ -140,24 +142,26 @@ def phi(v: Verdict, path: Path) -> Path | None:
 
 def outcome(v: Verdict, path: Path) -> Path | None:
     """Delta per replicate of X (and of the seed pair) against the margin (-m, m)."""
-    ours = {r: d for r, d in v.extra.get("outcome_per_replicate", {}).items() if math.isfinite(d)}
-    seeds = {r: d for r, d in v.extra.get("seed_outcome_per_replicate", {}).items() if math.isfinite(d)}
+    result = v.outcome
+    ours = {r: d for r, d in result.per_replicate.items() if math.isfinite(d)}
+    seeds = {r: d for r, d in result.seed_per_replicate.items() if math.isfinite(d)}
     if not ours and not seeds:
         return None
     fig, ax = subplots(figsize=(8, 2.8))
-    if math.isfinite(v.margin) and v.margin > 0:
-        ax.axvspan(-v.margin, v.margin, color="#2ca02c", alpha=0.12, label=f"seed margin +/-{v.margin:.2g}")
+    if math.isfinite(result.margin) and result.margin > 0:
+        m = result.margin
+        ax.axvspan(-m, m, color="#2ca02c", alpha=0.12, label=f"seed margin +/-{m:.2g}")
     ax.plot(list(ours.values()), [1] * len(ours), "o", color=COLORS["optimization"], label=f"{v.study} per replicate")
     ax.plot(list(seeds.values()), [0] * len(seeds), "o", color=COLORS["seed"], label="seed pair per replicate")
-    if math.isfinite(v.outcome.mean):
-        ax.plot([v.outcome.mean], [1.25], "D", color="black", label="mean (95% t interval)")
-        if v.outcome.interval:
-            ax.plot([v.outcome.lo, v.outcome.hi], [1.25, 1.25], color="black")
+    if math.isfinite(result.delta.mean):
+        ax.plot([result.delta.mean], [1.25], "D", color="black", label="mean (95% t interval)")
+        if result.delta.interval:
+            ax.plot([result.delta.lo, result.delta.hi], [1.25, 1.25], color="black")
     ax.axvline(0, color="black", linewidth=0.5)
     ax.set_yticks([0, 1])
     ax.set_yticklabels(["seed", v.study])
     ax.set_ylim(-0.5, 1.6)
-    where = "probe loss" if v.outcome_source == "probe" else "training loss"
+    where = "probe loss" if result.source == "probe" else "training loss"
     ax.set_xlabel(f"Delta = (l_a - l_b) / l_b, {where}, last {LAST_FRACTION:.0%} of steps")
     ax.set_title("Outcome: where training ends up, against seed-to-seed spread")
     ax.grid(True, axis="x", alpha=0.3)

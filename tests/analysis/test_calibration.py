@@ -95,11 +95,11 @@ def test_equivalent_dose_places_a_studied_pair_on_the_ladder(calibration):
 def test_the_report_states_the_equivalent_dose_for_the_same_recipe(calibration):
     pairs = [p.__class__(**{**p.__dict__, "recipe": RECIPE}) for p in dose_study(horizon=300)]
     v = analyze(pairs, n_boot=100, calibration=calibration).verdicts[0]
-    assert abs(math.log10(v.equivalent_dose) - (-8)) < 0.25
+    assert abs(math.log10(v.dose.equivalent) - (-8)) < 0.25
     headline = v.headline.removesuffix(" " + NOT_ASKED)  # no reordering pair: the line the headline ends with
     assert re.search(r"It perturbs training like a relative gradient noise of (9e-09|1e-08) per step\.$", headline)
     other = analyze(dose_study(horizon=300), n_boot=100, calibration=calibration).verdicts[0]
-    assert other.equivalent_dose is None and any("another recipe" in c for c in other.caveats)
+    assert other.dose.equivalent is None and any("another recipe" in c for c in other.caveats)
 
 
 def test_the_report_states_the_references_own_dose_and_the_floor(calibration):

@@ -118,7 +118,9 @@ def test_armwriter_pairs_from_one_start_get_a_verdict(study):
     result = analyze(load_pairs([study]), n_boot=20)
     (verdict,) = result.verdicts
     assert verdict.status == "bounded", verdict.headline  # not "no verdict: saturated at once"
-    assert -4.5 < verdict.dose.lo < verdict.dose.hi < -3  # about -3.8: a reordering of fp32 sums, far below bf16
+    assert (
+        -4.5 < verdict.dose.ratio.lo < verdict.dose.ratio.hi < -3
+    )  # about -3.8: a reordering of fp32 sums, far below bf16
     assert verdict.caveats[0].startswith(f"a fine-tune (recognized from {FROM_START} ({START})): ")
     assert (
         f"{SATURATED_FINETUNE:g} E_S, E_S the difference of the data-order seed pair (data-order)" in verdict.caveats[0]

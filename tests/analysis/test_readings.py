@@ -52,10 +52,10 @@ def test_a_finetune_four_dex_below_bf16_reads_bounded_at_every_valid_step(finetu
     (v,) = analysis.verdicts
     largest = _largest_log_ratios(finetune, "loss-scale", "bf16-vs-fp32")
     assert all(-5.0 < m < -3.5 for m in largest)  # about 4 dex below bf16 at its closest
-    assert (v.status, v.read_on, v.bound_side, v.dose.n) == ("bounded", "valid_steps", "below", 3)
-    assert v.dose.mean == pytest.approx(np.mean(largest)) and v.dose.hi < 0
+    assert (v.status, v.dose.read_on, v.dose.bound_side, v.dose.ratio.n) == ("bounded", "valid_steps", "below", 3)
+    assert v.dose.ratio.mean == pytest.approx(np.mean(largest)) and v.dose.ratio.hi < 0
     assert (
-        f"Bounded: loss-scale's difference is at most 10^{v.dose.mean:.1f} of bf16-vs-fp32's at every valid step"
+        f"Bounded: loss-scale's difference is at most 10^{v.dose.ratio.mean:.1f} of bf16-vs-fp32's at every valid step"
         in (v.headline)
     )
     assert "valid steps 1-30 in every replicate; read on every valid step" in v.headline
@@ -79,7 +79,7 @@ def test_a_fast_saturating_bug_keeps_every_replicate_in_its_reordering_reading(a
     assert (r.status, r.read_on, r.ratio.n) == ("beyond_reordering", "valid_steps", 3)
     assert r.ratio.lo > REORDERING_DEX + 3  # some 5 dex above the reversed batch, at every step
     assert all(e.usable for e in r.estimates) and "left out" not in v.headline
-    assert v.status == "not_bounded" and v.read_on == "valid_steps"  # above bf16 too, at every valid step
+    assert v.status == "not_bounded" and v.dose.read_on == "valid_steps"  # above bf16 too, at every valid step
 
 
 def test_a_declared_identity_with_free_form_labels_says_look_for_a_bug_beyond_a_reordering(accumulation):
@@ -132,6 +132,6 @@ def test_a_replicate_left_out_of_a_window_reading_is_counted_in_its_sentence():
         for p in pairs
     ]
     v = analyze(pairs, n_boot=20).verdicts[0]
-    assert (v.read_on, v.dose.n) == ("window", 3) and ", 4 replicates," not in v.headline
+    assert (v.dose.read_on, v.dose.ratio.n) == ("window", 3) and ", 4 replicates," not in v.headline
     assert "3 replicates; 1 of 4 replicates left out (no window of 5 steps), window" in v.headline
     assert to_summary(analyze(pairs, n_boot=20))["verdicts"][0]["dose_ratio"]["left_out"] == [0]

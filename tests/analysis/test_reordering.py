@@ -45,7 +45,7 @@ def test_a_pair_twice_a_reordering_is_reordering_like_and_the_dose_verdict_is_un
     assert abs(r["log10"] - math.log10(2)) < 0.1 and r["lo"] < r["log10"] < r["hi"] <= REORDERING_DEX
     assert r["replicates_needed"] is None and r["reference"] == "reordering" and r["read_on"] == "window"
     v, v0 = with_r.verdicts[0], without.verdicts[0]
-    assert (v.status, v.dose) == (v0.status, v0.dose)  # the precision verdict is read as before
+    assert (v.status, v.dose.ratio) == (v0.status, v0.dose.ratio)  # the precision verdict is read as before
     before = v0.headline.removesuffix(" " + NOT_ASKED)
     assert v.headline.startswith(before + " Against a reordering of fp32 sums (4x4 vs 1x16 accumulation)")
     assert "reordering-like, no more than 10x a reordering." in v.headline

@@ -42,14 +42,14 @@ def _needed(values, gap):
 
 def test_an_outcome_inside_the_margin_is_within():
     v = _verdict(_with_deltas(dose_study(horizon=200), [0.001, -0.001, 0.0005, -0.0005]))
-    assert v.margin == pytest.approx(0.5 * SIGMA_S) and not v.saturated
-    assert (v.dose_status, v.outcome_status, v.status) == ("bounded", "within", "bounded")
-    assert "outcome within the seed margin" in v.headline and v.replicates_needed["outcome"] is None
+    assert v.outcome.margin == pytest.approx(0.5 * SIGMA_S) and not v.outcome.saturated
+    assert (v.dose.status, v.outcome.status, v.status) == ("bounded", "within", "bounded")
+    assert "outcome within the seed margin" in v.headline and v.outcome.replicates_needed is None
 
 
 def test_a_shifted_outcome_makes_a_bounded_dose_not_bounded_and_is_said():
     v = _verdict(_with_deltas(dose_study(horizon=200), [0.05, 0.051, 0.049, 0.05]))
-    assert (v.dose_status, v.outcome_status, v.status) == ("bounded", "shifted", "not_bounded")
+    assert (v.dose.status, v.outcome.status, v.status) == ("bounded", "shifted", "not_bounded")
     assert v.headline.startswith("Not bounded:") and "outcome shifted: final probe-loss difference +5%" in v.headline
     summary = to_summary(analyze(_with_deltas(dose_study(horizon=200), [0.05, 0.051, 0.049, 0.05]), n_boot=50))
     assert summary["verdicts"][0]["dose_ratio"]["status"] == "bounded"
@@ -62,8 +62,8 @@ def test_an_undecided_outcome_says_how_many_replicates_decide_and_leaves_the_sta
     v = _verdict(_with_deltas(dose_study(horizon=200), deltas))
     expected = _needed(deltas, m - abs(np.mean(deltas)))
     assert expected > 4  # the four replicates there are do not decide
-    assert (v.outcome_status, v.replicates_needed["outcome"]) == ("undecided", expected)
-    assert (v.dose_status, v.status) == ("bounded", "bounded")  # undecided alone is not inconclusive
+    assert (v.outcome.status, v.outcome.replicates_needed) == ("undecided", expected)
+    assert (v.dose.status, v.status) == ("bounded", "bounded")  # undecided alone is not inconclusive
     assert "outcome undecided: final probe-loss difference" in v.headline
     assert f"about {expected} replicates would decide" in v.headline
     outcome = to_summary(analyze(_with_deltas(dose_study(horizon=200), deltas), n_boot=50))["verdicts"][0]["outcome"]
@@ -74,7 +74,7 @@ def test_a_saturated_pair_is_held_to_a_seed_changes_spread_not_half_of_it():
     deltas = [0.008, -0.008, 0.004, -0.004]  # 95% interval +-0.0116: over 0.5 sigma_S, under sigma_S
     pairs = _with_deltas(dose_study(horizon=200), deltas)
     unsaturated = _verdict(pairs)
-    assert (unsaturated.outcome_status, unsaturated.saturated) == ("undecided", False)
+    assert (unsaturated.outcome.status, unsaturated.outcome.saturated) == ("undecided", False)
 
     def saturate(p):  # phi = F_X / F_S = 1 at the last tracked step: a different-seed model by the end
         seed = next(s for s in pairs if s.category == "seed" and s.replicate == p.replicate)
@@ -83,10 +83,10 @@ def test_a_saturated_pair_is_held_to_a_seed_changes_spread_not_half_of_it():
         return dataclasses.replace(p, probe=p.probe | {"probe_rel_diff": f})
 
     v = _verdict([saturate(p) if p.category == "optimization" else p for p in pairs])
-    assert v.saturated and v.margin == pytest.approx(SIGMA_S) and v.margin_factor == 1.0
-    assert (v.outcome_status, v.status) == ("within", "bounded")
+    assert v.outcome.saturated and v.outcome.margin == pytest.approx(SIGMA_S) and v.outcome.margin_factor == 1.0
+    assert (v.outcome.status, v.status) == ("within", "bounded")
     assert "outcome no larger than a seed change's" in v.headline and "a seed change's spread" in v.headline
-    assert v.dose.mean == pytest.approx(unsaturated.dose.mean)  # the dose reads the same window
+    assert v.dose.ratio.mean == pytest.approx(unsaturated.dose.ratio.mean)  # the dose reads the same window
 
 
 def test_an_inconclusive_dose_says_how_many_replicates_would_exclude_zero():
@@ -100,16 +100,16 @@ def test_an_inconclusive_dose_says_how_many_replicates_would_exclude_zero():
     pairs = [spread(p) for p in dose_study(study=1e-5, precision=1e-5, horizon=200)]
     analysis = analyze(pairs, n_boot=50)
     v = analysis.verdicts[0]
-    zero = _needed(v.dose.values, abs(v.dose.mean))
-    assert (v.dose_status, v.status) == ("inconclusive", "inconclusive") and zero > 4
-    assert v.replicates_needed["exclude_0"] == zero
+    zero = _needed(v.dose.ratio.values, abs(v.dose.ratio.mean))
+    assert (v.dose.status, v.status) == ("inconclusive", "inconclusive") and zero > 4
+    assert v.dose.replicates_needed["exclude_0"] == zero
     assert f"the interval holds 0; about {zero} replicates would exclude it" in v.headline
     assert any(f"would exclude 0 from {zero} replicates" in n for n in notes(v))
     dose = to_summary(analysis)["verdicts"][0]["dose_ratio"]
     assert dose["status"] == "inconclusive" and dose["replicates_needed"]["exclude_0"] == zero
     # |mean| < 0.3 dex: no number of replicates puts the interval beyond +-0.3 at this mean
-    assert abs(v.dose.mean) < 0.3 and dose["replicates_needed"]["exclude_0.3_dex"] is None
-    side = "below -0.3" if v.dose.mean < 0 else "above +0.3"
+    assert abs(v.dose.ratio.mean) < 0.3 and dose["replicates_needed"]["exclude_0.3_dex"] is None
+    side = "below -0.3" if v.dose.ratio.mean < 0 else "above +0.3"
     assert any(f"not lie {side} dex (a factor 2) from any number, its mean being within it" in n for n in notes(v))
 
 

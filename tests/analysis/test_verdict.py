@@ -25,11 +25,11 @@ def test_recovers_the_dose_ratio_at_every_horizon_and_keeps_its_status(probe):
     # flash injects 1000x less per step than bf16: log10 = -3 while both grow alike, at any horizon
     verdicts = [verdict(study=1e-8, precision=1e-5, horizon=h, probe=probe) for h in HORIZONS]
     for h, v in zip(HORIZONS, verdicts):
-        assert abs(v.dose.mean - (-3.0)) < 0.2, (h, v.dose)
-        assert v.dose.lo < -3.0 < v.dose.hi and v.dose.n == 4
+        assert abs(v.dose.ratio.mean - (-3.0)) < 0.2, (h, v.dose)
+        assert v.dose.ratio.lo < -3.0 < v.dose.ratio.hi and v.dose.ratio.n == 4
         assert v.status == "bounded", (h, v.headline)
-        assert {e.space for e in v.estimates} == {"function" if probe else "weight"}
-        assert v.outcome_source == ("probe" if probe else "training")
+        assert {e.space for e in v.dose.estimates} == {"function" if probe else "weight"}
+        assert v.outcome.source == ("probe" if probe else "training")
     assert re.match(
         r"Bounded: flash vs baseline perturbs training 1\d\d\dx less than bf16 vs fp32 "
         r"\(log10 dose ratio -3\.\d\d, 95% CI -3\.\d\d to -[23]\.\d\d, 4 replicates",
@@ -40,19 +40,19 @@ def test_recovers_the_dose_ratio_at_every_horizon_and_keeps_its_status(probe):
 def test_the_window_ends_where_the_reference_saturates():
     # E_P = u / (1 + u), u = 1e-5 * exp(0.02 t), reaches 0.1 E_S at u = 1/9: t = ln(11111) / 0.02 ~ 466
     v = verdict(horizon=800)
-    assert all(440 <= e.window[1] <= 480 for e in v.estimates), [e.window for e in v.estimates]
+    assert all(440 <= e.window[1] <= 480 for e in v.dose.estimates), [e.window for e in v.dose.estimates]
     # phi_P = F_P / F_S = K_F * 1e-5 * exp(0.02 t) reaches 0.1 at t = ln(5000) / 0.02 ~ 426
-    assert all(e.t10["reference"] is not None and 410 <= e.t10["reference"] <= 450 for e in v.estimates)
+    assert all(e.t10["reference"] is not None and 410 <= e.t10["reference"] <= 450 for e in v.dose.estimates)
     # phi_X = K_F * 1e-8 * exp(0.02 t) reaches 0.1 only at ~771
-    assert all(e.t10["study"] is not None and 750 <= e.t10["study"] <= 800 for e in v.estimates)
-    assert all(e.t50["study"] is None for e in v.estimates)  # not reached by 800: censored
-    assert v.estimates[0].lam["reference"] == pytest.approx(0.02, rel=0.1)
+    assert all(e.t10["study"] is not None and 750 <= e.t10["study"] <= 800 for e in v.dose.estimates)
+    assert all(e.t50["study"] is None for e in v.dose.estimates)  # not reached by 800: censored
+    assert v.dose.estimates[0].lam["reference"] == pytest.approx(0.02, rel=0.1)
 
 
 @pytest.mark.parametrize("horizon", [100, 400])
 def test_a_pair_ten_times_above_the_precision_dose_is_not_bounded(horizon):
     v = verdict(study=1e-4, precision=1e-5, horizon=horizon)
-    assert v.status == "not_bounded" and abs(v.dose.mean - 1.0) < 0.2 and v.dose.lo > 0
+    assert v.status == "not_bounded" and abs(v.dose.ratio.mean - 1.0) < 0.2 and v.dose.ratio.lo > 0
     factor = float(re.search(r"perturbs training ([0-9.]+)x more than bf16 vs fp32", v.headline).group(1))
     assert 10**0.8 < factor < 10**1.2
 
@@ -60,7 +60,7 @@ def test_a_pair_ten_times_above_the_precision_dose_is_not_bounded(horizon):
 def test_one_replicate_is_preliminary_with_what_the_point_estimates_say():
     v = verdict(replicates=1)
     assert v.status == "preliminary" and v.indicative == "bounded"
-    assert v.dose.lo is None and v.dose.hi is None and abs(v.dose.mean + 3) < 0.2
+    assert v.dose.ratio.lo is None and v.dose.ratio.hi is None and abs(v.dose.ratio.mean + 3) < 0.2
     assert v.headline.startswith("Preliminary (single replicate, no interval): flash vs baseline perturbs")
     assert "The point estimates alone read bounded" in v.headline
 
@@ -106,7 +106,7 @@ def test_pairs_that_do_not_grow_alike_are_not_told_to_track_densely():
     ]
     v = analyze(pairs, n_boot=100).verdicts[0]
     # below the flat reference at every valid step: read as the bound it is, the missing window said
-    assert (v.status, v.read_on, v.bound_side) == ("bounded", "valid_steps", "below")
+    assert (v.status, v.dose.read_on, v.dose.bound_side) == ("bounded", "valid_steps", "below")
     (why,) = [c for c in v.caveats if c.startswith("read on every valid step")]
     assert "flash-vs-baseline and bf16-vs-fp32 do not grow alike" in why
     assert "at most 0 in a row (need 5)" in why and "track earlier" not in why
@@ -124,8 +124,8 @@ def test_a_ratio_that_drifts_is_not_dose_like():
         for p in pairs
     ]  # X grows 0.0115/step faster than P: 1 dex across the window
     v = analyze(pairs, n_boot=100).verdicts[0]
-    assert v.status == "inconclusive" and not v.dose_like
-    assert "is not dose-like" in v.headline and v.drift > 0.5
+    assert v.status == "inconclusive" and not v.dose.dose_like
+    assert "is not dose-like" in v.headline and v.dose.drift > 0.5
 
 
 def test_an_outcome_outside_the_seed_margin_is_not_bounded():
@@ -137,19 +137,19 @@ def test_an_outcome_outside_the_seed_margin_is_not_bounded():
         for p in pairs
     ]
     v = analyze(pairs, n_boot=100).verdicts[0]
-    assert v.dose.hi < 0 and v.outcome.mean == pytest.approx(0.05) and v.status == "not_bounded"
+    assert v.dose.ratio.hi < 0 and v.outcome.delta.mean == pytest.approx(0.05) and v.status == "not_bounded"
 
 
 def test_no_seed_pair_leaves_the_outcome_undecided_and_the_status_to_the_dose():
     v = verdict(seed=False)
-    assert v.outcome_status == "undecided" and any("no seed pair" in r for r in v.reasons)
-    assert v.dose_status == "bounded" and v.status == "bounded" and "outcome undecided" in v.headline
-    assert {e.space for e in v.estimates} == {"weight"}  # phi needs the seed pair's F
+    assert v.outcome.status == "undecided" and any("no seed pair" in r for r in v.reasons)
+    assert v.dose.status == "bounded" and v.status == "bounded" and "outcome undecided" in v.headline
+    assert {e.space for e in v.dose.estimates} == {"weight"}  # phi needs the seed pair's F
 
 
 def test_function_space_twin_agrees_on_the_synthetic_stores():
     v = verdict()
-    assert abs(v.dose_function.mean - v.dose.mean) < 0.1 and not any("disagree" in c for c in v.caveats)
+    assert abs(v.dose.function.mean - v.dose.ratio.mean) < 0.1 and not any("disagree" in c for c in v.caveats)
 
 
 def test_summary_schema_2():
@@ -205,7 +205,7 @@ def test_no_pair_under_study_gives_no_verdict_but_a_warning():
 def test_replicates_are_common_random_numbers_across_horizons():
     # the same replicate cut at a shorter horizon is the same run: the estimate only gains steps
     short, long = verdict(horizon=100), verdict(horizon=400)
-    assert np.allclose([e.log10 for e in short.estimates], [e.log10 for e in long.estimates], atol=0.05)
+    assert np.allclose([e.log10 for e in short.dose.estimates], [e.log10 for e in long.dose.estimates], atol=0.05)
 
 
 def test_a_pair_whose_arms_stay_bitwise_equal_is_bounded_in_words():
@@ -228,7 +228,7 @@ def test_a_reference_that_never_drifts_and_a_pair_that_does_not_grow_are_named()
         dataclasses.replace(p, rel_l2=np.full(len(p.steps), 1e-3)) if p.category == "optimization" else p for p in pairs
     ]
     v = analyze(flat, n_boot=100).verdicts[0]  # above P at every valid step: not bounded, read as a bound
-    assert (v.status, v.read_on, v.bound_side) == ("not_bounded", "valid_steps", "above")
+    assert (v.status, v.dose.read_on, v.dose.bound_side) == ("not_bounded", "valid_steps", "above")
     assert "is at least 10^" in v.headline and any("does not grow over training" in c for c in v.caveats)
 
 

@@ -42,16 +42,20 @@ def transient():
 def test_every_replicate_is_read_on_its_plateau_from_one_common_step_past_the_transient(transient):
     pairs, analysis = transient
     v = analysis.verdicts[0]
-    t0 = {e.window_start for e in v.estimates}
+    t0 = {e.window_start for e in v.dose.estimates}
     assert len(t0) == 1 and 13 <= (t0 := t0.pop()) <= 18  # one first step, past the move at steps 10-13
-    assert all(t0 <= e.window[0] <= t0 + 2 for e in v.estimates)  # each from its first alike step on
-    assert all(e.window[1] == HORIZON and e.usable for e in v.estimates)
-    for e in v.estimates:  # its plateau: the median of its own log ratio well past the transient
+    assert all(t0 <= e.window[0] <= t0 + 2 for e in v.dose.estimates)  # each from its first alike step on
+    assert all(e.window[1] == HORIZON and e.usable for e in v.dose.estimates)
+    for e in v.dose.estimates:  # its plateau: the median of its own log ratio well past the transient
         plateau = np.median(e.log_ratio[e.steps >= 20])
         assert e.log10 == pytest.approx(plateau, abs=0.03), (e.replicate, e.window)
-    assert v.dose.mean == pytest.approx(np.mean([np.median(e.log_ratio[e.steps >= 20]) for e in v.estimates]), abs=0.02)
-    windows = ", ".join(f"{e.window[0]}-{e.window[1]}" for e in v.estimates)
-    assert f"windows steps {windows}" in v.headline or f"window steps {v.window[0]}-{HORIZON} in every" in v.headline
+    assert v.dose.ratio.mean == pytest.approx(
+        np.mean([np.median(e.log_ratio[e.steps >= 20]) for e in v.dose.estimates]), abs=0.02
+    )
+    windows = ", ".join(f"{e.window[0]}-{e.window[1]}" for e in v.dose.estimates)
+    assert (
+        f"windows steps {windows}" in v.headline or f"window steps {v.dose.window[0]}-{HORIZON} in every" in v.headline
+    )
     dose = to_summary(analysis)["verdicts"][0]
     assert dose["dose_ratio"]["common_start"] == t0
     assert {r["settled_at"] for r in dose["per_replicate"]} <= set(range(12, 19))
@@ -60,7 +64,7 @@ def test_every_replicate_is_read_on_its_plateau_from_one_common_step_past_the_tr
 def test_a_replicate_read_alone_before_its_transient_would_read_its_early_level(transient):
     """Why a rule is needed: the first stretch where both pairs grow alike is the early level."""
     _, analysis = transient
-    for e in analysis.verdicts[0].estimates:
+    for e in analysis.verdicts[0].dose.estimates:
         early = np.median(e.log_ratio[(e.steps >= 1) & (e.steps <= 5)])
         assert early - e.log10 > 0.2  # the early level sits 0.25-0.35 dex above the plateau read
 

@@ -1,5 +1,5 @@
 """A ``calibration.json`` given to ``report --calibration``: read, or refused in one line naming the
-file and the key (issue 28 #15: ``null``, a number, ``criteria`` as a string ... gave tracebacks)."""
+file and the key (``null``, a number, ``criteria`` as a string ... never a traceback)."""
 
 import copy
 import json
@@ -91,7 +91,7 @@ def test_the_calibration_itself_is_read_and_used(pairs, calibration, tmp_path):
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps(calibration))
     analysis = analyze(pairs, n_boot=50, calibration=load_calibration(path, []))
-    assert analysis.verdicts[0].equivalent_dose is not None
+    assert analysis.verdicts[0].dose.equivalent is not None
     assert calibration_text(analysis)[0].startswith("Calibration ladder")
 
 
@@ -132,5 +132,5 @@ def test_a_calibration_mutated_anywhere_is_read_or_refused_in_one_line(pairs, ca
     summary = to_summary(analysis)
     json.dumps(summary)  # what summary.json holds
     calibration_text(analysis)
-    dose = analysis.verdicts[0].equivalent_dose
+    dose = analysis.verdicts[0].dose.equivalent
     assert dose is None or (math.isfinite(dose) and dose > 0), where

@@ -216,7 +216,7 @@ def test_a_calibration_next_to_the_inputs_is_found_and_stated(study, tmp_path):
     calibration = load_calibration(None, [runs])  # beside the study folder
     assert calibration is not None and calibration == load_calibration(tmp_path / "calibration.json", [])
     v = analyze(load_pairs([runs]), n_boot=100, calibration=calibration).verdicts[0]
-    assert v.equivalent_dose is not None and abs(math.log10(v.equivalent_dose) + 8) < 0.3
+    assert v.dose.equivalent is not None and abs(math.log10(v.dose.equivalent) + 8) < 0.3
     assert "It perturbs training like a relative gradient noise of" in v.headline
 
 
