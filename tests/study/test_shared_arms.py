@@ -16,10 +16,11 @@ from divergence.pairfolder.arm.status import ArmStatus
 from divergence.study import load_study, shared_arms
 from divergence.study.runner import plan_jobs, start_order
 
-from .test_study import DIT, QUICK
+from .test_study import TINY
 
-# 4 steps, not 6; the reordering's arm b (one batch of 16) is not the base's batch of 2 here: not shared
-STUDY = ["--jobs", "2", "--replicates", "2", *QUICK[:4], "--max-steps", "4", *QUICK[4:], *DIT]
+# the tiny study (2 replicates of 4 steps), trained pair by pair once for the study tests (``tiny_study``);
+# the reordering's arm b (one batch of 16) is not the base's batch of 2 here: not shared
+STUDY = TINY
 
 
 def _planned(tmp_path, *overrides):
@@ -99,9 +100,11 @@ def _kill_mid_run(out: Path) -> None:
     process.wait()
 
 
-def test_shared_arms_give_the_pair_by_pair_stores_bit_for_bit_even_after_a_sigkill(tmp_path, capsys):
-    by_pair = tmp_path / "by-pair"
-    assert main(["study", "--out", str(by_pair), "--no-shared-arms", *STUDY]) == 0
+def test_shared_arms_give_the_pair_by_pair_stores_bit_for_bit_even_after_a_sigkill(tiny_study, tmp_path, capsys):
+    """The same study in both plans: pair by pair (``tiny_study``: ``--no-shared-arms``, the study tests'
+    one trained study), and with shared arms, SIGKILLed mid-run and started again."""
+    by_pair = tiny_study.out
+    assert tiny_study.code == 0
     shared = tmp_path / "shared"
     _kill_mid_run(shared)
     assert main(["study", "--out", str(shared), *STUDY]) == 0

@@ -1,7 +1,5 @@
 """The study: recipe resolution, its errors, and a tiny study end to end (train, resume, report)."""
 
-import contextlib
-import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +13,7 @@ from divergence.study import load_study
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 QUICK = [
     "--max-steps",
-    "6",
+    "4",
     "--no-wandb",
     "--quiet",
     "tracking.every=1",
@@ -29,7 +27,10 @@ QUICK = [
 # the study's mechanics, not a backbone's: the DiT trains ~3x faster than the UNet (the default study's
 # resolution onto the UNet base: test_default_study_resolves_every_pair_onto_one_base)
 DIT = ["base=tiny-dit.yaml"]
-TINY = ["--jobs", "2", "--replicates", "1", *QUICK, *DIT]
+# the tiny study: the default study's five pairs on the DiT, 2 replicates of 4 steps, two pair runs side by
+# side; trained once pair by pair (``tiny_study``, tests/study/conftest.py) and once with shared arms
+# (test_shared_arms), whose stores must be the same bytes
+TINY = ["--jobs", "2", "--replicates", "2", *QUICK, *DIT]
 
 
 def test_default_study_resolves_every_pair_onto_one_base():
@@ -161,18 +162,6 @@ def test_a_control_pair_named_as_the_reordering_reference_is_refused_saying_why(
     assert "share a name" not in err
 
 
-@pytest.fixture(scope="session")  # session: kept while its group runs, never rebuilt mid-run
-def tiny_study(tmp_path_factory):
-    """The default study, tiny (every pair on the DiT, one replicate, 6 steps, two pair runs side by side): trained
-    once for the tests that read it (on one xdist worker: tests/conftest.py); a study they run over it
-    is refused or trains nothing (each test checks which)."""
-    out = tmp_path_factory.mktemp("tiny-study") / "study"
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        code = main(["study", "--out", str(out), *TINY])
-    return SimpleNamespace(out=out, code=code, printed=printed.getvalue())
-
-
 def test_tiny_study_end_to_end_then_resume_skips_finished_pairs(tiny_study, tmp_path, capsys):
     """The tiny study end to end, then the checks that read the same trained study, in one test so that
     the study trains once (xdist may split a module's tests over workers, each building the fixture)."""
@@ -185,15 +174,18 @@ def _end_to_end(tiny_study):
     assert tiny_study.code == 0
     assert "flash attention" in printed and "report:" in printed
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["pairs"]) == {"flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32", "control", "reordering"}
+    names = {"flash-vs-baseline", "seed-vs-seed", "bf16-vs-fp32", "control", "reordering"}
+    replicated = names - {"control"}  # the control trained once, never replicated
+    assert set(summary["pairs"]) == names | {f"{name}#1" for name in replicated}
     assert summary["verdicts"][0]["study"] == "flash-vs-baseline"
     assert summary["pairs"]["reordering"]["category"] == "reordering"
     assert summary["verdicts"][0]["reordering"]["reference"] == "reordering"
     assert (out / "report.html").is_file() and list((out / "figures").glob("*.png"))
-    for name in summary["pairs"]:
-        info = json.loads((out / name / "r0" / "pair.json").read_text())
-        assert info["finished"] and info["last_step"] == 6 and info["replicate"] == 0
-        assert info["tracking"]["probe"]["size"] == 4 and info["tracking"]["dense"] == [[20, 1], [100, 5]]
+    for name in names:
+        for replicate in (0, 1) if name in replicated else (0,):
+            info = json.loads((out / name / f"r{replicate}" / "pair.json").read_text())
+            assert info["finished"] and info["last_step"] == 4 and info["replicate"] == replicate
+            assert info["tracking"]["probe"]["size"] == 4 and info["tracking"]["dense"] == [[20, 1], [100, 5]]
 
 
 def test_replicates_lay_out_one_folder_per_pair_and_replicate(tmp_path):
