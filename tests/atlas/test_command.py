@@ -89,7 +89,7 @@ def test_a_tiny_atlas_end_to_end_then_a_second_run_trains_nothing(tmp_path, caps
     assert main(["atlas", "--out", str(out), "--only", "fused-adamw", "tf32", "--replicates", "1", *QUICK]) == 0
     assert logs == {p.name: p.stat().st_size for p in (out / "dit" / "logs").iterdir()}  # no pair run started
     assert json.loads((out / "atlas.json").read_text())["rows"][0]["cost"] == fused["cost"]
-    # issue 28: `--only tf32` (nothing to train on a CPU) rewrote atlas.json with tf32's row alone
+    # `--only tf32` (nothing to train on a CPU) rewrote atlas.json with tf32's row alone
     assert main(["atlas", "--out", str(out), "--only", "tf32", "--replicates", "1", *QUICK]) == 0
     rows = json.loads((out / "atlas.json").read_text())["rows"]
     assert [(r["optimization"], r["status"] == "unavailable") for r in rows] == [("fused-adamw", False), ("tf32", True)]

@@ -1,4 +1,4 @@
-"""The MoE backbone on the atlas (issue 31): its rows, its study plan, the rows of no chosen
+"""The MoE backbone on the atlas: its rows, its study plan, the rows of no chosen
 backbone refused in one line, and the router flip fraction on the atlas page. No training."""
 
 from pathlib import Path

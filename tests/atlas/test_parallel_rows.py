@@ -1,4 +1,4 @@
-"""The atlas rows of issue 34 built here: where each trains, and the one line where it does not."""
+"""The parallel atlas rows built here: where each trains, and the one line where it does not."""
 
 from divergence.atlas.catalog import OPTIMIZATIONS, select
 from pathlib import Path

@@ -36,7 +36,7 @@ def nudge(net, by):
 
 
 def test_watch_follows_the_restart_of_a_dcp_arm(tmp_path, capsys):
-    """Finding 1: watch compared both DCP arms to step 4, arm a was restarted from step 2, and watch
+    """Watch compared both DCP arms to step 4, arm a was restarted from step 2, and watch
     refused it: "arm b's weights files of the compared steps 4 ... are gone", looking for b's
     step_000004.safetensors while b wrote step_000004.dcp/. The same run in safetensors completes."""
     nets, writers = {}, {}
@@ -94,7 +94,7 @@ def last_step(out):
 
 @pytest.mark.parametrize("format_b", ["dcp", "safetensors"])
 def test_a_tied_parameter_counts_once_in_dcp_as_in_safetensors(tmp_path, capsys, format_b):
-    """Findings 2 and 3: with head.weight tied to wte.weight, two DCP arms counted it twice (numel 68
+    """With head.weight tied to wte.weight, two DCP arms counted it twice (numel 68
     against 44 in safetensors, another W1), and a DCP arm beside a safetensors arm was refused ("1 only
     in .../step_000000.dcp (head.weight)"). The whole-model figures must not depend on the format."""
     for arm, format in (("a", "dcp"), ("b", format_b)):
@@ -111,7 +111,7 @@ def test_a_tied_parameter_counts_once_in_dcp_as_in_safetensors(tmp_path, capsys,
 
 
 def test_compare_of_a_tied_dcp_folder_with_its_safetensors_file_counts_the_tie_once(tmp_path, capsys):
-    """Finding 3 through ``divergence compare``: a DCP step folder against a safetensors file of the
+    """Through ``divergence compare``: a DCP step folder against a safetensors file of the
     same weights: no tensor only on one side, the tie named, nothing differs."""
     write_tied(tmp_path / "mixed", "a", "dcp")
     write_tied(tmp_path / "mixed", "b", "safetensors")
@@ -128,7 +128,7 @@ def test_compare_of_a_tied_dcp_folder_with_its_safetensors_file_counts_the_tie_o
 
 
 def test_a_step_rewritten_in_safetensors_is_not_shadowed_by_an_old_dcp_folder(tmp_path, capsys):
-    """Finding 4: arm a written as DCP to step 1 and killed, then trained again from step 0 as
+    """Arm a written as DCP to step 1 and killed, then trained again from step 0 as
     safetensors (resume=True) with other weights: step 0 was stored with max_abs_diff 0.0, read from
     the old DCP folder, where the weights written give 0.5."""
     torch.manual_seed(0)
@@ -157,7 +157,7 @@ def test_a_step_rewritten_in_safetensors_is_not_shadowed_by_an_old_dcp_folder(tm
 
 
 def test_the_newest_of_a_step_file_and_folder_is_the_weights_of_the_step(tmp_path):
-    """Finding 4, a folder left by another writer: when a step has both a DCP folder and a safetensors
+    """A folder left by another writer: when a step has both a DCP folder and a safetensors
     file, ``saved_weights`` takes the one written last, not the folder whatever its age."""
     arm = PairFolder(tmp_path).arm("a")
     folder, file = arm.weights_dcp(0), arm.weights(0)
@@ -173,7 +173,7 @@ def test_the_newest_of_a_step_file_and_folder_is_the_weights_of_the_step(tmp_pat
 
 
 def test_a_dcp_folder_cut_short_by_a_kill_is_written_again_by_finish(tmp_path, capsys):
-    """Finding 5: an open-ended DCP arm killed during finish()'s save left step_000002.dcp/ without its
+    """An open-ended DCP arm killed during finish()'s save left step_000002.dcp/ without its
     complete.json; restarted from step 2, finish(model=m) skipped the save since the folder existed, the
     arm said finished, and watch waited for the folder for ever."""
     torch.manual_seed(0)
@@ -218,7 +218,7 @@ def stat_of(path):
 
 @pytest.mark.parametrize("keep", [None, 2])
 def test_retention_deletes_nothing_outside_the_arms_checkpoints(tmp_path, capsys, keep):
-    """Finding 6: a retention.json whose pending entries named an outside file and an outside folder
+    """A retention.json whose pending entries named an outside file and an outside folder
     (holding a complete.json), with their stat values: watch exited 0 and deleted both (rmtree for the
     folder), with or without tracking.keep. Now it refuses in one line naming retention.json and the entry."""
     out, outside = tmp_path / "pair", tmp_path / "precious"
@@ -244,7 +244,7 @@ def test_retention_deletes_nothing_outside_the_arms_checkpoints(tmp_path, capsys
 
 
 def test_retention_deletes_no_other_file_of_the_arm(tmp_path, capsys):
-    """Finding 6 inside the pair: an entry naming an arm's losses, or the weights of another step than
+    """Inside the pair: an entry naming an arm's losses, or the weights of another step than
     its own, is refused as well; only the arm's own weights of the entry's step are ever deleted."""
     out = tmp_path / "pair"
     two_finished_arms(out, capsys)
@@ -305,7 +305,7 @@ def test_the_stall_of_a_dcp_arm_names_its_step_folder(tmp_path, capsys):
 
 
 def test_retention_removes_a_linked_step_folder_not_what_it_points_to(tmp_path, capsys):
-    """Finding 6 through a link: arm a's step_000001.dcp is a symbolic link to a folder outside the pair.
+    """Through a link: arm a's step_000001.dcp is a symbolic link to a folder outside the pair.
     Its note is the arm's own name of the step, so watch deletes it: the link, never the folder's files
     (the marker went first, then rmtree refused the link)."""
     out, outside = tmp_path / "pair", tmp_path / "elsewhere"

@@ -142,7 +142,7 @@ def resume(out, arm, start, steps, lr=0.1):
 
 
 def test_a_finished_open_pair_trained_on_is_followed_to_its_new_end(tmp_path, capsys):
-    """Issue 28, finding 1: watch finished the open pair at 5 and wrote max_steps 5; both arms then
+    """Watch finished the open pair at 5 and wrote max_steps 5; both arms then
     resumed at 3 and trained to 8, and a second watch marked the pair finished at 5 (steps 6-8 never
     stored). The length is read from the arms at every look: the second watch follows them to 8."""
     out, whole = tmp_path / "resumed", tmp_path / "whole"
@@ -160,7 +160,7 @@ def test_a_finished_open_pair_trained_on_is_followed_to_its_new_end(tmp_path, ca
 
 
 def test_finish_finished_saves_the_last_steps_weights(tmp_path, capsys):
-    """Issue 28, finding 11: an open-ended ``finish("finished", model=net)`` marked the arm finished
+    """An open-ended ``finish("finished", model=net)`` marked the arm finished
     without its last step's weights (step 4, off the every-3 schedule), and watch exited 2."""
     for arm in "ab":
         net = torch.nn.Linear(2, 2)

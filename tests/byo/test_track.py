@@ -222,7 +222,7 @@ def test_ckpt_without_a_stored_step_falls_back_to_its_name_and_a_bad_one_is_one_
 
 
 def test_track_over_a_live_arm_writer_is_refused_and_pair_json_is_kept(tmp_path, capsys):
-    """Issue 28 (14): ``track --out`` over a folder an ``ArmWriter`` still writes rewrote its ``pair.json``."""
+    """``track --out`` over a folder an ``ArmWriter`` still writes rewrote its ``pair.json``."""
     from safetensors.torch import save_file
 
     from divergence.pairfolder.arm.lock import PairLock

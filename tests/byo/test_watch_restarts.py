@@ -1,4 +1,4 @@
-"""``divergence watch`` over arms that restart, retry or die (issue 28, third hardening pass, part B):
+"""``divergence watch`` over arms that restart, retry or die:
 a correct store, or one line and exit 2, and nothing lost. Arms are written through ``ArmWriter``
 with tiny modules, as a user's loop writes them."""
 
@@ -53,7 +53,7 @@ class FailsOnce:
 
 
 def test_a_step_retried_after_a_probe_failure_feeds_the_spike_detector_once(tmp_path):
-    """Finding 8: the retry of step 2 fed its loss to the detectors twice, so step 3 (5x the median)
+    """The retry of step 2 fed its loss to the detectors twice, so step 3 (5x the median)
     was flagged a spike before the window (3 losses) was full."""
     losses = {1: 1.0, 2: 1.0, 3: 5.0}
     for arm in "ab":
@@ -139,7 +139,7 @@ def saved_steps(folder):
 
 
 def test_keep_leaves_the_files_a_restart_from_the_last_checkpoint_needs(tmp_path, capsys):
-    """Finding 2: with tracking.keep, watch compared to step 8 and deleted both arms' files of the
+    """With tracking.keep, watch compared to step 8 and deleted both arms' files of the
     steps it does not keep; arm a was requeued from its checkpoint of step 4, and b's files of 5-8
     were gone. Files are now deleted only up to both arms' newest checkpoints (4 here), so the
     restart is followed to a complete store; once both arms finish, the rest goes."""
@@ -167,7 +167,7 @@ def test_keep_leaves_the_files_a_restart_from_the_last_checkpoint_needs(tmp_path
 
 
 def test_a_restart_from_before_deleted_files_is_one_line_and_keeps_the_store(tmp_path, capsys):
-    """Finding 2, the files gone anyway: both arms finished at 8 (their last checkpoint) and watch
+    """The files gone anyway: both arms finished at 8 (their last checkpoint) and watch
     deleted 1, 3, 5, 7; arm a then restarts from step 4. Watch blamed arm b ("no step_000005") and
     had cut the store after 4. Now: one line naming the restart and the files, the store untouched."""
     for arm in "ab":
@@ -194,7 +194,7 @@ def csv_steps(out):
 
 
 def test_a_restarted_watch_continues_the_csv_log(tmp_path, capsys):
-    """Finding 9: a restarted watch (as a resumed ``divergence train``) started ``csv/metrics.csv``
+    """A restarted watch (as a resumed ``divergence train``) started ``csv/metrics.csv``
     over, deleting the rows of the steps it had logged before."""
     from divergence.cli import main
 

@@ -116,7 +116,7 @@ def test_a_resume_at_step_n_keeps_every_earlier_record(tmp_path):
 
 
 def test_a_resume_past_the_recorded_steps_is_refused_at_construction(tmp_path):
-    """Issue 28, finding 12: records that end at 3 and ``start_step=5`` would leave steps 4-5 a gap
+    """Records that end at 3 and ``start_step=5`` would leave steps 4-5 a gap
     that watch finds only when the arm ends; the writer refuses it in one line, touching nothing."""
     with pytest.raises(RuntimeError):
         with ArmWriter(tmp_path, "a", max_steps=6, every=1, dense=[]) as writer:

@@ -186,7 +186,7 @@ def test_metric_names_are_one_contract():
     assert METRIC_COLUMNS[len(METRIC_NAMES) :] == ("nonfinite_a", "nonfinite_b")
 
 
-# --- issue 15: numbers that were wrong with exit 0 -----------------------------------------------
+# --- numbers that were wrong with exit 0 -----------------------------------------------
 
 
 def test_complex_tensors_are_compared_on_real_and_imaginary_parts(tmp_path, capsys):
@@ -266,7 +266,7 @@ def test_mostly_nan_tensor_fails_fail_above_unless_allowed(pair, tmp_path, capsy
     assert main([*args, "--allow-nonfinite"]) == 0
 
 
-# --- issue 15: output paths are checked first, temporary files never left behind ----------------
+# --- output paths are checked first, temporary files never left behind ----------------
 
 
 @pytest.mark.parametrize(
@@ -332,7 +332,7 @@ def test_outputs_written_leave_no_temporary_files(pair, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.safetensors", "b.safetensors", "o.csv", "o.json"]
 
 
-# --- issue 15: hostile checkpoints through the command line ----------------------------------------
+# --- hostile checkpoints through the command line ----------------------------------------
 
 
 def test_float8_checkpoints_compare(tmp_path, capsys):

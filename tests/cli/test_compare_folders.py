@@ -51,9 +51,8 @@ def test_a_diffusers_output_dir_compares_the_final_pipeline_and_names_what_it_sk
 
 
 def test_a_deepspeed_folder_is_read_through_its_model_states_file(tmp_path, capsys):
-    """Issue 33 asked that such a folder name the file it could read; the DeepSpeed reader
-    (checkpoints.zero_folder, issue 35) now reads it: ``global_stepN/`` and the save_dir around it
-    (its ``latest`` tag) compare as ``mp_rank_00_model_states.pt`` itself does."""
+    """The DeepSpeed reader (checkpoints.zero_folder) reads such a folder: ``global_stepN/`` and the
+    save_dir around it (its ``latest`` tag) compare as ``mp_rank_00_model_states.pt`` itself does."""
     for side, seed in (("a", 0), ("b", 1)):
         folder = tmp_path / side / "global_step2"
         folder.mkdir(parents=True)

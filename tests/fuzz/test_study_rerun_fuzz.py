@@ -1,4 +1,4 @@
-"""Fuzzing a study re-run over the pair runs already in its folder (issue 28, finding 3).
+"""Fuzzing a study re-run over the pair runs already in its folder.
 
 An earlier run's ``pair.yaml`` is the study's own resolved recipe with one key changed (a seeded
 sweep over every key of it): the re-run either reuses the run (a key a resume may change: the

@@ -205,7 +205,7 @@ RESTART_CASES = 8
 
 @pytest.mark.parametrize("case", range(RESTART_CASES))
 def test_arms_requeued_under_a_running_watch_end_in_a_complete_store(tmp_path, case):
-    """Issue 28's restart cases: both arms record part of the pair (with ``keep`` or not, saying some
+    """Restart cases: both arms record part of the pair (with ``keep`` or not, saying some
     of their checkpoints), a watch follows them while they run, then each arm may be killed and
     requeued from its newest checkpoint and trains to the end. A second watch ends in the complete
     store of the last attempts' losses (no file a restart needs was deleted), and with ``keep`` the

@@ -63,7 +63,7 @@ def shadow_pair(tmp_path_factory):
     return out, printed.getvalue()
 
 
-# A summary.json of schema 2 (issue 10): each verdict with its dose ratio and outcome.
+# A summary.json of schema 2: each verdict with its dose ratio and outcome.
 SUMMARY = {
     "settings": {"bootstrap_replicates": 200, "seed": 0},
     "pairs": {"flash-vs-baseline": {"growth_rate": {}}},

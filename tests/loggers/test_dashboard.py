@@ -41,7 +41,7 @@ def test_the_spec_holds_every_section_over_the_group(capsys):
 
 @pytest.mark.parametrize("group", ["bob's", 'say "hi"', "back\\slash", "two\nlines", "x' or Group != '", "b+c$|^"])
 def test_any_group_is_filtered_on_exactly(group, capsys):
-    """A group with quotes used to be pasted into the filter expression: a traceback (issue 24)."""
+    """A group with quotes used to be pasted into the filter expression: a traceback."""
     [runset] = _spec(capsys, "--group", group)["spec"]["section"]["runSets"]
     assert [(f["key"]["name"], f["op"], f["value"]) for f in runset["filters"]["filters"]] == [("group", "=", group)]
 

@@ -78,7 +78,7 @@ def test_an_empty_pair_has_no_difference():
 
 @pytest.mark.parametrize("power", [-900, -600, 600, 1000])
 def test_values_near_the_ends_of_float64_measure_like_the_same_values_near_1(power):
-    """Issue 28: values near 1e300 squared to inf, giving cosine 1.0 (true: -0.86), rel_l2 NaN and a
+    """Values near 1e300 squared to inf, giving cosine 1.0 (true: -0.86), rel_l2 NaN and a
     non-finite warning for finite tensors. Scaling by 2^power is exact, so the scale-free metrics
     must be the same bits and the others the same bits times 2^power, tensor and model alike."""
     from divergence.metrics import summarize

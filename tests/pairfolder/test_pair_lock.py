@@ -1,4 +1,4 @@
-"""One writer of a pair folder (issue 28, findings 4 and 14): a pair writer (``LockstepPair``, the lockstep
+"""One writer of a pair folder: a pair writer (``LockstepPair``, the lockstep
 ``train``, ``track``, ``pair``) holds ``<pair>/writer.lock`` exclusively, an arm writer its arm's lock and
 the pair's shared, so each kind refuses the other; the OS drops a dead holder's lock; ``is_held`` reads a
 lock without taking one a writer could miss.

@@ -84,7 +84,7 @@ def test_arms_with_other_weights_flip_choices_and_the_record_changes_no_training
 
 def test_arms_that_did_not_train_here_record_no_drops_whatever_the_probe_ran_before():
     # divergence watch probes arms read back from files, the same two models at every probed step:
-    # the second probe read the first probe's last batch as "training" drops (issue 31)
+    # the second probe read the first probe's last batch as "training" drops
     arm_a, inputs = ready_arm(*MOE)
     arm_b, _ = ready_arm(*MOE)
     probe = FunctionProbe(inputs, ProbeConfig(size=2, batch_size=2), seed=0)

@@ -1,4 +1,4 @@
-"""The report's files: one figure per pair whatever the names (issue 24, finding 5), a read-only
+"""The report's files: one figure per pair whatever the names, a read-only
 ``--out`` in one line."""
 
 import base64

@@ -1,4 +1,4 @@
-"""The router panel (issue 31): an MoE study's report draws the flip fraction beside E(t) and says
+"""The router panel: an MoE study's report draws the flip fraction beside E(t) and says
 it in a sentence; a study without MoE pairs has neither."""
 
 import json

@@ -1,4 +1,4 @@
-"""Nothing a user or a shared recipe gives reaches launch's scripts raw (issue 24, finding 1).
+"""Nothing a user or a shared recipe gives reaches launch's scripts raw.
 
 A name (pair, study, inline study pair, wandb group) follows one rule where it enters; a value of
 an ``#SBATCH`` line may not end the line or hold quotes; every other value is one quoted shell

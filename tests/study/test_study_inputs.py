@@ -1,4 +1,4 @@
-"""Bad study and calibration input: one line naming the key and the value, nothing written (issue 24)."""
+"""Bad study and calibration input: one line naming the key and the value, nothing written."""
 
 import os
 from pathlib import Path

@@ -96,7 +96,7 @@ def test_extending_a_finished_run_equals_training_longer_and_continues_its_csv_l
     train_run(tiny_recipe("train.max_steps=4", *base), tmp_path / "extended")  # resumed from last.ckpt (step 2)
     name = "checkpoints/step_000004.safetensors"
     _assert_bitwise_equal(tmp_path / "straight" / name, tmp_path / "extended" / name)
-    # Issue 28, finding 9: a resumed ``divergence train`` started ``csv/metrics.csv`` over (Lightning's
+    # A resumed ``divergence train`` started ``csv/metrics.csv`` over (Lightning's
     # CSVLogger deletes it), losing the rows of the steps before the resume.
     rows = list(csv.DictReader(open(tmp_path / "extended" / "csv" / "metrics.csv")))
     assert sorted(int(r["step"]) for r in rows if r.get("train/loss")) == [0, 1, 2, 3]
