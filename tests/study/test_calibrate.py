@@ -91,7 +91,7 @@ def test_calibrate_trains_the_ladder_and_calls_evaluate(tmp_path, monkeypatch, c
 
 
 def test_fewer_than_three_doses_are_refused_before_anything_trains(tmp_path, capsys):
-    """Issue 28 (16): ``calibrate`` with two doses trained every pair run, then refused."""
+    """``calibrate`` with two doses trained every pair run, then refused."""
     out = tmp_path / "cal"
     assert main(["calibrate", "--out", str(out), "--quiet", "--max-steps", "2", "doses=[1.0e-4,1.0e-2]"]) == 2
     err = capsys.readouterr().err.strip()

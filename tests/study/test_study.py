@@ -276,7 +276,7 @@ def _the_same_replicate_with_jobs_1_and_2_and_a_study_extended_trains_only_new_r
 
 
 def _a_re_run_with_an_edited_recipe_is_refused_not_mixed(out, edited, capsys):
-    """Issue 28 (3): a re-run with ``train.lr=0.5`` over runs of ``train.lr=0.0003`` (the base's) exited 0 with a
+    """A re-run with ``train.lr=0.5`` over runs of ``train.lr=0.0003`` (the base's) exited 0 with a
     report of the old runs, and one extended by a replicate mixed old and new; now one line naming the run and
     the key. ``edited``: the study's arguments, two replicates and ``train.lr=0.5``."""
     before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.suffix != ".lock"}
@@ -290,7 +290,7 @@ def _a_re_run_with_an_edited_recipe_is_refused_not_mixed(out, edited, capsys):
 
 
 def test_a_failed_train_child_is_quoted_from_its_own_lines(tmp_path):
-    """Issue 28 (5): the study quoted the log's last line, which an orphaned ``train`` of an earlier study (or
+    """The study quoted the log's last line, which an orphaned ``train`` of an earlier study (or
     an earlier attempt) wrote; now the child's own error line, from where it began writing."""
     from divergence.study.runner import _last_line
 

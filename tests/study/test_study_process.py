@@ -1,4 +1,4 @@
-"""A stopped study ends its ``train`` children; a study folder takes one study at a time (issue 24).
+"""A stopped study ends its ``train`` children; a study folder takes one study at a time.
 
 The studies here are real, their children real ``divergence train`` processes. A study that is itself
 killed with SIGKILL is ``python -m divergence study`` in a subprocess; the others run in this process
@@ -195,7 +195,7 @@ def _a_second_study_on_the_folder_is_refused_while_the_first_trains(recipe, out,
 
 
 def _a_restarted_study_refuses_the_folder_its_orphan_still_trains(recipe, out, first, children, capsys):
-    """Issue 28 (5): a study killed with SIGKILL leaves its ``train`` child running; the restarted study started
+    """A study killed with SIGKILL leaves its ``train`` child running; the restarted study started
     a second ``train`` on the folder (which cut the store while the orphan appended) and quoted the orphan's log.
     Now it is refused in one line naming the orphan, before anything is written, and the orphan's store is kept."""
     from divergence.pairfolder.arm.lock import PairLock
