@@ -12,6 +12,8 @@ its tests on one xdist worker):
     root/tensor/      tests.training.tensor_parallel_runs  (the tensor-parallel arm, and its
                       ``divergence train --arm a`` once the shared process group has ended)
     root/zoo/         benchmarks/zoo_distributed.py  (the bug zoo's FSDP2 and ZeRO-1 arms against DDP)
+    root/rows/        tests.scaleout.parallel_rows_runs  (the injected bugs' data-parallel arms a, each
+                      ``divergence train --arm a`` after the tensor-parallel one, in its process group)
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 def write_all(root: Path) -> Path:
     import torch.multiprocessing as mp
 
-    for name in ("runs", "arms", "lightning", "fsdp", "experts", "tensor", "zoo"):
+    for name in ("runs", "arms", "lightning", "fsdp", "experts", "tensor", "zoo", "rows"):
         (root / name).mkdir(parents=True, exist_ok=True)
     mp.spawn(_worker, args=(2, str(root), *_free_ports(2)), nprocs=2, join=True)
     return root
@@ -51,6 +53,7 @@ def _worker(rank: int, world: int, root: str, port: int, train_port: int) -> Non
     from tests.checkpoints import dcp_runs
     from tests.training import fsdp_arms
     from tests.models import expert_parallel_runs
+    from tests.scaleout import parallel_rows_runs
     from tests.training import tensor_parallel_runs
 
     # the launcher's environment: Lightning reads its ranks from it
@@ -69,6 +72,7 @@ def _worker(rank: int, world: int, root: str, port: int, train_port: int) -> Non
         zoo_on_rank(Path(root) / "zoo")
         dist.destroy_process_group()
         tensor_parallel_runs.train_on_rank(Path(root) / "tensor", rank, train_port)  # its own process group
+        parallel_rows_runs.train_on_rank(Path(root) / "rows")  # in the environment the one before set
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

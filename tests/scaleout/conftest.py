@@ -51,8 +51,8 @@ def arms(trained, tmp_path):
 def job_env():
     """The environment ``divergence train`` runs its separate-job pairs' arm jobs in here (one thread,
     this checkout on the path): the same for every test using it, so their arm jobs fork from one
-    zygote (``training.child_start`` keys a zygote by the environment; ~9 s of CPU to start), on the
-    one xdist worker this fixture's tests share. Set it with ``pytest.MonkeyPatch``."""
+    zygote (``training.child_start`` keys a zygote by the environment; ~9 s of CPU to start) when they
+    run on one xdist worker. Set it with ``pytest.MonkeyPatch``."""
     return {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
 
 
