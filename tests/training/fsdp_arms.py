@@ -19,6 +19,7 @@ import torch
 STEPS = 2
 CRASH = 1  # arm a's first attempt stops after this step (its resumable checkpoint holds it)
 OVERRIDES = (
+    "data.resolution=16",  # the UNet's blocks at 16, 8 and 4 pixels: its units and sharding the same
     "train.batch_size=2",
     f"train.max_steps={STEPS}",
     "train.checkpoint_every=1",
