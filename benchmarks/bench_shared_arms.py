@@ -2,14 +2,15 @@
 verdicts and stores compared to the last digit.
 
     nice -n 10 python benchmarks/bench_shared_arms.py --out bench-shared            # the demo study
-    nice -n 10 python benchmarks/bench_shared_arms.py --out bench-atlas --atlas flash grad-accumulation
+    nice -n 10 python benchmarks/bench_shared_arms.py --out bench-atlas --atlas flash grad-accumulation -- --replicates 2
 
 Runs ``divergence study --out OUT/shared`` and ``divergence study --out OUT/pair-by-pair
 --no-shared-arms`` (or ``divergence atlas --only NAMES`` both ways) one after the other, each in its
 own process, with whatever extra arguments follow ``--``. Then prints each plan's arm-steps (from its
 ``arms.json``) and wall time, their ratios, and whether every pair run's ``metrics.jsonl`` is byte for
 byte the same in both and the verdicts (``summary.json``; the atlas's rows) are equal to the last digit.
-Writes ``OUT/shared_arms.json``.
+Writes ``OUT/shared_arms.json`` (after each plan, so a plan that fails keeps the one before). Run it
+from a checkout nobody edits while it runs: each pair run imports the package as it starts.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def main() -> int:
     for name, flags in plans.items():
         seconds = run([*base, "--out", str(out / name), "--quiet", "--no-wandb", *flags, *args.extra])
         result["plans"][name] = {"wall_seconds": round(seconds, 1), "arm_steps": arm_steps(out / name)}
+        (out / "shared_arms.json").write_text(json.dumps(result, indent=1) + "\n")  # kept if the next plan fails
     shared, by_pair = (result["plans"][name] for name in plans)
     result["arm_steps_ratio"] = shared["arm_steps"]["trained"] / by_pair["arm_steps"]["trained"]
     result["wall_ratio"] = shared["wall_seconds"] / by_pair["wall_seconds"]
