@@ -105,9 +105,8 @@ def _storage_key(tensor) -> tuple | None:
     subclass without a storage of its own is never tied."""
     if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
         return None
-    local = getattr(tensor, "_local_tensor", None)
-    if isinstance(local, torch.Tensor) and hasattr(tensor, "placements"):
-        inner = _storage_key(local)
+    if _is_dtensor(tensor):
+        inner = _storage_key(tensor.to_local())
         return None if inner is None else ("dtensor", inner, tuple(tensor.shape), tuple(map(str, tensor.placements)))
     if tensor.numel() == 0:
         return None
@@ -118,3 +117,12 @@ def _storage_key(tensor) -> tuple | None:
     if pointer == 0:
         return None
     return (str(tensor.device), pointer, tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
+
+
+def _is_dtensor(tensor) -> bool:
+    """A ``torch.distributed.tensor.DTensor`` (False where torch has no distributed package)."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:
+        return False
+    return isinstance(tensor, DTensor)
