@@ -19,11 +19,10 @@ table says how many would decide it, as a single look at ``most`` replicates wou
 
 Why: most rows of the CPU atlas sit dex away from both lines (the fp32 reorderings 3-5 dex below
 bf16, the low-precision rows 3-4 dex above the reordering reference), and 3 replicates decide them
-(t_{0.975,2} = 4.30 and a spread of 0.1-0.3 dex: an interval of +/-0.25-0.75 dex). Training
-every row 6 times would take the whole CPU atlas about 3 h 20 min on 2 AVX2 cores (estimated from
-its first replicate); with the two looks it took 1 h 50 min there and 67 min on 2 AVX-512 cores
-(docs/measurements.md, "The CPU atlas" and its AVX2 section): the first look sent 5 (AVX2) and 8
-(AVX-512) of the UNet's 15 rows on to 6 replicates.
+(t_{0.975,2} = 4.30 and a spread of 0.1-0.3 dex: an interval of +/-0.25-0.75 dex), so training
+every row 6 times spends most of the atlas's time on rows already decided. What the two looks
+save, and how many rows the first look sent on, is measured in docs/measurements.md ("The CPU
+atlas" and its AVX2 section).
 
 What it costs the statistics: a status is now read at two replicate counts instead of one. Each
 reading's 95% interval lies wholly on the wrong side of its line with probability at most 2.5%,

@@ -96,8 +96,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         rnd16( rnd16(a) @ rnd16(b) )      (the exact products summed in fp32)
 
     PyTorch has no fast 16-bit GEMM on a CPU without AVX512-BF16/FP16 or AMX: its fallback is
-    10-40x slower than fp32 for attention's shapes (30x for Q K^T at head dim 8 on the 2-core
-    AVX2 machine, where it was half of a bf16 training step). Widening a 16-bit value to fp32
+    many times slower than fp32 for attention's shapes (docs/measurements.md, "Exact products on
+    an AVX2 CPU"). Widening a 16-bit value to fp32
     is exact, so the two differ only in the order of the fp32 sums: at the tiny models' head dim
     8, Q K^T bitwise equal and P V in 99.99% of the elements, one unit in the last place in the rest
     (``tests/attention/test_reference.py``). Autograd follows the casts, so the gradients are

@@ -6,9 +6,8 @@ linear layer's operands rowwise to int8 and computes, without Triton,
     out = _int_mm(A, B) * col_scale * row_scale        A: (M, K) int8, B: (K, N) int8
 
 where ``torch._int_mm`` sums the int8 products in int32. On a CPU without AVX512-VNNI (or AMX)
-PyTorch's ``_int_mm`` is a generic loop: 25-30x slower than an fp32 GEMM of the same shape on a
-2-core AVX2 CPU, and the ``int8-mixed`` arms trained at 4.5x
-(UNet) and 8.8x (DiT) the fp32 step.
+PyTorch's ``_int_mm`` is a generic loop, many times slower than an fp32 GEMM of the same shape
+(docs/measurements.md, "Exact products on an AVX2 CPU").
 
 The int32 sum is exact, and so is an fp32 GEMM of the same int8 values while no partial sum
 leaves the integers fp32 holds exactly (|n| <= 2**24): every product is at most 128 * 128 = 2**14

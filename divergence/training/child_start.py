@@ -1,9 +1,8 @@
 """``divergence train`` children forked from a server that imported the heavy modules once.
 
 Why: every ``divergence train`` child (a study's or an atlas's pair run, a separate-job pair's arm
-job) spends about 9 s of CPU importing before it trains: ``python -c "import lightning"`` takes
-8.5 s on a 2-core machine (``python -X importtime``: torchmetrics.functional 2.5 s, torch._dynamo
-2.3 s, scipy.signal 1.5 s, transformers 1 s), and a CPU atlas starts ~380 children. A small zygote
+job) spends seconds of CPU importing before it trains (``python -X importtime``: torchmetrics,
+torch._dynamo, scipy.signal, transformers), and a CPU atlas starts hundreds of children. A small zygote
 (the idea of Android's zygote and of ``multiprocessing``'s forkserver) imports ``PRELOAD`` once;
 each child is an ``os.fork()`` of it, so it starts with those modules imported. What that saves a
 child and a separate-job pair is measured in docs/measurements.md ("Children forked from the
@@ -43,8 +42,7 @@ forks once, empty, before it counts (``_quiesce``). It never queries CUDA, so
 Garbage collection: once imported, the zygote freezes its objects (``gc.freeze``, the recipe of
 Python's ``gc`` documentation for a process that forks without exec): a child's collector never
 scans the millions of preloaded objects again, above all in the full collections of the
-interpreter's exit, which took ~2.3 s of CPU of every forked child (a 2-step DiT pair child: 3.8
--> 1.5 s of CPU), nor writes the collector's bookkeeping into their shared pages (copy-on-write).
+interpreter's exit (seconds of CPU of every forked child; docs/measurements.md), nor writes the collector's bookkeeping into their shared pages (copy-on-write).
 
 Environment: the preloaded modules read environment at import (torch._inductor.config alone
 reads ~190 variables: ``TORCHINDUCTOR_CACHE_DIR`` and the rest; libgomp reads ``OMP_*`` when it

@@ -7,8 +7,8 @@ fp32 accumulation and rounds the result to 16 bits:
 
 PyTorch's CPU kernels compute the same rounding model, but on a CPU without AVX512-BF16 (or
 AMX) its bf16 convolution falls back to ``_slow_conv2d`` and its bf16 matmuls to a generic
-GEMM: a training step of the tiny recipe under bf16 autocast costs 10.8x the fp32 step on
-a 2-core AVX2 CPU (``_slow_conv2d`` forward and backward are 75% of it). This module computes the formula above with fp32 kernels instead: the inputs are
+GEMM: a bf16 step of the tiny recipe costs many times the fp32 step there, mostly in
+``_slow_conv2d`` (docs/measurements.md, "The emulated CPU autocast"). This module computes the formula above with fp32 kernels instead: the inputs are
 rounded to the autocast dtype and widened back (exact), the op runs in fp32 with autocast off,
 and the output is rounded to the autocast dtype, as autocast's own output is. The backward
 follows the same casts, so gradients are rounded to 16 bits where autocast rounds them:
