@@ -24,6 +24,7 @@ COMMANDS = (
     "store",
     "study",
     "calibrate",
+    "consequence",
     "atlas",
     "report",
     "watch",

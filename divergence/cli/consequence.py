@@ -1,0 +1,168 @@
+"""``divergence consequence``: what an early dose does to the finished model, measured.
+
+Phase 1 trains every pair run of a consequence recipe (``recipes/consequence.yaml``: a grad-noise
+ladder, real rows, the seed and precision references, to convergence) like ``divergence calibrate``
+(side by side, arms shared; finished runs are not trained again, interrupted ones resume). Phase 2
+reads each pair run (``study.consequence_runs``): its early dose, each arm's sample score (scored
+once into ``<pair run>/<arm>/score.json``) and its score and probe-loss shifts. Phase 3 writes
+``DIR/consequence.json`` (``analysis.consequence_curve``: the seed margin, the threshold, the rank
+correlation and the sentence), ``DIR/consequence.png`` and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "consequence",
+        help="train pairs to convergence; does their early dose predict what the finished models draw?",
+        description="Train a grad-noise ladder and real pairs beside the seed and precision references to "
+        "convergence, with replicates; read each pair run's early dose (dex vs bf16-vs-fp32) and, at its last "
+        "step, the sample score of both arms and the probe-loss shift; then write DIR/consequence.json (the "
+        "seed margin, the dose below which the score stays within it, the rank correlation of early dose with "
+        "the converged shift) and DIR/consequence.png. Run again on DIR to resume.",
+    )
+    p.add_argument("--recipe", default=None, help="consequence recipe (default: recipes/consequence.yaml)")
+    p.add_argument("--out", required=True, help="folder: OUT/<pair>/r<replicate> per pair run, consequence.json")
+    p.add_argument("--max-steps", type=int, help="the same as train.max_steps=N, for every pair (the run's length)")
+    p.add_argument("--replicates", type=int, help="replicates of every pair (default: the recipe's)")
+    p.add_argument("--jobs", type=int, help="pairs trained at once (default: the recipe's jobs)")
+    p.add_argument("--no-wandb", action="store_true", help="no wandb: the pair runs do not log to it (log.wandb=false)")
+    from divergence.cli import shared_arms_argument
+
+    shared_arms_argument(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="overrides for every pair (train.lr=1e-4) or the recipe (doses=[1.0e-4,1.0e-2], early=[30,60], "
+        "score.seeds=2, rows=[], references.precision=pairs/fp16-vs-fp32.yaml)",
+    )
+    return p
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from divergence.cli import shorthand
+    from divergence.errors import UserInputError
+    from divergence.extras import require
+
+    require("train", "lightning", "diffusers", "transformers")
+    from divergence.study import PairFailed, run_jobs
+    from divergence.study.consequence import CONSEQUENCE_OVERRIDES, load_consequence
+    from divergence.study.lock import study_lock
+    from divergence.study.runner import device_type, parallel_jobs, plan_jobs, write_recipes
+
+    for flag, value in (("--max-steps", args.max_steps), ("--replicates", args.replicates)):
+        if value is not None and value < 1:
+            raise UserInputError(f"{flag} {value}: must be >= 1")
+    device = device_type()
+    overrides = list(args.overrides)
+    if args.replicates is not None:
+        shorthand(overrides, "--replicates", "replicates", args.replicates)
+    consequence = load_consequence(args.recipe or _default_recipe(), overrides, device)
+    pair_overrides = [o for o in args.overrides if not o.startswith(CONSEQUENCE_OVERRIDES)]
+    if args.max_steps is not None:
+        shorthand(pair_overrides, "--max-steps", "train.max_steps", args.max_steps)
+    if args.no_wandb:
+        shorthand(pair_overrides, "--no-wandb", "log.wandb", "false")
+    out = Path(args.out)
+    jobs = plan_jobs(consequence.study, out, pair_overrides)  # every recipe checked; nothing written yet
+    steps = min(j.max_steps for j in jobs)
+    if consequence.early[1] > steps:
+        raise UserInputError(
+            f"{consequence.study.source}: early: {list(consequence.early)} reaches past train.max_steps {steps}; "
+            "give early=[FIRST,LAST] within the run, or a longer run"
+        )
+    parallel = parallel_jobs(args.jobs, consequence.study.jobs, device, len(jobs))
+    with study_lock(out):  # one study, calibration or consequence in a folder at a time
+        print(
+            f"consequence {consequence.study.name}: doses {', '.join(f'{d:g}' for d in consequence.doses)}, "
+            f"{len({j.pair.name for j in jobs})} pairs, {consequence.study.replicates} replicate(s): {len(jobs)} "
+            f"pair runs of {steps} steps, {parallel} at a time, into {out}"
+        )
+        write_recipes(jobs)
+        started = time.monotonic()
+        try:
+            run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet, shared=not args.no_shared_arms)
+        except PairFailed as err:
+            print(f"divergence consequence: error: {err}", file=sys.stderr)
+            return 2 if err.exit_code == 2 else 1
+        trained = sum(not j.skipped for j in jobs)
+        print(
+            f"trained {trained} pair run(s), {len(jobs) - trained} finished before ({time.monotonic() - started:.0f} s)"
+        )
+        result = _measure(jobs, consequence, steps, device)
+    print(table(result["runs"]))
+    print(result["sentence"])
+    print(f"consequence: {out / 'consequence.json'}, {out / 'consequence.png'}")
+    return 0
+
+
+def _measure(jobs, consequence, steps: int, device: str) -> dict:
+    """Phases 2 and 3: read and score every pair run, then write consequence.json and the figure."""
+    from divergence.analysis.consequence_curve import curve
+    from divergence.report.consequence_figure import consequence_figure
+    from divergence.study.consequence_runs import read_runs
+    from divergence.tables import write_json
+
+    out = jobs[0].out.parent.parent
+    started = time.monotonic()
+    rows, counts = read_runs(jobs, consequence, device)
+    print(
+        f"scored {counts['scored']} arm(s), {counts['reused']} read back from score.json "
+        f"({time.monotonic() - started:.0f} s)"
+    )
+    score = consequence.score
+    result = {
+        "recipe": consequence.study.name,
+        "source": str(consequence.study.source),
+        "steps": steps,
+        "early": list(consequence.early),
+        "doses": list(consequence.doses),
+        "replicates": consequence.study.replicates,
+        "score": {**score.as_dict(), "captions": len(score.captions), "attribute": "all"},
+        "runs": rows,
+        **curve(rows, consequence.study.name, steps),
+    }
+    write_json(out / "consequence.json", result)
+    consequence_figure(result, out / "consequence.png")
+    return result
+
+
+def table(rows: list[dict]) -> str:
+    """One line per pair run: its early dose, both arms' scores, the score shift and the probe-loss shift."""
+    from divergence.tables import text_table
+
+    def num(x, spec):
+        return "-" if x is None else format(x, spec)
+
+    lines = []
+    for r in rows:
+        s = r["score_shift"]
+        interval = "" if s["lo"] is None else f" [{100 * s['lo']:+.1f}, {100 * s['hi']:+.1f}]"
+        lines.append(
+            {
+                "pair": r["pair"],
+                "role": r["reference"] or r["role"],
+                "r": str(r["replicate"]),
+                "early dex": num(r["early_dex"], "+.2f"),
+                "score a": num(r["score_a"], ".3f"),
+                "score b": num(r["score_b"], ".3f"),
+                "shift (points)": f"{100 * s['value']:+.1f}{interval}",
+                "probe shift": num(r["probe_shift"], "+.4f"),
+            }
+        )
+    return text_table(lines, ["pair", "role", "r", "early dex", "score a", "score b", "shift (points)", "probe shift"])
+
+
+def _default_recipe():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[1] / "recipes" / "consequence.yaml"

@@ -1,0 +1,87 @@
+"""``consequence.png``: early dose against what it did to the finished model, every replicate a point.
+
+Left: the converged score shift (arm a minus arm b, "all attributes" hit rate, in points) with its
+paired seed-bootstrap interval; right: the converged probe-loss shift (relative). x: the early dose
+in dex vs bf16-vs-fp32. Each panel's grey band is the seed margin (+-m); on the left, dotted lines
+mark the rungs the threshold lies between. Ladder rungs are dots coloured by eps, rows and the
+precision reference labelled diamonds.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from divergence.report.canvas import save, subplots
+
+DPI = 110
+
+
+def consequence_figure(result: dict, path: Path) -> Path | None:
+    """Draw ``result`` (``consequence.json``'s content) into ``path``; None when no run has an early dose."""
+    runs = [r for r in result["runs"] if r["early_dex"] is not None]
+    if not runs:
+        return None
+    fig, axes = subplots(1, 2, figsize=(11, 4.2))
+    for ax, key, scale, label in (
+        (axes[0], "score", 100.0, "converged score shift, a - b (points, all attributes)"),
+        (axes[1], "probe", 1.0, "converged probe-loss shift (l_a - l_b) / l_b"),
+    ):
+        _panel(ax, runs, key, scale, result["seed_margin"][key]["value"])
+        ax.set_xlabel("early dose (dex vs bf16-vs-fp32)")
+        ax.set_ylabel(label)
+    for edge in (result["threshold"].get("below_dex"), result["threshold"].get("above_dex")):
+        if edge is not None:
+            axes[0].axvline(edge, color="black", linestyle=":", linewidth=0.8)
+    axes[0].legend(loc="best", fontsize=7)
+    fig.suptitle(_title(result), fontsize=9)
+    return save(fig, path, DPI, rect=(0, 0, 1, 0.94))
+
+
+def _panel(ax, runs: list[dict], key: str, scale: float, margin) -> None:
+    from matplotlib import colormaps
+
+    if margin is not None and math.isfinite(margin):
+        ax.axhspan(-margin * scale, margin * scale, color="0.85", label="seed margin")
+    ax.axhline(0.0, color="0.5", linewidth=0.6)
+    doses = sorted({r["eps"] for r in runs if r["role"] == "ladder"})
+    cmap = colormaps["viridis"]
+    labelled = set()
+    for r in runs:
+        y, err = _y(r, key, scale)
+        if y is None:
+            continue
+        if r["role"] == "ladder":
+            colour = cmap(doses.index(r["eps"]) / max(1, len(doses) - 1))
+            name, marker = f"eps {r['eps']:g}", "o"
+        else:
+            colour, name, marker = ("tab:orange" if r["reference"] else "tab:red"), r["pair"], "D"
+        ax.errorbar(
+            r["early_dex"],
+            y,
+            yerr=err,
+            fmt=marker,
+            color=colour,
+            markersize=5,
+            capsize=2,
+            label=None if name in labelled else name,
+        )
+        labelled.add(name)
+
+
+def _y(run: dict, key: str, scale: float):
+    if key == "probe":
+        value = run["probe_shift"]
+        return (value * scale, None) if value is not None else (None, None)
+    shift = run["score_shift"]
+    if shift["value"] is None:
+        return None, None
+    v = shift["value"] * scale
+    return v, [[v - shift["lo"] * scale], [shift["hi"] * scale - v]]
+
+
+def _title(result: dict) -> str:
+    c = result["spearman"]["score"]
+    rho = "n/a" if c["rho"] is None else f"{c['rho']:+.2f}"
+    interval = "" if c.get("lo") is None else f" [{c['lo']:+.2f}, {c['hi']:+.2f}]"
+    return f"{result['recipe']}, {result['steps']} steps: Spearman rho (early dose, |score shift|) {rho}{interval}"

@@ -1,0 +1,244 @@
+"""A consequence recipe: pair runs trained to convergence, their early dose beside what their finished
+models draw.
+
+::
+
+    name: consequence
+    base: tiny.yaml
+    recipe: {train: {max_steps: 2000}}     # the run to convergence, for every pair
+    doses: [1.0e-4, 1.0e-3, 1.0e-2, 1.0e-1, 1.0]
+    rows: [pairs/flash-vs-baseline.yaml, pairs/reordering.yaml, pairs/int8-mixed.yaml]
+    references: {seed: pairs/seed-vs-seed.yaml, precision: pairs/bf16-vs-fp32.yaml}
+    early: [30, 60]
+    score: {captions: all, seeds: 4, steps: 25, sampler: ddim, guidance_scale: 3.0}
+    replicates: 3
+    tracking: {every: 10}
+    jobs: auto
+
+The ladder is the calibration's (``divergence.study.calibration``): dose ``eps`` is the pair
+``grad-noise-<eps>``, arm a multiplying every gradient by ``1 + eps * xi``. Each row is a pair
+recipe (a file or inline ``{name, arms}``) put on the recipe's base as a study's pairs are, in its
+deployment numerics as a study's pair under study is (flash and fp8 under bf16 autocast). A row
+that is the precision reference's own pair is that reference, trained once. ``early`` is the window
+of steps the early dose is read over; ``score`` the sample score's captions (``all``: the checker's
+324 evaluation captions; N: N of them evenly spaced), its sampling seeds (N: seeds 0..N-1, or a
+list) and sampler. Every problem is a RecipeError naming the key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from divergence.config.schema import apply_overrides, load_yaml
+from divergence.config.yaml_safe import short
+from divergence.errors import RecipeError
+from divergence.study.calibration import LADDER_ROLE, MAX_DOSE, ladder_name
+from divergence.study.config import (
+    Study,
+    _check_distinct_names,
+    _existing,
+    _in_deployment,
+    _pair,
+    precision_auto,
+    study_name,
+)
+
+CONSEQUENCE_KEYS = {
+    "name",
+    "description",
+    "base",
+    "recipe",
+    "doses",
+    "rows",
+    "references",
+    "early",
+    "score",
+    "replicates",
+    "tracking",
+    "jobs",
+}
+# Command-line KEY=VALUE overrides that change the consequence recipe; every other one goes to each pair.
+CONSEQUENCE_OVERRIDES = (
+    "base=",
+    "doses=",
+    "rows=",
+    "references.",
+    "early=",
+    "score.",
+    "score=",
+    "replicates=",
+    "jobs=",
+    "name=",
+)
+ROW_ROLE = "row"
+REFERENCE_ROLES = ("seed", "precision")
+SCORE_KEYS = ("captions", "seeds", "steps", "sampler", "guidance_scale", "batch_size")
+SCORE_DEFAULTS = {
+    "captions": "all",
+    "seeds": 4,
+    "steps": 25,
+    "sampler": "ddim",
+    "guidance_scale": 3.0,
+    "batch_size": 64,
+}
+EARLY_DEFAULT = (30, 60)
+
+
+@dataclass(frozen=True)
+class ScoreSettings:
+    """What an arm's sample score is read with: the same for every arm, so scores compare image by image."""
+
+    captions: tuple[str, ...]
+    seeds: tuple[int, ...]
+    steps: int
+    sampler: str
+    guidance_scale: float
+    batch_size: int
+
+    def as_dict(self) -> dict:
+        """The settings as ``score.json`` records them: a score written with others is read again."""
+        return {
+            "captions": list(self.captions),
+            "seeds": list(self.seeds),
+            "steps": self.steps,
+            "sampler": self.sampler,
+            "guidance_scale": self.guidance_scale,
+        }
+
+
+@dataclass(frozen=True)
+class Consequence:
+    study: Study  # the ladder (role "ladder"), the rows ("row") and the references, with replicates and jobs
+    doses: tuple[float, ...]
+    early: tuple[int, int]
+    score: ScoreSettings
+
+
+def load_consequence(path: str | Path, overrides: list[str] = (), device_type: str = "cpu") -> Consequence:
+    """Read a consequence recipe; every problem is a RecipeError naming the key."""
+    path = Path(path)
+    data = apply_overrides(load_yaml(path), [o for o in overrides if o.startswith(CONSEQUENCE_OVERRIDES)])
+    unknown = sorted(map(str, set(data) - CONSEQUENCE_KEYS))
+    if unknown:
+        raise RecipeError(
+            f"{path}: unknown key {short(unknown[0])}; a consequence recipe has {', '.join(sorted(CONSEQUENCE_KEYS))}"
+        )
+    if "base" not in data:
+        raise RecipeError(f"{path}: missing key 'base' (the run recipe every pair trains, e.g. base: tiny.yaml)")
+    base = _existing(path.parent / str(data["base"]), "base", path)
+    shared = {"base": str(base), "recipe": data.get("recipe") or {}, "tracking": data.get("tracking") or {}}
+    doses = _doses(data.get("doses"), path)
+    pairs = [_ladder_pair(eps, path, shared) for eps in doses]
+    pairs += _references(data.get("references"), path, shared, device_type)
+    pairs += _rows(data.get("rows", []), path, shared, {p.name for p in pairs if p.role == "precision"})
+    _check_distinct_names(pairs, path)
+    replicates, jobs = data.get("replicates", 3), data.get("jobs", "auto")
+    if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:
+        raise RecipeError(f"{path}: replicates: expected a positive integer, got {short(replicates)}")
+    if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise RecipeError(f"{path}: jobs: expected auto or a positive integer, got {short(jobs)}")
+    study = Study(study_name(data, path), tuple(pairs), jobs, path, replicates, None, base)
+    return Consequence(study, doses, _early(data.get("early", list(EARLY_DEFAULT)), path), _score(data, path))
+
+
+def _ladder_pair(eps: float, path: Path, shared: dict):
+    spec = {
+        "name": ladder_name(eps),
+        "arms": {"a": [{"grad-noise": eps}], "b": []},
+        "description": f"relative gradient noise {eps:g} vs none",
+    }
+    return _pair(LADDER_ROLE, spec, path, shared, key=f"doses ({eps:g})")
+
+
+def _references(references, path: Path, shared: dict, device_type: str) -> list:
+    if not isinstance(references, dict) or set(references) - set(REFERENCE_ROLES):
+        raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(REFERENCE_ROLES)}")
+    pairs = []
+    for role in REFERENCE_ROLES:
+        spec = references.get(role)
+        if not spec:
+            raise RecipeError(
+                f"{path}: references.{role}: missing; the early dose needs the precision pair (e.g. "
+                "pairs/bf16-vs-fp32.yaml) and the seed margin the seed pair (pairs/seed-vs-seed.yaml)"
+            )
+        if spec == "auto" and role == "precision":
+            spec = precision_auto(path, device_type)
+        pairs.append(_pair(role, spec, path, shared))
+    return pairs
+
+
+def _rows(rows, path: Path, shared: dict, references: set[str]) -> list:
+    """Each row on the base, in its deployment numerics; a row that is a reference's pair is left to it."""
+    if not isinstance(rows, list):
+        raise RecipeError(f"{path}: rows: expected a list of pair recipes (files or {{name, arms}}), got {short(rows)}")
+    out = []
+    for i, spec in enumerate(rows):
+        pair = _pair(ROW_ROLE, spec, path, shared, key=f"rows[{i}]")
+        if pair.name not in references:
+            out.append(_in_deployment(pair, path))
+    return out
+
+
+def _doses(value, path: Path) -> tuple[float, ...]:
+    if not isinstance(value, list) or not value:
+        raise RecipeError(f"{path}: doses: expected a list of relative doses eps > 0, e.g. [1.0e-4, 1.0e-2, 1.0]")
+    doses = []
+    for i, item in enumerate(value):
+        try:
+            eps = float(item) if not isinstance(item, bool) else math.nan
+        except (TypeError, ValueError):
+            eps = math.nan
+        if not (math.isfinite(eps) and 0 < eps < MAX_DOSE):
+            raise RecipeError(f"{path}: doses[{i}]: expected a finite dose 0 < eps < {MAX_DOSE:g}, got {short(item)}")
+        doses.append(eps)
+    if len(set(doses)) != len(doses):
+        raise RecipeError(f"{path}: doses: {doses} repeats a dose")
+    return tuple(sorted(doses))
+
+
+def _early(value, path: Path) -> tuple[int, int]:
+    ok = (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        and 0 <= value[0] < value[1]
+    )
+    if not ok:
+        raise RecipeError(f"{path}: early: expected [first step, last step] of the early window, e.g. [30, 60]")
+    return value[0], value[1]
+
+
+def _score(data: dict, path: Path) -> ScoreSettings:
+    from divergence.data.shape_check import evaluation_captions
+    from divergence.models.seeded_sampling import SAMPLERS
+
+    given = data.get("score") or {}
+    if not isinstance(given, dict) or set(given) - set(SCORE_KEYS):
+        raise RecipeError(f"{path}: score: expected a mapping with keys among {', '.join(SCORE_KEYS)}")
+    s = {**SCORE_DEFAULTS, **given}
+    every = evaluation_captions()
+    captions = s["captions"]
+    if captions == "all":
+        captions = len(every)
+    if isinstance(captions, bool) or not isinstance(captions, int) or not 1 <= captions <= len(every):
+        raise RecipeError(f"{path}: score.captions: expected all or a count 1..{len(every)}, got {short(captions)}")
+    seeds = s["seeds"]
+    seeds = list(range(seeds)) if isinstance(seeds, int) and not isinstance(seeds, bool) else seeds
+    if not isinstance(seeds, list) or not seeds or not all(_count(x, 0) for x in seeds) or len(set(seeds)) < len(seeds):
+        raise RecipeError(f"{path}: score.seeds: expected a count >= 1 or a list of distinct seeds >= 0")
+    for key in ("steps", "batch_size"):
+        if not _count(s[key], 1):
+            raise RecipeError(f"{path}: score.{key}: expected a positive integer, got {short(s[key])}")
+    if s["sampler"] not in SAMPLERS:
+        raise RecipeError(f"{path}: score.sampler: expected one of {', '.join(SAMPLERS)}, got {short(s['sampler'])}")
+    guidance = s["guidance_scale"]
+    if isinstance(guidance, bool) or not isinstance(guidance, (int, float)) or not guidance >= 1.0:
+        raise RecipeError(f"{path}: score.guidance_scale: expected a number >= 1, got {short(guidance)}")
+    chosen = tuple(every[i * len(every) // captions] for i in range(captions))  # evenly spaced over the 324
+    return ScoreSettings(chosen, tuple(seeds), s["steps"], s["sampler"], float(guidance), s["batch_size"])
+
+
+def _count(value, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least

@@ -1,0 +1,124 @@
+"""Phase 2 of ``divergence consequence``: every trained pair run read, and each arm's samples scored once.
+
+An arm's sample score (``training.sample_score``: its weights at the pair run's last step, sampled
+for the recipe's captions and seeds, checked by the shapes checker) is written to
+``<pair run>/<arm>/score.json`` with the step and the score settings it was read with. An arm
+several pair runs share (``study.shared_arms``: a borrowed arm is a link to its owner's folder) is
+therefore scored once, and a command run again reads the score back instead of sampling; a file
+written with other settings, or at another step, is scored again. The file is written atomically,
+so a run killed while scoring leaves whole scores only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from divergence.analysis import outcome
+from divergence.analysis.consequence import early_doses, probe_shifts, score_shift
+from divergence.study.calibration import LADDER_ROLE, ladder_name
+from divergence.study.consequence import Consequence, ScoreSettings
+
+SCORE_FILE = "score.json"
+REFERENCE_ROLES = ("seed", "precision")
+
+
+def arm_score(run: Path, arm: str, step: int, settings: ScoreSettings, device: str = "cpu") -> tuple[dict, bool]:
+    """``(score.json's record, whether it was scored now)`` for arm ``arm`` of pair run ``run`` at ``step``."""
+    from divergence.tables import write_json
+    from divergence.training.sample_score import draw, load_trained, score_samples
+
+    path = Path(run) / arm / SCORE_FILE
+    wanted = {"step": step, "settings": settings.as_dict()}
+    record = _read(path)
+    if record is not None and all(record.get(k) == v for k, v in wanted.items()):
+        return record, False
+    trained = load_trained(run, arm, step, device)
+    captions = list(settings.captions)
+    images = draw(
+        trained,
+        captions,
+        list(settings.seeds),
+        steps=settings.steps,
+        sampler=settings.sampler,
+        guidance_scale=settings.guidance_scale,
+        batch_size=settings.batch_size,
+    )
+    scored = score_samples(images, captions)
+    hits = {name: table.to(torch.uint8).tolist() for name, table in scored["hits"].items()}
+    record = {**wanted, "rates": scored["rates"], "hits": hits}
+    write_json(path, record)
+    return record, True
+
+
+def read_runs(jobs: list, consequence: Consequence, device: str = "cpu") -> tuple[list[dict], dict]:
+    """``(rows, counts)``: one row per pair run (``docs/consequence-json.md``), every arm scored
+    (``counts``: arms ``scored`` now and ``reused`` from their ``score.json``)."""
+    from divergence.report.inputs import load_pair
+
+    by_pair = defaultdict(list)
+    for job in jobs:
+        by_pair[job.pair.name].append((job, load_pair(job.out)))
+    of_role = defaultdict(list)
+    for items in by_pair.values():
+        of_role[items[0][0].pair.role] += [data for _, data in items]
+    where = outcome.source([data for items in by_pair.values() for _, data in items])
+    eps_of = {ladder_name(eps): eps for eps in consequence.doses}
+    counts = {"scored": 0, "reused": 0}
+    rows = []
+    for name, items in by_pair.items():
+        role = items[0][0].pair.role
+        runs = [data for _, data in items]
+        early = _early(role, runs, of_role, consequence.early)
+        probe = probe_shifts(runs, where)
+        for job, data in items:
+            scores = {}
+            for arm in ("a", "b"):
+                scores[arm], now = arm_score(job.out, arm, job.max_steps, consequence.score, device)
+                counts["scored" if now else "reused"] += 1
+            rows.append(_row(name, role, eps_of.get(name), job, early.get(data.replicate, {}), scores, probe, where))
+    return rows, counts
+
+
+def _early(role: str, runs: list, of_role: dict, window: tuple[int, int]) -> dict:
+    """The early dose of one pair's runs: the precision pair at 0 dex by definition, none for the seed pair."""
+    if role == "precision":
+        return {p.replicate: {"dex": 0.0, "read_on": "definition", "window": None} for p in runs}
+    if role == "seed":
+        return {}
+    return early_doses(runs, of_role["precision"], of_role["seed"], window)
+
+
+def _row(name, role, eps, job, early: dict, scores: dict, probe: dict, where: str) -> dict:
+    a, b = (torch.tensor(scores[arm]["hits"]["all"], dtype=torch.bool) for arm in ("a", "b"))
+    dex = early.get("dex")
+    return {
+        "pair": name,
+        "role": "reference" if role in REFERENCE_ROLES else ("ladder" if role == LADDER_ROLE else "row"),
+        "reference": role if role in REFERENCE_ROLES else None,
+        "eps": eps,
+        "replicate": job.replicate,
+        "folder": str(job.out),
+        "early_dex": dex if dex is not None and math.isfinite(dex) else None,
+        "early_read_on": early.get("read_on"),
+        "early_window": early.get("window"),
+        "step": job.max_steps,
+        "score_a": scores["a"]["rates"]["all"]["rate"],
+        "score_b": scores["b"]["rates"]["all"]["rate"],
+        "score_shift": score_shift(a, b),
+        "probe_shift": probe.get(job.replicate),
+        "probe_source": where,
+    }
+
+
+def _read(path: Path) -> dict | None:
+    """A score.json's record, or None when there is none or it cannot be read (it is scored again)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
