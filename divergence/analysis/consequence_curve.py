@@ -24,7 +24,6 @@ its converged score shift and probe-loss shift, ``analysis.consequence``):
 from __future__ import annotations
 
 import math
-import warnings
 from collections import defaultdict
 
 import numpy as np
@@ -172,11 +171,17 @@ def _correlation_text(c: dict) -> str:
 
 
 def _rho(x, y) -> float:
-    from scipy import stats
+    """Spearman's rho: Pearson's correlation of the average ranks (``scipy.stats.spearmanr``'s
+    definition, in numpy: the bootstrap calls it thousands of times); NaN when either side is constant."""
+    rx, ry = _ranks(x) - (len(x) + 1) / 2, _ranks(y) - (len(y) + 1) / 2
+    norm = math.sqrt(float(rx @ rx) * float(ry @ ry))
+    return float(rx @ ry) / norm if norm > 0 else math.nan
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a constant resample has no rank correlation: NaN, dropped
-        return float(stats.spearmanr(x, y)[0])
+
+def _ranks(values) -> np.ndarray:
+    """1-based ranks, ties given their average rank (``scipy.stats.rankdata``'s default)."""
+    _, inverse, counts = np.unique(np.asarray(values, dtype=float), return_inverse=True, return_counts=True)
+    return (np.cumsum(counts) - (counts - 1) / 2)[inverse]
 
 
 def _shift(row: dict, key: str) -> float | None:
