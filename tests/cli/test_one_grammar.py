@@ -13,7 +13,7 @@ def command_help(command: str) -> str:
     return build_parser()._subparsers._group_actions[0].choices[command].format_help()
 
 
-@pytest.mark.parametrize("command", ["train", "study", "calibrate", "atlas", "report", "watch"])
+@pytest.mark.parametrize("command", ["train", "study", "calibrate", "consequence", "atlas", "report", "watch"])
 def test_every_command_that_logs_to_wandb_takes_no_wandb_and_shows_no_other_spelling(command):
     text = command_help(command)
     assert "--no-wandb" in text and "--no-log" not in text
@@ -32,7 +32,7 @@ def test_watch_no_wandb_keeps_the_csv_logs_and_no_log_still_writes_the_store_onl
         assert err.count("--no-log is deprecated; use --no-wandb") == (flag == "--no-log")
 
 
-@pytest.mark.parametrize("command", ["study", "calibrate", "train"])
+@pytest.mark.parametrize("command", ["study", "calibrate", "consequence", "train"])
 def test_no_wandb_reaches_the_pair_runs(command, tmp_path, monkeypatch):
     """``--no-wandb`` of a command that trains: log.wandb=false in every run it trains (study: the report too)."""
     seen = {}
