@@ -1,7 +1,7 @@
 """The consequence curve: does a pair's early dose say what it does to the finished model?
 
-Read from the pair runs of ``divergence consequence`` (each: its early dose in dex vs bf16-vs-fp32,
-its converged score shift and probe-loss shift, ``analysis.consequence``):
+Read from the pair runs of ``divergence consequence`` (each: its early dose in dex vs the precision
+pair, bf16-vs-fp32; its converged score shift and probe-loss shift, ``analysis.consequence``):
 
 - **Seed margin** m: the seed pair's shifts over its replicates, by the outcome's rule
   (``outcome.margin``): m = f x sigma_S, sigma_S their standard deviation (ddof 1; with one
@@ -12,7 +12,7 @@ its converged score shift and probe-loss shift, ``analysis.consequence``):
   point inside the band of the figure).
 - **Threshold**: the rungs ordered by early dose (their mean over replicates); the threshold lies
   between the highest rung up to which every rung stayed within and the next rung up. Stated as
-  that pair of early doses (dex vs bf16): the ladder's spacing is its interval. Rungs above it
+  that pair of early doses (dex vs the precision pair): the ladder's spacing is its interval. Rungs above it
   that are within again are counted, not hidden.
 - **Rank correlation** of early dose with |score shift| over every pair run of the ladder, the rows
   and the precision reference (Spearman's rho, scipy), with a 95% percentile bootstrap interval
@@ -115,14 +115,17 @@ def spearman(rows: list[dict], key: str = "score_shift", resamples: int = RESAMP
     }
 
 
-def sentence(threshold_: dict, margin: float, correlation: dict, recipe: str, steps: int) -> str:
-    """The plain statement: what held and what did not, and that it holds on this recipe only."""
-    parts = [_threshold_text(threshold_, margin), _correlation_text(correlation)]
+def sentence(
+    threshold_: dict, margin: float, correlation: dict, recipe: str, steps: int, reference: str = "bf16-vs-fp32"
+) -> str:
+    """The plain statement: what held and what did not, and that it holds on this recipe only;
+    early doses in dex vs ``reference``, the precision pair."""
+    parts = [_threshold_text(threshold_, margin, reference), _correlation_text(correlation)]
     parts.append(f"Measured on this recipe only ({recipe}, {steps} steps); another recipe needs its own curve.")
     return " ".join(parts)
 
 
-def _threshold_text(t: dict, margin: float) -> str:
+def _threshold_text(t: dict, margin: float, reference: str) -> str:
     if not math.isfinite(margin):
         return "No seed margin (the seed pair has no score shift), so no threshold is read."
     if not t:
@@ -134,16 +137,14 @@ def _threshold_text(t: dict, margin: float) -> str:
         else ""
     )
     if t["below_dex"] is None:
-        return (
-            f"Even the lowest ladder rung ({t['above_dex']:+.2f} dex vs bf16) moved the converged score beyond {band}."
-        )
+        return f"Even the lowest ladder rung ({t['above_dex']:+.2f} dex vs {reference}) moved the converged score beyond {band}."
     if t["above_dex"] is None:
         return (
             f"At convergence every ladder rung left the score within {band}, up to the highest at "
-            f"{t['below_dex']:+.2f} dex vs bf16: the threshold lies above the ladder."
+            f"{t['below_dex']:+.2f} dex vs {reference}: the threshold lies above the ladder."
         )
     return (
-        f"At convergence, doses up to {t['below_dex']:+.2f} dex vs bf16 left the score within {band}; the rung "
+        f"At convergence, doses up to {t['below_dex']:+.2f} dex vs {reference} left the score within {band}; the rung "
         f"at {t['above_dex']:+.2f} dex did not: the threshold lies between them.{again}"
     )
 
@@ -205,10 +206,12 @@ def curve(rows: list[dict], recipe: str, steps: int) -> dict:
     ladder = rungs(rows, m)
     found = threshold(ladder, m)
     correlation = {"score": spearman(rows, "score_shift"), "probe": spearman(rows, "probe_shift")}
+    reference = next((r["pair"] for r in rows if r.get("reference") == "precision"), "the precision pair")
     return {
+        "precision_reference": reference,
         "seed_margin": margins,
         "ladder": ladder,
         "threshold": found,
         "spearman": correlation,
-        "sentence": sentence(found, m, correlation["score"], recipe, steps),
+        "sentence": sentence(found, m, correlation["score"], recipe, steps, reference),
     }

@@ -49,37 +49,16 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from pathlib import Path
 
-    from divergence.cli import shorthand
-    from divergence.errors import UserInputError
     from divergence.extras import require
 
     require("train", "lightning", "diffusers", "transformers")
     from divergence.study import PairFailed, run_jobs
-    from divergence.study.consequence import CONSEQUENCE_OVERRIDES, load_consequence
     from divergence.study.lock import study_lock
-    from divergence.study.runner import device_type, parallel_jobs, plan_jobs, write_recipes
+    from divergence.study.runner import device_type, parallel_jobs, write_recipes
 
-    for flag, value in (("--max-steps", args.max_steps), ("--replicates", args.replicates)):
-        if value is not None and value < 1:
-            raise UserInputError(f"{flag} {value}: must be >= 1")
-    device = device_type()
-    overrides = list(args.overrides)
-    if args.replicates is not None:
-        shorthand(overrides, "--replicates", "replicates", args.replicates)
-    consequence = load_consequence(args.recipe or _default_recipe(), overrides, device)
-    pair_overrides = [o for o in args.overrides if not o.startswith(CONSEQUENCE_OVERRIDES)]
-    if args.max_steps is not None:
-        shorthand(pair_overrides, "--max-steps", "train.max_steps", args.max_steps)
-    if args.no_wandb:
-        shorthand(pair_overrides, "--no-wandb", "log.wandb", "false")
-    out = Path(args.out)
-    jobs = plan_jobs(consequence.study, out, pair_overrides)  # every recipe checked; nothing written yet
+    device, out = device_type(), Path(args.out)
+    consequence, jobs, pair_overrides = _plan(args, out, device)
     steps = min(j.max_steps for j in jobs)
-    if consequence.early[1] > steps:
-        raise UserInputError(
-            f"{consequence.study.source}: early: {list(consequence.early)} reaches past train.max_steps {steps}; "
-            "give early=[FIRST,LAST] within the run, or a longer run"
-        )
     parallel = parallel_jobs(args.jobs, consequence.study.jobs, device, len(jobs))
     with study_lock(out):  # one study, calibration or consequence in a folder at a time
         print(
@@ -103,6 +82,36 @@ def run(args) -> int:
     print(result["sentence"])
     print(f"consequence: {out / 'consequence.json'}, {out / 'consequence.png'}")
     return 0
+
+
+def _plan(args, out, device: str):
+    """``(consequence, jobs, pair overrides)``: the recipe read and every pair run's recipe checked, the
+    early window within the run; nothing written yet (a mistake is one line, exit 2)."""
+    from divergence.cli import shorthand
+    from divergence.errors import UserInputError
+    from divergence.study.consequence import CONSEQUENCE_OVERRIDES, load_consequence
+    from divergence.study.runner import plan_jobs
+
+    for flag, value in (("--max-steps", args.max_steps), ("--replicates", args.replicates)):
+        if value is not None and value < 1:
+            raise UserInputError(f"{flag} {value}: must be >= 1")
+    overrides = list(args.overrides)
+    if args.replicates is not None:
+        shorthand(overrides, "--replicates", "replicates", args.replicates)
+    consequence = load_consequence(args.recipe or _default_recipe(), overrides, device)
+    pair_overrides = [o for o in args.overrides if not o.startswith(CONSEQUENCE_OVERRIDES)]
+    if args.max_steps is not None:
+        shorthand(pair_overrides, "--max-steps", "train.max_steps", args.max_steps)
+    if args.no_wandb:
+        shorthand(pair_overrides, "--no-wandb", "log.wandb", "false")
+    jobs = plan_jobs(consequence.study, out, pair_overrides)
+    steps = min(j.max_steps for j in jobs)
+    if consequence.early[1] > steps:
+        raise UserInputError(
+            f"{consequence.study.source}: early: {list(consequence.early)} reaches past train.max_steps {steps}; "
+            "give early=[FIRST,LAST] within the run, or a longer run"
+        )
+    return consequence, jobs, pair_overrides
 
 
 def _measure(jobs, consequence, steps: int, device: str) -> dict:

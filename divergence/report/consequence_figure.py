@@ -2,7 +2,7 @@
 
 Left: the converged score shift (arm a minus arm b, "all attributes" hit rate, in points) with its
 paired seed-bootstrap interval; right: the converged probe-loss shift (relative). x: the early dose
-in dex vs bf16-vs-fp32. Each panel's grey band is the seed margin (+-m); on the left, dotted lines
+in dex vs the precision pair (bf16-vs-fp32). Each panel's grey band is the seed margin (+-m); on the left, dotted lines
 mark the rungs the threshold lies between. Ladder rungs are dots coloured by eps, rows and the
 precision reference labelled diamonds.
 """
@@ -28,7 +28,7 @@ def consequence_figure(result: dict, path: Path) -> Path | None:
         (axes[1], "probe", 1.0, "converged probe-loss shift (l_a - l_b) / l_b"),
     ):
         _panel(ax, runs, key, scale, result["seed_margin"][key]["value"])
-        ax.set_xlabel("early dose (dex vs bf16-vs-fp32)")
+        ax.set_xlabel(f"early dose (dex vs {result['precision_reference']})")
         ax.set_ylabel(label)
     for edge in (result["threshold"].get("below_dex"), result["threshold"].get("above_dex")):
         if edge is not None:

@@ -74,6 +74,7 @@ def test_the_chain_writes_every_pair_run_its_early_dose_scores_and_the_curve(cha
     assert result["seed_margin"]["probe"]["value"] == pytest.approx(abs(runs["seed-vs-seed"]["probe_shift"]))
     assert [rung["eps"] for rung in result["ladder"]] == [0.001, 0.1]
     assert "Measured on this recipe only (consequence, 8 steps)" in result["sentence"]
+    assert result["precision_reference"] == "bf16-vs-fp32" and "dex vs bf16-vs-fp32" in result["sentence"]
     assert result["sentence"] in printed and (out / "consequence.png").stat().st_size > 10_000
     assert "scored 5 arm(s), 3 read back from score.json" in printed  # 8 arms of 4 pair runs, 5 trainings
 

@@ -85,7 +85,8 @@ def test_spearman_of_shifts_unrelated_to_dose_holds_0_and_the_sentence_says_dose
     assert "Early dose does not predict the converged outcome here" in result["sentence"]
     assert "Measured on this recipe only (tiny, 2000 steps)" in result["sentence"]
     # the threshold: 1e-5 (-5 dex) leaves the margin of 0.02 already
-    assert result["threshold"]["below_dex"] is None and "Even the lowest ladder rung" in result["sentence"]
+    assert result["threshold"]["below_dex"] is None
+    assert "Even the lowest ladder rung (-5.00 dex vs the precision pair)" in result["sentence"]
     assert result["seed_margin"]["probe"]["value"] == pytest.approx(0.01)
 
 
