@@ -207,11 +207,21 @@ def curve(rows: list[dict], recipe: str, steps: int) -> dict:
     found = threshold(ladder, m)
     correlation = {"score": spearman(rows, "score_shift"), "probe": spearman(rows, "probe_shift")}
     reference = next((r["pair"] for r in rows if r.get("reference") == "precision"), "the precision pair")
+    left_out = [
+        f"{r['pair']}#{r['replicate']}" for r in rows if r.get("reference") != "seed" and not _finite(r["early_dex"])
+    ]
+    said = sentence(found, m, correlation["score"], recipe, steps, reference)
+    if left_out:
+        said = (
+            f"{len(left_out)} pair run(s) had no early dose (no window or valid steps in the early steps, e.g. "
+            f"saturated before them) and are not on the curve: {', '.join(left_out)}. {said}"
+        )
     return {
         "precision_reference": reference,
         "seed_margin": margins,
         "ladder": ladder,
         "threshold": found,
         "spearman": correlation,
-        "sentence": sentence(found, m, correlation["score"], recipe, steps, reference),
+        "left_out": left_out,
+        "sentence": said,
     }

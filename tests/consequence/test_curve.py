@@ -94,3 +94,10 @@ def test_too_few_or_tied_points_give_no_correlation_and_say_why():
     assert spearman(ladder({1e-3: (-2.0, [0.01]), 1e-1: (-0.2, [0.02])}))["rho"] is None  # 2 points
     tied = curve(ladder({1e-3: (-2.0, [0.0]), 1e-2: (-1.0, [0.0]), 1e-1: (-0.2, [0.0])}) + SEEDS, "tiny", 10)
     assert tied["spearman"]["score"]["why"] == "constant" and "no rank correlation to read" in tied["sentence"]
+
+
+def test_a_pair_run_without_an_early_dose_is_named_not_dropped_in_silence():
+    rows = ladder({1e-3: (-2.0, [0.0]), 1e-2: (-1.0, [0.01]), 1.0: (None, [0.3])}) + SEEDS
+    result = curve(rows, "tiny", 10)
+    assert result["left_out"] == ["grad-noise-1.0#0"] and [r["eps"] for r in result["ladder"]] == [1e-3, 1e-2]
+    assert result["sentence"].startswith("1 pair run(s) had no early dose") and "grad-noise-1.0#0" in result["sentence"]
