@@ -12,8 +12,9 @@ its tests on one xdist worker):
     root/tensor/      tests.training.tensor_parallel_runs  (the tensor-parallel arm, and its
                       ``divergence train --arm a`` once the shared process group has ended)
     root/zoo/         benchmarks/zoo_distributed.py  (the bug zoo's FSDP2 and ZeRO-1 arms against DDP)
-    root/rows/        tests.scaleout.parallel_rows_runs  (the injected bugs' data-parallel arms a, each
-                      ``divergence train --arm a`` after the tensor-parallel one, in its process group)
+    root/rows/        tests.scaleout.parallel_rows_runs  (the parallel rows' data-parallel arms a, correct
+                      DDP's and the injected bugs', each ``divergence train --arm a`` after the
+                      tensor-parallel one, in its process group)
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""The parallel rows' pairs (``tests/scaleout/test_parallel_rows.py``), and their buggy 2-rank arms a
-trained on the 2 gloo ranks of the shared spawn (``tests.gloo_runs``).
+"""The parallel rows' pairs (``tests/scaleout/test_parallel_rows.py``), and their 2-rank arms a trained
+on the 2 gloo ranks of the shared spawn (``tests.gloo_runs``).
 
-Each injected bug's arm a is ``divergence train --arm a`` of the data-parallel pair on 2 ranks started
-outside Lightning (``LOCAL_RANK`` set, as torchrun does): the processes of the spawn, which have imported
-torch and Lightning already, instead of a job of 2 fresh ranks a pair's command would launch for each
-(the correct DDP pair is trained that way, by ``divergence train``, in the test's fixture).
+Each pair's arm a (correct DDP and each injected bug) is ``divergence train --arm a`` of the data-parallel
+pair on 2 ranks started outside Lightning (``LOCAL_RANK`` set, as torchrun does): the processes of the
+spawn, which have imported torch and Lightning already, instead of a job of 2 fresh ranks a pair's command
+would launch for each (a zygote and Lightning's rank 1: two interpreters, ~20 s of CPU). A pair's command
+launching its 2-rank arm a as a child job, rank 1 Lightning's, is trained for the same data-parallel pair
+of the tiny DiT in ``tests/training/test_rank_fork.py`` and ``tests/models/test_expert_parallel.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ ARMS_A = {
     "rank-scale": "arms.a=[{data-parallel: 2x2}, {injected-bug: rank-scale}]",
     "unreduced-param": "arms.a=[{data-parallel: 2x2}, {injected-bug: unreduced-param}]",
 }
-BUGS = ("rank-scale", "unreduced-param")  # their arms a: trained in the spawn
 
 
 def command(name: str, out: Path) -> list[str]:
@@ -36,8 +37,8 @@ def command(name: str, out: Path) -> list[str]:
 
 
 def train_on_rank(out: Path) -> None:
-    """Each bug's arm a into ``out/<bug>/a``: this rank's part, its ranks' environment set (a launcher's)."""
+    """Each pair's arm a into ``out/<name>/a``: this rank's part, its ranks' environment set (a launcher's)."""
     from divergence.cli import main
 
-    for name in BUGS:
+    for name in ARMS_A:
         assert main([*command(name, out), "--arm", "a"]) == 0, name

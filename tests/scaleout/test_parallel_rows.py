@@ -4,11 +4,11 @@ One recipe, the tiny DiT (``model.denoiser=transformer``: a training step costs 
 the UNet's on a CPU) for 6 steps with a global batch of 4: a reordering reference R (2x2
 accumulation vs one batch of 4, one process), the one-process arm b (1x4), and three 2-rank DDP
 arms a (2x2), each pair a separate-job pair completed by ``divergence train`` (the comparator after
-its arms): correct DDP, its arm a a Lightning-launched 2-process gloo job of the pair's command; DDP
-with rank 1's gradient scaled by 1 + 1e-3 before the all-reduce, and DDP with one parameter's gradient
-left out of the all-reduce, their arms a ``divergence train --arm a`` on the 2 ranks of the session's
-gloo spawn (``tests.scaleout.parallel_rows_runs``). A correct parallelization differs from one process
-only by the order of fp32 sums, so it must read ``reordering_like`` against R; each bug must read
+its arms): correct DDP, DDP with rank 1's gradient scaled by 1 + 1e-3 before the all-reduce, and DDP
+with one parameter's gradient left out of the all-reduce, each arm a ``divergence train --arm a`` on the
+2 ranks of the session's gloo spawn (``tests.scaleout.parallel_rows_runs``). A correct parallelization
+differs from one process only by the order of fp32 sums, so it must read ``reordering_like`` against R;
+each bug must read
 ``beyond_reordering`` (one replicate each: the point estimate decides), the rank scale on its
 window and the unreduced parameter, whose difference grows unlike a reordering's, over the valid
 steps (docs/method.md, "The reordering yardstick")"""
@@ -27,26 +27,22 @@ from divergence.training.lockstep import train_pair
 from divergence.training.separate_arm import train_arm
 from tests.pairs.helpers import pair_recipe
 
-from .parallel_rows_runs import ARMS_A, BUGS, DDP, SHORT, command
+from .parallel_rows_runs import ARMS_A, DDP, SHORT, command
 
 
 @pytest.fixture(scope="session")  # session: built once on its xdist group's worker
-def trained(tmp_path_factory, gloo_runs, job_env):
+def trained(tmp_path_factory, gloo_runs):
     root = tmp_path_factory.mktemp("parallel")
     reordering = ("arms.a=[{grad-accumulation: 2x2}]", "arms.b=[{grad-accumulation: 1x4}]")
     train_pair(pair_recipe("reordering", *SHORT, *reordering), root / "reordering")
-    train_arm(pair_recipe("data-parallel", *SHORT, ARMS_A["ddp"], *DDP), "b", root / "ddp")  # one process
-    for name in BUGS:  # the same one-process arm b in every pair; the bugs' arms a from the gloo spawn
+    one = root / "one-process"
+    train_arm(pair_recipe("data-parallel", *SHORT, ARMS_A["ddp"], *DDP), "b", one)  # one process
+    for name in ARMS_A:  # each arm a from the gloo spawn; the same one-process arm b in every pair
         shutil.copytree(gloo_runs / "rows" / name, root / name)
-        shutil.copytree(root / "ddp" / "b", root / name / "b")
-    # each pair's command in this process, one after the other: the correct DDP pair's arm a a child job
-    # of 2 gloo ranks (separate_pair, in job_env's environment); the bugs' pairs find both arms finished
-    # and run the comparator alone
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in job_env.items():
-            env.setenv(name, value)
-        for name in ARMS_A:
-            assert main(command(name, root)) == 0, name
+        shutil.copytree(one / "b", root / name / "b")
+    # each pair's command in this process: it finds both arms finished and runs the comparator alone
+    for name in ARMS_A:
+        assert main(command(name, root)) == 0, name
     return root
 
 
@@ -59,8 +55,8 @@ def test_each_arm_trains_as_its_own_job_and_the_comparator_completes_the_pair(tr
 
 
 def _each_arm_trains_as_its_own_job_and_the_comparator_completes_the_pair(trained):
-    """Every pair's arm a a 2-rank job of its own (the correct DDP's launched by its pair's command, the
-    bugs' on the gloo spawn's ranks), arm b one process, the comparator then completing each pair."""
+    """Every pair's arm a a 2-rank job of its own (on the gloo spawn's ranks), arm b one process, the
+    comparator then completing each pair."""
     for name in ARMS_A:
         info = json.loads((trained / name / "pair.json").read_text())
         assert info["finished"] and info["last_step"] == 6, name
