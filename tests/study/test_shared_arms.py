@@ -18,8 +18,10 @@ from divergence.study.runner import plan_jobs, start_order
 
 from .test_study import TINY
 
-# the tiny study (2 replicates of 4 steps), trained pair by pair once for the study tests (``tiny_study``);
-# the reordering's arm b (one batch of 16) is not the base's batch of 2 here: not shared
+# the tiny study (2 replicates of 4 steps), trained pair by pair once for the study tests (``tiny_study``).
+# Arm-steps: 9 pair runs of 2 arms of 4 steps pair by pair (72); shared, 6 distinct arms in replicate 0 (flash's
+# two, the seed pair's two, the control's arm b, the reordering's arm a: its arm b, one batch of 2, is the seed
+# pair's arm a) and 5 in replicate 1 (no control): 11 arms of 4 steps (44)
 STUDY = TINY
 
 
@@ -108,23 +110,25 @@ def test_shared_arms_give_the_pair_by_pair_stores_bit_for_bit_even_after_a_sigki
     shared = tmp_path / "shared"
     _kill_mid_run(shared)
     assert main(["study", "--out", str(shared), *STUDY]) == 0
-    assert "arm-steps: 52 trained, 72 pair by pair (0.72x" in capsys.readouterr().err
+    assert "arm-steps: 44 trained, 72 pair by pair (0.61x" in capsys.readouterr().err
     assert _stores(shared) == _stores(by_pair) and len(_stores(shared)) == 9
     assert _figures(shared) == _figures(by_pair)
     record = json.loads((shared / "arms.json").read_text())
-    assert record["shared"] and record["arm_steps"] == {"trained": 52, "pair_by_pair": 72}
+    assert record["shared"] and record["arm_steps"] == {"trained": 44, "pair_by_pair": 72}
     assert json.loads((by_pair / "arms.json").read_text())["arm_steps"] == {"trained": 72, "pair_by_pair": 72}
     trained = [arm for arm in shared.glob("*/r*/[ab]") if not arm.is_symlink()]
-    assert len(trained) * 4 == 52  # every distinct arm one folder, each trained 4 steps
+    assert len(trained) * 4 == 44  # every distinct arm one folder, each trained 4 steps
     for arm in trained:  # no step lost, none trained twice: a killed arm resumed once, after its checkpoint
         steps = [json.loads(line)["step"] for line in (arm / "losses.jsonl").read_text().splitlines()]
         assert steps == [1, 2, 3, 4], arm
         status = ArmStatus.read(arm)
         assert status.finished and status.attempt <= 2
     assert (shared / "bf16-vs-fp32" / "r1" / "a").resolve() == (shared / "flash-vs-baseline" / "r1" / "b").resolve()
+    # a separate-job pair borrows too: the reordering's arm b (1x2) is the seed pair's arm a (seed 0, batch 2)
+    assert (shared / "reordering" / "r1" / "b").resolve() == (shared / "seed-vs-seed" / "r1" / "a").resolve()
     summary = json.loads((shared / "summary.json").read_text())
-    assert summary["arm_steps"] == {"trained": 52, "pair_by_pair": 72}
-    assert "Cost: 52 arm-steps trained (0.72x the 72 a pair-by-pair plan trains" in (shared / "report.md").read_text()
+    assert summary["arm_steps"] == {"trained": 44, "pair_by_pair": 72}
+    assert "Cost: 44 arm-steps trained (0.61x the 72 a pair-by-pair plan trains" in (shared / "report.md").read_text()
     assert "Cost: 72 arm-steps trained (1.00x" in (by_pair / "report.md").read_text()
     borrowing = shared / "bf16-vs-fp32" / "r0"  # both its arms links: `watch` reads it as any finished pair
     store = (borrowing / "metrics.jsonl").read_bytes()

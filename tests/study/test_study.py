@@ -27,10 +27,17 @@ QUICK = [
 # the study's mechanics, not a backbone's: the DiT trains ~3x faster than the UNet (the default study's
 # resolution onto the UNet base: test_default_study_resolves_every_pair_onto_one_base)
 DIT = ["base=tiny-dit.yaml"]
+# the reordering reference at the tiny study's batch of 2: 2 micro-batches of 1 against one batch of 2, the
+# shipped pair's arms (4x4 against 1x16) scaled down as train.batch_size=2 scales the others. The shipped arms
+# train 8x the examples of every other arm, in two more processes; and as in the default study at full size
+# (1x16 is its base's batch), arm b is then the fp32 baseline arm the seed pair trains, borrowed with shared arms
+REORDERING = (
+    "references.reordering={name: reordering, arms: {a: [{grad-accumulation: 2x1}], b: [{grad-accumulation: 1x2}]}}"
+)
 # the tiny study: the default study's five pairs on the DiT, 2 replicates of 4 steps, two pair runs side by
 # side; trained once pair by pair (``tiny_study``, tests/study/conftest.py) and once with shared arms
 # (test_shared_arms), whose stores must be the same bytes
-TINY = ["--jobs", "2", "--replicates", "2", *QUICK, *DIT]
+TINY = ["--jobs", "2", "--replicates", "2", *QUICK, *DIT, REORDERING]
 
 
 def test_default_study_resolves_every_pair_onto_one_base():
