@@ -37,7 +37,7 @@ from divergence.training import child_start
 
 PARTS = ("unet", "text_encoder")  # the trained parts a fine-tune starts from, as save_pretrained folders
 PRETRAIN_KEYS = {"steps", "recipe"}
-POLL_SECONDS = 2.0  # how often the pretraining bar reads the run's log
+POLL_SECONDS = 0.2  # how often the pretraining bar reads the run's log, and how soon its end is seen
 
 
 def check_pretrain(spec, where: str) -> dict | None:

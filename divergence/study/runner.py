@@ -41,7 +41,7 @@ from divergence.training.pair_setup import pair_config
 from divergence.training.host import check_host
 from divergence.training.separate_pair import arm_finished, on_cpu, separate_jobs
 
-POLL_SECONDS = 1.0
+POLL_SECONDS = 0.2  # how soon a study sees a pair run end and starts the next (a core idles meanwhile)
 DISK_FULL = "No space left on device"  # strerror(ENOSPC), in a child's OSError line
 # A pair run that fails (any exit but 0, or 2: bad input, the same however often it runs) is started once
 # more, from its last checkpoint, before the study fails: a rank's crash (a segfault in a gloo thread)
@@ -85,8 +85,8 @@ class PairJob:
         return f"{self.pair.name}-r{self.replicate}"
 
     def done_steps(self) -> int:
-        """Progress only: the last step record near the store's end (polled every second, so
-        never a parse of the whole store). A pair whose arms train as separate jobs (arm a, then
+        """Progress only: the last step record near the store's end (polled several times a second,
+        so never a parse of the whole store). A pair whose arms train as separate jobs (arm a, then
         arm b, then the comparator: ``training.separate_pair``) writes its store last, so its
         progress is the mean of the three: each arm's last loss step, and the store's."""
         stored = MetricsStore(self.out).tail_step() or 0

@@ -56,11 +56,7 @@ def test_the_flash_unbiased_row_trains_its_pair_against_baseline_under_bf16_auto
     assert pair.recipe["arms"] == {"a": [{"attention": "flash-unbiased"}], "b": [{"attention": "baseline"}]}
 
 
-def test_a_tiny_atlas_end_to_end_then_a_second_run_trains_nothing(tmp_path, capsys, monkeypatch):
-    from divergence.study import runner
-
-    # the study's poll (1 s) every 0.2 s: its pair runs take seconds, and each start waited on it with a core idle
-    monkeypatch.setattr(runner, "POLL_SECONDS", 0.2)
+def test_a_tiny_atlas_end_to_end_then_a_second_run_trains_nothing(tmp_path, capsys):
     out = tmp_path / "A"
     cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     assert main(["atlas", "--out", str(out), "--only", "fused-adamw", "tf32", "--replicates", "1", *QUICK]) == 0

@@ -1,4 +1,4 @@
-"""The study tests' one trained study, shared by the modules that read it, and their studies' poll."""
+"""The study tests' one trained study, shared by the modules that read it."""
 
 import contextlib
 import io
@@ -7,25 +7,6 @@ from types import SimpleNamespace
 import pytest
 
 from divergence.cli import main
-
-
-# A study reads its children's progress, and starts the next pair run when one ends, once a second
-# (``runner.POLL_SECONDS``; the pretraining bar every 2 s): a test's pair runs take seconds, so each start
-# waited up to a second with a core idle. The same loop, polled every 0.2 s.
-POLL_SECONDS = 0.2
-
-
-def _quick_polls(patch) -> None:
-    from divergence.study import pretrain, runner
-
-    patch.setattr(runner, "POLL_SECONDS", POLL_SECONDS)
-    patch.setattr(pretrain, "POLL_SECONDS", POLL_SECONDS)
-
-
-@pytest.fixture(autouse=True)
-def quick_polls(monkeypatch):
-    """Every study a test here runs in its own process polls every ``POLL_SECONDS``."""
-    _quick_polls(monkeypatch)
 
 
 @pytest.fixture(scope="session")  # session: kept while its group runs, never rebuilt mid-run
@@ -39,7 +20,6 @@ def tiny_study(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("tiny-study") / "study"
     printed = io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
-        _quick_polls(patch)
+    with contextlib.redirect_stdout(printed):
         code = main(["study", "--out", str(out), "--no-shared-arms", *TINY])
     return SimpleNamespace(out=out, code=code, printed=printed.getvalue())
