@@ -8,6 +8,7 @@ another key closes the others), so each takes its children's environment from ``
 one folder of the session fixture ``zygote_root`` (``tests/conftest.py``), whose tests are one xdist group.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -24,14 +25,11 @@ if _starts:
 """
 
 
-_KEPT: dict[Path, dict[str, str]] = {}  # by zygote folder: this process's environment when it was made
-
-
 def write_site(root: Path) -> None:
-    """The ``sitecustomize``; this process's environment kept (in memory) for ``child_env``."""
+    """The ``sitecustomize``, and this process's environment as the zygote's children's start from it."""
     (root / "site").mkdir()
     (root / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    _KEPT[root] = dict(os.environ)
+    (root / "environ.json").write_text(json.dumps(dict(os.environ)))
 
 
 def child_env(root: Path, mode: str, log_starts: bool = True) -> dict[str, str]:
@@ -42,7 +40,8 @@ def child_env(root: Path, mode: str, log_starts: bool = True) -> dict[str, str]:
     # without the rank variables an earlier in-process launch left in this worker's environment (Lightning's
     # launcher sets MASTER_PORT and the rest in its own process): a stale MASTER_PORT would be bound twice
     dropped = {"PYTEST_CURRENT_TEST", "MASTER_ADDR", *RANK_VARIABLES}
-    env = {k: v for k, v in _KEPT[root].items() if k not in dropped}
+    kept = json.loads((root / "environ.json").read_text())
+    env = {k: v for k, v in kept.items() if k not in dropped}
     path = os.pathsep.join([str(ROOT), str(root / "site")])
     env = dict(env, PYTHONPATH=path, DIVERGENCE_CHILD_START=mode)
     return dict(env, RANK_FORK_STARTS=str(root / "starts.jsonl")) if log_starts else env
