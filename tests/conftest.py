@@ -28,19 +28,14 @@ def gloo_runs(tmp_path_factory):
 def zygote_root(tmp_path_factory):
     """The folder of the one zygote the fork-server tests share (``tests.training.forks``: test_child_start,
     test_rank_fork, the expert-parallel pair, test_separate_resume), closed at the end. Their tests are
-    one xdist group (``_shared_group``): the zygote, a fresh interpreter's imports, starts once for them.
-    At the end it is waited for (it exits once its children have): no process outlives the tests, and
-    its CPU, its children's included, is the session's."""
+    one xdist group (``_shared_group``): the zygote, a fresh interpreter's imports, starts once for them."""
     from divergence.training import child_start
     from tests.training.forks import write_site
 
     root = tmp_path_factory.mktemp("zygote")
     write_site(root)
     yield root
-    processes = [z.process for z in child_start._zygotes.values() if z.process is not None]
     child_start.close_all()
-    for process in processes:
-        process.wait(timeout=60)
 
 
 # The longest tests and shared fixtures' groups (pytest --durations on 2 busy cores), run first so that
