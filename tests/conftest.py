@@ -24,26 +24,11 @@ def gloo_runs(tmp_path_factory):
     return write_all(tmp_path_factory.mktemp("gloo"))
 
 
-@pytest.fixture(scope="session")
-def zygote_root(tmp_path_factory):
-    """The folder of the one zygote the fork-server tests share (``tests.training.forks``: test_child_start,
-    test_rank_fork, the expert-parallel pair, test_separate_resume), closed at the end. Their tests are
-    one xdist group (``_shared_group``): the zygote, a fresh interpreter's imports, starts once for them."""
-    from divergence.training import child_start
-    from tests.training.forks import write_site
-
-    root = tmp_path_factory.mktemp("zygote")
-    write_site(root)
-    yield root
-    child_start.close_all()
-
-
 # The longest tests and shared fixtures' groups (pytest --durations on 2 busy cores), run first so that
 # `-n 2` does not end on one of them while the other worker idles: nodeid prefixes, longest first.
 LONG_FIRST = (
     "tests/study/test_study.py::test_tiny_study_end_to_end",  # group tiny_study
     "tests/scaleout/test_parallel_rows.py",  # 3 separate-job pairs on 2 gloo ranks
-    "tests/training/test_rank_fork.py",  # group zygote_root (with test_child_start, the expert-parallel pair, ...)
     "tests/scaleout/test_ddp_lockstep.py",  # group trained (tests/scaleout: with two_rank_runs, one torchrun)
     "tests/pairs/test_resume.py::test_resume_after_sigkill",
     "tests/study/test_calibrate.py::test_calibrate_trains_the_ladder",

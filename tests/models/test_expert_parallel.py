@@ -25,12 +25,12 @@ from safetensors.torch import load_file
 
 from divergence.errors import RecipeError
 from divergence.training import child_start
+from divergence.training.separate_pair import RANK_VARIABLES
 from divergence.pairfolder.arm.losses import LossFile
 from divergence.pairfolder.arm.status import ArmStatus
 from divergence.variants import VARIANTS, as_base
 from tests.procs import children, parent
 from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe, store_lines
-from tests.training.forks import child_env
 from tests.training.tiny import tiny_recipe
 
 REORDERING = 1e-5  # relative: what fp32 reordering leaves of one forward and backward of the layer
@@ -52,35 +52,38 @@ def test_experts_over_two_ranks_compute_the_one_process_layer(gloo_runs):
         assert r["control_output"] == 0.0 and r["control_grads"] == 0.0, r  # the same sums in the same order
 
 
-def test_the_expert_parallel_pair_trains_as_separate_jobs_resumes_and_differs_by_a_reordering(tmp_path, zygote_root):
+def test_the_expert_parallel_pair_trains_as_separate_jobs_resumes_and_differs_by_a_reordering(tmp_path):
     """Arm a's 2-rank job is killed (SIGKILL, both ranks) after its first resumable checkpoint; the
     pair's command then resumes it from the full tensors of ``resume/last.ckpt``, trains arm b and
     runs the comparator. Both commands and their arm jobs are forked from one zygote
-    (``training.child_start``, as a study starts its pairs: the fork-server tests' one zygote,
-    ``tests.training.forks``); arm a's rank 1 is Lightning's, started by rank 0."""
+    (``training.child_start``, as a study starts its pairs); arm a's rank 1 is Lightning's, started by
+    rank 0."""
     out = tmp_path / "pair"
     recipe = str(PAIRS / "expert-parallel.yaml")
     command = [sys.executable, "-m", "divergence", "train", "--recipe", recipe, "--out", str(out)]
     command += [*PAIR_FAST, *SHORT, *ARMS]
-    env = child_env(zygote_root, "fork")  # without the rank variables an in-process launch may have left here
-    with open(tmp_path / "killed.log", "w") as log:
-        first = child_start.start([*command, "--arm", "a"], env, stdout=log, stderr=subprocess.STDOUT)
+    # without the rank variables an in-process launch may have left in this worker (a stale MASTER_PORT)
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", *RANK_VARIABLES)}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.getcwd())
+    zygote = None
     try:
+        with open(tmp_path / "killed.log", "w") as log:
+            first = child_start.start([*command, "--arm", "a"], env, stdout=log, stderr=subprocess.STDOUT)
         zygote = _zygote_of(first)
         deadline = time.time() + TIMEOUT
         while time.time() < deadline and first.poll() is None and not (out / "a" / "resume" / "last.ckpt").exists():
             time.sleep(0.02)
-        ranks = [first.pid, *children(first.pid)]
-        for pid in [*ranks, *(p for r in ranks[1:] for p in children(r))]:  # as a scheduler kills a job: every rank
+        rank0 = children(zygote.pid)
+        for pid in [*rank0, *(p for r in rank0 for p in children(r))]:  # as a scheduler kills a job: every rank
             os.kill(pid, signal.SIGKILL)
         assert first.wait(timeout=60) == -signal.SIGKILL, "arm a finished before it could be killed"
+        with open(tmp_path / "resumed.log", "w") as log:
+            run = child_start.start(command, env, stdout=log, stderr=subprocess.STDOUT)
+        assert run.wait(timeout=TIMEOUT) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
     finally:
-        if first.poll() is None:
-            first.kill()
-    with open(tmp_path / "resumed.log", "w") as log:
-        run = child_start.start(command, env, stdout=log, stderr=subprocess.STDOUT)
-    assert _zygote_of(run).pid == zygote.pid  # the same zygote forked the second command
-    assert run.wait(timeout=TIMEOUT) == 0, (tmp_path / "resumed.log").read_text()[-3000:]
+        child_start.close_all()  # the zygote exits once its children have; waited for, so its CPU is ours
+        if zygote is not None:
+            zygote.wait(timeout=60)
     assert json.loads((out / "pair.json").read_text())["last_step"] == 3
     a, b = (ArmStatus.read(out / arm) for arm in "ab")
     assert a.attempt == 2 and a.start_step >= 1  # resumed, not started again

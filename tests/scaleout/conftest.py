@@ -47,6 +47,15 @@ def arms(trained, tmp_path):
     return out
 
 
+@pytest.fixture(scope="session")
+def job_env():
+    """The environment ``divergence train`` runs its separate-job pairs' arm jobs in here (one thread,
+    this checkout on the path): the same for every test using it, so their arm jobs fork from one
+    zygote (``training.child_start`` keys a zygote by the environment; ~9 s of CPU to start) when they
+    run on one xdist worker. Set it with ``pytest.MonkeyPatch``."""
+    return {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.getcwd()}
+
+
 TWO_RANKS_TIMEOUT = 420  # seconds: a hang (one rank waiting in a collective) fails the tests instead of the suite
 
 

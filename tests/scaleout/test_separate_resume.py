@@ -24,7 +24,6 @@ from divergence.pairfolder.arm.status import ArmStatus
 from divergence.training.separate_arm import train_arm
 from divergence.training.separate_pair import separate_jobs
 from tests.pairs.helpers import PAIR_FAST, PAIRS, pair_recipe, store_lines
-from tests.training.forks import child_env
 
 OVERRIDES = (
     "model.denoiser=transformer",  # the tiny DiT: a quarter of the UNet's CPU a step, and ZeRO-1 alike
@@ -50,7 +49,7 @@ def _arm_b_killed(out):
     train_arm(pair_recipe("zero-1", *OVERRIDES), "b", out, callbacks=[KillAfterStep3()])
 
 
-def test_a_killed_arm_resumes_alone_and_the_store_equals_the_uninterrupted_arms(tmp_path, zygote_root, monkeypatch):
+def test_a_killed_arm_resumes_alone_and_the_store_equals_the_uninterrupted_arms(tmp_path, job_env, monkeypatch):
     recipe, out = PAIRS / "zero-1.yaml", tmp_path / "pair"
     pair = pair_recipe("zero-1", *OVERRIDES)
     assert separate_jobs(pair) is not None  # the separate-job path, with one rank per arm
@@ -66,12 +65,7 @@ def test_a_killed_arm_resumes_alone_and_the_store_equals_the_uninterrupted_arms(
     assert killed.exitcode == -signal.SIGKILL
     assert ArmStatus.read(out / "b").state == "running" and not (out / "metrics.jsonl").exists()
 
-    # arm b's job forked from the fork-server tests' one zygote (tests.training.forks): this process's
-    # environment is its children's, less the rank variables an in-process launch may have left here
-    env = child_env(zygote_root, "fork")
-    for name in set(os.environ) - set(env) - {"PYTEST_CURRENT_TEST"}:
-        monkeypatch.delenv(name)
-    for name, value in env.items():
+    for name, value in job_env.items():  # arm b's job forked from the zygote test_parallel_rows' jobs fork from
         monkeypatch.setenv(name, value)
     assert main(["train", "--recipe", str(recipe), "--out", str(out), *PAIR_FAST, *OVERRIDES]) == 0
 
