@@ -40,6 +40,15 @@ POSITIONS = (
 _SUPERSAMPLE = 4
 
 
+def caption_words() -> tuple[str, ...]:
+    """Every word a caption of this dataset uses, sorted: "a", "and", the sizes, colours and shapes,
+    and the words of the position phrases (``model.tokenizer.kind: words`` gives each one id)."""
+    words = {"a", "and", *SIZES, *COLOURS, *SHAPES}
+    for phrase, _, _ in POSITIONS:
+        words.update(phrase.split())
+    return tuple(sorted(words))
+
+
 class ShapesDataset:
     """``len`` examples of (PIL RGB image, caption), rendered on demand from ``(seed, index)``."""
 

@@ -1,4 +1,5 @@
-"""Caption -> token ids: a byte-level tokenizer built in code, or a CLIP tokenizer from a local folder.
+"""Caption -> token ids: a byte-level or a word-level tokenizer built in code, or a CLIP tokenizer
+from a local folder.
 
 Either way the result is ``tokenize(captions) -> (B, L)`` int64 ids padded to ``max_length``,
 plus the special ids the text encoder needs (its pooled output sits at the end-of-text id).
@@ -36,6 +37,36 @@ class ByteTokenizer:
         return ids
 
 
+class WordTokenizer:
+    """The shapes dataset's words (``data.shapes.caption_words``) as ids ``0..V-1``, any other word as
+    unknown (``V``), then begin (``V+1``), end (``V+2``) and pad (``V+3``); nothing to download.
+
+    A caption of the shapes dataset is about 8 words: each attribute (size, colour, shape, a position
+    word) is one token, where the byte tokenizer spells it over 3-8 bytes that the text encoder must
+    first learn to assemble. Words are split on whitespace, lowercased.
+
+    >>> WordTokenizer(6)(["a red circle"]).tolist()
+    [[22, 0, 12, 6, 23, 24]]
+    """
+
+    def __init__(self, max_length: int):
+        from divergence.data.shapes import caption_words
+
+        self.max_length = max_length
+        self.ids = {word: i for i, word in enumerate(caption_words())}
+        n = len(self.ids)
+        self.unk_token_id, self.bos_token_id, self.eos_token_id, self.pad_token_id = n, n + 1, n + 2, n + 3
+        self.vocab_size = n + 4
+
+    def __call__(self, captions: list[str]) -> torch.Tensor:
+        ids = torch.full((len(captions), self.max_length), self.pad_token_id, dtype=torch.int64)
+        for row, caption in enumerate(captions):
+            body = [self.ids.get(word, self.unk_token_id) for word in caption.lower().split()][: self.max_length - 2]
+            tokens = [self.bos_token_id, *body, self.eos_token_id]
+            ids[row, : len(tokens)] = torch.tensor(tokens)
+        return ids
+
+
 class ClipTokenizer:
     """A transformers ``CLIPTokenizer`` read from a local folder, with the same call interface."""
 
@@ -60,7 +91,9 @@ class ClipTokenizer:
         ).input_ids
 
 
-def build_tokenizer(config: TokenizerConfig) -> ByteTokenizer | ClipTokenizer:
+def build_tokenizer(config: TokenizerConfig) -> ByteTokenizer | WordTokenizer | ClipTokenizer:
     if config.kind == "bytes":
         return ByteTokenizer(config.max_length)
+    if config.kind == "words":
+        return WordTokenizer(config.max_length)
     return ClipTokenizer(config.path, config.max_length)

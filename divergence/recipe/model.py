@@ -108,8 +108,9 @@ class TokenizerConfig:
     """How captions become token ids."""
 
     # ``bytes``: UTF-8 bytes plus begin/end/pad ids, built in code (no download);
+    # ``words``: one id per word of the shapes dataset's captions, built in code (no download);
     # ``clip``: a ``CLIPTokenizer`` read from the local folder ``path``.
-    kind: Literal["bytes", "clip"] = "bytes"
+    kind: Literal["bytes", "words", "clip"] = "bytes"
     # Local tokenizer folder (vocab.json, merges.txt, ...); required for ``clip``.
     path: str | None = None
     # Tokens per caption, begin and end included; longer captions are truncated.

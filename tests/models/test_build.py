@@ -58,3 +58,28 @@ def test_byte_tokenizer_truncates_and_pads():
 def test_missing_local_folder_says_what_to_put_there(build, key, tmp_path):
     with pytest.raises(UserInputError, match=f"{key} .*nowhere.*put"):
         build(str(tmp_path / "nowhere"))
+
+
+def test_word_tokenizer_gives_each_word_of_every_caption_one_id_and_the_text_encoder_fits_it():
+    from divergence.data.shapes import ShapesDataset
+
+    tok = build_tokenizer(TokenizerConfig(kind="words", max_length=24))  # two shapes: 15 words
+    captions = [ShapesDataset(0, 200, 16)[i][1] for i in range(200)]
+    ids = tok(captions)
+    for caption, row in zip(captions, ids.tolist()):
+        body = row[1 : row.index(tok.eos_token_id)]
+        assert row[0] == tok.bos_token_id and len(body) == len(caption.split())  # one token a word
+        assert tok.unk_token_id not in body  # every word of the dataset is in the vocabulary
+    assert tok(["a mauve circle", ""]).tolist() == [
+        [
+            tok.bos_token_id,
+            tok.ids["a"],
+            tok.unk_token_id,
+            tok.ids["circle"],
+            tok.eos_token_id,
+            *[tok.pad_token_id] * 19,
+        ],
+        [tok.bos_token_id, tok.eos_token_id, *[tok.pad_token_id] * 22],
+    ]
+    enc = build_text_encoder(TextEncoderConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tok, 0)
+    assert enc(ids[:4]).last_hidden_state.shape == (4, 24, 32)
