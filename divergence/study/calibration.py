@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from divergence.config.yaml_safe import short
 from divergence.errors import RecipeError
 from divergence.config.schema import apply_overrides, load_yaml
 from divergence.study.config import Study, _existing, _pair, precision_auto, study_name
@@ -115,9 +116,11 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
     return Calibration(study, doses, tuple(sorted(set(horizons))))
 
 
-def _doses(value, path: Path) -> tuple[float, ...]:
+def parse_doses(value, path: Path, example: str = "[1.0e-6, 1.0e-4, 1.0e-2]") -> tuple[float, ...]:
+    """A recipe's ``doses``: distinct finite relative doses ``0 < eps < MAX_DOSE``, sorted; anything else
+    is a RecipeError naming the entry (``example`` shows a good list)."""
     if not isinstance(value, list) or not value:
-        raise RecipeError(f"{path}: doses: expected a list of relative doses eps > 0, e.g. [1.0e-6, 1.0e-4, 1.0e-2]")
+        raise RecipeError(f"{path}: doses: expected a list of relative doses eps > 0, e.g. {example}")
     doses = []
     for i, item in enumerate(value):
         try:
@@ -125,10 +128,15 @@ def _doses(value, path: Path) -> tuple[float, ...]:
         except (TypeError, ValueError):
             eps = math.nan
         if not (math.isfinite(eps) and 0 < eps < MAX_DOSE):
-            raise RecipeError(f"{path}: doses[{i}]: expected a finite dose 0 < eps < {MAX_DOSE:g}, got {item!r}")
+            raise RecipeError(f"{path}: doses[{i}]: expected a finite dose 0 < eps < {MAX_DOSE:g}, got {short(item)}")
         doses.append(eps)
     if len(set(doses)) != len(doses):
         raise RecipeError(f"{path}: doses: {doses} repeats a dose")
+    return tuple(sorted(doses))
+
+
+def _doses(value, path: Path) -> tuple[float, ...]:
+    doses = parse_doses(value, path)
     from divergence.analysis.calibration import MIN_DOSES  # the statistic's rule, checked before anything trains
 
     if len(doses) < MIN_DOSES:
@@ -136,4 +144,4 @@ def _doses(value, path: Path) -> tuple[float, ...]:
             f"{path}: doses: {len(doses)} given ({', '.join(f'{d:g}' for d in doses)}); the calibration needs at "
             f"least {MIN_DOSES} (a slope and a monotone order), e.g. doses=[1.0e-6,1.0e-4,1.0e-2]"
         )
-    return tuple(sorted(doses))
+    return doses

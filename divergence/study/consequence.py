@@ -27,14 +27,13 @@ list) and sampler. Every problem is a RecipeError naming the key.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from divergence.config.schema import apply_overrides, load_yaml
 from divergence.config.yaml_safe import short
 from divergence.errors import RecipeError
-from divergence.study.calibration import LADDER_ROLE, MAX_DOSE, ladder_name
+from divergence.study.calibration import LADDER_ROLE, ladder_name, parse_doses
 from divergence.study.config import (
     Study,
     _check_distinct_names,
@@ -129,7 +128,7 @@ def load_consequence(path: str | Path, overrides: list[str] = (), device_type: s
         raise RecipeError(f"{path}: missing key 'base' (the run recipe every pair trains, e.g. base: tiny.yaml)")
     base = _existing(path.parent / str(data["base"]), "base", path)
     shared = {"base": str(base), "recipe": data.get("recipe") or {}, "tracking": data.get("tracking") or {}}
-    doses = _doses(data.get("doses"), path)
+    doses = parse_doses(data.get("doses"), path, example="[1.0e-4, 1.0e-2, 1.0]")
     pairs = [_ladder_pair(eps, path, shared) for eps in doses]
     pairs += _references(data.get("references"), path, shared, device_type)
     pairs += _rows(data.get("rows", []), path, shared, {p.name for p in pairs if p.role == "precision"})
@@ -179,23 +178,6 @@ def _rows(rows, path: Path, shared: dict, references: set[str]) -> list:
         if pair.name not in references:
             out.append(_in_deployment(pair, path))
     return out
-
-
-def _doses(value, path: Path) -> tuple[float, ...]:
-    if not isinstance(value, list) or not value:
-        raise RecipeError(f"{path}: doses: expected a list of relative doses eps > 0, e.g. [1.0e-4, 1.0e-2, 1.0]")
-    doses = []
-    for i, item in enumerate(value):
-        try:
-            eps = float(item) if not isinstance(item, bool) else math.nan
-        except (TypeError, ValueError):
-            eps = math.nan
-        if not (math.isfinite(eps) and 0 < eps < MAX_DOSE):
-            raise RecipeError(f"{path}: doses[{i}]: expected a finite dose 0 < eps < {MAX_DOSE:g}, got {short(item)}")
-        doses.append(eps)
-    if len(set(doses)) != len(doses):
-        raise RecipeError(f"{path}: doses: {doses} repeats a dose")
-    return tuple(sorted(doses))
 
 
 def _early(value, path: Path) -> tuple[int, int]:
