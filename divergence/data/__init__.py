@@ -19,7 +19,7 @@ from divergence.recipe.run import DataConfig
 def build_dataset(config: DataConfig):
     """The dataset a ``DataConfig`` names: ``dataset[i] -> (PIL RGB image, caption)``."""
     if config.source == "shapes":
-        return ShapesDataset(config.seed, config.num_examples, config.resolution)
+        return ShapesDataset(config.seed, config.num_examples, config.resolution, config.max_shapes)
     path = Path(config.path)
     if not path.exists():
         raise UserInputError(

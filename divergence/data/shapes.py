@@ -52,8 +52,8 @@ def caption_words() -> tuple[str, ...]:
 class ShapesDataset:
     """``len`` examples of (PIL RGB image, caption), rendered on demand from ``(seed, index)``."""
 
-    def __init__(self, seed: int, num_examples: int, resolution: int):
-        self.seed, self.num_examples, self.resolution = seed, num_examples, resolution
+    def __init__(self, seed: int, num_examples: int, resolution: int, max_shapes: int = 2):
+        self.seed, self.num_examples, self.resolution, self.max_shapes = seed, num_examples, resolution, max_shapes
 
     def __len__(self) -> int:
         return self.num_examples
@@ -61,17 +61,18 @@ class ShapesDataset:
     def __getitem__(self, index: int) -> tuple[Image.Image, str]:
         if not 0 <= index < self.num_examples:
             raise IndexError(index)
-        return render(random.Random(derive_seed(self.seed, "shapes", index)), self.resolution)
+        return render(random.Random(derive_seed(self.seed, "shapes", index)), self.resolution, self.max_shapes)
 
 
-def render(rng: random.Random, resolution: int) -> tuple[Image.Image, str]:
-    """One image and its caption from ``rng``: one or two shapes at distinct positions."""
+def render(rng: random.Random, resolution: int, max_shapes: int = 2) -> tuple[Image.Image, str]:
+    """One image and its caption from ``rng``: one or two shapes at distinct positions (at most
+    ``max_shapes``; the count is drawn either way, so ``max_shapes=2`` renders what it always has)."""
     side = resolution * _SUPERSAMPLE
     shade = rng.randint(0, 40)
     image = Image.new("RGB", (side, side), (shade, shade, shade + 10))
     draw = ImageDraw.Draw(image)
     phrases = []
-    for position in rng.sample(POSITIONS, k=rng.choice((1, 1, 2))):
+    for position in rng.sample(POSITIONS, k=min(rng.choice((1, 1, 2)), max_shapes)):
         size, colour, shape = rng.choice(tuple(SIZES)), rng.choice(tuple(COLOURS)), rng.choice(SHAPES)
         _draw(draw, shape, COLOURS[colour], position[1:], SIZES[size] * side, side)
         phrases.append(f"a {size} {colour} {shape} {position[0]}")

@@ -47,6 +47,8 @@ class DataConfig:
     resolution: int = 32
     # Examples in the shapes dataset.
     num_examples: int = 10000
+    # Shapes per image of the shapes dataset, at most (2: one or two; 1: one, as the sample score reads).
+    max_shapes: int = 2
     # Probability that a caption is replaced by the empty one (classifier-free guidance).
     caption_dropout: float = 0.1
     # Centre crop (true) or a seeded random crop (false) after resizing the short side.
@@ -66,6 +68,7 @@ class DataConfig:
         )
         require(self.resolution >= 8, "resolution", f"must be >= 8, got {self.resolution}")
         require(self.num_examples >= 1, "num_examples", "must be >= 1")
+        require(self.max_shapes in (1, 2), "max_shapes", f"must be 1 or 2, got {self.max_shapes}")
         require(0.0 <= self.caption_dropout < 1.0, "caption_dropout", f"must be in [0, 1), got {self.caption_dropout}")
         require(self.workers >= 0, "workers", "must be >= 0")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")

@@ -85,3 +85,19 @@ def test_a_blank_image_has_no_shape():
         "shape": -1,
         "position": -1,
     }
+
+
+def test_max_shapes_1_renders_one_shape_and_2_renders_what_it_always_has():
+    from divergence.data import build_dataset
+    from divergence.errors import RecipeError
+    from divergence.recipe.run import DataConfig
+
+    two, one = ShapesDataset(3, 60, 16), build_dataset(DataConfig(seed=3, num_examples=60, resolution=16, max_shapes=1))
+    captions = [two[i][1] for i in range(60)], [one[i][1] for i in range(60)]
+    assert any(" and " in c for c in captions[0]) and not any(" and " in c for c in captions[1])
+    # a one-shape example of the default is the same example at max_shapes 1: the count is drawn either way
+    same = [i for i, c in enumerate(captions[0]) if " and " not in c]
+    assert same and all(captions[1][i] == captions[0][i] for i in same)
+    assert all(np.array_equal(np.asarray(one[i][0]), np.asarray(two[i][0])) for i in same[:5])
+    with pytest.raises(RecipeError, match="max_shapes"):
+        DataConfig(max_shapes=3)
