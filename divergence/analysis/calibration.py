@@ -88,10 +88,23 @@ _VOLATILE = {
     "adamw_impl",
 }
 # Recipe sections added after calibration files existed, left out of the identity while they are off
-# (null), so a recipe that does not use them keeps the id it had before they existed; switched on,
-# they are part of the recipe like any other section. A new optional section or switch adds its name
-# here with the value that means off.
-_ADDED_WHEN_OFF = {"moe": None, "qat": False, "shard_optimizer": None, "fsdp_sharding": None, "inject_bug": None}
+# (null, false, or the value that renders what the recipe always did), so a recipe that does not use
+# them keeps the id it had before they existed; switched on, they are part of the recipe like any
+# other section. A new optional section or switch adds its name here with the value that means off.
+_ADDED_WHEN_OFF = {
+    "moe": None,
+    "qat": False,
+    "shard_optimizer": None,
+    "fsdp_sharding": None,
+    "inject_bug": None,
+    "max_shapes": 2,
+}
+
+
+def _off(key: str, value) -> bool:
+    """Whether ``key`` is an added switch at its off value (same type too: ``qat: 0`` is not off)."""
+    off = _ADDED_WHEN_OFF.get(key, ...)
+    return off is not ... and type(value) is type(off) and value == off
 
 
 def recipe_identity(recipe: dict) -> dict:
@@ -106,7 +119,7 @@ def recipe_identity(recipe: dict) -> dict:
             return {
                 k: strip(v)
                 for k, v in sorted(node.items())
-                if k not in _VOLATILE and not (k in _ADDED_WHEN_OFF and v is _ADDED_WHEN_OFF[k])
+                if k not in _VOLATILE and not _off(k, v)
             }
         return node
 

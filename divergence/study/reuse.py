@@ -34,7 +34,7 @@ REUSED = FolderKind(
 
 def check_same_recipe(jobs) -> None:
     """Refuse the first job whose folder's ``pair.yaml`` differs from ``job.config`` (see the module docstring)."""
-    from divergence.config.yaml_safe import read_yaml
+    from divergence.config.yaml_safe import read_yaml, short
 
     for job in jobs:
         saved = job.out / PAIR_RECIPE_FILE
@@ -44,7 +44,7 @@ def check_same_recipe(jobs) -> None:
         if key is not None:
             raise UserInputError(
                 f"{job.out}: its {PAIR_RECIPE_FILE} (pair {job.pair.name}, replicate {job.replicate}) has "
-                f"{key} = {old!r}, this command {new!r}; {REUSED.fix}"
+                f"{key} = {short(old)}, this command {short(new)}; {REUSED.fix}"
             )
 
 

@@ -27,7 +27,7 @@ from divergence.pairfolder.folder import PairFolder, RunFolder
 from divergence.pairfolder.folder import as_run_folder
 from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.layout import PAIR_FILE, PAIR_RECIPE_FILE, RUN_RECIPE_FILE
-from divergence.config.yaml_safe import read_yaml
+from divergence.config.yaml_safe import read_yaml, short
 
 # Keys of a run recipe that may differ between a folder and the command resuming it.
 RESUMABLE_CHANGES = (
@@ -104,7 +104,7 @@ def check_folder(out: PairFolder | Path, kind: FolderKind, config: dict, *, arm:
         key, old, new = first_change(read_yaml(saved_path) or {}, config, kind)
         if key is not None:
             raise UserInputError(
-                f"--out {out}: its {kind.saved} ({kind.what}) has {key} = {old!r}, this command {new!r}; {kind.fix}"
+                f"--out {out}: its {kind.saved} ({kind.what}) has {key} = {short(old)}, this command {short(new)}; {kind.fix}"
             )
 
 
