@@ -116,11 +116,7 @@ def recipe_identity(recipe: dict) -> dict:
 
     def strip(node):
         if isinstance(node, dict):
-            return {
-                k: strip(v)
-                for k, v in sorted(node.items())
-                if k not in _VOLATILE and not _off(k, v)
-            }
+            return {k: strip(v) for k, v in sorted(node.items()) if k not in _VOLATILE and not _off(k, v)}
         return node
 
     kept = strip(as_base(recipe or {}))

@@ -8,8 +8,8 @@ probe-loss shifts (``docs/method.md``, "What a dose predicts").
   forms no window, the median of log10(E_X / E_P) over its valid steps in [t1, t2]
   (``every_step.on_valid_steps``: both E > 0, before either pair saturates against the seed
   pair), as the reordering reading does; ``read_on`` says which. P itself is at 0 dex by definition.
-- **Score shift**: the "all attributes" hit rate of arm a minus arm b, both sampled from the same
-  noises (``training.sample_score``), with the paired percentile bootstrap over sampling seeds
+- **Score shift**: the hit rate (of the recipe's ``score.attribute``) of arm a minus arm b, both
+  sampled from the same noises (``training.sample_score``), with the paired percentile bootstrap over sampling seeds
   (``metrics.score_intervals.paired_seed_bootstrap``).
 - **Probe-loss shift**: the package's outcome Delta (``outcome.delta``): the mean over the last
   ``LAST_FRACTION`` of the tracked steps of (l_a - l_b) / l_b on the probe (training losses where

@@ -136,7 +136,7 @@ def _measure(jobs, consequence, steps: int, device: str) -> dict:
         "early": list(consequence.early),
         "doses": list(consequence.doses),
         "replicates": consequence.study.replicates,
-        "score": {**score.as_dict(), "captions": len(score.captions), "attribute": "all"},
+        "score": {**score.as_dict(), "captions": len(score.captions), "attribute": score.attribute},
         "runs": rows,
         **curve(rows, consequence.study.name, steps),
     }

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 from divergence.data.shapes import COLOURS, POSITIONS, SHAPES, SIZES
 
-ATTRIBUTES = ("colour", "shape", "position")  # scored; "all" is the three together
+ATTRIBUTES = ("colour", "shape", "position")  # scored; "object": colour and shape; "all": the three
 COLOUR_NAMES = tuple(COLOURS)
 SIZE_NAMES = tuple(SIZES)
 POSITION_NAMES = tuple(name for name, _, _ in POSITIONS)
@@ -94,8 +94,10 @@ def evaluation_captions() -> list[str]:
 
 def chance_levels() -> dict[str, float]:
     """The expected hit rate of a caption-blind answer over ``evaluation_captions``: 1 / classes
-    (colour 1/6, shape 1/3, position 1/9), and for all three at once 1 / 162."""
+    (colour 1/6, shape 1/3, position 1/9), the object (colour and shape) 1 / 18, and all three at
+    once 1 / 162."""
     levels = {name: 1.0 / count for name, count in NUM_CLASSES.items()}
+    levels["object"] = 1.0 / (NUM_CLASSES["colour"] * NUM_CLASSES["shape"])
     levels["all"] = 1.0 / (NUM_CLASSES["colour"] * NUM_CLASSES["shape"] * NUM_CLASSES["position"])
     return levels
 
@@ -128,13 +130,15 @@ def read_attributes(images: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def score(images: torch.Tensor, captions: list[str]) -> dict[str, torch.Tensor]:
     """``{attribute: (N,) bool}``: whether image ``i`` shows caption ``i``'s colour, shape and
-    position, and ``"all"``: the three together."""
+    position, ``"object"``: colour and shape (the object asked for, wherever it is), and ``"all"``:
+    the three together."""
     if len(captions) != images.shape[0]:
         raise ValueError(f"captions: {len(captions)} for {images.shape[0]} images")
     scenes = [parse_caption(caption) for caption in captions]
     read = read_attributes(images)
     hits = {name: read[name] == torch.tensor([getattr(s, name) for s in scenes]) for name in ATTRIBUTES}
-    hits["all"] = hits["colour"] & hits["shape"] & hits["position"]
+    hits["object"] = hits["colour"] & hits["shape"]
+    hits["all"] = hits["object"] & hits["position"]
     return hits
 
 

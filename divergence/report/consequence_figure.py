@@ -1,6 +1,6 @@
 """``consequence.png``: early dose against what it did to the finished model, every replicate a point.
 
-Left: the converged score shift (arm a minus arm b, "all attributes" hit rate, in points) with its
+Left: the converged score shift (arm a minus arm b, the hit rate of ``score.attribute``, in points) with its
 paired seed-bootstrap interval; right: the converged probe-loss shift (relative). x: the early dose
 in dex vs the precision pair (bf16-vs-fp32). Each panel's grey band is the seed margin (+-m); on the left, dotted lines
 mark the rungs the threshold lies between. Ladder rungs are dots coloured by eps, rows and the
@@ -24,7 +24,7 @@ def consequence_figure(result: dict, path: Path) -> Path | None:
         return None
     fig, axes = subplots(1, 2, figsize=(11, 4.2))
     for ax, key, scale, label in (
-        (axes[0], "score", 100.0, "converged score shift, a - b (points, all attributes)"),
+        (axes[0], "score", 100.0, f"converged score shift, a - b (points, {result['score']['attribute']})"),
         (axes[1], "probe", 1.0, "converged probe-loss shift (l_a - l_b) / l_b"),
     ):
         _panel(ax, runs, key, scale, result["seed_margin"][key]["value"])

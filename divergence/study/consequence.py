@@ -21,12 +21,15 @@ recipe (a file or inline ``{name, arms}``) put on the recipe's base as a study's
 deployment numerics as a study's pair under study is (flash and fp8 under bf16 autocast). A row
 that is the precision reference's own pair is that reference, trained once. ``early`` is the window
 of steps the early dose is read over; ``score`` the sample score's captions (``all``: the checker's
-324 evaluation captions; N: N of them evenly spaced), its sampling seeds (N: seeds 0..N-1, or a
-list) and sampler. Every problem is a RecipeError naming the key.
+324 evaluation captions; N: N of them, drawn once by a fixed seed), its sampling seeds (N: seeds
+0..N-1, or a list), sampler, and the hit the curve reads (``attribute``: ``all``, colour, shape and
+position together; ``object``, colour and shape wherever it is; or one attribute; every one is
+recorded). Every problem is a RecipeError naming the key.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,7 +76,7 @@ CONSEQUENCE_OVERRIDES = (
 )
 ROW_ROLE = "row"
 REFERENCE_ROLES = ("seed", "precision")
-SCORE_KEYS = ("captions", "seeds", "steps", "sampler", "guidance_scale", "batch_size")
+SCORE_KEYS = ("captions", "seeds", "steps", "sampler", "guidance_scale", "batch_size", "attribute")
 SCORE_DEFAULTS = {
     "captions": "all",
     "seeds": 4,
@@ -81,7 +84,9 @@ SCORE_DEFAULTS = {
     "sampler": "ddim",
     "guidance_scale": 3.0,
     "batch_size": 64,
+    "attribute": "all",
 }
+SCORED = ("all", "object", "colour", "shape", "position")  # divergence.data.shape_check.score's hits
 EARLY_DEFAULT = (30, 60)
 
 
@@ -95,6 +100,7 @@ class ScoreSettings:
     sampler: str
     guidance_scale: float
     batch_size: int
+    attribute: str = "all"  # the hit the curve reads (shape_check.score's keys); every one is recorded
 
     def as_dict(self) -> dict:
         """The settings as ``score.json`` records them: a score written with others is read again."""
@@ -218,8 +224,11 @@ def _score(data: dict, path: Path) -> ScoreSettings:
     guidance = s["guidance_scale"]
     if isinstance(guidance, bool) or not isinstance(guidance, (int, float)) or not guidance >= 1.0:
         raise RecipeError(f"{path}: score.guidance_scale: expected a number >= 1, got {short(guidance)}")
-    chosen = tuple(every[i * len(every) // captions] for i in range(captions))  # evenly spaced over the 324
-    return ScoreSettings(chosen, tuple(seeds), s["steps"], s["sampler"], float(guidance), s["batch_size"])
+    attribute = s["attribute"]
+    if attribute not in SCORED:
+        raise RecipeError(f"{path}: score.attribute: expected one of {', '.join(SCORED)}, got {short(attribute)}")
+    chosen = tuple(every[i] for i in sorted(random.Random(0).sample(range(len(every)), captions)))
+    return ScoreSettings(chosen, tuple(seeds), s["steps"], s["sampler"], float(guidance), s["batch_size"], attribute)
 
 
 def _count(value, least: int) -> bool:

@@ -68,6 +68,7 @@ def read_runs(jobs: list, consequence: Consequence, device: str = "cpu") -> tupl
         of_role[items[0][0].pair.role] += [data for _, data in items]
     where = outcome.source([data for items in by_pair.values() for _, data in items])
     eps_of = {ladder_name(eps): eps for eps in consequence.doses}
+    what = consequence.score.attribute
     counts = {"scored": 0, "reused": 0}
     rows = []
     for name, items in by_pair.items():
@@ -80,7 +81,9 @@ def read_runs(jobs: list, consequence: Consequence, device: str = "cpu") -> tupl
             for arm in ("a", "b"):
                 scores[arm], now = arm_score(job.out, arm, job.max_steps, consequence.score, device)
                 counts["scored" if now else "reused"] += 1
-            rows.append(_row(name, role, eps_of.get(name), job, early.get(data.replicate, {}), scores, probe, where))
+            rows.append(
+                _row(name, role, eps_of.get(name), job, early.get(data.replicate, {}), scores, probe, where, what)
+            )
     return rows, counts
 
 
@@ -93,8 +96,8 @@ def _early(role: str, runs: list, of_role: dict, window: tuple[int, int]) -> dic
     return early_doses(runs, of_role["precision"], of_role["seed"], window)
 
 
-def _row(name, role, eps, job, early: dict, scores: dict, probe: dict, where: str) -> dict:
-    a, b = (torch.tensor(scores[arm]["hits"]["all"], dtype=torch.bool) for arm in ("a", "b"))
+def _row(name, role, eps, job, early: dict, scores: dict, probe: dict, where: str, what: str) -> dict:
+    a, b = (torch.tensor(scores[arm]["hits"][what], dtype=torch.bool) for arm in ("a", "b"))
     dex = early.get("dex")
     return {
         "pair": name,
@@ -107,8 +110,8 @@ def _row(name, role, eps, job, early: dict, scores: dict, probe: dict, where: st
         "early_read_on": early.get("read_on"),
         "early_window": early.get("window"),
         "step": job.max_steps,
-        "score_a": scores["a"]["rates"]["all"]["rate"],
-        "score_b": scores["b"]["rates"]["all"]["rate"],
+        "score_a": scores["a"]["rates"][what]["rate"],
+        "score_b": scores["b"]["rates"][what]["rate"],
         "score_shift": score_shift(a, b),
         "probe_shift": probe.get(job.replicate),
         "probe_source": where,

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from divergence.cli import main
+from divergence.data.shape_check import parse_caption
 
 RECIPES = Path(__file__).resolve().parents[2] / "divergence" / "recipes"
 # the chain's mechanics, not a converged model: the DiT at 16x16 (8x8 patches) trains ~3x faster than the
@@ -159,4 +160,8 @@ def test_the_shipped_recipe_holds_the_ladder_rows_and_references():
     ]
     flash = next(p for p in c.study.pairs if p.name == "flash-vs-baseline")
     assert flash.recipe["recipe"]["train"]["precision"] == "bf16-mixed"  # its deployment numerics
-    assert c.early == (30, 60) and len(c.score.captions) == 324 and c.study.replicates >= 3
+    assert c.early == (30, 60) and c.study.replicates >= 3 and c.score.attribute == "object"
+    scenes = [parse_caption(caption) for caption in c.score.captions]  # a drawn subset covers every class
+    assert len(set(c.score.captions)) == len(scenes) == 81
+    assert {s.colour for s in scenes} == set(range(6)) and {s.shape for s in scenes} == set(range(3))
+    assert {s.size for s in scenes} == {0, 1} and {s.position for s in scenes} == set(range(9))

@@ -26,13 +26,13 @@ def one_shape_images(seed: int, count: int, resolution: int) -> tuple[torch.Tens
     return torch.from_numpy(np.stack([p[0] for p in pairs])), [p[1] for p in pairs]
 
 
-@pytest.mark.parametrize(("seed", "count", "resolution"), [(0, 900, 32), (7, 150, 64)])
+@pytest.mark.parametrize(("seed", "count", "resolution"), [(0, 900, 32), (7, 150, 64), (3, 900, 16)])
 def test_the_datasets_own_images_score_at_least_99_percent(seed, count, resolution):
     images, captions = one_shape_images(seed, count, resolution)
     assert len(captions) > count // 2
     hits = score(images, captions)
     rates = {name: float(value.float().mean()) for name, value in hits.items()}
-    assert set(rates) == {"colour", "shape", "position", "all"}
+    assert set(rates) == {"colour", "shape", "position", "object", "all"}
     assert all(rate >= 0.99 for rate in rates.values()), rates
 
 
@@ -62,7 +62,9 @@ def test_pure_noise_scores_at_chance(kind):
 
 def test_the_chance_levels_and_the_balanced_caption_set():
     levels = chance_levels()
-    assert levels == pytest.approx({"colour": 1 / 6, "shape": 1 / 3, "position": 1 / 9, "all": 1 / 162})
+    assert levels == pytest.approx(
+        {"colour": 1 / 6, "shape": 1 / 3, "position": 1 / 9, "object": 1 / 18, "all": 1 / 162}
+    )
     captions = evaluation_captions()
     assert len(captions) == len(set(captions)) == 324
     scenes = [parse_caption(caption) for caption in captions]

@@ -71,7 +71,7 @@ def test_an_arm_of_a_pair_folder(tmp_path):
     trained = load_trained(pair, arm="b")
     assert trained.step == 10
     result = score_samples(draw(trained, CAPTIONS, [0], steps=2), CAPTIONS)
-    assert set(result["rates"]) == {"colour", "shape", "position", "all"}
+    assert set(result["rates"]) == {"colour", "shape", "position", "object", "all"}
     assert result["hits"]["all"].shape == (1, 3)
     for rate in result["rates"].values():
         assert rate["wilson"][0] <= rate["rate"] <= rate["wilson"][1]
