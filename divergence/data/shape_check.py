@@ -9,7 +9,9 @@ the checker is a direct pixel test, not a learned detector:
   and a shape covers at most 16% of a one-shape image);
 - **foreground**: a pixel nearer (Euclidean, in RGB) to one of the six palette colours than to the
   background, i.e. at least about half covered by a shape after the dataset's anti-aliasing;
-- **colour**: the palette colour most foreground pixels are nearest to;
+- **colour**: the palette colour most foreground pixels are a mix of with the background (the
+  nearest segment from background to colour: an anti-aliased edge of a small yellow shape is
+  nearer green than yellow, but on yellow's segment);
 - **the shape's blob**: the 4-connected component of that colour's pixels that holds the pixel
   with the most same-colour neighbours (stray pixels elsewhere do not move it);
 - **coverage**: each pixel's share of the colour against the background,
@@ -111,9 +113,9 @@ def read_attributes(images: torch.Tensor) -> dict[str, torch.Tensor]:
     n, height, width, _ = x.shape
     background = x.reshape(n, -1, 3).median(dim=1).values  # (N, 3)
     to_palette = torch.cdist(x.reshape(n, -1, 3), _PALETTE.expand(n, -1, -1)).reshape(n, height, width, -1)
-    nearest_distance, nearest = to_palette.min(dim=-1)  # (N, H, W)
     to_background = torch.linalg.vector_norm(x - background[:, None, None, :], dim=-1)
-    foreground = nearest_distance < to_background
+    foreground = to_palette.min(dim=-1).values < to_background  # (N, H, W)
+    nearest = _mixture_residual(x, background).argmin(dim=-1)  # (N, H, W): the colour it is a mix of
     counts = F.one_hot(nearest, len(COLOUR_NAMES)).mul(foreground[..., None]).sum(dim=(1, 2))  # (N, 6)
     found = counts.sum(dim=1) > 0
     colour = counts.argmax(dim=1)
@@ -158,6 +160,17 @@ def _main_blob(mask: torch.Tensor) -> torch.Tensor:
         if torch.equal(grown, blob):
             return blob
         blob = grown
+
+
+def _mixture_residual(x: torch.Tensor, background: torch.Tensor) -> torch.Tensor:
+    """(N, H, W, 6): each pixel's distance from the segment between the background and each palette
+    colour, ``|p - b - alpha (c - b)|`` with ``alpha`` clipped to [0, 1]: an anti-aliased edge pixel
+    (``alpha c + (1 - alpha) b``) is on its colour's segment, though it may be nearer another colour."""
+    direction = _PALETTE[None, :, :] - background[:, None, :]  # (N, 6, 3)
+    offset = (x - background[:, None, None, :])[..., None, :]  # (N, H, W, 1, 3)
+    d = direction[:, None, None]  # (N, 1, 1, 6, 3)
+    alpha = ((offset * d).sum(-1) / d.square().sum(-1).clamp(min=1.0)).clamp(0.0, 1.0)
+    return torch.linalg.vector_norm(offset - alpha[..., None] * d, dim=-1)
 
 
 def _coverage(x: torch.Tensor, background: torch.Tensor, colour: torch.Tensor, blob: torch.Tensor) -> torch.Tensor:
