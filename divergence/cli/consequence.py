@@ -31,7 +31,11 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, help="the same as train.max_steps=N, for every pair (the run's length)")
     p.add_argument("--replicates", type=int, help="replicates of every pair (default: the recipe's)")
     p.add_argument("--jobs", type=int, help="pairs trained at once (default: the recipe's jobs)")
-    p.add_argument("--no-wandb", action="store_true", help="no wandb: the pair runs do not log to it (log.wandb=false)")
+    p.add_argument(
+        "--no-wandb",
+        action="store_true",
+        help="no wandb: the pair runs do not log to it (log.wandb=false), nor does the result",
+    )
     from divergence.cli import shared_arms_argument
 
     shared_arms_argument(p)
@@ -77,10 +81,12 @@ def run(args) -> int:
         print(
             f"trained {trained} pair run(s), {len(jobs) - trained} finished before ({time.monotonic() - started:.0f} s)"
         )
-        result = _measure(jobs, consequence, steps, device)
+        result, figures = _measure(jobs, consequence, steps, device)
     print(table(result["runs"]))
     print(result["sentence"])
-    print(f"consequence: {out / 'consequence.json'}, {out / 'consequence.png'}")
+    print(f"consequence: {', '.join(str(p) for p in (out / 'consequence.json', *figures.values()) if p)}")
+    if not args.no_wandb:
+        _log_to_wandb(result, figures, out)
     return 0
 
 
@@ -114,11 +120,12 @@ def _plan(args, out, device: str):
     return consequence, jobs, pair_overrides
 
 
-def _measure(jobs, consequence, steps: int, device: str) -> dict:
-    """Phases 2 and 3: read and score every pair run, then write consequence.json and the figure."""
+def _measure(jobs, consequence, steps: int, device: str) -> tuple[dict, dict]:
+    """Phases 2 and 3: read and score every pair run, then write consequence.json and the figures:
+    ``(result, {"curve": png, "samples": png})``."""
     from divergence.analysis.consequence_curve import curve
-    from divergence.report.consequence_figure import consequence_figure
-    from divergence.study.consequence_runs import read_runs
+    from divergence.report.consequence_figure import consequence_figure, samples_figure
+    from divergence.study.consequence_runs import read_runs, sample_panels
     from divergence.tables import write_json
 
     out = jobs[0].out.parent.parent
@@ -141,8 +148,31 @@ def _measure(jobs, consequence, steps: int, device: str) -> dict:
         **curve(rows, consequence.study.name, steps),
     }
     write_json(out / "consequence.json", result)
-    consequence_figure(result, out / "consequence.png")
-    return result
+    figures = {
+        "curve": consequence_figure(result, out / "consequence.png"),
+        "samples": samples_figure(sample_panels(rows, score, device), out / "consequence-samples.png"),
+    }
+    return result, figures
+
+
+def _log_to_wandb(result: dict, figures: dict, out) -> None:
+    """The result to wandb (offline unless configured); trouble there is a warning: the files are written."""
+    import os
+
+    from divergence.loggers.wandb_mode import offline_notice, wandb_offline
+    from divergence.report.wandb_log import log_consequence
+
+    offline, mode_env = wandb_offline(), dict(os.environ)  # before wandb.init, which sets WANDB_MODE itself
+    try:
+        where = log_consequence(result, figures, out, None)
+    except Exception as err:  # noqa: BLE001 - the result is written; wandb trouble must not hide it
+        print(
+            f"warning: logging to wandb failed ({type(err).__name__}: {err}); the files are written. "
+            "Use --no-wandb to skip wandb.",
+            file=sys.stderr,
+        )
+        return
+    print(offline_notice(where, mode_env) if offline else f"wandb: {where}")
 
 
 def table(rows: list[dict]) -> str:

@@ -5,6 +5,10 @@ paired seed-bootstrap interval; right: the converged probe-loss shift (relative)
 in dex vs the precision pair (bf16-vs-fp32). Each panel's grey band is the seed margin (+-m); on the left, dotted lines
 mark the rungs the threshold lies between. Ladder rungs are dots coloured by eps, rows and the
 precision reference labelled diamonds.
+
+``consequence-samples.png``: what the finished models draw, arm a beside arm b for one replicate of
+the references, the lowest and highest ladder rungs and every row (the first ``SHOWN`` captions of
+the score, its first sampling seed: both arms from the same noises), each titled with both scores.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from pathlib import Path
 from divergence.report.canvas import save, subplots
 
 DPI = 110
+SHOWN = 18  # images an arm shows, in rows of COLUMNS
+COLUMNS = 9
 
 
 def consequence_figure(result: dict, path: Path) -> Path | None:
@@ -85,3 +91,21 @@ def _title(result: dict) -> str:
     rho = "n/a" if c["rho"] is None else f"{c['rho']:+.2f}"
     interval = "" if c.get("lo") is None else f" [{c['lo']:+.2f}, {c['hi']:+.2f}]"
     return f"{result['recipe']}, {result['steps']} steps: Spearman rho (early dose, |score shift|) {rho}{interval}"
+
+
+def samples_figure(panels: list[dict], path: Path) -> Path | None:
+    """Draw ``panels`` (each ``{"title", "a", "b"}``, ``a`` and ``b`` (N, H, W, 3) uint8 images of
+    the same captions and noises) as one row each, arm a left, arm b right; None without panels."""
+    from divergence.models.sampling import image_grid
+
+    if not panels:
+        return None
+    fig, axes = subplots(len(panels), 2, figsize=(9, 1.25 * len(panels) + 0.4), squeeze=False)
+    for row, panel in zip(axes, panels):
+        for ax, arm in zip(row, ("a", "b")):
+            ax.imshow(image_grid(panel[arm][:SHOWN], COLUMNS), interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_title(f"{panel['title']}: arm {arm}, {panel['score_' + arm]}", fontsize=7)
+    fig.suptitle("what the finished models draw (first sampling seed, same noises for both arms)", fontsize=9)
+    return save(fig, path, DPI, rect=(0, 0, 1, 0.97))

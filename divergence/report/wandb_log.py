@@ -27,6 +27,10 @@ Lineage: the report ``use``s each pair folder's store artifact (``store-<pair>``
 ``divergence.loggers.wandb_artifacts``), so wandb links the report to the runs it was computed from.
 wandb refuses ``use_artifact`` in an offline run; there the artifacts' names and digests go into
 the run's config under ``inputs`` instead.
+
+``log_consequence`` sends ``divergence consequence``'s result the same way, to a run of
+``job_type`` ``consequence`` (``consequence_summary``'s keys, the table ``consequence/runs``, the
+curve and the sample grids).
 """
 
 from __future__ import annotations
@@ -39,7 +43,16 @@ from divergence.loggers.wandb_mode import DEFAULT_PROJECT, key_part, wandb_targe
 
 DOSE_COLUMNS = ["study", "reference", "metric", "log10", "lo", "hi", "replicates", "window_start", "window_end"]
 
-__all__ = ["DEFAULT_PROJECT", "DOSE_COLUMNS", "flat_summary", "log_report", "report_group"]
+__all__ = [
+    "CONSEQUENCE_COLUMNS",
+    "DEFAULT_PROJECT",
+    "DOSE_COLUMNS",
+    "consequence_summary",
+    "flat_summary",
+    "log_consequence",
+    "log_report",
+    "report_group",
+]
 
 
 def flat_summary(summary: dict) -> dict[str, float | str]:
@@ -163,3 +176,72 @@ def _input_artifacts(folders) -> list:
     from divergence.loggers.wandb_artifacts import store_artifact
 
     return [a for a in (store_artifact(f) for f in folders) if a is not None]
+
+
+CONSEQUENCE_COLUMNS = [
+    "pair",
+    "role",
+    "replicate",
+    "eps",
+    "early_dex",
+    "score_a",
+    "score_b",
+    "score_shift",
+    "shift_lo",
+    "shift_hi",
+    "probe_shift",
+]
+
+
+def consequence_summary(result: dict) -> dict[str, float | str]:
+    """``consequence.json``'s statement as flat keys: ``consequence/threshold/below_dex``,
+    ``above_dex``; ``consequence/seed_margin/score``, ``probe``; ``consequence/spearman/<score|probe>/rho,
+    lo, hi``; ``consequence/sentence``."""
+    flat = {f"consequence/threshold/{k}": result["threshold"].get(k) for k in ("below_dex", "above_dex")}
+    for what in ("score", "probe"):
+        flat[f"consequence/seed_margin/{what}"] = result["seed_margin"][what]["value"]
+        for key in ("rho", "lo", "hi"):
+            flat[f"consequence/spearman/{what}/{key}"] = result["spearman"][what].get(key)
+    flat["consequence/sentence"] = result["sentence"]
+    return {k: v for k, v in flat.items() if v is not None and v == v}  # NaN is no value to log
+
+
+def log_consequence(result: dict, figures: dict[str, Path], out_dir: Path, project: str | None) -> str:
+    """Log ``divergence consequence``'s result to one wandb run (``job_type`` consequence, grouped by
+    the folder's name): the statement as summary keys, every pair run as the table
+    ``consequence/runs``, the figures; return where it went."""
+    import wandb
+
+    target = wandb_target(None, Path(out_dir).resolve().name, ("consequence",), out_dir)
+    run = wandb.init(
+        project=project or target.project,
+        entity=target.entity,
+        dir=target.dir,
+        job_type="consequence",
+        group=target.group,
+        tags=list(target.tags),
+        name=f"consequence-{file_stem(Path(out_dir).name)}",
+        config={k: result[k] for k in ("recipe", "steps", "early", "doses", "replicates", "score")},
+        mode=target.mode,
+        settings=wandb.Settings(silent=True),
+    )
+    try:
+        run.summary.update(consequence_summary(result))
+        rows = [
+            [r["pair"], r["reference"] or r["role"], r["replicate"], r["eps"], r["early_dex"], r["score_a"]]
+            + [
+                r["score_b"],
+                r["score_shift"]["value"],
+                r["score_shift"]["lo"],
+                r["score_shift"]["hi"],
+                r["probe_shift"],
+            ]
+            for r in result["runs"]
+        ]
+        payload = {"consequence/runs": wandb.Table(columns=CONSEQUENCE_COLUMNS, data=rows)}
+        payload.update({f"consequence/{k}": wandb.Image(str(p)) for k, p in figures.items() if p is not None})
+        run.log(payload)
+        where = run.url or str(Path(run.dir).parent)
+    finally:
+        run.finish()
+    return str(where)

@@ -6,7 +6,10 @@ for the recipe's captions and seeds, checked by the shapes checker) is written t
 several pair runs share (``study.shared_arms``: a borrowed arm is a link to its owner's folder) is
 therefore scored once, and a command run again reads the score back instead of sampling; a file
 written with other settings, or at another step, is scored again. The file is written atomically,
-so a run killed while scoring leaves whole scores only.
+so a run killed while scoring leaves whole scores only. Beside it, ``<arm>/samples.safetensors``
+holds the images of the first sampling seed (what the report's sample grids show); an arm scored
+before it existed, or whose file is lost, draws that seed again (each image from its own noise: the
+same images the score read).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from divergence.study.calibration import LADDER_ROLE, ladder_name
 from divergence.study.consequence import Consequence, ScoreSettings
 
 SCORE_FILE = "score.json"
+SAMPLES_FILE = "samples.safetensors"
 REFERENCE_ROLES = ("seed", "precision")
 
 
@@ -51,8 +55,54 @@ def arm_score(run: Path, arm: str, step: int, settings: ScoreSettings, device: s
     scored = score_samples(images, captions)
     hits = {name: table.to(torch.uint8).tolist() for name, table in scored["hits"].items()}
     record = {**wanted, "rates": scored["rates"], "hits": hits}
+    _write_samples(path.parent / SAMPLES_FILE, images[0], wanted)
     write_json(path, record)
     return record, True
+
+
+def arm_samples(run: Path, arm: str, step: int, settings: ScoreSettings, device: str = "cpu") -> torch.Tensor:
+    """(N, H, W, 3) uint8: the arm's images of the score's captions from its first sampling seed,
+    read from ``samples.safetensors`` or, where it is missing or of other settings, drawn again."""
+    from divergence.training.sample_score import draw, load_trained
+
+    path = Path(run) / arm / SAMPLES_FILE
+    wanted = {"step": step, "settings": settings.as_dict()}
+    images = _read_samples(path, wanted)
+    if images is None:
+        trained = load_trained(run, arm, step, device)
+        images = draw(
+            trained,
+            list(settings.captions),
+            list(settings.seeds[:1]),
+            steps=settings.steps,
+            sampler=settings.sampler,
+            guidance_scale=settings.guidance_scale,
+            batch_size=settings.batch_size,
+        )[0]
+        _write_samples(path, images, wanted)
+    return images
+
+
+def _write_samples(path: Path, images: torch.Tensor, wanted: dict) -> None:
+    from safetensors.torch import save_file
+
+    from divergence.atomic import atomic_target
+
+    with atomic_target(path) as tmp:
+        save_file({"images": images.contiguous()}, str(tmp), metadata={"read_with": json.dumps(wanted)})
+
+
+def _read_samples(path: Path, wanted: dict) -> torch.Tensor | None:
+    """The images of ``path`` when it was written with ``wanted`` (step and settings), else None."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            if json.loads((f.metadata() or {}).get("read_with", "null")) != json.loads(json.dumps(wanted)):
+                return None
+            return f.get_tensor("images")
+    except (OSError, ValueError, SafetensorError):  # missing, torn or not ours: drawn again
+        return None
 
 
 def read_runs(jobs: list, consequence: Consequence, device: str = "cpu") -> tuple[list[dict], dict]:
@@ -125,3 +175,25 @@ def _read(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
+
+
+def sample_panels(rows: list[dict], settings: ScoreSettings, device: str = "cpu") -> list[dict]:
+    """The report's sample grids: for the lowest replicate, the references, the lowest and highest
+    ladder rungs and every row, ``{"title", "a", "b", "score_a", "score_b"}`` (images of both arms)."""
+    if not rows:
+        return []
+    first = min(r["replicate"] for r in rows)
+    shown = [r for r in rows if r["replicate"] == first]
+    ladder = sorted((r for r in shown if r["role"] == "ladder"), key=lambda r: r["eps"])
+    picked = [r for r in shown if r["role"] != "ladder"] + ladder[:1] + ladder[1:][-1:]
+    panels = []
+    for r in picked:
+        images = {arm: arm_samples(Path(r["folder"]), arm, r["step"], settings, device) for arm in ("a", "b")}
+        panels.append(
+            {
+                "title": f"{r['pair']} (replicate {r['replicate']})",
+                **images,
+                **{f"score_{arm}": f"{settings.attribute} {100 * r['score_' + arm]:.0f}%" for arm in ("a", "b")},
+            }
+        )
+    return panels

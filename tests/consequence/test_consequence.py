@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from divergence.cli import main
@@ -92,6 +93,29 @@ def test_an_arm_shared_between_pair_runs_is_scored_once_into_its_owner(chain):
     assert len(record["settings"]["captions"]) == 4 and len(record["hits"]["all"][0]) == 4
 
 
+def test_the_sample_grids_show_the_scored_images_and_a_lost_file_draws_the_same_again(chain):
+    """Each scored arm keeps its first seed's images; a lost samples file is drawn again from the same
+    noises, so the report shows the very images the score read."""
+    from divergence.study.consequence import load_consequence
+    from divergence.study.consequence_runs import SAMPLES_FILE, arm_samples
+
+    out, _, _ = chain
+    assert (out / "consequence-samples.png").stat().st_size > 5_000
+    arm = out / "seed-vs-seed" / "r0" / "a"
+    kept = arm_samples(arm.parent, "a", 8, _settings(load_consequence))
+    assert kept.shape == (4, 16, 16, 3) and kept.dtype == torch.uint8
+    (arm / SAMPLES_FILE).unlink()
+    again = arm_samples(arm.parent, "a", 8, _settings(load_consequence))
+    assert torch.equal(again, kept) and (arm / SAMPLES_FILE).is_file()
+    (arm / SAMPLES_FILE).write_bytes(b"torn")  # a torn file is drawn again, not read
+    assert torch.equal(arm_samples(arm.parent, "a", 8, _settings(load_consequence)), kept)
+
+
+def _settings(load_consequence):
+    over = [o for o in TINY if "=" in o and o.split("=")[0].startswith(("score.", "doses", "rows", "early"))]
+    return load_consequence(RECIPES / "consequence.yaml", over).score
+
+
 def test_run_again_it_trains_and_scores_nothing(chain, monkeypatch, capsys):
     out, _, _ = chain
     before = json.loads((out / "consequence.json").read_text())
@@ -165,3 +189,22 @@ def test_the_shipped_recipe_holds_the_ladder_rows_and_references():
     assert len(set(c.score.captions)) == len(scenes) == 81
     assert {s.colour for s in scenes} == set(range(6)) and {s.shape for s in scenes} == set(range(3))
     assert {s.size for s in scenes} == {0, 1} and {s.position for s in scenes} == set(range(9))
+
+
+def test_the_result_goes_to_an_offline_wandb_run_with_its_table_and_figures(chain, tmp_path):
+    from divergence.report.wandb_log import consequence_summary, log_consequence
+    from tests.loggers.conftest import no_credentials
+    from tests.loggers.runfile import history_keys, run_files, summary_values
+
+    out, _, _ = chain
+    result = json.loads((out / "consequence.json").read_text())
+    figures = {"curve": out / "consequence.png", "samples": out / "consequence-samples.png"}
+    with no_credentials(tmp_path, WANDB_DIR=str(tmp_path)):
+        where = log_consequence(result, figures, out, None)
+    (run,) = run_files(tmp_path)
+    assert str(run.parent) == where
+    assert {"consequence/runs", "consequence/curve", "consequence/samples"} <= history_keys(run)
+    summary = summary_values(run)
+    assert summary["consequence/sentence"] == result["sentence"]
+    assert summary["consequence/seed_margin/probe"] == pytest.approx(result["seed_margin"]["probe"]["value"])
+    assert set(consequence_summary(result)) <= set(summary)
