@@ -16,6 +16,7 @@ import numpy as np
 
 from divergence.analysis import finetune, outcome
 from divergence.analysis.coherence import pair_coherence
+from divergence.analysis.consequence_file import summary_of
 from divergence.analysis.dose import MIN_WINDOW
 from divergence.analysis.growth import N_BOOT, Estimate, estimate_growth, layer_mean
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, nonfinite_layers, top_layers
@@ -39,6 +40,7 @@ class Analysis:
     warnings: tuple[str, ...]
     settings: dict
     calibration: dict | None = None
+    consequence: dict | None = None
 
 
 def analyze(
@@ -49,6 +51,7 @@ def analyze(
     margin_factor: float = outcome.MARGIN_FACTOR,
     start: int | None = None,
     calibration: dict | None = None,
+    consequence: dict | None = None,
 ) -> Analysis:
     """A verdict for every pair under study, the noise floor, and each pair's growth rates."""
     if not pairs:
@@ -66,6 +69,7 @@ def analyze(
         v = judge(study, reference, seeds, controls, margin_factor, start, min_steps, fine_tune)
         v = _with_calibration(v, study, reference, calibration)
         v = with_reordering(v, study, reordering, seeds, start, min_steps, finetune.saturation_level(fine_tune))
+        v = _with_consequence(v, study, reference, consequence)
         verdicts.append(replace(v, coherence=pair_coherence(study)))
     growth = {p.key: {m: estimate_growth(p, m, n_boot, seed) for m in TRAJECTORY_METRICS} for p in pairs}
     floors = tuple(noise_floor(p) for p in controls)
@@ -95,6 +99,7 @@ def analyze(
         warnings=tuple(_warnings(pairs, floors, role)),
         settings=settings,
         calibration=calibration,
+        consequence=consequence,
     )
 
 
@@ -126,6 +131,26 @@ def _with_calibration(v: Verdict, study, reference, calibration) -> Verdict:
         return v
     v = replace(v, dose=replace(v.dose, equivalent=dose))
     return replace(v, headline=headline(v, study[0].label, reference[0].label, _floor_text(v)))
+
+
+def _with_consequence(v: Verdict, study, reference, consequence) -> Verdict:
+    """What the studied pair's dose predicts for the finished model, when a consequence curve of this
+    recipe against the same precision pair exists (``analysis.consequence_file``)."""
+    if consequence is None or not math.isfinite(v.dose.ratio.mean) or not v.dose.dose_like or not reference:
+        return v
+    from divergence.analysis.calibration import recipe_identity
+    from divergence.analysis.consequence_file import prediction
+
+    if consequence["recipe_id"] != recipe_identity(study[0].recipe)["id"]:
+        return replace(v, caveats=v.caveats + ("the consequence curve given is for another recipe: no prediction",))
+    if consequence.get("precision_reference", reference[0].name) != reference[0].name:
+        return replace(
+            v,
+            caveats=v.caveats
+            + (f"the consequence curve reads doses against {consequence['precision_reference']}: no prediction",),
+        )
+    said = prediction(consequence, v.dose.ratio.mean, reference[0].label)
+    return replace(v, prediction=said, headline=f"{v.headline} {said}")
 
 
 def _floor_text(v: Verdict) -> str | None:
@@ -180,6 +205,7 @@ def to_summary(analysis: Analysis) -> dict:
         "pairs": {p.key: _pair_dict(p, analysis.growth[p.key]) for p in analysis.pairs},
         "warnings": list(analysis.warnings),
         "calibration": _calibration_dict(analysis.calibration),
+        "consequence": summary_of(analysis.consequence),
     }
 
 
@@ -225,6 +251,7 @@ def verdict_dict(v: Verdict) -> dict:
         "equivalent_dose": dose.equivalent,
         "reordering": reordering_dict(v.reordering),
         "coherence": _finite(v.coherence),
+        "prediction": v.prediction,
         "outcome_per_replicate": {str(r): _num(d) for r, d in result.per_replicate.items()},
         "per_replicate": [
             {

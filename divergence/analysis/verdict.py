@@ -124,6 +124,7 @@ class Verdict:
     indicative: str | None = None  # a preliminary verdict's status from point estimates
     reordering: object | None = None  # X against the reordering reference, a ``reordering.Reordering``
     coherence: dict | None = None  # the pair's coherence over its replicates (``coherence.pair_coherence``)
+    prediction: str | None = None  # what the dose means at convergence (``consequence_file.prediction``)
 
 
 def judge(

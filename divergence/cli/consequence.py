@@ -138,6 +138,7 @@ def _measure(jobs, consequence, steps: int, device: str) -> tuple[dict, dict]:
     score = consequence.score
     result = {
         "recipe": consequence.study.name,
+        "recipe_id": _recipe_id(jobs),
         "source": str(consequence.study.source),
         "steps": steps,
         "early": list(consequence.early),
@@ -153,6 +154,15 @@ def _measure(jobs, consequence, steps: int, device: str) -> tuple[dict, dict]:
         "samples": samples_figure(sample_panels(rows, score, device), out / "consequence-samples.png"),
     }
     return result, figures
+
+
+def _recipe_id(jobs) -> str:
+    """The calibration's recipe identity of the pair runs (a study's report finds its curve by it)."""
+    from divergence.analysis.calibration import recipe_identity
+    from divergence.report.inputs import load_pair
+
+    seed = next((j for j in jobs if j.pair.role == "seed"), jobs[0])
+    return recipe_identity(load_pair(seed.out).recipe)["id"]
 
 
 def _log_to_wandb(result: dict, figures: dict, out) -> None:

@@ -42,6 +42,12 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="calibration.json from divergence calibrate, to state equivalent gradient-noise doses "
         "(default: a calibration.json next to the inputs)",
     )
+    p.add_argument(
+        "--consequence",
+        metavar="FILE",
+        help="consequence.json from divergence consequence, to say what each dose predicts for the finished "
+        "model on that recipe (default: a consequence.json next to the inputs)",
+    )
     return p
 
 
@@ -57,7 +63,9 @@ def run(args) -> int:
         raise UserInputError(f"--min-steps {args.min_steps}: a window needs at least 3 steps for a local rate")
     from divergence.report import build_report
 
-    report = build_report(args.dirs, out, min_steps=args.min_steps, calibration=args.calibration)
+    report = build_report(
+        args.dirs, out, min_steps=args.min_steps, calibration=args.calibration, consequence=args.consequence
+    )
     print_report(report)
     if not args.no_wandb:
         log_report_to_wandb(report, args.wandb_project)

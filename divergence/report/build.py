@@ -11,6 +11,7 @@ from pathlib import Path
 
 from divergence.analysis import MIN_WINDOW, Analysis, analyze, to_summary
 from divergence.analysis.calibration_file import check_calibration
+from divergence.analysis.consequence_file import CONSEQUENCE_FILE, check_consequence
 from divergence.analysis.dose import probe_values
 from divergence.analysis.growth import N_BOOT
 from divergence.errors import UserInputError
@@ -42,13 +43,17 @@ def build_report(
     seed: int = 0,
     min_steps: int = MIN_WINDOW,
     calibration: str | Path | None = None,
+    consequence: str | Path | None = None,
 ) -> Report:
     """Read the pair runs under ``inputs``, analyse them and write the report into ``out``.
 
     ``calibration``: a ``calibration.json`` (``divergence calibrate``); when None, one lying next to
-    the inputs (in an input folder or its parent) is used."""
+    the inputs (in an input folder or its parent) is used. ``consequence``: a ``consequence.json``
+    (``divergence consequence``), found the same way: each verdict then says what its dose predicts
+    for the finished model on that recipe."""
     pairs = load_pairs(inputs)  # first: bad input must not leave an empty report folder behind
     calibration_data = load_calibration(calibration, inputs)
+    consequence_data = load_consequence_result(consequence, inputs)
     out = Path(out).resolve()
     try:
         (out / FIGURES_DIR).mkdir(parents=True, exist_ok=True)
@@ -56,7 +61,9 @@ def build_report(
         raise UserInputError(f"{out}: cannot create the report folder: {err.strerror or err}") from None
     for folder in (out, out / FIGURES_DIR):  # now, not after the analysis
         _check_writable(folder)
-    analysis = analyze(pairs, n_boot=n_boot, seed=seed, min_steps=min_steps, calibration=calibration_data)
+    analysis = analyze(
+        pairs, n_boot=n_boot, seed=seed, min_steps=min_steps, calibration=calibration_data, consequence=consequence_data
+    )
     summary = to_summary(analysis)
     generated = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     summary["generated"] = generated
@@ -110,23 +117,38 @@ def _trajectory_rows(analysis: Analysis):
 
 def load_calibration(path: str | Path | None, inputs: list[str | Path]) -> dict | None:
     """The calibration to state equivalent doses with: ``path``, or ``calibration.json`` next to the inputs."""
-    if path is None:
-        found = [
-            c for d in map(Path, inputs) for c in (d / CALIBRATION_FILE, d.parent / CALIBRATION_FILE) if c.is_file()
-        ]
-        if not found:
-            return None
-        path = found[0]
-    path = Path(path)
+    found = _given_or_beside(path, inputs, CALIBRATION_FILE)
+    if found is None:
+        return None
+    return check_calibration(_read_json(found, "calibration", "divergence calibrate"), found)
+
+
+def load_consequence_result(path: str | Path | None, inputs: list[str | Path]) -> dict | None:
+    """The consequence curve to state predictions with: ``path``, or ``consequence.json`` next to the inputs."""
+    found = _given_or_beside(path, inputs, CONSEQUENCE_FILE)
+    if found is None:
+        return None
+    data = check_consequence(_read_json(found, "consequence curve", "divergence consequence"), found)
+    return {**data, "source_file": str(found)}
+
+
+def _given_or_beside(path: str | Path | None, inputs: list[str | Path], name: str) -> Path | None:
+    """``path``, or the first ``name`` in an input folder or its parent; None when there is none."""
+    if path is not None:
+        return Path(path)
+    found = [c for d in map(Path, inputs) for c in (d / name, d.parent / name) if c.is_file()]
+    return found[0] if found else None
+
+
+def _read_json(path: Path, what: str, writer: str):
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except FileNotFoundError:
-        raise UserInputError(f"{path}: no such calibration file; write one with divergence calibrate") from None
+        raise UserInputError(f"{path}: no such {what} file; write one with {writer}") from None
     except (OSError, ValueError) as err:
-        raise UserInputError(f"{path}: unreadable calibration ({err})") from None
+        raise UserInputError(f"{path}: unreadable {what} ({err})") from None
     except RecursionError:
-        raise UserInputError(f"{path}: unreadable calibration (JSON nested too deeply)") from None
-    return check_calibration(data, path)
+        raise UserInputError(f"{path}: unreadable {what} (JSON nested too deeply)") from None
 
 
 def _check_writable(folder: Path) -> None:

@@ -1,0 +1,89 @@
+"""What a study's dose predicts for the finished model, read from a ``consequence.json``.
+
+``divergence consequence`` measures, on one recipe, where the early dose (dex vs the precision
+pair) stops leaving the converged score within the seed margin (its threshold) and whether early
+dose ranks the converged shift at all (Spearman's rho with a cluster-bootstrap interval;
+``analysis.consequence_curve``). A study's verdict on the same recipe (``recipe_id``: the
+calibration's ``recipe_identity``, run length and seeds left out) then says what its dose predicts:
+
+- the correlation's interval holds 0 (or there is none): the curve says early dose does not
+  predict the finished model here, so the verdict says that, whatever the dose;
+- the dose is at or below the highest rung that stayed within: expected within the seed margin at
+  convergence (below the threshold);
+- above the lowest rung that left it: the curve does not vouch for the finished model;
+- between the two: the threshold's own interval, said as such.
+
+Every sentence names the recipe and says it holds on that recipe only. A file for another recipe
+gives a caveat instead.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from divergence.errors import UserInputError
+
+CONSEQUENCE_FILE = "consequence.json"
+REQUIRED = ("recipe", "recipe_id", "steps", "threshold", "spearman", "seed_margin", "sentence")
+
+
+def check_consequence(data, path: Path) -> dict:
+    """``data`` when it is a ``consequence.json`` with the keys a prediction reads; one line otherwise."""
+    if not isinstance(data, dict):
+        raise UserInputError(f"{path}: not a consequence.json (expected a JSON object)")
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise UserInputError(
+            f"{path}: not a consequence.json of this version (no {missing[0]}); write it again with divergence consequence"
+        )
+    if not isinstance(data["threshold"], dict) or not isinstance(data["spearman"], dict):
+        raise UserInputError(f"{path}: threshold and spearman must be JSON objects")
+    return data
+
+
+def prediction(consequence: dict, dex: float, reference: str) -> str:
+    """The sentence a verdict adds for a dose of ``dex`` (log10 vs ``reference``) on the curve's recipe."""
+    where = f"on this recipe only ({consequence['recipe']}, {consequence['steps']} steps)"
+    rho = (consequence["spearman"].get("score") or {}) if isinstance(consequence["spearman"], dict) else {}
+    if rho.get("lo") is None or not rho["lo"] > 0:
+        said = (
+            "no interval"
+            if rho.get("rho") is None
+            else f"Spearman rho {rho['rho']:+.2f} [{rho['lo']:+.2f}, {rho['hi']:+.2f}]"
+        )
+        return (
+            f"What this dose means for the finished model is not known: the consequence curve found that "
+            f"early dose does not predict the converged score ({said}), measured {where}."
+        )
+    below, above = consequence["threshold"].get("below_dex"), consequence["threshold"].get("above_dex")
+    at = f"its dose, {dex:+.2f} dex vs {reference}"
+    if below is not None and dex <= below:
+        return (
+            f"At convergence, doses up to {below:+.2f} dex left the score within the seed margin, and {at}, "
+            f"is below that: its finished model is expected to draw as a seed change's would (measured {where})."
+        )
+    if above is not None and dex >= above:
+        return (
+            f"At convergence, a dose of {above:+.2f} dex already moved the score beyond the seed margin, and "
+            f"{at}, is above that: the short run does not vouch for the finished model (measured {where})."
+        )
+    lower = "the lowest rung" if below is None else f"{below:+.2f}"
+    upper = "the highest rung" if above is None else f"{above:+.2f}"
+    return (
+        f"At convergence, {at}, lies between {lower} and {upper} dex, where the consequence curve's threshold "
+        f"lies: its finished model may or may not stay within the seed margin (measured {where})."
+    )
+
+
+def summary_of(consequence: dict | None) -> dict | None:
+    """``summary.json``'s ``consequence``: the curve the predictions were read from."""
+    if consequence is None:
+        return None
+    keep = ("recipe", "recipe_id", "steps", "threshold", "sentence", "source_file")
+    out = {k: consequence.get(k) for k in keep}
+    out["spearman"] = (consequence.get("spearman") or {}).get("score")
+    out["seed_margin"] = ((consequence.get("seed_margin") or {}).get("score") or {}).get("value")
+    if isinstance(out["seed_margin"], float) and not math.isfinite(out["seed_margin"]):
+        out["seed_margin"] = None
+    return out

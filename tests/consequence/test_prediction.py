@@ -1,0 +1,101 @@
+"""A study's verdict says what its dose predicts for the finished model, from a consequence curve of
+its recipe (``analysis.consequence_file``), and only then."""
+
+import json
+
+import pytest
+
+from divergence.analysis import analyze, to_summary
+from divergence.analysis.calibration import recipe_identity
+from divergence.analysis.consequence_file import prediction
+from divergence.cli import main
+from tests.analysis.synthetic import dose_study, write_dose_study
+
+RECIPE = {"model": {"seed": 3, "unet": {"block_out_channels": [32]}}, "train": {"max_steps": 300, "lr": 1e-3}}
+
+
+def curve(below=-2.0, above=-1.0, lo=0.4, recipe=RECIPE):
+    return {
+        "recipe": "consequence",
+        "recipe_id": recipe_identity(recipe)["id"],
+        "steps": 500,
+        "precision_reference": "bf16-vs-fp32",
+        "threshold": {"below_dex": below, "above_dex": above, "within_again": []},
+        "spearman": {"score": {"rho": 0.7, "lo": lo, "hi": 0.9}, "probe": {"rho": None, "lo": None, "hi": None}},
+        "seed_margin": {"score": {"value": 0.03}, "probe": {"value": 0.01}},
+        "sentence": "At convergence ...",
+    }
+
+
+@pytest.mark.parametrize(
+    "dex,said",
+    [
+        (-3.0, "is below that: its finished model is expected to draw as a seed change's would"),
+        (-2.0, "is below that"),
+        (-0.5, "is above that: the short run does not vouch for the finished model"),
+        (-1.5, "lies between -2.00 and -1.00 dex, where the consequence curve's threshold lies"),
+    ],
+)
+def test_the_dose_is_placed_against_the_threshold(dex, said):
+    text = prediction(curve(), dex, "bf16 vs fp32")
+    assert said in text and f"{dex:+.2f} dex vs bf16 vs fp32" in text
+    assert text.endswith("(measured on this recipe only (consequence, 500 steps)).")
+
+
+def test_a_curve_whose_correlation_holds_0_predicts_nothing_whatever_the_dose():
+    for dex in (-5.0, 0.5):
+        text = prediction(curve(lo=-0.2), dex, "bf16 vs fp32")
+        assert text.startswith("What this dose means for the finished model is not known")
+        assert "rho +0.70 [-0.20, +0.90]" in text
+
+
+def test_the_verdict_and_summary_say_it_for_the_same_recipe_only():
+    pairs = [p.__class__(**{**p.__dict__, "recipe": RECIPE}) for p in dose_study(horizon=300)]
+    analysis = analyze(pairs, n_boot=50, consequence=curve(below=-1.0, above=0.0))
+    v = analysis.verdicts[0]
+    assert v.dose.ratio.mean < -1.0 and v.prediction and v.headline.endswith(v.prediction)
+    summary = to_summary(analysis)
+    assert summary["verdicts"][0]["prediction"] == v.prediction
+    assert summary["consequence"]["threshold"]["below_dex"] == -1.0 and summary["consequence"]["seed_margin"] == 0.03
+    other = analyze(dose_study(horizon=300), n_boot=50, consequence=curve()).verdicts[0]
+    assert other.prediction is None and any("consequence curve given is for another recipe" in c for c in other.caveats)
+    elsewhere = analyze(pairs, n_boot=50, consequence={**curve(), "precision_reference": "fp16-vs-fp32"})
+    assert elsewhere.verdicts[0].prediction is None
+    assert to_summary(analyze(pairs, n_boot=50))["consequence"] is None
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    return write_dose_study(tmp_path_factory.mktemp("study"), replicates=3, horizon=120)
+
+
+def test_the_report_finds_a_curve_beside_the_study_and_states_the_prediction(study, tmp_path):
+    from divergence.report.inputs import load_pairs
+
+    runs = tmp_path / "runs"
+    runs.symlink_to(study)
+    recipe = load_pairs([runs])[0].recipe
+    (tmp_path / "consequence.json").write_text(json.dumps(curve(below=-1.0, above=0.0, recipe=recipe)))
+    assert main(["report", str(runs), "--out", str(tmp_path / "out"), "--no-wandb"]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["consequence"]["source_file"] == str(tmp_path / "consequence.json")
+    (verdict,) = summary["verdicts"]
+    assert "At convergence" in verdict["prediction"] and verdict["headline"].endswith(verdict["prediction"])
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("[1, 2]", "not a consequence.json (expected a JSON object)"),
+        ('{"recipe": "x"}', "not a consequence.json of this version (no recipe_id)"),
+        ("{", "unreadable consequence curve"),
+        (None, "no such consequence curve file; write one with divergence consequence"),
+    ],
+)
+def test_a_bad_consequence_file_is_one_line_at_exit_2(study, tmp_path, capsys, content, message):
+    bad = tmp_path / "consequence.json"
+    if content is not None:
+        bad.write_text(content)
+    code = main(["report", str(study), "--out", str(tmp_path / "out"), "--consequence", str(bad), "--no-wandb"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err and str(bad) in err, err
