@@ -83,6 +83,7 @@ def run(args) -> int:
         )
         result, figures = _measure(jobs, consequence, steps, device)
     print(table(result["runs"]))
+    print(result["convergence"]["sentence"])
     print(result["sentence"])
     print(f"consequence: {', '.join(str(p) for p in (out / 'consequence.json', *figures.values()) if p)}")
     if not args.no_wandb:
@@ -125,12 +126,17 @@ def _measure(jobs, consequence, steps: int, device: str) -> tuple[dict, dict]:
     ``(result, {"curve": png, "samples": png})``."""
     from divergence.analysis.consequence_curve import curve
     from divergence.report.consequence_figure import consequence_figure, samples_figure
-    from divergence.study.consequence_runs import read_runs, sample_panels
+    from divergence.analysis.plateau import plateau
+    from divergence.analysis.plateau import sentence as plateau_sentence
+    from divergence.study.consequence_runs import read_runs, sample_panels, seed_pair_series
     from divergence.tables import write_json
 
     out = jobs[0].out.parent.parent
     started = time.monotonic()
     rows, counts = read_runs(jobs, consequence, device)
+    score_series, probe_series = seed_pair_series(jobs, consequence, device)
+    converged = {"score": plateau(score_series), "probe": plateau(probe_series)}
+    converged["sentence"] = plateau_sentence(converged["score"], converged["probe"], steps)
     print(
         f"scored {counts['scored']} arm(s), {counts['reused']} read back from score.json "
         f"({time.monotonic() - started:.0f} s)"
@@ -146,6 +152,7 @@ def _measure(jobs, consequence, steps: int, device: str) -> tuple[dict, dict]:
         "replicates": consequence.study.replicates,
         "score": {**score.as_dict(), "captions": len(score.captions), "attribute": score.attribute},
         "runs": rows,
+        "convergence": converged,
         **curve(rows, consequence.study.name, steps),
     }
     write_json(out / "consequence.json", result)

@@ -1,10 +1,12 @@
 """``consequence.png``: early dose against what it did to the finished model, every replicate a point.
 
-Left: the converged score shift (arm a minus arm b, the hit rate of ``score.attribute``, in points) with its
-paired seed-bootstrap interval; right: the converged probe-loss shift (relative). x: the early dose
-in dex vs the precision pair (bf16-vs-fp32). Each panel's grey band is the seed margin (+-m); on the left, dotted lines
-mark the rungs the threshold lies between. Ladder rungs are dots coloured by eps, rows and the
-precision reference labelled diamonds.
+Left: the converged score shift (arm a minus arm b, the hit rate of ``score.attribute``, in
+points) with its paired seed-bootstrap interval; middle: the converged probe-loss shift (relative).
+x: the early dose in dex vs the precision pair (bf16-vs-fp32). Each of these panels' grey band is
+the seed margin (+-m); on the left, dotted lines mark the rungs the threshold lies between. Ladder
+rungs are dots coloured by eps, rows and the precision reference labelled diamonds. Right: the seed
+pair's arms over training (``analysis.plateau``), their mean score and probe loss, each plateau
+step dotted.
 
 ``consequence-samples.png``: what the finished models draw, arm a beside arm b for one replicate of
 the references, the lowest and highest ladder rungs and every row (the first ``SHOWN`` captions of
@@ -28,7 +30,7 @@ def consequence_figure(result: dict, path: Path) -> Path | None:
     runs = [r for r in result["runs"] if r["early_dex"] is not None]
     if not runs:
         return None
-    fig, axes = subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = subplots(1, 3, figsize=(15, 4.2))
     for ax, key, scale, label in (
         (axes[0], "score", 100.0, f"converged score shift, a - b (points, {result['score']['attribute']})"),
         (axes[1], "probe", 1.0, "converged probe-loss shift (l_a - l_b) / l_b"),
@@ -40,6 +42,7 @@ def consequence_figure(result: dict, path: Path) -> Path | None:
         if edge is not None:
             axes[0].axvline(edge, color="black", linestyle=":", linewidth=0.8)
     axes[0].legend(loc="best", fontsize=7)
+    _convergence(axes[2], result.get("convergence"))
     fig.suptitle(_title(result), fontsize=9)
     return save(fig, path, DPI, rect=(0, 0, 1, 0.94))
 
@@ -73,6 +76,26 @@ def _panel(ax, runs: list[dict], key: str, scale: float, margin) -> None:
             label=None if name in labelled else name,
         )
         labelled.add(name)
+
+
+def _convergence(ax, converged: dict | None) -> None:
+    """The seed pair's arms over training: mean score (left axis) and probe loss (right), each with its
+    plateau step dotted."""
+    ax.set_title("the seed pair's arms over training (mean over arms)", fontsize=8)
+    ax.set_xlabel("step")
+    if not converged:
+        return
+    right = ax.twinx()
+    for axis, key, scale, colour, label in (
+        (ax, "score", 100.0, "tab:blue", "score (%)"),
+        (right, "probe", 1.0, "tab:red", "probe loss"),
+    ):
+        p = converged[key]
+        if p["mean"]:
+            axis.plot(p["steps"], [v * scale for v in p["mean"]], color=colour, marker="." if key == "score" else None)
+        if p["plateau_step"] is not None:
+            axis.axvline(p["plateau_step"], color=colour, linestyle=":", linewidth=0.9)
+        axis.set_ylabel(label, color=colour)
 
 
 def _y(run: dict, key: str, scale: float):

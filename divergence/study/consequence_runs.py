@@ -28,15 +28,21 @@ from divergence.study.consequence import Consequence, ScoreSettings
 
 SCORE_FILE = "score.json"
 SAMPLES_FILE = "samples.safetensors"
+EARLIER_SCORES = "scores"  # <arm>/scores/step_NNNNNN.json: the seed pair's arms at their earlier weights files
+PLATEAU_SEEDS = 2  # sampling seeds the earlier weights files are scored with (the last one's first two)
 REFERENCE_ROLES = ("seed", "precision")
 
 
-def arm_score(run: Path, arm: str, step: int, settings: ScoreSettings, device: str = "cpu") -> tuple[dict, bool]:
-    """``(score.json's record, whether it was scored now)`` for arm ``arm`` of pair run ``run`` at ``step``."""
+def arm_score(
+    run: Path, arm: str, step: int, settings: ScoreSettings, device: str = "cpu", final: bool = True
+) -> tuple[dict, bool]:
+    """``(score.json's record, whether it was scored now)`` for arm ``arm`` of pair run ``run`` at
+    ``step``; not ``final``: an earlier weights file, scored into ``<arm>/scores/step_NNNNNN.json``
+    (no samples kept)."""
     from divergence.tables import write_json
     from divergence.training.sample_score import draw, load_trained, score_samples
 
-    path = Path(run) / arm / SCORE_FILE
+    path = Path(run) / arm / (SCORE_FILE if final else f"{EARLIER_SCORES}/step_{step:06d}.json")
     wanted = {"step": step, "settings": settings.as_dict()}
     record = _read(path)
     if record is not None and all(record.get(k) == v for k, v in wanted.items()):
@@ -55,7 +61,10 @@ def arm_score(run: Path, arm: str, step: int, settings: ScoreSettings, device: s
     scored = score_samples(images, captions)
     hits = {name: table.to(torch.uint8).tolist() for name, table in scored["hits"].items()}
     record = {**wanted, "rates": scored["rates"], "hits": hits}
-    _write_samples(path.parent / SAMPLES_FILE, images[0], wanted)
+    if final:
+        _write_samples(path.parent / SAMPLES_FILE, images[0], wanted)
+    else:
+        path.parent.mkdir(exist_ok=True)
     write_json(path, record)
     return record, True
 
@@ -197,3 +206,43 @@ def sample_panels(rows: list[dict], settings: ScoreSettings, device: str = "cpu"
             }
         )
     return panels
+
+
+def seed_pair_series(jobs: list, consequence: Consequence, device: str = "cpu") -> tuple[dict, dict]:
+    """``(score, probe)``, each ``{arm: {step: value}}`` over the seed pair's arms (every replicate,
+    an arm shared between pairs once): the hit rate of ``score.attribute`` at the weights files of
+    the recipe's ``train.checkpoint_every`` cadence and the last step (the tracker's denser files
+    are left out), scored with the first ``PLATEAU_SEEDS`` sampling seeds (the last file's read from
+    its ``score.json``), and the probe loss at every tracked step (the pair's store)."""
+    from dataclasses import replace
+
+    from divergence.report.inputs import load_pair
+    from divergence.training.sample_score import weight_steps
+
+    settings = consequence.score
+    early = replace(settings, seeds=settings.seeds[:PLATEAU_SEEDS])
+    what = settings.attribute
+    score, probe, seen = {}, {}, set()
+    for job in (j for j in jobs if j.pair.role == "seed"):
+        data = load_pair(job.out)
+        every = max(1, int(((data.recipe or {}).get("train") or {}).get("checkpoint_every") or 1))
+        for arm in ("a", "b"):
+            folder = (job.out / arm).resolve()
+            if folder in seen:
+                continue
+            seen.add(folder)
+            name = f"{job.pair.name}#{job.replicate}/{arm}"
+            series = {}
+            for step in (s for s in weight_steps(job.out / arm) if s % every == 0 or s == job.max_steps):
+                if step == job.max_steps:
+                    record, _ = arm_score(job.out, arm, step, settings, device)
+                    hits = torch.tensor(record["hits"][what], dtype=torch.float64)[:PLATEAU_SEEDS]
+                else:
+                    record, _ = arm_score(job.out, arm, step, early, device, final=False)
+                    hits = torch.tensor(record["hits"][what], dtype=torch.float64)
+                series[step] = float(hits.mean())
+            score[name] = series
+            losses = data.probe.get(f"probe_loss_{arm}")
+            if losses is not None:
+                probe[name] = {int(s): float(v) for s, v in zip(data.steps, losses) if math.isfinite(v)}
+    return score, probe

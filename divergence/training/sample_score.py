@@ -125,10 +125,15 @@ def _recipe_and_folder(out: Path, arm: str | None) -> tuple[RunRecipe, RunFolder
     return parse(RunRecipe, recipes[arm], f"recipes.{arm}"), pair_folder.arm(arm)
 
 
+def weight_steps(folder: str | Path | RunFolder) -> list[int]:
+    """The steps of a run or arm folder's weights files (``checkpoints/step_NNNNNN.safetensors``), ascending."""
+    folder = folder if isinstance(folder, RunFolder) else RunFolder(Path(folder))
+    found = (_STEP_FILE.match(p.name) for p in folder.checkpoints_dir.glob("step_*.safetensors"))
+    return sorted(int(m.group(1)) for m in found if m)
+
+
 def _last_step(folder: RunFolder) -> int:
-    steps = [
-        int(m.group(1)) for p in folder.checkpoints_dir.glob("step_*.safetensors") if (m := _STEP_FILE.match(p.name))
-    ]
+    steps = weight_steps(folder)
     if not steps:
         raise UserInputError(f"{folder.checkpoints_dir}: no weights files (step_NNNNNN.safetensors)")
-    return max(steps)
+    return steps[-1]

@@ -35,6 +35,8 @@ TINY = [
     "tracking.probe.size=2",
     "log.csv=false",
     "data.resolution=16",
+    "train.checkpoint_every=4",
+    "train.warmup_steps=0",  # the shipped 20 warm-up steps would outlast the 8 steps
 ]
 REFERENCES = {"seed": str(RECIPES / "pairs/seed-vs-seed.yaml"), "precision": str(RECIPES / "pairs/bf16-vs-fp32.yaml")}
 PAIRS = {"grad-noise-0.001", "grad-noise-0.1", "seed-vs-seed", "bf16-vs-fp32"}
@@ -79,6 +81,12 @@ def test_the_chain_writes_every_pair_run_its_early_dose_scores_and_the_curve(cha
     assert result["precision_reference"] == "bf16-vs-fp32" and "dex vs bf16-vs-fp32" in result["sentence"]
     assert result["sentence"] in printed and (out / "consequence.png").stat().st_size > 10_000
     assert "scored 5 arm(s), 3 read back from score.json" in printed  # 8 arms of 4 pair runs, 5 trainings
+    # the seed pair's two arms over training: their weights files at 4 and 8 (and 0 where kept) scored
+    converged = result["convergence"]
+    assert converged["score"]["arms"] == 2 and converged["score"]["steps"][-2:] == [4, 8]
+    assert (out / "seed-vs-seed" / "r0" / "a" / "scores" / "step_000004.json").is_file()
+    assert converged["probe"]["arms"] == 2 and converged["probe"]["steps"][-1] == 8
+    assert converged["sentence"] in printed and "Convergence, from the seed pair's arms over their 8 steps" in printed
 
 
 def test_an_arm_shared_between_pair_runs_is_scored_once_into_its_owner(chain):
