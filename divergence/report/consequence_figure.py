@@ -126,7 +126,8 @@ def samples_figure(panels: list[dict], path: Path) -> Path | None:
     fig, axes = subplots(len(panels), 2, figsize=(9, 1.25 * len(panels) + 0.4), squeeze=False)
     for row, panel in zip(axes, panels):
         for ax, arm in zip(row, ("a", "b")):
-            ax.imshow(image_grid(panel[arm][:SHOWN], COLUMNS), interpolation="nearest")
+            shown = panel[arm][:SHOWN]
+            ax.imshow(image_grid(shown, min(COLUMNS, len(shown))), interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
             ax.set_title(f"{panel['title']}: arm {arm}, {panel['score_' + arm]}", fontsize=7)
