@@ -142,6 +142,36 @@ def test_run_again_it_trains_and_scores_nothing(chain, monkeypatch, capsys):
     assert after == before
 
 
+def test_a_run_killed_while_scoring_leaves_whole_scores_and_its_rerun_finishes_them(chain, monkeypatch, capsys):
+    """Scores lost, then the run stopped at its second arm: whatever it left reads whole, and the
+    run again scores the rest and writes the same result."""
+    from divergence.training import sample_score
+
+    out, _, _ = chain
+    before = json.loads((out / "consequence.json").read_text())
+    lost = [out / "grad-noise-0.001" / "r0" / "a", out / "seed-vs-seed" / "r0" / "a"]
+    for arm in lost:
+        (arm / "score.json").unlink()
+    real, calls = sample_score.score_samples, []
+
+    def stop_at_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # what Ctrl-C or a kill does between two arms
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sample_score, "score_samples", stop_at_the_second)
+    assert main(["consequence", "--out", str(out), *TINY]) == 130  # "interrupted", as a shell says
+    assert sum((arm / "score.json").is_file() for arm in lost) == 1  # the first written whole, the second not begun
+    for path in out.glob("*/r0/*/score.json"):
+        json.loads(path.read_text())
+    monkeypatch.setattr(sample_score, "score_samples", real)
+    assert main(["consequence", "--out", str(out), *TINY]) == 0
+    assert "scored 1 arm(s), 7 read back from score.json" in capsys.readouterr().out
+    after = json.loads((out / "consequence.json").read_text())
+    assert after == before
+
+
 @pytest.mark.parametrize(
     "change,message",
     [
