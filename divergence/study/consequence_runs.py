@@ -171,6 +171,8 @@ def _row(name, role, eps, job, early: dict, scores: dict, probe: dict, where: st
         "step": job.max_steps,
         "score_a": scores["a"]["rates"][what]["rate"],
         "score_b": scores["b"]["rates"][what]["rate"],
+        "score_a_interval": scores["a"]["rates"][what]["bootstrap"],
+        "score_b_interval": scores["b"]["rates"][what]["bootstrap"],
         "score_shift": score_shift(a, b),
         "probe_shift": probe.get(job.replicate),
         "probe_source": where,

@@ -75,6 +75,7 @@ def test_the_chain_writes_every_pair_run_its_early_dose_scores_and_the_curve(cha
         assert shift["lo"] <= shift["value"] <= shift["hi"]
         assert shift["value"] == pytest.approx(r["score_a"] - r["score_b"])
         assert r["probe_source"] == "probe" and r["probe_shift"] is not None
+        assert r["score_a_interval"][0] <= r["score_a"] <= r["score_a_interval"][1]
     assert result["seed_margin"]["probe"]["value"] == pytest.approx(abs(runs["seed-vs-seed"]["probe_shift"]))
     assert [rung["eps"] for rung in result["ladder"]] == [0.001, 0.1]
     assert "Measured on this recipe only (consequence, 8 steps)" in result["sentence"]
