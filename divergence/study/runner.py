@@ -50,6 +50,7 @@ DISK_FULL = "No space left on device"  # strerror(ENOSPC), in a child's OSError 
 RESTARTS = 1
 # A stopped study waits this long for its children to exit (Lightning stops at a step's end), then kills them.
 STOP_SECONDS = 20.0
+FOLLOWERS_PER_CORE = 2  # pair runs at once, at most, per parallel slot: training ones and comparators that follow
 
 
 class PairFailed(Exception):
@@ -98,12 +99,24 @@ class PairJob:
     def cores_now(self) -> int:
         """The cores it keeps busy at this moment (started or not): a separate-job pair trains arm a,
         then arm b, then compares in one process (``training.separate_pair``), so its count is that
-        of its first unfinished arm, then 1; a lockstep pair's is ``cores`` throughout."""
+        of its first unfinished arm, then 1; a lockstep pair's is ``cores`` throughout. A comparator
+        that follows an arm another pair still trains (``shared_arms``) keeps none: it reads each
+        step as the lender writes it (measured: 6% of a core beside a lockstep pair at 72%), so it
+        does not hold a slot a training pair could use."""
         if not self.arm_cores:
             return self.cores
         folder = PairFolder(self.out)
         own = [(arm, n) for arm, n in zip(ARMS, self.arm_cores) if arm not in self.borrowed]
-        return next((n for arm, n in own if not arm_finished(folder, arm, self.max_steps)), 1)
+        training = next((n for arm, n in own if not arm_finished(folder, arm, self.max_steps)), None)
+        if training is not None:
+            return training
+        return 0 if self.following(folder) else 1
+
+    def following(self, folder: PairFolder | None = None) -> bool:
+        """Whether a borrowed arm is still being trained by its owner (this pair's comparator follows it)."""
+        return any(
+            not arm_finished(PairFolder(owner.parent), owner.name, self.max_steps) for owner in self.borrowed.values()
+        )
 
     def ready(self) -> bool:
         """Whether it has work now (``next_ready``): an arm of its own to train, or borrowed arms all finished."""
@@ -294,12 +307,15 @@ def fits(job: PairJob, running: list[PairJob], parallel: int) -> bool:
     takes 2 of the slots, so on 2 cores that arm trains alone (gloo ranks sharing a core wait on each
     other at every collective); its 1-process arm and its comparator take one, beside another pair.
     Jobs start in their order: the next waits for room rather than being passed by a smaller one.
+    A comparator that follows a lender's arm keeps no core (``PairJob.cores_now``); at most
+    ``FOLLOWERS_PER_CORE x parallel`` pair runs are started at once, whatever they keep busy.
 
     >>> one, two = PairJob(None, None, None, 1), PairJob(None, None, None, 1, cores=2)
     >>> fits(one, [one], 2), fits(two, [one], 2), fits(two, [], 2)
     (True, False, True)
     """
-    return not running or sum(j.cores_now() for j in running) + job.cores_now() <= parallel
+    busy = sum(j.cores_now() for j in running) + job.cores_now()
+    return not running or (busy <= parallel and len(running) < FOLLOWERS_PER_CORE * parallel)
 
 
 def _end(processes: list[subprocess.Popen]) -> None:
