@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from divergence.config.yaml_safe import short
 from divergence.errors import UserInputError
 
 CONSEQUENCE_FILE = "consequence.json"
@@ -39,13 +40,29 @@ def check_consequence(data, path: Path) -> dict:
         )
     if not isinstance(data["threshold"], dict) or not isinstance(data["spearman"], dict):
         raise UserInputError(f"{path}: threshold and spearman must be JSON objects")
+    score = data["spearman"].get("score")
+    if score is not None and not isinstance(score, dict):
+        raise UserInputError(f"{path}: spearman.score must be a JSON object")
+    numbers = {
+        **{f"threshold.{k}": data["threshold"].get(k) for k in ("below_dex", "above_dex")},
+        **{f"spearman.score.{k}": (score or {}).get(k) for k in ("rho", "lo", "hi")},
+    }
+    for key, value in numbers.items():
+        if value is not None and not _finite(value):
+            raise UserInputError(f"{path}: {key} is {short(value)}; expected a finite number or null")
+    if not isinstance(data["recipe_id"], str) or not _finite(data["steps"]):
+        raise UserInputError(f"{path}: recipe_id must be a string and steps a number")
     return data
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def prediction(consequence: dict, dex: float, reference: str) -> str:
     """The sentence a verdict adds for a dose of ``dex`` (log10 vs ``reference``) on the curve's recipe."""
     where = f"on this recipe only ({consequence['recipe']}, {consequence['steps']} steps)"
-    rho = (consequence["spearman"].get("score") or {}) if isinstance(consequence["spearman"], dict) else {}
+    rho = consequence["spearman"].get("score") or {}
     if rho.get("lo") is None or not rho["lo"] > 0:
         said = (
             "no interval"

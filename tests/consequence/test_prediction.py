@@ -89,6 +89,10 @@ def test_the_report_finds_a_curve_beside_the_study_and_states_the_prediction(stu
         ("[1, 2]", "not a consequence.json (expected a JSON object)"),
         ('{"recipe": "x"}', "not a consequence.json of this version (no recipe_id)"),
         ("{", "unreadable consequence curve"),
+        (json.dumps({**curve(), "threshold": {"below_dex": "low"}}), "threshold.below_dex is 'low'"),
+        (json.dumps({**curve(), "spearman": {"score": {"rho": 1, "lo": True}}}), "spearman.score.lo is True"),
+        (json.dumps({**curve(), "spearman": {"score": [1]}}), "spearman.score must be a JSON object"),
+        (json.dumps({**curve(), "steps": "500"}), "recipe_id must be a string and steps a number"),
         (None, "no such consequence curve file; write one with divergence consequence"),
     ],
 )
