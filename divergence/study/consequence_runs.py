@@ -24,7 +24,7 @@ import torch
 from divergence.analysis import outcome
 from divergence.analysis.consequence import early_doses, probe_shifts, score_shift
 from divergence.study.calibration import LADDER_ROLE, ladder_name
-from divergence.study.consequence import Consequence, ScoreSettings
+from divergence.study.consequence import SCORED, Consequence, ScoreSettings
 
 SCORE_FILE = "score.json"
 SAMPLES_FILE = "samples.safetensors"
@@ -45,7 +45,7 @@ def arm_score(
     path = Path(run) / arm / (SCORE_FILE if final else f"{EARLIER_SCORES}/step_{step:06d}.json")
     wanted = {"step": step, "settings": settings.as_dict()}
     record = _read(path)
-    if record is not None and all(record.get(k) == v for k, v in wanted.items()):
+    if record is not None and all(record.get(k) == v for k, v in wanted.items()) and _whole(record):
         return record, False
     trained = load_trained(run, arm, step, device)
     captions = list(settings.captions)
@@ -177,6 +177,13 @@ def _row(name, role, eps, job, early: dict, scores: dict, probe: dict, where: st
         "probe_shift": probe.get(job.replicate),
         "probe_source": where,
     }
+
+
+def _whole(record: dict) -> bool:
+    """Whether a score record holds every attribute's hits and rate (one written before an attribute
+    existed, or edited, is scored again)."""
+    hits, rates = record.get("hits"), record.get("rates")
+    return isinstance(hits, dict) and isinstance(rates, dict) and all(k in hits and k in rates for k in SCORED)
 
 
 def _read(path: Path) -> dict | None:
