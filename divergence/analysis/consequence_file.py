@@ -100,6 +100,7 @@ def summary_of(consequence: dict | None) -> dict | None:
     keep = ("recipe", "recipe_id", "steps", "threshold", "sentence", "source_file")
     out = {k: consequence.get(k) for k in keep}
     out["spearman"] = (consequence.get("spearman") or {}).get("score")
+    out["convergence"] = (consequence.get("convergence") or {}).get("sentence")
     out["seed_margin"] = ((consequence.get("seed_margin") or {}).get("score") or {}).get("value")
     if isinstance(out["seed_margin"], float) and not math.isfinite(out["seed_margin"]):
         out["seed_margin"] = None

@@ -391,3 +391,22 @@ def spikes_text(pair: PairData) -> str:
             shown = ", ".join(map(str, steps[:12])) + (" …" if len(steps) > 12 else "")
             parts.append(f"arm {arm}: {len(steps)} flagged loss spike(s) at step {shown}")
     return "; ".join(parts) if parts else "No loss spikes flagged in either arm."
+
+
+def consequence_text(analysis: Analysis) -> list[str]:
+    """What the consequence curve the predictions rest on says, when one was given."""
+    c = analysis.consequence
+    if c is None:
+        return []
+    out = [
+        f"Consequence curve ({c.get('recipe')}, recipe {c.get('recipe_id')}, {c.get('steps')} steps): {c.get('sentence')}"
+    ]
+    converged = (c.get("convergence") or {}).get("sentence")
+    return out + ([converged] if converged else [])
+
+
+CONSEQUENCE_CAPTIONS = {
+    "consequence": "early dose against the converged score and probe-loss shifts, every replicate; the seed "
+    "pair's arms over training",
+    "consequence_samples": "what the finished models draw, arm a beside arm b, from the same noises",
+}

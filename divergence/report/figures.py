@@ -178,7 +178,25 @@ def all_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
     for pair in shown_runs(analysis):
         figures[f"heatmap/{pair.name}"] = heatmap(pair, out_dir)
         figures[f"loss/{pair.name}"] = losses(pair, out_dir)
+    figures.update(consequence_figures(analysis.consequence, out_dir))
     return {k: v for k, v in figures.items() if v is not None}
+
+
+CONSEQUENCE_FIGURES = {"consequence": "consequence.png", "consequence_samples": "consequence-samples.png"}
+
+
+def consequence_figures(consequence: dict | None, out_dir: Path) -> dict[str, Path]:
+    """The consequence curve's figures (the curve, the sample grids of both arms), copied from beside
+    its ``consequence.json`` into the report's figures: what a prediction rests on, seen."""
+    import shutil
+
+    if not consequence or not consequence.get("source_file"):
+        return {}
+    folder, copied = Path(consequence["source_file"]).parent, {}
+    for key, name in CONSEQUENCE_FIGURES.items():
+        if (folder / name).is_file():
+            copied[key] = Path(shutil.copyfile(folder / name, out_dir / name))
+    return copied
 
 
 def shown_runs(analysis: Analysis) -> list[PairData]:

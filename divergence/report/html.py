@@ -59,6 +59,9 @@ def render_html(analysis: Analysis, figures: dict[str, Path], generated: str, co
     if analysis.verdicts:
         body += ["<h3>Every estimate</h3>", _table(content.estimates_table(analysis))]
     body += [f"<p>{escape(t)}</p>" for t in content.calibration_text(analysis)]
+    if analysis.consequence is not None:
+        body += ["<h3>What a dose predicts</h3>"] + [f"<p>{escape(t)}</p>" for t in content.consequence_text(analysis)]
+        body += [_figure(figures[k], caption) for k, caption in content.CONSEQUENCE_CAPTIONS.items() if k in figures]
     if router_text(analysis):  # MoE pairs: flip fraction beside E(t)
         body += ["<h3>Router</h3>", _figure(figures.get(ROUTER_FIGURE), CAPTION)]
         body += [f"<p>{escape(t)}</p>" for t in router_text(analysis)]

@@ -34,6 +34,9 @@ def render_markdown(
     if analysis.verdicts:
         lines += ["### Every estimate", "", _table(content.estimates_table(analysis)), ""]
     lines += [*content.calibration_text(analysis), ""]
+    if analysis.consequence is not None:
+        lines += ["### What a dose predicts", "", *content.consequence_text(analysis), ""]
+        lines += [_image(figures.get(k), out_dir, k) for k in content.CONSEQUENCE_CAPTIONS if k in figures] + [""]
     if router_text(analysis):  # MoE pairs: flip fraction beside E(t)
         lines += ["### Router", "", _image(figures.get(ROUTER_FIGURE), out_dir, "router flip fraction"), ""]
         lines += [*router_text(analysis), ""]

@@ -4,6 +4,7 @@ its recipe (``analysis.consequence_file``), and only then."""
 import json
 
 import pytest
+from PIL import Image
 
 from divergence.analysis import analyze, to_summary
 from divergence.analysis.calibration import recipe_identity
@@ -75,9 +76,19 @@ def test_the_report_finds_a_curve_beside_the_study_and_states_the_prediction(stu
     runs = tmp_path / "runs"
     runs.symlink_to(study)
     recipe = load_pairs([runs])[0].recipe
-    (tmp_path / "consequence.json").write_text(json.dumps(curve(below=-1.0, above=0.0, recipe=recipe)))
+    converged = {"convergence": {"sentence": "Convergence, from the seed pair's arms over their 500 steps ..."}}
+    (tmp_path / "consequence.json").write_text(json.dumps({**curve(below=-1.0, above=0.0, recipe=recipe), **converged}))
+    for name in ("consequence.png", "consequence-samples.png"):  # what the curve's command drew
+        Image.new("RGB", (40, 20), (200, 40, 40)).save(tmp_path / name)
     assert main(["report", str(runs), "--out", str(tmp_path / "out"), "--no-wandb"]) == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["consequence"]["convergence"] == converged["convergence"]["sentence"]
+    assert {"consequence", "consequence_samples"} <= set(summary["figures"])
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "### What a dose predicts" in markdown and converged["convergence"]["sentence"] in markdown
+    assert "![consequence_samples](figures/consequence-samples.png)" in markdown
+    assert (tmp_path / "out" / "figures" / "consequence-samples.png").is_file()
+    assert "What a dose predicts" in (tmp_path / "out" / "report.html").read_text()
     assert summary["consequence"]["source_file"] == str(tmp_path / "consequence.json")
     (verdict,) = summary["verdicts"]
     assert "At convergence" in verdict["prediction"] and verdict["headline"].endswith(verdict["prediction"])
