@@ -49,16 +49,12 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="calibration.json (divergence calibrate) for the equivalent gradient-noise "
         "dose (default: OUT/calibration.json when present)",
     )
-    p.add_argument("--no-wandb", action="store_true", help="no wandb: the pair runs do not log to it (log.wandb=false)")
-    from divergence.cli import shared_arms_argument
+    from divergence.cli import pair_runs_options
 
-    shared_arms_argument(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="overrides for every pair (train.max_steps=10) or the study (replicates=3, "
+    pair_runs_options(
+        p,
+        no_wandb="no wandb: the pair runs do not log to it (log.wandb=false)",
+        overrides="overrides for every pair (train.max_steps=10) or the study (replicates=3, "
         "references.precision=pairs/fp16-vs-fp32.yaml)",
     )
     return p

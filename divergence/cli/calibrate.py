@@ -32,16 +32,12 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--replicates", type=int, help="replicates of every pair (default: the recipe's)")
     p.add_argument("--jobs", type=int, help="pairs trained at once (default: the recipe's jobs)")
-    p.add_argument("--no-wandb", action="store_true", help="no wandb: the pair runs do not log to it (log.wandb=false)")
-    from divergence.cli import shared_arms_argument
+    from divergence.cli import pair_runs_options
 
-    shared_arms_argument(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="overrides for every pair (train.lr=1e-4) or the calibration (doses=[1.0e-6,1.0e-4,1.0e-2], "
+    pair_runs_options(
+        p,
+        no_wandb="no wandb: the pair runs do not log to it (log.wandb=false)",
+        overrides="overrides for every pair (train.lr=1e-4) or the calibration (doses=[1.0e-6,1.0e-4,1.0e-2], "
         "horizons=[50,150], references.precision=pairs/fp16-vs-fp32.yaml)",
     )
     return p

@@ -27,16 +27,12 @@ def register(subparsers) -> argparse.ArgumentParser:
         type=int,
         help="pairs trained at once (default: the recipe's jobs; auto = 2 on a CPU with 2+ cores, 1 on a GPU)",
     )
-    p.add_argument("--no-wandb", action="store_true", help="no wandb: neither the pair runs nor the report log to it")
-    from divergence.cli import shared_arms_argument
+    from divergence.cli import pair_runs_options
 
-    shared_arms_argument(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="overrides for every pair (train.lr=1e-4) or the study (base=sd15.yaml, "
+    pair_runs_options(
+        p,
+        no_wandb="no wandb: neither the pair runs nor the report log to it",
+        overrides="overrides for every pair (train.lr=1e-4) or the study (base=sd15.yaml, "
         "study=pairs/fused-adamw.yaml, references.precision=pairs/fp16-vs-fp32.yaml, replicates=5)",
     )
     return p
