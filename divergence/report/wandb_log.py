@@ -139,18 +139,7 @@ def log_report(
     config = dict(summary["settings"])
     if offline:
         config["inputs"] = {a.name: a.digest for a in inputs}
-    run = wandb.init(
-        project=project or target.project,
-        entity=target.entity,
-        dir=target.dir,
-        job_type="report",
-        group=target.group,
-        tags=list(target.tags),
-        name=f"report-{file_stem(out_dir.name)}",
-        config=config,
-        mode=target.mode,
-        settings=wandb.Settings(silent=True),
-    )
+    run = _init(target, project, "report", f"report-{file_stem(out_dir.name)}", config)
     try:
         if not offline:
             for artifact in inputs:
@@ -213,18 +202,8 @@ def log_consequence(result: dict, figures: dict[str, Path], out_dir: Path, proje
     import wandb
 
     target = wandb_target(None, Path(out_dir).resolve().name, ("consequence",), out_dir)
-    run = wandb.init(
-        project=project or target.project,
-        entity=target.entity,
-        dir=target.dir,
-        job_type="consequence",
-        group=target.group,
-        tags=list(target.tags),
-        name=f"consequence-{file_stem(Path(out_dir).name)}",
-        config={k: result[k] for k in ("recipe", "steps", "early", "doses", "replicates", "score")},
-        mode=target.mode,
-        settings=wandb.Settings(silent=True),
-    )
+    config = {k: result[k] for k in ("recipe", "steps", "early", "doses", "replicates", "score")}
+    run = _init(target, project, "consequence", f"consequence-{file_stem(Path(out_dir).name)}", config)
     try:
         run.summary.update(consequence_summary(result))
         rows = [
@@ -245,3 +224,21 @@ def log_consequence(result: dict, figures: dict[str, Path], out_dir: Path, proje
     finally:
         run.finish()
     return str(where)
+
+
+def _init(target, project: str | None, job_type: str, name: str, config: dict):
+    """``wandb.init`` where ``target`` (``wandb_target``) says, silent."""
+    import wandb
+
+    return wandb.init(
+        project=project or target.project,
+        entity=target.entity,
+        dir=target.dir,
+        job_type=job_type,
+        group=target.group,
+        tags=list(target.tags),
+        name=name,
+        config=config,
+        mode=target.mode,
+        settings=wandb.Settings(silent=True),
+    )
