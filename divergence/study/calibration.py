@@ -28,8 +28,7 @@ from pathlib import Path
 
 from divergence.config.yaml_safe import short
 from divergence.errors import RecipeError
-from divergence.config.schema import apply_overrides, load_yaml
-from divergence.study.config import Study, _existing, _pair, precision_auto, study_name
+from divergence.study.config import Study, _pair, precision_auto, read_head, replicates_and_jobs, study_name
 
 CALIBRATION_KEYS = {
     "name",
@@ -66,16 +65,7 @@ def ladder_name(eps: float) -> str:
 def load_calibration(path: str | Path, overrides: list[str] = (), device_type: str = "cpu") -> Calibration:
     """Read a calibration recipe; every problem is a RecipeError naming the key."""
     path = Path(path)
-    data = apply_overrides(load_yaml(path), [o for o in overrides if o.startswith(CALIBRATION_OVERRIDES)])
-    unknown = sorted(set(data) - CALIBRATION_KEYS)
-    if unknown:
-        raise RecipeError(
-            f"{path}: unknown key {unknown[0]!r}; a calibration recipe has {', '.join(sorted(CALIBRATION_KEYS))}"
-        )
-    if "base" not in data:
-        raise RecipeError(f"{path}: missing key 'base' (the run recipe every pair trains, e.g. base: tiny.yaml)")
-    base = _existing(path.parent / str(data["base"]), "base", path)
-    shared = {"base": str(base), "recipe": data.get("recipe") or {}, "tracking": data.get("tracking") or {}}
+    data, _, shared = read_head(path, overrides, CALIBRATION_OVERRIDES, CALIBRATION_KEYS, "calibration")
     doses = _doses(data.get("doses"), path)
     pairs = [
         _pair(
@@ -106,12 +96,8 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
         or not horizons
         or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in horizons)
     ):
-        raise RecipeError(f"{path}: horizons: expected a list of positive step counts, got {horizons!r}")
-    replicates, jobs = data.get("replicates", 3), data.get("jobs", "auto")
-    if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:
-        raise RecipeError(f"{path}: replicates: expected a positive integer, got {replicates!r}")
-    if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
-        raise RecipeError(f"{path}: jobs: expected auto or a positive integer, got {jobs!r}")
+        raise RecipeError(f"{path}: horizons: expected a list of positive step counts, got {short(horizons)}")
+    replicates, jobs = replicates_and_jobs(data, path, 3)
     study = Study(study_name(data, path), tuple(pairs), jobs, path, replicates)
     return Calibration(study, doses, tuple(sorted(set(horizons))))
 

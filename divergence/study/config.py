@@ -119,22 +119,37 @@ class Study:
     base: Path | None = None  # the run recipe every pair trains
 
 
-def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "cpu") -> Study:
-    """Read a study recipe and resolve every pair onto its base; errors name the key."""
-    path = Path(path)
-    data = apply_overrides(load_yaml(path), [o for o in overrides if o.startswith(STUDY_OVERRIDES)])
-    unknown = sorted(map(str, set(data) - STUDY_KEYS))
+def read_head(path: Path, overrides: list[str], prefixes: tuple[str, ...], keys: set[str], kind: str):
+    """``(data, base, shared)`` of a study, calibration or consequence recipe: the file with its own
+    overrides (those starting with ``prefixes``) applied, its keys among ``keys``, its ``base`` found,
+    and what every pair shares (base, recipe changes, tracking)."""
+    data = apply_overrides(load_yaml(path), [o for o in overrides if o.startswith(prefixes)])
+    unknown = sorted(map(str, set(data) - keys))
     if unknown:
-        raise RecipeError(
-            f"{path}: unknown key {short(unknown[0])}; a study recipe has {', '.join(sorted(STUDY_KEYS))}"
-        )
+        raise RecipeError(f"{path}: unknown key {short(unknown[0])}; a {kind} recipe has {', '.join(sorted(keys))}")
     if "base" not in data:
         raise RecipeError(f"{path}: missing key 'base' (the run recipe every pair trains, e.g. base: tiny.yaml)")
     base = _existing(path.parent / str(data["base"]), "base", path)
+    return data, base, {"base": str(base), "recipe": data.get("recipe") or {}, "tracking": data.get("tracking") or {}}
+
+
+def replicates_and_jobs(data: dict, path: Path, replicates: int) -> tuple[int, int | str]:
+    """The recipe's ``replicates`` (default ``replicates``) and ``jobs`` (``auto`` or a count), checked."""
+    count, jobs = data.get("replicates", replicates), data.get("jobs", "auto")
+    if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise RecipeError(f"{path}: jobs: expected auto or a positive integer, got {short(jobs)}")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise RecipeError(f"{path}: replicates: expected a positive integer, got {short(count)}")
+    return count, jobs
+
+
+def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "cpu") -> Study:
+    """Read a study recipe and resolve every pair onto its base; errors name the key."""
+    path = Path(path)
+    data, base, shared = read_head(path, overrides, STUDY_OVERRIDES, STUDY_KEYS, "study")
     numerics = data.get("numerics", "deployment")
     if numerics not in NUMERICS:
         raise RecipeError(f"{path}: numerics: expected one of {', '.join(NUMERICS)}, got {short(numerics)}")
-    shared = {"base": str(base), "recipe": data.get("recipe") or {}, "tracking": data.get("tracking") or {}}
     study = _pair("study", data.get("study"), path, shared)
     pairs = [_in_deployment(study, path) if numerics == "deployment" else study]
     references = data.get("references") or {}
@@ -156,12 +171,7 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
         if spec:
             pairs.append(_pair(role, spec, path, shared, note))
     _check_distinct_names(pairs, path)
-    jobs = data.get("jobs", "auto")
-    if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
-        raise RecipeError(f"{path}: jobs: expected auto or a positive integer, got {short(jobs)}")
-    replicates = data.get("replicates", 1)
-    if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:
-        raise RecipeError(f"{path}: replicates: expected a positive integer, got {short(replicates)}")
+    replicates, jobs = replicates_and_jobs(data, path, 1)
     pretrain = check_pretrain(data.get("pretrain"), str(path))
     return Study(study_name(data, path), tuple(pairs), jobs, path, replicates, pretrain, base)
 

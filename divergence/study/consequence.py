@@ -33,17 +33,17 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from divergence.config.schema import apply_overrides, load_yaml
 from divergence.config.yaml_safe import short
 from divergence.errors import RecipeError
 from divergence.study.calibration import LADDER_ROLE, ladder_name, parse_doses
 from divergence.study.config import (
     Study,
     _check_distinct_names,
-    _existing,
     _in_deployment,
     _pair,
     precision_auto,
+    read_head,
+    replicates_and_jobs,
     study_name,
 )
 
@@ -124,26 +124,13 @@ class Consequence:
 def load_consequence(path: str | Path, overrides: list[str] = (), device_type: str = "cpu") -> Consequence:
     """Read a consequence recipe; every problem is a RecipeError naming the key."""
     path = Path(path)
-    data = apply_overrides(load_yaml(path), [o for o in overrides if o.startswith(CONSEQUENCE_OVERRIDES)])
-    unknown = sorted(map(str, set(data) - CONSEQUENCE_KEYS))
-    if unknown:
-        raise RecipeError(
-            f"{path}: unknown key {short(unknown[0])}; a consequence recipe has {', '.join(sorted(CONSEQUENCE_KEYS))}"
-        )
-    if "base" not in data:
-        raise RecipeError(f"{path}: missing key 'base' (the run recipe every pair trains, e.g. base: tiny.yaml)")
-    base = _existing(path.parent / str(data["base"]), "base", path)
-    shared = {"base": str(base), "recipe": data.get("recipe") or {}, "tracking": data.get("tracking") or {}}
+    data, base, shared = read_head(path, overrides, CONSEQUENCE_OVERRIDES, CONSEQUENCE_KEYS, "consequence")
     doses = parse_doses(data.get("doses"), path, example="[1.0e-4, 1.0e-2, 1.0]")
     pairs = [_ladder_pair(eps, path, shared) for eps in doses]
     pairs += _references(data.get("references"), path, shared, device_type)
     pairs += _rows(data.get("rows", []), path, shared, {p.name for p in pairs if p.role == "precision"})
     _check_distinct_names(pairs, path)
-    replicates, jobs = data.get("replicates", 3), data.get("jobs", "auto")
-    if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:
-        raise RecipeError(f"{path}: replicates: expected a positive integer, got {short(replicates)}")
-    if jobs != "auto" and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
-        raise RecipeError(f"{path}: jobs: expected auto or a positive integer, got {short(jobs)}")
+    replicates, jobs = replicates_and_jobs(data, path, 3)
     study = Study(study_name(data, path), tuple(pairs), jobs, path, replicates, None, base)
     return Consequence(study, doses, _early(data.get("early", list(EARLY_DEFAULT)), path), _score(data, path))
 
