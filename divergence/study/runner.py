@@ -110,9 +110,9 @@ class PairJob:
         training = next((n for arm, n in own if not arm_finished(folder, arm, self.max_steps)), None)
         if training is not None:
             return training
-        return 0 if self.following(folder) else 1
+        return 0 if self.following() else 1
 
-    def following(self, folder: PairFolder | None = None) -> bool:
+    def following(self) -> bool:
         """Whether a borrowed arm is still being trained by its owner (this pair's comparator follows it)."""
         return any(
             not arm_finished(PairFolder(owner.parent), owner.name, self.max_steps) for owner in self.borrowed.values()

@@ -52,6 +52,33 @@ def test_the_default_study_trains_its_shared_arms_once(tmp_path):
     assert json.loads((tmp_path / "arms.json").read_text())["arm_steps"] == steps
 
 
+def test_a_comparator_that_follows_a_lenders_arm_keeps_no_slot(tmp_path):
+    """A borrowing pair whose own arm has finished only follows the lender's arm: it holds no core, so
+    another pair trains beside the lender; once the lender's arm is done it catches up on one."""
+    from divergence.study.runner import FOLLOWERS_PER_CORE, fits
+
+    jobs = _planned(tmp_path, "replicates=1")
+    shared_arms.assign(jobs, tmp_path)
+    borrower = next(j for j in jobs if j.borrowed and len(j.borrowed) < 2 and j.arm_cores)
+    ((borrowed, owner),) = borrower.borrowed.items()
+    own = "b" if borrowed == "a" else "a"
+    lender = next(j for j in jobs if j.out == owner.parent)
+    others = [j for j in jobs if j not in (borrower, lender)]
+
+    def status(folder, state, step):
+        folder.mkdir(parents=True, exist_ok=True)
+        ArmStatus(folder.name, state=state, last_step=step, max_steps=borrower.max_steps).write(folder)
+
+    assert borrower.cores_now() == 1  # its own arm to train, whatever the lender does
+    status(borrower.out / own, "finished", borrower.max_steps)
+    status(owner, "running", 3)
+    assert borrower.following() and borrower.cores_now() == 0
+    assert fits(others[0], [lender, borrower], 2)  # the follower leaves its slot to a training pair
+    assert not fits(others[0], [lender, borrower, *others[1 : 2 * FOLLOWERS_PER_CORE]], 2)  # a cap on processes
+    status(owner, "finished", borrower.max_steps)
+    assert not borrower.following() and borrower.cores_now() == 1  # now it compares the rest: one core
+
+
 def test_a_study_folder_keeps_the_plan_it_started_with(tmp_path):
     jobs = _planned(tmp_path, "replicates=1")
     shared_arms.assign(jobs, tmp_path)
