@@ -64,11 +64,12 @@ def prediction(consequence: dict, dex: float, reference: str) -> str:
     where = f"on this recipe only ({consequence['recipe']}, {consequence['steps']} steps)"
     rho = consequence["spearman"].get("score") or {}
     if rho.get("lo") is None or not rho["lo"] > 0:
-        said = (
-            "no interval"
-            if rho.get("rho") is None
-            else f"Spearman rho {rho['rho']:+.2f} [{rho['lo']:+.2f}, {rho['hi']:+.2f}]"
-        )
+        if rho.get("rho") is None:
+            said = "no rank correlation could be read"
+        elif rho.get("lo") is None or rho.get("hi") is None:
+            said = f"Spearman rho {rho['rho']:+.2f}, without an interval"
+        else:
+            said = f"Spearman rho {rho['rho']:+.2f} [{rho['lo']:+.2f}, {rho['hi']:+.2f}]"
         return (
             f"What this dose means for the finished model is not known: the consequence curve found that "
             f"early dose does not predict the converged score ({said}), measured {where}."

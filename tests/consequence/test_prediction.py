@@ -48,6 +48,10 @@ def test_a_curve_whose_correlation_holds_0_predicts_nothing_whatever_the_dose():
         text = prediction(curve(lo=-0.2), dex, "bf16 vs fp32")
         assert text.startswith("What this dose means for the finished model is not known")
         assert "rho +0.70 [-0.20, +0.90]" in text
+    no_interval = {**curve(), "spearman": {"score": {"rho": 0.7, "lo": None, "hi": None}}}
+    assert "Spearman rho +0.70, without an interval" in prediction(no_interval, -3.0, "bf16")
+    none = {**curve(), "spearman": {"score": {"rho": None, "lo": None, "hi": None}}}
+    assert "no rank correlation could be read" in prediction(none, -3.0, "bf16")
 
 
 def test_the_verdict_and_summary_say_it_for_the_same_recipe_only():
