@@ -53,10 +53,10 @@ def sentence(score: dict, probe: dict, steps: int) -> str:
         return f"the {what} by step {at}{still}: final {fmt(p['final'])}, seed spread {fmt(p['spread'])}"
 
     def pct(x):
-        return f"{100 * x:.1f}%"
+        return "unknown" if x is None else f"{100 * x:.1f}%"
 
     def loss(x):
-        return f"{x:.4f}"
+        return "unknown" if x is None else f"{x:.4f}"
 
     return (
         f"Convergence, from the seed pair's arms over their {steps} steps (within the arms' spread of the final "
