@@ -34,6 +34,7 @@ LONG_FIRST = (
     "tests/study/test_calibrate.py::test_calibrate_trains_the_ladder",
     "tests/study/test_study_process.py",
     "tests/atlas/test_command.py::test_a_tiny_atlas_end_to_end",
+    "tests/consequence/test_consequence.py",  # group chain: 4 pair runs trained, then scored again and again
     "tests/checkpoints/test_dcp.py",  # group gloo_runs
 )
 SHARED_SCOPES = ("session", "package", "module", "class")
