@@ -64,6 +64,28 @@ def shorthand(overrides: list[str], flag: str, key: str, value) -> None:
     overrides.append(f"{key}={value}")
 
 
+def send_to_wandb(send, written: str) -> str | None:
+    """Run ``send()`` (it logs to wandb and returns where the run went) and say where, or, when wandb
+    fails, warn in one line that ``written`` are written anyway (wandb trouble must not hide them);
+    the offline notice names the ``wandb sync`` command."""
+    import os
+
+    from divergence.loggers.wandb_mode import offline_notice, wandb_offline
+
+    offline, mode_env = wandb_offline(), dict(os.environ)  # before wandb.init, which sets WANDB_MODE itself
+    try:
+        where = send()
+    except Exception as err:  # noqa: BLE001 - the files are written; wandb trouble must not hide them
+        print(
+            f"warning: logging to wandb failed ({type(err).__name__}: {err}); {written} are written. "
+            "Use --no-wandb to skip wandb.",
+            file=sys.stderr,
+        )
+        return None
+    print(offline_notice(where, mode_env) if offline else f"wandb: {where}")
+    return where
+
+
 def pair_runs_options(parser: argparse.ArgumentParser, no_wandb: str, overrides: str) -> None:
     """The options every command that trains a study's pair runs ends with (study, atlas, calibrate,
     consequence): ``--no-wandb``, ``--no-shared-arms``, ``--quiet`` and the ``KEY=VALUE`` overrides;

@@ -166,22 +166,10 @@ def _recipe_id(jobs) -> str:
 
 def _log_to_wandb(result: dict, figures: dict, out) -> None:
     """The result to wandb (offline unless configured); trouble there is a warning: the files are written."""
-    import os
-
-    from divergence.loggers.wandb_mode import offline_notice, wandb_offline
+    from divergence.cli import send_to_wandb
     from divergence.report.wandb_log import log_consequence
 
-    offline, mode_env = wandb_offline(), dict(os.environ)  # before wandb.init, which sets WANDB_MODE itself
-    try:
-        where = log_consequence(result, figures, out, None)
-    except Exception as err:  # noqa: BLE001 - the result is written; wandb trouble must not hide it
-        print(
-            f"warning: logging to wandb failed ({type(err).__name__}: {err}); the files are written. "
-            "Use --no-wandb to skip wandb.",
-            file=sys.stderr,
-        )
-        return
-    print(offline_notice(where, mode_env) if offline else f"wandb: {where}")
+    send_to_wandb(lambda: log_consequence(result, figures, out, None), "the files")
 
 
 def table(rows: list[dict]) -> str:

@@ -7,7 +7,6 @@ are, such as a study folder; runs trained elsewhere and copied in work the same.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -95,19 +94,13 @@ def print_report(report) -> None:
 
 
 def log_report_to_wandb(report, project: str | None) -> None:
+    from divergence.cli import send_to_wandb
     from divergence.report.wandb_log import log_report
-    from divergence.loggers.wandb_mode import offline_notice, wandb_offline
 
-    offline, mode_env = wandb_offline(), dict(os.environ)  # before wandb.init, which sets WANDB_MODE itself
-    try:
-        folders = [p.folder for p in report.analysis.pairs if getattr(p, "folder", None)]
-        where = log_report(report.summary, report.figures, report.files, report.out, project, folders)
-    except Exception as err:  # noqa: BLE001 - the report is written; wandb trouble must not hide it
-        print(
-            f"warning: logging to wandb failed ({type(err).__name__}: {err}); the report files are written. "
-            "Use --no-wandb to skip wandb.",
-            file=sys.stderr,
-        )
-        return
-    report.wandb = where
-    print(offline_notice(where, mode_env) if offline else f"wandb: {where}")
+    folders = [p.folder for p in report.analysis.pairs if getattr(p, "folder", None)]
+    where = send_to_wandb(
+        lambda: log_report(report.summary, report.figures, report.files, report.out, project, folders),
+        "the report files",
+    )
+    if where is not None:
+        report.wandb = where
