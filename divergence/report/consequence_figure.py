@@ -3,10 +3,11 @@
 Left: the converged score shift (arm a minus arm b, the hit rate of ``score.attribute``, in
 points) with its paired seed-bootstrap interval; middle: the converged probe-loss shift (relative).
 x: the early dose in dex vs the precision pair (bf16-vs-fp32). Each of these panels' grey band is
-the seed margin (+-m); on the left, dotted lines mark the rungs the threshold lies between. Ladder
-rungs are dots coloured by eps, rows and the precision reference labelled diamonds. Right: the seed
-pair's arms over training (``analysis.plateau``), their mean score and probe loss, each plateau
-step dotted.
+the seed margin (+-m); on the left, dotted lines mark the rungs the threshold lies between, and a
+note counts the runs with no early dose (not drawn). Ladder rungs are dots coloured by eps, rows
+and the precision reference diamonds of a colour each, in one legend under the panels. Right: the
+seed pair's arms over training (``analysis.plateau``), their mean score and probe loss, each
+plateau step dotted and the score's band (final +- the arms' spread) shaded.
 
 ``consequence-samples.png``: what the finished models draw, arm a beside arm b for one replicate of
 the references, the lowest and highest ladder rungs and every row (the first ``SHOWN`` captions of
@@ -41,10 +42,23 @@ def consequence_figure(result: dict, path: Path) -> Path | None:
     for edge in (result["threshold"].get("below_dex"), result["threshold"].get("above_dex")):
         if edge is not None:
             axes[0].axvline(edge, color="black", linestyle=":", linewidth=0.8)
-    axes[0].legend(loc="best", fontsize=7)
+    if len(runs) < len(result["runs"]):
+        axes[0].text(
+            0.99,
+            0.02,
+            f"{len(result['runs']) - len(runs)} run(s) with no early dose not drawn",
+            transform=axes[0].transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color="0.3",
+        )
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(7, len(labels)), fontsize=7, frameon=False)
     _convergence(axes[2], result.get("convergence"))
     fig.suptitle(_title(result), fontsize=9)
-    return save(fig, path, DPI, rect=(0, 0, 1, 0.94))
+    bottom = 0.06 + 0.05 * math.ceil(len(labels) / 7)
+    return save(fig, path, DPI, rect=(0, bottom, 1, 0.94))
 
 
 def _panel(ax, runs: list[dict], key: str, scale: float, margin) -> None:
@@ -55,6 +69,8 @@ def _panel(ax, runs: list[dict], key: str, scale: float, margin) -> None:
     ax.axhline(0.0, color="0.5", linewidth=0.6)
     doses = sorted({r["eps"] for r in runs if r["role"] == "ladder"})
     cmap = colormaps["viridis"]
+    others = list(dict.fromkeys(r["pair"] for r in runs if r["role"] != "ladder"))
+    palette = colormaps["tab10"].colors  # a colour each (viridis is the ladder's)
     labelled = set()
     for r in runs:
         y, err = _y(r, key, scale)
@@ -64,7 +80,7 @@ def _panel(ax, runs: list[dict], key: str, scale: float, margin) -> None:
             colour = cmap(doses.index(r["eps"]) / max(1, len(doses) - 1))
             name, marker = f"eps {r['eps']:g}", "o"
         else:
-            colour, name, marker = ("tab:orange" if r["reference"] else "tab:red"), r["pair"], "D"
+            colour, name, marker = palette[(1 + others.index(r["pair"])) % len(palette)], r["pair"], "D"
         ax.errorbar(
             r["early_dex"],
             y,
@@ -95,6 +111,9 @@ def _convergence(ax, converged: dict | None) -> None:
             axis.plot(p["steps"], [v * scale for v in p["mean"]], color=colour, marker="." if key == "score" else None)
         if p["plateau_step"] is not None:
             axis.axvline(p["plateau_step"], color=colour, linestyle=":", linewidth=0.9)
+        if key == "score" and p.get("final") is not None and p.get("spread") is not None:
+            low, high = (p["final"] - p["spread"]) * scale, (p["final"] + p["spread"]) * scale
+            axis.axhspan(low, high, color=colour, alpha=0.12, linewidth=0)
         axis.set_ylabel(label, color=colour)
 
 
