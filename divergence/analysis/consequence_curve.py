@@ -19,6 +19,11 @@ pair, bf16-vs-fp32; its converged score shift and probe-loss shift, ``analysis.c
   (Efron & Tibshirani 1993) that resamples whole pairs (their replicates kept together, a cluster
   bootstrap: a pair's replicates share its dose and are not independent points). An interval
   that holds 0 says early dose does not predict the converged outcome on this recipe.
+- **Sample distance** beside them (``metrics.sample_distance``): D, how far apart both arms'
+  pictures from the same noises are, against the seed pair's D_S (their mean over replicates), and
+  its rank correlation with early dose, read and stated as the score's. A hit rate moves only when
+  a shape crosses the checker's line; D moves with every pixel, so it can resolve what the score's
+  seed margin hides.
 """
 
 from __future__ import annotations
@@ -116,11 +121,20 @@ def spearman(rows: list[dict], key: str = "score_shift", resamples: int = RESAMP
 
 
 def sentence(
-    threshold_: dict, margin: float, correlation: dict, recipe: str, steps: int, reference: str = "bf16-vs-fp32"
+    threshold_: dict,
+    margin: float,
+    correlation: dict,
+    recipe: str,
+    steps: int,
+    reference: str = "bf16-vs-fp32",
+    distance: dict | None = None,
 ) -> str:
     """The plain statement: what held and what did not, and that it holds on this recipe only;
-    early doses in dex vs ``reference``, the precision pair."""
+    early doses in dex vs ``reference``, the precision pair; ``distance``: the sample distance's
+    ``{"spearman", "seed", "ratios"}`` (its sentence follows the score's)."""
     parts = [_threshold_text(threshold_, margin, reference), _correlation_text(correlation)]
+    if distance is not None:
+        parts.append(_distance_text(distance))
     parts.append(f"Measured on this recipe only ({recipe}, {steps} steps); another recipe needs its own curve.")
     return " ".join(parts)
 
@@ -171,6 +185,42 @@ def _correlation_text(c: dict) -> str:
     return f"Early dose does not predict the converged outcome here: {said}, an interval that includes 0."
 
 
+def _distance_text(d: dict) -> str:
+    c, seed = d["spearman"], d["seed"]
+    if c.get("rho") is None or seed is None:
+        return "The sample distance has too few pair runs or no seed pair to read: no statement on it."
+    said = f"Spearman rho {c['rho']:+.2f}"
+    said += "" if c["lo"] is None else f" [{c['lo']:+.2f}, {c['hi']:+.2f}]"
+    low, high = d["ratios"]
+    head = (
+        f"What the finished models draw from the same noises moved by {low:.2f}x to {high:.2f}x a seed change's "
+        f"sample distance ({seed:.3f}); early dose ranks it with {said}"
+    )
+    if c["lo"] is not None and c["lo"] > 0:
+        return f"{head}: early dose predicts how far the finished model's pictures move."
+    return f"{head}: early dose does not predict it here."
+
+
+def sample_distances(rows: list[dict]) -> dict:
+    """``{"seed", "replicates", "ratios", "spearman"}``: the seed pair's mean sample distance D_S, how many
+    replicates it is over, the smallest and largest D / D_S of the other pair runs with an early dose, and
+    the rank correlation of early dose with D."""
+    seeds = [_shift(r, "sample_distance") for r in rows if r.get("reference") == "seed"]
+    seeds = [v for v in seeds if _finite(v)]
+    seed = float(np.mean(seeds)) if seeds and np.mean(seeds) > 0 else None
+    ratios = [
+        _shift(r, "sample_distance") / seed
+        for r in rows
+        if seed and r.get("reference") != "seed" and _finite(r["early_dex"]) and _finite(_shift(r, "sample_distance"))
+    ]
+    return {
+        "seed": seed,
+        "replicates": len(seeds),
+        "ratios": [min(ratios), max(ratios)] if ratios else None,
+        "spearman": spearman(rows, "sample_distance"),
+    }
+
+
 def _rho(x, y) -> float:
     """Spearman's rho: Pearson's correlation of the average ranks (``scipy.stats.spearmanr``'s
     definition, in numpy: the bootstrap calls it thousands of times); NaN when either side is constant."""
@@ -196,7 +246,8 @@ def _finite(x) -> bool:
 
 def curve(rows: list[dict], recipe: str, steps: int) -> dict:
     """Everything ``consequence.json`` states beside its pair runs: the seed margins (score and probe
-    loss), the ladder's rungs, the threshold, both rank correlations and the sentence."""
+    loss), the ladder's rungs, the threshold, the rank correlations (score, probe loss and, where the
+    runs have it, sample distance), the seed pair's sample distance and the sentence."""
     seeds = [r for r in rows if r.get("reference") == "seed"]
     margins = {
         "score": seed_margin([_shift(r, "score_shift") for r in seeds]),
@@ -206,11 +257,14 @@ def curve(rows: list[dict], recipe: str, steps: int) -> dict:
     ladder = rungs(rows, m)
     found = threshold(ladder, m)
     correlation = {"score": spearman(rows, "score_shift"), "probe": spearman(rows, "probe_shift")}
+    distance = sample_distances(rows) if any("sample_distance" in r for r in rows) else None
+    if distance is not None:
+        correlation["distance"] = distance["spearman"]
     reference = next((r["pair"] for r in rows if r.get("reference") == "precision"), "the precision pair")
     left_out = [
         f"{r['pair']}#{r['replicate']}" for r in rows if r.get("reference") != "seed" and not _finite(r["early_dex"])
     ]
-    said = sentence(found, m, correlation["score"], recipe, steps, reference)
+    said = sentence(found, m, correlation["score"], recipe, steps, reference, distance)
     if left_out:
         said = (
             f"{len(left_out)} pair run(s) had no early dose (no window or valid steps in the early steps, e.g. "
@@ -222,6 +276,7 @@ def curve(rows: list[dict], recipe: str, steps: int) -> dict:
         "ladder": ladder,
         "threshold": found,
         "spearman": correlation,
+        "sample_distance": {k: v for k, v in (distance or {}).items() if k != "spearman"} or None,
         "left_out": left_out,
         "sentence": said,
     }

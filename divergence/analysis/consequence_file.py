@@ -13,6 +13,11 @@ calibration's ``recipe_identity``, run length and seeds left out) then says what
 - above the lowest rung that left it: the curve does not vouch for the finished model;
 - between the two: the threshold's own interval, said as such.
 
+Where the curve's sample distance (how far apart both arms' pictures from the same noises are) is
+ranked by early dose with an interval above 0, the sentence adds what the finished models of the
+curve's pair runs within ``NEAR_DEX`` of the dose drew: their distance as a fraction of a seed
+change's (none near: said so).
+
 Every sentence names the recipe and says it holds on that recipe only. A file for another recipe
 gives a caveat instead.
 """
@@ -27,6 +32,7 @@ from divergence.errors import UserInputError
 
 CONSEQUENCE_FILE = "consequence.json"
 REQUIRED = ("recipe", "recipe_id", "steps", "threshold", "spearman", "seed_margin", "sentence")
+NEAR_DEX = 0.5  # the curve's pair runs this close to a study's dose say what its finished model draws
 
 
 def check_consequence(data, path: Path) -> dict:
@@ -55,12 +61,49 @@ def check_consequence(data, path: Path) -> dict:
     return data
 
 
+def _object(value) -> dict:
+    """``value`` when it is a JSON object, else an empty one (a part a prediction can do without)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def prediction(consequence: dict, dex: float, reference: str) -> str:
     """The sentence a verdict adds for a dose of ``dex`` (log10 vs ``reference``) on the curve's recipe."""
+    return _score_prediction(consequence, dex, reference) + _pictures(consequence, dex)
+
+
+def _pictures(consequence: dict, dex: float) -> str:
+    """What the curve's pair runs near ``dex`` drew, as a fraction of a seed change's sample distance;
+    "" where the curve has no sample distance that early dose ranks."""
+    distance, rho = _object(consequence.get("sample_distance")), _object(consequence["spearman"].get("distance"))
+    seed = distance.get("seed")
+    if not _finite(seed) or seed <= 0 or not all(_finite(rho.get(k)) for k in ("rho", "lo", "hi")) or rho["lo"] <= 0:
+        return ""
+    near = [
+        r["sample_distance"]["value"] / seed
+        for r in consequence.get("runs") or []
+        if isinstance(r, dict)
+        and r.get("reference") != "seed"
+        and _finite(r.get("early_dex"))
+        and abs(r["early_dex"] - dex) <= NEAR_DEX
+        and _finite(_object(r.get("sample_distance")).get("value"))
+    ]
+    ranked = f"early dose ranks that distance, Spearman rho {rho['rho']:+.2f} [{rho['lo']:+.2f}, {rho['hi']:+.2f}]"
+    if not near:
+        return (
+            f" No pair run of the curve lies within {NEAR_DEX} dex of this dose to say what its pictures do ({ranked})."
+        )
+    span = f"{min(near):.2f}x" if len(near) == 1 else f"{min(near):.2f}x-{max(near):.2f}x"
+    return (
+        f" What it draws: the curve's {len(near)} pair run(s) within {NEAR_DEX} dex of this dose drew, from the same "
+        f"noises, pictures {span} as far apart as a seed change's ({ranked})."
+    )
+
+
+def _score_prediction(consequence: dict, dex: float, reference: str) -> str:
     where = f"on this recipe only ({consequence['recipe']}, {consequence['steps']} steps)"
     rho = consequence["spearman"].get("score") or {}
     if rho.get("lo") is None or not rho["lo"] > 0:
@@ -71,7 +114,7 @@ def prediction(consequence: dict, dex: float, reference: str) -> str:
         else:
             said = f"Spearman rho {rho['rho']:+.2f} [{rho['lo']:+.2f}, {rho['hi']:+.2f}]"
         return (
-            f"What this dose means for the finished model is not known: the consequence curve found that "
+            f"What this dose means for the finished model's score is not known: the consequence curve found that "
             f"early dose does not predict the converged score ({said}), measured {where}."
         )
     below, above = consequence["threshold"].get("below_dex"), consequence["threshold"].get("above_dex")
@@ -101,6 +144,8 @@ def summary_of(consequence: dict | None) -> dict | None:
     keep = ("recipe", "recipe_id", "steps", "threshold", "sentence", "source_file")
     out = {k: consequence.get(k) for k in keep}
     out["spearman"] = (consequence.get("spearman") or {}).get("score")
+    out["spearman_distance"] = (consequence.get("spearman") or {}).get("distance")
+    out["seed_distance"] = (consequence.get("sample_distance") or {}).get("seed")
     out["convergence"] = (consequence.get("convergence") or {}).get("sentence")
     out["seed_margin"] = ((consequence.get("seed_margin") or {}).get("score") or {}).get("value")
     if isinstance(out["seed_margin"], float) and not math.isfinite(out["seed_margin"]):

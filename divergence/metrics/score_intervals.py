@@ -52,7 +52,7 @@ def seed_bootstrap(
     """``(rate, low, high)``: the hit rate of ``hits`` (S seeds, N captions) and its percentile
     bootstrap interval over the seeds."""
     rates = _per_seed(hits, "hits")
-    return _bootstrap(rates, confidence, resamples, seed)
+    return bootstrap_mean(rates, confidence, resamples, seed)
 
 
 def paired_seed_bootstrap(
@@ -66,7 +66,7 @@ def paired_seed_bootstrap(
     captions (same starting noises), and its bootstrap interval resampling the seeds of both together."""
     if hits_a.shape != hits_b.shape:
         raise ValueError(f"hits_a, hits_b: shapes differ, {tuple(hits_a.shape)} vs {tuple(hits_b.shape)}")
-    return _bootstrap(_per_seed(hits_a, "hits_a") - _per_seed(hits_b, "hits_b"), confidence, resamples, seed)
+    return bootstrap_mean(_per_seed(hits_a, "hits_a") - _per_seed(hits_b, "hits_b"), confidence, resamples, seed)
 
 
 def _per_seed(hits: torch.Tensor, name: str) -> torch.Tensor:
@@ -75,7 +75,9 @@ def _per_seed(hits: torch.Tensor, name: str) -> torch.Tensor:
     return hits.to(torch.float64).mean(dim=1)
 
 
-def _bootstrap(values: torch.Tensor, confidence: float, resamples: int, seed: int) -> tuple[float, float, float]:
+def bootstrap_mean(
+    values: torch.Tensor, confidence: float = CONFIDENCE, resamples: int = RESAMPLES, seed: int = 0
+) -> tuple[float, float, float]:
     """The mean of ``values`` (S,) and the percentile interval of the means of ``resamples``
     resamples of them with replacement (one CPU generator seeded by ``seed``)."""
     normal_quantile(confidence)  # checks the confidence

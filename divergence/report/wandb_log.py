@@ -179,18 +179,21 @@ CONSEQUENCE_COLUMNS = [
     "shift_lo",
     "shift_hi",
     "probe_shift",
+    "sample_distance",
 ]
 
 
 def consequence_summary(result: dict) -> dict[str, float | str]:
     """``consequence.json``'s statement as flat keys: ``consequence/threshold/below_dex``,
-    ``above_dex``; ``consequence/seed_margin/score``, ``probe``; ``consequence/spearman/<score|probe>/rho,
-    lo, hi``; ``consequence/sentence``."""
+    ``above_dex``; ``consequence/seed_margin/score``, ``probe``; ``consequence/spearman/<score|probe|distance>/rho,
+    lo, hi``; ``consequence/seed_distance``; ``consequence/sentence``."""
     flat = {f"consequence/threshold/{k}": result["threshold"].get(k) for k in ("below_dex", "above_dex")}
     for what in ("score", "probe"):
         flat[f"consequence/seed_margin/{what}"] = result["seed_margin"][what]["value"]
+    for what, correlation in result["spearman"].items():
         for key in ("rho", "lo", "hi"):
-            flat[f"consequence/spearman/{what}/{key}"] = result["spearman"][what].get(key)
+            flat[f"consequence/spearman/{what}/{key}"] = correlation.get(key)
+    flat["consequence/seed_distance"] = (result.get("sample_distance") or {}).get("seed")
     flat["consequence/sentence"] = result["sentence"]
     return {k: v for k, v in flat.items() if v is not None and v == v}  # NaN is no value to log
 
@@ -214,6 +217,7 @@ def log_consequence(result: dict, figures: dict[str, Path], out_dir: Path, proje
                 r["score_shift"]["lo"],
                 r["score_shift"]["hi"],
                 r["probe_shift"],
+                (r.get("sample_distance") or {}).get("value"),
             ]
             for r in result["runs"]
         ]

@@ -23,6 +23,7 @@ import torch
 
 from divergence.analysis import outcome
 from divergence.analysis.consequence import early_doses, probe_shifts, score_shift
+from divergence.metrics.sample_distance import sample_distance
 from divergence.study.calibration import LADDER_ROLE, ladder_name
 from divergence.study.consequence import SCORED, Consequence, ScoreSettings
 
@@ -116,7 +117,8 @@ def _read_samples(path: Path, wanted: dict) -> torch.Tensor | None:
 
 def read_runs(jobs: list, consequence: Consequence, device: str = "cpu") -> tuple[list[dict], dict]:
     """``(rows, counts)``: one row per pair run (``docs/consequence-json.md``), every arm scored
-    (``counts``: arms ``scored`` now and ``reused`` from their ``score.json``)."""
+    (``counts``: arms ``scored`` now and ``reused`` from their ``score.json``) and both arms' kept
+    images compared (``metrics.sample_distance``)."""
     from divergence.report.inputs import load_pair
 
     by_pair = defaultdict(list)
@@ -140,9 +142,9 @@ def read_runs(jobs: list, consequence: Consequence, device: str = "cpu") -> tupl
             for arm in ("a", "b"):
                 scores[arm], now = arm_score(job.out, arm, job.max_steps, consequence.score, device)
                 counts["scored" if now else "reused"] += 1
-            rows.append(
-                _row(name, role, eps_of.get(name), job, early.get(data.replicate, {}), scores, probe, where, what)
-            )
+            images = [arm_samples(job.out, arm, job.max_steps, consequence.score, device) for arm in ("a", "b")]
+            row = _row(name, role, eps_of.get(name), job, early.get(data.replicate, {}), scores, probe, where, what)
+            rows.append({**row, "sample_distance": sample_distance(*images)})
     return rows, counts
 
 

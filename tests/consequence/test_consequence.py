@@ -77,6 +77,11 @@ def test_the_chain_writes_every_pair_run_its_early_dose_scores_and_the_curve(cha
         assert shift["value"] == pytest.approx(r["score_a"] - r["score_b"])
         assert r["probe_source"] == "probe" and r["probe_shift"] is not None
         assert r["score_a_interval"][0] <= r["score_a"] <= r["score_a_interval"][1]
+        distance = r["sample_distance"]  # both arms' kept images, from the same noises
+        assert distance["images"] == 4 and distance["lo"] <= distance["value"] <= distance["hi"]
+    assert runs["seed-vs-seed"]["sample_distance"]["value"] > 0
+    assert result["sample_distance"]["seed"] == runs["seed-vs-seed"]["sample_distance"]["value"]
+    assert "distance" in result["spearman"]
     assert result["seed_margin"]["probe"]["value"] == pytest.approx(abs(runs["seed-vs-seed"]["probe_shift"]))
     assert [rung["eps"] for rung in result["ladder"]] == [0.001, 0.1]
     assert "Measured on this recipe only (consequence, 8 steps)" in result["sentence"]
@@ -253,4 +258,5 @@ def test_the_result_goes_to_an_offline_wandb_run_with_its_table_and_figures(chai
     summary = summary_values(run)
     assert summary["consequence/sentence"] == result["sentence"]
     assert summary["consequence/seed_margin/probe"] == pytest.approx(result["seed_margin"]["probe"]["value"])
+    assert summary["consequence/seed_distance"] == pytest.approx(result["sample_distance"]["seed"])
     assert set(consequence_summary(result)) <= set(summary)

@@ -101,3 +101,27 @@ def test_a_pair_run_without_an_early_dose_is_named_not_dropped_in_silence():
     result = curve(rows, "tiny", 10)
     assert result["left_out"] == ["grad-noise-1.0#0"] and [r["eps"] for r in result["ladder"]] == [1e-3, 1e-2]
     assert result["sentence"].startswith("1 pair run(s) had no early dose") and "grad-noise-1.0#0" in result["sentence"]
+
+
+def with_distance(rows: list[dict], distances: dict[str, float]) -> list[dict]:
+    """The rows with a sample distance per pair (the same for its replicates)."""
+    return [{**r, "sample_distance": {"value": distances[r["pair"]], "lo": 0.0, "hi": 1.0}} for r in rows]
+
+
+def test_a_sample_distance_ranked_by_dose_is_said_beside_a_score_it_does_not_rank():
+    """Shifts that do not follow the dose, pictures that do: the score says no prediction, the distance one."""
+    rows = ladder({1e-3: (-2.0, [0.01, -0.01]), 1e-2: (-1.0, [-0.02, 0.0]), 1e-1: (-0.2, [0.0, 0.01])}) + SEEDS
+    distances = {"grad-noise-0.001": 0.01, "grad-noise-0.01": 0.03, "grad-noise-0.1": 0.08, "seed-vs-seed": 0.1}
+    result = curve(with_distance(rows, distances), "tiny", 10)
+    assert result["spearman"]["distance"]["rho"] == pytest.approx(1.0) and result["spearman"]["distance"]["lo"] > 0
+    assert result["sample_distance"] == {"seed": pytest.approx(0.1), "replicates": 3, "ratios": pytest.approx([0.1, 0.8])}
+    assert "Early dose does not predict the converged outcome here" in result["sentence"]
+    assert "moved by 0.10x to 0.80x a seed change's sample distance (0.100)" in result["sentence"]
+    assert "early dose predicts how far the finished model's pictures move" in result["sentence"]
+    assert result["sentence"].endswith("another recipe needs its own curve.")
+
+
+def test_without_sample_distances_the_curve_says_nothing_of_them():
+    result = curve(ladder({1e-3: (-2.0, [0.0]), 1e-2: (-1.0, [0.01]), 1e-1: (-0.2, [0.02])}) + SEEDS, "tiny", 10)
+    assert result["sample_distance"] is None and "distance" not in result["spearman"]
+    assert "sample distance" not in result["sentence"]

@@ -46,7 +46,7 @@ def test_the_dose_is_placed_against_the_threshold(dex, said):
 def test_a_curve_whose_correlation_holds_0_predicts_nothing_whatever_the_dose():
     for dex in (-5.0, 0.5):
         text = prediction(curve(lo=-0.2), dex, "bf16 vs fp32")
-        assert text.startswith("What this dose means for the finished model is not known")
+        assert text.startswith("What this dose means for the finished model's score is not known")
         assert "rho +0.70 [-0.20, +0.90]" in text
     no_interval = {**curve(), "spearman": {"score": {"rho": 0.7, "lo": None, "hi": None}}}
     assert "Spearman rho +0.70, without an interval" in prediction(no_interval, -3.0, "bf16")
@@ -118,3 +118,28 @@ def test_a_bad_consequence_file_is_one_line_at_exit_2(study, tmp_path, capsys, c
     code = main(["report", str(study), "--out", str(tmp_path / "out"), "--consequence", str(bad), "--no-wandb"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and message in err and str(bad) in err, err
+
+
+def with_pictures(consequence: dict, lo: float = 0.5) -> dict:
+    """``consequence`` with a sample distance ranked by dose (interval from ``lo``) and three runs on it."""
+    runs = [
+        {"pair": "grad-noise-0.001", "reference": None, "early_dex": -2.0, "sample_distance": {"value": 0.02}},
+        {"pair": "reordering", "reference": None, "early_dex": -2.3, "sample_distance": {"value": 0.04}},
+        {"pair": "grad-noise-0.1", "reference": None, "early_dex": 0.0, "sample_distance": {"value": 0.08}},
+        {"pair": "seed-vs-seed", "reference": "seed", "early_dex": None, "sample_distance": {"value": 0.1}},
+    ]
+    spearman = {**consequence["spearman"], "distance": {"rho": 0.9, "lo": lo, "hi": 1.0}}
+    return {**consequence, "runs": runs, "spearman": spearman, "sample_distance": {"seed": 0.1}}
+
+
+def test_what_the_finished_model_draws_is_said_from_the_pair_runs_near_the_dose():
+    text = prediction(with_pictures(curve(lo=-0.2)), -2.1, "bf16 vs fp32")
+    assert text.startswith("What this dose means for the finished model's score is not known")
+    assert text.endswith(
+        "What it draws: the curve's 2 pair run(s) within 0.5 dex of this dose drew, from the same noises, pictures "
+        "0.20x-0.40x as far apart as a seed change's (early dose ranks that distance, Spearman rho +0.90 [+0.50, +1.00])."
+    )
+    assert "No pair run of the curve lies within 0.5 dex" in prediction(with_pictures(curve()), -1.0, "bf16")
+    assert "What it draws" not in prediction(with_pictures(curve(), lo=-0.1), -2.1, "bf16")  # not ranked by dose
+    odd = {**with_pictures(curve()), "sample_distance": [0.1], "runs": "not a list"}  # parts it can do without
+    assert prediction(odd, -2.1, "bf16") == prediction(curve(), -2.1, "bf16")
