@@ -114,7 +114,11 @@ def test_a_sample_distance_ranked_by_dose_is_said_beside_a_score_it_does_not_ran
     distances = {"grad-noise-0.001": 0.01, "grad-noise-0.01": 0.03, "grad-noise-0.1": 0.08, "seed-vs-seed": 0.1}
     result = curve(with_distance(rows, distances), "tiny", 10)
     assert result["spearman"]["distance"]["rho"] == pytest.approx(1.0) and result["spearman"]["distance"]["lo"] > 0
-    assert result["sample_distance"] == {"seed": pytest.approx(0.1), "replicates": 3, "ratios": pytest.approx([0.1, 0.8])}
+    assert result["sample_distance"] == {
+        "seed": pytest.approx(0.1),
+        "replicates": 3,
+        "ratios": pytest.approx([0.1, 0.8]),
+    }
     assert "Early dose does not predict the converged outcome here" in result["sentence"]
     assert "moved by 0.10x to 0.80x a seed change's sample distance (0.100)" in result["sentence"]
     assert "early dose predicts how far the finished model's pictures move" in result["sentence"]
