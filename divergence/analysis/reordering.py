@@ -211,7 +211,36 @@ def with_reordering(
     if not reordering:
         return replace(v, headline=f"{v.headline} {NOT_ASKED}")
     r = against_reordering(study, reordering, seeds, start, min_window, saturated)
-    return replace(v, reordering=r, headline=f"{v.headline} {sentence(r, study[0].label)}")
+    other_batch = batch_caveat(study[0], reordering[0])
+    caveats = v.caveats + (other_batch,) if other_batch else v.caveats
+    return replace(v, reordering=r, headline=f"{v.headline} {sentence(r, study[0].label)}", caveats=caveats)
+
+
+def batch_caveat(x: PairData, r: PairData) -> str | None:
+    """The caveat when the reordering pair R trained on another global batch than X (its pair file fixes
+    one, e.g. 4x4 vs 1x16, whatever the study's recipe sets): R is then a reordering of another
+    training's sums. None when they agree or a recipe does not say."""
+    mine, theirs = global_batch(x.recipe), global_batch(r.recipe)
+    if mine is None or theirs is None or mine == theirs:
+        return None
+    return (
+        f"the reordering yardstick {r.name} trained on a global batch of {theirs}, {x.name} on {mine}: a reordering "
+        f"of another training's sums (give its arms grad-accumulation KxB with K x B = {mine} to read it at this one)"
+    )
+
+
+def global_batch(recipe: dict) -> int | None:
+    """Examples per optimizer step of a resolved recipe: batch_size x data-parallel replicas x accumulate
+    (``training.separate_arm.global_batch``); None when the recipe does not hold them."""
+    train = (recipe or {}).get("train")
+    if not isinstance(train, dict):
+        return None
+    keys = ("batch_size", "accumulate", "devices", "num_nodes", "tensor_parallel")
+    values = [train.get(k, 1 if k != "batch_size" else None) for k in keys]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+        return None
+    batch, accumulate, devices, nodes, tensor = values
+    return batch * (devices * nodes // tensor) * accumulate
 
 
 def sentence(r: Reordering, label: str) -> str:

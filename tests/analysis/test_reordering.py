@@ -182,3 +182,24 @@ def test_too_few_valid_steps_give_no_reading_with_the_reason():
     r, headline = _bug(1e-5, horizon=4)
     assert r["status"] is None and r["read_on"] is None and r["log10"] is None
     assert "no reading: too few tracked steps" in headline
+
+
+def test_a_reordering_yardstick_of_another_global_batch_is_a_caveat_naming_both():
+    """A pair file fixes the yardstick's batch (4x4 vs 1x16) whatever the study's recipe sets: at another
+    global batch it is a reordering of another training's sums, and the verdict says so."""
+    from divergence.analysis.reordering import global_batch
+
+    pairs = dose_study(study=1e-8, precision=1e-5, reordering=5e-9, replicates=2, horizon=200)
+    batches = {"reordering": {"batch_size": 4, "accumulate": 4}, "flash-vs-baseline": {"batch_size": 32}}
+    with_recipes = [dataclasses.replace(p, recipe={"train": batches.get(p.name, {"batch_size": 32})}) for p in pairs]
+    (v,) = analyze(with_recipes, n_boot=20).verdicts
+    assert (
+        "the reordering yardstick reordering trained on a global batch of 16, flash-vs-baseline on 32: a reordering "
+        "of another training's sums (give its arms grad-accumulation KxB with K x B = 32 to read it at this one)"
+    ) in v.caveats
+    same = [dataclasses.replace(p, recipe={"train": {"batch_size": 4, "accumulate": 4}}) for p in pairs]
+    assert not any("global batch" in c for c in analyze(same, n_boot=20).verdicts[0].caveats)
+    assert not any("global batch" in c for c in analyze(pairs, n_boot=20).verdicts[0].caveats)  # recipes silent
+    # data-parallel replicas count, tensor-parallel ranks share theirs
+    assert global_batch({"train": {"batch_size": 4, "devices": 4, "tensor_parallel": 2, "accumulate": 2}}) == 16
+    assert global_batch({"train": {"batch_size": True}}) is None and global_batch({"train": "x"}) is None
