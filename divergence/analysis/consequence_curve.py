@@ -3,11 +3,15 @@
 Read from the pair runs of ``divergence consequence`` (each: its early dose in dex vs the precision
 pair, bf16-vs-fp32; its converged score shift and probe-loss shift, ``analysis.consequence``):
 
-- **Seed margin** m: the seed pair's shifts over its replicates, by the outcome's rule
-  (``outcome.margin``): m = f x sigma_S, sigma_S their standard deviation (ddof 1; with one
-  replicate |shift| stands in, said as a caveat), f = ``SATURATED_FACTOR`` (1: "no larger than a
-  seed change's"). At convergence a pair has had every step to saturate, so its shift is held to
-  the seed spread itself, as the outcome holds a pair saturated at its end.
+- **Seed margin** m: how far a seed change moves the finished model, from the seed pair's shifts
+  s_r over its R replicates: m = f x sqrt(mean_r s_r^2), their root mean square about 0, f =
+  ``SATURATED_FACTOR`` (1: "no larger than a seed change's"). Which seed is arm a is arbitrary, so
+  a seed change's shift has no sign of its own and its size is its spread about 0, not about the
+  replicates' mean: two seed shifts of +7 and +3 points say a seed change moves the score by about
+  5, where their standard deviation (2.6) would say the seed pair is consistent. With one
+  replicate m is its |shift| (said as a caveat). At convergence a pair has had every step to
+  saturate, so its shift is held to the seed spread itself, as the outcome holds a pair saturated
+  at its end.
 - **Within**: a ladder rung stays within the margin when every replicate's |shift| <= m (each
   point inside the band of the figure).
 - **Threshold**: the rungs ordered by early dose (their mean over replicates); the threshold lies
@@ -42,7 +46,8 @@ MIN_POINTS = 3  # a rank correlation of fewer points says nothing
 
 
 def seed_margin(shifts: list[float], factor: float = MARGIN_FACTOR) -> dict:
-    """``{"value", "factor", "replicates", "caveat"}``: m = factor x sigma_S of the finite ``shifts``."""
+    """``{"value", "factor", "replicates", "caveat"}``: m = factor x the root mean square of the finite
+    ``shifts`` (module docstring)."""
     values = [x for x in shifts if x is not None and math.isfinite(x)]
     caveat = None
     if not values:
@@ -51,7 +56,7 @@ def seed_margin(shifts: list[float], factor: float = MARGIN_FACTOR) -> dict:
         value = factor * abs(values[0])
         caveat = "one seed replicate: its |shift| stands in for the seed-to-seed spread; train more replicates"
     else:
-        value = factor * float(np.std(values, ddof=1))
+        value = factor * math.sqrt(float(np.mean(np.square(values))))
     return {"value": value, "factor": factor, "replicates": len(values), "caveat": caveat}
 
 

@@ -36,8 +36,10 @@ SEEDS = [
 ]
 
 
-def test_seed_margin_is_the_seed_pairs_spread_and_one_replicate_stands_in_with_a_caveat():
-    assert seed_margin([0.02, -0.02, 0.0])["value"] == pytest.approx(0.02)  # sd (ddof 1) x 1
+def test_seed_margin_is_the_seed_pairs_spread_about_0_and_one_replicate_stands_in_with_a_caveat():
+    assert seed_margin([0.02, -0.02, 0.0])["value"] == pytest.approx(math.sqrt(0.0008 / 3))  # RMS x 1
+    # a seed change's shift has no sign of its own: two of one sign are its size, not a small spread
+    assert seed_margin([0.071, 0.034])["value"] == pytest.approx(math.sqrt((0.071**2 + 0.034**2) / 2))
     one = seed_margin([-0.03])
     assert one["value"] == pytest.approx(0.03) and "one seed replicate" in one["caveat"]
     assert math.isnan(seed_margin([None, math.nan])["value"])
@@ -84,10 +86,10 @@ def test_spearman_of_shifts_unrelated_to_dose_holds_0_and_the_sentence_says_dose
     assert c["lo"] < 0 < c["hi"] and c["pairs"] == 8
     assert "Early dose does not predict the converged outcome here" in result["sentence"]
     assert "Measured on this recipe only (tiny, 2000 steps)" in result["sentence"]
-    # the threshold: 1e-5 (-5 dex) leaves the margin of 0.02 already
+    # the threshold: 1e-5 (-5 dex) leaves the margin of 0.016 (the RMS of 0.02, -0.02, 0) already
     assert result["threshold"]["below_dex"] is None
     assert "Even the lowest ladder rung (-5.00 dex vs the precision pair)" in result["sentence"]
-    assert result["seed_margin"]["probe"]["value"] == pytest.approx(0.01)
+    assert result["seed_margin"]["probe"]["value"] == pytest.approx(math.sqrt(0.0002 / 3))
 
 
 def test_too_few_or_tied_points_give_no_correlation_and_say_why():
