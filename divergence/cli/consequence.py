@@ -73,7 +73,7 @@ def run(args) -> int:
         print(
             f"trained {trained} pair run(s), {len(jobs) - trained} finished before ({time.monotonic() - started:.0f} s)"
         )
-        result, figures = _measure(jobs, consequence, steps, device)
+        result, figures = _measure(jobs, consequence, steps, device, parallel, quiet=args.quiet)
     print(table(result["runs"]))
     print(result["convergence"]["sentence"])
     print(result["sentence"])
@@ -113,24 +113,29 @@ def _plan(args, out, device: str):
     return consequence, jobs, pair_overrides
 
 
-def _measure(jobs, consequence, steps: int, device: str) -> tuple[dict, dict]:
-    """Phases 2 and 3: read and score every pair run, then write consequence.json and the figures:
-    ``(result, {"curve": png, "samples": png})``."""
+def _measure(jobs, consequence, steps: int, device: str, workers: int = 1, quiet: bool = False) -> tuple[dict, dict]:
+    """Phases 2 and 3: score every arm (in ``workers`` processes) and read every pair run, then write
+    consequence.json and the figures: ``(result, {"curve": png, "samples": png})``."""
     from divergence.analysis.consequence_curve import curve
     from divergence.report.consequence_figure import consequence_figure, samples_figure
     from divergence.analysis.plateau import plateau
     from divergence.analysis.plateau import sentence as plateau_sentence
-    from divergence.study.consequence_runs import read_runs, sample_panels, seed_pair_series
+    from divergence.study.consequence_runs import read_runs, sample_panels, score_all, score_tasks, seed_pair_series
     from divergence.tables import write_json
 
     out = jobs[0].out.parent.parent
     started = time.monotonic()
+    tasks = score_tasks(jobs, consequence)
+    if tasks:
+        print(f"scoring {len(tasks)} arm weights file(s), {min(workers, len(tasks))} at a time")
+    score_all(tasks, workers, device, progress=(lambda line: None) if quiet else print)
+    scored = sum(final for *_, final in tasks)
     rows, counts = read_runs(jobs, consequence, device)
     score_series, probe_series = seed_pair_series(jobs, consequence, device)
     converged = {"score": plateau(score_series), "probe": plateau(probe_series)}
     converged["sentence"] = plateau_sentence(converged["score"], converged["probe"], steps)
     print(
-        f"scored {counts['scored']} arm(s), {counts['reused']} read back from score.json "
+        f"scored {scored} arm(s), {counts['scored'] + counts['reused'] - scored} read back from score.json "
         f"({time.monotonic() - started:.0f} s)"
     )
     score = consequence.score

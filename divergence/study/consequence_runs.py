@@ -43,10 +43,9 @@ def arm_score(
     from divergence.tables import write_json
     from divergence.training.sample_score import draw, load_trained, score_samples
 
-    path = Path(run) / arm / (SCORE_FILE if final else f"{EARLIER_SCORES}/step_{step:06d}.json")
-    wanted = {"step": step, "settings": settings.as_dict()}
+    path, wanted = _score_file(run, arm, step, final), {"step": step, "settings": settings.as_dict()}
     record = _read(path)
-    if record is not None and all(record.get(k) == v for k, v in wanted.items()) and _whole(record):
+    if _holds(record, wanted):
         return record, False
     trained = load_trained(run, arm, step, device)
     captions = list(settings.captions)
@@ -68,6 +67,98 @@ def arm_score(
         path.parent.mkdir(exist_ok=True)
     write_json(path, record)
     return record, True
+
+
+def _score_file(run: Path, arm: str, step: int, final: bool) -> Path:
+    return Path(run) / arm / (SCORE_FILE if final else f"{EARLIER_SCORES}/step_{step:06d}.json")
+
+
+def _holds(record: dict | None, wanted: dict) -> bool:
+    """Whether a score record was read at ``wanted``'s step with its settings, whole."""
+    return record is not None and all(record.get(k) == v for k, v in wanted.items()) and _whole(record)
+
+
+def score_tasks(jobs: list, consequence: Consequence) -> list[tuple]:
+    """The scores phase 2 reads that no score file holds yet, each ``(run, arm, step, settings, final)``
+    as ``arm_score`` takes them: every arm at its pair run's last step, and the seed pair's arms at
+    their earlier weights files (``seed_pair_series``); an arm several pair runs share once."""
+    from dataclasses import replace
+
+    from divergence.training.sample_score import weight_steps
+
+    early = replace(consequence.score, seeds=consequence.score.seeds[:PLATEAU_SEEDS])
+    tasks, seen = [], set()
+    for job in jobs:
+        for arm in ("a", "b"):
+            folder = (job.out / arm).resolve()
+            if folder in seen:
+                continue
+            seen.add(folder)
+            wanted = [(job.max_steps, consequence.score, True)]
+            if job.pair.role == "seed":
+                every = _checkpoint_every(job.out)
+                wanted += [
+                    (s, early, False) for s in weight_steps(job.out / arm) if s % every == 0 and s != job.max_steps
+                ]
+            for step, settings, final in wanted:
+                if not _holds(
+                    _read(_score_file(job.out, arm, step, final)), {"step": step, "settings": settings.as_dict()}
+                ):
+                    tasks.append((job.out, arm, step, settings, final))
+    return tasks
+
+
+def score_all(tasks: list[tuple], workers: int, device: str = "cpu", progress=print) -> None:
+    """Score ``tasks`` (``score_tasks``) in ``workers`` processes of one thread each (sampling is
+    CPU-bound: two processes on two cores score twice as fast as one of two threads); each writes its
+    own score file atomically, so an interrupted phase keeps what was scored. ``progress`` gets a line
+    per score."""
+    import time
+
+    started = time.monotonic()
+
+    def report(i: int, task: tuple) -> None:
+        run, arm, step = task[:3]
+        progress(
+            f"scored {i}/{len(tasks)}: {run.parent.name}/{run.name}/{arm} at step {step} ({time.monotonic() - started:.0f} s)"
+        )
+
+    if workers <= 1 or len(tasks) <= 1:
+        for i, task in enumerate(tasks, 1):
+            _score(task, device)
+            report(i, task)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    context = multiprocessing.get_context("spawn")  # the parent's torch thread pool is not forked
+    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=context, initializer=_one_thread) as pool:
+        futures = {pool.submit(_score, task, device): task for task in tasks}
+        try:
+            for i, done in enumerate(as_completed(futures), 1):
+                done.result()
+                report(i, futures[done])
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def _score(task: tuple, device: str) -> None:
+    run, arm, step, settings, final = task
+    arm_score(run, arm, step, settings, device, final)
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _checkpoint_every(run: Path) -> int:
+    """The pair run's ``train.checkpoint_every`` (the cadence of its weights files the plateau reads)."""
+    from divergence.report.inputs import load_pair
+
+    recipe = load_pair(run).recipe or {}
+    return max(1, int((recipe.get("train") or {}).get("checkpoint_every") or 1))
 
 
 def arm_samples(run: Path, arm: str, step: int, settings: ScoreSettings, device: str = "cpu") -> torch.Tensor:
@@ -236,7 +327,7 @@ def seed_pair_series(jobs: list, consequence: Consequence, device: str = "cpu") 
     score, probe, seen = {}, {}, set()
     for job in (j for j in jobs if j.pair.role == "seed"):
         data = load_pair(job.out)
-        every = max(1, int(((data.recipe or {}).get("train") or {}).get("checkpoint_every") or 1))
+        every = _checkpoint_every(job.out)
         for arm in ("a", "b"):
             folder = (job.out / arm).resolve()
             if folder in seen:
