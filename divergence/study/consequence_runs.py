@@ -81,7 +81,7 @@ def _holds(record: dict | None, wanted: dict) -> bool:
 def score_tasks(jobs: list, consequence: Consequence) -> list[tuple]:
     """The scores phase 2 reads that no score file holds yet, each ``(run, arm, step, settings, final)``
     as ``arm_score`` takes them: every arm at its pair run's last step, and the seed pair's arms at
-    their earlier weights files (``seed_pair_series``); an arm several pair runs share once."""
+    their earlier weights files (``seed_pair_series``); a file of an arm several pair runs share once."""
     from dataclasses import replace
 
     from divergence.training.sample_score import weight_steps
@@ -90,10 +90,6 @@ def score_tasks(jobs: list, consequence: Consequence) -> list[tuple]:
     tasks, seen = [], set()
     for job in jobs:
         for arm in ("a", "b"):
-            folder = (job.out / arm).resolve()
-            if folder in seen:
-                continue
-            seen.add(folder)
             wanted = [(job.max_steps, consequence.score, True)]
             if job.pair.role == "seed":
                 every = _checkpoint_every(job.out)
@@ -101,9 +97,11 @@ def score_tasks(jobs: list, consequence: Consequence) -> list[tuple]:
                     (s, early, False) for s in weight_steps(job.out / arm) if s % every == 0 and s != job.max_steps
                 ]
             for step, settings, final in wanted:
-                if not _holds(
-                    _read(_score_file(job.out, arm, step, final)), {"step": step, "settings": settings.as_dict()}
-                ):
+                file = _score_file(job.out, arm, step, final)
+                if file.resolve() in seen:
+                    continue
+                seen.add(file.resolve())
+                if not _holds(_read(file), {"step": step, "settings": settings.as_dict()}):
                     tasks.append((job.out, arm, step, settings, final))
     return tasks
 

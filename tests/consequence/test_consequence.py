@@ -88,6 +88,8 @@ def test_the_chain_writes_every_pair_run_its_early_dose_scores_and_the_curve(cha
     assert result["precision_reference"] == "bf16-vs-fp32" and "dex vs bf16-vs-fp32" in result["sentence"]
     assert result["sentence"] in printed and (out / "consequence.png").stat().st_size > 10_000
     assert "scored 5 arm(s), 3 read back from score.json" in printed  # 8 arms of 4 pair runs, 5 trainings
+    # scored in 2 processes: the 5 trainings' last weights and the seed pair's earlier ones (0 and 4 of each arm)
+    assert "scoring 9 arm weights file(s), 2 at a time" in printed
     # the seed pair's two arms over training: their weights files at 4 and 8 (and 0 where kept) scored
     converged = result["convergence"]
     assert converged["score"]["arms"] == 2 and converged["score"]["steps"][-2:] == [4, 8]
