@@ -4,9 +4,9 @@ Phase 1 trains every pair run of a consequence recipe (``recipes/consequence.yam
 ladder, real rows, the seed and precision references, to convergence) like ``divergence calibrate``
 (side by side, arms shared; finished runs are not trained again, interrupted ones resume). Phase 2
 reads each pair run (``study.consequence_runs``): its early dose, each arm's sample score (scored
-once into ``<pair run>/<arm>/score.json``) and its score and probe-loss shifts. Phase 3 writes
-``DIR/consequence.json`` (``analysis.consequence_curve``: the seed margin, the threshold, the rank
-correlation and the sentence), ``DIR/consequence.png`` and prints the table.
+once into ``<pair run>/<arm>/score.json``, ``--jobs`` arms at a time) and its score and probe-loss
+shifts. Phase 3 writes ``DIR/consequence.json`` (``analysis.consequence_curve``: the seed margin,
+the threshold, the rank correlation and the sentence), ``DIR/consequence.png`` and prints the table.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="folder: OUT/<pair>/r<replicate> per pair run, consequence.json")
     p.add_argument("--max-steps", type=int, help="the same as train.max_steps=N, for every pair (the run's length)")
     p.add_argument("--replicates", type=int, help="replicates of every pair (default: the recipe's)")
-    p.add_argument("--jobs", type=int, help="pairs trained at once (default: the recipe's jobs)")
+    p.add_argument("--jobs", type=int, help="pairs trained, then arms scored, at once (default: the recipe's jobs)")
     from divergence.cli import pair_runs_options
 
     pair_runs_options(
