@@ -84,6 +84,7 @@ def score_tasks(jobs: list, consequence: Consequence) -> list[tuple]:
     their earlier weights files (``seed_pair_series``); a file of an arm several pair runs share once."""
     from dataclasses import replace
 
+    from divergence.report.inputs import load_pair
     from divergence.training.sample_score import weight_steps
 
     early = replace(consequence.score, seeds=consequence.score.seeds[:PLATEAU_SEEDS])
@@ -92,15 +93,15 @@ def score_tasks(jobs: list, consequence: Consequence) -> list[tuple]:
         for arm in ("a", "b"):
             wanted = [(job.max_steps, consequence.score, True)]
             if job.pair.role == "seed":
-                every = _checkpoint_every(job.out)
+                every = _checkpoint_every(load_pair(job.out).recipe)
                 wanted += [
                     (s, early, False) for s in weight_steps(job.out / arm) if s % every == 0 and s != job.max_steps
                 ]
             for step, settings, final in wanted:
                 file = _score_file(job.out, arm, step, final)
-                if file.resolve() in seen:
+                if (where := file.resolve()) in seen:
                     continue
-                seen.add(file.resolve())
+                seen.add(where)
                 if not _holds(_read(file), {"step": step, "settings": settings.as_dict()}):
                     tasks.append((job.out, arm, step, settings, final))
     return tasks
@@ -108,9 +109,8 @@ def score_tasks(jobs: list, consequence: Consequence) -> list[tuple]:
 
 def score_all(tasks: list[tuple], workers: int, device: str = "cpu", progress=print) -> None:
     """Score ``tasks`` (``score_tasks``) in ``workers`` processes of one thread each (sampling is
-    CPU-bound: two processes on two cores score twice as fast as one of two threads); each writes its
-    own score file atomically, so an interrupted phase keeps what was scored. ``progress`` gets a line
-    per score."""
+    CPU-bound Python and torch: one process per core); each writes its own score file atomically, so
+    an interrupted phase keeps what was scored. ``progress`` gets a line per score."""
     import time
 
     started = time.monotonic()
@@ -151,12 +151,9 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _checkpoint_every(run: Path) -> int:
-    """The pair run's ``train.checkpoint_every`` (the cadence of its weights files the plateau reads)."""
-    from divergence.report.inputs import load_pair
-
-    recipe = load_pair(run).recipe or {}
-    return max(1, int((recipe.get("train") or {}).get("checkpoint_every") or 1))
+def _checkpoint_every(recipe: dict | None) -> int:
+    """A pair run's ``train.checkpoint_every`` (the cadence of its weights files the plateau reads)."""
+    return max(1, int(((recipe or {}).get("train") or {}).get("checkpoint_every") or 1))
 
 
 def arm_samples(run: Path, arm: str, step: int, settings: ScoreSettings, device: str = "cpu") -> torch.Tensor:
@@ -325,7 +322,7 @@ def seed_pair_series(jobs: list, consequence: Consequence, device: str = "cpu") 
     score, probe, seen = {}, {}, set()
     for job in (j for j in jobs if j.pair.role == "seed"):
         data = load_pair(job.out)
-        every = _checkpoint_every(job.out)
+        every = _checkpoint_every(data.recipe)
         for arm in ("a", "b"):
             folder = (job.out / arm).resolve()
             if folder in seen:

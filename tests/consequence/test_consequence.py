@@ -172,9 +172,8 @@ def test_a_run_killed_while_scoring_leaves_whole_scores_and_its_rerun_finishes_t
         return real(*args, **kwargs)
 
     monkeypatch.setattr(sample_score, "score_samples", stop_at_the_second)
-    assert (
-        main(["consequence", "--out", str(out), *TINY, "--jobs", "1"]) == 130
-    )  # scored in this process  # "interrupted", as a shell says
+    code = main(["consequence", "--out", str(out), *TINY, "--jobs", "1"])  # scored in this process
+    assert code == 130  # "interrupted", as a shell says
     # the first written whole, the second (stale) not rewritten: every file reads whole
     assert (lost[0] / "score.json").is_file() and json.loads((lost[1] / "score.json").read_text()) == stale
     for path in out.glob("*/r0/*/score.json"):
