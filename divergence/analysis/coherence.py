@@ -26,7 +26,6 @@ from divergence.analysis.replicates import pool
 
 DRIFT_SHARE = 0.5  # coherent share of the error's energy from which the error "drifts"
 WANDER_SHARE = 0.1  # coherent share below which it "wanders"
-READINGS = ("drifts", "wanders", "undecided")
 
 
 def run_coherence(folder) -> dict | None:

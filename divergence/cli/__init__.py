@@ -86,21 +86,6 @@ def send_to_wandb(send, written: str) -> str | None:
     return where
 
 
-def pair_runs_options(parser: argparse.ArgumentParser, no_wandb: str, overrides: str) -> None:
-    """The options every command that trains a study's pair runs ends with (study, atlas, calibrate,
-    consequence): ``--no-wandb``, ``--no-shared-arms``, ``--quiet`` and the ``KEY=VALUE`` overrides;
-    ``no_wandb`` and ``overrides`` say what they reach in that command."""
-    parser.add_argument("--no-wandb", action="store_true", help=no_wandb)
-    parser.add_argument(
-        "--no-shared-arms",
-        action="store_true",
-        help="train every pair both its arms (the pair-by-pair plan); by default an arm several pairs of a "
-        "replicate share is trained once (docs/pair-folder.md, Shared arms)",
-    )
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=overrides)
-
-
 def chosen_folder(args: argparse.Namespace) -> str:
     """``DIR`` or ``--out DIR`` (one of them, or both the same), refused in one line otherwise."""
     given = {str(f) for f in (args.dir, args.out_flag) if f is not None}

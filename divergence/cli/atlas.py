@@ -49,7 +49,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="calibration.json (divergence calibrate) for the equivalent gradient-noise "
         "dose (default: OUT/calibration.json when present)",
     )
-    from divergence.cli import pair_runs_options
+    from divergence.cli.pair_runs import pair_runs_options
 
     pair_runs_options(
         p,

@@ -11,7 +11,6 @@ docs/method.md ("Calibration: a known dose") as a value and pass/fail.
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -32,7 +31,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--replicates", type=int, help="replicates of every pair (default: the recipe's)")
     p.add_argument("--jobs", type=int, help="pairs trained at once (default: the recipe's jobs)")
-    from divergence.cli import pair_runs_options
+    from divergence.cli.pair_runs import pair_runs_options
 
     pair_runs_options(
         p,
@@ -49,27 +48,14 @@ def run(args) -> int:
     from divergence.extras import require
 
     require("train", "lightning", "diffusers", "transformers")
-    from divergence.study.runner import device_type, parallel_jobs
-    from divergence.cli import shorthand
-    from divergence.errors import UserInputError
-    from divergence.study import PairFailed, run_jobs
+    from divergence.cli.pair_runs import split_overrides, train
     from divergence.study.calibration import CALIBRATION_OVERRIDES, load_calibration
     from divergence.study.lock import study_lock
-    from divergence.study.runner import plan_jobs, write_recipes
+    from divergence.study.runner import device_type, parallel_jobs, plan_jobs
 
-    for flag, value in (("--max-steps", args.max_steps), ("--replicates", args.replicates)):
-        if value is not None and value < 1:
-            raise UserInputError(f"{flag} {value}: must be >= 1")
     device = device_type()
-    overrides = list(args.overrides)
-    if args.replicates is not None:
-        shorthand(overrides, "--replicates", "replicates", args.replicates)
+    overrides, pair_overrides = split_overrides(args, CALIBRATION_OVERRIDES)
     calibration = load_calibration(args.recipe or _default_recipe(), overrides, device)
-    pair_overrides = [o for o in args.overrides if not o.startswith(CALIBRATION_OVERRIDES)]
-    if args.max_steps is not None:
-        shorthand(pair_overrides, "--max-steps", "train.max_steps", args.max_steps)
-    if args.no_wandb:
-        shorthand(pair_overrides, "--no-wandb", "log.wandb", "false")
     out = Path(args.out)
     jobs = plan_jobs(calibration.study, out, pair_overrides)  # every recipe checked; nothing written yet
     parallel = parallel_jobs(args.jobs, calibration.study.jobs, device, len(jobs))
@@ -81,12 +67,9 @@ def run(args) -> int:
             f"{' beside ' + ', '.join(references) if references else ''}, {calibration.study.replicates} "
             f"replicate(s): {len(jobs)} pair runs, {parallel} at a time, into {out}"
         )
-        write_recipes(jobs)
-        try:
-            run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet, shared=not args.no_shared_arms)
-        except PairFailed as err:
-            print(f"divergence calibrate: error: {err}", file=sys.stderr)
-            return 2 if err.exit_code == 2 else 1
+        failed = train("calibrate", jobs, pair_overrides, parallel, args)
+        if failed is not None:
+            return failed
         result = evaluate_ladder(jobs, calibration.doses, horizons)
         from divergence.tables import write_json
 

@@ -12,7 +12,6 @@ the threshold, the rank correlation and the sentence), ``DIR/consequence.png`` a
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 
@@ -31,7 +30,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, help="the same as train.max_steps=N, for every pair (the run's length)")
     p.add_argument("--replicates", type=int, help="replicates of every pair (default: the recipe's)")
     p.add_argument("--jobs", type=int, help="pairs trained, then arms scored, at once (default: the recipe's jobs)")
-    from divergence.cli import pair_runs_options
+    from divergence.cli.pair_runs import pair_runs_options
 
     pair_runs_options(
         p,
@@ -48,9 +47,9 @@ def run(args) -> int:
     from divergence.extras import require
 
     require("train", "lightning", "diffusers", "transformers")
-    from divergence.study import PairFailed, run_jobs
+    from divergence.cli.pair_runs import train
     from divergence.study.lock import study_lock
-    from divergence.study.runner import device_type, parallel_jobs, write_recipes
+    from divergence.study.runner import device_type, parallel_jobs
 
     device, out = device_type(), Path(args.out)
     consequence, jobs, pair_overrides = _plan(args, out, device)
@@ -62,13 +61,10 @@ def run(args) -> int:
             f"{len({j.pair.name for j in jobs})} pairs, {consequence.study.replicates} replicate(s): {len(jobs)} "
             f"pair runs of {steps} steps, {parallel} at a time, into {out}"
         )
-        write_recipes(jobs)
         started = time.monotonic()
-        try:
-            run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet, shared=not args.no_shared_arms)
-        except PairFailed as err:
-            print(f"divergence consequence: error: {err}", file=sys.stderr)
-            return 2 if err.exit_code == 2 else 1
+        failed = train("consequence", jobs, pair_overrides, parallel, args)
+        if failed is not None:
+            return failed
         trained = sum(not j.skipped for j in jobs)
         print(
             f"trained {trained} pair run(s), {len(jobs) - trained} finished before ({time.monotonic() - started:.0f} s)"
@@ -86,23 +82,13 @@ def run(args) -> int:
 def _plan(args, out, device: str):
     """``(consequence, jobs, pair overrides)``: the recipe read and every pair run's recipe checked, the
     early window within the run; nothing written yet (a mistake is one line, exit 2)."""
-    from divergence.cli import shorthand
+    from divergence.cli.pair_runs import split_overrides
     from divergence.errors import UserInputError
     from divergence.study.consequence import CONSEQUENCE_OVERRIDES, load_consequence
     from divergence.study.runner import plan_jobs
 
-    for flag, value in (("--max-steps", args.max_steps), ("--replicates", args.replicates)):
-        if value is not None and value < 1:
-            raise UserInputError(f"{flag} {value}: must be >= 1")
-    overrides = list(args.overrides)
-    if args.replicates is not None:
-        shorthand(overrides, "--replicates", "replicates", args.replicates)
+    overrides, pair_overrides = split_overrides(args, CONSEQUENCE_OVERRIDES)
     consequence = load_consequence(args.recipe or _default_recipe(), overrides, device)
-    pair_overrides = [o for o in args.overrides if not o.startswith(CONSEQUENCE_OVERRIDES)]
-    if args.max_steps is not None:
-        shorthand(pair_overrides, "--max-steps", "train.max_steps", args.max_steps)
-    if args.no_wandb:
-        shorthand(pair_overrides, "--no-wandb", "log.wandb", "false")
     jobs = plan_jobs(consequence.study, out, pair_overrides)
     steps = min(j.max_steps for j in jobs)
     if consequence.early[1] > steps:

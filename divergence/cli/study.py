@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -27,7 +26,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         type=int,
         help="pairs trained at once (default: the recipe's jobs; auto = 2 on a CPU with 2+ cores, 1 on a GPU)",
     )
-    from divergence.cli import pair_runs_options
+    from divergence.cli.pair_runs import pair_runs_options
 
     pair_runs_options(
         p,
@@ -45,30 +44,18 @@ def run(args) -> int:
 
     require("train", "lightning", "diffusers", "transformers")
     require("report", "matplotlib", "scipy")
+    from divergence.cli.pair_runs import split_overrides, train
     from divergence.cli.report import log_report_to_wandb, print_report
-    from divergence.cli import shorthand
-    from divergence.errors import UserInputError
     from divergence.report import build_report
-    from divergence.study import PairFailed, load_study, run_jobs
+    from divergence.study import load_study
     from divergence.study.config import STUDY_OVERRIDES, fine_tuned
     from divergence.study.pretrain import ensure_pretrained
     from divergence.study.lock import study_lock
-    from divergence.study.runner import device_type, parallel_jobs, plan_jobs, write_recipes
+    from divergence.study.runner import device_type, parallel_jobs, plan_jobs
 
-    if args.max_steps is not None and args.max_steps < 1:
-        raise UserInputError(f"--max-steps {args.max_steps}: must be >= 1")
-    if args.replicates is not None and args.replicates < 1:
-        raise UserInputError(f"--replicates {args.replicates}: must be >= 1")
     device = device_type()
-    study_overrides = list(args.overrides)
-    if args.replicates is not None:
-        shorthand(study_overrides, "--replicates", "replicates", args.replicates)
+    study_overrides, pair_overrides = split_overrides(args, STUDY_OVERRIDES)
     study = load_study(args.recipe or _default_recipe(), study_overrides, device)
-    pair_overrides = [o for o in args.overrides if not o.startswith(STUDY_OVERRIDES)]
-    if args.max_steps is not None:
-        shorthand(pair_overrides, "--max-steps", "train.max_steps", args.max_steps)
-    if args.no_wandb:
-        shorthand(pair_overrides, "--no-wandb", "log.wandb", "false")
     out = Path(args.out)
     study = fine_tuned(study, out)  # with pretrain: every pair starts from OUT/pretrained
     jobs = plan_jobs(study, out, pair_overrides)  # every recipe checked; nothing written yet
@@ -83,12 +70,9 @@ def run(args) -> int:
             print(f"note: {name}: {note}")
         if study.pretrain is not None:
             ensure_pretrained(study.base, study.pretrain, out, quiet=args.quiet, runs=[j.out for j in jobs])
-        write_recipes(jobs)
-        try:
-            run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet, shared=not args.no_shared_arms)
-        except PairFailed as err:
-            print(f"divergence study: error: {err}", file=sys.stderr)
-            return 2 if err.exit_code == 2 else 1
+        failed = train("study", jobs, pair_overrides, parallel, args)
+        if failed is not None:
+            return failed
         report = build_report([job.out for job in jobs], out)  # this study's runs: OUT/<pair>/r<replicate>
     print_report(report)
     if not args.no_wandb:

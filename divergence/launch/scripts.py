@@ -43,7 +43,6 @@ from divergence.pairfolder.layout import ARMS
 from divergence.recipe.names import check_name
 from divergence.config.yaml_safe import short
 
-SCHEDULERS = ("slurm", "torchrun")
 # What a value in an #SBATCH line may hold: what SLURM's values use (partitions, times, memory,
 # constraints such as a100&nvlink, node lists such as node[01-04], paths), and nothing that ends
 # the line or changes how sbatch splits it (whitespace, quotes, backslash, #).

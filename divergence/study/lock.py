@@ -1,14 +1,11 @@
-"""One study at a time in a study folder, and no ``train`` child left behind when it is stopped.
+"""One study at a time in a study folder.
 
-``study_lock``: ``divergence study`` and ``divergence calibrate`` hold an exclusive
+``study_lock``: ``divergence study``, ``calibrate``, ``consequence`` and ``atlas`` hold an exclusive
 ``fcntl.flock`` on ``OUT/.study.lock`` while they write and train there, so a second one on the
 same folder is refused (naming the holder's pid, which the holder writes into the file) instead
 of training the same pair folders twice at once. The kernel drops the lock when its holder exits,
-however it exits (SIGKILL, a crash, a power cut of the node), so it never stays stuck.
-
-``signals_raise``: SIGTERM and SIGHUP (a scheduler's stop, a closed terminal) raise ``Stopped``
-like Ctrl-C raises KeyboardInterrupt, so the code on the way out (``runner.run_jobs``) ends the
-children it started; the default action would end the study at once and leave them training.
+however it exits (SIGKILL, a crash, a power cut of the node), so it never stays stuck. (What a
+stopped study does with the children it started: ``training.stop_signals``.)
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ from pathlib import Path
 from typing import Iterator
 
 from divergence.errors import UserInputError
-from divergence.training.stop_signals import SIGNALS, Stopped, signals_raise  # noqa: F401  (the study's)
 
 LOCK_FILE = ".study.lock"
 

@@ -33,7 +33,7 @@ from divergence.variants.pair_recipe import load_pair_recipe
 from divergence.store import MetricsStore
 from divergence.study.config import Study, StudyPair, in_study
 from divergence.study import shared_arms
-from divergence.study.lock import signals_raise
+from divergence.training.stop_signals import signals_raise
 from divergence.study.shared_arms import sharing_facts
 from divergence.study.reuse import check_no_writer, check_same_recipe
 from divergence.training import child_start

@@ -49,7 +49,7 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
     own = [] if any(isinstance(c, ArmCheckpoints) for c in given) else arm_callbacks(module, out)
     own.append(ResumeCheckpoint(out.resume_dir, every))
     if recipe.sample.enabled:
-        own.append(SampleGrid(out, recipe.sample, arms=checkpoint_arms, inputs=lambda m: m.inputs))
+        own.append(SampleGrid(out, recipe.sample, arms=lambda m: m.checkpoint_arms(), inputs=lambda m: m.inputs))
     trainer = L.Trainer(
         max_steps=train.max_steps,
         max_epochs=-1,
@@ -127,8 +127,3 @@ def writable_folder(out: RunFolder | Path) -> None:
         raise UserInputError(
             f"--out {out}: cannot write there ({err.strerror or err}); choose a folder you can write to"
         ) from None
-
-
-def checkpoint_arms(module) -> dict:
-    """The built-in module's arms by folder prefix (``ArmsModule.checkpoint_arms``), for its callbacks."""
-    return module.checkpoint_arms()

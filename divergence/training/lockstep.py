@@ -30,7 +30,6 @@ from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.pair_json import finish_pair
 from divergence.training.callbacks.step_costs import StepCosts
-from divergence.training.pair_setup import pair_info  # noqa: F401  (importers)
 
 
 def train_pair(pair: PairRecipe, out: str | Path, callbacks: list | tuple = (), *, lend_arms: bool = False):

@@ -1,0 +1,60 @@
+"""What the commands that train a study's pair runs share (``study``, ``calibrate``, ``consequence``,
+``atlas``): their closing options, the split of ``KEY=VALUE`` overrides between the command's own
+recipe and every pair, and the training of the planned pair runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from divergence.cli import shorthand
+from divergence.errors import UserInputError
+
+
+def pair_runs_options(parser: argparse.ArgumentParser, no_wandb: str, overrides: str) -> None:
+    """The options such a command ends with: ``--no-wandb``, ``--no-shared-arms``, ``--quiet`` and the
+    ``KEY=VALUE`` overrides; ``no_wandb`` and ``overrides`` say what they reach in that command."""
+    parser.add_argument("--no-wandb", action="store_true", help=no_wandb)
+    parser.add_argument(
+        "--no-shared-arms",
+        action="store_true",
+        help="train every pair both its arms (the pair-by-pair plan); by default an arm several pairs of a "
+        "replicate share is trained once (docs/pair-folder.md, Shared arms)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=overrides)
+
+
+def split_overrides(args: argparse.Namespace, recipe_keys: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """``(recipe overrides, pair overrides)``: the command's recipe reads every override and
+    ``--replicates``; every pair reads the overrides that are not the recipe's own keys
+    (``recipe_keys``, prefixes such as ``"doses="``), ``--max-steps`` and ``--no-wandb``. A count
+    flag below 1 is one line."""
+    for flag, value in (("--max-steps", args.max_steps), ("--replicates", args.replicates)):
+        if value is not None and value < 1:
+            raise UserInputError(f"{flag} {value}: must be >= 1")
+    recipe = list(args.overrides)
+    if args.replicates is not None:
+        shorthand(recipe, "--replicates", "replicates", args.replicates)
+    pair = [o for o in args.overrides if not o.startswith(recipe_keys)]
+    if args.max_steps is not None:
+        shorthand(pair, "--max-steps", "train.max_steps", args.max_steps)
+    if args.no_wandb:
+        shorthand(pair, "--no-wandb", "log.wandb", "false")
+    return recipe, pair
+
+
+def train(command: str, jobs: list, pair_overrides: list[str], parallel: int, args: argparse.Namespace) -> int | None:
+    """Write every pair run's recipe and train the unfinished ones, ``parallel`` at a time, each arm
+    once unless ``--no-shared-arms``. None when all trained; else the exit code of a failed pair run
+    (2 for a user's mistake, 1 otherwise), its error said in one line."""
+    from divergence.study import PairFailed, run_jobs
+    from divergence.study.runner import write_recipes
+
+    write_recipes(jobs)
+    try:
+        run_jobs(jobs, pair_overrides, parallel, show_progress=not args.quiet, shared=not args.no_shared_arms)
+    except PairFailed as err:
+        print(f"divergence {command}: error: {err}", file=sys.stderr)
+        return 2 if err.exit_code == 2 else 1
+    return None
