@@ -195,3 +195,31 @@ def test_a_flag_and_its_recipe_key_with_one_value_agree():
     overrides = ["train.max_steps=6", "train.lr=1e-4"]
     shorthand(overrides, "--max-steps", "train.max_steps", 6)
     assert overrides[-1] == "train.max_steps=6"
+
+
+@pytest.mark.parametrize("command", ["study", "calibrate", "consequence"])
+@pytest.mark.parametrize("flag", ["--max-steps", "--replicates"])
+def test_a_count_below_one_is_one_line_before_anything_is_written(command, flag, tmp_path, capsys):
+    assert main([command, "--out", str(tmp_path / "o"), flag, "0", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines() == [f"divergence {command}: error: {flag} 0: must be >= 1"], err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", ["study", "calibrate", "consequence"])
+@pytest.mark.parametrize(("code", "status"), [(2, 2), (1, 1), (-9, 1)])
+def test_a_failed_pair_run_is_one_line_and_its_exit_status(command, code, status, tmp_path, monkeypatch, capsys):
+    """A pair run's bad input (its exit code 2) stays 2; any other failure, a kill too, is 1."""
+    from divergence.study import PairFailed
+
+    seen = {}
+
+    def run_jobs(jobs, overrides, parallel, show_progress=True, shared=True):
+        seen.update(parallel=parallel, shared=shared, recipes=all(j.recipe_path.is_file() for j in jobs))
+        raise PairFailed("seed-vs-seed r0: the pair failed", code)
+
+    monkeypatch.setattr("divergence.study.run_jobs", run_jobs)
+    argv = [command, "--out", str(tmp_path / "o"), "--jobs", "1", "--no-shared-arms", "--quiet"]
+    assert main(argv) == status
+    assert capsys.readouterr().err.strip() == f"divergence {command}: error: seed-vs-seed r0: the pair failed"
+    assert seen == {"parallel": 1, "shared": False, "recipes": True}  # recipes written before training
