@@ -49,7 +49,6 @@ from divergence.tracking.pair_tracker import PairTracker
 from divergence.tracking.records import ARMS
 from divergence.writers.arm_writer import state_weights
 
-OLD_STATE_KEY = "divergence_pair_tracker"  # where a checkpoint of an earlier divergence kept the tracker's state
 RESTART_ADVICE = (
     "To continue it, resume the Trainer from its checkpoint (trainer.fit(pair, data, ckpt_path=...)); to train "
     "it again from step 0, pass LockstepPair(..., resume=True)"
@@ -171,13 +170,6 @@ class LockstepPair(pl.LightningModule):
             for i, interval in self._schedulers[arm]:
                 if interval == "epoch":
                     schedulers[i].step()
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        if OLD_STATE_KEY in checkpoint:
-            raise UserInputError(
-                "the checkpoint was written by an earlier divergence (its tracker state under "
-                f"{OLD_STATE_KEY!r}); train the pair again from step 0: LockstepPair(..., resume=True), no ckpt_path"
-            )
 
     def _pair_weights(self):
         """Both arms' weights on rank zero (collective under FSDP), None elsewhere."""

@@ -30,7 +30,6 @@ import torch
 from torch.utils.data import DataLoader
 
 from divergence.data.batches import StepBatch
-from divergence.errors import UserInputError
 from divergence.lightning.tracker import mean_over_ranks
 from divergence.pairfolder.layout import ARMS
 from divergence.recipe.run import RunRecipe
@@ -179,11 +178,6 @@ class ArmsModule(L.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        if any(key.startswith("arm.") for key in checkpoint.get("state_dict", ())):  # before the arms' ModuleDict
-            raise UserInputError(
-                "the resume checkpoint (resume/last.ckpt) was written by an earlier divergence (weights named arm.*); "
-                "train the run again into a new --out"
-            )
         saved = checkpoint[STATE_KEY]["arms"]
         for name, arm in self.arms.items():
             arm.load_train_state_dict(saved[self.folders[name]])

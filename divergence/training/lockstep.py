@@ -78,26 +78,17 @@ def check_no_borrowed_arm(pair_folder: PairFolder) -> None:
     """A pair folder whose arm is another pair's (a link a study with shared arms made) trains only its
     own arms, as separate jobs: training both here would write into the other pair's arm."""
     from divergence.errors import UserInputError
-    from divergence.pairfolder.layout import ARMS
+    from divergence.training.separate_pair import borrowed_arms
 
-    for arm in ARMS:
-        if pair_folder.arm(arm).path.is_symlink():
-            raise UserInputError(
-                f"--out {pair_folder.path}: arm {arm} is shared with another pair ({pair_folder.arm(arm).path} is a "
-                "link); run the study that made it again (it trains this pair's own arms), or choose a new --out"
-            )
-
-
-def lent_arm_callbacks(pair: PairRecipe, pair_folder: PairFolder, module) -> list:
-    """What each arm of a pair whose arms others read keeps (``lend_arms``): its weights at every tracked
-    step, ``losses.jsonl`` and ``status.json``, as a separate arm keeps them (``callbacks.arm_files``)."""
-    from divergence.training.callbacks.arm_files import arm_callbacks
-
-    train = pair.base.train
-    return arm_callbacks(module, pair_folder, pair.tracking, train.batch_size * train.accumulate)
+    for arm in borrowed_arms(pair_folder):
+        raise UserInputError(
+            f"--out {pair_folder.path}: arm {arm} is shared with another pair ({pair_folder.arm(arm).path} is a "
+            "link); run the study that made it again (it trains this pair's own arms), or choose a new --out"
+        )
 
 
 def _train(pair: PairRecipe, pair_folder: PairFolder, module, callbacks, lend_arms: bool = False):
+    from divergence.training.callbacks.arm_files import arm_callbacks
     from divergence.training.callbacks.attention_outputs import AttentionOutputDeviation
     from divergence.lightning.tracker import DivergenceTracker
     from divergence.tracking.pair_tracker import PairTracker
@@ -123,11 +114,14 @@ def _train(pair: PairRecipe, pair_folder: PairFolder, module, callbacks, lend_ar
     recorders = {arm: r for arm, r in module.recorders.items() if r is not None}
     if recorders:
         callbacks = [*callbacks, AttentionOutputDeviation(pair_folder, recorders, pair.tracking.attention_every)]
+    # a lent arm keeps what a separate arm keeps for its comparator (``callbacks.arm_files``)
+    train = pair.base.train
+    lent = arm_callbacks(module, pair_folder, pair.tracking, train.batch_size * train.accumulate) if lend_arms else ()
     trainer = fit(
         module,
         replace(pair.base, name=pair.name),
         pair_folder,
-        first_callbacks=[tracker, *(lent_arm_callbacks(pair, pair_folder, module) if lend_arms else ())],
+        first_callbacks=[tracker, *lent],
         callbacks=callbacks,
         identity=RunIdentity.for_pair(pair, pair_folder, pair_config(pair)),
     )

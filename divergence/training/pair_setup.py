@@ -135,7 +135,7 @@ def check_shared_inputs(pair: PairRecipe) -> None:
     for recipe in (a, b):  # data.seed may differ: an arm with its own seed gets its own batches (data-seed)
         recipe["data"] = {k: v for k, v in (recipe.get("data") or {}).items() if k != "seed"}
     for key in SHARED_INPUTS:
-        if _get(a, key) != _get(b, key):
+        if dotted(a, key) != dotted(b, key):
             raise RecipeError(
                 f"arms differ in {key}, which decides the shared inputs; a pair must train on "
                 "identical batches (change it in the base recipe for both arms)"
@@ -161,7 +161,8 @@ def check_shared_inputs(pair: PairRecipe) -> None:
         )
 
 
-def _get(data: dict, dotted: str):
-    for part in dotted.split("."):
+def dotted(data: dict, key: str):
+    """``data``'s value at the dotted ``key`` (``train.devices``), None where a part is missing."""
+    for part in key.split("."):
         data = data.get(part) if isinstance(data, dict) else None
     return data

@@ -39,6 +39,8 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
         check_host(pair.arm_recipes[arm])
     from divergence.pairfolder.arm.lock import ArmLock
     from divergence.training.callbacks.arm_files import arm_callbacks
+    from divergence.training.callbacks.injected_bug import InjectedBug
+    from divergence.training.callbacks.step_costs import RankCosts
     from divergence.loggers.sinks import RunIdentity, global_rank_zero
     from divergence.training.fit import fit, writable_folder
     from divergence.training.pair_setup import pair_config, pair_module, write_pair_files
@@ -59,23 +61,14 @@ def train_arm(pair: PairRecipe, arm: str, out: str | Path, callbacks: list | tup
         per_rank = recipe.train.batch_size * recipe.train.accumulate
         first = arm_callbacks(module, pair_folder, pair.tracking, per_rank)  # weights, losses, status
         identity = RunIdentity.for_pair(pair, pair_folder, pair_config(pair), job_type="arm", arm=arm)
-        callbacks = [*callbacks, *_arm_callbacks(recipe, arm_folder)]
+        # every rank's step costs (``<arm>/costs.rank<R>.jsonl``), and the injected bug when the recipe asks
+        callbacks = [*callbacks, RankCosts(arm_folder.rank_costs, costs=lambda m: m.last_costs)]
+        if recipe.train.inject_bug is not None:
+            callbacks.append(InjectedBug(recipe.train.inject_bug))
         return fit(module, recipe, arm_folder, first_callbacks=first, callbacks=callbacks, identity=identity)
     finally:
         if lock is not None:
             lock.release()
-
-
-def _arm_callbacks(recipe, arm_folder) -> list:
-    """Every rank's step costs (``<arm>/costs.rank<R>.jsonl``), and the injected bug when the recipe asks."""
-    from divergence.training.callbacks.step_costs import RankCosts
-
-    callbacks = [RankCosts(arm_folder.rank_costs, costs=lambda m: m.last_costs)]
-    if recipe.train.inject_bug is not None:
-        from divergence.training.callbacks.injected_bug import InjectedBug
-
-        callbacks.append(InjectedBug(recipe.train.inject_bug))
-    return callbacks
 
 
 def check_arm_folder(out: PairFolder | Path, pair: PairRecipe, arm: str) -> None:

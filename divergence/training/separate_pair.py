@@ -61,9 +61,11 @@ def per_process_keys() -> tuple[str, ...]:
 def separate_jobs(pair: PairRecipe) -> str | None:
     """Why the arms of ``pair`` cannot train in one lockstep job (the first per-process key whose
     resolved value differs between them: ``"train.devices: 2 vs 1"``), or None when they can."""
+    from divergence.training.pair_setup import dotted
+
     a, b = (to_dict(pair.arm_recipes[arm]) for arm in ARMS)
     for key in per_process_keys():
-        mine, theirs = _lookup(a, key), _lookup(b, key)
+        mine, theirs = dotted(a, key), dotted(b, key)
         if mine != theirs:
             return f"{key}: {mine} vs {theirs}"
     return None
@@ -159,12 +161,6 @@ def _run(command: list[str]) -> int:
             process.kill()
             process.wait()
         raise
-
-
-def _lookup(node, key: str):
-    for part in key.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
 
 
 def arm_command(recipe: str, out: str | Path, overrides: list[str]) -> list[str]:

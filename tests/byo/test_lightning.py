@@ -363,10 +363,8 @@ def test_a_checkpoint_holds_the_spike_detectors_after_its_step(tmp_path):
     )
     run.fit(pair, loader())
     ckpt = torch.load(tmp_path / "ckpt" / "epoch=0-step=4.ckpt", weights_only=False)  # this test's own file
-    state = ckpt.get("divergence_pair_tracker") or ckpt["callbacks"]["DivergenceTracker"]
+    state = ckpt["callbacks"]["DivergenceTracker"]
     records = [r for r in MetricsStore(tmp_path / "pair").step_records() if r["step"] > 0]
     assert [r["step"] for r in records] == [1, 2, 3, 4]
     assert state["a"]["history"] == [r["loss_a"] for r in records]
     assert state["b"]["history"] == [r["loss_b"] for r in records]
-    with pytest.raises(UserInputError, match="written by an earlier divergence .*resume=True"):
-        pair.on_load_checkpoint({"divergence_pair_tracker": {}})

@@ -204,13 +204,3 @@ def test_data_seed_pair_starts_equal_and_trains_on_its_own_batches(tmp_path):
     steps = step_records(tmp_path)
     assert steps[0]["max_abs_diff"] == 0.0 and steps[1]["max_abs_diff"] > 0
     assert steps[1]["loss_a"] != steps[1]["loss_b"]
-
-
-def test_a_resume_checkpoint_of_an_earlier_layout_is_refused():
-    """Weights named ``arm.*`` (written before the arms were one ModuleDict) are refused in one line."""
-    from divergence.errors import UserInputError
-    from divergence.training.pair_setup import pair_module
-
-    module = pair_module(pair_recipe("seed-vs-seed", *DIT))
-    with pytest.raises(UserInputError, match=r"weights named arm\.\*\); train the run again into a new --out"):
-        module.on_load_checkpoint({"state_dict": {"arm.unet.x": torch.zeros(1)}})
