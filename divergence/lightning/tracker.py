@@ -10,6 +10,7 @@ step holds the spike detectors (the callback's state) after that step.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Callable
 
 import torch
@@ -32,7 +33,8 @@ class DivergenceTracker(Callback):
         self.tracker, self.losses, self.weights = tracker, losses, weights
 
     def on_train_start(self, trainer, pl_module) -> None:
-        ranks = TrainerRanks(trainer)
+        # the ranks as the tracker takes them: rank zero, and the strategy's broadcast
+        ranks = SimpleNamespace(is_zero=trainer.is_global_zero, broadcast=trainer.strategy.broadcast)
         weights = lambda: self.weights(pl_module)  # noqa: E731
         self.tracker.start(trainer.global_step, max_steps(trainer), weights, ranks, trainer.loggers)
 
@@ -50,13 +52,6 @@ class DivergenceTracker(Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.tracker.load_state_dict(state_dict)
-
-
-class TrainerRanks:
-    """The Trainer's ranks as the tracker takes them: rank zero, and its strategy's broadcast."""
-
-    def __init__(self, trainer):
-        self.is_zero, self.broadcast = trainer.is_global_zero, trainer.strategy.broadcast
 
 
 def mean_over_ranks(trainer, losses: dict[str, torch.Tensor]) -> dict[str, float]:

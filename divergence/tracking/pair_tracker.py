@@ -118,15 +118,7 @@ class PairTracker:
         ``step`` (a resumed run's; all of them at step 0); record step 0 into a fresh store. ``ranks``:
         ``is_zero``, ``broadcast``; ``loggers``: where each committed step is logged besides the store."""
         self.max_steps, self.ranks, self.loggers = max_steps, ranks, loggers
-        error = None
-        if ranks.is_zero:
-            try:
-                self._open(step)
-            except UserInputError as err:
-                error = str(err)
-        error = ranks.broadcast(error)  # every rank stops, not only rank 0
-        if error is not None:
-            raise UserInputError(error)
+        self._on_zero(lambda: self._open(step))
         store = self.recorder.store
         fresh = ranks.broadcast(store is None or store.last_step() is None)
         if step == 0 and fresh:
@@ -195,14 +187,16 @@ class PairTracker:
 
     def _check_names(self, step: int, pair_weights) -> None:
         """The tracked steps compare the tensors of the first one (every rank hears of a change)."""
-        if not self.tracked(step):
-            return
+        if self.tracked(step):
+            self.names = self.names or (list(pair_weights[0]) if self.ranks.is_zero else None)
+            self._on_zero(lambda: check_tensor_names(list(pair_weights[0]), self.names, step, str(self.out)))
+
+    def _on_zero(self, check: Callable[[], None]) -> None:
+        """``check()`` on rank zero; its ``UserInputError`` raised on every rank (every rank stops, not rank 0 alone)."""
         error = None
         if self.ranks.is_zero:
-            names = list(pair_weights[0])
-            self.names = self.names or names
             try:
-                check_tensor_names(names, self.names, step, str(self.out))
+                check()
             except UserInputError as err:
                 error = str(err)
         error = self.ranks.broadcast(error)

@@ -30,11 +30,11 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
     from lightning.pytorch.callbacks import TQDMProgressBar
 
     from divergence.training.callbacks.requeue import SlurmRequeue
-    from divergence.training.callbacks.resume import ResumeCheckpoint
+    from divergence.training.callbacks.resume import ResumeCheckpoint, drop_superseded, resume_file
     from divergence.training.callbacks.samples import SampleGrid
     from divergence.lightning.arm_checkpoints import ArmCheckpoints
     from divergence.training.callbacks.arm_files import arm_callbacks
-    from divergence.training.checkpoint_io import AtomicCheckpointIO
+    from divergence.training.checkpoint_io import AtomicCheckpointIO, check_resume_file
     from divergence.training.tensor_parallel import model_parallel, model_parallel_strategy
     from divergence.models.determinism import determinism
     from divergence.loggers.sinks import RunIdentity, build_loggers, finish_wandb, global_rank_zero
@@ -75,8 +75,13 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
         use_distributed_sampler=False,
         num_sanity_val_steps=0,
     )
-    start = resume_from(out)
-    # loaded by AtomicCheckpointIO: weights_only, and only the globals our own resume state holds
+    # the newest of resume/last.ckpt and Lightning's resume/hpc_ckpt_N.ckpt, checked against the weights-only
+    # allow-list (AtomicCheckpointIO loads it so); rank zero removes the HPC checkpoints it supersedes
+    start = resume_file(out.resume_dir)
+    if start is not None:
+        check_resume_file(start)
+        if global_rank_zero():
+            drop_superseded(out.resume_dir, start)
     finished = False
     try:
         with determinism(train):  # deterministic kernels and TF32 as the recipe says, restored after
@@ -85,23 +90,6 @@ def fit(module, recipe: RunRecipe, out: RunFolder | Path, *, first_callbacks=(),
     finally:  # close the wandb run (Lightning leaves it open); its artifacts only when it finished
         finish_wandb(trainer.loggers, artifacts=finished)
     return trainer
-
-
-def resume_from(out: RunFolder | Path) -> Path | None:
-    """The state ``fit`` resumes from: the newest of ``resume/last.ckpt`` and Lightning's
-    ``resume/hpc_ckpt_N.ckpt`` (``resume_file``); rank zero removes the HPC checkpoints it
-    supersedes. Checked against the weights-only allow-list before it is returned."""
-    from divergence.loggers.sinks import global_rank_zero
-    from divergence.training.callbacks.resume import drop_superseded, resume_file
-    from divergence.training.checkpoint_io import check_resume_file
-
-    out = as_run_folder(out)
-    start = resume_file(out.resume_dir)
-    if start is not None:
-        check_resume_file(start)
-        if global_rank_zero():
-            drop_superseded(out.resume_dir, start)
-    return start
 
 
 def strategy_for(module, strategy: str):
