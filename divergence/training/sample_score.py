@@ -14,7 +14,6 @@ model would); sampling never changes training, it reads the weights only.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,9 +23,8 @@ from divergence.config.schema import parse
 from divergence.config.yaml_safe import read_yaml
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import PairFolder, RunFolder
+from divergence.pairfolder.layout import weights_step
 from divergence.recipe.run import RunRecipe, load_run_recipe
-
-_STEP_FILE = re.compile(r"^step_(\d+)\.safetensors$")
 
 
 @dataclass
@@ -45,7 +43,11 @@ def load_trained(out: str | Path, arm: str | None = None, step: int | None = Non
     from divergence.training.probe_files import _load_weights
 
     recipe, run_folder = _recipe_and_folder(Path(out), arm)
-    step = _last_step(run_folder) if step is None else step
+    if step is None:
+        steps = weight_steps(run_folder)
+        if not steps:
+            raise UserInputError(f"{run_folder.checkpoints_dir}: no weights files (step_NNNNNN.safetensors)")
+        step = steps[-1]
     path = run_folder.weights(step)
     if not path.is_file():
         raise UserInputError(f"{path}: no weights file of step {step} (a safetensors file is needed)")
@@ -128,12 +130,5 @@ def _recipe_and_folder(out: Path, arm: str | None) -> tuple[RunRecipe, RunFolder
 def weight_steps(folder: str | Path | RunFolder) -> list[int]:
     """The steps of a run or arm folder's weights files (``checkpoints/step_NNNNNN.safetensors``), ascending."""
     folder = folder if isinstance(folder, RunFolder) else RunFolder(Path(folder))
-    found = (_STEP_FILE.match(p.name) for p in folder.checkpoints_dir.glob("step_*.safetensors"))
-    return sorted(int(m.group(1)) for m in found if m)
-
-
-def _last_step(folder: RunFolder) -> int:
-    steps = weight_steps(folder)
-    if not steps:
-        raise UserInputError(f"{folder.checkpoints_dir}: no weights files (step_NNNNNN.safetensors)")
-    return steps[-1]
+    found = (weights_step(p.name) for p in folder.checkpoints_dir.glob("step_*.safetensors"))
+    return sorted(step for step in found if step is not None)

@@ -34,7 +34,9 @@ IGNORED = ("name",)  # the arms' recipe names differ in every pair
 def not_measurable(reference, optimized) -> str | None:
     """Why ``optimized``'s difference from ``reference`` (two ``RunRecipe``) cannot be switched on
     the reference arm's model, or None when it can (identical arms: e_t = 0, measurable)."""
-    ref, opt = _flat(to_dict(reference)), _flat(to_dict(optimized))
+    from divergence.training.folder_check import flatten_keys
+
+    ref, opt = flatten_keys(to_dict(reference)), flatten_keys(to_dict(optimized))
     differing = [k for k in sorted(set(ref) | set(opt)) if ref.get(k) != opt.get(k) and k not in IGNORED]
     fixed = [k for k in differing if not k.startswith(SWITCHABLE)]
     if fixed:
@@ -130,13 +132,3 @@ class UpdateError:
 
         for name, module in attention_modules(self.arm.unet).items():
             module.set_processor(processors[name])
-
-
-def _flat(data: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
