@@ -137,24 +137,21 @@ class ArmsModule(L.LightningModule):
 
     def training_step(self, batch: StepBatch, batch_idx: int) -> torch.Tensor:
         check_step(batch, self.global_step)
-        micro = self.inputs.prepare_step(batch)  # once, for every arm: the step's micro-batches
-        inputs = micro[0] if len(micro) == 1 else micro
+        shared = self.inputs.prepare_step(batch)  # once, for every arm: the step's micro-batches
         self.last_outputs, self.last_costs = {}, {}
         for name, arm in self.arms.items():  # each arm's step timed and its peak memory read (costs.jsonl)
-            own = self.own_inputs.get(name)
-            mine = inputs if own is None else self._own_step(own, batch.step)
+            own = self.own_inputs.get(name)  # an arm's own data seed (the data-seed variant): this rank's batch
+            rank, world = self.trainer.global_rank, self.trainer.world_size
+            micro = (
+                shared if own is None else own.prepare_step(own.batches.batch(batch.step, rank, world).to(self.device))
+            )
+            mine = micro[0] if len(micro) == 1 else micro
             with step_cost(self.device, memory=measures_memory(batch.step)) as self.last_costs[name]:
                 self.last_outputs[name] = arm.training_step(mine, backward=self.manual_backward)
         self.optimizers().step()  # one tick of global_step (see StepCounter)
         self.step_losses = mean_over_ranks(self.trainer, {n: out.loss for n, out in self.last_outputs.items()})
         self._log_step()
         return next(iter(self.last_outputs.values())).loss
-
-    def _own_step(self, inputs: Inputs, step: int):
-        """An arm's own micro-batches of ``step`` from its data seed (the data-seed variant), this rank's."""
-        batch = inputs.batches.batch(step, self.trainer.global_rank, self.trainer.world_size).to(self.device)
-        micro = inputs.prepare_step(batch)
-        return micro[0] if len(micro) == 1 else micro
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         # after the callbacks stored this step's loss, records and weights: nothing measured is lost

@@ -73,25 +73,19 @@ def separate_jobs(pair: PairRecipe) -> str | None:
 
 def check_ranks(pair: PairRecipe, cpus: int | None = None) -> None:
     """Each arm's CPU job fits this machine: one core per rank (gloo ranks sharing a core wait on
-    each other at every all-reduce), and the arms train on the same global batch."""
-    from divergence.training.separate_arm import global_batch
+    each other at every all-reduce), and the arms read the same inputs (``pair_setup.check_shared_inputs``:
+    the same global batch among them), refused here before an arm job starts."""
+    from divergence.training.pair_setup import check_shared_inputs
 
     cpus = cpus or os.cpu_count() or 1
-    batches = {}
     for arm in ARMS:
         train = pair.arm_recipes[arm].train
-        ranks = train.devices * train.num_nodes
         if on_cpu(train.accelerator) and train.devices > cpus:
             raise UserInputError(
                 f"arm {arm}: train.devices={train.devices} CPU ranks, but this machine has {cpus} cores; "
                 f"use train.devices <= {cpus} (one core per rank)"
             )
-        batches[arm] = global_batch(train, ranks)
-    if len(set(batches.values())) > 1:
-        raise UserInputError(
-            f"the arms' global batches differ ({batches['a']} vs {batches['b']} examples: train.batch_size x "
-            "ranks x train.accumulate); give both arms the same global batch, or they train on different examples"
-        )
+    check_shared_inputs(pair)
 
 
 def on_cpu(accelerator: str) -> bool:
