@@ -35,6 +35,7 @@ once every record of the step is written.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, Sequence
 
 from divergence.errors import UserInputError
@@ -50,16 +51,7 @@ from divergence.tracking.recorder import StepRecorder, diverged, first_nonfinite
 from divergence.tracking.records import divergence_records
 
 
-class Alone:
-    """One process: rank zero of one (``broadcast`` hands its argument back)."""
-
-    is_zero = True
-
-    def broadcast(self, obj):
-        return obj
-
-
-ALONE = Alone()
+ALONE = SimpleNamespace(is_zero=True, broadcast=lambda obj: obj)  # one process: rank zero of one
 ADVICE = "lower the learning rate or clip the gradients"  # what a user's loop changes after a non-finite loss
 
 

@@ -130,13 +130,19 @@ class ArmsModule(L.LightningModule):
         return StepCounter()
 
     def train_dataloader(self) -> DataLoader:
-        return step_dataloader(self.trainer, self.inputs, self.workers)
+        """Batches of steps ``global_step, global_step + 1, ...`` (Lightning calls it after restoring a
+        checkpoint, so a resumed run starts at the right step); a tensor-parallel group reads one replica's."""
+        from divergence.training.tensor_parallel import data_parallel
+
+        stream = self.inputs.stream(self.trainer.global_step, *data_parallel(self.trainer))
+        return DataLoader(stream, batch_size=None, num_workers=self.workers, persistent_workers=self.workers > 0)
 
     def transfer_batch_to_device(self, batch: StepBatch, device: torch.device, dataloader_idx: int) -> StepBatch:
         return batch.to(device)
 
     def training_step(self, batch: StepBatch, batch_idx: int) -> torch.Tensor:
-        check_step(batch, self.global_step)
+        if batch.step != self.global_step:  # the batch of another step: a resume or loader bug
+            raise RuntimeError(f"data loader served the batch of step {batch.step} at global step {self.global_step}")
         shared = self.inputs.prepare_step(batch)  # once, for every arm: the step's micro-batches
         self.last_outputs, self.last_costs = {}, {}
         for name, arm in self.arms.items():  # each arm's step timed and its peak memory read (costs.jsonl)
@@ -188,18 +194,3 @@ class ArmsModule(L.LightningModule):
             self.log_dict(
                 {f"loss_{name}": loss for name, loss in self.step_losses.items()}, prog_bar=True, logger=False
             )
-
-
-def step_dataloader(trainer, inputs: Inputs, workers: int) -> DataLoader:
-    """Batches of steps ``global_step, global_step + 1, ...`` (Lightning calls ``train_dataloader``
-    after restoring a checkpoint, so a resumed run starts at the right step)."""
-    from divergence.training.tensor_parallel import data_parallel
-
-    stream = inputs.stream(trainer.global_step, *data_parallel(trainer))  # a tensor-parallel group: one replica
-    return DataLoader(stream, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
-
-
-def check_step(batch: StepBatch, global_step: int) -> None:
-    """The batch must be the one of the step being trained (a resume or loader bug otherwise)."""
-    if batch.step != global_step:
-        raise RuntimeError(f"data loader served the batch of step {batch.step} at global step {global_step}")

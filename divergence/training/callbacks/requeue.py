@@ -68,18 +68,10 @@ def requeue(trainer) -> None:
     """Close the loggers, save ``hpc_ckpt_N.ckpt`` (every rank), then ``scontrol requeue`` (rank zero)."""
     for logger in trainer.loggers:
         logger.finalize("finished")
-    trainer.save_checkpoint(next_hpc_path(Path(trainer.default_root_dir)))
-    if trainer.is_global_zero:
-        subprocess.call(["scontrol", "requeue", slurm_job_id()])
-
-
-def next_hpc_path(folder: Path) -> Path:
-    """``folder/hpc_ckpt_N.ckpt``, N one above the highest there (1 in a folder without one)."""
+    folder = Path(trainer.default_root_dir)  # hpc_ckpt_N.ckpt, N one above the highest there (1 in a folder without)
     numbers = [int(m.group(1)) for p in folder.glob("hpc_ckpt_*.ckpt") if (m := HPC_NAME.match(p.name))]
-    return folder / f"hpc_ckpt_{max(numbers, default=0) + 1}.ckpt"
-
-
-def slurm_job_id() -> str:
-    """The job to requeue: an array task as ``ARRAYJOB_TASK``, else ``SLURM_JOB_ID``."""
-    array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
-    return f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array_job else os.environ["SLURM_JOB_ID"]
+    trainer.save_checkpoint(folder / f"hpc_ckpt_{max(numbers, default=0) + 1}.ckpt")
+    if trainer.is_global_zero:  # an array task as ARRAYJOB_TASK, else SLURM_JOB_ID
+        array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
+        job = f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array_job else os.environ["SLURM_JOB_ID"]
+        subprocess.call(["scontrol", "requeue", job])
