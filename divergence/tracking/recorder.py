@@ -63,10 +63,9 @@ class StepRecorder:
         if comparison is not None:
             tensors, summary = comparison
             record.update(summary, tracked=True)
-            record.update(extra or {})
         else:
             record["tracked"] = False
-            record.update(extra or {})
+        record.update(extra or {})
         self.store.append_step(step, tensors, record)
         if stored is not None:
             stored(step)
