@@ -7,7 +7,7 @@
     Trainer(max_steps=500).fit(pair, loader)
 
 Each optimizer step, for arm a then arm b: the global RNG state is set to the state saved
-before arm a's step (``divergence.lightning.rng``), the arm's own ``training_step`` computes
+before arm a's step (``rng_state``), the arm's own ``training_step`` computes
 its loss on the batch, gradients are cleared, ``manual_backward`` runs, the arm's own
 optimizers (from its own ``configure_optimizers``) step, and its step-interval LR schedulers
 step. Both arms see the same batch and draw the same noise, timesteps and dropout masks, so
@@ -31,18 +31,18 @@ the stored steps after the checkpoint's step are dropped and computed again.
 
 from __future__ import annotations
 
+import random
 from functools import partial
 from pathlib import Path
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from lightning.pytorch.core.optimizer import do_nothing_closure
 
 from divergence.errors import UserInputError
 from divergence.lightning.arm_checkpoints import step_loss
 from divergence.lightning.gather import gather_state, submodule
-from divergence.lightning.optimizers import split_optimizers
-from divergence.lightning.rng import rng_state, set_rng_state
 from divergence.lightning.tracker import DivergenceTracker, mean_over_ranks
 from divergence.pairfolder.pair_json import DEFAULT_EVERY
 from divergence.tracking.pair_tracker import PairTracker
@@ -191,3 +191,64 @@ def _as_list(x) -> list:
     if x is None:
         return []
     return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def rng_state() -> dict:
+    """The process's global random state: torch's, numpy's and ``random``'s, and the CUDA generators' only
+    when CUDA is already initialized (no CUDA query of ours initializes it). An arm's ``training_step`` may
+    draw from all of them (diffusion noise and timesteps, dropout masks); restored before arm b's step,
+    the state saved before arm a's gives b exactly a's draws."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return {"torch": torch.get_rng_state(), "cuda": cuda, "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None:
+        torch.cuda.set_rng_state_all(state["cuda"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+def split_optimizers(output, owner: str) -> tuple[list, list[tuple[object, str]]]:
+    """What a module's ``configure_optimizers`` returned, as ``(optimizers, [(scheduler, interval), ...])``;
+    interval ``step`` or ``epoch`` (Lightning's default). Lightning accepts an optimizer; a list or tuple of
+    them; ``([optimizers], [schedulers])``; a dict ``{"optimizer": ..., "lr_scheduler": scheduler or
+    {"scheduler": ..., "interval": "step" | "epoch"}}``; or a list of such dicts: all are read."""
+    if isinstance(output, torch.optim.Optimizer):
+        return [output], []
+    if isinstance(output, dict):
+        return _from_dicts([output], owner)
+    if isinstance(output, (list, tuple)):
+        if len(output) == 2 and all(isinstance(x, (list, tuple)) for x in output):
+            return list(output[0]), [_scheduler(s, owner) for s in output[1]]
+        if all(isinstance(x, dict) for x in output):
+            return _from_dicts(output, owner)
+        if all(isinstance(x, torch.optim.Optimizer) for x in output):
+            return list(output), []
+    raise UserInputError(
+        f"{owner}.configure_optimizers returned {type(output).__name__}; return an optimizer, "
+        "a list of them, ([optimizers], [schedulers]) or {'optimizer': ..., 'lr_scheduler': ...}"
+    )
+
+
+def _from_dicts(dicts, owner: str):
+    optimizers, schedulers = [], []
+    for d in dicts:
+        if "optimizer" not in d:
+            raise UserInputError(f"{owner}.configure_optimizers: a dict without 'optimizer' ({sorted(d)})")
+        optimizers.append(d["optimizer"])
+        if d.get("lr_scheduler") is not None:
+            schedulers.append(_scheduler(d["lr_scheduler"], owner))
+    return optimizers, schedulers
+
+
+def _scheduler(spec, owner: str) -> tuple[object, str]:
+    if isinstance(spec, dict):
+        interval = spec.get("interval", "epoch")
+        if interval not in ("step", "epoch"):
+            raise UserInputError(
+                f"{owner}.configure_optimizers: lr_scheduler interval {interval!r}; must be 'step' or 'epoch'"
+            )
+        return spec["scheduler"], interval
+    return spec, "epoch"
