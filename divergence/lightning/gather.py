@@ -60,7 +60,8 @@ def sharded_state(trainer, pl_module, path: str = "") -> dict:
 
 def _relative(pl_module, path: str, state: dict) -> dict:
     """The entries of ``state`` (named from ``pl_module``) inside submodule ``path``, named from it."""
-    module_path = _module_path(pl_module, submodule(pl_module, path))
+    target = submodule(pl_module, path)  # inside pl_module: named_modules holds it (its first name)
+    module_path = next(name for name, module in pl_module.named_modules() if module is target)
     prefix = f"{module_path}." if module_path else ""
     return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
@@ -75,13 +76,6 @@ def submodule(pl_module, path: str):
         raise UserInputError(
             f"module={path!r}: {type(pl_module).__name__} has no submodule {path!r} (its children: {children})"
         ) from None
-
-
-def _module_path(root, target) -> str:
-    for name, module in root.named_modules():
-        if module is target:
-            return name
-    raise UserInputError(f"{type(target).__name__} is not inside {type(root).__name__}")
 
 
 def max_steps(trainer, per_batch: int = 1, required: bool = True) -> int | None:

@@ -143,19 +143,15 @@ class LockstepPair(pl.LightningModule):
         for i in self._optimizers[arm]:
             if self.gradient_clip_val is not None:
                 self.clip_gradients(optimizers[i], gradient_clip_val=self.gradient_clip_val)
-            self._optimizer_step(optimizers[i], counted=arm == "a" and i == self._optimizers["a"][0])
+            if arm == "a" and i == self._optimizers["a"][0]:  # one optimizer a batch through Lightning's counter:
+                optimizers[i].step()  # global_step counts batches
+            else:
+                self.trainer.strategy.optimizer_step(optimizers[i].optimizer, do_nothing_closure)
         schedulers = _as_list(self.lr_schedulers())
         for i, interval in self._schedulers[arm]:
             if interval == "step":
                 schedulers[i].step()
         return loss.detach().float()
-
-    def _optimizer_step(self, optimizer, counted: bool) -> None:
-        """Step; only one optimizer per batch goes through Lightning's counter, so global_step counts batches."""
-        if counted:
-            optimizer.step()
-        else:
-            self.trainer.strategy.optimizer_step(optimizer.optimizer, do_nothing_closure)
 
     # -- tracking: the pair's tracker, driven by its callback ----------------------------------
     def configure_callbacks(self):

@@ -147,7 +147,9 @@ class Arm(torch.nn.Module):
         if self.recipe.train.grad_noise is not None:
             multiply_grad_noise(params, self.recipe.train.grad_noise, self.recipe.data.seed, micro[0].step)
         clip = self.recipe.train.grad_clip
-        grad_norm = self._clip(params, clip if clip is not None else float("inf"))
+        clip = clip if clip is not None else float("inf")
+        # the global gradient norm, over sharded (DTensor) and whole gradients alike when sharded
+        grad_norm = clip_grad_norm(params, clip) if self.sharded else torch.nn.utils.clip_grad_norm_(params, clip)
         lr, scale = opt.param_groups[0]["lr"], float(scaler.get_scale()) if scaler.is_enabled() else 1.0
         scaler.step(opt)
         scaler.update()
@@ -162,14 +164,6 @@ class Arm(torch.nn.Module):
         """Whether some weights are DTensor shards (``train.tensor_parallel``, ``train.fsdp_sharding``,
         ``train.expert_parallel``: ``tensor_parallel.model_parallel``)."""
         return model_parallel(self.recipe.train)
-
-    def _clip(self, params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
-        """The global gradient norm, gradients clipped to ``max_norm``; over sharded (DTensor) and
-        whole gradients alike under ``train.tensor_parallel``, FSDP2 (``train.fsdp_sharding``) and
-        ``train.expert_parallel``."""
-        if self.sharded:
-            return clip_grad_norm(params, max_norm)
-        return torch.nn.utils.clip_grad_norm_(params, max_norm)
 
     def _accumulate(self, inputs: DiffusionInputs, k: int, backward) -> torch.Tensor:
         """Forward and backward of one of ``k`` micro-batches (loss / k: gradients add up to the mean).

@@ -40,11 +40,6 @@ COHERENCE_KEYS = (
 STATUS_KEY = "coherence_status"
 
 
-def coherence_due(step: int, every: int) -> bool:
-    """Whether the update that makes step ``step`` (>= 1) is measured: every ``every``-th; 0 is off."""
-    return every > 0 and step >= 1 and step % every == 0
-
-
 class UpdateCoherence(Callback):
     """Measure ``measure(pl_module, batch) -> ({name: e_t}, ||g_t||)`` every ``every`` steps and keep
     C(T); ``extras(step)`` hands the step record its keys (the tracker calls it)."""
@@ -61,8 +56,8 @@ class UpdateCoherence(Callback):
         self._pending: tuple[int, dict] | None = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        step = trainer.global_step + 1  # the state this batch's update makes
-        if not coherence_due(step, self.every) or not trainer.is_global_zero:
+        step = trainer.global_step + 1  # the state this batch's update makes: measured every every-th, 0 is off
+        if not (self.every > 0 and step % self.every == 0) or not trainer.is_global_zero:
             return
         if self.reason is not None:
             self._pending = (step, {STATUS_KEY: self.reason})
