@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import json
 import re
 import time
@@ -112,18 +113,14 @@ def _status_kib(field: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-_LIBC: list = []
-
-
+@functools.cache
 def _libc():
-    if not _LIBC:
-        name = ctypes.util.find_library("c")
-        try:
-            lib = ctypes.CDLL(name) if name else None
-            _LIBC.append(lib if lib is not None and hasattr(lib, "malloc_trim") else None)
-        except OSError:
-            _LIBC.append(None)
-    return _LIBC[0]
+    name = ctypes.util.find_library("c")
+    try:
+        lib = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return lib if lib is not None and hasattr(lib, "malloc_trim") else None
 
 
 def append_costs(out: Path, step: int, memory: str, arms: dict) -> None:
