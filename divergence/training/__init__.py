@@ -11,10 +11,9 @@
   job, and for one arm of a pair as its own (multi-GPU) job followed by ``divergence watch``;
 - ``pair_setup``: a pair's module, ``pair.yaml`` and ``pair.json``;
 - ``probe``: the function-space probe a lockstep pair evaluates at tracked steps;
-- ``determinism``: deterministic kernels and TF32 as the recipe says;
 - ``callbacks``: weights-only safetensors, the resumable .ckpt, SLURM requeue, sample grids, the
   pair's divergence tracking, attention-output deviation (shadow variant), separate-arm progress;
-- ``checkpoint_io``, ``loggers``: the resume files (weights-only loads) and logs of a run folder.
+- ``checkpoint_io``: the resume files (written atomically, loaded weights-only).
 
 What a pair's store and loggers get at a step (records, spikes, logging keys) lives in
 ``divergence.tracking``, and every file name of a pair folder in ``divergence.pairfolder``: the

@@ -90,10 +90,8 @@ class Pair:
                 "copies built from the same seed)"
             )
         start_step = check_step(start_step, expected=start_step, max_steps=max_steps, where="Pair(start_step=...)")
-        given = dict(name=name, category=category, arms=arms, description=description, replicate=replicate, dense=dense)
-        pair = {k: v for k, v in given.items() if v is not None}
-        if expect_identity is not None:
-            pair["expect_identity"] = expect_identity
+        given = dict(name=name, category=category, arms=arms, description=description, replicate=replicate)
+        pair = {k: v for k, v in dict(given, dense=dense, expect_identity=expect_identity).items() if v is not None}
         self.models = (model_a, model_b)
         self.max_steps, self.next_step = max_steps, start_step + 1
         self.tracker = PairTracker.of_pair(out, every, pair, resume=resume, restart_advice=RESTART_ADVICE)
