@@ -143,8 +143,8 @@ class LockstepPair(pl.LightningModule):
         for i in self._optimizers[arm]:
             if self.gradient_clip_val is not None:
                 self.clip_gradients(optimizers[i], gradient_clip_val=self.gradient_clip_val)
-            if arm == "a" and i == self._optimizers["a"][0]:  # one optimizer a batch through Lightning's counter:
-                optimizers[i].step()  # global_step counts batches
+            if arm == "a" and i == self._optimizers["a"][0]:  # the one Lightning counts: global_step counts batches
+                optimizers[i].step()
             else:
                 self.trainer.strategy.optimizer_step(optimizers[i].optimizer, do_nothing_closure)
         schedulers = _as_list(self.lr_schedulers())
