@@ -45,7 +45,7 @@ from divergence.pairfolder.arm.steps import check_tensor_names
 from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.pair_json import IDENTITY, check_same_pair, finish_pair, read_pair_json
 from divergence.pairfolder.pair_json import schedule_config, tracking_schedule, write_pair_files
-from divergence.pairfolder.settings import DENSE_DEFAULT, TrackingConfig, is_tracked, probe_due
+from divergence.pairfolder.settings import TrackingConfig, is_tracked, probe_due
 from divergence.store import MetricsStore
 from divergence.tracking.recorder import StepRecorder, diverged, first_nonfinite
 from divergence.tracking.records import divergence_records
@@ -92,7 +92,7 @@ class PairTracker:
         """The tracker of a pair a user's code writes: ``every`` and ``pair``'s ``spike_factor``,
         ``spike_window`` and ``dense`` checked as ``pair.json``'s ``tracking`` is (one line each)."""
         schedule = tracking_schedule(
-            every, pair.get("spike_factor", 3.0), pair.get("spike_window", 20), pair.get("dense", DENSE_DEFAULT)
+            every, **{k: pair[k] for k in ("spike_factor", "spike_window", "dense") if k in pair}
         )
         tracking = TrackingConfig(
             every=every,
