@@ -106,9 +106,8 @@ class ArmCheckpoints(Callback):
         format: str = "safetensors",
         **options,
     ):
-        self.format = format
-        self.out, self.arm, self.every, self.module = Path(out), arm, every, module or ""
-        self.loss_of, self.resume, self.options = loss or step_loss, resume, options
+        self.out, self.arm, self.module, self.loss_of = Path(out), arm, module or "", loss or step_loss
+        self.options = dict(options, every=every, resume=resume, format=format)  # the ArmWriter options given
         self.writer: ArmWriter | None = None
         self._losses: list[torch.Tensor] = []
         self._step = 0
@@ -125,12 +124,9 @@ class ArmCheckpoints(Callback):
                 self.out,
                 self.arm,
                 max_steps=max_steps(trainer, stride, required=False),
-                every=self.every,
                 start_step=self._step,
-                resume=self.resume,
                 stride=stride,
                 rank=trainer.global_rank,
-                format=self.format,
                 **self.options,
             ),
         )
