@@ -59,8 +59,8 @@ class ArmWriterCallback(TrainerCallback):
         resume: bool = False,
         **pair,
     ):
-        self.out, self.arm, self.every, self.module, self.pair = Path(out), arm, every, module, pair
-        self.resume = resume
+        self.out, self.arm, self.module = Path(out), arm, module
+        self.options = dict(pair, every=every, resume=resume)  # the ArmWriter options given
         self.writer: ArmWriter | None = None
         self._hook = None
         self._seen: list[torch.Tensor] = []  # the step's micro-batch losses as the model returned them
@@ -80,11 +80,9 @@ class ArmWriterCallback(TrainerCallback):
                 self.out,
                 self.arm,
                 max_steps=state.max_steps,
-                every=self.every,
                 start_step=state.global_step,
-                resume=self.resume,
                 rank=0 if state.is_world_process_zero else 1,
-                **self.pair,
+                **self.options,
             )
         )
         self._hook = model.register_forward_hook(self._capture)
