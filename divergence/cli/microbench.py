@@ -9,9 +9,11 @@ baseline, and writes ``results.csv``, ``validation.csv``, the figures, ``summary
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from divergence.cli import plain
 from divergence.errors import UserInputError
+from divergence.pairfolder.folder import RunFolder
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -105,20 +107,19 @@ def _yaml_str(value) -> str:
 
 def run(args) -> int:
     import time
-    from pathlib import Path
 
     import yaml
 
     from divergence.extras import require
 
     require("report", "matplotlib")  # the figures
+    from divergence.config.schema import to_dict
     from divergence.microbench.config import load_recipe
     from divergence.microbench.figures import write_figures
     from divergence.microbench.preflight import check_kernels, reference_seq_len_override
     from divergence.microbench.report import write_csv, write_reports
     from divergence.microbench.sweep import COLUMNS, plan, run_sweep
     from divergence.microbench.validation import COLUMNS as VALIDATION_COLUMNS
-    from divergence.config.schema import to_dict
 
     # The reference-length fix first, so that an explicit --set sweep.reference_seq_len wins.
     overrides = reference_seq_len_override(args.recipe, args.seq_len, args.quick) + _overrides(args)
@@ -128,8 +129,6 @@ def run(args) -> int:
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
-    from divergence.pairfolder.folder import RunFolder
-
     # a run folder's resolved recipe, as train's
     RunFolder(out).recipe.write_text(yaml.safe_dump(to_dict(recipe), sort_keys=False))
 
