@@ -7,9 +7,28 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from divergence.cli import shorthand
 from divergence.errors import UserInputError
+
+
+def recipe_options(
+    parser: argparse.ArgumentParser,
+    kind: str,
+    out: str,
+    jobs: str,
+    max_steps: str = "",
+    replicates: str = "replicates of every pair (default: the recipe's)",
+) -> None:
+    """The options such a command (not the atlas) starts with: ``--recipe`` (default:
+    ``recipes/<kind>.yaml``), ``--out``, ``--max-steps``, ``--replicates`` and ``--jobs``."""
+    default = Path(__file__).resolve().parents[1] / "recipes" / f"{kind}.yaml"
+    parser.add_argument("--recipe", default=default, help=f"{kind} recipe (default: recipes/{kind}.yaml)")
+    parser.add_argument("--out", required=True, help=out)
+    parser.add_argument("--max-steps", type=int, help="the same as train.max_steps=N, for every pair" + max_steps)
+    parser.add_argument("--replicates", type=int, help=replicates)
+    parser.add_argument("--jobs", type=int, help=jobs)
 
 
 def pair_runs_options(parser: argparse.ArgumentParser, no_wandb: str, overrides: str) -> None:
@@ -35,13 +54,10 @@ def split_overrides(args: argparse.Namespace, recipe_keys: tuple[str, ...]) -> t
         if value is not None and value < 1:
             raise UserInputError(f"{flag} {value}: must be >= 1")
     recipe = list(args.overrides)
-    if args.replicates is not None:
-        shorthand(recipe, "--replicates", "replicates", args.replicates)
+    shorthand(recipe, "--replicates", "replicates", args.replicates)
     pair = [o for o in args.overrides if not o.startswith(recipe_keys)]
-    if args.max_steps is not None:
-        shorthand(pair, "--max-steps", "train.max_steps", args.max_steps)
-    if args.no_wandb:
-        shorthand(pair, "--no-wandb", "log.wandb", "false")
+    shorthand(pair, "--max-steps", "train.max_steps", args.max_steps)
+    shorthand(pair, "--no-wandb", "log.wandb", "false" if args.no_wandb else None)
     return recipe, pair
 
 
