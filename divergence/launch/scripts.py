@@ -49,6 +49,7 @@ from divergence.config.yaml_safe import short
 SBATCH_VALUE = re.compile(r"[\w.:,+=@/%&|\[\]*!~^()-]+")
 SBATCH_ALLOWED = "letters, digits and . : , + = @ / % & | [ ] * ! ~ ^ ( ) -"
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MASTER_PORT = 29500  # arm a's torchrun rendezvous port; arm b's the next
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,6 @@ class LaunchPlan:
     partition: str | None = None
     time: str | None = None  # SLURM time limit, e.g. 2-00:00:00
     account: str | None = None
-    master_port: int = 29500
     extra_sbatch: tuple[str, ...] = field(default_factory=tuple)
     group: str | None = None  # wandb group of the three jobs (default: the pair folder's name)
     comparator_cpu: bool = False  # the comparator job asks for no GPU and compares on CPU
@@ -106,9 +106,13 @@ class LaunchPlan:
                 )
         if self.scheduler == "slurm":
             sbatch_value(str(self.log_dir), "--out")  # in every #SBATCH --output= line
-        if self.container_image:
-            for flag, folder in (("--out", self.out), ("--recipe", self.recipe.parent)):
-                mount_path(folder, flag)
+        if self.container_image:  # pyxis's --container-mounts list splits on , and : and has no escape
+            for flag, folder in (("--out", str(self.out)), ("--recipe", str(self.recipe.parent))):
+                if "," in folder or ":" in folder:
+                    raise UserInputError(
+                        f"{flag} {short(folder)}: the folder holds ',' or ':', which cannot stand in pyxis's "
+                        "--container-mounts list (SRC:DST,...); with --container-image choose a folder without them"
+                    )
         self.command_words  # noqa: B018 - refuses a --command that is not words
 
     @property
@@ -123,10 +127,6 @@ class LaunchPlan:
         if not words:
             raise UserInputError("--command is empty; give how the jobs call divergence, e.g. 'python -m divergence'")
         return words
-
-    @property
-    def wandb_group(self) -> str:
-        return self.group or self.out.name
 
     def train_args(self, arm: str) -> list[str]:
         return [
@@ -161,18 +161,15 @@ class LaunchPlan:
 
 
 def build_scripts(plan: LaunchPlan) -> dict[str, str]:
-    """``{file name: text}`` for ``plan.scheduler``; the driver script comes last."""
-    return _slurm(plan) if plan.scheduler == "slurm" else _torchrun(plan)
+    """``{file name: text}`` for ``plan.scheduler``: both arms, the comparator, then the driver script."""
+    if plan.scheduler == "slurm":
+        arm, suffix, jobs = _sbatch_arm, ".sbatch", {"watch.sbatch": _sbatch_watch(plan), "submit.sh": _submit(plan)}
+    else:
+        arm, suffix, jobs = _torchrun_arm, ".sh", {"watch.sh": _torchrun_watch(plan), "start.sh": _start(plan)}
+    return {**{f"arm-{a}{suffix}": arm(plan, a) for a in ARMS}, **jobs}
 
 
 # -- SLURM ---------------------------------------------------------------------------------------
-def _slurm(plan: LaunchPlan) -> dict[str, str]:
-    scripts = {f"arm-{arm}.sbatch": _sbatch_arm(plan, arm) for arm in ARMS}
-    scripts["watch.sbatch"] = _sbatch_watch(plan)
-    scripts["submit.sh"] = _submit(plan)
-    return scripts
-
-
 def sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int) -> list[str]:
     """The ``#SBATCH`` lines of job ``job``; ``gpus`` 0: a job that asks for no GPU. Every value in
     them passed ``SBATCH_VALUE`` when the plan was made."""
@@ -184,7 +181,7 @@ def sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int)
     ]
     if gpus:
         lines.append(f"#SBATCH --gres=gpu:{gpus}")
-    lines.append(f"#SBATCH --output={slurm_filename(plan.log_dir)}/{job}-%j.out")
+    lines.append(f"#SBATCH --output={str(plan.log_dir).replace('%', '%%')}/{job}-%j.out")  # %j: the job id
     for option, value in (
         ("cpus-per-task", plan.cpus_per_task),
         ("mem", plan.mem),
@@ -258,13 +255,6 @@ def submit_lines(plan: LaunchPlan) -> list[str]:
 
 
 # -- torchrun ------------------------------------------------------------------------------------
-def _torchrun(plan: LaunchPlan) -> dict[str, str]:
-    scripts = {f"arm-{arm}.sh": _torchrun_arm(plan, arm) for arm in ARMS}
-    scripts["watch.sh"] = _torchrun_watch(plan)
-    scripts["start.sh"] = _start(plan)
-    return scripts
-
-
 def _torchrun_arm(plan: LaunchPlan, arm: str) -> str:
     index, g = ARMS.index(arm), plan.gpus_per_node
     comments = [f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {g} process(es)"]
@@ -278,7 +268,7 @@ def _torchrun_arm(plan: LaunchPlan, arm: str) -> str:
         f"--nproc-per-node={g}",
         "--node-rank=${NODE_RANK:-0}",
         "--master-addr=${MASTER_ADDR:-127.0.0.1}",
-        f"--master-port=${{MASTER_PORT_{arm.upper()}:-{plan.master_port + index}}}",
+        f"--master-port=${{MASTER_PORT_{arm.upper()}:-{MASTER_PORT + index}}}",
     ]
     body.append(f"exec torchrun {' '.join(rendezvous)} -m divergence {_join(plan.train_args(arm))}")
     return script(plan, ["#!/bin/bash"], comments, body)
@@ -328,25 +318,6 @@ def sbatch_value(value: str, flag: str) -> str:
     return value
 
 
-def slurm_filename(path: Path) -> str:
-    """``path`` as a literal in an sbatch filename pattern: ``%`` starts a pattern there (``%j``,
-    the job id), and ``%%`` stands for one ``%`` (sbatch's "filename pattern"); the folder
-    ``mkdir -p`` makes is the literal path."""
-    return str(path).replace("%", "%%")
-
-
-def mount_path(folder: Path, flag: str) -> str:
-    """``folder`` if it can stand in pyxis's ``--container-mounts=SRC:DST,...`` list, which
-    splits on ``,`` and ``:`` and has no escape for either; else a one-line error naming ``flag``."""
-    text = str(folder)
-    if "," in text or ":" in text:
-        raise UserInputError(
-            f"{flag} {short(text)}: the folder holds ',' or ':', which cannot stand in pyxis's "
-            "--container-mounts list (SRC:DST,...); with --container-image choose a folder without them"
-        )
-    return text
-
-
 def srun_prefix(plan: LaunchPlan) -> str:
     """``srun``, in the container when one is given (pyxis), the folders the job reads and writes
     mounted at the same paths."""
@@ -360,7 +331,7 @@ def script(plan: LaunchPlan, head: list[str], comments: list[str], body: list[st
     """A job script: ``head`` (the shebang, any ``#SBATCH`` lines), strict mode, ``comments``, the
     wandb group (one for the three jobs; a WANDB_RUN_GROUP the user exported wins, and a recipe's
     ``log.group`` wins over both, see ``divergence.loggers.wandb_mode``), then ``body``."""
-    group = f"export WANDB_RUN_GROUP=${{WANDB_RUN_GROUP:-{shlex.quote(plan.wandb_group)}}}"
+    group = f"export WANDB_RUN_GROUP=${{WANDB_RUN_GROUP:-{shlex.quote(plan.group or plan.out.name)}}}"
     return "\n".join([*head, "set -euo pipefail", *comments, group, *body, ""])
 
 
