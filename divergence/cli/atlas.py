@@ -54,8 +54,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     pair_runs_options(
         p,
-        no_wandb="no wandb: the pair runs do not log to it (log.wandb=false)",
-        overrides="overrides for every pair (train.max_steps=10) or the study (replicates=3, "
+        "overrides for every pair (train.max_steps=10) or the study (replicates=3, "
         "references.precision=pairs/fp16-vs-fp32.yaml)",
     )
     return p

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from divergence.cli.pair_runs import pair_runs_options, recipe_options, split_overrides, train
+from divergence.cli.pair_runs import recipe_options, split_overrides, train
 from divergence.tables import write_json
 
 
@@ -32,10 +32,6 @@ def register(subparsers) -> argparse.ArgumentParser:
         out="folder: OUT/<pair>/r<replicate> per pair run, calibration.json",
         max_steps=" (horizons beyond it are clipped to it)",
         jobs="pairs trained at once (default: the recipe's jobs)",
-    )
-    pair_runs_options(
-        p,
-        no_wandb="no wandb: the pair runs do not log to it (log.wandb=false)",
         overrides="overrides for every pair (train.lr=1e-4) or the calibration (doses=[1.0e-6,1.0e-4,1.0e-2], "
         "horizons=[50,150], references.precision=pairs/fp16-vs-fp32.yaml)",
     )

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from divergence.cli import send_to_wandb
-from divergence.cli.pair_runs import pair_runs_options, recipe_options, split_overrides, train
+from divergence.cli.pair_runs import recipe_options, split_overrides, train
 from divergence.errors import UserInputError
 from divergence.tables import text_table, write_json
 
@@ -37,12 +37,9 @@ def register(subparsers) -> argparse.ArgumentParser:
         out="folder: OUT/<pair>/r<replicate> per pair run, consequence.json",
         max_steps=" (the run's length)",
         jobs="pairs trained, then arms scored, at once (default: the recipe's jobs)",
-    )
-    pair_runs_options(
-        p,
-        no_wandb="no wandb: the pair runs do not log to it (log.wandb=false), nor does the result",
         overrides="overrides for every pair (train.lr=1e-4) or the recipe (doses=[1.0e-4,1.0e-2], early=[30,60], "
         "score.seeds=2, rows=[], references.precision=pairs/fp16-vs-fp32.yaml)",
+        no_wandb="no wandb: the pair runs do not log to it (log.wandb=false), nor does the result",
     )
     return p
 

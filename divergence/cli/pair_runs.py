@@ -13,25 +13,31 @@ from divergence.cli import shorthand
 from divergence.errors import UserInputError
 
 
+NO_WANDB = "no wandb: the pair runs do not log to it (log.wandb=false)"
+
+
 def recipe_options(
     parser: argparse.ArgumentParser,
     kind: str,
     out: str,
     jobs: str,
+    overrides: str,
     max_steps: str = "",
     replicates: str = "replicates of every pair (default: the recipe's)",
+    no_wandb: str = NO_WANDB,
 ) -> None:
-    """The options such a command (not the atlas) starts with: ``--recipe`` (default:
-    ``recipes/<kind>.yaml``), ``--out``, ``--max-steps``, ``--replicates`` and ``--jobs``."""
+    """The options of such a command but the atlas: ``--recipe`` (default: ``recipes/<kind>.yaml``),
+    ``--out``, ``--max-steps``, ``--replicates`` and ``--jobs``, then ``pair_runs_options``."""
     default = Path(__file__).resolve().parents[1] / "recipes" / f"{kind}.yaml"
     parser.add_argument("--recipe", default=default, help=f"{kind} recipe (default: recipes/{kind}.yaml)")
     parser.add_argument("--out", required=True, help=out)
     parser.add_argument("--max-steps", type=int, help="the same as train.max_steps=N, for every pair" + max_steps)
     parser.add_argument("--replicates", type=int, help=replicates)
     parser.add_argument("--jobs", type=int, help=jobs)
+    pair_runs_options(parser, overrides, no_wandb)
 
 
-def pair_runs_options(parser: argparse.ArgumentParser, no_wandb: str, overrides: str) -> None:
+def pair_runs_options(parser: argparse.ArgumentParser, overrides: str, no_wandb: str = NO_WANDB) -> None:
     """The options such a command ends with: ``--no-wandb``, ``--no-shared-arms``, ``--quiet`` and the
     ``KEY=VALUE`` overrides; ``no_wandb`` and ``overrides`` say what they reach in that command."""
     parser.add_argument("--no-wandb", action="store_true", help=no_wandb)

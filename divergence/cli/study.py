@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from divergence.cli.pair_runs import pair_runs_options, recipe_options, split_overrides, train
+from divergence.cli.pair_runs import recipe_options, split_overrides, train
 from divergence.cli.report import log_report_to_wandb, print_report
 
 
@@ -23,12 +23,9 @@ def register(subparsers) -> argparse.ArgumentParser:
         out="study folder: OUT/<pair>/r<replicate> per pair run, the report at its top",
         replicates="replicates of every pair but the control (default: the recipe's replicates)",
         jobs="pairs trained at once (default: the recipe's jobs; auto = 2 on a CPU with 2+ cores, 1 on a GPU)",
-    )
-    pair_runs_options(
-        p,
-        no_wandb="no wandb: neither the pair runs nor the report log to it",
         overrides="overrides for every pair (train.lr=1e-4) or the study (base=sd15.yaml, "
         "study=pairs/fused-adamw.yaml, references.precision=pairs/fp16-vs-fp32.yaml, replicates=5)",
+        no_wandb="no wandb: neither the pair runs nor the report log to it",
     )
     return p
 
