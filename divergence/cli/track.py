@@ -66,12 +66,17 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from divergence.checkpoints.matching import parse_maps
     from divergence.checkpoints.series import find_series
+    from divergence.pairfolder.arm.steps import MAX_STEP
 
     args.out = chosen_folder(args)
     parse_maps(args.map)  # a bad rule fails before any work
     out = _check_out(Path(args.out))
     series = {"a": find_series(args.a, args.component), "b": find_series(args.b, args.component)}
-    _check_steps(series)
+    for step, path in [*series["a"].items(), *series["b"].items()]:
+        if step > MAX_STEP:
+            raise UserInputError(
+                f"{path}: step {step} does not fit in 64 bits (the store's steps are int64); rename it with its real step"
+            )
     steps = sorted(series["a"].keys() & series["b"].keys())
     for arm, other in (("a", "b"), ("b", "a")):
         missing = sorted(series[arm].keys() - series[other].keys())
@@ -101,18 +106,6 @@ def _check_out(out):
     if MetricsStore(out).exists():
         raise UserInputError(f"{out}: already holds a metrics store; choose a new folder or remove it")
     return out
-
-
-def _check_steps(series: dict) -> None:
-    from divergence.pairfolder.arm.steps import MAX_STEP
-
-    for found in series.values():
-        for step, path in found.items():
-            if step > MAX_STEP:
-                raise UserInputError(
-                    f"{path}: step {step} does not fit in 64 bits (the store's steps are int64); "
-                    "rename it with its real step"
-                )
 
 
 def _write_store(args, out, steps: list[int], series: dict) -> None:
