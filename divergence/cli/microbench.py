@@ -9,6 +9,7 @@ baseline, and writes ``results.csv``, ``validation.csv``, the figures, ``summary
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from divergence.cli import plain
@@ -82,7 +83,7 @@ def _int(text: str) -> int:
 
 
 def _overrides(args) -> list[str]:
-    """Command-line flags as recipe overrides; --set comes last and wins."""
+    """Command-line flags as recipe overrides (JSON values: YAML reads them); --set comes last and wins."""
     out = []
     flags = (
         ("precision", "sweep.precisions"),
@@ -95,14 +96,10 @@ def _overrides(args) -> list[str]:
     for attr, key in flags:
         values = getattr(args, attr)
         if values:
-            out.append(f"{key}=[{', '.join(_yaml_str(v) for v in values)}]")
+            out.append(f"{key}={json.dumps(values)}")
     if args.device:
-        out.append(f"sweep.device={_yaml_str(args.device)}")
+        out.append(f"sweep.device={json.dumps(args.device)}")
     return out + list(args.set)
-
-
-def _yaml_str(value) -> str:
-    return str(value) if isinstance(value, int) else "'" + str(value).replace("'", "''") + "'"
 
 
 def run(args) -> int:
