@@ -1,7 +1,7 @@
 """What the commands that train a study's pair runs share: their closing options (``study``,
-``calibrate``, ``consequence``, ``atlas``); for the first three, the split of ``KEY=VALUE`` overrides
-between the command's own recipe and every pair, and the training of the planned pair runs (the
-atlas plans and trains its looks in ``atlas.runner``)."""
+``calibrate``, ``consequence``, ``atlas``); for the first three, their opening options, the split of
+``KEY=VALUE`` overrides between the command's own recipe and every pair, and the training of the
+planned pair runs (the atlas plans and trains its looks in ``atlas.runner``)."""
 
 from __future__ import annotations
 
