@@ -182,15 +182,9 @@ def sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int)
     if gpus:
         lines.append(f"#SBATCH --gres=gpu:{gpus}")
     lines.append(f"#SBATCH --output={str(plan.log_dir).replace('%', '%%')}/{job}-%j.out")  # %j: the job id
-    for option, value in (
-        ("cpus-per-task", plan.cpus_per_task),
-        ("mem", plan.mem),
-        ("partition", plan.partition),
-        ("time", plan.time),
-        ("account", plan.account),
-    ):
-        if value:
-            lines.append(f"#SBATCH --{option}={value}")
+    for name in ("cpus_per_task", "mem", "partition", "time", "account"):  # each the sbatch option of its name
+        if getattr(plan, name):
+            lines.append(f"#SBATCH --{name.replace('_', '-')}={getattr(plan, name)}")
     lines += [f"#SBATCH {option}" for option in plan.extra_sbatch]
     return lines
 
