@@ -18,19 +18,11 @@ from divergence.errors import UserInputError
 HELP = "write and submit (SLURM) or start (torchrun) the jobs of a pair or of a whole study"
 # #SBATCH options launch writes itself: --sbatch may not repeat them (the flag to use instead, if any)
 OWN_SBATCH = {
-    "job-name": None,
+    **dict.fromkeys(("job-name", "output", "signal", "requeue", "dependency")),  # no flag of launch's
     "nodes": "--nodes",
     "ntasks-per-node": "--gpus-per-node",
     "gres": "--gpus-per-node",
-    "output": None,
-    "signal": None,
-    "requeue": None,
-    "dependency": None,
-    "cpus-per-task": "--cpus-per-task",
-    "mem": "--mem",
-    "partition": "--partition",
-    "time": "--time",
-    "account": "--account",
+    **{option: f"--{option}" for option in ("cpus-per-task", "mem", "partition", "time", "account")},
 }
 # --sbatch KEY[=VALUE]: VALUE as divergence.launch.scripts.SBATCH_VALUE allows
 SBATCH_OPTION = re.compile(r"([A-Za-z][A-Za-z0-9-]*)(=(?!-)[\w.:,+=@/%&|\[\]*!~^()-]+)?")
