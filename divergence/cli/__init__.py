@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from divergence import __version__
 from divergence.errors import UserInputError
+from divergence.loggers.wandb_mode import offline_notice, wandb_offline
 
 # Subcommand modules under divergence.cli, in the order `--help` lists them.
 COMMANDS = (
@@ -54,8 +56,11 @@ def folder_argument(parser: argparse.ArgumentParser, help: str) -> None:
 
 def shorthand(overrides: list[str], flag: str, key: str, value) -> None:
     """Append ``key=value`` for a flag that is shorthand for a recipe override (``--max-steps N`` is
-    ``train.max_steps=N``); the same key also given as ``KEY=VALUE`` with another value is refused, so a
-    command never says one thing two ways and silently keeps one."""
+    ``train.max_steps=N``), unless ``value`` is None (the flag not given); the same key also given as
+    ``KEY=VALUE`` with another value is refused, so a command never says one thing two ways and silently
+    keeps one."""
+    if value is None:
+        return
     import yaml
 
     given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].strip() == key]
@@ -68,10 +73,6 @@ def send_to_wandb(send, written: str) -> str | None:
     """Run ``send()`` (it logs to wandb and returns where the run went) and say where, or, when wandb
     fails, warn in one line that ``written`` are written anyway (wandb trouble must not hide them);
     the offline notice names the ``wandb sync`` command."""
-    import os
-
-    from divergence.loggers.wandb_mode import offline_notice, wandb_offline
-
     offline, mode_env = wandb_offline(), dict(os.environ)  # before wandb.init, which sets WANDB_MODE itself
     try:
         where = send()
@@ -103,8 +104,9 @@ def plain(text: str) -> str:
     return " ".join(text.replace("``", "").split())
 
 
-class _Renamed(argparse.Action):
-    """A flag under its old name: accepted, hidden from ``--help``, and its first use says the new name."""
+class Renamed(argparse.Action):
+    """A store_true flag under its old name, kept for the scripts that hold it: accepted, hidden from
+    ``--help``, and its first use says the new name (``parser.add_argument(OLD, action=Renamed, new=NEW)``)."""
 
     def __init__(self, option_strings, dest, new: str, note: str = "", **kwargs):
         super().__init__(option_strings, dest, nargs=0, default=False, help=argparse.SUPPRESS, **kwargs)
@@ -114,11 +116,6 @@ class _Renamed(argparse.Action):
         if not getattr(namespace, self.dest):
             print(f"{parser.prog}: note: {option_string} is deprecated; use {self.new}{self.note}", file=sys.stderr)
         setattr(namespace, self.dest, True)
-
-
-def renamed_flag(parser: argparse.ArgumentParser, old: str, new: str, note: str = "") -> None:
-    """Keep ``old`` working for the scripts that hold it (a store_true flag now called ``new``)."""
-    parser.add_argument(old, action=_Renamed, new=new, note=note)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -179,15 +176,8 @@ def entry_point() -> None:
         code = main()
         sys.stdout.flush()  # a pipe closed under the last print surfaces here
     except BrokenPipeError:
-        _quiet_stdout()
+        # stdout to /dev/null, so the interpreter's own flush at exit writes nowhere (the recipe
+        # of Python's ``signal`` documentation, "Note on SIGPIPE")
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = EXIT_CLOSED_PIPE
     sys.exit(code)
-
-
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null, so the interpreter's own flush at exit writes nowhere (the
-    recipe of Python's ``signal`` documentation, "Note on SIGPIPE")."""
-    import os
-
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from divergence.atlas.looks import FIRST_REPLICATES
+from divergence.cli.pair_runs import pair_runs_options
+from divergence.errors import UserInputError
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -49,22 +52,16 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="calibration.json (divergence calibrate) for the equivalent gradient-noise "
         "dose (default: OUT/calibration.json when present)",
     )
-    from divergence.cli.pair_runs import pair_runs_options
-
     pair_runs_options(
         p,
-        no_wandb="no wandb: the pair runs do not log to it (log.wandb=false)",
-        overrides="overrides for every pair (train.max_steps=10) or the study (replicates=3, "
+        "overrides for every pair (train.max_steps=10) or the study (replicates=3, "
         "references.precision=pairs/fp16-vs-fp32.yaml)",
     )
     return p
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from divergence.atlas.catalog import backbones, check_rows, select
-    from divergence.errors import UserInputError
     from divergence.extras import require
 
     if args.only:  # `--only flash train.max_steps=60`: KEY=VALUE after the names are overrides, not names
@@ -116,8 +113,6 @@ def run(args) -> int:
 def _split_only(args) -> None:
     """``--only``'s names, and the KEY=VALUE overrides its list swallowed (``nargs="+"``) moved to the
     overrides; ``--only`` with overrides and no name is one line (it would train every row)."""
-    from divergence.errors import UserInputError
-
     names = [o for o in args.only if "=" not in o]
     if not names:
         raise UserInputError(
@@ -130,8 +125,6 @@ def _split_only(args) -> None:
 
 def _check_calibration(path) -> None:
     """``--calibration``: a file, said in one line when it is missing or a folder."""
-    from divergence.errors import UserInputError
-
     if path.is_dir():
         inside = path / "calibration.json"
         hint = f" (give {inside})" if inside.is_file() else ""

@@ -11,6 +11,10 @@ docs/method.md ("Calibration: a known dose") as a value and pass/fail.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from divergence.cli.pair_runs import recipe_options, split_overrides, train
+from divergence.tables import write_json
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -22,20 +26,12 @@ def register(subparsers) -> argparse.ArgumentParser:
         "replicates; then write DIR/calibration.json with each criterion (monotone, log-log slope, horizon "
         "stability, recovery, coverage, synthetic bounded / not bounded) as a value and pass/fail.",
     )
-    p.add_argument("--recipe", default=None, help="calibration recipe (default: recipes/calibration.yaml)")
-    p.add_argument("--out", required=True, help="folder: OUT/<pair>/r<replicate> per pair run, calibration.json")
-    p.add_argument(
-        "--max-steps",
-        type=int,
-        help="the same as train.max_steps=N, for every pair (horizons beyond it are clipped to it)",
-    )
-    p.add_argument("--replicates", type=int, help="replicates of every pair (default: the recipe's)")
-    p.add_argument("--jobs", type=int, help="pairs trained at once (default: the recipe's jobs)")
-    from divergence.cli.pair_runs import pair_runs_options
-
-    pair_runs_options(
+    recipe_options(
         p,
-        no_wandb="no wandb: the pair runs do not log to it (log.wandb=false)",
+        "calibration",
+        out="folder: OUT/<pair>/r<replicate> per pair run, calibration.json",
+        max_steps=" (horizons beyond it are clipped to it)",
+        jobs="pairs trained at once (default: the recipe's jobs)",
         overrides="overrides for every pair (train.lr=1e-4) or the calibration (doses=[1.0e-6,1.0e-4,1.0e-2], "
         "horizons=[50,150], references.precision=pairs/fp16-vs-fp32.yaml)",
     )
@@ -43,19 +39,16 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from divergence.extras import require
 
     require("train", "lightning", "diffusers", "transformers")
-    from divergence.cli.pair_runs import split_overrides, train
     from divergence.study.calibration import CALIBRATION_OVERRIDES, load_calibration
     from divergence.study.lock import study_lock
     from divergence.study.runner import device_type, parallel_jobs, plan_jobs
 
     device = device_type()
     overrides, pair_overrides = split_overrides(args, CALIBRATION_OVERRIDES)
-    calibration = load_calibration(args.recipe or _default_recipe(), overrides, device)
+    calibration = load_calibration(args.recipe, overrides, device)
     out = Path(args.out)
     jobs = plan_jobs(calibration.study, out, pair_overrides)  # every recipe checked; nothing written yet
     parallel = parallel_jobs(args.jobs, calibration.study.jobs, device, len(jobs))
@@ -71,8 +64,6 @@ def run(args) -> int:
         if failed is not None:
             return failed
         result = evaluate_ladder(jobs, calibration.doses, horizons)
-        from divergence.tables import write_json
-
         write_json(out / "calibration.json", result)
     print(f"calibration: {out / 'calibration.json'}")
     return 0
@@ -103,9 +94,3 @@ def _horizons(horizons: tuple[int, ...], max_steps: int) -> tuple[int, ...]:
         kept = tuple(sorted(set(kept) | {max_steps}))
         print(f"note: horizons {list(horizons)} reach past train.max_steps {max_steps}; using {list(kept)}")
     return kept
-
-
-def _default_recipe():
-    from pathlib import Path
-
-    return Path(__file__).resolve().parents[1] / "recipes" / "calibration.yaml"

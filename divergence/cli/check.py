@@ -17,8 +17,10 @@ Exit status: 0 reordering-like, 1 beyond reordering, 3 inconclusive, 2 bad input
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from divergence.cli import plain
+from divergence.errors import UserInputError
 
 HELP = "bug or noise: a change's gradient, or a pair's run, against a reordering of the baseline's sums"
 EXIT = {"reordering_like": 0, "beyond_reordering": 1, "inconclusive": 3, None: 3}
@@ -38,11 +40,9 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def load_function(spec: str, what: str):
-    """``FILE.py:FUNCTION`` imported and checked callable, or a one-line error naming what is wrong."""
+    """``FILE.py:FUNCTION`` imported and checked callable, or a one-line error naming what is wrong;
+    any exception the function raises becomes one line naming ``spec``."""
     import importlib.util
-    from pathlib import Path
-
-    from divergence.errors import UserInputError
 
     file, sep, name = (spec or "").rpartition(":")
     if not sep or not file or not name:
@@ -59,12 +59,6 @@ def load_function(spec: str, what: str):
     function = getattr(module, name, None)
     if not callable(function):
         raise UserInputError(f"{what}: {file} has no function {name!r}")
-    return function
-
-
-def _guarded(function, spec: str):
-    """``function`` with any exception it raises turned into one line naming ``spec``."""
-    from divergence.errors import UserInputError
 
     def call(*args):
         try:
@@ -79,17 +73,16 @@ def _guarded(function, spec: str):
 
 def run_step(args) -> tuple[str | None, dict, str]:
     from divergence.analysis.one_step import one_step_check
-    from divergence.errors import UserInputError
 
     if not args.baseline or not args.setup:
         raise UserInputError("check step: give CHANGE BASELINE (each FILE.py:FUNCTION) and --setup FILE.py:FUNCTION")
-    setup = _guarded(load_function(args.setup, "--setup"), args.setup)
+    setup = load_function(args.setup, "--setup")
     made = setup()
     if not isinstance(made, tuple) or len(made) != 2 or not hasattr(made[0], "named_parameters"):
         raise UserInputError(f"--setup {args.setup}: must return (model, batch), the model a torch.nn.Module")
-    change = _guarded(load_function(args.change, "CHANGE"), args.change)
-    baseline = _guarded(load_function(args.baseline, "BASELINE"), args.baseline)
-    reordered = [_guarded(load_function(s, "--reordered"), s) for s in args.reordered or []] or None
+    change = load_function(args.change, "CHANGE")
+    baseline = load_function(args.baseline, "BASELINE")
+    reordered = [load_function(s, "--reordered") for s in args.reordered or []] or None
     result = one_step_check(
         change, baseline, made[0], made[1], reordered=reordered, kind="update" if args.update else "gradient"
     )
@@ -98,7 +91,6 @@ def run_step(args) -> tuple[str | None, dict, str]:
 
 def run_trajectory(args) -> tuple[str | None, dict, str]:
     from divergence.analysis.trajectory_check import trajectory_check
-    from divergence.errors import UserInputError
 
     if not args.reference or args.baseline:
         raise UserInputError("check trajectory: give PAIR and --reference REORDERING_PAIR (two pair folders)")
@@ -128,7 +120,6 @@ def finite_json(value):
 
 def run(args) -> int:
     import json
-    from pathlib import Path
 
     status, result, line = (run_step if args.mode == "step" else run_trajectory)(args)
     print(line)

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from divergence.errors import UserInputError
+from divergence.tables import format_value, text_table, write_csv, write_json
 
 METRIC_CHOICES = ("wasserstein", "max_abs_diff", "mean_abs_diff", "rms_diff", "rel_l2", "cosine")
 RECORD_COLUMNS = (
@@ -59,13 +60,6 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--csv", metavar="PATH", help="write the per-tensor records (buffers included) to PATH")
     p.add_argument(
-        "--map",
-        action="append",
-        metavar="PATTERN=REPLACEMENT",
-        default=[],
-        help="rename tensors (regex, applied to both sides); repeatable",
-    )
-    p.add_argument(
         "--exclude",
         action="append",
         metavar="PATTERN",
@@ -75,11 +69,6 @@ def register(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--include-buffers", action="store_true", help="count integer and bool buffers in the whole-model numbers too"
-    )
-    p.add_argument(
-        "--intersection",
-        action="store_true",
-        help="compare the tensors both checkpoints have; list the rest as skipped",
     )
     p.add_argument(
         "--fail-above",
@@ -93,17 +82,29 @@ def register(subparsers) -> argparse.ArgumentParser:
         action="store_true",
         help="with --fail-above, do not fail on tensors holding NaN/inf (they stay out of the numbers)",
     )
-    p.add_argument("--device", default=None, help="where to compute (default: cuda if available, else cpu)")
-    add_format_flag(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    reading_flags(p, None, "cuda if available, else cpu", "; list the rest as skipped")
     return p
 
 
-def add_format_flag(p) -> None:
-    """``--format``, shared with ``track``: force one reader (``divergence.checkpoints.formats``)."""
+def reading_flags(p, device: str | None, device_default: str, intersection: str = "") -> None:
+    """The flags ``compare`` and ``track`` share: how the tensors are matched (``--map``,
+    ``--intersection``), where compared (``--device``), which reader opens the checkpoints (``--format``,
+    ``divergence.checkpoints.formats``) and ``--quiet``."""
     from divergence.formats import AUTO, FORMATS, format_help
 
+    p.add_argument(
+        "--map",
+        action="append",
+        metavar="PATTERN=REPLACEMENT",
+        default=[],
+        help="rename tensors (regex, applied to both sides); repeatable",
+    )
+    p.add_argument(
+        "--intersection", action="store_true", help="compare the tensors both checkpoints have" + intersection
+    )
+    p.add_argument("--device", default=device, help=f"where to compute (default: {device_default})")
     p.add_argument("--format", default=AUTO, choices=(AUTO, *FORMATS), help=format_help())
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def run(args) -> int:
@@ -124,7 +125,10 @@ def run(args) -> int:
         args.a, args.b, args.map, args.intersection, device, progress, args.exclude, args.include_buffers, args.format
     )
     _print_report(result, args)
-    _write_outputs(result, args)
+    if args.json:
+        write_json(args.json, {"tensors": result.records, "summary": result.summary, "skipped": result.skipped})
+    if args.csv:
+        write_csv(args.csv, result.records, RECORD_COLUMNS)
     return _check_thresholds(result, thresholds, args.allow_nonfinite)
 
 
@@ -181,35 +185,30 @@ def _check_outputs(args) -> None:
     """Refuse --json/--csv paths that could not be written, before any tensor is read."""
     outputs = [(flag, value) for flag, value in (("--json", args.json), ("--csv", args.csv)) if value is not None]
     for flag, value in outputs:
-        _check_output(flag, value, (args.a, args.b))
+        if not value.strip():
+            raise UserInputError(
+                f"{flag} {value!r}: an empty path; give a file name, e.g. {flag} out{flag.replace('--', '.')}"
+            )
+        path = Path(value)
+        if path.is_dir():
+            raise UserInputError(f"{flag} {path}: is a folder; give a file name inside it")
+        if any(path.resolve() == Path(i).resolve() for i in (args.a, args.b)):
+            raise UserInputError(f"{flag} {path}: is one of the checkpoints being compared; refusing to overwrite it")
+        if not path.parent.is_dir():
+            raise UserInputError(f"{path}: the folder {path.parent} does not exist")
+        try:  # the writers rename a temporary file in this folder into place: prove that works
+            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.probe-"):
+                pass
+        except OSError as err:
+            raise UserInputError(f"{flag} {path}: cannot write in {path.parent}: {err.strerror or err}") from None
+        if path.exists() and not os.access(path, os.W_OK):
+            raise UserInputError(f"{flag} {path}: exists and is read-only")
     if len(outputs) == 2 and Path(args.json).resolve() == Path(args.csv).resolve():
         raise UserInputError(f"--json and --csv both name {args.json}; give two different files")
 
 
-def _check_output(flag: str, value: str, inputs) -> None:
-    if not value.strip():
-        raise UserInputError(
-            f"{flag} {value!r}: an empty path; give a file name, e.g. {flag} out{flag.replace('--', '.')}"
-        )
-    path = Path(value)
-    if path.is_dir():
-        raise UserInputError(f"{flag} {path}: is a folder; give a file name inside it")
-    if any(path.resolve() == Path(i).resolve() for i in inputs):
-        raise UserInputError(f"{flag} {path}: is one of the checkpoints being compared; refusing to overwrite it")
-    if not path.parent.is_dir():
-        raise UserInputError(f"{path}: the folder {path.parent} does not exist")
-    try:  # the writers rename a temporary file in this folder into place: prove that works
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.probe-"):
-            pass
-    except OSError as err:
-        raise UserInputError(f"{flag} {path}: cannot write in {path.parent}: {err.strerror or err}") from None
-    if path.exists() and not os.access(path, os.W_OK):
-        raise UserInputError(f"{flag} {path}: exists and is read-only")
-
-
 def _print_report(result, args) -> None:
     from divergence.metrics import aggregate, is_buffer
-    from divergence.tables import text_table
 
     weights = result.records if args.include_buffers else [r for r in result.records if not is_buffer(r)]
     rows = aggregate(weights, args.group, args.include_buffers)
@@ -237,8 +236,6 @@ def _print_report(result, args) -> None:
 
 
 def _print_summary(result) -> None:
-    from divergence.tables import format_value
-
     s = result.summary
     print()
     raw = " of the raw weights (the EMA under ema.* is summarized below, apart)" if "ema" in s else ""
@@ -273,15 +270,6 @@ def _print_summary(result) -> None:
             f"  skipped {len(result.skipped)} tensors: "
             + ", ".join(f"{k['name']} ({k['reason']})" for k in result.skipped[:_SHOW])
         )
-
-
-def _write_outputs(result, args) -> None:
-    from divergence.tables import write_csv, write_json
-
-    if args.json:
-        write_json(args.json, {"tensors": result.records, "summary": result.summary, "skipped": result.skipped})
-    if args.csv:
-        write_csv(args.csv, result.records, RECORD_COLUMNS)
 
 
 def _check_thresholds(result, thresholds: dict[str, float], allow_nonfinite: bool) -> int:

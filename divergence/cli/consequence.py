@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
+
+from divergence.cli import send_to_wandb
+from divergence.cli.pair_runs import recipe_options, split_overrides, train
+from divergence.errors import UserInputError
+from divergence.tables import text_table, write_json
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -25,29 +31,23 @@ def register(subparsers) -> argparse.ArgumentParser:
         "seed margin, the dose below which the score stays within it, the rank correlation of early dose with "
         "the converged shift) and DIR/consequence.png. Run again on DIR to resume.",
     )
-    p.add_argument("--recipe", default=None, help="consequence recipe (default: recipes/consequence.yaml)")
-    p.add_argument("--out", required=True, help="folder: OUT/<pair>/r<replicate> per pair run, consequence.json")
-    p.add_argument("--max-steps", type=int, help="the same as train.max_steps=N, for every pair (the run's length)")
-    p.add_argument("--replicates", type=int, help="replicates of every pair (default: the recipe's)")
-    p.add_argument("--jobs", type=int, help="pairs trained, then arms scored, at once (default: the recipe's jobs)")
-    from divergence.cli.pair_runs import pair_runs_options
-
-    pair_runs_options(
+    recipe_options(
         p,
-        no_wandb="no wandb: the pair runs do not log to it (log.wandb=false), nor does the result",
+        "consequence",
+        out="folder: OUT/<pair>/r<replicate> per pair run, consequence.json",
+        max_steps=" (the run's length)",
+        jobs="pairs trained, then arms scored, at once (default: the recipe's jobs)",
         overrides="overrides for every pair (train.lr=1e-4) or the recipe (doses=[1.0e-4,1.0e-2], early=[30,60], "
         "score.seeds=2, rows=[], references.precision=pairs/fp16-vs-fp32.yaml)",
+        no_wandb="no wandb: the pair runs do not log to it (log.wandb=false), nor does the result",
     )
     return p
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from divergence.extras import require
 
     require("train", "lightning", "diffusers", "transformers")
-    from divergence.cli.pair_runs import train
     from divergence.study.lock import study_lock
     from divergence.study.runner import device_type, parallel_jobs
 
@@ -74,21 +74,21 @@ def run(args) -> int:
     print(result["convergence"]["sentence"])
     print(result["sentence"])
     print(f"consequence: {', '.join(str(p) for p in (out / 'consequence.json', *figures.values()) if p)}")
-    if not args.no_wandb:
-        _log_to_wandb(result, figures, out)
+    if not args.no_wandb:  # offline unless configured; trouble there is a warning: the files are written
+        from divergence.report.wandb_log import log_consequence
+
+        send_to_wandb(lambda: log_consequence(result, figures, out, None), "the files")
     return 0
 
 
 def _plan(args, out, device: str):
     """``(consequence, jobs, pair overrides)``: the recipe read and every pair run's recipe checked, the
     early window within the run; nothing written yet (a mistake is one line, exit 2)."""
-    from divergence.cli.pair_runs import split_overrides
-    from divergence.errors import UserInputError
     from divergence.study.consequence import CONSEQUENCE_OVERRIDES, load_consequence
     from divergence.study.runner import plan_jobs
 
     overrides, pair_overrides = split_overrides(args, CONSEQUENCE_OVERRIDES)
-    consequence = load_consequence(args.recipe or _default_recipe(), overrides, device)
+    consequence = load_consequence(args.recipe, overrides, device)
     jobs = plan_jobs(consequence.study, out, pair_overrides)
     steps = min(j.max_steps for j in jobs)
     if consequence.early[1] > steps:
@@ -103,11 +103,10 @@ def _measure(jobs, consequence, steps: int, device: str, workers: int = 1, quiet
     """Phases 2 and 3: score every arm (in ``workers`` processes) and read every pair run, then write
     consequence.json and the figures: ``(result, {"curve": png, "samples": png})``."""
     from divergence.analysis.consequence_curve import curve
-    from divergence.report.consequence_figure import consequence_figure, samples_figure
     from divergence.analysis.plateau import plateau
     from divergence.analysis.plateau import sentence as plateau_sentence
+    from divergence.report.consequence_figure import consequence_figure, samples_figure
     from divergence.study.consequence_runs import read_runs, sample_panels, score_all, score_tasks, seed_pair_series
-    from divergence.tables import write_json
 
     out = jobs[0].out.parent.parent
     started = time.monotonic()
@@ -155,17 +154,8 @@ def _recipe_id(jobs) -> str:
     return recipe_identity(load_pair(seed.out).recipe)["id"]
 
 
-def _log_to_wandb(result: dict, figures: dict, out) -> None:
-    """The result to wandb (offline unless configured); trouble there is a warning: the files are written."""
-    from divergence.cli import send_to_wandb
-    from divergence.report.wandb_log import log_consequence
-
-    send_to_wandb(lambda: log_consequence(result, figures, out, None), "the files")
-
-
 def table(rows: list[dict]) -> str:
     """One line per pair run: its early dose, both arms' scores, the score shift and the probe-loss shift."""
-    from divergence.tables import text_table
 
     def num(x, spec):
         return "-" if x is None else format(x, spec)
@@ -187,9 +177,3 @@ def table(rows: list[dict]) -> str:
             }
         )
     return text_table(lines, ["pair", "role", "r", "early dex", "score a", "score b", "shift (points)", "probe shift"])
-
-
-def _default_recipe():
-    from pathlib import Path
-
-    return Path(__file__).resolve().parents[1] / "recipes" / "consequence.yaml"

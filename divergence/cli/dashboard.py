@@ -12,6 +12,9 @@ import argparse
 import os
 import sys
 
+from divergence.errors import UserInputError
+from divergence.loggers.wandb_mode import has_credentials
+
 HELP = "write the wandb workspace of a study (its runs' charts, tables and heatmaps) as a saved view"
 
 
@@ -33,9 +36,6 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     import json
-
-    from divergence.errors import UserInputError
-    from divergence.loggers.wandb_mode import has_credentials
 
     for flag, value, env in (("--entity", args.entity, "WANDB_ENTITY"), ("--project", args.project, "WANDB_PROJECT")):
         if not value:

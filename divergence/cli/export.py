@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from divergence.errors import UserInputError
+from divergence.store import MetricsStore
+
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
@@ -18,8 +21,6 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from divergence.errors import UserInputError
-    from divergence.store import MetricsStore
     from divergence.store.export import export_csv, export_parquet
 
     if not (args.csv or args.parquet):

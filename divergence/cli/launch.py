@@ -11,23 +11,18 @@ from __future__ import annotations
 
 import argparse
 import re
+from pathlib import Path
+
+from divergence.errors import UserInputError
 
 HELP = "write and submit (SLURM) or start (torchrun) the jobs of a pair or of a whole study"
 # #SBATCH options launch writes itself: --sbatch may not repeat them (the flag to use instead, if any)
 OWN_SBATCH = {
-    "job-name": None,
+    **dict.fromkeys(("job-name", "output", "signal", "requeue", "dependency")),  # no flag of launch's
     "nodes": "--nodes",
     "ntasks-per-node": "--gpus-per-node",
     "gres": "--gpus-per-node",
-    "output": None,
-    "signal": None,
-    "requeue": None,
-    "dependency": None,
-    "cpus-per-task": "--cpus-per-task",
-    "mem": "--mem",
-    "partition": "--partition",
-    "time": "--time",
-    "account": "--account",
+    **{option: f"--{option}" for option in ("cpus-per-task", "mem", "partition", "time", "account")},
 }
 # --sbatch KEY[=VALUE]: VALUE as divergence.launch.scripts.SBATCH_VALUE allows
 SBATCH_OPTION = re.compile(r"([A-Za-z][A-Za-z0-9-]*)(=(?!-)[\w.:,+=@/%&|\[\]*!~^()-]+)?")
@@ -88,11 +83,8 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
-    from divergence.errors import UserInputError
     from divergence.launch.scripts import LaunchPlan
-    from divergence.launch.submit import launch, render
+    from divergence.launch.submit import launch, pair_scripts, render
 
     _check_numbers(args)
     if args.study:
@@ -112,14 +104,12 @@ def run(args) -> int:
         **_cluster_options(args),
     )
     if args.dry_run:
-        print(render(plan))
+        print(render(pair_scripts(plan)))
         return 0
     return launch(plan)
 
 
 def _check_numbers(args) -> None:
-    from divergence.errors import UserInputError
-
     for flag, value in (
         ("--nodes", args.nodes),
         ("--gpus-per-node", args.gpus_per_node),
@@ -148,36 +138,23 @@ def _check_numbers(args) -> None:
 
 
 def _cluster_options(args) -> dict:
-    """The LaunchPlan fields every job of a pair or study shares."""
+    """The LaunchPlan fields every job of a pair or study shares: the flags of the same names, and these two."""
+    from dataclasses import fields
+
+    from divergence.launch.scripts import LaunchPlan
+
+    own = {f.name for f in fields(LaunchPlan)} - {"recipe", "out", "overrides"}
     return dict(
-        scheduler=args.scheduler,
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
+        {name: getattr(args, name) for name in own if hasattr(args, name)},
         accelerator="cpu" if args.cpu else "gpu",
-        strategy=args.strategy,
-        comparator_gpus=args.comparator_gpus,
-        comparator_cpu=args.comparator_cpu,
-        command=args.command,
-        partition=args.partition,
-        time=args.time,
-        account=args.account,
-        group=args.group,
-        cpus_per_task=args.cpus_per_task,
-        mem=args.mem,
-        container_image=args.container_image,
         extra_sbatch=tuple(f"--{o.removeprefix('--')}" for o in args.sbatch),
     )
 
 
 def _run_study(args) -> int:
-    import os
-    import shutil
-    import subprocess
-    from pathlib import Path
-
-    from divergence.errors import UserInputError
     from divergence.launch.scripts import LaunchPlan
     from divergence.launch.study import plan_study, render_study, write_study
+    from divergence.launch.submit import need_tool, run_driver
     from divergence.study.config import STUDY_OVERRIDES, load_study
 
     if args.scheduler != "slurm":
@@ -194,11 +171,7 @@ def _run_study(args) -> int:
     if args.dry_run:
         print(render_study(launch))
         return 0
-    if shutil.which("sbatch") is None:
-        raise UserInputError(
-            "--scheduler slurm: 'sbatch' is not on PATH; run this on a SLURM login node, "
-            "or use --dry-run to print the jobs"
-        )
+    need_tool("slurm", "the jobs")
     submit = write_study(launch)
     print(f"wrote the recipes and scripts of {len(launch.plans)} pair runs under {out}; running {submit}", flush=True)
-    return subprocess.call(["bash", str(submit)], env=dict(os.environ))
+    return run_driver(submit)

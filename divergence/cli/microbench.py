@@ -9,9 +9,12 @@ baseline, and writes ``results.csv``, ``validation.csv``, the figures, ``summary
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 from divergence.cli import plain
 from divergence.errors import UserInputError
+from divergence.pairfolder.folder import RunFolder
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -80,7 +83,7 @@ def _int(text: str) -> int:
 
 
 def _overrides(args) -> list[str]:
-    """Command-line flags as recipe overrides; --set comes last and wins."""
+    """Command-line flags as recipe overrides (JSON values: YAML reads them); --set comes last and wins."""
     out = []
     flags = (
         ("precision", "sweep.precisions"),
@@ -93,32 +96,27 @@ def _overrides(args) -> list[str]:
     for attr, key in flags:
         values = getattr(args, attr)
         if values:
-            out.append(f"{key}=[{', '.join(_yaml_str(v) for v in values)}]")
+            out.append(f"{key}={json.dumps(values)}")
     if args.device:
-        out.append(f"sweep.device={_yaml_str(args.device)}")
+        out.append(f"sweep.device={json.dumps(args.device)}")
     return out + list(args.set)
-
-
-def _yaml_str(value) -> str:
-    return str(value) if isinstance(value, int) else "'" + str(value).replace("'", "''") + "'"
 
 
 def run(args) -> int:
     import time
-    from pathlib import Path
 
     import yaml
 
     from divergence.extras import require
 
     require("report", "matplotlib")  # the figures
+    from divergence.config.schema import to_dict
     from divergence.microbench.config import load_recipe
     from divergence.microbench.figures import write_figures
     from divergence.microbench.preflight import check_kernels, reference_seq_len_override
     from divergence.microbench.report import write_csv, write_reports
     from divergence.microbench.sweep import COLUMNS, plan, run_sweep
     from divergence.microbench.validation import COLUMNS as VALIDATION_COLUMNS
-    from divergence.config.schema import to_dict
 
     # The reference-length fix first, so that an explicit --set sweep.reference_seq_len wins.
     overrides = reference_seq_len_override(args.recipe, args.seq_len, args.quick) + _overrides(args)
@@ -128,8 +126,6 @@ def run(args) -> int:
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
-    from divergence.pairfolder.folder import RunFolder
-
     # a run folder's resolved recipe, as train's
     RunFolder(out).recipe.write_text(yaml.safe_dump(to_dict(recipe), sort_keys=False))
 

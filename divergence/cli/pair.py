@@ -17,8 +17,13 @@ and says the new one once.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from divergence.cli import plain
+from divergence.errors import UserInputError
+from divergence.pairfolder.layout import PAIR_FILE
+from divergence.pairfolder.pair_json import CATEGORIES, PairInfo, arms_line
 
 HELP = "set a pair folder's name, category, description or arm labels (pair.json) after the fact"
 KEYS = ("name", "category", "description", "arms.a", "arms.b")
@@ -33,8 +38,6 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def parse_values(values: list[str]) -> dict:
     """``KEY=VALUE`` words as ``{key: value}``, each key known and given once, each value checked."""
-    from divergence.errors import UserInputError
-    from divergence.pairfolder.pair_json import CATEGORIES
     from divergence.recipe.names import check_name
 
     out = {}
@@ -56,8 +59,6 @@ def parse_values(values: list[str]) -> dict:
 
 def _old_spelling(args) -> None:
     """``pair set DIR KEY=VALUE``: the first word ``set`` and a folder after it, not a KEY=VALUE."""
-    import sys
-
     if args.dir == "set" and "=" not in args.values[0]:
         print("divergence pair: note: 'divergence pair set DIR' is now 'divergence pair DIR'", file=sys.stderr)
         args.dir, args.values = args.values[0], args.values[1:]
@@ -68,11 +69,7 @@ def _old_spelling(args) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from divergence.pairfolder.arm.lock import PairLock
-    from divergence.pairfolder.layout import PAIR_FILE
-    from divergence.pairfolder.pair_json import PairInfo, arms_line
 
     _old_spelling(args)
     changes = parse_values(args.values)

@@ -1,18 +1,43 @@
 """What the commands that train a study's pair runs share: their closing options (``study``,
-``calibrate``, ``consequence``, ``atlas``); for the first three, the split of ``KEY=VALUE`` overrides
-between the command's own recipe and every pair, and the training of the planned pair runs (the
-atlas plans and trains its looks in ``atlas.runner``)."""
+``calibrate``, ``consequence``, ``atlas``); for the first three, their opening options, the split of
+``KEY=VALUE`` overrides between the command's own recipe and every pair, and the training of the
+planned pair runs (the atlas plans and trains its looks in ``atlas.runner``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from divergence.cli import shorthand
 from divergence.errors import UserInputError
 
 
-def pair_runs_options(parser: argparse.ArgumentParser, no_wandb: str, overrides: str) -> None:
+NO_WANDB = "no wandb: the pair runs do not log to it (log.wandb=false)"
+
+
+def recipe_options(
+    parser: argparse.ArgumentParser,
+    kind: str,
+    out: str,
+    jobs: str,
+    overrides: str,
+    max_steps: str = "",
+    replicates: str = "replicates of every pair (default: the recipe's)",
+    no_wandb: str = NO_WANDB,
+) -> None:
+    """The options of such a command but the atlas: ``--recipe`` (default: ``recipes/<kind>.yaml``),
+    ``--out``, ``--max-steps``, ``--replicates`` and ``--jobs``, then ``pair_runs_options``."""
+    default = Path(__file__).resolve().parents[1] / "recipes" / f"{kind}.yaml"
+    parser.add_argument("--recipe", default=default, help=f"{kind} recipe (default: recipes/{kind}.yaml)")
+    parser.add_argument("--out", required=True, help=out)
+    parser.add_argument("--max-steps", type=int, help="the same as train.max_steps=N, for every pair" + max_steps)
+    parser.add_argument("--replicates", type=int, help=replicates)
+    parser.add_argument("--jobs", type=int, help=jobs)
+    pair_runs_options(parser, overrides, no_wandb)
+
+
+def pair_runs_options(parser: argparse.ArgumentParser, overrides: str, no_wandb: str = NO_WANDB) -> None:
     """The options such a command ends with: ``--no-wandb``, ``--no-shared-arms``, ``--quiet`` and the
     ``KEY=VALUE`` overrides; ``no_wandb`` and ``overrides`` say what they reach in that command."""
     parser.add_argument("--no-wandb", action="store_true", help=no_wandb)
@@ -35,13 +60,10 @@ def split_overrides(args: argparse.Namespace, recipe_keys: tuple[str, ...]) -> t
         if value is not None and value < 1:
             raise UserInputError(f"{flag} {value}: must be >= 1")
     recipe = list(args.overrides)
-    if args.replicates is not None:
-        shorthand(recipe, "--replicates", "replicates", args.replicates)
+    shorthand(recipe, "--replicates", "replicates", args.replicates)
     pair = [o for o in args.overrides if not o.startswith(recipe_keys)]
-    if args.max_steps is not None:
-        shorthand(pair, "--max-steps", "train.max_steps", args.max_steps)
-    if args.no_wandb:
-        shorthand(pair, "--no-wandb", "log.wandb", "false")
+    shorthand(pair, "--max-steps", "train.max_steps", args.max_steps)
+    shorthand(pair, "--no-wandb", "log.wandb", "false" if args.no_wandb else None)
     return recipe, pair
 
 

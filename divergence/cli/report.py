@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from divergence.cli import send_to_wandb
 from divergence.errors import UserInputError
 
 
@@ -54,7 +55,9 @@ def run(args) -> int:
     from divergence.extras import require
 
     require("report", "matplotlib", "scipy")
-    out = _out_dir(args)
+    if not args.out and len(args.dirs) > 1:
+        raise UserInputError(f"{len(args.dirs)} input folders given: say where the report goes with --out DIR")
+    out = Path(args.out or args.dirs[0])
     for flag, value in (("--bootstrap", args.bootstrap), ("--seed", args.seed)):
         if value is not None:
             print(f"note: {flag} is gone with the legacy slope ratio it drew; ignored", file=sys.stderr)
@@ -69,14 +72,6 @@ def run(args) -> int:
     if not args.no_wandb:
         log_report_to_wandb(report, args.wandb_project)
     return 0
-
-
-def _out_dir(args) -> Path:
-    if args.out:
-        return Path(args.out)
-    if len(args.dirs) == 1:
-        return Path(args.dirs[0])
-    raise UserInputError(f"{len(args.dirs)} input folders given: say where the report goes with --out DIR")
 
 
 def print_report(report) -> None:
@@ -94,7 +89,6 @@ def print_report(report) -> None:
 
 
 def log_report_to_wandb(report, project: str | None) -> None:
-    from divergence.cli import send_to_wandb
     from divergence.report.wandb_log import log_report
 
     folders = [p.folder for p in report.analysis.pairs if getattr(p, "folder", None)]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from divergence.pairfolder.layout import METRICS_FILE
+
 HELP = "repair a pair folder's metrics store and loss files (keeps every committed record)"
 DESCRIPTION = (
     "Keep every committed step block of DIR/metrics.jsonl and every readable line of DIR/<arm>/losses.jsonl; move "
@@ -35,7 +37,6 @@ def _run_old(args) -> int:
 
 
 def run(args) -> int:
-    from divergence.pairfolder.layout import METRICS_FILE
     from divergence.store.repair import repair_folder
 
     for result in repair_folder(args.dir):

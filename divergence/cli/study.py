@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from divergence.cli.pair_runs import recipe_options, split_overrides, train
+from divergence.cli.report import log_report_to_wandb, print_report
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -13,49 +17,34 @@ def register(subparsers) -> argparse.ArgumentParser:
         "change, low-precision training and a control, on one base recipe; then build the report. Finished "
         "pairs are not trained again; an interrupted study resumes.",
     )
-    p.add_argument("--recipe", default=None, help="study recipe (default: recipes/study.yaml)")
-    p.add_argument(
-        "--out", required=True, help="study folder: OUT/<pair>/r<replicate> per pair run, the report at its top"
-    )
-    p.add_argument("--max-steps", type=int, help="the same as train.max_steps=N, for every pair")
-    p.add_argument(
-        "--replicates", type=int, help="replicates of every pair but the control (default: the recipe's replicates)"
-    )
-    p.add_argument(
-        "--jobs",
-        type=int,
-        help="pairs trained at once (default: the recipe's jobs; auto = 2 on a CPU with 2+ cores, 1 on a GPU)",
-    )
-    from divergence.cli.pair_runs import pair_runs_options
-
-    pair_runs_options(
+    recipe_options(
         p,
-        no_wandb="no wandb: neither the pair runs nor the report log to it",
+        "study",
+        out="study folder: OUT/<pair>/r<replicate> per pair run, the report at its top",
+        replicates="replicates of every pair but the control (default: the recipe's replicates)",
+        jobs="pairs trained at once (default: the recipe's jobs; auto = 2 on a CPU with 2+ cores, 1 on a GPU)",
         overrides="overrides for every pair (train.lr=1e-4) or the study (base=sd15.yaml, "
         "study=pairs/fused-adamw.yaml, references.precision=pairs/fp16-vs-fp32.yaml, replicates=5)",
+        no_wandb="no wandb: neither the pair runs nor the report log to it",
     )
     return p
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from divergence.extras import require
 
     require("train", "lightning", "diffusers", "transformers")
     require("report", "matplotlib", "scipy")
-    from divergence.cli.pair_runs import split_overrides, train
-    from divergence.cli.report import log_report_to_wandb, print_report
     from divergence.report import build_report
     from divergence.study import load_study
     from divergence.study.config import STUDY_OVERRIDES, fine_tuned
-    from divergence.study.pretrain import ensure_pretrained
     from divergence.study.lock import study_lock
+    from divergence.study.pretrain import ensure_pretrained
     from divergence.study.runner import device_type, parallel_jobs, plan_jobs
 
     device = device_type()
     study_overrides, pair_overrides = split_overrides(args, STUDY_OVERRIDES)
-    study = load_study(args.recipe or _default_recipe(), study_overrides, device)
+    study = load_study(args.recipe, study_overrides, device)
     out = Path(args.out)
     study = fine_tuned(study, out)  # with pretrain: every pair starts from OUT/pretrained
     jobs = plan_jobs(study, out, pair_overrides)  # every recipe checked; nothing written yet
@@ -78,9 +67,3 @@ def run(args) -> int:
     if not args.no_wandb:
         log_report_to_wandb(report, None)
     return 0
-
-
-def _default_recipe():
-    from pathlib import Path
-
-    return Path(__file__).resolve().parents[1] / "recipes" / "study.yaml"

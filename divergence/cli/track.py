@@ -19,17 +19,21 @@ refused in one line while an arm writer, a lockstep run or another ``track`` wri
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from divergence.cli import chosen_folder, folder_argument
-from divergence.pairfolder.pair_json import CATEGORIES
+from divergence.cli.compare import compare_with_flags, reading_flags
+from divergence.errors import UserInputError
+from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.pair_json import CATEGORIES, finish_pair, write_pair_files
+from divergence.store import MetricsStore
 
 HELP = "after training: turn two saved checkpoint series, from any trainer, into a pair folder and its store"
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    from divergence.cli.compare import add_format_flag
-
     p = subparsers.add_parser(
         "track",
         help=HELP,
@@ -55,32 +59,24 @@ def register(subparsers) -> argparse.ArgumentParser:
         choices=CATEGORIES,
         help="what the arms differ in (default: optimization)",
     )
-    p.add_argument(
-        "--map",
-        action="append",
-        metavar="PATTERN=REPLACEMENT",
-        default=[],
-        help="rename tensors (regex, applied to both sides); repeatable",
-    )
-    p.add_argument("--intersection", action="store_true", help="compare the tensors both checkpoints have")
-    p.add_argument("--device", default="cpu", help="where to compute (default: cpu)")
-    add_format_flag(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    reading_flags(p, "cpu", "cpu")
     return p
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from divergence.checkpoints.matching import parse_maps
     from divergence.checkpoints.series import find_series
-    from divergence.errors import UserInputError
+    from divergence.pairfolder.arm.steps import MAX_STEP
 
     args.out = chosen_folder(args)
     parse_maps(args.map)  # a bad rule fails before any work
     out = _check_out(Path(args.out))
     series = {"a": find_series(args.a, args.component), "b": find_series(args.b, args.component)}
-    _check_steps(series)
+    for step, path in [*series["a"].items(), *series["b"].items()]:
+        if step > MAX_STEP:
+            raise UserInputError(
+                f"{path}: step {step} does not fit in 64 bits (the store's steps are int64); rename it with its real step"
+            )
     steps = sorted(series["a"].keys() & series["b"].keys())
     for arm, other in (("a", "b"), ("b", "a")):
         missing = sorted(series[arm].keys() - series[other].keys())
@@ -100,9 +96,6 @@ def run(args) -> int:
 
 def _check_out(out):
     """DIR can hold a new pair folder: a folder without a store, or a path under folders only."""
-    from divergence.errors import UserInputError
-    from divergence.store import MetricsStore
-
     if out.exists() and not out.is_dir():
         raise UserInputError(f"{out}: exists and is not a folder; give a folder for the pair")
     for parent in out.parents:
@@ -113,19 +106,6 @@ def _check_out(out):
     if MetricsStore(out).exists():
         raise UserInputError(f"{out}: already holds a metrics store; choose a new folder or remove it")
     return out
-
-
-def _check_steps(series: dict) -> None:
-    from divergence.errors import UserInputError
-    from divergence.pairfolder.arm.steps import MAX_STEP
-
-    for found in series.values():
-        for step, path in found.items():
-            if step > MAX_STEP:
-                raise UserInputError(
-                    f"{path}: step {step} does not fit in 64 bits (the store's steps are int64); "
-                    "rename it with its real step"
-                )
 
 
 def _write_store(args, out, steps: list[int], series: dict) -> None:
@@ -152,10 +132,6 @@ def _write_store(args, out, steps: list[int], series: dict) -> None:
 def _build(args, folder, out, steps: list[int], series: dict) -> None:
     from tqdm import tqdm
 
-    from divergence.cli.compare import compare_with_flags
-    from divergence.errors import UserInputError
-    from divergence.pairfolder.pair_json import finish_pair, write_pair_files
-    from divergence.store import MetricsStore
     from divergence.tracking.recorder import StepRecorder
     from divergence.tracking.records import comparison_records
 
@@ -181,10 +157,6 @@ def _build(args, folder, out, steps: list[int], series: dict) -> None:
 
 def _staging(out):
     """A new hidden folder on ``out``'s file system: inside ``out`` when it exists, else beside it."""
-    import os
-
-    from divergence.errors import UserInputError
-
     try:
         if out.is_dir():
             staging = out / f".track-{os.getpid()}"
@@ -202,10 +174,7 @@ def _staging(out):
 def _publish(staging, out) -> None:
     """Move the built pair into ``out``: one rename when ``out`` is new, else the store, then
     ``pair.json`` (each rename atomic; ``pair.json`` last, since readers start from it)."""
-    import os
-
     from divergence.atomic import fsync_folder
-    from divergence.pairfolder.folder import PairFolder
 
     if staging.parent != out:
         os.replace(staging, out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from divergence.cli import chosen_folder, folder_argument, shorthand
+from divergence.errors import UserInputError
 
 HELP = "train a text-to-image diffusion model from a recipe"
 
@@ -45,42 +46,35 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from divergence.errors import UserInputError
     from divergence.extras import require
 
     require("train", "lightning", "diffusers", "transformers")
-    from divergence.recipe.pair import is_pair_recipe
-    from divergence.variants.pair_recipe import load_pair_recipe
-    from divergence.recipe.run import RunRecipe, load_run_recipe
     from divergence.config.schema import apply_overrides, parse
+    from divergence.recipe.pair import is_pair_recipe
+    from divergence.recipe.run import RunRecipe, load_run_recipe
+    from divergence.variants.pair_recipe import load_pair_recipe
 
     _split_words(args)
     args.out = chosen_folder(args)
     overrides = list(args.overrides)
-    if args.max_steps is not None:
-        shorthand(overrides, "--max-steps", "train.max_steps", args.max_steps)
-    if args.checkpoint_every is not None:
-        shorthand(overrides, "--checkpoint-every", "train.checkpoint_every", args.checkpoint_every)
-    if args.no_wandb:
-        shorthand(overrides, "--no-wandb", "log.wandb", "false")
+    shorthand(overrides, "--max-steps", "train.max_steps", args.max_steps)
+    shorthand(overrides, "--checkpoint-every", "train.checkpoint_every", args.checkpoint_every)
+    shorthand(overrides, "--no-wandb", "log.wandb", "false" if args.no_wandb else None)
+    if args.replicate is not None and args.replicate < 0:
+        raise UserInputError(f"--replicate {args.replicate}: must be >= 0")
+    is_pair = args.recipe is not None and is_pair_recipe(args.recipe)
+    for flag, value in (("--replicate", args.replicate), ("--arm", args.arm)):
+        if value is not None and not is_pair:
+            raise UserInputError(f"{flag} {value}: needs a pair recipe (--recipe recipes/pairs/NAME.yaml)")
     if args.replicate is not None:
-        if args.replicate < 0:
-            raise UserInputError(f"--replicate {args.replicate}: must be >= 0")
-        if args.recipe is None or not is_pair_recipe(args.recipe):
-            raise UserInputError(
-                f"--replicate {args.replicate}: needs a pair recipe (--recipe recipes/pairs/NAME.yaml)"
-            )
         overrides.append(f"replicate={args.replicate}")
-    if args.arm is not None:
-        if args.recipe is None or not is_pair_recipe(args.recipe):
-            raise UserInputError(f"--arm {args.arm}: needs a pair recipe (--recipe recipes/pairs/NAME.yaml)")
+    if is_pair:
         pair = load_pair_recipe(args.recipe, overrides)  # a bad recipe fails before torch is imported
-        from divergence.training.separate_arm import train_arm
+        if args.arm is not None:
+            from divergence.training.separate_arm import train_arm
 
-        train_arm(pair, args.arm, args.out)
-        return 0
-    if args.recipe is not None and is_pair_recipe(args.recipe):
-        pair = load_pair_recipe(args.recipe, overrides)
+            train_arm(pair, args.arm, args.out)
+            return 0
         from divergence.training.separate_pair import borrowed_arms, separate_jobs
 
         borrowed = borrowed_arms(args.out)
@@ -103,8 +97,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _split_words(args) -> None:
     """DIR and the KEY=VALUE overrides in any order (argparse fills DIR with the first word)."""
-    from divergence.errors import UserInputError
-
     words = [w for w in (args.dir, *args.overrides) if w is not None]
     folders = [w for w in words if "=" not in w]
     if len(folders) > 1:

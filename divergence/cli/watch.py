@@ -17,8 +17,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from divergence.cli import renamed_flag
+from divergence.cli import Renamed
 from divergence.errors import UserInputError
+from divergence.pairfolder.folder import PairFolder
+from divergence.pairfolder.pair_json import read_pair_json
+from divergence.store import MetricsStore
 
 HELP = "while a pair's two arms train, follow them and write its metrics store as they go (live)"
 
@@ -55,18 +58,14 @@ def register(subparsers) -> argparse.ArgumentParser:
         action="store_true",
         help="no wandb run: the store and its CSV logs (the store alone where Lightning is not installed)",
     )
-    renamed_flag(
-        p, "--no-log", "--no-wandb", " (no wandb run, CSV logs kept); --no-log still writes the store only, no logs"
+    p.add_argument(
+        "--no-log",
+        action=Renamed,
+        new="--no-wandb",
+        note=" (no wandb run, CSV logs kept); --no-log still writes the store only, no logs",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar; only the result line")
     return p
-
-
-def _file_probe(pair, device):
-    """The built-in trainer's probe over the arms' weights files (only for a pair with ``pair.yaml``)."""
-    from divergence.training.probe_files import FileProbe
-
-    return FileProbe(pair, device)
 
 
 def _can_log(no_wandb: bool, no_wandb_name: str = "--no-wandb") -> bool:
@@ -148,7 +147,7 @@ def _watch(out, poll, timeout, device, wandb, logs, quiet, names) -> WatchResult
     log = logs and _can_log(not wandb, names["no_wandb"])
     from divergence.comparator.follow import Comparator
     from divergence.comparator.wait import wait_for_pair
-    from divergence.pairfolder.folder import PairFolder
+    from divergence.training.probe_files import FileProbe
 
     started = time.monotonic()
     pair_folder = PairFolder(out)  # built once here, handed down as the object
@@ -173,28 +172,29 @@ def _watch(out, poll, timeout, device, wandb, logs, quiet, names) -> WatchResult
             log=log,
             wandb=wandb,
             progress=not quiet and ranks.is_zero,
-            probe=_file_probe,
+            probe=FileProbe,  # the built-in trainer's probe over the arms' weights files
         )
         code = comparator.run(poll, timeout)
-        if code == 0 and ranks.is_zero:
-            print(summary_line(out, time.monotonic() - started))
-        return _result(out, code, started)
+        return _result(out, code, started, say=code == 0 and ranks.is_zero)
     finally:
         ranks.close()
 
 
-def _result(out, code: int, started: float) -> WatchResult:
-    """The result of a watch of ``out`` ended with ``code``, its counts read from the store."""
-    from divergence.store import MetricsStore
-
+def _result(out, code: int, started: float, say: bool = False) -> WatchResult:
+    """The result of a watch of ``out`` ended with ``code``, its counts read from the store; ``say``: print
+    what a complete watch leaves (steps compared, the last tracked step's max_abs_diff, the time, the next
+    command)."""
     store = MetricsStore(out)
     try:
         records = store.step_records() if store.exists() else []
     except UserInputError:  # an unreadable store: the stop said so already
         records = []
-    compared = sum(1 for r in records if r.get("tracked"))
-    last = records[-1]["step"] if records else None
-    return WatchResult(code, len(records), compared, last, time.monotonic() - started)
+    tracked = [r for r in records if r.get("tracked")]
+    seconds = time.monotonic() - started
+    if say:
+        last = f"; step {tracked[-1]['step']}: max_abs_diff {tracked[-1]['max_abs_diff']:.4g}" if tracked else ""
+        print(f"{out}: {len(records)} steps stored ({len(tracked)} compared){last}; {seconds:.1f} s; {next_step(out)}")
+    return WatchResult(code, len(records), len(tracked), records[-1]["step"] if records else None, seconds)
 
 
 def run(args) -> int:
@@ -211,16 +211,6 @@ def run(args) -> int:
     return result.code
 
 
-def summary_line(out, seconds: float) -> str:
-    """What a complete watch leaves: steps compared, the last tracked step's max_abs_diff, the time, the next command."""
-    from divergence.store import MetricsStore
-
-    records = MetricsStore(out).step_records()
-    tracked = [r for r in records if r.get("tracked")]
-    last = f"; step {tracked[-1]['step']}: max_abs_diff {tracked[-1]['max_abs_diff']:.4g}" if tracked else ""
-    return f"{out}: {len(records)} steps stored ({len(tracked)} compared){last}; {seconds:.1f} s; {next_step(out)}"
-
-
 NEEDS = (
     "a verdict needs this pair beside a precision pair (bf16 vs fp32), a seed pair, a control and a reordering "
     'pair, 3 or more replicates each (README, "What a verdict needs"): divergence report FOLDER, FOLDER holding '
@@ -232,7 +222,6 @@ def next_step(out) -> str:
     """What to run next: ``divergence report`` on the folder that holds this pair beside a pair under study
     and a precision pair (the pair folders one or two levels below its parent), else what a verdict needs:
     a report of one pair folder shows its curves but can decide nothing."""
-    from divergence.pairfolder.pair_json import read_pair_json
     from divergence.report.inputs import find_runs
 
     parent = Path(out).resolve().parent

@@ -49,6 +49,7 @@ from divergence.config.yaml_safe import short
 SBATCH_VALUE = re.compile(r"[\w.:,+=@/%&|\[\]*!~^()-]+")
 SBATCH_ALLOWED = "letters, digits and . : , + = @ / % & | [ ] * ! ~ ^ ( ) -"
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MASTER_PORT = 29500  # arm a's torchrun rendezvous port; arm b's the next
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,6 @@ class LaunchPlan:
     partition: str | None = None
     time: str | None = None  # SLURM time limit, e.g. 2-00:00:00
     account: str | None = None
-    master_port: int = 29500
     extra_sbatch: tuple[str, ...] = field(default_factory=tuple)
     group: str | None = None  # wandb group of the three jobs (default: the pair folder's name)
     comparator_cpu: bool = False  # the comparator job asks for no GPU and compares on CPU
@@ -106,9 +106,13 @@ class LaunchPlan:
                 )
         if self.scheduler == "slurm":
             sbatch_value(str(self.log_dir), "--out")  # in every #SBATCH --output= line
-        if self.container_image:
-            for flag, folder in (("--out", self.out), ("--recipe", self.recipe.parent)):
-                mount_path(folder, flag)
+        if self.container_image:  # pyxis's --container-mounts list splits on , and : and has no escape
+            for flag, folder in (("--out", str(self.out)), ("--recipe", str(self.recipe.parent))):
+                if "," in folder or ":" in folder:
+                    raise UserInputError(
+                        f"{flag} {short(folder)}: the folder holds ',' or ':', which cannot stand in pyxis's "
+                        "--container-mounts list (SRC:DST,...); with --container-image choose a folder without them"
+                    )
         self.command_words  # noqa: B018 - refuses a --command that is not words
 
     @property
@@ -123,10 +127,6 @@ class LaunchPlan:
         if not words:
             raise UserInputError("--command is empty; give how the jobs call divergence, e.g. 'python -m divergence'")
         return words
-
-    @property
-    def wandb_group(self) -> str:
-        return self.group or self.out.name
 
     def train_args(self, arm: str) -> list[str]:
         return [
@@ -145,8 +145,7 @@ class LaunchPlan:
         ]
 
     def watch_args(self) -> list[str]:
-        device = "cuda" if self.accelerator == "gpu" and not self.comparator_cpu else "cpu"
-        return ["watch", str(self.out), "--poll", "30", "--device", device]
+        return ["watch", str(self.out), "--poll", "30", "--device", "cuda" if self.watch_gpus else "cpu"]
 
     @property
     def watch_gpus(self) -> bool:
@@ -162,18 +161,15 @@ class LaunchPlan:
 
 
 def build_scripts(plan: LaunchPlan) -> dict[str, str]:
-    """``{file name: text}`` for ``plan.scheduler``; the driver script comes last."""
-    return _slurm(plan) if plan.scheduler == "slurm" else _torchrun(plan)
+    """``{file name: text}`` for ``plan.scheduler``: both arms, the comparator, then the driver script."""
+    if plan.scheduler == "slurm":
+        arm, suffix, jobs = _sbatch_arm, ".sbatch", {"watch.sbatch": _sbatch_watch(plan), "submit.sh": _submit(plan)}
+    else:
+        arm, suffix, jobs = _torchrun_arm, ".sh", {"watch.sh": _torchrun_watch(plan), "start.sh": _start(plan)}
+    return {**{f"arm-{a}{suffix}": arm(plan, a) for a in ARMS}, **jobs}
 
 
 # -- SLURM ---------------------------------------------------------------------------------------
-def _slurm(plan: LaunchPlan) -> dict[str, str]:
-    scripts = {f"arm-{arm}.sbatch": _sbatch_arm(plan, arm) for arm in ARMS}
-    scripts["watch.sbatch"] = _sbatch_watch(plan)
-    scripts["submit.sh"] = _submit(plan)
-    return scripts
-
-
 def sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int) -> list[str]:
     """The ``#SBATCH`` lines of job ``job``; ``gpus`` 0: a job that asks for no GPU. Every value in
     them passed ``SBATCH_VALUE`` when the plan was made."""
@@ -185,131 +181,101 @@ def sbatch_header(plan: LaunchPlan, job: str, nodes: int, tasks: int, gpus: int)
     ]
     if gpus:
         lines.append(f"#SBATCH --gres=gpu:{gpus}")
-    lines.append(f"#SBATCH --output={slurm_filename(plan.log_dir)}/{job}-%j.out")
-    for option, value in (
-        ("cpus-per-task", plan.cpus_per_task),
-        ("mem", plan.mem),
-        ("partition", plan.partition),
-        ("time", plan.time),
-        ("account", plan.account),
-    ):
-        if value:
-            lines.append(f"#SBATCH --{option}={value}")
+    lines.append(f"#SBATCH --output={str(plan.log_dir).replace('%', '%%')}/{job}-%j.out")  # %j: the job id
+    for name in ("cpus_per_task", "mem", "partition", "time", "account"):  # each the sbatch option of its name
+        if getattr(plan, name):
+            lines.append(f"#SBATCH --{name.replace('_', '-')}={getattr(plan, name)}")
     lines += [f"#SBATCH {option}" for option in plan.extra_sbatch]
     return lines
 
 
 def _sbatch_arm(plan: LaunchPlan, arm: str) -> str:
     gpus = plan.gpus_per_node if plan.accelerator == "gpu" else 0
-    lines = sbatch_header(plan, f"arm-{arm}", plan.nodes, plan.gpus_per_node, gpus)
-    lines += [
-        "#SBATCH --signal=SIGUSR1@120  # Lightning saves and requeues before the time limit",
-        "#SBATCH --requeue",
-        "set -euo pipefail",
-        f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {plan.gpus_per_node} task(s), one per GPU",
-        _group_export(plan),
-        f"{srun_prefix(plan)} {command_line(plan, plan.train_args(arm))}",
-        "",
-    ]
-    return "\n".join(lines)
+    return script(
+        plan,
+        [
+            *sbatch_header(plan, f"arm-{arm}", plan.nodes, plan.gpus_per_node, gpus),
+            "#SBATCH --signal=SIGUSR1@120  # Lightning saves and requeues before the time limit",
+            "#SBATCH --requeue",
+        ],
+        [f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {plan.gpus_per_node} task(s), one per GPU"],
+        [f"{srun_prefix(plan)} {command_line(plan, plan.train_args(arm))}"],
+    )
 
 
 def _sbatch_watch(plan: LaunchPlan) -> str:
-    ranks = plan.comparator_gpus
-    lines = sbatch_header(plan, "watch", 1, 1, ranks if plan.watch_gpus else 0)
-    lines += [
-        "#SBATCH --signal=B:USR1@120",
-        "#SBATCH --requeue",
-        "set -euo pipefail",
+    head = sbatch_header(plan, "watch", 1, 1, plan.comparator_gpus if plan.watch_gpus else 0)
+    comments = [
         "# the comparator: follows both arms in the pair folder until the pair is complete.",
         "# USR1 (to this shell, 120 s before the time limit): requeue the job and stop watch; TERM: stop it.",
         "# Started again, watch continues from its store (and waits for the arms' folder if need be).",
-        _group_export(plan),
     ]
-    if ranks > 1:
-        # torchrun starts Python itself: `-m divergence`, whatever plan.command is
-        command = f"torchrun --standalone --nproc-per-node={ranks} -m divergence {_join(plan.watch_args())}"
-    else:
-        command = command_line(plan, plan.watch_args())
-    lines += [
+    body = [
         'stop() { kill -TERM "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; exit 0; }',
         'trap \'echo "requeueing job $SLURM_JOB_ID"; scontrol requeue "$SLURM_JOB_ID"; stop\' USR1',
         "trap stop TERM",
-        f"{srun_prefix(plan)} {command} &",
+        f"{srun_prefix(plan)} {_watch_command(plan)} &",
         "child=$!",
         "status=0",
         'wait "$child" || status=$?',
         'exit "$status"',
     ]
-    return "\n".join(lines + [""])
+    return script(plan, [*head, "#SBATCH --signal=B:USR1@120", "#SBATCH --requeue"], comments, body)
 
 
 def _submit(plan: LaunchPlan) -> str:
-    here = shlex.quote(str(plan.launch_dir))
     return "\n".join(
         [
             "#!/bin/bash",
             "# Submits both arms, then the comparator once both have started (it follows them as they train).",
             "set -euo pipefail",
             f"mkdir -p {shlex.quote(str(plan.log_dir))}",
-            f"a=$(sbatch --parsable {here}/arm-a.sbatch)",
-            f"b=$(sbatch --parsable {here}/arm-b.sbatch)",
-            f"w=$(sbatch --parsable --dependency=after:${{a%%;*}}:${{b%%;*}} {here}/watch.sbatch)",
-            'echo "arm a: job ${a%%;*}  arm b: job ${b%%;*}  comparator: job ${w%%;*}"',
+            *submit_lines(plan),
+            'echo "arm a: job $a  arm b: job $b  comparator: job $w"',
             "",
         ]
     )
 
 
+def submit_lines(plan: LaunchPlan) -> list[str]:
+    """Submit the pair's arms, then its comparator ``after`` both have started; their job ids in
+    ``$a``, ``$b`` and ``$w`` (``sbatch --parsable`` prints ID or ID;CLUSTER)."""
+    here = shlex.quote(str(plan.launch_dir))
+    return [
+        f"a=$(sbatch --parsable {here}/arm-a.sbatch); a=${{a%%;*}}",
+        f"b=$(sbatch --parsable {here}/arm-b.sbatch); b=${{b%%;*}}",
+        f"w=$(sbatch --parsable --dependency=after:$a:$b {here}/watch.sbatch); w=${{w%%;*}}",
+    ]
+
+
 # -- torchrun ------------------------------------------------------------------------------------
-def _torchrun(plan: LaunchPlan) -> dict[str, str]:
-    scripts = {f"arm-{arm}.sh": _torchrun_arm(plan, arm) for arm in ARMS}
-    scripts["watch.sh"] = _torchrun_watch(plan)
-    scripts["start.sh"] = _start(plan)
-    return scripts
-
-
 def _torchrun_arm(plan: LaunchPlan, arm: str) -> str:
     index, g = ARMS.index(arm), plan.gpus_per_node
-    port = plan.master_port + index
-    lines = [
-        "#!/bin/bash",
-        "set -euo pipefail",
-        f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {g} process(es)",
-        _group_export(plan),
-    ]
+    comments = [f"# arm {arm} of {plan.name}: {plan.nodes} node(s) x {g} process(es)"]
+    body = []
     if plan.accelerator == "gpu" and plan.nodes == 1:
         devices = ",".join(str(index * g + i) for i in range(g))
-        lines.append(f"# one node holds both arms: arm {arm} takes GPUs {devices}")
-        lines.append(f"export CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES_{arm.upper()}:-{devices}}}")
+        body.append(f"# one node holds both arms: arm {arm} takes GPUs {devices}")
+        body.append(f"export CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES_{arm.upper()}:-{devices}}}")
     rendezvous = [
         f"--nnodes={plan.nodes}",
         f"--nproc-per-node={g}",
         "--node-rank=${NODE_RANK:-0}",
         "--master-addr=${MASTER_ADDR:-127.0.0.1}",
-        f"--master-port=${{MASTER_PORT_{arm.upper()}:-{port}}}",
+        f"--master-port=${{MASTER_PORT_{arm.upper()}:-{MASTER_PORT + index}}}",
     ]
-    lines.append(f"exec torchrun {' '.join(rendezvous)} -m divergence {_join(plan.train_args(arm))}")
-    return "\n".join(lines + [""])
+    body.append(f"exec torchrun {' '.join(rendezvous)} -m divergence {_join(plan.train_args(arm))}")
+    return script(plan, ["#!/bin/bash"], comments, body)
 
 
 def _torchrun_watch(plan: LaunchPlan) -> str:
-    gpus = plan.comparator_gpus
-    lines = [
-        "#!/bin/bash",
-        "set -euo pipefail",
-        "# the comparator: follows both arms in the pair folder",
-        _group_export(plan),
-    ]
+    body = []
     if plan.watch_gpus and plan.nodes == 1:
         # it holds one tensor pair at a time per rank: sharing the arms' first GPUs costs them little
-        devices = ",".join(str(i) for i in range(gpus))
-        lines.append(f"export CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES_WATCH:-{devices}}}")
-    if gpus > 1:
-        lines.append(f"exec torchrun --standalone --nproc-per-node={gpus} -m divergence {_join(plan.watch_args())}")
-    else:
-        lines.append(f"exec {command_line(plan, plan.watch_args())}")
-    return "\n".join(lines + [""])
+        devices = ",".join(str(i) for i in range(plan.comparator_gpus))
+        body.append(f"export CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES_WATCH:-{devices}}}")
+    body.append(f"exec {_watch_command(plan)}")
+    return script(plan, ["#!/bin/bash"], ["# the comparator: follows both arms in the pair folder"], body)
 
 
 def _start(plan: LaunchPlan) -> str:
@@ -346,25 +312,6 @@ def sbatch_value(value: str, flag: str) -> str:
     return value
 
 
-def slurm_filename(path: Path) -> str:
-    """``path`` as a literal in an sbatch filename pattern: ``%`` starts a pattern there (``%j``,
-    the job id), and ``%%`` stands for one ``%`` (sbatch's "filename pattern"); the folder
-    ``mkdir -p`` makes is the literal path."""
-    return str(path).replace("%", "%%")
-
-
-def mount_path(folder: Path, flag: str) -> str:
-    """``folder`` if it can stand in pyxis's ``--container-mounts=SRC:DST,...`` list, which
-    splits on ``,`` and ``:`` and has no escape for either; else a one-line error naming ``flag``."""
-    text = str(folder)
-    if "," in text or ":" in text:
-        raise UserInputError(
-            f"{flag} {short(text)}: the folder holds ',' or ':', which cannot stand in pyxis's "
-            "--container-mounts list (SRC:DST,...); with --container-image choose a folder without them"
-        )
-    return text
-
-
 def srun_prefix(plan: LaunchPlan) -> str:
     """``srun``, in the container when one is given (pyxis), the folders the job reads and writes
     mounted at the same paths."""
@@ -374,10 +321,20 @@ def srun_prefix(plan: LaunchPlan) -> str:
     return f"srun --container-image={shlex.quote(plan.container_image)} --container-mounts={shlex.quote(mounts)}"
 
 
-def _group_export(plan: LaunchPlan) -> str:
-    """One wandb group for the three jobs; a WANDB_RUN_GROUP the user exported wins (and a
-    recipe's ``log.group`` wins over both, see ``divergence.loggers.wandb_mode``)."""
-    return f"export WANDB_RUN_GROUP=${{WANDB_RUN_GROUP:-{shlex.quote(plan.wandb_group)}}}"
+def script(plan: LaunchPlan, head: list[str], comments: list[str], body: list[str]) -> str:
+    """A job script: ``head`` (the shebang, any ``#SBATCH`` lines), strict mode, ``comments``, the
+    wandb group (one for the three jobs; a WANDB_RUN_GROUP the user exported wins, and a recipe's
+    ``log.group`` wins over both, see ``divergence.loggers.wandb_mode``), then ``body``."""
+    group = f"export WANDB_RUN_GROUP=${{WANDB_RUN_GROUP:-{shlex.quote(plan.group or plan.out.name)}}}"
+    return "\n".join([*head, "set -euo pipefail", *comments, group, *body, ""])
+
+
+def _watch_command(plan: LaunchPlan) -> str:
+    """The comparator's command; with several ranks under torchrun, which starts Python itself
+    (``-m divergence``, whatever ``plan.command`` is)."""
+    if plan.comparator_gpus > 1:
+        return f"torchrun --standalone --nproc-per-node={plan.comparator_gpus} -m divergence {_join(plan.watch_args())}"
+    return command_line(plan, plan.watch_args())
 
 
 def command_line(plan: LaunchPlan, args: list[str]) -> str:

@@ -15,7 +15,8 @@ import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from divergence.launch.scripts import LaunchPlan, build_scripts, command_line, sbatch_header, srun_prefix
+from divergence.launch.scripts import LaunchPlan, command_line, sbatch_header, script, srun_prefix, submit_lines
+from divergence.launch.submit import pair_scripts, render, write
 from divergence.study.config import Study
 from divergence.study.reuse import check_no_writer, check_same_recipe
 from divergence.study.runner import plan_jobs
@@ -59,9 +60,7 @@ def build_study_scripts(launch: StudyLaunch) -> dict[Path, str]:
     """``{path: text}``: every pair's scripts, the report job and the study's ``submit.sh`` (last)."""
     scripts = {}
     for plan in launch.plans:
-        scripts.update(
-            {plan.launch_dir / name: text for name, text in build_scripts(plan).items() if name != "submit.sh"}
-        )
+        scripts.update({path: text for path, text in pair_scripts(plan).items() if path.name != "submit.sh"})
     scripts[launch.launch_dir / "report.sbatch"] = _report(launch)
     scripts[launch.launch_dir / "submit.sh"] = _submit(launch)
     return scripts
@@ -74,7 +73,7 @@ def job_table(launch: StudyLaunch) -> str:
         arms = f"{plan.name}-arm-a, {plan.name}-arm-b"
         for job in JOBS:
             waits = f"after (started): {arms}" if job == "watch" else "-"
-            rows.append((f"{plan.name}-{job}", str(plan.launch_dir / _file(job)), waits))
+            rows.append((f"{plan.name}-{job}", str(plan.launch_dir / f"{job}.sbatch"), waits))
     rows.append(
         (
             f"{launch.study.name}-report",
@@ -87,30 +86,17 @@ def job_table(launch: StudyLaunch) -> str:
         f"# study {launch.study.name}: {len(launch.plans)} pair runs ({launch.study.replicates} replicate(s), "
         f"the control once), {len(rows)} jobs, into {launch.out}"
     )
-    return "\n".join([head, *(f"{name:<{width}}  {script}  waits for: {waits}" for name, script, waits in rows)])
-
-
-def _file(job: str) -> str:
-    return f"{job}.sbatch"
+    return "\n".join([head, *(f"{name:<{width}}  {path}  waits for: {waits}" for name, path, waits in rows)])
 
 
 def _report(launch: StudyLaunch) -> str:
-    plan = replace(
-        launch.template,
-        out=launch.out,
-        recipe=launch.out / "recipes" / "-",
-        name=launch.study.name,
-        group=launch.template.group or launch.out.name,
+    plan = replace(launch.template, out=launch.out, recipe=launch.out / "recipes" / "-", name=launch.study.name)
+    return script(
+        plan,
+        sbatch_header(plan, "report", 1, 1, 0),  # its log: OUT/logs/report-%j.out
+        ["# the study's report, once every pair run of the study folder has finished"],
+        [f"{srun_prefix(plan)} {command_line(plan, ['report', str(launch.out)])}"],
     )
-    lines = sbatch_header(plan, "report", 1, 1, 0)  # its log: OUT/logs/report-%j.out
-    lines += [
-        "set -euo pipefail",
-        "# the study's report, once every pair run of the study folder has finished",
-        f"export WANDB_RUN_GROUP=${{WANDB_RUN_GROUP:-{shlex.quote(plan.wandb_group)}}}",
-        f"{srun_prefix(plan)} {command_line(plan, ['report', str(launch.out)])}",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def _submit(launch: StudyLaunch) -> str:
@@ -122,12 +108,9 @@ def _submit(launch: StudyLaunch) -> str:
         f"mkdir -p {' '.join(sorted(logs))}",
         "all=''",
     ]
-    for plan in launch.plans:  # sbatch --parsable prints ID or ID;CLUSTER
-        here = shlex.quote(str(plan.launch_dir))
+    for plan in launch.plans:
         lines += [
-            f"a=$(sbatch --parsable {here}/arm-a.sbatch); a=${{a%%;*}}",
-            f"b=$(sbatch --parsable {here}/arm-b.sbatch); b=${{b%%;*}}",
-            f"w=$(sbatch --parsable --dependency=after:$a:$b {here}/watch.sbatch); w=${{w%%;*}}",
+            *submit_lines(plan),
             'all="$all:$a:$b:$w"',
             f'echo {shlex.quote(plan.name + ":")} "arm a $a, arm b $b, comparator $w"',
         ]
@@ -144,7 +127,7 @@ def render_study(launch: StudyLaunch) -> str:
     """The job table, then the study's own scripts (each pair's scripts are those of ``launch --recipe``)."""
     scripts = build_study_scripts(launch)
     own = [launch.launch_dir / "report.sbatch", launch.launch_dir / "submit.sh"]
-    return "\n".join([job_table(launch), "", *(f"# ==> {p} <==\n{scripts[p]}" for p in own)])
+    return "\n".join([job_table(launch), "", render({p: scripts[p] for p in own})])
 
 
 def write_study(launch: StudyLaunch) -> Path:
@@ -153,11 +136,5 @@ def write_study(launch: StudyLaunch) -> Path:
     writes or that trained another recipe: one line naming the run and the key."""
     check_no_writer(launch.jobs)
     check_same_recipe(launch.jobs)
-    for path, text in {**launch.recipes, **build_study_scripts(launch)}.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        if path.suffix in (".sh", ".sbatch"):
-            path.chmod(0o755)
-    for folder in {p.log_dir for p in launch.plans}:
-        folder.mkdir(parents=True, exist_ok=True)
+    write({**launch.recipes, **build_study_scripts(launch)}, {p.log_dir for p in launch.plans})
     return launch.launch_dir / "submit.sh"

@@ -122,8 +122,8 @@ def test_the_wheel_ships_the_recipes_and_study_finds_its_default_outside_a_check
         timeout=300,
     )
     check = (
-        "import divergence, pathlib; from divergence.cli.study import _default_recipe; "
-        "from divergence.study.config import load_study; p = _default_recipe(); "
+        "import divergence, pathlib; from divergence.cli import build_parser; "
+        "from divergence.study.config import load_study; p = build_parser().parse_args(['study', '--out', 'x']).recipe; "
         "assert str(p).startswith(sys.argv[1]), p; s = load_study(p); print(len(s.pairs))"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"), "OMP_NUM_THREADS": "1"}
