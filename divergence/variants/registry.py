@@ -28,6 +28,7 @@ In a pair recipe an arm lists its variants as ``name`` or ``{name: value}``::
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, ClassVar
 
 from divergence.errors import RecipeError
@@ -41,6 +42,7 @@ from divergence.pairfolder.pair_json import CATEGORIES
 VARIANT_CATEGORIES = tuple(c for c in CATEGORIES if c not in ("control", "reordering"))
 
 VARIANTS: dict[str, type["Variant"]] = {}
+_COUNTS = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
 
 
 class Variant:
@@ -102,6 +104,24 @@ class Variant:
 
     def fail(self, message: str) -> None:
         raise RecipeError(f"{self.key or self.name}: {short(message, 300, text=True)}")
+
+    def counts(self, expected: str) -> tuple[int, int]:
+        """``self.value`` as ``NxB``, two positive counts (the value normalized to ``"NxB"``); else
+        ``fail`` saying it ``expected`` them."""
+        match = _COUNTS.match(str(self.value))
+        if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
+            self.fail(f"expected {expected}, got {self.value!r}")
+        n, b = int(match.group(1)), int(match.group(2))
+        self.value = f"{n}x{b}"
+        return n, b
+
+
+class Switch(Variant):
+    """A variant that is on or off: its value true or false (the bare name: true)."""
+
+    def validate(self):
+        if not isinstance(self.value, bool):
+            self.fail(f"expected true or false, got {self.value!r}")
 
 
 def register(cls: type[Variant]) -> type[Variant]:
