@@ -52,8 +52,9 @@ def impl_rows(rows, recipe, dist: str, seq_len: int, precision: str) -> list[tup
         out.append(("baseline", base))
     for impl in ("flash", "flash-unbiased"):
         for acc in recipe.sweep.accumulate:
-            r = reference_flash(rows, recipe, precision=precision, seq_len=seq_len, accumulate=acc, impl=impl)
-            r = r if r and r["input_dist"] == dist else _on(rows, recipe, impl, precision, seq_len, acc, dist)
+            r = reference_flash(
+                rows, recipe, impl=impl, precision=precision, seq_len=seq_len, accumulate=acc, input_dist=dist
+            )
             if r:
                 out.append((f"{impl} {MODE[acc]}", r))
     for impl in kernels(recipe):
@@ -61,12 +62,6 @@ def impl_rows(rows, recipe, dist: str, seq_len: int, precision: str) -> list[tup
         if r:
             out.append((impl, r))
     return out
-
-
-def _on(rows, recipe, impl, precision, seq_len, acc, dist):
-    return reference_flash(
-        rows, recipe, impl=impl, precision=precision, seq_len=seq_len, accumulate=acc, input_dist=dist
-    )
 
 
 def bias_table(rows, recipe) -> tuple[list[str], list[list]]:
@@ -98,7 +93,7 @@ def bias_lines(rows, recipe) -> list[str]:
             continue
         for p in [p for p in precisions(recipe) if p != "fp64"]:
             found = dict(impl_rows(rows, recipe, d.spec, seq, p))
-            parts = [_phrase(label, found[label]) for label in found if label != "baseline"]
+            parts = [f"{label} {_values(row)}" for label, row in found.items() if label != "baseline"]
             if not parts or "baseline" not in found:
                 continue
             out.append(
@@ -106,10 +101,6 @@ def bias_lines(rows, recipe) -> list[str]:
                 f"out, dQ, dK, dV, D: baseline {_values(found['baseline'])}; " + "; ".join(parts) + "."
             )
     return out
-
-
-def _phrase(label: str, row: dict) -> str:
-    return f"{label} {_values(row)}"
 
 
 def _values(row: dict) -> str:

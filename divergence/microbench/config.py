@@ -53,14 +53,6 @@ QUICK = {
 }
 
 
-def _all_in(values, allowed) -> bool:
-    return all(v in allowed for v in values)
-
-
-def _first_not_in(values, allowed):
-    return next(v for v in values if v not in allowed)
-
-
 @dataclass(frozen=True)
 class InputsConfig:
     """Q, K, V: drawn once per sequence length in fp64 from a seeded generator, then rounded to
@@ -124,13 +116,9 @@ class TilesConfig:
         for size in self.block_sizes:
             parse_block_size(size)  # raises naming the bad size
         require(len(self.orders) > 0, "tiles.orders", f"needs at least one of {', '.join(BLOCK_ORDERS)}")
-        require(
-            _all_in(self.orders, BLOCK_ORDERS),
-            "tiles.orders",
-            f"{_first_not_in(self.orders, BLOCK_ORDERS)!r} is not one of {', '.join(BLOCK_ORDERS)}"
-            if not _all_in(self.orders, BLOCK_ORDERS)
-            else "",
-        )
+        bad = [o for o in self.orders if o not in BLOCK_ORDERS]
+        if bad:
+            require(False, "tiles.orders", f"{bad[0]!r} is not one of {', '.join(BLOCK_ORDERS)}")
 
     def reference_tile(self, head_dim: int) -> tuple[int, int]:
         """(Br, Bc) of the length study."""
@@ -187,8 +175,9 @@ class SweepConfig:
             if key == "impls":  # a user's kernel, module:function, is checked when it is loaded
                 values = [v for v in values if not is_user_impl(v)]
                 allowed = (*allowed, "module:function")
-            if not _all_in(values, allowed):
-                require(False, f"sweep.{key}", f"{_first_not_in(values, allowed)!r} is not one of {', '.join(allowed)}")
+            bad = [v for v in values if v not in allowed]
+            if bad:
+                require(False, f"sweep.{key}", f"{bad[0]!r} is not one of {', '.join(allowed)}")
         require(
             len(self.seq_lens) > 0 and min(self.seq_lens) >= 1,
             "sweep.seq_lens",

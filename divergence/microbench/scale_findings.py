@@ -21,7 +21,7 @@ import math
 
 from divergence.microbench.findings import _x as times
 from divergence.microbench.scales import InputDist
-from divergence.microbench.select import one, ratio
+from divergence.microbench.select import one, ratio, reference_flash
 
 MODE = {"none": "all-low", "fp32": "fp32-acc"}
 MODE_LONG = {"none": "all-low-precision", "fp32": "kernel-faithful (fp32 accumulation)"}
@@ -44,19 +44,8 @@ def columns(recipe) -> list[tuple[str, str]]:
 
 def cell(rows, recipe, dist: str, seq_len: int, precision: str, accumulate: str) -> tuple[float, float] | None:
     """``(ratio_max, ratio_mean)`` for one (input, length, format, mode), or None without both rows."""
-    br, bc = recipe.tiles.reference_tile(recipe.inputs.head_dim)
     base = one(rows, impl="baseline", precision=precision, seq_len=seq_len, input_dist=dist)
-    flash = one(
-        rows,
-        impl="flash",
-        precision=precision,
-        seq_len=seq_len,
-        input_dist=dist,
-        accumulate=accumulate,
-        block_q=br,
-        block_kv=bc,
-        block_order="default",
-    )
+    flash = reference_flash(rows, recipe, precision=precision, seq_len=seq_len, accumulate=accumulate, input_dist=dist)
     if not base or not flash:
         return None
     return ratio(flash["max_abs_err"], base["max_abs_err"]), ratio(flash["mean_abs_err"], base["mean_abs_err"])

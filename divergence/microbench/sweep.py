@@ -31,8 +31,7 @@ from tqdm.auto import tqdm
 
 from divergence.attention.blocks import cpu_flash_tile, ordered_tile
 from divergence.attention.kernels import get_kernel
-from divergence.attention.reference import baseline_attention
-from divergence.attention.reference import golden_attention
+from divergence.attention.reference import baseline_attention, golden_attention
 from divergence.attention.tiled import flash_attention_tiled, num_rescalings
 from divergence.attention.tiled_backward import flash_attention_tiled_backward
 from divergence.microbench.config import MicrobenchRecipe
@@ -172,14 +171,14 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
     rows, checks = [], []
     bar = tqdm(total=len(cases), desc="microbench", unit="run", disable=not progress)
     ref = recipe.inputs.reference_dist()
-    cases = [c if c.input_dist else _with_dist(c, ref.spec) for c in cases]
+    cases = [c if c.input_dist else replace(c, input_dist=ref.spec) for c in cases]
     user = {c.impl: load_user_kernel(c.impl) for c in cases if is_user_impl(c.impl)}
     groups = dict.fromkeys((c.seq_len, c.input_dist) for c in sorted(cases, key=lambda c: c.seq_len))
     for seq_len, spec in groups:
         group = [c for c in cases if (c.seq_len, c.input_dist) == (seq_len, spec)]
         dist = ref if spec == ref.spec else parse_dist(spec)
         q, k, v = make_inputs(recipe.inputs, seq_len, recipe.sweep.device, dist)
-        golden = _attend_baseline(q, k, v, recipe)
+        golden = baseline_attention(q, k, v, causal=recipe.inputs.causal)
         backward = seq_len <= recipe.sweep.backward_max_seq_len
         dout = make_grad_output(recipe.inputs, seq_len, recipe.sweep.device, dist) if backward else None
         golden_grads = _golden_grads(q, k, v, dout, recipe.inputs.causal) if backward else None
@@ -189,10 +188,11 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
             dtype = DTYPES[case.precision]
             inputs = (q.to(dtype), k.to(dtype), v.to(dtype))
             if case.precision not in baselines:
-                baselines[case.precision] = _attend_baseline(*inputs, recipe)
+                baselines[case.precision] = baseline_attention(*inputs, causal=recipe.inputs.causal)
             start = time.perf_counter()
             out = run_case(case, *inputs, causal=recipe.inputs.causal, user=user)
-            _sync(recipe.sweep.device)
+            if recipe.sweep.device == "cuda":
+                torch.cuda.synchronize()
             seconds = time.perf_counter() - start
             row = _row(case, recipe, dist, out, golden, baselines[case.precision], seconds)
             if backward:
@@ -279,14 +279,6 @@ def _delta_columns(out, golden, dout) -> dict:
     return {**row, **_signed_columns(delta, gold, "delta_")}
 
 
-def _with_dist(case: Case, spec: str) -> Case:
-    return replace(case, input_dist=spec)
-
-
-def _attend_baseline(q, k, v, recipe):
-    return baseline_attention(q, k, v, causal=recipe.inputs.causal)
-
-
 def _row(case: Case, recipe: MicrobenchRecipe, dist: InputDist, out, golden, baseline, seconds) -> dict:
     vs_gold = error_stats(out, golden)
     vs_base = error_stats(out, baseline)
@@ -324,8 +316,3 @@ def _row(case: Case, recipe: MicrobenchRecipe, dist: InputDist, out, golden, bas
         "input_scale": dist.std,
         **_signed_columns(out, golden),
     }
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
