@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from divergence.microbench.scale_findings import MODE
+from divergence.microbench.scale_findings import MODE, scale_dists
 from divergence.microbench.select import kernels, one, precisions, reference_flash
 
 QUANTITIES = (("", "out"), ("dq_", "dQ"), ("dk_", "dK"), ("dv_", "dV"), ("delta_", "D"))
@@ -26,12 +26,8 @@ BIASED_Z = 3.0  # |z| at or above: the findings call the error biased
 
 def dists(recipe):
     """The input distributions with bias rows: ties and low-rank ones first, then the reference, then the rest."""
-    from divergence.microbench.scale_findings import scale_dists
-
-    out = scale_dists(recipe)
-    return sorted(
-        out, key=lambda d: (d.family not in ("ties", "lowrank"), d.spec != recipe.inputs.reference_dist().spec)
-    )
+    ref = recipe.inputs.reference_dist().spec
+    return sorted(scale_dists(recipe), key=lambda d: (d.family not in ("ties", "lowrank"), d.spec != ref))
 
 
 def length(rows, recipe, dist: str) -> int | None:

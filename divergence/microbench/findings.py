@@ -131,6 +131,7 @@ def _tile_lines(rows, recipe) -> list[str]:
     return out
 
 
-def _x(a: float, b: float) -> str:
+def _x(a: float, b: float = 1.0) -> str:
+    """``a / b`` as a factor (``2.3x``), ``n/a`` where undefined."""
     r = ratio(a, b)
     return "n/a" if math.isnan(r) else f"{r:.2f}x" if r < 1 else f"{r:.1f}x" if r < 10 else f"{r:.0f}x"
