@@ -27,11 +27,6 @@ from divergence.recipe.seeds import derive_seed
 SAMPLERS = ("ddim", "ddpm")
 
 
-def noise_generator(caption: str, seed: int) -> torch.Generator:
-    """The CPU generator of one image's noise: seeded by (seed, caption), not by its batch."""
-    return torch.Generator().manual_seed(derive_seed("sample-noise", seed, caption))
-
-
 @torch.no_grad()
 def sample_images(
     unet,
@@ -66,7 +61,8 @@ def sample_images(
     images = []
     for start in range(0, len(jobs), batch_size):
         batch = jobs[start : start + batch_size]
-        generators = [noise_generator(caption, seed) for caption, seed in batch]
+        # each image's CPU generator, seeded by (seed, caption), not by its batch (module docstring)
+        generators = [torch.Generator().manual_seed(derive_seed("sample-noise", s, c)) for c, s in batch]
         # one batch from pure noise to final latents (B, C, h, w), each image with its own generator
         schedule = sampler_for(noise_scheduler, sampler)
         schedule.set_timesteps(steps)
