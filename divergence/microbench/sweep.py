@@ -258,13 +258,17 @@ def _signed_columns(out, ref, prefix: str = "") -> dict:
     return {f"{prefix}{col}": stats[key] for col, key in zip(_SIGNED, SIGNED_KEYS)}
 
 
+def _error_columns(out, gold, prefix: str) -> dict:
+    """``{prefix}max_abs_err``, ``{prefix}mean_abs_err`` and the signed columns of ``out`` against ``gold``."""
+    stats = error_stats(out, gold)
+    row = {f"{prefix}{s}_abs_err": stats[f"{s}_abs"] for s in ("max", "mean")}
+    return {**row, **_signed_columns(out, gold, prefix)}
+
+
 def _grad_columns(grads, golden_grads) -> dict:
     row = {}
     for name, grad, gold in zip(GRADS, grads, golden_grads):
-        stats = error_stats(grad, gold)
-        row[f"{name}_max_abs_err"] = stats["max_abs"]
-        row[f"{name}_mean_abs_err"] = stats["mean_abs"]
-        row.update(_signed_columns(grad, gold, f"{name}_"))
+        row.update(_error_columns(grad, gold, f"{name}_"))
     return row
 
 
@@ -274,9 +278,7 @@ def _delta_columns(out, golden, dout) -> dict:
     dout = dout.double()
     delta = (dout * out.double()).sum(dim=-1, keepdim=True)
     gold = (dout * golden.double()).sum(dim=-1, keepdim=True)
-    stats = error_stats(delta, gold)
-    row = {"delta_max_abs_err": stats["max_abs"], "delta_mean_abs_err": stats["mean_abs"]}
-    return {**row, **_signed_columns(delta, gold, "delta_")}
+    return _error_columns(delta, gold, "delta_")
 
 
 def _row(case: Case, recipe: MicrobenchRecipe, dist: InputDist, out, golden, baseline, seconds) -> dict:
@@ -293,15 +295,8 @@ def _row(case: Case, recipe: MicrobenchRecipe, dist: InputDist, out, golden, bas
         "block_q": case.block_q if tiled else "",
         "block_kv": case.block_kv if tiled else "",
         "block_order": case.block_order,
-        "max_abs_err": vs_gold["max_abs"],
-        "mean_abs_err": vs_gold["mean_abs"],
-        "std_abs_err": vs_gold["std_abs"],
-        "max_abs_diff_vs_baseline": vs_base["max_abs"],
-        "max_rel_err": vs_gold["max_rel"],
-        "mean_rel_err": vs_gold["mean_rel"],
-        "std_rel_err": vs_gold["std_rel"],
-        "mean_abs_diff_vs_baseline": vs_base["mean_abs"],
-        "std_abs_diff_vs_baseline": vs_base["std_abs"],
+        **{f"{s}_{kind}_err": vs_gold[f"{s}_{kind}"] for s in ("max", "mean", "std") for kind in ("abs", "rel")},
+        **{f"{s}_abs_diff_vs_baseline": vs_base[f"{s}_abs"] for s in ("max", "mean", "std")},
         "memory": case.memory if case.memory is not None else "",
         "block_area": case.block_q * case.block_kv if tiled else "",
         "rescalings": num_rescalings(case.seq_len, case.block_kv) if tiled else "",
