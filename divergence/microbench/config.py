@@ -21,7 +21,7 @@ from typing import Literal, Union
 
 from divergence.attention.blocks import BLOCK_ORDERS, parse_block_size, tile_from_memory
 from divergence.microbench.user_kernel import is_user_impl
-from divergence.microbench.scales import DEFAULT_SCALES, InputDist, legacy_dist, parse_dist
+from divergence.microbench.scales import DEFAULT_SCALES, InputDist, parse_dist
 from divergence.config.schema import apply_overrides, load_yaml, parse, require
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp64")
@@ -85,8 +85,10 @@ class InputsConfig:
         require(len(set(specs)) == len(specs), "inputs.scales", f"lists a distribution twice: {list(self.scales)}")
 
     def reference_dist(self) -> InputDist:
-        """The inputs of the length and tile studies."""
-        return legacy_dist(self.distribution, self.std)
+        """The inputs of the length and tile studies: N(0, std^2) or U(-std, std)."""
+        if self.distribution == "normal":
+            return InputDist("normal", 0.0, self.std)
+        return InputDist("uniform", -self.std, self.std)
 
     def scale_dists(self) -> list[InputDist]:
         """The distributions of the input-scale study, in recipe order."""
