@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 
 from divergence.variants.deployment import Deployment
-from divergence.variants.registry import Switch, Variant, register
+from divergence.variants.registry import Switch, Variant, one_batch, register
 
 FP8_RECIPES = ("tensorwise", "rowwise")
 
@@ -139,12 +139,7 @@ class GradAccumulation(Variant):
     def as_base(cls, recipe: dict, base: dict) -> dict:
         """The step's examples as one batch (``batch_size x accumulate``, accumulate 1): 4 micro-batches
         of 4 read as one batch of 16, the global batch they train on."""
-        train = recipe.get("train")
-        if not isinstance(train, dict) or not isinstance(train.get("accumulate"), int) or train["accumulate"] == 1:
-            return recipe
-        if not isinstance(train.get("batch_size"), int):
-            return recipe
-        return {**recipe, "train": {**train, "batch_size": train["batch_size"] * train["accumulate"], "accumulate": 1}}
+        return one_batch(recipe, "accumulate")
 
     def verify(self, arm):
         train = arm.recipe.train

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import sys
 
-from divergence.variants.registry import Switch, Variant, register
+from divergence.variants.registry import Switch, Variant, one_batch, register
 
 FSDP_SHARDING = {"full": "FULL_SHARD", "grad-op": "SHARD_GRAD_OP"}
 BUGS = ("rank-scale", "unreduced-param")
@@ -53,17 +53,7 @@ class DataParallel(Variant):
     @classmethod
     def as_base(cls, recipe: dict, base: dict) -> dict:
         """The step's examples on one process: N ranks of B read as one batch of N B."""
-        train = recipe.get("train")
-        if not isinstance(train, dict) or not isinstance(train.get("devices"), int) or train["devices"] == 1:
-            return recipe
-        if not isinstance(train.get("batch_size"), int):
-            return recipe
-        one = {
-            "batch_size": train["batch_size"] * train["devices"],
-            "devices": 1,
-            "strategy": base["train"]["strategy"],
-        }
-        return {**recipe, "train": {**train, **one}}
+        return one_batch(recipe, "devices", strategy=base["train"]["strategy"])
 
     def verify(self, arm):
         train, ranks = arm.recipe.train, _world_size()

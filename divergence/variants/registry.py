@@ -170,6 +170,18 @@ def as_base(recipe: dict) -> dict:
     return recipe
 
 
+def one_batch(recipe: dict, key: str, **also) -> dict:
+    """``recipe`` (a dict) with its ``train.<key>`` groups of ``train.batch_size`` examples read as one
+    batch of their product, ``<key>`` 1 and ``also`` set; as it is where either is no integer or
+    ``<key>`` is 1 (an ``as_base`` that keeps the global batch: accumulation, data parallelism)."""
+    train = recipe.get("train")
+    if not isinstance(train, dict) or not isinstance(train.get(key), int) or train[key] == 1:
+        return recipe
+    if not isinstance(train.get("batch_size"), int):
+        return recipe
+    return {**recipe, "train": {**train, "batch_size": train["batch_size"] * train[key], key: 1, **also}}
+
+
 def check_overrides(variant: Variant, overrides: dict[str, Any]) -> dict[str, Any]:
     """``overrides`` of ``variant``, refused when they set a key the variant does not declare in ``sets``
     (``as_base`` would not know to look past it). A variant put into ``VARIANTS`` by hand without any
