@@ -72,7 +72,7 @@ class Kernel:
         """Raise UserInputError, one line, when this kernel cannot run on ``device``/``dtype``."""
         reason = self.unavailable_reason(device, dtype, head_dim)
         if reason:
-            raise UserInputError(f"kernel {self.name!r} cannot run on {device} in {_dtype_name(dtype)}: {reason}")
+            raise UserInputError(f"kernel {self.name!r} cannot run on {device} in {dtype_name(dtype)}: {reason}")
 
     def unavailable_reason(self, device, dtype, head_dim: int = 64) -> str | None:
         """Why this kernel cannot run there, or None when it can."""
@@ -122,40 +122,32 @@ def _flash_attn(q, k, v, *, scale, causal, attn_mask):
     return out.transpose(1, 2)
 
 
-def _flash_attn_reason(device, dtype, head_dim) -> str | None:
-    if importlib.util.find_spec("flash_attn") is None:
-        return "the flash-attn package is not installed (pip install flash-attn)"
-    if torch.device(device).type != "cuda":
-        return "flash-attn runs on CUDA only"
-    if dtype not in (torch.float16, torch.bfloat16):
-        return "flash-attn takes fp16 or bf16 only"
-    return None
-
-
 class _FlashAttnKernel(Kernel):
     def unavailable_reason(self, device, dtype, head_dim: int = 64) -> str | None:
-        return _flash_attn_reason(device, dtype, head_dim) or super().unavailable_reason(device, dtype, head_dim)
+        if importlib.util.find_spec("flash_attn") is None:
+            return "the flash-attn package is not installed (pip install flash-attn)"
+        if torch.device(device).type != "cuda":
+            return "flash-attn runs on CUDA only"
+        if dtype not in (torch.float16, torch.bfloat16):
+            return "flash-attn takes fp16 or bf16 only"
+        return super().unavailable_reason(device, dtype, head_dim)
 
 
-def _make_baseline(**options) -> Kernel:
-    _no_options("baseline", options)
-    return Kernel("baseline", baseline_attention, "explicit softmax(Q K^T * scale) V", probe=False)
-
-
-def _make_sdpa(name: str) -> Callable[..., Kernel]:
-    backend = _SDPA_BACKENDS.get(name)
+def _fixed(cls: type[Kernel], name: str, *args, **kwargs) -> Callable[..., Kernel]:
+    """The factory of a kernel that takes no options: ``cls(name, *args, **kwargs)``."""
 
     def make(**options) -> Kernel:
-        _no_options(name, options)
-        what = f"SDPA, {backend} backend forced" if backend else "SDPA, PyTorch's choice of backend"
-        return Kernel(name, _sdpa, what, options={"backend": backend})
+        if options:
+            raise UserInputError(f"kernel {name!r} takes no options, got {', '.join(sorted(options))}")
+        return cls(name, *args, **kwargs)
 
     return make
 
 
-def _make_flash_attn(**options) -> Kernel:
-    _no_options("flash-attn", options)
-    return _FlashAttnKernel("flash-attn", _flash_attn, "flash_attn.flash_attn_func")
+def _make_sdpa(name: str) -> Callable[..., Kernel]:
+    backend = _SDPA_BACKENDS.get(name)
+    what = f"SDPA, {backend} backend forced" if backend else "SDPA, PyTorch's choice of backend"
+    return _fixed(Kernel, name, _sdpa, what, options={"backend": backend})
 
 
 _TILED_OPTIONS = ("block_q", "block_kv", "accumulate", "block_order")
@@ -196,10 +188,10 @@ def _make_flash_unbiased(**options) -> Kernel:
 
 
 KERNELS: dict[str, Callable[..., Kernel]] = {
-    "baseline": _make_baseline,
+    "baseline": _fixed(Kernel, "baseline", baseline_attention, "explicit softmax(Q K^T * scale) V", probe=False),
     "sdpa": _make_sdpa("sdpa"),
     **{name: _make_sdpa(name) for name in _SDPA_BACKENDS},
-    "flash-attn": _make_flash_attn,
+    "flash-attn": _fixed(_FlashAttnKernel, "flash-attn", _flash_attn, "flash_attn.flash_attn_func"),
     "tiled": _make_tiled,
     "flash-unbiased": _make_flash_unbiased,
 }
@@ -219,12 +211,8 @@ def available_kernels(
     return [n for n in KERNELS if get_kernel(n).unavailable_reason(device, dtype, head_dim) is None]
 
 
-def _no_options(name: str, options: dict) -> None:
-    if options:
-        raise UserInputError(f"kernel {name!r} takes no options, got {', '.join(sorted(options))}")
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
+    """``bf16``, ``fp16``, ``fp32`` or ``fp64``; any other dtype as torch spells it."""
     return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}.get(
         dtype, str(dtype)
     )

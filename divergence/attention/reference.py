@@ -131,10 +131,15 @@ def default_scale(q: torch.Tensor) -> float:
 def _apply_masks(s: torch.Tensor, row0: int, causal: bool, attn_mask: torch.Tensor | None) -> torch.Tensor:
     """Mask a score block ``s`` (B, H, r, c) whose first row is query ``row0``, keys from 0."""
     if causal:
-        rows = torch.arange(row0, row0 + s.shape[-2], device=s.device)[:, None]
-        cols = torch.arange(s.shape[-1], device=s.device)[None, :]
-        s = s.masked_fill(cols > rows, float("-inf"))
+        s = _causal_fill(s, row0, 0)
     if attn_mask is not None:
         m = attn_mask[..., row0 : row0 + s.shape[-2], :] if attn_mask.shape[-2] > 1 else attn_mask
         s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m.to(s.dtype)
     return s
+
+
+def _causal_fill(s, first_row, first_col):
+    """Set scores of keys after their query to -inf; ``s`` (B, H, rows, cols) from (row, col)."""
+    rows = torch.arange(first_row, first_row + s.shape[-2], device=s.device)[:, None]
+    cols = torch.arange(first_col, first_col + s.shape[-1], device=s.device)[None, :]
+    return s.masked_fill(cols > rows, float("-inf"))

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from divergence.attention.blocks import ordered_tile
-from divergence.attention.reference import default_scale, matmul
+from divergence.attention.reference import _causal_fill, default_scale, matmul
 from divergence.errors import UserInputError
 
 # Elements held per step (scores and per-tile P V); larger problems are cut into groups of query
@@ -228,13 +228,6 @@ def _unbiased_max(s, tile_max, beta, tie_tol):
         tile_max > 0, tile_max * beta, torch.where(tile_max < 0, torch.zeros_like(tile_max), tile_max)
     )
     return torch.where(ties & torch.isfinite(tile_max), adjusted, tile_max)
-
-
-def _causal_fill(s, first_row, first_col):
-    """Set scores of keys after their query to -inf; ``s`` (B, H, rows, cols) from (row, col)."""
-    rows = torch.arange(first_row, first_row + s.shape[-2], device=s.device)[:, None]
-    cols = torch.arange(first_col, first_col + s.shape[-1], device=s.device)[None, :]
-    return s.masked_fill(cols > rows, float("-inf"))
 
 
 def _additive_mask(mask, b, h, lq, lk, acc):

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import torch
 
-from divergence.attention.reference import default_scale, matmul
-from divergence.attention.tiled import _additive_mask, _causal_fill, flash_attention_tiled
+from divergence.attention.reference import _causal_fill, default_scale, matmul
+from divergence.attention.tiled import _additive_mask, flash_attention_tiled
 
 _CHUNK_ELEMENTS = 2**22  # score elements held per chunk of query rows
 

@@ -114,9 +114,10 @@ def run(args) -> int:
     from divergence.microbench.config import load_recipe
     from divergence.microbench.figures import write_figures
     from divergence.microbench.preflight import check_kernels, reference_seq_len_override
-    from divergence.microbench.report import write_csv, write_reports
+    from divergence.microbench.report import write_reports
     from divergence.microbench.sweep import COLUMNS, plan, run_sweep
     from divergence.microbench.validation import COLUMNS as VALIDATION_COLUMNS
+    from divergence.tables import write_csv
 
     # The reference-length fix first, so that an explicit --set sweep.reference_seq_len wins.
     overrides = reference_seq_len_override(args.recipe, args.seq_len, args.quick) + _overrides(args)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from divergence.microbench.scale_findings import MODE
+from divergence.microbench.scale_findings import MODE, scale_dists
 from divergence.microbench.select import kernels, one, precisions, reference_flash
 
 QUANTITIES = (("", "out"), ("dq_", "dQ"), ("dk_", "dK"), ("dv_", "dV"), ("delta_", "D"))
@@ -26,12 +26,8 @@ BIASED_Z = 3.0  # |z| at or above: the findings call the error biased
 
 def dists(recipe):
     """The input distributions with bias rows: ties and low-rank ones first, then the reference, then the rest."""
-    from divergence.microbench.scale_findings import scale_dists
-
-    out = scale_dists(recipe)
-    return sorted(
-        out, key=lambda d: (d.family not in ("ties", "lowrank"), d.spec != recipe.inputs.reference_dist().spec)
-    )
+    ref = recipe.inputs.reference_dist().spec
+    return sorted(scale_dists(recipe), key=lambda d: (d.family not in ("ties", "lowrank"), d.spec != ref))
 
 
 def length(rows, recipe, dist: str) -> int | None:
@@ -52,8 +48,9 @@ def impl_rows(rows, recipe, dist: str, seq_len: int, precision: str) -> list[tup
         out.append(("baseline", base))
     for impl in ("flash", "flash-unbiased"):
         for acc in recipe.sweep.accumulate:
-            r = reference_flash(rows, recipe, precision=precision, seq_len=seq_len, accumulate=acc, impl=impl)
-            r = r if r and r["input_dist"] == dist else _on(rows, recipe, impl, precision, seq_len, acc, dist)
+            r = reference_flash(
+                rows, recipe, impl=impl, precision=precision, seq_len=seq_len, accumulate=acc, input_dist=dist
+            )
             if r:
                 out.append((f"{impl} {MODE[acc]}", r))
     for impl in kernels(recipe):
@@ -61,12 +58,6 @@ def impl_rows(rows, recipe, dist: str, seq_len: int, precision: str) -> list[tup
         if r:
             out.append((impl, r))
     return out
-
-
-def _on(rows, recipe, impl, precision, seq_len, acc, dist):
-    return reference_flash(
-        rows, recipe, impl=impl, precision=precision, seq_len=seq_len, accumulate=acc, input_dist=dist
-    )
 
 
 def bias_table(rows, recipe) -> tuple[list[str], list[list]]:
@@ -98,7 +89,7 @@ def bias_lines(rows, recipe) -> list[str]:
             continue
         for p in [p for p in precisions(recipe) if p != "fp64"]:
             found = dict(impl_rows(rows, recipe, d.spec, seq, p))
-            parts = [_phrase(label, found[label]) for label in found if label != "baseline"]
+            parts = [f"{label} {_values(row)}" for label, row in found.items() if label != "baseline"]
             if not parts or "baseline" not in found:
                 continue
             out.append(
@@ -106,10 +97,6 @@ def bias_lines(rows, recipe) -> list[str]:
                 f"out, dQ, dK, dV, D: baseline {_values(found['baseline'])}; " + "; ".join(parts) + "."
             )
     return out
-
-
-def _phrase(label: str, row: dict) -> str:
-    return f"{label} {_values(row)}"
 
 
 def _values(row: dict) -> str:

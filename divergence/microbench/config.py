@@ -21,7 +21,7 @@ from typing import Literal, Union
 
 from divergence.attention.blocks import BLOCK_ORDERS, parse_block_size, tile_from_memory
 from divergence.microbench.user_kernel import is_user_impl
-from divergence.microbench.scales import DEFAULT_SCALES, InputDist, legacy_dist, parse_dist
+from divergence.microbench.scales import DEFAULT_SCALES, InputDist, parse_dist
 from divergence.config.schema import apply_overrides, load_yaml, parse, require
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp64")
@@ -51,14 +51,6 @@ QUICK = {
     "tiles.memories": [256, 1024, 2048],
     "sweep.backward_max_seq_len": 64,
 }
-
-
-def _all_in(values, allowed) -> bool:
-    return all(v in allowed for v in values)
-
-
-def _first_not_in(values, allowed):
-    return next(v for v in values if v not in allowed)
 
 
 @dataclass(frozen=True)
@@ -93,8 +85,10 @@ class InputsConfig:
         require(len(set(specs)) == len(specs), "inputs.scales", f"lists a distribution twice: {list(self.scales)}")
 
     def reference_dist(self) -> InputDist:
-        """The inputs of the length and tile studies."""
-        return legacy_dist(self.distribution, self.std)
+        """The inputs of the length and tile studies: N(0, std^2) or U(-std, std)."""
+        if self.distribution == "normal":
+            return InputDist("normal", 0.0, self.std)
+        return InputDist("uniform", -self.std, self.std)
 
     def scale_dists(self) -> list[InputDist]:
         """The distributions of the input-scale study, in recipe order."""
@@ -124,13 +118,9 @@ class TilesConfig:
         for size in self.block_sizes:
             parse_block_size(size)  # raises naming the bad size
         require(len(self.orders) > 0, "tiles.orders", f"needs at least one of {', '.join(BLOCK_ORDERS)}")
-        require(
-            _all_in(self.orders, BLOCK_ORDERS),
-            "tiles.orders",
-            f"{_first_not_in(self.orders, BLOCK_ORDERS)!r} is not one of {', '.join(BLOCK_ORDERS)}"
-            if not _all_in(self.orders, BLOCK_ORDERS)
-            else "",
-        )
+        bad = [o for o in self.orders if o not in BLOCK_ORDERS]
+        if bad:
+            require(False, "tiles.orders", f"{bad[0]!r} is not one of {', '.join(BLOCK_ORDERS)}")
 
     def reference_tile(self, head_dim: int) -> tuple[int, int]:
         """(Br, Bc) of the length study."""
@@ -187,8 +177,9 @@ class SweepConfig:
             if key == "impls":  # a user's kernel, module:function, is checked when it is loaded
                 values = [v for v in values if not is_user_impl(v)]
                 allowed = (*allowed, "module:function")
-            if not _all_in(values, allowed):
-                require(False, f"sweep.{key}", f"{_first_not_in(values, allowed)!r} is not one of {', '.join(allowed)}")
+            bad = [v for v in values if v not in allowed]
+            if bad:
+                require(False, f"sweep.{key}", f"{bad[0]!r} is not one of {', '.join(allowed)}")
         require(
             len(self.seq_lens) > 0 and min(self.seq_lens) >= 1,
             "sweep.seq_lens",

@@ -60,22 +60,23 @@ def _bars(ax, names, series: dict, metric: str) -> None:
     for i, (label, rs) in enumerate(series.items()):
         xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(names))]
         ax.bar(xs, [_positive(r[metric]) if r else float("nan") for r in rs], width, label=label)
-    _format_ticks(ax, names)
-
-
-def _format_ticks(ax, names):
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels([f"{p}\n({MANTISSA_BITS[p]} bits)" for p in names])
+
+
+def _by_format(rows, recipe, names, seq) -> dict:
+    """Each format's row (None: not run) of every flash mode (reference tile), then of every real kernel."""
+    series = {
+        ACC_LABEL[a]: [reference_flash(rows, recipe, precision=p, seq_len=seq, accumulate=a) for p in names]
+        for a in recipe.sweep.accumulate
+    }
+    return series | {k: [one(rows, impl=k, precision=p, seq_len=seq) for p in names] for k in kernels(recipe)}
 
 
 def fig3_formats(rows, recipe, out_dir: Path) -> Path | None:
     """Fig. 3: max |impl - baseline| in each number format, at the reference length and tile."""
     names, seq = precisions(recipe), recipe.sweep.reference_seq_len
-    series = {
-        ACC_LABEL[a]: [reference_flash(rows, recipe, precision=p, seq_len=seq, accumulate=a) for p in names]
-        for a in recipe.sweep.accumulate
-    }
-    series.update({k: [one(rows, impl=k, precision=p, seq_len=seq) for p in names] for k in kernels(recipe)})
+    series = _by_format(rows, recipe, names, seq)
     if not any(r for rs in series.values() for r in rs):
         return None
     fig, ax = _subplots(figsize=(8, 4.5))
@@ -92,13 +93,7 @@ def fig4_golden(rows, recipe, out_dir: Path) -> Path | None:
     """Fig. 4: baseline and flash against the fp64 golden value, side by side, max and mean."""
     names, seq = precisions(recipe), recipe.sweep.reference_seq_len
     bars = {"baseline": [one(rows, impl="baseline", precision=p, seq_len=seq) for p in names]}
-    bars.update(
-        {
-            ACC_LABEL[a]: [reference_flash(rows, recipe, precision=p, seq_len=seq, accumulate=a) for p in names]
-            for a in recipe.sweep.accumulate
-        }
-    )
-    bars.update({k: [one(rows, impl=k, precision=p, seq_len=seq) for p in names] for k in kernels(recipe)})
+    bars |= _by_format(rows, recipe, names, seq)
     fig, axes = _subplots(1, 2, figsize=(12, 4.5))
     for ax, metric in zip(axes, ("max_abs_err", "mean_abs_err")):
         _bars(ax, names, bars, metric)
@@ -175,24 +170,14 @@ def fig6_tiles(rows, recipe, out_dir: Path) -> Path | None:
 def _order_panel(ax, tiles, recipe, names):
     br, bc = recipe.tiles.reference_tile(recipe.inputs.head_dim)
     shapes = {"default": (br, bc), "swapped": (bc, br), "square": (bc, bc)}
-    orders = [o for o in ("default", "swapped", "square") if o in recipe.tiles.orders]
-    width = 0.8 / max(1, len(orders))
-    for i, order in enumerate(orders):
-        rs = [
-            one(
-                tiles,
-                precision=p,
-                accumulate="none",
-                block_order=order,
-                block_q=shapes[order][0],
-                block_kv=shapes[order][1],
-            )
-            for p in names
+    series = {
+        f"{order} ({q}x{kv})": [
+            one(tiles, precision=p, accumulate="none", block_order=order, block_q=q, block_kv=kv) for p in names
         ]
-        xs = [j + (i - (len(orders) - 1) / 2) * width for j in range(len(names))]
-        label = f"{order} ({shapes[order][0]}x{shapes[order][1]})"
-        ax.bar(xs, [_positive(r["max_abs_diff_vs_baseline"]) if r else float("nan") for r in rs], width, label=label)
-    _format_ticks(ax, names)
+        for order, (q, kv) in shapes.items()
+        if order in recipe.tiles.orders
+    }
+    _bars(ax, names, series, "max_abs_diff_vs_baseline")
     _log_y(ax)
     ax.set_ylabel("max |flash − baseline|")
     ax.set_title("block order (Br x Bc)")

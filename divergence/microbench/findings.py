@@ -30,12 +30,9 @@ def format_table(rows, recipe) -> tuple[list[str], list[list]]:
             ratio(flash["max_abs_err"], base["max_abs_err"]),
             ratio(flash["mean_abs_err"], base["mean_abs_err"]),
         ]
-        for a in accs:
-            r = reference_flash(rows, recipe, precision=p, seq_len=seq, accumulate=a)
-            line.append(ratio(r["max_abs_err"], base["max_abs_err"]) if r else float("nan"))
-        for k in kernels(recipe):
-            r = one(rows, impl=k, precision=p, seq_len=seq)
-            line.append(ratio(r["max_abs_err"], base["max_abs_err"]) if r else float("nan"))
+        others = [reference_flash(rows, recipe, precision=p, seq_len=seq, accumulate=a) for a in accs]
+        others += [one(rows, impl=k, precision=p, seq_len=seq) for k in kernels(recipe)]
+        line += [ratio(r["max_abs_err"], base["max_abs_err"]) if r else float("nan") for r in others]
         body.append(line)
     return head, body
 
@@ -131,6 +128,7 @@ def _tile_lines(rows, recipe) -> list[str]:
     return out
 
 
-def _x(a: float, b: float) -> str:
+def _x(a: float, b: float = 1.0) -> str:
+    """``a / b`` as a factor (``2.3x``), ``n/a`` where undefined."""
     r = ratio(a, b)
     return "n/a" if math.isnan(r) else f"{r:.2f}x" if r < 1 else f"{r:.1f}x" if r < 10 else f"{r:.0f}x"

@@ -13,7 +13,6 @@ def check_kernels(recipe: MicrobenchRecipe) -> None:
     cannot be imported or breaks its contract on a small input; nothing falls back to another
     kernel."""
     from divergence.microbench.sweep import DTYPES
-
     from divergence.microbench.user_kernel import is_user_impl, probe
 
     for impl in recipe.sweep.impls:

@@ -1,4 +1,4 @@
-"""Write the microbenchmark's results: results.csv, validation.csv, summary.md and index.html.
+"""Write the microbenchmark's reports: summary.md and index.html (its CSV files: ``tables.write_csv``).
 
 ``summary.md`` and ``index.html`` carry the same content: the setup, the headline findings, the
 findings tables, the agreement with the real CPU flash kernel and the figures. The HTML page is
@@ -8,7 +8,6 @@ self-contained (figures embedded as base64 PNG), so it can be mailed or archived
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import math
 from pathlib import Path
@@ -16,15 +15,6 @@ from pathlib import Path
 from divergence.microbench import bias, findings, scale_findings
 from divergence.microbench.select import reference_rows
 from divergence.microbench.validation import COLUMNS as VALIDATION_COLUMNS
-
-
-def write_csv(path: Path, rows: list[dict], columns) -> Path:
-    """Rows as CSV with ``columns`` in order (floats at full precision)."""
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(columns))
-        writer.writeheader()
-        writer.writerows({c: row.get(c, "") for c in columns} for row in rows)
-    return path
 
 
 def write_reports(

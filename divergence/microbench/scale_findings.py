@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import math
 
-from divergence.microbench.findings import _x as times
+from divergence.microbench.findings import _x
 from divergence.microbench.scales import InputDist
-from divergence.microbench.select import one, ratio
+from divergence.microbench.select import one, precisions, ratio, reference_flash
 
 MODE = {"none": "all-low", "fp32": "fp32-acc"}
 MODE_LONG = {"none": "all-low-precision", "fp32": "kernel-faithful (fp32 accumulation)"}
@@ -36,7 +36,6 @@ def scale_dists(recipe) -> list[InputDist]:
 
 def columns(recipe) -> list[tuple[str, str]]:
     """``[(format, mode), ...]`` of the scale study: every format but fp64, every meaningful mode."""
-    from divergence.microbench.select import precisions
     from divergence.microbench.sweep import accumulate_modes
 
     return [(p, a) for p in precisions(recipe) if p != "fp64" for a in accumulate_modes(recipe.sweep.accumulate, p)]
@@ -44,19 +43,8 @@ def columns(recipe) -> list[tuple[str, str]]:
 
 def cell(rows, recipe, dist: str, seq_len: int, precision: str, accumulate: str) -> tuple[float, float] | None:
     """``(ratio_max, ratio_mean)`` for one (input, length, format, mode), or None without both rows."""
-    br, bc = recipe.tiles.reference_tile(recipe.inputs.head_dim)
     base = one(rows, impl="baseline", precision=precision, seq_len=seq_len, input_dist=dist)
-    flash = one(
-        rows,
-        impl="flash",
-        precision=precision,
-        seq_len=seq_len,
-        input_dist=dist,
-        accumulate=accumulate,
-        block_q=br,
-        block_kv=bc,
-        block_order="default",
-    )
+    flash = reference_flash(rows, recipe, precision=precision, seq_len=seq_len, accumulate=accumulate, input_dist=dist)
     if not base or not flash:
         return None
     return ratio(flash["max_abs_err"], base["max_abs_err"]), ratio(flash["mean_abs_err"], base["mean_abs_err"])
@@ -121,7 +109,3 @@ def _direction(rows, recipe) -> list[str]:
         f"ratio. The paper's ~10x belongs to (input scale, length, baseline); this baseline stores every "
         f"operation in the input format."
     ]
-
-
-def _x(r: float) -> str:
-    return times(r, 1.0)

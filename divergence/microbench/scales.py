@@ -70,13 +70,12 @@ class InputDist:
     @property
     def label(self) -> str:
         """Human-readable: ``N(0, 0.25²)`` or ``U(0, 1)``."""
+        normal = "N(0, 1)" if self.b == 1 else f"N(0, {_num(self.b)}²)"
         if self.family == "normal":
-            return "N(0, 1)" if self.b == 1 else f"N(0, {_num(self.b)}²)"
+            return normal
         if self.family == "ties":
-            normal = "N(0, 1)" if self.b == 1 else f"N(0, {_num(self.b)}²)"
             return f"ties({normal}, {int(self.a)} keys)"
         if self.family == "lowrank":
-            normal = "N(0, 1)" if self.b == 1 else f"N(0, {_num(self.b)}²)"
             return f"low-rank({normal}, noise {_num(self.a)})"
         return f"U({_num(self.a)}, {_num(self.b)})"
 
@@ -118,11 +117,6 @@ def parse_dist(spec: str, key: str = "inputs.scales") -> InputDist:
             raise RecipeError(f"{key}: {spec!r}: needs 0 < STD <= {_LIMIT:g} and 0 <= NOISE <= 1")
         return InputDist("lowrank", noise, std)
     raise RecipeError(f"{key}: {spec!r}: {hint}")
-
-
-def legacy_dist(distribution: str, std: float) -> InputDist:
-    """The distribution of ``inputs.distribution`` and ``inputs.std``: N(0, std^2) or U(-std, std)."""
-    return InputDist("normal", 0.0, std) if distribution == "normal" else InputDist("uniform", -std, std)
 
 
 def _num(x: float) -> str:

@@ -31,8 +31,7 @@ from tqdm.auto import tqdm
 
 from divergence.attention.blocks import cpu_flash_tile, ordered_tile
 from divergence.attention.kernels import get_kernel
-from divergence.attention.reference import baseline_attention
-from divergence.attention.reference import golden_attention
+from divergence.attention.reference import baseline_attention, golden_attention
 from divergence.attention.tiled import flash_attention_tiled, num_rescalings
 from divergence.attention.tiled_backward import flash_attention_tiled_backward
 from divergence.microbench.config import MicrobenchRecipe
@@ -172,14 +171,14 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
     rows, checks = [], []
     bar = tqdm(total=len(cases), desc="microbench", unit="run", disable=not progress)
     ref = recipe.inputs.reference_dist()
-    cases = [c if c.input_dist else _with_dist(c, ref.spec) for c in cases]
+    cases = [c if c.input_dist else replace(c, input_dist=ref.spec) for c in cases]
     user = {c.impl: load_user_kernel(c.impl) for c in cases if is_user_impl(c.impl)}
     groups = dict.fromkeys((c.seq_len, c.input_dist) for c in sorted(cases, key=lambda c: c.seq_len))
     for seq_len, spec in groups:
         group = [c for c in cases if (c.seq_len, c.input_dist) == (seq_len, spec)]
         dist = ref if spec == ref.spec else parse_dist(spec)
         q, k, v = make_inputs(recipe.inputs, seq_len, recipe.sweep.device, dist)
-        golden = _attend_baseline(q, k, v, recipe)
+        golden = baseline_attention(q, k, v, causal=recipe.inputs.causal)
         backward = seq_len <= recipe.sweep.backward_max_seq_len
         dout = make_grad_output(recipe.inputs, seq_len, recipe.sweep.device, dist) if backward else None
         golden_grads = _golden_grads(q, k, v, dout, recipe.inputs.causal) if backward else None
@@ -189,10 +188,11 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
             dtype = DTYPES[case.precision]
             inputs = (q.to(dtype), k.to(dtype), v.to(dtype))
             if case.precision not in baselines:
-                baselines[case.precision] = _attend_baseline(*inputs, recipe)
+                baselines[case.precision] = baseline_attention(*inputs, causal=recipe.inputs.causal)
             start = time.perf_counter()
             out = run_case(case, *inputs, causal=recipe.inputs.causal, user=user)
-            _sync(recipe.sweep.device)
+            if recipe.sweep.device == "cuda":
+                torch.cuda.synchronize()
             seconds = time.perf_counter() - start
             row = _row(case, recipe, dist, out, golden, baselines[case.precision], seconds)
             if backward:
@@ -258,13 +258,17 @@ def _signed_columns(out, ref, prefix: str = "") -> dict:
     return {f"{prefix}{col}": stats[key] for col, key in zip(_SIGNED, SIGNED_KEYS)}
 
 
+def _error_columns(out, gold, prefix: str) -> dict:
+    """``{prefix}max_abs_err``, ``{prefix}mean_abs_err`` and the signed columns of ``out`` against ``gold``."""
+    stats = error_stats(out, gold)
+    row = {f"{prefix}{s}_abs_err": stats[f"{s}_abs"] for s in ("max", "mean")}
+    return {**row, **_signed_columns(out, gold, prefix)}
+
+
 def _grad_columns(grads, golden_grads) -> dict:
     row = {}
     for name, grad, gold in zip(GRADS, grads, golden_grads):
-        stats = error_stats(grad, gold)
-        row[f"{name}_max_abs_err"] = stats["max_abs"]
-        row[f"{name}_mean_abs_err"] = stats["mean_abs"]
-        row.update(_signed_columns(grad, gold, f"{name}_"))
+        row.update(_error_columns(grad, gold, f"{name}_"))
     return row
 
 
@@ -274,17 +278,7 @@ def _delta_columns(out, golden, dout) -> dict:
     dout = dout.double()
     delta = (dout * out.double()).sum(dim=-1, keepdim=True)
     gold = (dout * golden.double()).sum(dim=-1, keepdim=True)
-    stats = error_stats(delta, gold)
-    row = {"delta_max_abs_err": stats["max_abs"], "delta_mean_abs_err": stats["mean_abs"]}
-    return {**row, **_signed_columns(delta, gold, "delta_")}
-
-
-def _with_dist(case: Case, spec: str) -> Case:
-    return replace(case, input_dist=spec)
-
-
-def _attend_baseline(q, k, v, recipe):
-    return baseline_attention(q, k, v, causal=recipe.inputs.causal)
+    return _error_columns(delta, gold, "delta_")
 
 
 def _row(case: Case, recipe: MicrobenchRecipe, dist: InputDist, out, golden, baseline, seconds) -> dict:
@@ -301,15 +295,8 @@ def _row(case: Case, recipe: MicrobenchRecipe, dist: InputDist, out, golden, bas
         "block_q": case.block_q if tiled else "",
         "block_kv": case.block_kv if tiled else "",
         "block_order": case.block_order,
-        "max_abs_err": vs_gold["max_abs"],
-        "mean_abs_err": vs_gold["mean_abs"],
-        "std_abs_err": vs_gold["std_abs"],
-        "max_abs_diff_vs_baseline": vs_base["max_abs"],
-        "max_rel_err": vs_gold["max_rel"],
-        "mean_rel_err": vs_gold["mean_rel"],
-        "std_rel_err": vs_gold["std_rel"],
-        "mean_abs_diff_vs_baseline": vs_base["mean_abs"],
-        "std_abs_diff_vs_baseline": vs_base["std_abs"],
+        **{f"{s}_{kind}_err": vs_gold[f"{s}_{kind}"] for s in ("max", "mean", "std") for kind in ("abs", "rel")},
+        **{f"{s}_abs_diff_vs_baseline": vs_base[f"{s}_abs"] for s in ("max", "mean", "std")},
         "memory": case.memory if case.memory is not None else "",
         "block_area": case.block_q * case.block_kv if tiled else "",
         "rescalings": num_rescalings(case.seq_len, case.block_kv) if tiled else "",
@@ -324,8 +311,3 @@ def _row(case: Case, recipe: MicrobenchRecipe, dist: InputDist, out, golden, bas
         "input_scale": dist.std,
         **_signed_columns(out, golden),
     }
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()

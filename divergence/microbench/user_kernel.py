@@ -26,6 +26,7 @@ from typing import Callable
 
 import torch
 
+from divergence.attention.kernels import dtype_name
 from divergence.errors import UserInputError
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -71,13 +72,15 @@ def call_user_kernel(spec: str, fn, q, k, v, *, causal: bool) -> torch.Tensor:
 
 def check_output(spec: str, out, q: torch.Tensor) -> None:
     """UserInputError unless ``out`` is a finite tensor of ``q``'s shape (B, H, L, D) and dtype."""
-    where = f"--impl {spec} on {tuple(q.shape)} {_name(q.dtype)} inputs"
+    where = f"--impl {spec} on {tuple(q.shape)} {dtype_name(q.dtype)} inputs"
     if not isinstance(out, torch.Tensor):
         raise UserInputError(f"{where}: returned a {type(out).__name__}, expected a tensor")
     if tuple(out.shape) != tuple(q.shape):
         raise UserInputError(f"{where}: returned shape {tuple(out.shape)}, expected (B, H, L, D) = {tuple(q.shape)}")
     if out.dtype != q.dtype:
-        raise UserInputError(f"{where}: returned dtype {_name(out.dtype)}, expected the inputs' {_name(q.dtype)}")
+        raise UserInputError(
+            f"{where}: returned dtype {dtype_name(out.dtype)}, expected the inputs' {dtype_name(q.dtype)}"
+        )
     bad = int((~torch.isfinite(out.detach())).sum())
     if bad:
         raise UserInputError(f"{where}: {bad} of {out.numel()} output elements are not finite")
@@ -110,9 +113,3 @@ def probe(spec: str, device: str, dtype: torch.dtype, head_dim: int, causal: boo
 def _first_line(err: Exception) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else "(no message)"
-
-
-def _name(dtype: torch.dtype) -> str:
-    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}.get(
-        dtype, str(dtype)
-    )

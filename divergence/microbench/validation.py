@@ -31,19 +31,14 @@ COLUMNS = (
 )
 
 
-def kernel_faithful(q, k, v, *, causal: bool = False) -> torch.Tensor:
-    """The re-implementation configured as PyTorch's CPU flash kernel, on (B, H, L, D) inputs."""
+def compare_with_kernel(precision: str, kernel_out, q, k, v, golden, baseline, *, causal: bool) -> dict:
+    """One row of ``validation.csv``: re-implementation vs ``kernel_out`` (sdpa-flash on CPU), the
+    re-implementation configured as PyTorch's CPU flash kernel (its tile, fp32 or fp64 accumulators)."""
     block_q, block_kv = cpu_flash_tile(q.shape[-2], k.shape[-2])
     accumulate = torch.float64 if q.dtype == torch.float64 else torch.float32
-    return flash_attention_tiled(q, k, v, block_q=block_q, block_kv=block_kv, causal=causal, accumulate=accumulate)
-
-
-def compare_with_kernel(precision: str, kernel_out, q, k, v, golden, baseline, *, causal: bool) -> dict:
-    """One row of ``validation.csv``: re-implementation vs ``kernel_out`` (sdpa-flash on CPU)."""
-    ours = kernel_faithful(q, k, v, causal=causal)
+    ours = flash_attention_tiled(q, k, v, block_q=block_q, block_kv=block_kv, causal=causal, accumulate=accumulate)
     diff = error_stats(ours, kernel_out)
     base_err = error_stats(baseline, golden)["max_abs"]
-    block_q, block_kv = cpu_flash_tile(q.shape[-2], k.shape[-2])
     return {
         "precision": precision,
         "seq_len": q.shape[-2],

@@ -67,10 +67,8 @@ def head_dim(model: torch.nn.Module) -> int:
 
 def build_kernels(config: AttentionConfig) -> list:
     """The kernel objects a variant runs (two for ``shadow``); unknown names name the recipe key."""
-    try:
-        from divergence.attention.kernels import get_kernel
-    except ImportError as err:  # the attention package is a sibling component of this one
-        raise UserInputError(f"attention.name {config.name!r}: divergence.attention is unavailable ({err})") from None
+    from divergence.attention.kernels import get_kernel
+
     options = dict(config.options)
     try:
         if config.name == SHADOW:

@@ -63,7 +63,7 @@ def determinism(train):
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
-    _set_tf32(False)
+    _set_tf32_flags(False, False)
     try:
         yield
     except RuntimeError as err:
@@ -84,7 +84,7 @@ def arm_numerics(train):
     where they differ from the process's, for the duration of one of its steps."""
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     threads = torch.get_num_threads()
-    _set_tf32(train.tf32)
+    _set_tf32_flags(train.tf32, train.tf32)
     if train.cpu_threads and train.cpu_threads != threads:  # arms of a pair that differ in threads (cpu-threads)
         torch.set_num_threads(train.cpu_threads)
     try:
@@ -125,10 +125,6 @@ def _set_cublas_workspace() -> None:
             f"cuBLAS does not keep reproducible; unset it or set {CUBLAS_DETERMINISTIC[0]}, or set "
             "train.deterministic=false"
         )
-
-
-def _set_tf32(enabled: bool) -> None:
-    _set_tf32_flags(enabled, enabled)
 
 
 def _set_tf32_flags(matmul: bool, cudnn: bool) -> None:

@@ -50,7 +50,11 @@ def tracked_weights(denoiser: torch.nn.Module) -> dict[str, torch.Tensor]:
     pairs = factor_pairs(state)
     if not pairs:
         return state
-    scales = _scales(denoiser)
+    scales = {  # {module: alpha / r} of each LoRA layer, as peft applies it (``layer.scaling``)
+        name: float(module.scaling[ADAPTER])
+        for name, module in denoiser.named_modules()
+        if isinstance(getattr(module, "scaling", None), dict) and ADAPTER in module.scaling
+    }
     out = {}
     with torch.no_grad():
         for module, (name_a, name_b) in pairs.items():
@@ -58,12 +62,3 @@ def tracked_weights(denoiser: torch.nn.Module) -> dict[str, torch.Tensor]:
     trainable = {n for n, p in denoiser.named_parameters() if p.requires_grad and ".lora_" not in n}
     out.update({n: state[n] for n in state if n in trainable})
     return out
-
-
-def _scales(denoiser: torch.nn.Module) -> dict[str, float]:
-    """``{module: alpha / r}`` of each LoRA layer, as peft applies it (``layer.scaling``)."""
-    return {
-        name: float(module.scaling[ADAPTER])
-        for name, module in denoiser.named_modules()
-        if isinstance(getattr(module, "scaling", None), dict) and ADAPTER in module.scaling
-    }

@@ -32,7 +32,6 @@ import dataclasses
 
 import torch
 
-FP8_RECIPES = ("tensorwise", "rowwise")
 FP8_MIN_CAPABILITY = (8, 9)  # Ada / Hopper: the first GPUs with FP8 tensor cores
 
 
@@ -138,12 +137,7 @@ def qat_layers(arm) -> list[str]:
     """The names of the arm's layers that train fake-quantized now (torchao's ``FakeQuantizedLinear``)."""
     from torchao.quantization.qat.linear import FakeQuantizedLinear
 
-    return [
-        f"{p}.{n}"
-        for p, module in trained_modules(arm).items()
-        for n, m in module.named_modules()
-        if isinstance(m, FakeQuantizedLinear)
-    ]
+    return _layers_of(arm, FakeQuantizedLinear)
 
 
 _INT8_LINEAR: list = []
@@ -181,30 +175,25 @@ def fp8_layers(arm) -> list[str]:
     """The names of the arm's layers that compute in FP8 now (``Float8Linear``)."""
     from torchao.float8.float8_linear import Float8Linear
 
-    return [
-        f"{p}.{n}"
-        for p, module in trained_modules(arm).items()
-        for n, m in module.named_modules()
-        if isinstance(m, Float8Linear)
-    ]
+    return _layers_of(arm, Float8Linear)
 
 
 def int8_layers(arm) -> list[str]:
     """The names of the arm's layers that compute with INT8 mixed-precision matmuls now."""
-    return [
-        f"{p}.{n}"
-        for p, module in trained_modules(arm).items()
-        for n, m in module.named_modules()
-        if isinstance(m, int8_linear_class())
-    ]
+    return _layers_of(arm, int8_linear_class())
 
 
 def unconverted(arm, converted: list[str]) -> list[str]:
     """The arm's trained ``nn.Linear`` layers (torchao's replacements count as converted) not in ``converted``."""
     done = set(converted)
+    return [name for name in _layers_of(arm, torch.nn.Linear) if name not in done]
+
+
+def _layers_of(arm, cls: type) -> list[str]:
+    """The names (``unet.<fqn>``) of the arm's trained modules that are ``cls`` instances."""
     return [
         f"{p}.{n}"
         for p, module in trained_modules(arm).items()
         for n, m in module.named_modules()
-        if isinstance(m, torch.nn.Linear) and f"{p}.{n}" not in done
+        if isinstance(m, cls)
     ]

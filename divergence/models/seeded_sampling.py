@@ -27,11 +27,6 @@ from divergence.recipe.seeds import derive_seed
 SAMPLERS = ("ddim", "ddpm")
 
 
-def noise_generator(caption: str, seed: int) -> torch.Generator:
-    """The CPU generator of one image's noise: seeded by (seed, caption), not by its batch."""
-    return torch.Generator().manual_seed(derive_seed("sample-noise", seed, caption))
-
-
 @torch.no_grad()
 def sample_images(
     unet,
@@ -61,48 +56,30 @@ def sample_images(
             f"(got {steps}, {batch_size}, {guidance_scale}, {len(captions)} captions, {len(seeds)} seeds)"
         )
     jobs = [(caption, seed) for seed in seeds for caption in captions]
+    device = next(unet.parameters()).device
+    guided = guidance_scale > 1.0
     images = []
     for start in range(0, len(jobs), batch_size):
         batch = jobs[start : start + batch_size]
-        generators = [noise_generator(caption, seed) for caption, seed in batch]
-        latents = _denoise_batch(
-            unet, text_encoder, tokenize, noise_scheduler, [c for c, _ in batch], generators, latent_shape,
-            steps, sampler, guidance_scale, autocast,
-        )  # fmt: skip
-        pixels = decode(latents) if decode is not None else latents
+        # each image's CPU generator, seeded by (seed, caption), not by its batch (module docstring)
+        generators = [torch.Generator().manual_seed(derive_seed("sample-noise", s, c)) for c, s in batch]
+        # one batch from pure noise to final latents (B, C, h, w), each image with its own generator
+        schedule = sampler_for(noise_scheduler, sampler)
+        schedule.set_timesteps(steps)
+        x = torch.stack([torch.randn(latent_shape, generator=g) for g in generators]).to(device)
+        x = x * schedule.init_noise_sigma
+        names = [c for c, _ in batch]
+        ids = tokenize(names + [""] * len(names) if guided else names).to(device)
+        with autocast():
+            text = text_encoder(ids)  # (hidden states, pooled)
+            for t in schedule.timesteps:
+                model_in = torch.cat([x, x]) if guided else x
+                out = denoise(unet, schedule.scale_model_input(model_in, t), t, text).float()
+                if guided:
+                    cond, uncond = out.chunk(2)
+                    out = uncond + guidance_scale * (cond - uncond)
+                # DDPM's step noise: diffusers draws image i's from generators[i] (on the CPU) given a list
+                x = schedule.step(out, t, x, generator=generators if sampler == "ddpm" else None).prev_sample
+        pixels = decode(x) if decode is not None else x
         images.append(((pixels.float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).permute(0, 2, 3, 1).cpu())
     return torch.cat(images).reshape(len(seeds), len(captions), *images[0].shape[1:])
-
-
-def _denoise_batch(
-    unet,
-    text_encoder,
-    tokenize,
-    noise_scheduler,
-    captions,
-    generators,
-    latent_shape,
-    steps,
-    sampler,
-    guidance,
-    autocast,
-) -> torch.Tensor:
-    """One batch from pure noise to final latents (B, C, h, w), each image with its own generator."""
-    device = next(unet.parameters()).device
-    schedule = sampler_for(noise_scheduler, sampler)
-    schedule.set_timesteps(steps)
-    x = torch.stack([torch.randn(latent_shape, generator=g) for g in generators]).to(device)
-    x = x * schedule.init_noise_sigma
-    guided = guidance > 1.0
-    ids = tokenize(list(captions) + [""] * len(captions) if guided else list(captions)).to(device)
-    with autocast():
-        text = text_encoder(ids)  # (hidden states, pooled)
-        for t in schedule.timesteps:
-            model_in = torch.cat([x, x]) if guided else x
-            out = denoise(unet, schedule.scale_model_input(model_in, t), t, text).float()
-            if guided:
-                cond, uncond = out.chunk(2)
-                out = uncond + guidance * (cond - uncond)
-            # DDPM's step noise: diffusers draws image i's from generators[i] (on the CPU) given a list
-            x = schedule.step(out, t, x, generator=generators if sampler == "ddpm" else None).prev_sample
-    return x

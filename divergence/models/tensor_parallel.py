@@ -66,7 +66,7 @@ def parallelize(denoiser: torch.nn.Module, mesh) -> list[str]:
             attention.heads //= size  # the heads of this rank (the processors view q, k, v by them)
         plan = {name: ColwiseParallel() for name in COLWISE} | {name: RowwiseParallel() for name in ROWWISE}
         parallelize_module(block, mesh, plan)
-        prefix = _path(denoiser, block)
+        prefix = next(name for name, module in denoiser.named_modules() if module is block)
         sharded += [f"{prefix}.{name}" for name in (*COLWISE, *ROWWISE)]
     return sharded
 
@@ -82,7 +82,3 @@ def sharded_linears(module: torch.nn.Module) -> list[str]:
         and isinstance(layer.weight, DTensor)
         and layer.weight.device_mesh.size() > 1
     ]
-
-
-def _path(root: torch.nn.Module, target: torch.nn.Module) -> str:
-    return next(name for name, module in root.named_modules() if module is target)

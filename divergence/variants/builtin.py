@@ -20,7 +20,7 @@ import math
 
 from divergence.recipe.run import ADAMW_IMPLS as TRAIN_ADAMW_IMPLS, PRECISIONS
 from divergence.variants.deployment import Deployment
-from divergence.variants.registry import Variant, register
+from divergence.variants.registry import Switch, Variant, register
 
 ADAMW_IMPLS = tuple(i for i in TRAIN_ADAMW_IMPLS if i != "default")  # the variant names one explicitly
 # Kernels that exist on GPUs for fp16/bf16 inputs only: wherever they are deployed, training runs
@@ -77,7 +77,7 @@ class Seed(Variant):
 
 
 @register
-class DataSeed(Variant):
+class DataSeed(Seed):
     """A data-order / noise seed: the arm's ``data.seed``, which orders the examples and draws the noise,
     timesteps and caption dropout of every step (``divergence.data.sampling``; the shapes source draws
     its examples from it too: another sample of the same distribution). Its init stays shared, so in a
@@ -88,12 +88,6 @@ class DataSeed(Variant):
     name = "data-seed"
     sets = ("data.seed",)
     help = "data-order and noise seed of the arm (its init stays shared): the seed reference of a fine-tune"
-    category = "seed"
-    default = 1
-
-    def validate(self):
-        if isinstance(self.value, bool) or not isinstance(self.value, int) or self.value < 0:
-            self.fail(f"expected a non-negative integer seed, got {self.value!r}")
 
 
 @register
@@ -114,15 +108,11 @@ class Precision(Variant):
 
 
 @register
-class GradientCheckpointing(Variant):
+class GradientCheckpointing(Switch):
     name = "gradient-checkpointing"
     sets = ("model.gradient_checkpointing",)
     help = "recompute UNet activations during the backward pass instead of storing them"
     fp32_equivalent = True  # the same forward computed again: identical up to the order of fp32 sums
-
-    def validate(self):
-        if not isinstance(self.value, bool):
-            self.fail(f"expected true or false, got {self.value!r}")
 
     def verify(self, arm):
         if bool(arm.unet.is_gradient_checkpointing) != self.value:
@@ -151,14 +141,10 @@ class AdamWImpl(Variant):
 
 
 @register
-class TF32(Variant):
+class TF32(Switch):
     name = "tf32"
     sets = ("train.tf32",)
     help = "TensorFloat-32 tensor-core math for the arm's fp32 matmuls and convolutions (CUDA; no effect on a CPU)"
-
-    def validate(self):
-        if not isinstance(self.value, bool):
-            self.fail(f"expected true or false, got {self.value!r}")
 
     def deployment(self):
         return Deployment("tf32", devices=("cuda",)) if self.value else None

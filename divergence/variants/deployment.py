@@ -60,45 +60,28 @@ def deployment_precision(variants, base_precision: str) -> str | None:
     return next((p for p in wanted[0] if all(p in w for w in wanted)), wanted[0][0])
 
 
-def resolve_device(train) -> str:
-    """The device type an arm trains on: ``cuda`` or ``cpu`` (``train.accelerator`` auto: cuda
-    when one is available)."""
-    if train.accelerator == "gpu":
-        return "cuda"
-    if train.accelerator == "cpu":
-        return "cpu"
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def resolve_threads(train) -> int:
-    """The torch intra-op threads an arm trains with: ``train.cpu_threads``, or torch's default
-    (one per core here) when it is 0."""
-    if train.cpu_threads:
-        return int(train.cpu_threads)
-    import torch
-
-    return int(torch.get_num_threads())
-
-
-def arm_numerics(recipe, device: str | None = None) -> dict:
+def arm_numerics(recipe) -> dict:
     """What an arm trains in, as ``pair.json`` records it::
 
         {"device": "cpu", "precision": "bf16-mixed", "attention": "sdpa-flash", "tf32": false,
          "deterministic": true, "cpu_threads": 1, "cpu_autocast": "emulate"}
 
-    ``cpu_autocast`` (``train.cpu_autocast``) is None where it changes nothing (fp32, or a GPU).
+    ``device``: ``cuda`` or ``cpu`` as ``train.accelerator`` says (auto: cuda when one is
+    available); ``cpu_threads``: ``train.cpu_threads``, or torch's default (one per core here) when
+    it is 0; ``cpu_autocast`` (``train.cpu_autocast``): None where it changes nothing (fp32, or a GPU).
     """
+    import torch
+
     train = recipe.train
-    device = device or resolve_device(train)
+    auto = "cuda" if train.accelerator not in ("gpu", "cpu") and torch.cuda.is_available() else "cpu"
+    device = "cuda" if train.accelerator == "gpu" else auto
     return {
         "device": device,
         "precision": train.precision,
         "attention": recipe.attention.name,
         "tf32": bool(train.tf32),
         "deterministic": bool(train.deterministic),
-        "cpu_threads": resolve_threads(train),
+        "cpu_threads": int(train.cpu_threads or torch.get_num_threads()),
         "cpu_autocast": train.cpu_autocast if device == "cpu" and train.precision != "32-true" else None,
     }
 

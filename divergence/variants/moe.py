@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from divergence.variants.deployment import Deployment
 from divergence.variants.parallel import DataParallel
-from divergence.variants.registry import Variant, register
+from divergence.variants.registry import Switch, register
 
 
 def _moe_layers(arm, what: str) -> dict:
@@ -34,16 +34,12 @@ def _moe_layers(arm, what: str) -> dict:
     return layers
 
 
-class _MoEFlag(Variant):
+class _MoEFlag(Switch):
     """A true/false switch of one ``model.moe`` key: ``key`` set to ``on`` (true) or ``off`` (false)."""
 
     key_name: str = ""
     on: str = ""
     off: str = ""
-
-    def validate(self):
-        if not isinstance(self.value, bool):
-            self.fail(f"expected true or false, got {self.value!r}")
 
     def setting(self) -> str:
         return self.on if self.value else self.off

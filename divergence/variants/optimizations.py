@@ -19,28 +19,27 @@ How each is applied to the arm: ``divergence.models.optimizations`` (fp8, int8, 
 
 from __future__ import annotations
 
-import re
 import sys
 
 from divergence.variants.deployment import Deployment
-from divergence.variants.registry import Variant, register
+from divergence.variants.registry import Switch, Variant, one_batch, register
 
 FP8_RECIPES = ("tensorwise", "rowwise")
-_ACCUMULATION = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
-
-
-def _torchao_switch(variant: Variant, extra: str) -> None:
-    """A true/false variant that needs torchao (``divergence[extra]``) when on."""
-    if not isinstance(variant.value, bool):
-        variant.fail(f"expected true or false, got {variant.value!r}")
-    if variant.value:
-        _require_torchao(extra)
 
 
 def _require_torchao(extra: str) -> None:
     from divergence.extras import require
 
     require(extra, "torchao")
+
+
+class _Int8Switch(Switch):
+    """A true/false variant that needs torchao (``divergence[int8]``) when on."""
+
+    def validate(self):
+        super().validate()
+        if self.value:
+            _require_torchao("int8")
 
 
 @register
@@ -73,13 +72,10 @@ class FP8(Variant):
 
 
 @register
-class Int8Mixed(Variant):
+class Int8Mixed(_Int8Switch):
     name = "int8-mixed"
     sets = ("train.int8",)
     help = "linear layers trained with torchao's INT8 mixed-precision matmuls (forward and backward)"
-
-    def validate(self):
-        _torchao_switch(self, "int8")
 
     def verify(self, arm):
         from divergence.models.optimizations import int8_layers
@@ -95,13 +91,10 @@ class Int8Mixed(Variant):
 
 
 @register
-class Int8QAT(Variant):
+class Int8QAT(_Int8Switch):
     name = "int8-qat"
     sets = ("train.qat",)
     help = "linear layers trained fake-quantized to int8 (torchao QAT: per-token activations, per-channel weights)"
-
-    def validate(self):
-        _torchao_switch(self, "int8")
 
     def verify(self, arm):
         from divergence.models.optimizations import qat_layers
@@ -116,15 +109,11 @@ class Int8QAT(Variant):
 
 
 @register
-class Compile(Variant):
+class Compile(Switch):
     name = "compile"
     sets = ("train.compile",)
     help = "the denoiser compiled with torch.compile (inductor) instead of run eagerly"
     fp32_equivalent = True  # the same graph; inductor fuses and reorders its fp32 operations
-
-    def validate(self):
-        if not isinstance(self.value, bool):
-            self.fail(f"expected true or false, got {self.value!r}")
 
     def verify(self, arm):
         compiled = getattr(arm.unet, "_compiled_call_impl", None) is not None
@@ -141,11 +130,7 @@ class GradAccumulation(Variant):
     fp32_equivalent = True  # the same mean gradient over the same examples, summed in another order
 
     def validate(self):
-        match = _ACCUMULATION.match(str(self.value))
-        if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
-            self.fail(f"expected KxB (micro-batches x examples each, e.g. 4x4 against 1x16), got {self.value!r}")
-        self.k, self.b = int(match.group(1)), int(match.group(2))
-        self.value = f"{self.k}x{self.b}"
+        self.k, self.b = self.counts("KxB (micro-batches x examples each, e.g. 4x4 against 1x16)")
 
     def overrides(self):
         return {"train.accumulate": self.k, "train.batch_size": self.b}
@@ -154,12 +139,7 @@ class GradAccumulation(Variant):
     def as_base(cls, recipe: dict, base: dict) -> dict:
         """The step's examples as one batch (``batch_size x accumulate``, accumulate 1): 4 micro-batches
         of 4 read as one batch of 16, the global batch they train on."""
-        train = recipe.get("train")
-        if not isinstance(train, dict) or not isinstance(train.get("accumulate"), int) or train["accumulate"] == 1:
-            return recipe
-        if not isinstance(train.get("batch_size"), int):
-            return recipe
-        return {**recipe, "train": {**train, "batch_size": train["batch_size"] * train["accumulate"], "accumulate": 1}}
+        return one_batch(recipe, "accumulate")
 
     def verify(self, arm):
         train = arm.recipe.train
@@ -236,16 +216,12 @@ class TensorParallel(Variant):
 
 
 @register
-class FsdpOffload(Variant):
+class FsdpOffload(Switch):
     name = "fsdp-offload"
     sets = ("train.strategy", "train.grad_clip")
     help = "FSDP with parameters, gradients and optimizer state offloaded to host memory (GPU only)"
     fp32_equivalent = True  # the same sharded fp32 step, its optimizer update computed on the host
     refines = ("train.strategy",)  # after {data-parallel: NxB}: FSDP over its N ranks of B
-
-    def validate(self):
-        if not isinstance(self.value, bool):
-            self.fail(f"expected true or false, got {self.value!r}")
 
     def overrides(self):
         # Lightning's FSDPStrategy would clip by each rank's shard of the norm (training.separate_arm._check_fsdp)

@@ -20,12 +20,10 @@ the order of fp32 sums, and the reordering yardstick says whether it does (docs/
 
 from __future__ import annotations
 
-import re
 import sys
 
-from divergence.variants.registry import Variant, register
+from divergence.variants.registry import Switch, Variant, one_batch, register
 
-_RANKS = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
 FSDP_SHARDING = {"full": "FULL_SHARD", "grad-op": "SHARD_GRAD_OP"}
 BUGS = ("rank-scale", "unreduced-param")
 
@@ -46,11 +44,7 @@ class DataParallel(Variant):
     per_process = True
 
     def validate(self):
-        match = _RANKS.match(str(self.value))
-        if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
-            self.fail(f"expected NxB (ranks x examples each, e.g. 2x8 against 1x16), got {self.value!r}")
-        self.ranks, self.per_rank = int(match.group(1)), int(match.group(2))
-        self.value = f"{self.ranks}x{self.per_rank}"
+        self.ranks, self.per_rank = self.counts("NxB (ranks x examples each, e.g. 2x8 against 1x16)")
 
     def overrides(self):
         strategy = "ddp" if self.ranks > 1 else "auto"
@@ -59,17 +53,7 @@ class DataParallel(Variant):
     @classmethod
     def as_base(cls, recipe: dict, base: dict) -> dict:
         """The step's examples on one process: N ranks of B read as one batch of N B."""
-        train = recipe.get("train")
-        if not isinstance(train, dict) or not isinstance(train.get("devices"), int) or train["devices"] == 1:
-            return recipe
-        if not isinstance(train.get("batch_size"), int):
-            return recipe
-        one = {
-            "batch_size": train["batch_size"] * train["devices"],
-            "devices": 1,
-            "strategy": base["train"]["strategy"],
-        }
-        return {**recipe, "train": {**train, **one}}
+        return one_batch(recipe, "devices", strategy=base["train"]["strategy"])
 
     def verify(self, arm):
         train, ranks = arm.recipe.train, _world_size()
@@ -81,16 +65,12 @@ class DataParallel(Variant):
 
 
 @register
-class Zero1(Variant):
+class Zero1(Switch):
     name = "zero-1"
     sets = ("train.shard_optimizer",)
     help = "AdamW's state sharded over the DDP ranks (torch.distributed.optim.ZeroRedundancyOptimizer, ZeRO-1)"
     fp32_equivalent = True  # each weight's AdamW update, computed on the rank that owns it, then broadcast
     per_process = True
-
-    def validate(self):
-        if not isinstance(self.value, bool):
-            self.fail(f"expected true or false, got {self.value!r}")
 
     def verify(self, arm):
         from torch.distributed.optim import ZeroRedundancyOptimizer

@@ -28,6 +28,7 @@ In a pair recipe an arm lists its variants as ``name`` or ``{name: value}``::
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, ClassVar
 
 from divergence.errors import RecipeError
@@ -41,6 +42,7 @@ from divergence.pairfolder.pair_json import CATEGORIES
 VARIANT_CATEGORIES = tuple(c for c in CATEGORIES if c not in ("control", "reordering"))
 
 VARIANTS: dict[str, type["Variant"]] = {}
+_COUNTS = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
 
 
 class Variant:
@@ -103,6 +105,24 @@ class Variant:
     def fail(self, message: str) -> None:
         raise RecipeError(f"{self.key or self.name}: {short(message, 300, text=True)}")
 
+    def counts(self, expected: str) -> tuple[int, int]:
+        """``self.value`` as ``NxB``, two positive counts (the value normalized to ``"NxB"``); else
+        ``fail`` saying it ``expected`` them."""
+        match = _COUNTS.match(str(self.value))
+        if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
+            self.fail(f"expected {expected}, got {self.value!r}")
+        n, b = int(match.group(1)), int(match.group(2))
+        self.value = f"{n}x{b}"
+        return n, b
+
+
+class Switch(Variant):
+    """A variant that is on or off: its value true or false (the bare name: true)."""
+
+    def validate(self):
+        if not isinstance(self.value, bool):
+            self.fail(f"expected true or false, got {self.value!r}")
+
 
 def register(cls: type[Variant]) -> type[Variant]:
     if cls.category not in VARIANT_CATEGORIES:
@@ -148,6 +168,18 @@ def as_base(recipe: dict) -> dict:
     for cls in VARIANTS.values():
         recipe = cls.as_base(recipe, base)
     return recipe
+
+
+def one_batch(recipe: dict, key: str, **also) -> dict:
+    """``recipe`` (a dict) with its ``train.<key>`` groups of ``train.batch_size`` examples read as one
+    batch of their product, ``<key>`` 1 and ``also`` set; as it is where either is no integer or
+    ``<key>`` is 1 (an ``as_base`` that keeps the global batch: accumulation, data parallelism)."""
+    train = recipe.get("train")
+    if not isinstance(train, dict) or not isinstance(train.get(key), int) or train[key] == 1:
+        return recipe
+    if not isinstance(train.get("batch_size"), int):
+        return recipe
+    return {**recipe, "train": {**train, "batch_size": train["batch_size"] * train[key], key: 1, **also}}
 
 
 def check_overrides(variant: Variant, overrides: dict[str, Any]) -> dict[str, Any]:
