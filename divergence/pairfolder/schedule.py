@@ -15,9 +15,8 @@ from pathlib import Path
 from divergence.config.schema import parse
 from divergence.config.yaml_safe import read_yaml
 from divergence.errors import RecipeError, UserInputError
-from divergence.pairfolder.arm.steps import check_stride
-from divergence.pairfolder.folder import PairFolder
-from divergence.pairfolder.folder import as_pair_folder
+from divergence.pairfolder.arm.steps import check_stride, tracked_with_stride
+from divergence.pairfolder.folder import PairFolder, as_pair_folder
 from divergence.pairfolder.layout import PAIR_FILE
 from divergence.pairfolder.pair_json import is_open_ended, read_pair_json
 from divergence.pairfolder.settings import LogConfig, ProbeConfig, TrackingConfig, is_tracked
@@ -41,16 +40,9 @@ class PairSchedule:
     stride: int = 1  # the arms record every stride-th step (tracking.stride; divergence.pairfolder.arm.steps)
 
     def tracked(self, step: int) -> bool:
-        from divergence.pairfolder.arm.steps import tracked_with_stride
-
         return tracked_with_stride(
             step, self.stride, lambda t: is_tracked(t, self.max_steps, self.tracking, self.checkpoint_every)
         )
-
-    @property
-    def open_ended(self) -> bool:
-        """The arms' writers were not told their length: the last step is known once both finish."""
-        return self.max_steps is None
 
     def next_step(self, last: int | None) -> int:
         """The step recorded after ``last`` (None: nothing yet, so step 0)."""
@@ -63,16 +55,12 @@ def read_schedule(out: str | Path) -> PairSchedule:
     if not out.pair_json.is_file():
         raise UserInputError(f"{out}: no {PAIR_FILE}; start the arms first: {how_to_start(out, 'a')}")
     info = read_pair_json(out)
-    if "every" not in (info.get("tracking") or {}):
+    tracking = info.get("tracking") or {}
+    if "every" not in tracking:
         raise UserInputError(
             f"{out.pair_json}: no tracking.every; write {PAIR_FILE} with divergence.writers.write_pair_files"
         )
-    return _from_pair_json(out, info, _read_recipe(out))
-
-
-def _from_pair_json(out: PairFolder, info: dict, config: dict | None) -> PairSchedule:
-    path = out.pair_json
-    tracking, recipe = info["tracking"], info.get("recipe") or {}
+    config, recipe = _read_recipe(out), info.get("recipe") or {}
     train = recipe.get("train") or {}
     try:
         parsed = parse(TrackingConfig, {k: v for k, v in tracking.items() if k in _TRACKING_KEYS}, "tracking")
@@ -83,15 +71,11 @@ def _from_pair_json(out: PairFolder, info: dict, config: dict | None) -> PairSch
         name = str(info["name"])
         stride = check_stride(tracking.get("stride", 1), max_steps, "tracking.stride")
     except (KeyError, TypeError, ValueError) as err:
-        raise UserInputError(f"{path}: {err}") from None
-    return replace(_schedule(name, max_steps, checkpoint_every, parsed, log, info, config), stride=stride)
-
-
-def _schedule(name, max_steps, checkpoint_every, tracking, log, info, config) -> PairSchedule:
-    if config is None and tracking.probe.enabled:  # the probe builds our models from pair.yaml
-        tracking = replace(tracking, probe=ProbeConfig(enabled=False))
+        raise UserInputError(f"{out.pair_json}: {err}") from None
+    if config is None and parsed.probe.enabled:  # the probe builds our models from pair.yaml
+        parsed = replace(parsed, probe=ProbeConfig(enabled=False))
     replicate = int(info.get("replicate", 0) or 0)
-    return PairSchedule(name, max_steps, checkpoint_every, tracking, log, replicate, info, config)
+    return PairSchedule(name, max_steps, checkpoint_every, parsed, log, replicate, info, config, stride)
 
 
 def _read_recipe(out: PairFolder) -> dict | None:
