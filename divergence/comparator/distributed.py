@@ -12,12 +12,18 @@ been measured on another rank) and the summary (an exact function of the records
 The result equals the single-rank ``compare_sources`` record for record: each record is
 computed by the same code on the same kind of device, and ``summarize`` is independent of
 where the records were made.
+
+Under ``divergence watch`` every rank runs ``measure`` on the ``Task`` rank 0 planned
+(``comparator.task``): the records are gathered on rank 0, which gets the ``Measurement`` (the
+``Comparison``, or the error that kept the files from being compared) and records the step
+(``comparator.planner.Planner.record``). The other ranks get nothing back: they write nothing and
+decide nothing.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from divergence.checkpoints import Match, TensorSource, match_tensors, open_checkpoint
@@ -93,3 +99,23 @@ def _assemble(parts: list | None, a: TensorSource, match: Match) -> Comparison |
         stripped_prefix_b=match.stripped_b,
     )
     return Comparison(records, summary, match.skipped)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Rank 0's result of a step: its ``comparison`` (None at an untracked step), or the ``error``
+    that kept the two files from being compared. Off rank 0 both are None."""
+
+    comparison: Comparison | None = None
+    error: CheckpointError | None = None
+
+
+def measure(task, ranks: Ranks, device="cpu") -> Measurement:
+    """Compare ``task``'s two weights files (a ``comparator.task.Task``) on every rank (collective at a tracked step)."""
+    if not task.tracked:
+        return Measurement()
+    try:
+        comparison = compare_files(task.paths["a"], task.paths["b"], ranks, device, task.order)
+    except CheckpointError as err:  # raised on rank 0 only
+        return Measurement(error=err)
+    return Measurement(comparison=comparison)

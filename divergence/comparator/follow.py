@@ -16,7 +16,7 @@ in ``DIR/watch.json``. With ``tracking.keep`` it deletes the weights files of co
 stored steps (``divergence.comparator.retention``).
 
 Under torchrun, rank 0 plans and writes (``comparator.planner.Planner``); every rank measures its
-share of each checkpoint pair (``comparator.measurer.Measurer``, ``comparator.distributed``); the
+share of each checkpoint pair (``comparator.distributed.measure``); the
 two share one record of each turn (``comparator.task.Task``), which rank 0 broadcasts.
 
 A step that can never come (an arm ended before it, or with a gap where it should be; no arm
@@ -45,7 +45,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from divergence.comparator.measurer import Measurer
+from divergence.comparator.distributed import measure
 from divergence.comparator.planner import Planner
 from divergence.comparator.ranks import Ranks
 from divergence.comparator.task import Task
@@ -76,7 +76,7 @@ class Comparator:
         self.pair = read_schedule(self.pair_folder)
         if not wandb:
             self.pair = replace(self.pair, log=replace(self.pair.log, wandb=False))
-        self.measurer = Measurer(self.ranks, device)
+        self.device = device
         self.planner: Planner | None = None  # rank 0's; the other ranks only measure
         failed = None
         if self.ranks.is_zero:
@@ -114,5 +114,5 @@ class Comparator:
         meanwhile (retried next poll)."""
         if self.planner:
             self.planner.before(task)
-        measured = self.measurer.measure(task)
+        measured = measure(task, self.ranks, self.device)
         return self.planner.record(task, measured) if self.planner else True

@@ -6,7 +6,7 @@ loggers, the function-space probe, ``watch.json`` (the arms' attempts followed),
 (``Retention``) and the progress bar. ``plan`` looks at both arms and returns the ``Task`` of the
 turn (``comparator.task``): a step both arms have written everything of, a wait, done, or a stop
 with its one line; ``record`` stores a step once every rank has measured it
-(``comparator.measurer``). The loop that joins them is ``comparator.follow.Comparator``.
+(``comparator.distributed.measure``). The loop that joins them is ``comparator.follow.Comparator``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 
 from divergence.comparator.feeds import ArmFeed, unchanged
-from divergence.comparator.measurer import Measurement
+from divergence.comparator.distributed import Measurement
 from divergence.comparator.prefetch import Prefetch
 from divergence.comparator.progress import Progress, arms_line
 from divergence.comparator.retention import Retention, files_lost_to

@@ -1,8 +1,8 @@
 """``Task``: what rank 0 decided for one turn of ``divergence watch``, the record every rank shares.
 
 Rank 0's ``Planner`` builds it from the arms' files (``comparator.planner``), ``Ranks.broadcast``
-sends it to every rank, every rank's ``Measurer`` compares its share of the step's two weights
-files from it (``comparator.measurer``), and rank 0 records the step from it and the measurement.
+sends it to every rank, every rank compares its share of the step's two weights files from it
+(``comparator.distributed.measure``), and rank 0 records the step from it and the measurement.
 It holds plain data only (it is pickled to the other ranks).
 """
 
