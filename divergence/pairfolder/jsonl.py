@@ -35,6 +35,20 @@ def complete_lines(f: BinaryIO, number: int = 0) -> Iterator[tuple[int, bytes]]:
         yield number, raw
 
 
+def tail_lines(path: Path, window: int) -> tuple[list[bytes], bool] | None:
+    """The complete lines within the last ``window`` bytes of ``path``, last first (the first of them
+    left out when the window starts mid-file: it may be cut), and whether that is the whole file;
+    None when it cannot be read. For progress display only, never a validated read."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            f.seek(max(0, size - window))
+            lines = f.read().split(b"\n")[:-1]  # the piece after the last newline is not a line yet
+    except OSError:
+        return None
+    return (lines[::-1], True) if size <= window else (lines[:0:-1], False)
+
+
 def parse_object(raw: bytes) -> dict:
     """The JSON object on one line (NaN and infinities as JSON5 tokens, as the writers write them)."""
     try:

@@ -50,7 +50,14 @@ from typing import Iterator
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import as_pair_folder
-from divergence.pairfolder.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
+from divergence.pairfolder.jsonl import (
+    UnreadableLine,
+    complete_lines,
+    parse_object,
+    require_step,
+    tail_lines,
+    unreadable,
+)
 
 TYPES = ("tensor", "step")
 
@@ -101,7 +108,7 @@ class MetricsStore:
         if not self.path.exists():
             return 0
         offset, dropped = 0, 0
-        for end, record in self._committed_blocks():
+        for end, _, record in self._blocks():
             if record["step"] <= step:
                 offset = end
             else:
@@ -137,24 +144,18 @@ class MetricsStore:
         tracked step; None when there is no file or no step record there. Not a validated read:
         records come from ``step_records``.
         """
-        try:
-            size = self.path.stat().st_size
-        except OSError:
-            return None
         for window in windows:
-            with open(self.path, "rb") as f:
-                f.seek(max(0, size - window))
-                lines = f.read().split(b"\n")[:-1]  # the piece after the last newline is not a line
-            for line in reversed(lines[1:] if size > window else lines):  # the first may be cut
+            lines, whole = tail_lines(self.path, window) or ([], True)
+            for line in lines:
                 record = _json_or_none(line)
                 if isinstance(record, dict) and record.get("type") == "step" and isinstance(record.get("step"), int):
                     return record["step"]
-            if size <= window:
+            if whole:
                 return None
         return None
 
     def step_records(self) -> list[dict]:
-        return [r for _, r in self._committed_blocks()]
+        return [r for _, _, r in self._blocks()]
 
     def tensor_records(self) -> Iterator[dict]:
         """Every committed tensor record, in step order."""
@@ -163,15 +164,7 @@ class MetricsStore:
 
     # -- internals -----------------------------------------------------------------------
     def _committed_end(self) -> int:
-        end = 0
-        for end, _ in self._committed_blocks():  # noqa: B007 (the last block's end is the answer)
-            pass
-        return end
-
-    def _committed_blocks(self) -> Iterator[tuple[int, dict]]:
-        """(byte offset just after the block, its step record) for each committed block."""
-        for end, _, record in self._blocks():
-            yield end, record
+        return max((end for end, _, _ in self._blocks()), default=0)  # the last block's end
 
     def _blocks(self) -> Iterator[tuple[int, list[dict], dict]]:
         """(offset after the block, its tensor records, its step record) per committed block.
