@@ -1,6 +1,6 @@
 """``divergence watch DIR``: follow the two arm jobs of a pair and write its metrics store.
 
-Started before the arms have created ``DIR``, it waits for them (``divergence.comparator.wait``).
+Started before the arms have created ``DIR``, it waits for them (``comparator.follow.wait_for_pair``).
 Exit codes: 0 the pair is complete (both arms finished, every step stored), 1 ``--timeout``
 seconds passed without progress (no step stored, no new loss, no arm status change), 2 bad
 input (an unreadable store or loss file, checkpoints of the two arms that cannot be matched) or
@@ -146,8 +146,7 @@ def _watch(out, poll, timeout, device, wandb, logs, quiet, names) -> WatchResult
     if Path(out).exists() and not Path(out).is_dir():
         raise UserInputError(f"{out}: not a folder; give the pair folder the arms train into")
     log = logs and _can_log(not wandb, names["no_wandb"])
-    from divergence.comparator.follow import Comparator
-    from divergence.comparator.wait import wait_for_pair
+    from divergence.comparator.follow import Comparator, wait_for_pair
     from divergence.pairfolder.folder import PairFolder
 
     started = time.monotonic()

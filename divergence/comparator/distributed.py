@@ -14,7 +14,7 @@ computed by the same code on the same kind of device, and ``summarize`` is indep
 where the records were made.
 
 Under ``divergence watch`` every rank runs ``measure`` on the ``Task`` rank 0 planned
-(``comparator.task``): the records are gathered on rank 0, which gets the ``Measurement`` (the
+(``comparator.planner.Task``): the records are gathered on rank 0, which gets the ``Measurement`` (the
 ``Comparison``, or the error that kept the files from being compared) and records the step
 (``comparator.planner.Planner.record``). The other ranks get nothing back: they write nothing and
 decide nothing.
@@ -111,7 +111,7 @@ class Measurement:
 
 
 def measure(task, ranks: Ranks, device="cpu") -> Measurement:
-    """Compare ``task``'s two weights files (a ``comparator.task.Task``) on every rank (collective at a tracked step)."""
+    """Compare ``task``'s two weights files (a ``comparator.planner.Task``) on every rank (collective at a tracked step)."""
     if not task.tracked:
         return Measurement()
     try:
