@@ -14,20 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from divergence.pairfolder.folder import as_arm_folder
 from divergence.errors import UserInputError
-from divergence.pairfolder.layout import weights_step
+from divergence.pairfolder.arm.losses import LossFile
+from divergence.pairfolder.arm.status import ArmStatus
 from divergence.pairfolder.arm.weights_dcp import remove_weights
-
-
-def recorded_after(arm_dir: str | Path, step: int) -> int | None:
-    """The last step after ``step`` that arm folder ``arm_dir`` holds a loss or a weights file of, or None."""
-    from divergence.pairfolder.arm.losses import LossFile
-
-    arm_dir = Path(arm_dir)
-    later = [s for s in LossFile(arm_dir).read_new() if s > step]
-    later += [s for s in _weights_steps(arm_dir) if s > step]
-    return max(later, default=None)
+from divergence.pairfolder.folder import as_arm_folder
+from divergence.pairfolder.layout import weights_step
 
 
 def drop_after(arm_dir: str | Path, step: int) -> None:
@@ -35,13 +27,11 @@ def drop_after(arm_dir: str | Path, step: int) -> None:
 
     The loss file is read whole first: an unreadable line is an error and nothing is cut.
     """
-    from divergence.pairfolder.arm.losses import LossFile
-
-    arm_dir = Path(arm_dir)
-    LossFile(arm_dir).truncate_after(step)
-    for s in _weights_steps(arm_dir):
+    arm_folder = as_arm_folder(arm_dir)
+    LossFile(arm_folder).truncate_after(step)
+    for s in _weights_steps(arm_folder):
         if s > step:
-            for path in (as_arm_folder(arm_dir).weights(s), as_arm_folder(arm_dir).weights_dcp(s)):
+            for path in (arm_folder.weights(s), arm_folder.weights_dcp(s)):
                 remove_weights(path)  # a file, or a DCP folder
 
 
@@ -51,44 +41,36 @@ def claim_arm_folder(arm_dir: str | Path, arm: str, start_step: int, resume: boo
 
     ``how_to_resume``: how this writer is told to continue from a checkpoint (its own words).
     """
-    if start_step > 0:
-        _check_reaches(arm_dir, arm, start_step)
+    if start_step <= 0 and resume:
         return
-    if resume:
+    loss_file = LossFile(arm_dir)
+    losses = loss_file.read_new()
+    if start_step > 0:  # the losses reach it: a resume continues its records, it does not skip steps
+        last = max(losses, default=None)
+        if last is not None and last >= start_step:
+            return
+        held, fix = (
+            (f"end at step {last}", f"resume from a checkpoint of step {last} or earlier")
+            if last is not None
+            else ("hold no step yet", "start it at step 0")
+        )
+        raise UserInputError(
+            f"{arm_dir}: start_step={start_step}, but arm {arm}'s records ({loss_file.path.name}) {held}: the "
+            f"steps between would be a gap divergence watch waits on; {fix}"
+        )
+    later = [s for s in (*losses, *_weights_steps(arm_dir)) if s > start_step]  # a loss or weights file after it
+    if not later:
         return
-    last = recorded_after(arm_dir, start_step)
-    if last is None:
-        return
-    from divergence.pairfolder.arm.status import ArmStatus
-
     status = ArmStatus.read(arm_dir)
     state = f" ({status.state}, attempt {status.attempt})" if status is not None else ""
     raise UserInputError(
-        f"{arm_dir}: already holds arm {arm}'s records up to step {last}{state}; starting at step 0 "
+        f"{arm_dir}: already holds arm {arm}'s records up to step {max(later)}{state}; starting at step 0 "
         f"would cut them. To continue it, {how_to_resume}; to train it again from step 0, pass "
         "resume=True; or write into a new pair folder"
     )
 
 
-def _check_reaches(arm_dir: str | Path, arm: str, start_step: int) -> None:
-    """The arm's losses reach ``start_step`` (a resume continues its records, it does not skip steps)."""
-    from divergence.pairfolder.arm.losses import LossFile
-
-    last = max(LossFile(arm_dir).read_new(), default=None)
-    if last is not None and last >= start_step:
-        return
-    held, fix = (
-        (f"end at step {last}", f"resume from a checkpoint of step {last} or earlier")
-        if last is not None
-        else ("hold no step yet", "start it at step 0")
-    )
-    raise UserInputError(
-        f"{arm_dir}: start_step={start_step}, but arm {arm}'s records ({LossFile(arm_dir).path.name}) {held}: the "
-        f"steps between would be a gap divergence watch waits on; {fix}"
-    )
-
-
-def _weights_steps(arm_dir: Path) -> list[int]:
+def _weights_steps(arm_dir: str | Path) -> list[int]:
     checkpoints = as_arm_folder(arm_dir).checkpoints_dir
     if not checkpoints.is_dir():
         return []
