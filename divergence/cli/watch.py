@@ -152,7 +152,7 @@ def _watch(out, poll, timeout, device, wandb, logs, quiet, names) -> WatchResult
     started = time.monotonic()
     pair_folder = PairFolder(out)  # built once here, handed down as the object
     if not wait_for_pair(pair_folder, poll, timeout):
-        from divergence.pairfolder.starting import how_to_start
+        from divergence.pairfolder.schedule import how_to_start
 
         print(
             f"divergence watch: timed out: {out} holds no started pair after {timeout:g} s; "

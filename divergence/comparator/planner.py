@@ -26,8 +26,7 @@ from divergence.pairfolder.arm.status import batch_mismatch, restart_point
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import ARMS
 from divergence.pairfolder.pair_json import finish_pair
-from divergence.pairfolder.schedule import PairSchedule
-from divergence.pairfolder.starting import how_to_start
+from divergence.pairfolder.schedule import PairSchedule, how_to_start
 from divergence.store import MetricsStore
 from divergence.tracking.recorder import StepRecorder
 from divergence.tracking.records import comparison_records
