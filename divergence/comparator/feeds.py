@@ -16,20 +16,15 @@ from pathlib import Path
 
 from divergence.pairfolder.folder import as_arm_folder
 from divergence.pairfolder.arm.weights_file import completed, identity
-from divergence.pairfolder.arm.status import ArmStatus
 from divergence.pairfolder.arm.losses import LossFile
 
 
 class ArmFeed:
+    """An arm's folder (``arm_folder``), its losses read so far (``loss_file``) and its complete checkpoints."""
+
     def __init__(self, arm_dir: str | Path):
         self.arm_folder = as_arm_folder(arm_dir)
         self.loss_file = LossFile(self.arm_folder)
-
-    def status(self) -> ArmStatus | None:
-        return ArmStatus.read(self.arm_folder)
-
-    def losses(self) -> dict[int, float]:
-        return self.loss_file.read_new()
 
     def checkpoint(self, step: int) -> tuple[Path, tuple] | None:
         """The complete weights file (or DCP folder) of ``step`` and its identity, or None while it is not complete."""

@@ -22,7 +22,7 @@ from divergence.comparator.retention import Retention, files_lost_to
 from divergence.comparator.stalls import ENDED, armless, stall
 from divergence.errors import CheckpointError, UserInputError
 from divergence.pairfolder.arm.lock import WatchLock
-from divergence.pairfolder.arm.status import batch_mismatch, restart_point
+from divergence.pairfolder.arm.status import ArmStatus, batch_mismatch, restart_point
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import ARMS
 from divergence.pairfolder.pair_json import finish_pair
@@ -113,7 +113,7 @@ class Planner:
     def _next(self, timeout: float | None) -> Task:
         if self._fatal is not None:
             raise UserInputError(self._fatal)
-        statuses = {arm: feed.status() for arm, feed in self.feeds.items()}
+        statuses = {arm: ArmStatus.read(feed.arm_folder) for arm, feed in self.feeds.items()}
         self._follow_restarts(statuses)
         self._follow_length(statuses)
         self._follow_checkpoints(statuses)
@@ -196,7 +196,7 @@ class Planner:
 
     def _ready(self, step: int, statuses: dict) -> Task | None:
         """The task of ``step`` when both arms have written everything it needs, else None."""
-        seen = {arm: feed.losses() for arm, feed in self.feeds.items()}
+        seen = {arm: feed.loss_file.read_new() for arm, feed in self.feeds.items()}
         if step > 0 and any(step not in seen[arm] for arm in ARMS):
             return None
         if self._may_be_last(step, seen, statuses):

@@ -90,7 +90,7 @@ def _missing(arm: str, status, step: int, pair, feed) -> str | None:
     if last is None or step > last:
         known = pair.max_steps is not None and step <= pair.max_steps
         return f"{ended}, before step {step}" + (f" (max_steps {pair.max_steps})" if known else "")
-    if step > 0 and step not in feed.losses():
+    if step > 0 and step not in feed.loss_file.read_new():
         return f"{ended}, but its {arm}/{LOSSES_FILE} has no step {step} (a gap)"
     if pair.tracked(step) and not feed.arm_folder.saved_weights(step).exists():
         return f"{ended}, but it has no {arm}/{CHECKPOINTS_DIR}/{_weights_name(feed.arm_folder, step)} (tracked step {step})"
