@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Iterator
 
 from divergence.errors import UserInputError
 from divergence.pairfolder.layout import METRICS_FILE
@@ -23,16 +23,24 @@ class UnreadableLine(ValueError):
     """A complete line that is not a record of its file; the message says why."""
 
 
-def complete_lines(f: BinaryIO, number: int = 0) -> Iterator[tuple[int, bytes]]:
-    """(line number, raw line with its newline) for each complete line from ``f``'s position.
-
-    ``number`` is the number of lines before that position. Stops before a torn final line.
-    """
-    for raw in f:
-        if not raw.endswith(b"\n"):
-            return
-        number += 1
-        yield number, raw
+def read_records(path: Path, parse, offset: int = 0, number: int = 0) -> Iterator[tuple[int, bytes, dict]]:
+    """(line number, raw line with its newline, record) for each complete line of ``path`` from byte
+    ``offset`` (``number``: the lines before it), parsed by ``parse``; stops before a torn final line.
+    An unreadable line or file is a one-line ``UserInputError``."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            for raw in f:
+                if not raw.endswith(b"\n"):
+                    return
+                number += 1
+                try:
+                    record = parse(raw)
+                except UnreadableLine as err:
+                    raise unreadable(path, number, str(err)) from None
+                yield number, raw, record
+    except OSError as err:
+        raise UserInputError(f"{path}: cannot read: {err.strerror or err}") from None
 
 
 def tail_lines(path: Path, window: int) -> tuple[list[bytes], bool] | None:

@@ -50,14 +50,7 @@ from typing import Iterator
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import as_pair_folder
-from divergence.pairfolder.jsonl import (
-    UnreadableLine,
-    complete_lines,
-    parse_object,
-    require_step,
-    tail_lines,
-    unreadable,
-)
+from divergence.pairfolder.jsonl import UnreadableLine, parse_object, read_records, require_step, tail_lines, unreadable
 
 TYPES = ("tensor", "step")
 
@@ -202,17 +195,9 @@ class MetricsStore:
         if not self.path.exists():
             raise UserInputError(f"{self.path}: no metrics store here (was this folder written by divergence train?)")
         offset = 0
-        try:
-            with open(self.path, "rb") as f:
-                for number, raw in complete_lines(f):
-                    offset += len(raw)
-                    try:
-                        record = parse_record(raw)
-                    except UnreadableLine as err:
-                        raise unreadable(self.path, number, str(err)) from None
-                    yield number, offset, record
-        except OSError as err:
-            raise UserInputError(f"{self.path}: cannot read: {err.strerror or err}") from None
+        for number, raw, record in read_records(self.path, parse_record):
+            offset += len(raw)
+            yield number, offset, record
 
 
 def parse_record(raw: bytes) -> dict:

@@ -30,15 +30,7 @@ from pathlib import Path
 
 from divergence.pairfolder.folder import as_arm_folder
 from divergence.atomic import fsync_folder
-from divergence.errors import UserInputError
-from divergence.pairfolder.jsonl import (
-    UnreadableLine,
-    complete_lines,
-    parse_object,
-    require_step,
-    tail_lines,
-    unreadable,
-)
+from divergence.pairfolder.jsonl import UnreadableLine, parse_object, read_records, require_step, tail_lines, unreadable
 
 
 class LossFile:
@@ -114,25 +106,16 @@ class LossFile:
     def _records(self, offset: int, lines: int, last: int | None = None):
         """(line number, raw line, record) of each complete line from byte ``offset`` (after
         ``lines`` lines, the last of step ``last``) on."""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(offset)
-                for number, raw in complete_lines(f, lines):
-                    try:
-                        record = parse_loss(raw)
-                    except UnreadableLine as err:
-                        raise unreadable(self.path, number, str(err)) from None
-                    if last is not None and record["step"] <= last:
-                        raise unreadable(
-                            self.path,
-                            number,
-                            f"step {record['step']} does not follow step {last} of "
-                            "the line before (a duplicated or misplaced line)",
-                        )
-                    last = record["step"]
-                    yield number, raw, record
-        except OSError as err:
-            raise UserInputError(f"{self.path}: cannot read: {err.strerror or err}") from None
+        for number, raw, record in read_records(self.path, parse_loss, offset, lines):
+            if last is not None and record["step"] <= last:
+                raise unreadable(
+                    self.path,
+                    number,
+                    f"step {record['step']} does not follow step {last} of "
+                    "the line before (a duplicated or misplaced line)",
+                )
+            last = record["step"]
+            yield number, raw, record
 
 
 def parse_loss(raw: bytes) -> dict:
