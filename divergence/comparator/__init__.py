@@ -3,7 +3,8 @@
 - ``ranks``: one process, or the ranks of a torchrun launch (gloo on CPU, NCCL on GPUs);
 - ``distributed``: a checkpoint pair compared with its tensors divided among the ranks (``measure``:
   every rank's share of the step's checkpoint pair);
-- ``feeds``: what one arm job has written so far (status, losses, complete checkpoints);
+- ``feeds``: what one arm job has written so far (status, losses, complete checkpoints), and
+  ``Prefetch``, the next tracked step's files read while the current one is compared;
 - ``stalls``, ``retention``: a step that cannot come, weights kept;
 - ``planner``: rank 0's ``Planner``: what to do next (a ``Task``: a step, a wait, done, a stop,
   the record every rank shares), and the step recorded (the store, the spikes, the logs, the

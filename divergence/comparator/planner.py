@@ -14,9 +14,8 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 
-from divergence.comparator.feeds import ArmFeed, unchanged
+from divergence.comparator.feeds import ArmFeed, Prefetch, unchanged
 from divergence.comparator.distributed import Measurement
-from divergence.comparator.prefetch import Prefetch
 from divergence.comparator.progress import Progress, arms_line
 from divergence.comparator.retention import Retention, files_lost_to
 from divergence.comparator.stalls import ENDED, armless, stall
