@@ -22,9 +22,7 @@ Record schema of a paired run (what the report relies on):
   attention and no autocast), ``probe_loss_a`` and ``probe_loss_b`` (each arm's diffusion loss on
   Q). Stores written with the probe off, or by a user's own trainer, lack the three keys.
 
-Which steps are tracked is ``divergence.pairfolder.settings.is_tracked``: step 0, densely early
-(every step to 20, every 5th to 100 by default: ``tracking.dense``), then every
-``tracking.every`` steps, every checkpoint step and the last step; ``pair.json`` holds the
+Which steps are tracked is ``divergence.pairfolder.settings.is_tracked``; ``pair.json`` holds the
 schedule under ``tracking`` and the run's ``replicate``.
 
 Steps only move forward: appending a step at or below the last committed one is an error
