@@ -89,11 +89,6 @@ class ArmLock(_Held):
         arm = as_arm_folder(arm_dir)
         return _probe(arm.writer_lock) or _probe(as_pair_folder(arm.path.parent).writer_lock)
 
-    @staticmethod
-    def holder(arm_dir: str | Path) -> tuple[int, str] | None:
-        """``(pid, host)`` the last exclusive holder of the arm's lock wrote, None when unknown."""
-        return _holder(as_arm_folder(arm_dir).writer_lock)
-
 
 class PairLock(_Held):
     """A pair writer's exclusive lock on pair folder ``pair_dir`` (created); ``release()`` or the process's end frees it."""
