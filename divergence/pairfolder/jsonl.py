@@ -79,14 +79,10 @@ def require_step(record: dict) -> int:
 
 
 def unreadable(path: Path, number: int, reason: str) -> UserInputError:
-    """The one-line error for line ``number`` of ``path``, with the command that repairs it."""
+    """The one-line error for line ``number`` of ``path``, with the command that repairs it (which takes
+    the pair folder: the store lives in ``DIR``, the losses in ``DIR/<arm>/``)."""
+    folder = path.parent if path.name == METRICS_FILE else path.parent.parent
     return UserInputError(
         f"{path}: line {number}: {reason}; nothing was changed. Run `divergence repair "
-        f"{repair_folder(path)}` to keep every committed record and move such lines aside"
+        f"{folder}` to keep every committed record and move such lines aside"
     )
-
-
-def repair_folder(path: Path) -> Path:
-    """The folder ``divergence repair`` takes for a file: the pair folder (losses live in
-    ``DIR/<arm>/``, the store in ``DIR``)."""
-    return path.parent if path.name == METRICS_FILE else path.parent.parent
