@@ -129,14 +129,11 @@ def wait_for_pair(pair_folder: PairFolder | str | Path, poll: float, timeout: fl
     pair_json = as_pair_folder(pair_folder).pair_json
     if pair_json.is_file():
         return True
-    (say or _stderr)(f"divergence watch: waiting for {pair_json} (the arms create it when they start)")
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    say(f"divergence watch: waiting for {pair_json} (the arms create it when they start)")
     start = time.monotonic()
     while not pair_json.is_file():
         if timeout is not None and time.monotonic() - start > timeout:
             return False
         time.sleep(min(poll, timeout) if timeout is not None else poll)
     return True
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
