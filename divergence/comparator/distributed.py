@@ -44,24 +44,9 @@ def assign(sizes: list[int], world_size: int) -> list[int]:
     return owner
 
 
-def compare_partitioned(
-    a: TensorSource, b: TensorSource, match: Match, ranks: Ranks, device="cpu"
-) -> Comparison | None:
-    """``compare_sources(a, b, match)`` with the pairs divided among ``ranks``; None off rank 0.
-
-    Collective: every rank calls it with the same ``match``.
-    """
-    owner = assign([a.info(name_a).numel for _, name_a, _ in match.pairs], ranks.world_size)
-    mine = replace(match, pairs=[p for p, rank in zip(match.pairs, owner) if rank == ranks.rank])
-    try:
-        part = compare_sources(a, b, mine, device).records
-    except (CheckpointError, OSError) as err:  # reported on rank 0; every rank still joins the gather
-        part = CheckpointError(f"rank {ranks.rank}: {err}")
-    return _assemble(ranks.gather(part), a, match)
-
-
 def compare_files(path_a: str | Path, path_b: str | Path, ranks: Ranks, device="cpu", order=None) -> Comparison | None:
-    """Compare two checkpoint files on ``ranks``; records in ``order`` (names of A) when given.
+    """Compare two checkpoint files on ``ranks``, the matched pairs divided among them (``assign``);
+    records in ``order`` (names of A) when given; None off rank 0. Collective: every rank calls it.
 
     A file that cannot be read on any rank is a ``CheckpointError`` on rank 0.
     """
@@ -76,7 +61,13 @@ def compare_files(path_a: str | Path, path_b: str | Path, ranks: Ranks, device="
     if order:
         index = {name: i for i, name in enumerate(order)}
         match.pairs.sort(key=lambda p: (index.get(p[1], len(index)), p[1]))
-    result = compare_partitioned(a, b, match, ranks, device)
+    owner = assign([a.info(name_a).numel for _, name_a, _ in match.pairs], ranks.world_size)
+    mine = replace(match, pairs=[p for p, rank in zip(match.pairs, owner) if rank == ranks.rank])
+    try:
+        part = compare_sources(a, b, mine, device).records
+    except (CheckpointError, OSError) as err:  # reported on rank 0; every rank still joins the gather
+        part = CheckpointError(f"rank {ranks.rank}: {err}")
+    result = _assemble(ranks.gather(part), a, match)
     if result is not None:
         result.summary.update(a=str(path_a), b=str(path_b))
     return result
