@@ -16,7 +16,7 @@ both arms' restart points (``divergence.pairfolder.arm.status.restart_point``: a
 resumable checkpoint, which its writer reports in ``status.json``, or its last step once
 finished); until then they wait in the note (``horizon``). An arm restarted from a checkpoint
 older than the one it reported may still find a file gone: the comparator then refuses that
-restart in one line and keeps its store (``Comparator._follow_restarts``).
+restart in one line and keeps its store (``Planner._follow_restarts``).
 
 Never before the commit, and nothing but the file compared: before committing the step, the
 comparator adds what it will delete (paths and file identities: inode, size, mtime) to

@@ -22,7 +22,7 @@ arm still ``running`` with its lock held (or restarted: a new ``attempt``) is wa
 before, and so is one whose writer takes no lock (no ``writer.lock`` file). When several arms
 stop the pair, one that failed or died is named before one that finished. A restarting
 arm cuts its old records before it writes its new status, so the comparator acts on a stall
-only when two looks in a row find it with the same statuses (``Comparator._stalled``).
+only when two looks in a row find it with the same statuses (``Planner._stalled``).
 """
 
 from __future__ import annotations
