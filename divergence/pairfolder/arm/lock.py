@@ -132,22 +132,19 @@ class WatchLock:
             fd = os.open(self.pair_dir, os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
             return  # no folder: nothing to follow, which the caller says
-        for attempt in range(ATTEMPTS):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._fd = fd
-                return
-            except BlockingIOError:
-                if attempt + 1 < ATTEMPTS:
-                    time.sleep(ATTEMPT_SECONDS)
-            except OSError:
-                os.close(fd)  # this file system locks no folder: unlocked
-                return
+        try:
+            locked = _flock(fd, fcntl.LOCK_EX, held=BlockingIOError)
+        except OSError:
+            locked = None  # this file system locks no folder: unlocked
+        if locked:
+            self._fd = fd
+            return
         os.close(fd)
-        raise UserInputError(
-            f"{self.pair_dir}: another divergence watch already follows this pair and writes its store; two "
-            "would store every step twice: let it finish, or stop it and run this again"
-        )
+        if locked is False:
+            raise UserInputError(
+                f"{self.pair_dir}: another divergence watch already follows this pair and writes its store; two "
+                "would store every step twice: let it finish, or stop it and run this again"
+            )
 
     def release(self) -> None:
         if self._fd is not None:
@@ -169,7 +166,7 @@ def _take(path: Path, folder: Path, exclusive: bool, refusal) -> object:
             f"{folder}: cannot create {WRITER_LOCK_FILE} there ({err.strerror or err}); "
             "choose a folder you can write to"
         ) from None
-    if not _flock(handle, exclusive):
+    if not _flock(handle.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH):
         handle.close()
         raise UserInputError(refusal())
     if exclusive:
@@ -177,14 +174,14 @@ def _take(path: Path, folder: Path, exclusive: bool, refusal) -> object:
     return handle
 
 
-def _flock(handle, exclusive: bool) -> bool:
-    """Take the lock without waiting (a few tries, see ATTEMPTS); False when another holds it."""
-    operation = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+def _flock(fd: int, operation: int, held: type[OSError] = OSError) -> bool:
+    """Take the lock without waiting (a few tries, see ATTEMPTS); False when another holds it (the
+    error ``held`` says so: any, for a lock file; another is raised)."""
     for attempt in range(ATTEMPTS):
         try:
-            fcntl.flock(handle.fileno(), operation)
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
             return True
-        except OSError:
+        except held:
             if attempt + 1 < ATTEMPTS:
                 time.sleep(ATTEMPT_SECONDS)
     return False
