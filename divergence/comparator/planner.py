@@ -27,6 +27,7 @@ from divergence.pairfolder.layout import ARMS
 from divergence.pairfolder.pair_json import finish_pair
 from divergence.pairfolder.schedule import PairSchedule, how_to_start
 from divergence.store import MetricsStore
+from divergence.tables import write_json
 from divergence.tracking.recorder import StepRecorder
 from divergence.tracking.records import comparison_records
 
@@ -320,8 +321,6 @@ class Planner:
             return {}
 
     def _write_state(self) -> None:
-        from divergence.tables import write_json
-
         write_json(self.pair_folder.watch_state, {"attempts": self.attempts})
 
     def _logger(self):
