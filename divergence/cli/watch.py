@@ -1,6 +1,6 @@
 """``divergence watch DIR``: follow the two arm jobs of a pair and write its metrics store.
 
-Started before the arms have created ``DIR``, it waits for them (``divergence.comparator.wait``).
+Started before the arms have created ``DIR``, it waits for them (``comparator.follow.wait_for_pair``).
 Exit codes: 0 the pair is complete (both arms finished, every step stored), 1 ``--timeout``
 seconds passed without progress (no step stored, no new loss, no arm status change), 2 bad
 input (an unreadable store or loss file, checkpoints of the two arms that cannot be matched) or
@@ -145,14 +145,13 @@ def _watch(out, poll, timeout, device, wandb, logs, quiet, names) -> WatchResult
     if Path(out).exists() and not Path(out).is_dir():
         raise UserInputError(f"{out}: not a folder; give the pair folder the arms train into")
     log = logs and _can_log(not wandb, names["no_wandb"])
-    from divergence.comparator.follow import Comparator
-    from divergence.comparator.wait import wait_for_pair
+    from divergence.comparator.follow import Comparator, wait_for_pair
     from divergence.training.probe_files import FileProbe
 
     started = time.monotonic()
     pair_folder = PairFolder(out)  # built once here, handed down as the object
     if not wait_for_pair(pair_folder, poll, timeout):
-        from divergence.pairfolder.starting import how_to_start
+        from divergence.pairfolder.schedule import how_to_start
 
         print(
             f"divergence watch: timed out: {out} holds no started pair after {timeout:g} s; "

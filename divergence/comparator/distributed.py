@@ -12,12 +12,18 @@ been measured on another rank) and the summary (an exact function of the records
 The result equals the single-rank ``compare_sources`` record for record: each record is
 computed by the same code on the same kind of device, and ``summarize`` is independent of
 where the records were made.
+
+Under ``divergence watch`` every rank runs ``measure`` on the ``Task`` rank 0 planned
+(``comparator.planner.Task``): the records are gathered on rank 0, which gets the ``Measurement`` (the
+``Comparison``, or the error that kept the files from being compared) and records the step
+(``comparator.planner.Planner.record``). The other ranks get nothing back: they write nothing and
+decide nothing.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from divergence.checkpoints import Match, TensorSource, match_tensors, open_checkpoint
@@ -38,24 +44,9 @@ def assign(sizes: list[int], world_size: int) -> list[int]:
     return owner
 
 
-def compare_partitioned(
-    a: TensorSource, b: TensorSource, match: Match, ranks: Ranks, device="cpu"
-) -> Comparison | None:
-    """``compare_sources(a, b, match)`` with the pairs divided among ``ranks``; None off rank 0.
-
-    Collective: every rank calls it with the same ``match``.
-    """
-    owner = assign([a.info(name_a).numel for _, name_a, _ in match.pairs], ranks.world_size)
-    mine = replace(match, pairs=[p for p, rank in zip(match.pairs, owner) if rank == ranks.rank])
-    try:
-        part = compare_sources(a, b, mine, device).records
-    except (CheckpointError, OSError) as err:  # reported on rank 0; every rank still joins the gather
-        part = CheckpointError(f"rank {ranks.rank}: {err}")
-    return _assemble(ranks.gather(part), a, match)
-
-
 def compare_files(path_a: str | Path, path_b: str | Path, ranks: Ranks, device="cpu", order=None) -> Comparison | None:
-    """Compare two checkpoint files on ``ranks``; records in ``order`` (names of A) when given.
+    """Compare two checkpoint files on ``ranks``, the matched pairs divided among them (``assign``);
+    records in ``order`` (names of A) when given; None off rank 0. Collective: every rank calls it.
 
     A file that cannot be read on any rank is a ``CheckpointError`` on rank 0.
     """
@@ -70,7 +61,13 @@ def compare_files(path_a: str | Path, path_b: str | Path, ranks: Ranks, device="
     if order:
         index = {name: i for i, name in enumerate(order)}
         match.pairs.sort(key=lambda p: (index.get(p[1], len(index)), p[1]))
-    result = compare_partitioned(a, b, match, ranks, device)
+    owner = assign([a.info(name_a).numel for _, name_a, _ in match.pairs], ranks.world_size)
+    mine = replace(match, pairs=[p for p, rank in zip(match.pairs, owner) if rank == ranks.rank])
+    try:
+        part = compare_sources(a, b, mine, device).records
+    except (CheckpointError, OSError) as err:  # reported on rank 0; every rank still joins the gather
+        part = CheckpointError(f"rank {ranks.rank}: {err}")
+    result = _assemble(ranks.gather(part), a, match)
     if result is not None:
         result.summary.update(a=str(path_a), b=str(path_b))
     return result
@@ -93,3 +90,23 @@ def _assemble(parts: list | None, a: TensorSource, match: Match) -> Comparison |
         stripped_prefix_b=match.stripped_b,
     )
     return Comparison(records, summary, match.skipped)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Rank 0's result of a step: its ``comparison`` (None at an untracked step), or the ``error``
+    that kept the two files from being compared. Off rank 0 both are None."""
+
+    comparison: Comparison | None = None
+    error: CheckpointError | None = None
+
+
+def measure(task, ranks: Ranks, device="cpu") -> Measurement:
+    """Compare ``task``'s two weights files (a ``comparator.planner.Task``) on every rank (collective at a tracked step)."""
+    if not task.tracked:
+        return Measurement()
+    try:
+        comparison = compare_files(task.paths["a"], task.paths["b"], ranks, device, task.order)
+    except CheckpointError as err:  # raised on rank 0 only
+        return Measurement(error=err)
+    return Measurement(comparison=comparison)

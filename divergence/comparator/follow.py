@@ -16,8 +16,8 @@ in ``DIR/watch.json``. With ``tracking.keep`` it deletes the weights files of co
 stored steps (``divergence.comparator.retention``).
 
 Under torchrun, rank 0 plans and writes (``comparator.planner.Planner``); every rank measures its
-share of each checkpoint pair (``comparator.measurer.Measurer``, ``comparator.distributed``); the
-two share one record of each turn (``comparator.task.Task``), which rank 0 broadcasts.
+share of each checkpoint pair (``comparator.distributed.measure``); the
+two share one record of each turn (``comparator.planner.Task``), which rank 0 broadcasts.
 
 A step that can never come (an arm ended before it, or with a gap where it should be; no arm
 folders at all) is stated in one line and exit code 2 (``divergence.comparator.stalls``); arms
@@ -36,6 +36,12 @@ trainer trains (``pair.yaml`` present): both arms' weights files are loaded into
 from the pair's recipe and evaluated on the same probe set (the built-in trainer's ``FileProbe``, handed in by ``divergence watch``,
 fp32, baseline attention), so
 the store gets ``probe_rel_diff, probe_loss_a, probe_loss_b`` equal to the lockstep tracker's.
+
+A scheduler may start the comparator before either arm has run a line (``submit.sh`` starts it
+once both arm jobs have *started*; a requeued comparator may start before a requeued arm), so
+``watch`` waits for the folder and its pair files instead of failing (``wait_for_pair``). The arm
+that starts first writes ``pair.yaml`` and then ``pair.json`` (each atomically): once
+``pair.json`` exists, both do.
 """
 
 from __future__ import annotations
@@ -45,10 +51,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from divergence.comparator.measurer import Measurer
-from divergence.comparator.planner import Planner
+from divergence.comparator.distributed import measure
+from divergence.comparator.planner import Planner, Task
 from divergence.comparator.ranks import Ranks
-from divergence.comparator.task import Task
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.folder import as_pair_folder
@@ -76,7 +81,7 @@ class Comparator:
         self.pair = read_schedule(self.pair_folder)
         if not wandb:
             self.pair = replace(self.pair, log=replace(self.pair.log, wandb=False))
-        self.measurer = Measurer(self.ranks, device)
+        self.device = device
         self.planner: Planner | None = None  # rank 0's; the other ranks only measure
         failed = None
         if self.ranks.is_zero:
@@ -114,5 +119,21 @@ class Comparator:
         meanwhile (retried next poll)."""
         if self.planner:
             self.planner.before(task)
-        measured = self.measurer.measure(task)
+        measured = measure(task, self.ranks, self.device)
         return self.planner.record(task, measured) if self.planner else True
+
+
+def wait_for_pair(pair_folder: PairFolder | str | Path, poll: float, timeout: float | None, say=None) -> bool:
+    """True once ``pair_folder`` holds a started pair (its ``pair.json``); False when ``timeout`` seconds
+    passed first (None: wait as long as it takes). Says once, on stderr, what it waits for."""
+    pair_json = as_pair_folder(pair_folder).pair_json
+    if pair_json.is_file():
+        return True
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    say(f"divergence watch: waiting for {pair_json} (the arms create it when they start)")
+    start = time.monotonic()
+    while not pair_json.is_file():
+        if timeout is not None and time.monotonic() - start > timeout:
+            return False
+        time.sleep(min(poll, timeout) if timeout is not None else poll)
+    return True

@@ -4,37 +4,60 @@ Rank 0 alone reads the arms' files and writes: it holds the arms' feeds (and the
 next tracked step's files), the metrics store, the spike detectors (``StepRecorder``), the
 loggers, the function-space probe, ``watch.json`` (the arms' attempts followed), ``tracking.keep``
 (``Retention``) and the progress bar. ``plan`` looks at both arms and returns the ``Task`` of the
-turn (``comparator.task``): a step both arms have written everything of, a wait, done, or a stop
-with its one line; ``record`` stores a step once every rank has measured it
-(``comparator.measurer``). The loop that joins them is ``comparator.follow.Comparator``.
+turn: a step both arms have written everything of, a wait, done, or a stop with its one line; ``record`` stores a step once every rank has measured it
+(``comparator.distributed.measure``). The loop that joins them is ``comparator.follow.Comparator``.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
-from divergence.comparator.feeds import ArmFeed, unchanged
-from divergence.comparator.measurer import Measurement
-from divergence.comparator.prefetch import Prefetch
+from divergence.comparator.feeds import ArmFeed, Prefetch, unchanged
+from divergence.comparator.distributed import Measurement
 from divergence.comparator.progress import Progress, arms_line
 from divergence.comparator.retention import Retention, files_lost_to
 from divergence.comparator.stalls import ENDED, armless, stall
-from divergence.comparator.task import Task
 from divergence.errors import CheckpointError, UserInputError
 from divergence.pairfolder.arm.lock import WatchLock
-from divergence.pairfolder.arm.status import batch_mismatch, restart_point
+from divergence.pairfolder.arm.status import ArmStatus, batch_mismatch, restart_point
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.layout import ARMS
 from divergence.pairfolder.pair_json import finish_pair
-from divergence.pairfolder.schedule import PairSchedule
-from divergence.pairfolder.starting import how_to_start
+from divergence.pairfolder.schedule import PairSchedule, how_to_start
 from divergence.store import MetricsStore
+from divergence.tables import write_json
 from divergence.tracking.recorder import StepRecorder
 from divergence.tracking.records import comparison_records
 
 EXIT_TIMEOUT, EXIT_USAGE = 1, 2
+KINDS = ("step", "wait", "done", "stop")
+
+
+@dataclass
+class Task:
+    """What rank 0 decided for one turn of ``divergence watch``: ``kind`` is one of ``KINDS``.
+
+    ``Ranks.broadcast`` sends it to every rank, every rank compares its share of the step's two
+    weights files from it (``comparator.distributed.measure``), and rank 0 records the step from it
+    and the measurement. It holds plain data only (it is pickled to the other ranks).
+
+    ``step``: the step to record ("step"); ``tracked``: its weights are compared; ``losses``:
+    ``{arm: loss}`` (None at step 0); ``paths``: ``{arm: weights file}``; ``taken``: each file's
+    identity when found complete (``feeds.unchanged``); ``order``: the tensors' order (arm a's
+    ``status.json``); ``message``, ``code``: why a "stop" stops and its exit code.
+    """
+
+    kind: str
+    step: int = -1
+    tracked: bool = False
+    losses: dict | None = None
+    paths: dict = field(default_factory=dict)
+    taken: dict = field(default_factory=dict)
+    order: list = field(default_factory=list)
+    message: str = ""
+    code: int = 0
 
 
 class Planner:
@@ -90,7 +113,7 @@ class Planner:
     def _next(self, timeout: float | None) -> Task:
         if self._fatal is not None:
             raise UserInputError(self._fatal)
-        statuses = {arm: feed.status() for arm, feed in self.feeds.items()}
+        statuses = {arm: ArmStatus.read(feed.arm_folder) for arm, feed in self.feeds.items()}
         self._follow_restarts(statuses)
         self._follow_length(statuses)
         self._follow_checkpoints(statuses)
@@ -173,7 +196,7 @@ class Planner:
 
     def _ready(self, step: int, statuses: dict) -> Task | None:
         """The task of ``step`` when both arms have written everything it needs, else None."""
-        seen = {arm: feed.losses() for arm, feed in self.feeds.items()}
+        seen = {arm: feed.loss_file.read_new() for arm, feed in self.feeds.items()}
         if step > 0 and any(step not in seen[arm] for arm in ARMS):
             return None
         if self._may_be_last(step, seen, statuses):
@@ -298,8 +321,6 @@ class Planner:
             return {}
 
     def _write_state(self) -> None:
-        from divergence.tables import write_json
-
         write_json(self.pair_folder.watch_state, {"attempts": self.attempts})
 
     def _logger(self):

@@ -54,13 +54,11 @@ def _total(max_steps: int | None, stride: int) -> int | None:
 
 def arms_line(statuses: dict) -> str:
     """``a: running at 12; b: not started``: each arm's state, last step and attempt."""
-    parts = []
-    for arm, s in statuses.items():
-        parts.append(
-            f"{arm}: not started"
-            if s is None
-            else f"{arm}: {s.state}"
-            + (f" at {s.last_step}" if s.last_step is not None else "")
-            + (f", attempt {s.attempt}" if s.attempt > 1 else "")
-        )
-    return "; ".join(parts)
+    return "; ".join(
+        f"{arm}: not started"
+        if s is None
+        else f"{arm}: {s.state}"
+        + (f" at {s.last_step}" if s.last_step is not None else "")
+        + (f", attempt {s.attempt}" if s.attempt > 1 else "")
+        for arm, s in statuses.items()
+    )

@@ -16,7 +16,7 @@ both arms' restart points (``divergence.pairfolder.arm.status.restart_point``: a
 resumable checkpoint, which its writer reports in ``status.json``, or its last step once
 finished); until then they wait in the note (``horizon``). An arm restarted from a checkpoint
 older than the one it reported may still find a file gone: the comparator then refuses that
-restart in one line and keeps its store (``Comparator._follow_restarts``).
+restart in one line and keeps its store (``Planner._follow_restarts``).
 
 Never before the commit, and nothing but the file compared: before committing the step, the
 comparator adds what it will delete (paths and file identities: inode, size, mtime) to
@@ -79,15 +79,11 @@ class Retention:
         """The files of ``step`` stay: keep-all, the last tracked step, or every keep-th tracked step."""
         if not self.keep or (self.last is not None and step >= self.last):
             return True
-        self._list_to(step)
-        index = bisect.bisect_left(self.tracked, step)
-        return index >= len(self.tracked) or self.tracked[index] != step or index % self.keep == 0
-
-    def _list_to(self, step: int) -> None:
-        """An open-ended pair: the tracked steps up to ``step`` listed."""
-        if self.schedule is not None:
+        if self.schedule is not None:  # an open-ended pair: the tracked steps up to ``step`` listed
             start = self.tracked[-1] + 1 if self.tracked else 0
             self.tracked.extend(s for s in range(start, step + 1) if self.schedule(s))
+        index = bisect.bisect_left(self.tracked, step)
+        return index >= len(self.tracked) or self.tracked[index] != step or index % self.keep == 0
 
     def note(self, step: int, paths: dict, taken: dict) -> None:
         """Before the commit of ``step``: what its commit makes deletable (nothing if it is kept)."""
@@ -131,16 +127,15 @@ class Retention:
         if len(kept) != len(pending):
             self._write(kept)
 
-    def recover(self, last_stored: int | None) -> list[Path]:
+    def recover(self, last_stored: int | None) -> None:
         """At start: keep the notes of the steps the store holds, for ``sweep``; forget the others, and
         the ones whose files were all rewritten or removed since (nothing of them will be deleted).
-        Deletes nothing itself (the arms' restart points are not known yet): returns []."""
+        Deletes nothing itself (the arms' restart points are not known yet)."""
         self.forget_after(last_stored)
         pending = self._pending()
         live = [e for e in pending if any(identity(p) == tuple(t) for p, t in e["files"].values())]
         if len(live) != len(pending):
             self._write(live)
-        return []
 
     def _write(self, pending: list[dict]) -> None:
         if pending:

@@ -22,7 +22,7 @@ arm still ``running`` with its lock held (or restarted: a new ``attempt``) is wa
 before, and so is one whose writer takes no lock (no ``writer.lock`` file). When several arms
 stop the pair, one that failed or died is named before one that finished. A restarting
 arm cuts its old records before it writes its new status, so the comparator acts on a stall
-only when two looks in a row find it with the same statuses (``Comparator._stalled``).
+only when two looks in a row find it with the same statuses (``Planner._stalled``).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _missing(arm: str, status, step: int, pair, feed) -> str | None:
     if last is None or step > last:
         known = pair.max_steps is not None and step <= pair.max_steps
         return f"{ended}, before step {step}" + (f" (max_steps {pair.max_steps})" if known else "")
-    if step > 0 and step not in feed.losses():
+    if step > 0 and step not in feed.loss_file.read_new():
         return f"{ended}, but its {arm}/{LOSSES_FILE} has no step {step} (a gap)"
     if pair.tracked(step) and not feed.arm_folder.saved_weights(step).exists():
         return f"{ended}, but it has no {arm}/{CHECKPOINTS_DIR}/{_weights_name(feed.arm_folder, step)} (tracked step {step})"

@@ -12,11 +12,9 @@ One package owns every file name and format of a run, pair and arm folder:
 - ``pair_json``: ``pair.json`` (``PairInfo``, ``write_pair_files``, ``read_pair_json``);
 - ``schedule``: what a reader follows a pair by (``read_schedule``: max_steps, tracking schedule);
 - ``jsonl``: the torn-line and duplicate rules every JSONL file of the folder shares;
-- ``arm``: the arm's side, what one arm's writer keeps (``arm.lock``: one writer per arm;
-  ``arm.steps``: the step rules' checks, the rules themselves stated once in
-  ``docs/pair-folder.md``; ``arm.weights_file`` and ``arm.weights_dcp``: the weights files;
-  ``arm.losses``, ``arm.status``, ``arm.records``: ``losses.jsonl``, ``status.json`` and a
-  restart's cut; ``arm.journal.ArmJournal``: all of them kept once for every arm writer).
+- ``arm``: the arm's side, what one arm's writer keeps (its lock, the step rules' checks, the
+  weights files, ``losses.jsonl``, ``status.json`` and a restart's cut, each listed in
+  ``divergence.pairfolder.arm``; ``arm.journal.ArmJournal`` keeps them for every arm writer).
 
 The metrics store (``MetricsStore``) sits one layer up in ``divergence.store``. Writers
 (``divergence.writers``, ``divergence.lightning``, the built-in trainer) and readers

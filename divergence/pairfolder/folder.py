@@ -52,6 +52,11 @@ from divergence.pairfolder.layout import (
 )
 
 
+def _child(name: str, doc: str) -> property:
+    """The path ``name`` in the folder, as a read-only property documented ``doc``."""
+    return property(lambda self: self.path / name, doc=doc)
+
+
 class RunFolder(os.PathLike):
     """A folder a training run writes its own state and logs in: a run folder, a lockstep pair's
     folder, or the folder of an arm trained as its own job (``resume/``, ``samples/``, ``csv/``,
@@ -84,10 +89,7 @@ class RunFolder(os.PathLike):
     def name(self) -> str:
         return self.path.name
 
-    @property
-    def checkpoints_dir(self) -> Path:
-        """``checkpoints/``: the weights files (an arm's, or a run folder's)."""
-        return self.path / CHECKPOINTS_DIR
+    checkpoints_dir = _child(CHECKPOINTS_DIR, "``checkpoints/``: the weights files (an arm's, or a run folder's).")
 
     def weights(self, step: int) -> Path:
         """``checkpoints/step_NNNNNN.safetensors`` of ``step``."""
@@ -113,40 +115,17 @@ class RunFolder(os.PathLike):
             pass
         return folder
 
-    @property
-    def resume_dir(self) -> Path:
-        """``resume/``: the resumable training state (``last.ckpt``, ``hpc_ckpt_N.ckpt``)."""
-        return self.path / RESUME_DIR
+    resume_dir = _child(RESUME_DIR, "``resume/``: the resumable training state (``last.ckpt``, ``hpc_ckpt_N.ckpt``).")
+    samples_dir = _child(SAMPLES_DIR, "``samples/``: sample grids at checkpoint steps (the built-in trainer).")
+    recipe = _child(RUN_RECIPE_FILE, "``recipe.yaml``: a run folder's resolved recipe.")
+    wandb_id = _child(WANDB_ID_FILE, "``wandb-id``: the wandb run id a resumed run or watch continues.")
+    csv_dir = _child(CSV_DIR, "``csv/``: the CSV logger's ``metrics.csv``.")
+    tensorboard_dir = _child(TENSORBOARD_DIR, "``tensorboard/``: the TensorBoard logger's events.")
 
     @property
     def resume_file(self) -> Path:
         """``resume/last.ckpt``."""
         return self.resume_dir / RESUME_FILE
-
-    @property
-    def samples_dir(self) -> Path:
-        """``samples/``: sample grids at checkpoint steps (the built-in trainer)."""
-        return self.path / SAMPLES_DIR
-
-    @property
-    def recipe(self) -> Path:
-        """``recipe.yaml``: a run folder's resolved recipe."""
-        return self.path / RUN_RECIPE_FILE
-
-    @property
-    def wandb_id(self) -> Path:
-        """``wandb-id``: the wandb run id a resumed run or watch continues."""
-        return self.path / WANDB_ID_FILE
-
-    @property
-    def csv_dir(self) -> Path:
-        """``csv/``: the CSV logger's ``metrics.csv``."""
-        return self.path / CSV_DIR
-
-    @property
-    def tensorboard_dir(self) -> Path:
-        """``tensorboard/``: the TensorBoard logger's events."""
-        return self.path / TENSORBOARD_DIR
 
 
 class ArmFolder(RunFolder):
@@ -160,20 +139,9 @@ class ArmFolder(RunFolder):
         """The arm's name: the folder's name (``a`` or ``b``)."""
         return self.path.name
 
-    @property
-    def losses(self) -> Path:
-        """``losses.jsonl``: one loss per optimizer step (``divergence.pairfolder.arm.losses``)."""
-        return self.path / LOSSES_FILE
-
-    @property
-    def status(self) -> Path:
-        """``status.json``: running / finished / failed (``divergence.pairfolder.arm.status``)."""
-        return self.path / STATUS_FILE
-
-    @property
-    def writer_lock(self) -> Path:
-        """``writer.lock``: held by the one process writing the arm (``divergence.pairfolder.arm.lock``)."""
-        return self.path / WRITER_LOCK_FILE
+    losses = _child(LOSSES_FILE, "``losses.jsonl``: one loss per optimizer step (``pairfolder.arm.losses``).")
+    status = _child(STATUS_FILE, "``status.json``: running / finished / failed (``pairfolder.arm.status``).")
+    writer_lock = _child(WRITER_LOCK_FILE, "``writer.lock``: held by the one process writing the arm (``arm.lock``).")
 
     def rank_costs(self, rank: int) -> Path:
         """``costs.rank<R>.jsonl``: rank ``rank``'s step time and peak memory (``training.step_costs``)."""
@@ -185,45 +153,14 @@ class PairFolder(RunFolder):
 
     __slots__ = ()
 
-    @property
-    def pair_json(self) -> Path:
-        """``pair.json``: what the pair is (``divergence.pairfolder.pair_json``)."""
-        return self.path / PAIR_FILE
-
-    @property
-    def pair_yaml(self) -> Path:
-        """``pair.yaml``: the built-in trainer's resolved pair recipe."""
-        return self.path / PAIR_RECIPE_FILE
-
-    @property
-    def metrics(self) -> Path:
-        """``metrics.jsonl``: the metrics store (``divergence.store.MetricsStore``)."""
-        return self.path / METRICS_FILE
-
-    @property
-    def attention(self) -> Path:
-        """``attention.jsonl``: the shadow attention variant's deviations."""
-        return self.path / ATTENTION_FILE
-
-    @property
-    def costs(self) -> Path:
-        """``costs.jsonl``: each lockstep arm's step time and peak memory (``training.step_costs``)."""
-        return self.path / COSTS_FILE
-
-    @property
-    def watch_state(self) -> Path:
-        """``watch.json``: ``divergence watch``'s own state."""
-        return self.path / WATCH_STATE_FILE
-
-    @property
-    def retention(self) -> Path:
-        """``retention.json``: the weights files watch is about to delete (``tracking.keep``)."""
-        return self.path / RETENTION_FILE
-
-    @property
-    def writer_lock(self) -> Path:
-        """``writer.lock``: exclusive for a writer of the whole pair, shared by arm writers (``pairfolder.arm.lock``)."""
-        return self.path / WRITER_LOCK_FILE
+    pair_json = _child(PAIR_FILE, "``pair.json``: what the pair is (``divergence.pairfolder.pair_json``).")
+    pair_yaml = _child(PAIR_RECIPE_FILE, "``pair.yaml``: the built-in trainer's resolved pair recipe.")
+    metrics = _child(METRICS_FILE, "``metrics.jsonl``: the metrics store (``divergence.store.MetricsStore``).")
+    attention = _child(ATTENTION_FILE, "``attention.jsonl``: the shadow attention variant's deviations.")
+    costs = _child(COSTS_FILE, "``costs.jsonl``: each lockstep arm's step time and peak memory (``step_costs``).")
+    watch_state = _child(WATCH_STATE_FILE, "``watch.json``: ``divergence watch``'s own state.")
+    retention = _child(RETENTION_FILE, "``retention.json``: the weights files watch is about to delete (``keep``).")
+    writer_lock = _child(WRITER_LOCK_FILE, "``writer.lock``: exclusive for a pair writer, shared by arm writers.")
 
     def arm(self, name: str) -> ArmFolder:
         """The folder of arm ``name`` (``a`` or ``b``)."""

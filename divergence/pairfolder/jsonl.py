@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Iterator
 
 from divergence.errors import UserInputError
 from divergence.pairfolder.layout import METRICS_FILE
@@ -23,16 +23,38 @@ class UnreadableLine(ValueError):
     """A complete line that is not a record of its file; the message says why."""
 
 
-def complete_lines(f: BinaryIO, number: int = 0) -> Iterator[tuple[int, bytes]]:
-    """(line number, raw line with its newline) for each complete line from ``f``'s position.
+def read_records(path: Path, parse, offset: int = 0, number: int = 0) -> Iterator[tuple[int, bytes, dict]]:
+    """(line number, raw line with its newline, record) for each complete line of ``path`` from byte
+    ``offset`` (``number``: the lines before it), parsed by ``parse``; stops before a torn final line.
+    An unreadable line or file is a one-line ``UserInputError``."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            for raw in f:
+                if not raw.endswith(b"\n"):
+                    return
+                number += 1
+                try:
+                    record = parse(raw)
+                except UnreadableLine as err:
+                    raise unreadable(path, number, str(err)) from None
+                yield number, raw, record
+    except OSError as err:
+        raise UserInputError(f"{path}: cannot read: {err.strerror or err}") from None
 
-    ``number`` is the number of lines before that position. Stops before a torn final line.
-    """
-    for raw in f:
-        if not raw.endswith(b"\n"):
-            return
-        number += 1
-        yield number, raw
+
+def tail_lines(path: Path, window: int) -> tuple[list[bytes], bool] | None:
+    """The complete lines within the last ``window`` bytes of ``path``, last first (the first of them
+    left out when the window starts mid-file: it may be cut), and whether that is the whole file;
+    None when it cannot be read. For progress display only, never a validated read."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            f.seek(max(0, size - window))
+            lines = f.read().split(b"\n")[:-1]  # the piece after the last newline is not a line yet
+    except OSError:
+        return None
+    return (lines[::-1], True) if size <= window else (lines[:0:-1], False)
 
 
 def parse_object(raw: bytes) -> dict:
@@ -57,14 +79,10 @@ def require_step(record: dict) -> int:
 
 
 def unreadable(path: Path, number: int, reason: str) -> UserInputError:
-    """The one-line error for line ``number`` of ``path``, with the command that repairs it."""
+    """The one-line error for line ``number`` of ``path``, with the command that repairs it (which takes
+    the pair folder: the store lives in ``DIR``, the losses in ``DIR/<arm>/``)."""
+    folder = path.parent if path.name == METRICS_FILE else path.parent.parent
     return UserInputError(
         f"{path}: line {number}: {reason}; nothing was changed. Run `divergence repair "
-        f"{repair_folder(path)}` to keep every committed record and move such lines aside"
+        f"{folder}` to keep every committed record and move such lines aside"
     )
-
-
-def repair_folder(path: Path) -> Path:
-    """The folder ``divergence repair`` takes for a file: the pair folder (losses live in
-    ``DIR/<arm>/``, the store in ``DIR``)."""
-    return path.parent if path.name == METRICS_FILE else path.parent.parent

@@ -28,9 +28,7 @@
 A run folder (one arm trained alone) holds ``recipe.yaml`` (RUN_RECIPE_FILE), ``checkpoints/``,
 ``resume/``, ``csv/`` and ``wandb-id``.
 
-This module spells the names; ``divergence.pairfolder.folder`` joins them to a folder
-(``PairFolder(out).metrics``, ``PairFolder(out).arm("a").weights(120)``): code that needs a path
-asks a ``PairFolder``, ``ArmFolder`` or ``RunFolder`` for it rather than joining a name to ``out``.
+This module spells the names; ``divergence.pairfolder.folder`` joins them to a folder.
 """
 
 from __future__ import annotations

@@ -88,10 +88,9 @@ class PairInfo:
     def to_json(self) -> dict:
         data = asdict(self)
         extra = data.pop("extra")
-        if data["start"] is None:
-            del data["start"]  # optional: a pair from scratch writes no key
-        if data["expect_identity"] is None:
-            del data["expect_identity"]  # optional, as ``start``
+        for key in ("start", "expect_identity"):  # optional: a pair from scratch, or not declared, writes no key
+            if data[key] is None:
+                del data[key]
         return {"contract": data.pop("contract"), **data, **{k: v for k, v in extra.items() if k not in data}}
 
     def write(self, pair_dir: str | Path) -> None:

@@ -5,23 +5,29 @@ Read from ``pair.json`` alone (``max_steps``, ``tracking``, ``log``; the built-i
 ``divergence watch`` follows a pair trained by any code. ``pair.yaml``, the built-in trainer's
 resolved pair recipe, is what the function-space probe builds its models from: without it (a
 pair trained by someone else's code) there is no probe.
+
+How to start an arm (``how_to_start``) is told the way the folder's arms were started: the
+built-in trainer leaves its resolved recipe (``pair.yaml``, and ``pair.json``'s ``recipe``); any
+other writer (``ArmWriter`` in a plain loop, the Lightning callbacks ``ArmCheckpoints`` /
+``LockstepPair``, the transformers ``ArmWriterCallback``) leaves ``recipe`` empty. Advice that
+names ``divergence train`` to a person whose arms are their own script points the wrong way, so
+it is given only where the folder shows the built-in trainer.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from divergence.config.schema import parse
 from divergence.config.yaml_safe import read_yaml
 from divergence.errors import RecipeError, UserInputError
-from divergence.pairfolder.arm.steps import check_stride
-from divergence.pairfolder.folder import PairFolder
-from divergence.pairfolder.folder import as_pair_folder
+from divergence.pairfolder.arm.steps import check_stride, tracked_with_stride
+from divergence.pairfolder.folder import PairFolder, as_pair_folder
 from divergence.pairfolder.layout import PAIR_FILE
 from divergence.pairfolder.pair_json import is_open_ended, read_pair_json
 from divergence.pairfolder.settings import LogConfig, ProbeConfig, TrackingConfig, is_tracked
-from divergence.pairfolder.starting import how_to_start
 
 _TRACKING_KEYS = {f.name for f in fields(TrackingConfig)}
 
@@ -41,16 +47,9 @@ class PairSchedule:
     stride: int = 1  # the arms record every stride-th step (tracking.stride; divergence.pairfolder.arm.steps)
 
     def tracked(self, step: int) -> bool:
-        from divergence.pairfolder.arm.steps import tracked_with_stride
-
         return tracked_with_stride(
             step, self.stride, lambda t: is_tracked(t, self.max_steps, self.tracking, self.checkpoint_every)
         )
-
-    @property
-    def open_ended(self) -> bool:
-        """The arms' writers were not told their length: the last step is known once both finish."""
-        return self.max_steps is None
 
     def next_step(self, last: int | None) -> int:
         """The step recorded after ``last`` (None: nothing yet, so step 0)."""
@@ -63,16 +62,12 @@ def read_schedule(out: str | Path) -> PairSchedule:
     if not out.pair_json.is_file():
         raise UserInputError(f"{out}: no {PAIR_FILE}; start the arms first: {how_to_start(out, 'a')}")
     info = read_pair_json(out)
-    if "every" not in (info.get("tracking") or {}):
+    tracking = info.get("tracking") or {}
+    if "every" not in tracking:
         raise UserInputError(
             f"{out.pair_json}: no tracking.every; write {PAIR_FILE} with divergence.writers.write_pair_files"
         )
-    return _from_pair_json(out, info, _read_recipe(out))
-
-
-def _from_pair_json(out: PairFolder, info: dict, config: dict | None) -> PairSchedule:
-    path = out.pair_json
-    tracking, recipe = info["tracking"], info.get("recipe") or {}
+    config, recipe = _read_recipe(out), info.get("recipe") or {}
     train = recipe.get("train") or {}
     try:
         parsed = parse(TrackingConfig, {k: v for k, v in tracking.items() if k in _TRACKING_KEYS}, "tracking")
@@ -83,15 +78,11 @@ def _from_pair_json(out: PairFolder, info: dict, config: dict | None) -> PairSch
         name = str(info["name"])
         stride = check_stride(tracking.get("stride", 1), max_steps, "tracking.stride")
     except (KeyError, TypeError, ValueError) as err:
-        raise UserInputError(f"{path}: {err}") from None
-    return replace(_schedule(name, max_steps, checkpoint_every, parsed, log, info, config), stride=stride)
-
-
-def _schedule(name, max_steps, checkpoint_every, tracking, log, info, config) -> PairSchedule:
-    if config is None and tracking.probe.enabled:  # the probe builds our models from pair.yaml
-        tracking = replace(tracking, probe=ProbeConfig(enabled=False))
+        raise UserInputError(f"{out.pair_json}: {err}") from None
+    if config is None and parsed.probe.enabled:  # the probe builds our models from pair.yaml
+        parsed = replace(parsed, probe=ProbeConfig(enabled=False))
     replicate = int(info.get("replicate", 0) or 0)
-    return PairSchedule(name, max_steps, checkpoint_every, tracking, log, replicate, info, config)
+    return PairSchedule(name, max_steps, checkpoint_every, parsed, log, replicate, info, config, stride)
 
 
 def _read_recipe(out: PairFolder) -> dict | None:
@@ -108,3 +99,36 @@ def _read_recipe(out: PairFolder) -> dict | None:
     if not isinstance(config, dict):
         raise UserInputError(f"{path}: not a pair file (a mapping)")
     return config
+
+
+# the writers of one arm each (LockstepPair trains both arms in one process: never one missing)
+OWN_WRITERS = "divergence.ArmWriter, Lightning's ArmCheckpoints or transformers' ArmWriterCallback"
+
+
+def started_by_builtin(out: str | Path) -> bool | None:
+    """True: the built-in trainer started this pair; False: another writer did; None: nothing
+    started it yet (no ``pair.json``, no ``pair.yaml``) or ``pair.json`` is unreadable."""
+    folder = as_pair_folder(out)
+    if folder.pair_yaml.is_file():
+        return True
+    try:
+        info = json.loads(folder.pair_json.read_text())
+    except (OSError, ValueError):
+        return None
+    return bool(info.get("recipe")) if isinstance(info, dict) else None
+
+
+def how_to_start(out: str | Path, arm: str) -> str:
+    """The words that start ``arm`` of pair folder ``out`` (both arms, when nothing started it):
+    ``run arm b's training script, whose writer (...) writes into OUT as arm 'b'`` for a pair of
+    one's own writers, ``divergence train --recipe PAIR --arm b --out OUT`` for the built-in trainer."""
+    builtin = started_by_builtin(out)
+    command = f"divergence train --recipe PAIR --arm {arm} --out {out}"
+    if builtin:
+        return f"{command} (PAIR: the pair recipe arm a was started with)"
+    if builtin is False:
+        return f"run arm {arm}'s training script, whose writer ({OWN_WRITERS}) writes into {out} as arm {arm!r}"
+    return (
+        f"run each arm's training script, whose writer ({OWN_WRITERS}) writes into {out}, the first to start "
+        f"writing pair.json; or, for the built-in trainer, {command}"
+    )

@@ -22,9 +22,7 @@ Record schema of a paired run (what the report relies on):
   attention and no autocast), ``probe_loss_a`` and ``probe_loss_b`` (each arm's diffusion loss on
   Q). Stores written with the probe off, or by a user's own trainer, lack the three keys.
 
-Which steps are tracked is ``divergence.pairfolder.settings.is_tracked``: step 0, densely early
-(every step to 20, every 5th to 100 by default: ``tracking.dense``), then every
-``tracking.every`` steps, every checkpoint step and the last step; ``pair.json`` holds the
+Which steps are tracked is ``divergence.pairfolder.settings.is_tracked``; ``pair.json`` holds the
 schedule under ``tracking`` and the run's ``replicate``.
 
 Steps only move forward: appending a step at or below the last committed one is an error
@@ -50,7 +48,7 @@ from typing import Iterator
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import as_pair_folder
-from divergence.pairfolder.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
+from divergence.pairfolder.jsonl import UnreadableLine, parse_object, read_records, require_step, tail_lines, unreadable
 
 TYPES = ("tensor", "step")
 
@@ -101,7 +99,7 @@ class MetricsStore:
         if not self.path.exists():
             return 0
         offset, dropped = 0, 0
-        for end, record in self._committed_blocks():
+        for end, _, record in self._blocks():
             if record["step"] <= step:
                 offset = end
             else:
@@ -137,24 +135,18 @@ class MetricsStore:
         tracked step; None when there is no file or no step record there. Not a validated read:
         records come from ``step_records``.
         """
-        try:
-            size = self.path.stat().st_size
-        except OSError:
-            return None
         for window in windows:
-            with open(self.path, "rb") as f:
-                f.seek(max(0, size - window))
-                lines = f.read().split(b"\n")[:-1]  # the piece after the last newline is not a line
-            for line in reversed(lines[1:] if size > window else lines):  # the first may be cut
+            lines, whole = tail_lines(self.path, window) or ([], True)
+            for line in lines:
                 record = _json_or_none(line)
                 if isinstance(record, dict) and record.get("type") == "step" and isinstance(record.get("step"), int):
                     return record["step"]
-            if size <= window:
+            if whole:
                 return None
         return None
 
     def step_records(self) -> list[dict]:
-        return [r for _, r in self._committed_blocks()]
+        return [r for _, _, r in self._blocks()]
 
     def tensor_records(self) -> Iterator[dict]:
         """Every committed tensor record, in step order."""
@@ -163,15 +155,7 @@ class MetricsStore:
 
     # -- internals -----------------------------------------------------------------------
     def _committed_end(self) -> int:
-        end = 0
-        for end, _ in self._committed_blocks():  # noqa: B007 (the last block's end is the answer)
-            pass
-        return end
-
-    def _committed_blocks(self) -> Iterator[tuple[int, dict]]:
-        """(byte offset just after the block, its step record) for each committed block."""
-        for end, _, record in self._blocks():
-            yield end, record
+        return max((end for end, _, _ in self._blocks()), default=0)  # the last block's end
 
     def _blocks(self) -> Iterator[tuple[int, list[dict], dict]]:
         """(offset after the block, its tensor records, its step record) per committed block.
@@ -209,17 +193,9 @@ class MetricsStore:
         if not self.path.exists():
             raise UserInputError(f"{self.path}: no metrics store here (was this folder written by divergence train?)")
         offset = 0
-        try:
-            with open(self.path, "rb") as f:
-                for number, raw in complete_lines(f):
-                    offset += len(raw)
-                    try:
-                        record = parse_record(raw)
-                    except UnreadableLine as err:
-                        raise unreadable(self.path, number, str(err)) from None
-                    yield number, offset, record
-        except OSError as err:
-            raise UserInputError(f"{self.path}: cannot read: {err.strerror or err}") from None
+        for number, raw, record in read_records(self.path, parse_record):
+            offset += len(raw)
+            yield number, offset, record
 
 
 def parse_record(raw: bytes) -> dict:

@@ -5,7 +5,7 @@ import json
 import torch
 
 from divergence.cli import main
-from divergence.pairfolder.starting import how_to_start
+from divergence.pairfolder.schedule import how_to_start
 from divergence.writers import ArmWriter
 
 

@@ -2,9 +2,8 @@
 
 import shutil
 
-from divergence.comparator.feeds import ArmFeed
+from divergence.comparator.feeds import ArmFeed, Prefetch
 from divergence.comparator.follow import Comparator
-from divergence.comparator.prefetch import Prefetch
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.arm.weights_file import identity, save_weights
 from tests.byo.test_writer_options import train

@@ -123,7 +123,7 @@ def test_an_unmatchable_checkpoint_pair_is_an_error_naming_the_tensor(arms, caps
 
 def test_timeout_counts_from_the_last_progress_even_while_a_step_is_retried(arms, capsys, monkeypatch):
     """An arm that replaces a file during every read makes the step retry forever: no progress."""
-    import divergence.comparator.measurer as measurer
+    import divergence.comparator.distributed as measurer
 
     def replaced_mid_read(path_a, path_b, *args, **kwargs):
         _rewrite(path_b)  # a new file under the name, as a restarted arm writes it

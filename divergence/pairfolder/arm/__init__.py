@@ -11,11 +11,11 @@ built-in trainer's separate arm) leaves in its arm folder (``divergence.pairfold
 - ``weights_file``, ``weights_dcp``: ``checkpoints/step_NNNNNN.safetensors`` or ``.dcp/``
   (``save_weights``, ``save_dcp``, ``completed``);
 - ``losses``: ``losses.jsonl`` (``LossFile``); ``status``: ``status.json`` (``ArmStatus``);
-- ``records``: the arm folder's records at a (re)start (a re-run refused, a restart's cut);
 - ``journal``: ``ArmJournal``, status, losses, the step order and the cut kept once for every
-  arm writer.
+  arm writer, and the arm folder's records at a (re)start (``claim_arm_folder``: a re-run
+  refused; ``drop_after``: a restart's cut).
 
-The names below load on first use (importing the package loads neither torch nor a submodule).
+The names below (``ArmWriter``'s) load on first use (importing the package loads neither torch nor a submodule).
 """
 
 from __future__ import annotations
@@ -24,21 +24,14 @@ import importlib
 
 _LAZY = {
     "ArmLock": "lock",
-    "PairLock": "lock",
-    "writer_alive": "lock",
-    "MAX_STEP": "steps",
     "check_step": "steps",
     "check_loss": "steps",
     "check_stride": "steps",
-    "check_tensor_names": "steps",
     "loss_value": "steps",
     "tracked_with_stride": "steps",
     "save_weights": "weights_file",
     "save_dcp": "weights_dcp",
-    "LossFile": "losses",
-    "ArmStatus": "status",
-    "claim_arm_folder": "records",
-    "drop_after": "records",
+    "claim_arm_folder": "journal",
     "ArmJournal": "journal",
 }
 

@@ -43,38 +43,43 @@ ATTEMPTS = 5
 ATTEMPT_SECONDS = 0.02
 
 
-class ArmLock:
+class _Held:
+    """Lock files held open until ``release()``, the end of a ``with`` block, or the process's end."""
+
+    _handles: tuple = ()
+
+    @property
+    def held(self) -> bool:
+        return bool(self._handles)
+
+    def release(self) -> None:
+        for handle in self._handles:
+            handle.close()  # closing the last descriptor drops the flock
+        self._handles = ()
+
+    def __del__(self):
+        self.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class ArmLock(_Held):
     """An arm writer's locks on arm folder ``arm_dir`` (created); ``release()`` or the process's end frees them."""
 
     def __init__(self, arm_dir: str | Path):
         arm = as_arm_folder(arm_dir)
-        self.arm_dir, self.path = arm.path, arm.writer_lock
-        self.pair_path = as_pair_folder(self.arm_dir.parent).writer_lock
-        self._file = self._pair_file = None
-        shared = _open(self.pair_path, self.arm_dir)
-        if not _flock(shared, exclusive=False):
+        pair_lock = as_pair_folder(arm.path.parent).writer_lock
+        shared = _take(pair_lock, arm.path, False, lambda: _arm_refused_by_pair(arm.path, _holder(pair_lock)))
+        try:
+            own = _take(arm.writer_lock, arm.path, True, lambda: _refusal(arm.path, _holder(arm.writer_lock)))
+        except UserInputError:
             shared.close()
-            raise UserInputError(_arm_refused_by_pair(self.arm_dir, _holder(self.pair_path)))
-        handle = _open(self.path, self.arm_dir)
-        if not _flock(handle, exclusive=True):
-            handle.close()
-            shared.close()
-            raise UserInputError(_refusal(self.arm_dir, _holder(self.path)))
-        _sign(handle)
-        self._file, self._pair_file = handle, shared
-
-    @property
-    def held(self) -> bool:
-        return self._file is not None
-
-    def release(self) -> None:
-        for handle in (self._file, self._pair_file):
-            if handle is not None:
-                handle.close()  # closing the last descriptor drops the flock
-        self._file = self._pair_file = None
-
-    def __del__(self):
-        self.release()
+            raise
+        self._handles = (own, shared)
 
     @staticmethod
     def is_held(arm_dir: str | Path) -> bool:
@@ -84,43 +89,13 @@ class ArmLock:
         arm = as_arm_folder(arm_dir)
         return _probe(arm.writer_lock) or _probe(as_pair_folder(arm.path.parent).writer_lock)
 
-    @staticmethod
-    def holder(arm_dir: str | Path) -> tuple[int, str] | None:
-        """``(pid, host)`` the last exclusive holder of the arm's lock wrote, None when unknown."""
-        return _holder(as_arm_folder(arm_dir).writer_lock)
 
-
-class PairLock:
+class PairLock(_Held):
     """A pair writer's exclusive lock on pair folder ``pair_dir`` (created); ``release()`` or the process's end frees it."""
 
     def __init__(self, pair_dir: str | Path):
-        self.pair_dir = as_pair_folder(pair_dir).path
-        self.path = as_pair_folder(pair_dir).writer_lock
-        self._file = None
-        handle = _open(self.path, self.pair_dir)
-        if not _flock(handle, exclusive=True):
-            handle.close()
-            raise UserInputError(_pair_refusal(self.pair_dir))
-        _sign(handle)
-        self._file = handle
-
-    @property
-    def held(self) -> bool:
-        return self._file is not None
-
-    def release(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def __del__(self):
-        self.release()
-
-    def __enter__(self) -> "PairLock":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
+        pair = as_pair_folder(pair_dir)
+        self._handles = (_take(pair.writer_lock, pair.path, True, lambda: _pair_refusal(pair.path)),)
 
     @staticmethod
     def is_held(pair_dir: str | Path) -> bool:
@@ -157,22 +132,19 @@ class WatchLock:
             fd = os.open(self.pair_dir, os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
             return  # no folder: nothing to follow, which the caller says
-        for attempt in range(ATTEMPTS):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._fd = fd
-                return
-            except BlockingIOError:
-                if attempt + 1 < ATTEMPTS:
-                    time.sleep(ATTEMPT_SECONDS)
-            except OSError:
-                os.close(fd)  # this file system locks no folder: unlocked
-                return
+        try:
+            locked = _flock(fd, fcntl.LOCK_EX, held=BlockingIOError)
+        except OSError:
+            locked = None  # this file system locks no folder: unlocked
+        if locked:
+            self._fd = fd
+            return
         os.close(fd)
-        raise UserInputError(
-            f"{self.pair_dir}: another divergence watch already follows this pair and writes its store; two "
-            "would store every step twice: let it finish, or stop it and run this again"
-        )
+        if locked is False:
+            raise UserInputError(
+                f"{self.pair_dir}: another divergence watch already follows this pair and writes its store; two "
+                "would store every step twice: let it finish, or stop it and run this again"
+            )
 
     def release(self) -> None:
         if self._fd is not None:
@@ -183,25 +155,33 @@ class WatchLock:
         self.release()
 
 
-def _open(path: Path, folder: Path):
+def _take(path: Path, folder: Path, exclusive: bool, refusal) -> object:
+    """The lock file ``path`` in ``folder`` (created), opened and locked; an exclusive holder signs it.
+    Held by another: a ``UserInputError`` saying ``refusal()``."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        return open(path, "a+")
+        handle = open(path, "a+")
     except OSError as err:
         raise UserInputError(
             f"{folder}: cannot create {WRITER_LOCK_FILE} there ({err.strerror or err}); "
             "choose a folder you can write to"
         ) from None
+    if not _flock(handle.fileno(), fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH):
+        handle.close()
+        raise UserInputError(refusal())
+    if exclusive:
+        _sign(handle)
+    return handle
 
 
-def _flock(handle, exclusive: bool) -> bool:
-    """Take the lock without waiting (a few tries, see ATTEMPTS); False when another holds it."""
-    operation = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+def _flock(fd: int, operation: int, held: type[OSError] = OSError) -> bool:
+    """Take the lock without waiting (a few tries, see ATTEMPTS); False when another holds it (the
+    error ``held`` says so: any, for a lock file; another is raised)."""
     for attempt in range(ATTEMPTS):
         try:
-            fcntl.flock(handle.fileno(), operation)
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
             return True
-        except OSError:
+        except held:
             if attempt + 1 < ATTEMPTS:
                 time.sleep(ATTEMPT_SECONDS)
     return False

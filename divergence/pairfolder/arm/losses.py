@@ -30,8 +30,7 @@ from pathlib import Path
 
 from divergence.pairfolder.folder import as_arm_folder
 from divergence.atomic import fsync_folder
-from divergence.errors import UserInputError
-from divergence.pairfolder.jsonl import UnreadableLine, complete_lines, parse_object, require_step, unreadable
+from divergence.pairfolder.jsonl import UnreadableLine, parse_object, read_records, require_step, tail_lines, unreadable
 
 
 class LossFile:
@@ -107,25 +106,16 @@ class LossFile:
     def _records(self, offset: int, lines: int, last: int | None = None):
         """(line number, raw line, record) of each complete line from byte ``offset`` (after
         ``lines`` lines, the last of step ``last``) on."""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(offset)
-                for number, raw in complete_lines(f, lines):
-                    try:
-                        record = parse_loss(raw)
-                    except UnreadableLine as err:
-                        raise unreadable(self.path, number, str(err)) from None
-                    if last is not None and record["step"] <= last:
-                        raise unreadable(
-                            self.path,
-                            number,
-                            f"step {record['step']} does not follow step {last} of "
-                            "the line before (a duplicated or misplaced line)",
-                        )
-                    last = record["step"]
-                    yield number, raw, record
-        except OSError as err:
-            raise UserInputError(f"{self.path}: cannot read: {err.strerror or err}") from None
+        for number, raw, record in read_records(self.path, parse_loss, offset, lines):
+            if last is not None and record["step"] <= last:
+                raise unreadable(
+                    self.path,
+                    number,
+                    f"step {record['step']} does not follow step {last} of "
+                    "the line before (a duplicated or misplaced line)",
+                )
+            last = record["step"]
+            yield number, raw, record
 
 
 def parse_loss(raw: bytes) -> dict:
@@ -146,18 +136,11 @@ def parse_loss(raw: bytes) -> dict:
 
 
 def tail_step(arm_dir: str | Path, window: int = 4096) -> int:
-    """The step of the last complete loss line within the file's last ``window`` bytes, 0 when none:
-    for progress display only (never a validated read, never a parse of the whole file)."""
-    path = as_arm_folder(arm_dir).losses
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, path.stat().st_size - window))
-            lines = f.read().split(b"\n")[:-1]  # the piece after the last newline is not a line yet
-    except OSError:
-        return 0
-    for raw in reversed(lines):
+    """The step of the last complete loss line within the file's last ``window`` bytes, 0 when none
+    (``jsonl.tail_lines``: for progress display only)."""
+    for raw in (tail_lines(as_arm_folder(arm_dir).losses, window) or ([],))[0]:
         try:
             return parse_loss(raw)["step"]
         except UnreadableLine:
-            continue  # the window's first line may be cut
+            continue
     return 0

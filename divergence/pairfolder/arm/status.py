@@ -86,14 +86,8 @@ def batch_mismatch(statuses: dict[str, "ArmStatus | None"]) -> str | None:
     known = {arm: s for arm, s in statuses.items() if s is not None}
     if len(known) < 2:
         return None
-    if all(s.global_batch is not None for s in known.values()):
-        if len({s.global_batch for s in known.values()}) > 1:
-            return (
-                "different global batches ("
-                + ", ".join(f"arm {arm}: {s.global_batch}" for arm, s in known.items())
-                + ")"
-            )
+    key = "global_batch" if all(s.global_batch is not None for s in known.values()) else "world_size"
+    if len({getattr(s, key) for s in known.values()}) == 1:
         return None
-    if len({s.world_size for s in known.values()}) > 1:
-        return "different world sizes (" + ", ".join(f"arm {arm}: {s.world_size}" for arm, s in known.items()) + ")"
-    return None
+    what = "global batches" if key == "global_batch" else "world sizes"
+    return f"different {what} (" + ", ".join(f"arm {arm}: {getattr(s, key)}" for arm, s in known.items()) + ")"

@@ -130,9 +130,11 @@ def completed(path: str | Path, step: int, arm: str | None = None) -> tuple[int,
 
 
 def identity(path: str | Path) -> tuple[int, int, int] | None:
-    """``(inode, size, mtime_ns)`` of the folder's marker, None while it has none."""
+    """``(inode, size, mtime_ns)`` of weights file ``path`` now, or of a DCP folder's marker (see
+    ``completed``); None when it is gone (a folder: while it has no marker)."""
+    path = Path(path)
     try:
-        st = os.stat(Path(path) / DCP_COMPLETE_FILE)
+        st = os.stat(path / DCP_COMPLETE_FILE if path.is_dir() else path)
     except OSError:
         return None
     return st.st_ino, st.st_size, st.st_mtime_ns

@@ -31,6 +31,7 @@ from divergence.checkpoints.tied import METADATA_KEY as TIED_KEY
 from divergence.checkpoints.tied import untie
 from divergence.errors import CheckpointError
 from divergence.pairfolder.arm import weights_dcp
+from divergence.pairfolder.arm.weights_dcp import identity
 
 FORMAT = "divergence.weights/1"
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors reference implementation's limit
@@ -81,25 +82,12 @@ def completed(path: str | Path, step: int, arm: str | None = None) -> tuple[int,
                 )
             if before.st_size - data_start != int(metadata["data_bytes"]) or _crc32(f) != metadata["data_crc32"]:
                 return None
-        after = os.stat(path)
     except CheckpointError:
         raise
     except (OSError, ValueError):  # gone, or a marker that is not a number: not complete
         return None
-    identity = (after.st_ino, after.st_size, after.st_mtime_ns)
-    return identity if identity == (before.st_ino, before.st_size, before.st_mtime_ns) else None
-
-
-def identity(path: str | Path) -> tuple[int, int, int] | None:
-    """``(inode, size, mtime_ns)`` of ``path`` now (a DCP folder's: its marker's), None when it is gone
-    (see ``completed``)."""
-    if os.path.isdir(path):
-        return weights_dcp.identity(path)
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
+    after = identity(path)
+    return after if after == (before.st_ino, before.st_size, before.st_mtime_ns) else None
 
 
 def _header_metadata(f, size: int) -> tuple[dict | None, int]:
