@@ -10,63 +10,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from divergence.checkpoints.dcp import DcpFolder
+from divergence.checkpoints.folder import open_folder
+from divergence.checkpoints.lora import open_adapter
+from divergence.checkpoints.megatron import MegatronFolder
+from divergence.checkpoints.pickled import load_pickled
+from divergence.checkpoints.safetensors_file import SafetensorsFile
 from divergence.checkpoints.source import TensorSource
+from divergence.checkpoints.zero_folder import open_zero_folder
 from divergence.errors import UserInputError
 from divergence.formats import AUTO, FORMATS
 
 __all__ = ["AUTO", "FORMATS", "READERS", "open_as"]
 
-
-def _safetensors(path: Path) -> TensorSource:
-    from divergence.checkpoints.safetensors_file import SafetensorsFile
-
-    return SafetensorsFile(path)
-
-
-def _pickle(path: Path) -> TensorSource:
-    from divergence.checkpoints.pickled import load_pickled
-
-    return load_pickled(path)
-
-
-def _pretrained(path: Path) -> TensorSource:
-    from divergence.checkpoints.folder import open_folder
-
-    return open_folder(path)
-
-
-def _lora(path: Path) -> TensorSource:
-    from divergence.checkpoints.lora import open_adapter
-
-    return open_adapter(path)
-
-
-def _dcp(path: Path) -> TensorSource:
-    from divergence.checkpoints.dcp import DcpFolder
-
-    return DcpFolder(path)
-
-
-def _megatron(path: Path) -> TensorSource:
-    from divergence.checkpoints.megatron import MegatronFolder
-
-    return MegatronFolder(path)
-
-
-def _deepspeed(path: Path) -> TensorSource:
-    from divergence.checkpoints.zero_folder import open_zero_folder
-
-    return open_zero_folder(path)
-
-
 READERS = {
-    "safetensors": _safetensors,
-    "pickle": _pickle,
-    "pretrained": _pretrained,
-    "lora": _lora,
-    "dcp": _dcp,
-    "megatron": _megatron,
-    "deepspeed": _deepspeed,
+    "safetensors": SafetensorsFile,
+    "pickle": load_pickled,
+    "pretrained": open_folder,
+    "lora": open_adapter,
+    "dcp": DcpFolder,
+    "megatron": MegatronFolder,
+    "deepspeed": open_zero_folder,
 }
 if set(READERS) != set(FORMATS):  # pragma: no cover - a new name needs its reader, and the reverse
     raise ImportError(f"divergence.formats.FORMATS and READERS differ: {set(READERS) ^ set(FORMATS)}")
