@@ -28,7 +28,6 @@ compared, not when the file is opened.
 from __future__ import annotations
 
 import contextlib
-import io
 import pickle
 import re
 import warnings
@@ -38,7 +37,8 @@ from pathlib import Path
 import torch
 
 from divergence.checkpoints.files import check_path
-from divergence.checkpoints.pickle_scan import referenced_globals
+from divergence.checkpoints.pickle_scan import referenced_globals, unsafe_globals
+from divergence.checkpoints.saved_tensor import meta_storage, pickle_and_records, unpickle
 from divergence.checkpoints.source import InMemorySource, check_comparable
 from divergence.errors import CheckpointError
 
@@ -52,6 +52,7 @@ INERT_GLOBALS = (
     ("pytorch_lightning.utilities.parsing", "AttributeDict"),
 )
 _ZIP_MAGIC, _PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
+_WHAT = "torch checkpoint"
 
 
 def load_pickled(path: str | Path, prefix: str = "") -> InMemorySource:
@@ -114,16 +115,7 @@ def _archive(path: Path) -> tuple[bytes, dict[str, zipfile.ZipInfo]]:
     """``data.pkl``'s bytes and the ``data/KEY`` records of a torch zip archive."""
     try:
         with zipfile.ZipFile(path) as archive:
-            pickles = [n for n in archive.namelist() if n.endswith("data.pkl") and n.count("/") == 1]
-            if len(pickles) != 1:
-                raise CheckpointError(f"{path}: not a torch checkpoint (a zip archive without one data.pkl)")
-            if archive.getinfo(pickles[0]).compress_type != zipfile.ZIP_STORED:
-                raise CheckpointError(f"{path}: not a torch checkpoint (its data.pkl is compressed)")
-            root = pickles[0][: -len("data.pkl")]
-            records = {
-                i.filename[len(root) + 5 :]: i for i in archive.infolist() if i.filename.startswith(root + "data/")
-            }
-            return archive.read(pickles[0]), records
+            return pickle_and_records(archive, str(path), _WHAT)
     except CheckpointError:
         raise
     except Exception as err:  # noqa: BLE001 - a broken archive, whatever zipfile says about it
@@ -140,13 +132,9 @@ def _safe_load(path: Path, mmap: bool, allowed: list, data: bytes):
 
 def _meta_load(path: Path, data: bytes, records: dict, allowed: list):
     """The checkpoint's object tree with every tensor on ``meta``; checks each storage's record size."""
-    from torch import _weights_only_unpickler as weights_only
-
-    unpickler = weights_only.Unpickler(io.BytesIO(data), encoding="utf-8")
-    unpickler.persistent_load = lambda saved_id: _meta_storage(path, saved_id, records)
     try:
         with torch.serialization.safe_globals(allowed), _quiet():
-            return unpickler.load()
+            return unpickle(data, lambda saved_id: meta_storage(saved_id, records, str(path), _WHAT))
     except CheckpointError:
         raise
     except Exception as err:  # noqa: BLE001 - see _safe_load
@@ -159,27 +147,6 @@ def _quiet():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Detected pickle protocol")
         yield
-
-
-def _meta_storage(path: Path, saved_id, records: dict):
-    """persistent_load for the meta pass: a storage of the declared size, checked against its record."""
-    if not (isinstance(saved_id, tuple) and len(saved_id) == 5 and saved_id[0] == "storage"):
-        raise CheckpointError(f"{path}: corrupt torch checkpoint (a persistent id {str(saved_id)[:60]})")
-    _, storage_type, key, _, numel = saved_id
-    dtype = torch.uint8 if storage_type is torch.UntypedStorage else getattr(storage_type, "dtype", None)
-    if not isinstance(dtype, torch.dtype) or type(numel) is not int or numel < 0:
-        raise CheckpointError(f"{path}: corrupt torch checkpoint (storage {str(key)[:40]!r})")
-    nbytes = numel * dtype.itemsize
-    record = records.get(str(key))
-    if record is None:
-        raise CheckpointError(f"{path}: corrupt torch checkpoint: storage data/{key} is missing from the archive")
-    if record.file_size != nbytes or record.compress_type != zipfile.ZIP_STORED:
-        raise CheckpointError(
-            f"{path}: corrupt or truncated torch checkpoint: storage data/{key} declares {nbytes} bytes "
-            f"but the archive holds {record.file_size}"
-        )
-    storage = torch.UntypedStorage(nbytes, device="meta")
-    return torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
 
 
 def _check_sizes(path: Path, state: dict, file_size: int) -> None:
@@ -195,7 +162,7 @@ def _check_sizes(path: Path, state: dict, file_size: int) -> None:
 def _load_error(path: Path, err: BaseException, data: bytes = b"", allowed: list = ()) -> CheckpointError:
     if isinstance(err, pickle.UnpicklingError):
         named = re.search(r"GLOBAL ([\w.]+)", str(err))
-        unsafe = [named.group(1)] if named else _unsafe_globals(data, allowed)
+        unsafe = [named.group(1)] if named else unsafe_globals(data, allowed)
         if unsafe:
             return CheckpointError(
                 f"{path}: refused to unpickle: it references {unsafe[0]}, which could run code. "
@@ -206,14 +173,6 @@ def _load_error(path: Path, err: BaseException, data: bytes = b"", allowed: list
     if isinstance(err, OSError) and not isinstance(err, zipfile.BadZipFile):
         return CheckpointError(f"{path}: cannot read: {err.strerror or err}")
     return CheckpointError(f"{path}: corrupt or truncated torch checkpoint ({type(err).__name__}: {_first_line(err)})")
-
-
-def _unsafe_globals(data: bytes, allowed: list) -> list[str]:
-    """Globals of the pickle outside torch's weights-only allow-list (and ours)."""
-    from torch import _weights_only_unpickler as weights_only
-
-    safe = set(weights_only._get_allowed_globals()) | {f"{g.__module__}.{g.__name__}" for g in allowed}
-    return [g for g in referenced_globals(data) if g not in safe]
 
 
 def find_state_dict(obj, path: Path) -> dict[str, torch.Tensor]:
