@@ -108,7 +108,12 @@ def rescale_exponent(sums, largest) -> int:
     low, high = SQUARES_RANGE
     if low <= sums[3] <= high and low <= sums[4] <= high:
         return 0
-    m = largest()
+    return outside_exponent(largest())
+
+
+def outside_exponent(m: float) -> int:
+    """The binary exponent of ``m`` when it lies outside VALUES_RANGE (its square would over- or
+    underflow), else 0; 0 for 0 or a non-finite ``m``."""
     if not math.isfinite(m) or m == 0 or VALUES_RANGE[0] <= m <= VALUES_RANGE[1]:
         return 0
     return math.frexp(m)[1]
