@@ -58,17 +58,21 @@ class Match:
         )
 
 
-def parse_maps(rules: list[str] | None) -> list[tuple[re.Pattern, str]]:
-    """``["PATTERN=REPLACEMENT", ...]`` -> compiled rules; a bad rule is a UserInputError."""
+def parse_maps(rules, flag: str = "--map") -> list[tuple[re.Pattern, str]]:
+    """Renaming rules as ``(compiled pattern, replacement)``, from ``["PATTERN=REPLACEMENT", ...]``,
+    ``{pattern: replacement}`` or ``(pattern, replacement)`` pairs; a bad rule is a UserInputError
+    naming ``flag`` (``maps`` for the Python API)."""
     compiled = []
-    for rule in rules or []:
-        if "=" not in rule:
-            raise UserInputError(f"--map {rule!r}: expected PATTERN=REPLACEMENT, e.g. --map 'attn\\.q=attn.to_q'")
-        pattern, replacement = rule.split("=", 1)
+    for rule in rules.items() if isinstance(rules, dict) else rules or []:
+        if isinstance(rule, str):
+            if "=" not in rule:
+                raise UserInputError(f"{flag} {rule!r}: expected PATTERN=REPLACEMENT, e.g. 'attn\\.q=attn.to_q'")
+            rule = rule.split("=", 1)
+        pattern, replacement = rule
         try:
             compiled.append((re.compile(pattern), replacement))
         except re.error as err:
-            raise UserInputError(f"--map {rule!r}: not a valid regular expression ({err})") from None
+            raise UserInputError(f"{flag}: {pattern!r} is not a valid regular expression ({err})") from None
     return compiled
 
 
@@ -86,7 +90,7 @@ def parse_excludes(patterns: list[str] | None) -> list[re.Pattern]:
 def match_tensors(
     a: TensorSource, b: TensorSource, maps=None, intersection: bool = False, exclude: list[str] | None = None
 ) -> Match:
-    rules = parse_maps(maps) if maps and isinstance(maps[0], str) else (maps or [])
+    rules = parse_maps(maps)
     excludes = parse_excludes(exclude)
     names_a, names_b = _without_wrappers(a), _without_wrappers(b)
     names_a, names_b, stripped_a, stripped_b = _strip_common_prefixes(names_a, names_b)
@@ -107,7 +111,7 @@ def match_tensors(
             match.pairs.append((name, original_a, original_b))
     match.only_b = [n for n in names_b if n not in names_a]
     if not intersection:
-        _raise_on_mismatch(match, a, b)
+        check_complete(match, a, b)
     if not match.pairs and match.excluded:
         raise UserInputError(f"--exclude leaves no tensor to compare ({len(match.excluded)} excluded)")
     if not match.pairs:
@@ -199,8 +203,14 @@ def _apply_maps(names: dict, rules, source: TensorSource) -> dict:
     return renamed
 
 
-def mismatch_problems(match: Match, a: TensorSource, b: TensorSource) -> list[str]:
-    """What keeps two sides from matching: names only one side has, shapes that differ (first few named)."""
+def check_complete(
+    match: Match,
+    a: TensorSource,
+    b: TensorSource,
+    what: str = "the checkpoints",
+    fix: str = "Use --map PATTERN=REPLACEMENT for renamed tensors or --intersection to compare the common ones",
+) -> None:
+    """Names only one side has, or shapes that differ (first few named), are an error that ends with ``fix``."""
     problems = []
     if match.only_a:
         problems.append(f"{len(match.only_a)} only in {a.path} ({_first(match.only_a)})")
@@ -209,17 +219,8 @@ def mismatch_problems(match: Match, a: TensorSource, b: TensorSource) -> list[st
     if match.shape_mismatch:
         shown = ", ".join(f"{n} {list(sa)} vs {list(sb)}" for n, sa, sb in match.shape_mismatch[:_SHOW])
         problems.append(f"{len(match.shape_mismatch)} with different shapes ({shown})")
-    return problems
-
-
-def _raise_on_mismatch(match: Match, a: TensorSource, b: TensorSource) -> None:
-    problems = mismatch_problems(match, a, b)
     if problems:
-        raise CheckpointError(
-            "the checkpoints do not match: "
-            + "; ".join(problems)
-            + ". Use --map PATTERN=REPLACEMENT for renamed tensors or --intersection to compare the common ones"
-        )
+        raise CheckpointError(f"{what} do not match: " + "; ".join(problems) + f". {fix}")
 
 
 def _first(names: list[str]) -> str:
