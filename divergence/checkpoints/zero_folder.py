@@ -27,7 +27,7 @@ Accepted paths: ``save_dir`` (its ``latest`` tag is read) or a ``global_stepN`` 
 
 from __future__ import annotations
 
-import os
+import math
 import re
 import stat
 from pathlib import Path
@@ -54,20 +54,9 @@ def is_zero_folder(path: Path) -> bool:
     if (path / MODEL_STATES).is_file() or any(path.glob(_ZERO3)):
         return True
     try:
-        info = os.stat(path / LATEST)
-    except OSError:
-        return False
-    if not stat.S_ISREG(info.st_mode) or info.st_size > bounds.MAX_TAG_BYTES:
-        return False
-    try:
-        tag = _read_tag(path / LATEST)
+        return _tag_folder(path) != path
     except CheckpointError:
         return False
-    return bool(_TAG.match(tag)) and tag not in (".", "..") and (path / tag).is_dir()
-
-
-def _read_tag(latest: Path) -> str:
-    return read_regular(latest, bounds.MAX_TAG_BYTES, "DeepSpeed 'latest' tag").decode("utf-8", "replace").strip()
 
 
 def open_zero_folder(path: str | Path, prefix: str = "") -> InMemorySource:
@@ -93,9 +82,11 @@ def _tag_folder(path: Path) -> Path:
     latest = path / LATEST
     if not latest.exists() or latest.is_dir() or (path / MODEL_STATES).is_file():
         return path
-    tag = _read_tag(latest)[:200]
+    tag = read_regular(latest, bounds.MAX_TAG_BYTES, "DeepSpeed 'latest' tag").decode("utf-8", "replace").strip()
     if not _TAG.match(tag) or tag in (".", ".."):
-        raise CheckpointError(f"{latest}: names {tag!r}, not a checkpoint tag inside {path} (e.g. global_step1000)")
+        raise CheckpointError(
+            f"{latest}: names {tag[:200]!r}, not a checkpoint tag inside {path} (e.g. global_step1000)"
+        )
     if not (path / tag).is_dir():
         raise CheckpointError(f"{latest}: names the tag {tag!r}, but {path / tag} is not a folder")
     return path / tag
@@ -147,7 +138,4 @@ def _numel(states: Path, name, shape) -> int:
             f"{states}: param_shapes gives {str(name)[:80]!r} the shape {str(shape)[:60]}, not a list of sizes; "
             "the file is corrupt"
         )
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    return math.prod(shape)
