@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from divergence.checkpoints.dcp_metadata import METADATA_FILE, is_safetensors_shard, read_metadata, stored_tensors
+from divergence.checkpoints.dcp_metadata import METADATA_FILE, read_metadata, stored_tensors
 from divergence.checkpoints.files import open_regular
 from divergence.checkpoints.pickled import STATE_DICT_KEYS
 from divergence.checkpoints.safetensors_file import SafetensorsFile
@@ -52,7 +52,7 @@ class DcpFolder(TensorSource):
 
     def __init__(self, path: str | Path, prefix: str = ""):
         self.path = Path(path)
-        tensors, paths = stored_tensors(self.path, read_metadata(self.path))
+        tensors, paths, shards = stored_tensors(self.path, read_metadata(self.path))
         chosen = model_names(paths)
         if not chosen:
             raise CheckpointError(
@@ -61,7 +61,8 @@ class DcpFolder(TensorSource):
             )
         self._stored = {prefix + name: tensors[fqn] for fqn, name in chosen.items()}
         self._fqn = {prefix + name: fqn for fqn, name in chosen.items()}
-        self._safetensors: dict[str, SafetensorsFile | None] = {}
+        # shards DCP wrote as safetensors files (serialization_format=SAFETENSORS), each opened once when read
+        self._safetensors: dict[str, SafetensorsFile | None] = dict.fromkeys(shards)
         self.metadata = {"format": "dcp"}
         super().__init__({name: stored.info for name, stored in self._stored.items()})
         # an arm's step folder saves a tied tensor once, its other names in its marker (pairfolder.arm.weights_dcp)
@@ -99,9 +100,9 @@ class DcpFolder(TensorSource):
         of an FSDP shard, a whole tensor) when given, else read apart for copying."""
         file = self.path / chunk.file
         where = f"{file}: chunk of {name!r} at {list(chunk.offsets)}"
-        shard = self._safetensors_shard(chunk.file)
         try:
-            if shard is not None:  # saved with serialization_format=SAFETENSORS: one chunk per name
+            if chunk.file in self._safetensors:  # one chunk per name, under its flattened name
+                shard = self._safetensors[chunk.file] = self._safetensors[chunk.file] or SafetensorsFile(file)
                 piece = shard.load(self._fqn[name])
             else:
                 with open_regular(file) as f:  # checked on the open file: a FIFO put in its place fails at once
@@ -114,15 +115,6 @@ class DcpFolder(TensorSource):
                 f"{where}: holds {piece.dtype} {list(piece.shape)}, but the metadata says {dtype} {list(chunk.sizes)}"
             )
         return piece
-
-    def _safetensors_shard(self, file: str) -> SafetensorsFile | None:
-        """The shard as a safetensors file when DCP wrote it as one (``FileSystemWriter(...,
-        serialization_format=SerializationFormat.SAFETENSORS)``), else None (torch.save archives)."""
-        if file not in self._safetensors:
-            with open_regular(self.path / file) as f:
-                head = f.read(9)
-            self._safetensors[file] = SafetensorsFile(self.path / file) if is_safetensors_shard(head) else None
-        return self._safetensors[file]
 
 
 def model_names(paths: dict[str, tuple[str, ...]]) -> dict[str, str]:

@@ -171,10 +171,11 @@ class StoredTensor:
     chunks: tuple[Chunk, ...]
 
 
-def stored_tensors(folder: Path, metadata: Record) -> tuple[dict[str, StoredTensor], dict[str, tuple]]:
+def stored_tensors(folder: Path, metadata: Record) -> tuple[dict[str, StoredTensor], dict[str, tuple], set[str]]:
     """``{flattened name: StoredTensor}`` of every tensor in the metadata, every chunk checked
-    (inside the tensor, tiling it exactly, its bytes inside its file), and ``{flattened name:
-    path in the nested state dict}`` from ``planner_data`` (a name it lacks: the name alone)."""
+    (inside the tensor, tiling it exactly, its bytes inside its file), ``{flattened name: path in
+    the nested state dict}`` from ``planner_data`` (a name it lacks: the name alone), and the
+    chunk files that are safetensors shards."""
     path = folder / METADATA_FILE
     entries, storage = metadata.field("state_dict_metadata", 0), metadata.field("storage_data", 2)
     if not isinstance(entries, dict) or not isinstance(storage, dict):
@@ -202,7 +203,7 @@ def stored_tensors(folder: Path, metadata: Record) -> tuple[dict[str, StoredTens
         found = planner.get(fqn) if isinstance(planner, dict) else None
         ok = isinstance(found, (tuple, list)) and found and all(isinstance(p, (str, int)) for p in found)
         paths[fqn] = tuple(str(p) for p in found) if ok else (fqn,)
-    return tensors, paths
+    return tensors, paths, safetensors
 
 
 def _chunk_locations(path: Path, storage: dict) -> dict[tuple, tuple[str, int, int]]:
