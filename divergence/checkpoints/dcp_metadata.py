@@ -60,9 +60,8 @@ DCP_CLASSES = {
         "_StoragePrefix",
     )
 }
-_PATHS = {("pathlib", n) for n in ("Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")} | {
-    ("pathlib._local", n) for n in ("Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")
-}
+_PATH_CLASSES = ("Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")
+_PATHS = {(module, name) for module in ("pathlib", "pathlib._local") for name in _PATH_CLASSES}
 _DTYPES = {name: value for name, value in vars(torch).items() if isinstance(value, torch.dtype)}
 
 

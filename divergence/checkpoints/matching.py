@@ -76,22 +76,16 @@ def parse_maps(rules, flag: str = "--map") -> list[tuple[re.Pattern, str]]:
     return compiled
 
 
-def parse_excludes(patterns: list[str] | None) -> list[re.Pattern]:
-    """``--exclude`` patterns, compiled; a bad one is a UserInputError."""
-    compiled = []
-    for pattern in patterns or []:
-        try:
-            compiled.append(re.compile(pattern))
-        except re.error as err:
-            raise UserInputError(f"--exclude {pattern!r}: not a valid regular expression ({err})") from None
-    return compiled
-
-
 def match_tensors(
     a: TensorSource, b: TensorSource, maps=None, intersection: bool = False, exclude: list[str] | None = None
 ) -> Match:
     rules = parse_maps(maps)
-    excludes = parse_excludes(exclude)
+    excludes = []
+    for pattern in exclude or []:
+        try:
+            excludes.append(re.compile(pattern))
+        except re.error as err:
+            raise UserInputError(f"--exclude {pattern!r}: not a valid regular expression ({err})") from None
     names_a, names_b = _without_wrappers(a), _without_wrappers(b)
     names_a, names_b, stripped_a, stripped_b = _strip_common_prefixes(names_a, names_b)
     names_a, names_b = _apply_maps(names_a, rules, a), _apply_maps(names_b, rules, b)
@@ -135,7 +129,7 @@ def _without_wrappers(source: TensorSource) -> dict:
     either would compare a tensor chosen by key order."""
     names: dict[str, str] = {}
     for original in source.names:
-        name = _drop_wrappers(original)
+        name = ".".join(p for p in original.split(".") if p not in WRAPPER_COMPONENTS)
         if name in names:
             raise CheckpointError(
                 f"{source.path}: holds both {names[name]!r} and {original!r}, which are the same tensor "
@@ -150,10 +144,6 @@ def _wrappers(names) -> str:
     """The wrapper components dropped from ``names``, reported as a stripped prefix is (``_orig_mod.``)."""
     found = {p for name in names for p in name.split(".") if p in WRAPPER_COMPONENTS}
     return "".join(f"{w}." for w in WRAPPER_COMPONENTS if w in found)
-
-
-def _drop_wrappers(name: str) -> str:
-    return ".".join(p for p in name.split(".") if p not in WRAPPER_COMPONENTS)
 
 
 def _strip_common_prefixes(names_a: dict, names_b: dict):

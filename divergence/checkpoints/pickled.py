@@ -70,37 +70,24 @@ def load_checked(path: str | Path):
     (declared sizes against the storage present, no global beyond the inert ones)."""
     path = Path(path)
     size = check_path(path, folder_ok=False).st_size
-    if _kind(path) == "zip":
+    head = _head(path, 4)
+    if head == _ZIP_MAGIC:
         data, records = _archive(path)
         allowed = _inert_globals(data)
         meta = find_state_dict(_meta_load(path, data, records, allowed), path)
         _check_sizes(path, meta, size)
-        _check_dtypes(path, meta)  # before the real load: torch cannot even allocate some packed dtypes
+        for name, tensor in meta.items():  # before the real load: torch cannot even allocate some packed dtypes
+            check_comparable(path, str(name), tensor.dtype)
         return _safe_load(path, True, allowed, data)
+    if not head.startswith(_PICKLE_MAGIC):
+        raise CheckpointError(
+            f"{path}: not a torch checkpoint (neither a zip archive nor a pickle: it starts with {head!r})"
+        )
     head = _head(path, LEGACY_SCAN)
     allowed = _inert_globals(head)
     obj = _safe_load(path, False, allowed, head)
     _check_sizes(path, find_state_dict(obj, path), size)
     return obj
-
-
-def _check_dtypes(path: Path, state) -> None:
-    """Every tensor of the meta pass in a dtype that can be compared (``source.check_comparable``)."""
-    if isinstance(state, dict):
-        for name, value in state.items():
-            if isinstance(value, torch.Tensor):
-                check_comparable(path, str(name), value.dtype)
-
-
-def _kind(path: Path) -> str:
-    head = _head(path, 4)
-    if head == _ZIP_MAGIC:
-        return "zip"
-    if head.startswith(_PICKLE_MAGIC):
-        return "pickle"
-    raise CheckpointError(
-        f"{path}: not a torch checkpoint (neither a zip archive nor a pickle: it starts with {head!r})"
-    )
 
 
 def _head(path: Path, n: int) -> bytes:

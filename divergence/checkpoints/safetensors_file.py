@@ -73,7 +73,10 @@ class SafetensorsFile(TensorSource):
         self.path = Path(path)
         file_size = check_path(self.path, folder_ok=False).st_size
         header, self._data_start = _read_header(self.path, file_size)
-        self.metadata = _metadata(self.path, header.pop("__metadata__", None))
+        metadata = header.pop("__metadata__", None)
+        self.metadata = {} if metadata is None else metadata
+        if not isinstance(self.metadata, dict) or not all(isinstance(v, str) for v in self.metadata.values()):
+            raise CheckpointError(f"{self.path}: corrupt safetensors header: __metadata__ must map strings to strings")
         parsed = {name: _parse_entry(self.path, name, entry) for name, entry in header.items()}
         _check_layout(self.path, parsed, file_size - self._data_start)
         self._offsets = {prefix + name: offsets for name, (_, offsets) in parsed.items()}
@@ -151,14 +154,6 @@ def _no_duplicates(pairs: list) -> dict:
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not JSON")
-
-
-def _metadata(path: Path, metadata) -> dict:
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise CheckpointError(f"{path}: corrupt safetensors header: __metadata__ must map strings to strings")
-    return metadata
 
 
 def _parse_entry(path: Path, name: str, entry) -> tuple[TensorInfo, tuple[int, int]]:
