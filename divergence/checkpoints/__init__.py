@@ -28,15 +28,12 @@ from pathlib import Path
 
 from divergence.checkpoints.dcp import is_dcp_folder
 from divergence.checkpoints.files import check_path
-from divergence.checkpoints.folder import open_folder
 from divergence.checkpoints.formats import AUTO, open_as
-from divergence.checkpoints.lora import is_adapter_folder, open_adapter
+from divergence.checkpoints.lora import is_adapter_folder
 from divergence.checkpoints.matching import Match, match_tensors
-from divergence.checkpoints.megatron import open_dcp_folder
-from divergence.checkpoints.pickled import load_pickled
-from divergence.checkpoints.safetensors_file import SafetensorsFile
+from divergence.checkpoints.megatron import is_megatron_folder
 from divergence.checkpoints.source import TensorInfo, TensorSource
-from divergence.checkpoints.zero_folder import is_zero_folder, open_zero_folder
+from divergence.checkpoints.zero_folder import is_zero_folder
 from divergence.errors import CheckpointError
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -48,19 +45,17 @@ def open_checkpoint(path: str | Path, format: str | None = None) -> TensorSource
     """Open any supported checkpoint; raise ``CheckpointError`` naming the file if it cannot be.
     ``format``: a name in ``formats.FORMATS`` to force that reader (None or ``"auto"``: recognise it)."""
     path = Path(path)
+    info = check_path(path)
     if format not in (None, AUTO):
-        check_path(path)
         return open_as(path, format)
-    if stat.S_ISDIR(check_path(path).st_mode):
+    if stat.S_ISDIR(info.st_mode):
         if is_dcp_folder(path):
-            return open_dcp_folder(path)
+            return open_as(path, "megatron" if is_megatron_folder(path) else "dcp")
         if is_zero_folder(path):
-            return open_zero_folder(path)
-        return open_adapter(path) if is_adapter_folder(path) else open_folder(path)
-    if path.suffix == ".safetensors":
-        return SafetensorsFile(path)
-    if path.suffix in PICKLE_SUFFIXES:
-        return load_pickled(path)
+            return open_as(path, "deepspeed")
+        return open_as(path, "lora" if is_adapter_folder(path) else "pretrained")
+    if path.suffix in (".safetensors", *PICKLE_SUFFIXES):
+        return open_as(path, "safetensors" if path.suffix == ".safetensors" else "pickle")
     raise CheckpointError(
         f"{path}: unknown checkpoint format {path.suffix or '(no suffix)'!r}; expected .safetensors, "
         f"{', '.join(PICKLE_SUFFIXES)}, a save_pretrained folder or a torch.distributed.checkpoint folder"
