@@ -10,12 +10,9 @@ see ``pickle_scan``, where torch itself does not say), and nothing from it runs.
 A file's declared sizes are checked before any tensor byte is read:
 
 - it must be a zip archive (``torch.save`` since 1.6) or a pickle (the legacy format);
-- zip files are first unpickled onto the ``meta`` device (shapes only, no data) by the
-  unpickler ``torch.load(weights_only=True)`` itself uses (``torch._weights_only_unpickler``,
-  with our own ``persistent_load``), which yields every storage's declared size: each must equal the size of its ``data/KEY``
-  record, and every tensor view must fit inside its storage (torch checks this when it
-  builds the view), so a memory-mapped tensor can never reach past its record into the
-  rest of the archive;
+- zip files are first unpickled onto the ``meta`` device (shapes only, no data), each storage
+  checked against its ``data/KEY`` record as a DCP chunk's is (``saved_tensor``), so a
+  memory-mapped tensor can never reach past its record into the rest of the archive;
 - no tensor may need more bytes, once materialized, than the whole file holds (a stride-0
   view can declare 10^12 elements over a one-element storage);
 - the state dict is looked for at most ``MAX_DEPTH`` dictionaries deep; its entries that are
@@ -27,7 +24,6 @@ compared, not when the file is opened.
 
 from __future__ import annotations
 
-import contextlib
 import pickle
 import re
 import warnings
@@ -72,20 +68,24 @@ def load_checked(path: str | Path):
     size = check_path(path, folder_ok=False).st_size
     head = _head(path, 4)
     if head == _ZIP_MAGIC:
-        data, records = _archive(path)
+        data, records = _guarded(path, lambda: _archive(path))
         allowed = _inert_globals(data)
-        meta = find_state_dict(_meta_load(path, data, records, allowed), path)
+        # first onto ``meta``: every storage's declared size checked against its record (saved_tensor)
+        tree = _guarded(
+            path, lambda: unpickle(data, lambda id_: meta_storage(id_, records, str(path), _WHAT)), data, allowed
+        )
+        meta = find_state_dict(tree, path)
         _check_sizes(path, meta, size)
         for name, tensor in meta.items():  # before the real load: torch cannot even allocate some packed dtypes
             check_comparable(path, str(name), tensor.dtype)
-        return _safe_load(path, True, allowed, data)
+        return _guarded(path, lambda: torch.load(path, map_location="cpu", weights_only=True, mmap=True), data, allowed)
     if not head.startswith(_PICKLE_MAGIC):
         raise CheckpointError(
             f"{path}: not a torch checkpoint (neither a zip archive nor a pickle: it starts with {head!r})"
         )
     head = _head(path, LEGACY_SCAN)
     allowed = _inert_globals(head)
-    obj = _safe_load(path, False, allowed, head)
+    obj = _guarded(path, lambda: torch.load(path, map_location="cpu", weights_only=True), head, allowed)
     _check_sizes(path, find_state_dict(obj, path), size)
     return obj
 
@@ -100,40 +100,22 @@ def _head(path: Path, n: int) -> bytes:
 
 def _archive(path: Path) -> tuple[bytes, dict[str, zipfile.ZipInfo]]:
     """``data.pkl``'s bytes and the ``data/KEY`` records of a torch zip archive."""
+    with zipfile.ZipFile(path) as archive:
+        return pickle_and_records(archive, str(path), _WHAT)
+
+
+def _guarded(path: Path, load, data: bytes = b"", allowed=()):
+    """``load()`` with ``allowed`` globals beside torch's weights-only ones; any failure of the parser
+    on an untrusted file (a broken archive, whatever zipfile says about it) is one ``CheckpointError``."""
     try:
-        with zipfile.ZipFile(path) as archive:
-            return pickle_and_records(archive, str(path), _WHAT)
+        with torch.serialization.safe_globals(list(allowed)), warnings.catch_warnings():
+            # torch warns about pickle protocols 4 and 5 before refusing them; the refusal says enough
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return load()
     except CheckpointError:
         raise
-    except Exception as err:  # noqa: BLE001 - a broken archive, whatever zipfile says about it
-        raise _load_error(path, err) from None
-
-
-def _safe_load(path: Path, mmap: bool, allowed: list, data: bytes):
-    try:
-        with torch.serialization.safe_globals(allowed), _quiet():
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # noqa: BLE001 - any failure of the parser on an untrusted file is "corrupt"
         raise _load_error(path, err, data, allowed) from None
-
-
-def _meta_load(path: Path, data: bytes, records: dict, allowed: list):
-    """The checkpoint's object tree with every tensor on ``meta``; checks each storage's record size."""
-    try:
-        with torch.serialization.safe_globals(allowed), _quiet():
-            return unpickle(data, lambda saved_id: meta_storage(saved_id, records, str(path), _WHAT))
-    except CheckpointError:
-        raise
-    except Exception as err:  # noqa: BLE001 - see _safe_load
-        raise _load_error(path, err, data, allowed) from None
-
-
-@contextlib.contextmanager
-def _quiet():
-    """torch warns about pickle protocols 4 and 5 before refusing them; the refusal says enough."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Detected pickle protocol")
-        yield
 
 
 def _check_sizes(path: Path, state: dict, file_size: int) -> None:
