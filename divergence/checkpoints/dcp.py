@@ -50,7 +50,7 @@ def is_dcp_folder(path: Path) -> bool:
 class DcpFolder(TensorSource):
     """The model tensors of a DCP folder, each read from its chunks when asked for."""
 
-    def __init__(self, path: str | Path, prefix: str = ""):
+    def __init__(self, path: str | Path):
         self.path = Path(path)
         tensors, paths, shards = stored_tensors(self.path, read_metadata(self.path))
         chosen = model_names(paths)
@@ -59,23 +59,21 @@ class DcpFolder(TensorSource):
                 f"{self.path}: a DCP checkpoint without model tensors (it holds {len(tensors)} tensors, "
                 f"all optimizer state)"
             )
-        self._stored = {prefix + name: tensors[fqn] for fqn, name in chosen.items()}
-        self._fqn = {prefix + name: fqn for fqn, name in chosen.items()}
+        self._stored = {name: tensors[fqn] for fqn, name in chosen.items()}
+        self._fqn = {name: fqn for fqn, name in chosen.items()}
         # shards DCP wrote as safetensors files (serialization_format=SAFETENSORS), each opened once when read
         self._safetensors: dict[str, SafetensorsFile | None] = dict.fromkeys(shards)
         self.metadata = {"format": "dcp"}
         super().__init__({name: stored.info for name, stored in self._stored.items()})
         # an arm's step folder saves a tied tensor once, its other names in its marker (pairfolder.arm.weights_dcp)
-        ties = folder_ties(self.path).items()
-        self.tied = {prefix + k: [prefix + n for n in v] for k, v in ties if prefix + k in self._stored}
+        self.tied = {k: v for k, v in folder_ties(self.path).items() if k in self._stored}
 
     def load(self, name: str) -> torch.Tensor:
         self.info(name)
         return self._rows(name, 0, None)
 
     def _rows(self, name: str, lo: int, hi: int | None) -> torch.Tensor:
-        """Rows ``lo:hi`` (along dim 0; all of a 0-d tensor) of the stored tensor ``name``, from the
-        chunks that hold them: read straight into place where they fit it exactly, else copied."""
+        """Rows ``lo:hi`` (along dim 0; all of a 0-d tensor) of the stored tensor ``name`` (module docstring)."""
         stored = self._stored[name]
         shape = stored.info.shape
         hi = shape[0] if shape and hi is None else hi
@@ -96,8 +94,7 @@ class DcpFolder(TensorSource):
         return tensor
 
     def _chunk(self, name: str, chunk, out: torch.Tensor | None) -> torch.Tensor:
-        """The chunk's tensor: read straight into ``out`` (its contiguous place in the result: rows
-        of an FSDP shard, a whole tensor) when given, else read apart for copying."""
+        """The chunk's tensor, read straight into ``out`` (its contiguous place in the result) when given."""
         file = self.path / chunk.file
         where = f"{file}: chunk of {name!r} at {list(chunk.offsets)}"
         try:

@@ -141,8 +141,6 @@ def read_metadata(folder: Path) -> Record:
         metadata = MetadataUnpickler(io.BytesIO(data), path).load()
     except CheckpointError:
         raise
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot read: {err.strerror or err}") from None
     except RecursionError:
         raise CheckpointError(f"{path}: corrupt DCP metadata: nested too deeply") from None
     except Exception as err:  # noqa: BLE001 - any failure of the parser on an untrusted file is "corrupt"

@@ -55,8 +55,8 @@ def is_megatron_folder(path: Path) -> bool:
 class MegatronFolder(DcpFolder):
     """A ``torch_dist`` folder with each stacked tensor named and loaded layer by layer."""
 
-    def __init__(self, path: str | Path, prefix: str = ""):
-        super().__init__(path, prefix)
+    def __init__(self, path: str | Path):
+        super().__init__(path)
         self._layer: dict[str, tuple[str, int]] = {}
         infos = {}
         for name, stored in self._stored.items():

@@ -59,7 +59,7 @@ def is_zero_folder(path: Path) -> bool:
         return False
 
 
-def open_zero_folder(path: str | Path, prefix: str = "") -> InMemorySource:
+def open_zero_folder(path: str | Path) -> InMemorySource:
     """The model weights of a DeepSpeed checkpoint (see the module docstring)."""
     if not stat.S_ISDIR(check_path(Path(path)).st_mode):
         raise CheckpointError(
@@ -72,7 +72,7 @@ def open_zero_folder(path: str | Path, prefix: str = "") -> InMemorySource:
     checkpoint = load_checked(states)
     weights = find_state_dict(checkpoint, states)
     _check_not_placeholders(states, checkpoint, weights)
-    source = InMemorySource(states, weights, prefix)
+    source = InMemorySource(states, weights)
     source.metadata = {"format": "deepspeed"}
     return source
 
@@ -100,16 +100,12 @@ def _check_layout(folder: Path) -> None:
             f"{', '.join(ranks[:3])}); each file holds a slice of every layer, and divergence reads "
             "model-parallel degree 1 only: merge the slices first"
         )
+    if not ranks and any(folder.glob(_ZERO3)):
+        raise CheckpointError(f"{folder}: {_ZERO3_ADVICE}")
     if not ranks:
-        zero3 = any(folder.glob(_ZERO3))
         raise CheckpointError(
-            f"{folder}: "
-            + (
-                _ZERO3_ADVICE
-                if zero3
-                else f"no {MODEL_STATES}: expected a DeepSpeed checkpoint folder (global_stepN/ or the save_dir "
-                "with its 'latest' file)"
-            )
+            f"{folder}: no {MODEL_STATES}: expected a DeepSpeed checkpoint folder (global_stepN/ or the save_dir "
+            "with its 'latest' file)"
         )
 
 
