@@ -75,12 +75,12 @@ def compare_state_dicts(
     Comparison: ``records`` (one dict per tensor: the metrics, ``module``,
     ``kind``), ``summary`` (whole model) and ``skipped``.
     """
+    sources = []
     for side, state in (("a", a), ("b", b)):
         if not isinstance(state, dict):
             raise UserInputError(f"compare_state_dicts: {side} is a {type(state).__name__}; pass model.state_dict()")
-    source_a, source_b = InMemorySource("a", _tensors(a)), InMemorySource("b", _tensors(b))
-    match = _match(source_a, source_b, maps, intersection, exclude)
-    return compare_sources(source_a, source_b, match, device, progress, include_buffers)
+        sources.append(InMemorySource(side, {str(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}))
+    return compare_sources(*sources, _match(*sources, maps, intersection, exclude), device, progress, include_buffers)
 
 
 def compare_checkpoints(
@@ -120,10 +120,6 @@ def _match(source_a: TensorSource, source_b: TensorSource, maps, intersection: b
         fix = "Pass maps={PATTERN: REPLACEMENT} for renamed tensors, or intersection=True to compare the common ones"
         check_complete(match, source_a, source_b, "the two sides", fix)
     return match
-
-
-def _tensors(state: dict) -> dict:
-    return {str(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}
 
 
 def compare_arms(a: dict, b: dict, device=None) -> Comparison:

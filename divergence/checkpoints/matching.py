@@ -91,8 +91,12 @@ def match_tensors(
     names_a, names_b = _apply_maps(names_a, rules, a), _apply_maps(names_b, rules, b)
     match = Match(pairs=[], stripped_a=_wrappers(a.names) + stripped_a, stripped_b=_wrappers(b.names) + stripped_b)
     match.not_tensors = [(n, side, k) for side, s in (("A", a), ("B", b)) for n, k in s.skipped.items()]
-    if excludes:
-        names_a, names_b = _set_aside(names_a, names_b, excludes, match)
+    for name in list(dict.fromkeys([*names_a, *names_b])):  # set aside before anything is checked
+        pattern = next((p for p in excludes if p.search(name)), None)
+        if pattern is not None:
+            match.excluded.append((name, pattern.pattern))
+            names_a.pop(name, None)
+            names_b.pop(name, None)
     for name, original_a in names_a.items():
         if name not in names_b:
             match.only_a.append(name)
@@ -111,16 +115,6 @@ def match_tensors(
     if not match.pairs:
         raise CheckpointError(f"{a.path} and {b.path}: no tensor names in common; are these the same model?")
     return match
-
-
-def _set_aside(names_a: dict, names_b: dict, excludes: list[re.Pattern], match: Match) -> tuple[dict, dict]:
-    for name in list(dict.fromkeys([*names_a, *names_b])):
-        pattern = next((p for p in excludes if p.search(name)), None)
-        if pattern is not None:
-            match.excluded.append((name, pattern.pattern))
-            names_a.pop(name, None)
-            names_b.pop(name, None)
-    return names_a, names_b
 
 
 def _without_wrappers(source: TensorSource) -> dict:

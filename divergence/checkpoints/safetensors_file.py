@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import struct
+from itertools import accumulate
 from pathlib import Path
 
 import torch
@@ -120,10 +122,6 @@ def _read_header(path: Path, file_size: int) -> tuple[dict, int]:
             text = f.read(length)
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read: {err.strerror or err}") from None
-    return _parse_header(path, text), 8 + length
-
-
-def _parse_header(path: Path, text: bytes) -> dict:
     if not text.startswith(b"{"):
         raise CheckpointError(f"{path}: corrupt safetensors file (its header is not JSON: it must start with '{{')")
     try:
@@ -136,7 +134,7 @@ def _parse_header(path: Path, text: bytes) -> dict:
         raise CheckpointError(f"{path}: corrupt safetensors file (its header is not JSON)") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupt safetensors file (header is not a JSON object)")
-    return header
+    return header, 8 + length
 
 
 class _Duplicate(Exception):
@@ -175,7 +173,7 @@ def _parse_entry(path: Path, name: str, entry) -> tuple[TensorInfo, tuple[int, i
         and offsets[0] <= offsets[1]
     ):
         raise CheckpointError(f"{where}: data_offsets must be two integers begin <= end, got {str(offsets)[:80]}")
-    if _overflows(shape):
+    if any(n > MAX_DIM for n in accumulate(shape, operator.mul)):  # in order: a later 0 does not undo it
         raise CheckpointError(
             f"{where}: shape {str(shape)[:80]} overflows: the product of its dimensions passes 2^63-1"
         )
@@ -186,16 +184,6 @@ def _parse_entry(path: Path, name: str, entry) -> tuple[TensorInfo, tuple[int, i
             f"{where}: {offsets[1] - offsets[0]} bytes for shape {shape} {dtype} (expected {expected})"
         )
     return TensorInfo(tuple(shape), torch_dtype), (offsets[0], offsets[1])
-
-
-def _overflows(shape: list[int]) -> bool:
-    """Whether multiplying the dimensions in order ever passes ``MAX_DIM`` (a later 0 does not undo it)."""
-    count = 1
-    for d in shape:
-        count *= d
-        if count > MAX_DIM:
-            return True
-    return False
 
 
 def _is_count(value, largest: int) -> bool:

@@ -75,18 +75,14 @@ def read_marker(path: Path) -> bytes:
     ``MAX_MARKER_BYTES``. It is opened without blocking and checked before it is read, so a FIFO,
     a device (a link to ``/dev/zero``) or a huge file is refused (``CheckpointError``), never
     waited on or read whole; OSError when it cannot be opened (not there)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+        st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MARKER_BYTES:
             raise CheckpointError(
                 f"{path}: not an arm writer's completion marker (a regular file of at most "
                 f"{MAX_MARKER_BYTES:,} bytes); remove it, or the folder, and write the step again"
             )
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(MAX_MARKER_BYTES + 1)
-    finally:
-        os.close(fd)
+        return f.read(MAX_MARKER_BYTES + 1)
 
 
 def _checked(tied) -> dict[str, list[str]]:
