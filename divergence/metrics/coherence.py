@@ -99,14 +99,7 @@ class CoherenceSums:
         }
 
     def state_dict(self) -> dict:
-        return {
-            "total": self.total,
-            "last": self.last,
-            "energy": self.energy,
-            "cos_sum": self.cos_sum,
-            "cos_count": self.cos_count,
-            "steps": self.steps,
-        }
+        return dict(vars(self))  # total, last, energy, cos_sum, cos_count, steps
 
     def load_state_dict(self, state: dict) -> None:
         for key, value in state.items():

@@ -59,9 +59,7 @@ class DifferenceSums:
         when all are 0); fsum rounds once, whatever the grouping."""
         k = max((p[6] for p in parts), default=0)
         parts = [_at(p, k) for p in parts]
-        max_abs = 0.0
-        for part in parts:
-            max_abs = max(max_abs, part[0])
+        max_abs = max((0.0, *(p[0] for p in parts)))  # 0.0 first, then each chunk's in order
         return cls(n, max_abs, *(math.fsum(p[i] for p in parts) for i in range(1, 6)), k)
 
     @property

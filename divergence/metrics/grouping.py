@@ -100,8 +100,6 @@ def _kind(name: str, shape: tuple[int, ...], weight_ndim: int | None) -> str:
 
 
 def group_key(record: dict, by: str) -> str:
-    if by == "tensor":
-        return record["name"]
     if by == "module":
         return module_of(record["name"]) or "(root)"
     if by == "kind":
