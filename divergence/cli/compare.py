@@ -100,7 +100,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def add_format_flag(p) -> None:
-    """``--format``, shared with ``track``: force one reader (``divergence.checkpoints.formats``)."""
+    """``--format``, shared with ``track``: force one reader (``divergence.checkpoints.READERS``)."""
     from divergence.formats import AUTO, FORMATS, format_help
 
     p.add_argument("--format", default=AUTO, choices=(AUTO, *FORMATS), help=format_help())
