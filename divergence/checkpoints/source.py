@@ -63,18 +63,17 @@ class CompositeSource(TensorSource):
         self.path = path
         self._owner: dict[str, TensorSource] = {}
         infos = {}
+        self.metadata, self.skipped, self.tied = {}, {}, {}
         for part in parts:
             for name in part.names:
                 if name in infos:
                     raise CheckpointError(f"{path}: tensor {name!r} appears in two shards ({part.path})")
                 infos[name] = part.info(name)
                 self._owner[name] = part
-        super().__init__(infos)
-        self.metadata, self.skipped, self.tied = {}, {}, {}
-        for part in parts:
             self.metadata.update(part.metadata)
             self.skipped.update(part.skipped)
             self.tied.update(part.tied)
+        super().__init__(infos)
 
     def load(self, name: str) -> torch.Tensor:
         self.info(name)
