@@ -36,7 +36,7 @@ import torch
 from divergence.checkpoints import bounds
 from divergence.checkpoints.dcp_chunks import check_counts, check_distinct_bytes, check_tiling
 from divergence.checkpoints.files import open_regular, read_regular
-from divergence.checkpoints.source import TensorInfo, check_comparable
+from divergence.checkpoints.source import TensorInfo, check_comparable, is_count
 from divergence.errors import CheckpointError
 
 METADATA_FILE = ".metadata"
@@ -218,7 +218,7 @@ def _chunk_locations(path: Path, storage: dict) -> dict[tuple, tuple[str, int, i
                 f"{path}: tensor {fqn!r} is stored through transforms {list(transforms)[:3]} (a DCP extension, "
                 "e.g. compression); divergence reads plain DCP chunks only: re-save without extensions"
             )
-        if not (isinstance(file, str) and _is_count(start) and _is_count(length)):
+        if not (isinstance(file, str) and is_count(start) and is_count(length)):
             raise CheckpointError(f"{path}: corrupt DCP metadata (storage of {str(fqn)[:80]!r})")
         _check_file_name(path, fqn, file)
         where[(fqn, _dims(offsets))] = (file, start, length)
@@ -301,10 +301,6 @@ def _missing(path: Path, fqn: str, offsets: tuple):
 
 
 def _dims(value) -> tuple[int, ...] | None:
-    if isinstance(value, (tuple, list)) and all(_is_count(v) for v in value):
+    if isinstance(value, (tuple, list)) and all(is_count(v) for v in value):
         return tuple(value)
     return None
-
-
-def _is_count(value) -> bool:
-    return type(value) is int and 0 <= value < 2**63

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from divergence.checkpoints.files import check_path
-from divergence.checkpoints.source import TensorInfo, TensorSource
+from divergence.checkpoints.source import TensorInfo, TensorSource, is_count
 from divergence.checkpoints.tied import read_ties
 from divergence.errors import CheckpointError
 
@@ -164,12 +164,12 @@ def _parse_entry(path: Path, name: str, entry) -> tuple[TensorInfo, tuple[int, i
             f"{path}: tensor {name!r} has dtype {str(dtype)[:40]!r}, which divergence cannot read "
             f"(known: {', '.join(DTYPES)})"
         )
-    if not isinstance(shape, list) or not all(_is_count(d, MAX_DIM) for d in shape):
+    if not isinstance(shape, list) or not all(is_count(d) for d in shape):
         raise CheckpointError(f"{where}: shape must be a list of integers from 0 to 2^63-1, got {str(shape)[:80]}")
     if not (
         isinstance(offsets, list)
         and len(offsets) == 2
-        and all(_is_count(o, 2**64 - 1) for o in offsets)
+        and all(is_count(o, 2**64 - 1) for o in offsets)
         and offsets[0] <= offsets[1]
     ):
         raise CheckpointError(f"{where}: data_offsets must be two integers begin <= end, got {str(offsets)[:80]}")
@@ -184,10 +184,6 @@ def _parse_entry(path: Path, name: str, entry) -> tuple[TensorInfo, tuple[int, i
             f"{where}: {offsets[1] - offsets[0]} bytes for shape {shape} {dtype} (expected {expected})"
         )
     return TensorInfo(tuple(shape), torch_dtype), (offsets[0], offsets[1])
-
-
-def _is_count(value, largest: int) -> bool:
-    return type(value) is int and 0 <= value <= largest
 
 
 def _check_layout(path: Path, parsed: dict, data_size: int) -> None:

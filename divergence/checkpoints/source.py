@@ -27,6 +27,11 @@ class TensorInfo:
         return math.prod(self.shape)
 
 
+def is_count(value, largest: int = 2**63 - 1) -> bool:
+    """An ``int`` (not a bool) from 0 to ``largest``: by default a size torch's int64 holds."""
+    return type(value) is int and 0 <= value <= largest
+
+
 class TensorSource:
     """Named tensors whose shapes and dtypes are known before any is loaded.
 

@@ -37,7 +37,7 @@ import torch
 from divergence.checkpoints import bounds
 from divergence.checkpoints.files import check_path, read_regular
 from divergence.checkpoints.pickled import find_state_dict, load_checked
-from divergence.checkpoints.source import InMemorySource
+from divergence.checkpoints.source import InMemorySource, is_count
 from divergence.errors import CheckpointError
 
 LATEST = "latest"
@@ -129,7 +129,7 @@ def _check_not_placeholders(states: Path, checkpoint, weights: dict[str, torch.T
 
 def _numel(states: Path, name, shape) -> int:
     """The number of elements of a ``param_shapes`` entry (a ``torch.Size`` as DeepSpeed saves it)."""
-    if not (isinstance(shape, (list, tuple)) and all(type(d) is int and 0 <= d < 2**63 for d in shape)):
+    if not (isinstance(shape, (list, tuple)) and all(map(is_count, shape))):
         raise CheckpointError(
             f"{states}: param_shapes gives {str(name)[:80]!r} the shape {str(shape)[:60]}, not a list of sizes; "
             "the file is corrupt"
