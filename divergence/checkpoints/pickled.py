@@ -182,13 +182,11 @@ def _inert_globals(data: bytes) -> list:
     those the pickle references (importing Lightning costs seconds; most files never need it)."""
     referenced = set(referenced_globals(data))
     found = []
-    for module, name in INERT_GLOBALS:
-        if f"{module}.{name}" not in referenced:
-            continue
+    for module, name in [(m, n) for m, n in INERT_GLOBALS if f"{m}.{n}" in referenced]:
         try:
             found.append(getattr(__import__(module, fromlist=[name]), name))
         except (ImportError, AttributeError):
-            continue
+            pass  # that library is not installed: the file's reference to it is refused
     return found
 
 

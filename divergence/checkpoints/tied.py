@@ -99,9 +99,13 @@ def _storage_key(tensor) -> tuple | None:
     global shape and placements. A rank whose shard is empty sees no storage (None): a writer of
     every rank's shards merges the ranks' ties (``pairfolder.arm.weights_dcp``). Another wrapper
     subclass without a storage of its own is never tied."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch without its distributed package
+        DTensor = ()  # isinstance(x, ()) is False
     if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
         return None
-    if _is_dtensor(tensor):
+    if isinstance(tensor, DTensor):
         inner = _storage_key(tensor.to_local())
         return None if inner is None else ("dtensor", inner, tuple(tensor.shape), tuple(map(str, tensor.placements)))
     if tensor.numel() == 0:
@@ -113,12 +117,3 @@ def _storage_key(tensor) -> tuple | None:
     if pointer == 0:
         return None
     return (str(tensor.device), pointer, tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
-
-
-def _is_dtensor(tensor) -> bool:
-    """A ``torch.distributed.tensor.DTensor`` (False where torch has no distributed package)."""
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:
-        return False
-    return isinstance(tensor, DTensor)
