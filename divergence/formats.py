@@ -1,7 +1,7 @@
 """Checkpoint format names for ``--format`` (``compare``, ``track``), importable without torch.
 
 The command line lists them in ``--help`` before anything heavy is imported; the readers
-behind each name are in ``divergence.checkpoints.formats``.
+behind each name are in ``divergence.checkpoints.READERS``.
 """
 
 AUTO = "auto"

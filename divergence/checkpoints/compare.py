@@ -22,7 +22,6 @@ so the EMA never mixes into the raw weights' whole-model numbers.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,7 +30,7 @@ import torch
 
 from divergence.checkpoints import Match, TensorSource, match_tensors, open_checkpoint
 from divergence.checkpoints.families import by_family
-from divergence.checkpoints.matching import mismatch_problems
+from divergence.checkpoints.matching import check_complete, parse_maps
 from divergence.checkpoints.source import InMemorySource
 from divergence.errors import CheckpointError, UserInputError
 from divergence.metrics import classify_kinds, compare_pairs, module_of, summarize
@@ -76,12 +75,12 @@ def compare_state_dicts(
     Comparison: ``records`` (one dict per tensor: the metrics, ``module``,
     ``kind``), ``summary`` (whole model) and ``skipped``.
     """
+    sources = []
     for side, state in (("a", a), ("b", b)):
         if not isinstance(state, dict):
             raise UserInputError(f"compare_state_dicts: {side} is a {type(state).__name__}; pass model.state_dict()")
-    source_a, source_b = InMemorySource("a", _tensors(a)), InMemorySource("b", _tensors(b))
-    match = _match(source_a, source_b, maps, intersection, exclude)
-    return compare_sources(source_a, source_b, match, device, progress, include_buffers)
+        sources.append(InMemorySource(side, {str(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}))
+    return compare_sources(*sources, _match(*sources, maps, intersection, exclude), device, progress, include_buffers)
 
 
 def compare_checkpoints(
@@ -116,42 +115,11 @@ def with_sources(comparison: Comparison, path_a, path_b, a: TensorSource, b: Ten
 
 def _match(source_a: TensorSource, source_b: TensorSource, maps, intersection: bool, exclude) -> Match:
     """The Python callers' matching: errors name ``maps=``/``intersection=``, not the command's flags."""
-    match = match_tensors(source_a, source_b, compile_maps(maps), intersection=True, exclude=exclude)
+    match = match_tensors(source_a, source_b, parse_maps(maps, "maps"), intersection=True, exclude=exclude)
     if not intersection:
-        _check_complete(match, source_a, source_b)
+        fix = "Pass maps={PATTERN: REPLACEMENT} for renamed tensors, or intersection=True to compare the common ones"
+        check_complete(match, source_a, source_b, "the two sides", fix)
     return match
-
-
-def compile_maps(maps) -> list[tuple[re.Pattern, str]]:
-    """Renaming rules as ``(compiled pattern, replacement)``; see ``compare_state_dicts``."""
-    if maps is None:
-        return []
-    items = maps.items() if isinstance(maps, dict) else maps
-    rules = []
-    for item in items:
-        if isinstance(item, str):
-            if "=" not in item:
-                raise UserInputError(f"maps: {item!r} is not 'PATTERN=REPLACEMENT'")
-            item = item.split("=", 1)
-        pattern, replacement = item
-        try:
-            rules.append((re.compile(pattern), replacement))
-        except re.error as err:
-            raise UserInputError(f"maps: {pattern!r} is not a valid regular expression ({err})") from None
-    return rules
-
-
-def _tensors(state: dict) -> dict:
-    return {str(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}
-
-
-def _check_complete(match, a, b) -> None:
-    problems = mismatch_problems(match, a, b)
-    if problems:
-        raise CheckpointError(
-            "the two sides do not match: " + "; ".join(problems) + ". Pass maps={PATTERN: "
-            "REPLACEMENT} for renamed tensors, or intersection=True to compare the common ones"
-        )
 
 
 def compare_arms(a: dict, b: dict, device=None) -> Comparison:

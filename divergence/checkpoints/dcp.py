@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from divergence.checkpoints.dcp_metadata import METADATA_FILE, is_safetensors_shard, read_metadata, stored_tensors
+from divergence.checkpoints.dcp_metadata import METADATA_FILE, read_metadata, stored_tensors
 from divergence.checkpoints.files import open_regular
 from divergence.checkpoints.pickled import STATE_DICT_KEYS
 from divergence.checkpoints.safetensors_file import SafetensorsFile
@@ -50,31 +50,30 @@ def is_dcp_folder(path: Path) -> bool:
 class DcpFolder(TensorSource):
     """The model tensors of a DCP folder, each read from its chunks when asked for."""
 
-    def __init__(self, path: str | Path, prefix: str = ""):
+    def __init__(self, path: str | Path):
         self.path = Path(path)
-        tensors, paths = stored_tensors(self.path, read_metadata(self.path))
+        tensors, paths, shards = stored_tensors(self.path, read_metadata(self.path))
         chosen = model_names(paths)
         if not chosen:
             raise CheckpointError(
                 f"{self.path}: a DCP checkpoint without model tensors (it holds {len(tensors)} tensors, "
                 f"all optimizer state)"
             )
-        self._stored = {prefix + name: tensors[fqn] for fqn, name in chosen.items()}
-        self._fqn = {prefix + name: fqn for fqn, name in chosen.items()}
-        self._safetensors: dict[str, SafetensorsFile | None] = {}
+        self._stored = {name: tensors[fqn] for fqn, name in chosen.items()}
+        self._fqn = {name: fqn for fqn, name in chosen.items()}
+        # shards DCP wrote as safetensors files (serialization_format=SAFETENSORS), each opened once when read
+        self._safetensors: dict[str, SafetensorsFile | None] = dict.fromkeys(shards)
         self.metadata = {"format": "dcp"}
         super().__init__({name: stored.info for name, stored in self._stored.items()})
         # an arm's step folder saves a tied tensor once, its other names in its marker (pairfolder.arm.weights_dcp)
-        ties = folder_ties(self.path).items()
-        self.tied = {prefix + k: [prefix + n for n in v] for k, v in ties if prefix + k in self._stored}
+        self.tied = {k: v for k, v in folder_ties(self.path).items() if k in self._stored}
 
     def load(self, name: str) -> torch.Tensor:
         self.info(name)
         return self._rows(name, 0, None)
 
     def _rows(self, name: str, lo: int, hi: int | None) -> torch.Tensor:
-        """Rows ``lo:hi`` (along dim 0; all of a 0-d tensor) of the stored tensor ``name``, from the
-        chunks that hold them: read straight into place where they fit it exactly, else copied."""
+        """Rows ``lo:hi`` (along dim 0; all of a 0-d tensor) of the stored tensor ``name`` (module docstring)."""
         stored = self._stored[name]
         shape = stored.info.shape
         hi = shape[0] if shape and hi is None else hi
@@ -95,13 +94,12 @@ class DcpFolder(TensorSource):
         return tensor
 
     def _chunk(self, name: str, chunk, out: torch.Tensor | None) -> torch.Tensor:
-        """The chunk's tensor: read straight into ``out`` (its contiguous place in the result: rows
-        of an FSDP shard, a whole tensor) when given, else read apart for copying."""
+        """The chunk's tensor, read straight into ``out`` (its contiguous place in the result) when given."""
         file = self.path / chunk.file
         where = f"{file}: chunk of {name!r} at {list(chunk.offsets)}"
-        shard = self._safetensors_shard(chunk.file)
         try:
-            if shard is not None:  # saved with serialization_format=SAFETENSORS: one chunk per name
+            if chunk.file in self._safetensors:  # one chunk per name, under its flattened name
+                shard = self._safetensors[chunk.file] = self._safetensors[chunk.file] or SafetensorsFile(file)
                 piece = shard.load(self._fqn[name])
             else:
                 with open_regular(file) as f:  # checked on the open file: a FIFO put in its place fails at once
@@ -114,15 +112,6 @@ class DcpFolder(TensorSource):
                 f"{where}: holds {piece.dtype} {list(piece.shape)}, but the metadata says {dtype} {list(chunk.sizes)}"
             )
         return piece
-
-    def _safetensors_shard(self, file: str) -> SafetensorsFile | None:
-        """The shard as a safetensors file when DCP wrote it as one (``FileSystemWriter(...,
-        serialization_format=SerializationFormat.SAFETENSORS)``), else None (torch.save archives)."""
-        if file not in self._safetensors:
-            with open_regular(self.path / file) as f:
-                head = f.read(9)
-            self._safetensors[file] = SafetensorsFile(self.path / file) if is_safetensors_shard(head) else None
-        return self._safetensors[file]
 
 
 def model_names(paths: dict[str, tuple[str, ...]]) -> dict[str, str]:

@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import math
 from itertools import product
 from pathlib import Path
 
@@ -43,16 +44,9 @@ def check_counts(path: Path, metadata_bytes: int, chunks: int, what: str = "chun
         raise CheckpointError(f"{path}: corrupt DCP metadata: it lists {chunks:,} {what}, {why}; refused")
 
 
-def _numel(sizes) -> int:
-    n = 1
-    for d in sizes:
-        n *= d
-    return n
-
-
 def check_tiling(path: Path, fqn: str, shape: tuple, chunks: list) -> None:
     """The chunks (each with ``offsets`` and ``sizes``, inside ``shape``) cover the tensor exactly."""
-    numel, volume = _numel(shape), sum(_numel(c.sizes) for c in chunks)
+    numel, volume = math.prod(shape), sum(math.prod(c.sizes) for c in chunks)
     if volume != numel:
         raise CheckpointError(
             f"{path}: corrupt DCP metadata: tensor {fqn!r} of shape {list(shape)} has chunks holding "

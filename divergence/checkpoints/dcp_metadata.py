@@ -36,7 +36,7 @@ import torch
 from divergence.checkpoints import bounds
 from divergence.checkpoints.dcp_chunks import check_counts, check_distinct_bytes, check_tiling
 from divergence.checkpoints.files import open_regular, read_regular
-from divergence.checkpoints.source import TensorInfo, check_comparable
+from divergence.checkpoints.source import TensorInfo, check_comparable, is_count
 from divergence.errors import CheckpointError
 
 METADATA_FILE = ".metadata"
@@ -60,9 +60,8 @@ DCP_CLASSES = {
         "_StoragePrefix",
     )
 }
-_PATHS = {("pathlib", n) for n in ("Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")} | {
-    ("pathlib._local", n) for n in ("Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")
-}
+_PATH_CLASSES = ("Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")
+_PATHS = {(module, name) for module in ("pathlib", "pathlib._local") for name in _PATH_CLASSES}
 _DTYPES = {name: value for name, value in vars(torch).items() if isinstance(value, torch.dtype)}
 
 
@@ -142,8 +141,6 @@ def read_metadata(folder: Path) -> Record:
         metadata = MetadataUnpickler(io.BytesIO(data), path).load()
     except CheckpointError:
         raise
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot read: {err.strerror or err}") from None
     except RecursionError:
         raise CheckpointError(f"{path}: corrupt DCP metadata: nested too deeply") from None
     except Exception as err:  # noqa: BLE001 - any failure of the parser on an untrusted file is "corrupt"
@@ -171,10 +168,11 @@ class StoredTensor:
     chunks: tuple[Chunk, ...]
 
 
-def stored_tensors(folder: Path, metadata: Record) -> tuple[dict[str, StoredTensor], dict[str, tuple]]:
+def stored_tensors(folder: Path, metadata: Record) -> tuple[dict[str, StoredTensor], dict[str, tuple], set[str]]:
     """``{flattened name: StoredTensor}`` of every tensor in the metadata, every chunk checked
-    (inside the tensor, tiling it exactly, its bytes inside its file), and ``{flattened name:
-    path in the nested state dict}`` from ``planner_data`` (a name it lacks: the name alone)."""
+    (inside the tensor, tiling it exactly, its bytes inside its file), ``{flattened name: path in
+    the nested state dict}`` from ``planner_data`` (a name it lacks: the name alone), and the
+    chunk files that are safetensors shards."""
     path = folder / METADATA_FILE
     entries, storage = metadata.field("state_dict_metadata", 0), metadata.field("storage_data", 2)
     if not isinstance(entries, dict) or not isinstance(storage, dict):
@@ -202,7 +200,7 @@ def stored_tensors(folder: Path, metadata: Record) -> tuple[dict[str, StoredTens
         found = planner.get(fqn) if isinstance(planner, dict) else None
         ok = isinstance(found, (tuple, list)) and found and all(isinstance(p, (str, int)) for p in found)
         paths[fqn] = tuple(str(p) for p in found) if ok else (fqn,)
-    return tensors, paths
+    return tensors, paths, safetensors
 
 
 def _chunk_locations(path: Path, storage: dict) -> dict[tuple, tuple[str, int, int]]:
@@ -220,7 +218,7 @@ def _chunk_locations(path: Path, storage: dict) -> dict[tuple, tuple[str, int, i
                 f"{path}: tensor {fqn!r} is stored through transforms {list(transforms)[:3]} (a DCP extension, "
                 "e.g. compression); divergence reads plain DCP chunks only: re-save without extensions"
             )
-        if not (isinstance(file, str) and _is_count(start) and _is_count(length)):
+        if not (isinstance(file, str) and is_count(start) and is_count(length)):
             raise CheckpointError(f"{path}: corrupt DCP metadata (storage of {str(fqn)[:80]!r})")
         _check_file_name(path, fqn, file)
         where[(fqn, _dims(offsets))] = (file, start, length)
@@ -303,10 +301,6 @@ def _missing(path: Path, fqn: str, offsets: tuple):
 
 
 def _dims(value) -> tuple[int, ...] | None:
-    if isinstance(value, (tuple, list)) and all(_is_count(v) for v in value):
+    if isinstance(value, (tuple, list)) and all(is_count(v) for v in value):
         return tuple(value)
     return None
-
-
-def _is_count(value) -> bool:
-    return type(value) is int and 0 <= value < 2**63

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path, PurePosixPath
 
-from divergence.checkpoints.files import check_path
+from divergence.checkpoints.files import read_regular
 from divergence.checkpoints.pickled import load_pickled
 from divergence.checkpoints.safetensors_file import SafetensorsFile
 from divergence.checkpoints.source import CompositeSource, TensorSource
@@ -94,15 +94,11 @@ MAX_INDEX = 100_000_000  # bytes; the largest real index files are a few MB
 
 
 def _read_weight_map(index: Path) -> dict[str, str]:
-    check_path(index, folder_ok=False)
-    if index.stat().st_size > MAX_INDEX:
-        raise CheckpointError(f"{index}: shard index of {index.stat().st_size:,} bytes is larger than {MAX_INDEX:,}")
+    data = read_regular(index, MAX_INDEX, "shard index")
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        weight_map = json.loads(data.decode("utf-8"))["weight_map"]
     except RecursionError:
         raise CheckpointError(f"{index}: corrupt shard index: JSON nested too deeply") from None
-    except OSError as err:
-        raise CheckpointError(f"{index}: cannot read: {err.strerror or err}") from None
     except (ValueError, KeyError, TypeError):
         raise CheckpointError(f"{index}: corrupt shard index (expected a JSON object with 'weight_map')") from None
     if not isinstance(weight_map, dict):
@@ -110,17 +106,13 @@ def _read_weight_map(index: Path) -> dict[str, str]:
     for name, shard in weight_map.items():
         if not isinstance(shard, str):
             raise CheckpointError(f"{index}: corrupt shard index: tensor {name!r} maps to {shard!r}, not a file name")
-        _check_shard_name(index, name, shard)
+        parts = PurePosixPath(shard.replace("\\", "/")).parts
+        if not shard or shard.startswith(("/", "\\")) or ".." in parts or ":" in shard:
+            raise CheckpointError(
+                f"{index}: tensor {name!r} points at {shard!r}, outside the folder; shard files must be "
+                "relative paths inside it"
+            )
     return weight_map
-
-
-def _check_shard_name(index: Path, name: str, shard: str) -> None:
-    parts = PurePosixPath(shard.replace("\\", "/")).parts
-    if not shard or shard.startswith(("/", "\\")) or ".." in parts or ":" in shard:
-        raise CheckpointError(
-            f"{index}: tensor {name!r} points at {shard!r}, outside the folder; shard files must be "
-            "relative paths inside it"
-        )
 
 
 def _open_sharded(folder: Path, index: Path, prefix: str) -> TensorSource:

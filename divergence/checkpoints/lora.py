@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 
-from divergence.checkpoints.files import check_path
 from divergence.checkpoints.safetensors_file import SafetensorsFile
 from divergence.checkpoints.source import InMemorySource
 from divergence.errors import CheckpointError
@@ -69,8 +68,7 @@ def open_adapter(path: Path) -> InMemorySource:
     weights = path / WEIGHTS
     if not weights.exists():
         raise CheckpointError(f"{path}: {CONFIG} but no {WEIGHTS}; save the adapter with peft's save_pretrained")
-    check_path(weights, folder_ok=False)
-    source = SafetensorsFile(weights)
+    source = SafetensorsFile(weights)  # a regular file (files.check_path), or one line saying what it is
     deltas = {}
     for module, (name_a, name_b) in sorted(factor_pairs(source.names).items()):
         a, b = source.load(name_a), source.load(name_b)

@@ -58,43 +58,45 @@ class Match:
         )
 
 
-def parse_maps(rules: list[str] | None) -> list[tuple[re.Pattern, str]]:
-    """``["PATTERN=REPLACEMENT", ...]`` -> compiled rules; a bad rule is a UserInputError."""
+def parse_maps(rules, flag: str = "--map") -> list[tuple[re.Pattern, str]]:
+    """Renaming rules as ``(compiled pattern, replacement)``, from ``["PATTERN=REPLACEMENT", ...]``,
+    ``{pattern: replacement}`` or ``(pattern, replacement)`` pairs; a bad rule is a UserInputError
+    naming ``flag`` (``maps`` for the Python API)."""
     compiled = []
-    for rule in rules or []:
-        if "=" not in rule:
-            raise UserInputError(f"--map {rule!r}: expected PATTERN=REPLACEMENT, e.g. --map 'attn\\.q=attn.to_q'")
-        pattern, replacement = rule.split("=", 1)
+    for rule in rules.items() if isinstance(rules, dict) else rules or []:
+        if isinstance(rule, str):
+            if "=" not in rule:
+                raise UserInputError(f"{flag} {rule!r}: expected PATTERN=REPLACEMENT, e.g. 'attn\\.q=attn.to_q'")
+            rule = rule.split("=", 1)
+        pattern, replacement = rule
         try:
             compiled.append((re.compile(pattern), replacement))
         except re.error as err:
-            raise UserInputError(f"--map {rule!r}: not a valid regular expression ({err})") from None
-    return compiled
-
-
-def parse_excludes(patterns: list[str] | None) -> list[re.Pattern]:
-    """``--exclude`` patterns, compiled; a bad one is a UserInputError."""
-    compiled = []
-    for pattern in patterns or []:
-        try:
-            compiled.append(re.compile(pattern))
-        except re.error as err:
-            raise UserInputError(f"--exclude {pattern!r}: not a valid regular expression ({err})") from None
+            raise UserInputError(f"{flag}: {pattern!r} is not a valid regular expression ({err})") from None
     return compiled
 
 
 def match_tensors(
     a: TensorSource, b: TensorSource, maps=None, intersection: bool = False, exclude: list[str] | None = None
 ) -> Match:
-    rules = parse_maps(maps) if maps and isinstance(maps[0], str) else (maps or [])
-    excludes = parse_excludes(exclude)
+    rules = parse_maps(maps)
+    excludes = []
+    for pattern in exclude or []:
+        try:
+            excludes.append(re.compile(pattern))
+        except re.error as err:
+            raise UserInputError(f"--exclude {pattern!r}: not a valid regular expression ({err})") from None
     names_a, names_b = _without_wrappers(a), _without_wrappers(b)
     names_a, names_b, stripped_a, stripped_b = _strip_common_prefixes(names_a, names_b)
     names_a, names_b = _apply_maps(names_a, rules, a), _apply_maps(names_b, rules, b)
     match = Match(pairs=[], stripped_a=_wrappers(a.names) + stripped_a, stripped_b=_wrappers(b.names) + stripped_b)
     match.not_tensors = [(n, side, k) for side, s in (("A", a), ("B", b)) for n, k in s.skipped.items()]
-    if excludes:
-        names_a, names_b = _set_aside(names_a, names_b, excludes, match)
+    for name in list(dict.fromkeys([*names_a, *names_b])):  # set aside before anything is checked
+        pattern = next((p for p in excludes if p.search(name)), None)
+        if pattern is not None:
+            match.excluded.append((name, pattern.pattern))
+            names_a.pop(name, None)
+            names_b.pop(name, None)
     for name, original_a in names_a.items():
         if name not in names_b:
             match.only_a.append(name)
@@ -107,22 +109,12 @@ def match_tensors(
             match.pairs.append((name, original_a, original_b))
     match.only_b = [n for n in names_b if n not in names_a]
     if not intersection:
-        _raise_on_mismatch(match, a, b)
+        check_complete(match, a, b)
     if not match.pairs and match.excluded:
         raise UserInputError(f"--exclude leaves no tensor to compare ({len(match.excluded)} excluded)")
     if not match.pairs:
         raise CheckpointError(f"{a.path} and {b.path}: no tensor names in common; are these the same model?")
     return match
-
-
-def _set_aside(names_a: dict, names_b: dict, excludes: list[re.Pattern], match: Match) -> tuple[dict, dict]:
-    for name in list(dict.fromkeys([*names_a, *names_b])):
-        pattern = next((p for p in excludes if p.search(name)), None)
-        if pattern is not None:
-            match.excluded.append((name, pattern.pattern))
-            names_a.pop(name, None)
-            names_b.pop(name, None)
-    return names_a, names_b
 
 
 def _without_wrappers(source: TensorSource) -> dict:
@@ -131,7 +123,7 @@ def _without_wrappers(source: TensorSource) -> dict:
     either would compare a tensor chosen by key order."""
     names: dict[str, str] = {}
     for original in source.names:
-        name = _drop_wrappers(original)
+        name = ".".join(p for p in original.split(".") if p not in WRAPPER_COMPONENTS)
         if name in names:
             raise CheckpointError(
                 f"{source.path}: holds both {names[name]!r} and {original!r}, which are the same tensor "
@@ -146,10 +138,6 @@ def _wrappers(names) -> str:
     """The wrapper components dropped from ``names``, reported as a stripped prefix is (``_orig_mod.``)."""
     found = {p for name in names for p in name.split(".") if p in WRAPPER_COMPONENTS}
     return "".join(f"{w}." for w in WRAPPER_COMPONENTS if w in found)
-
-
-def _drop_wrappers(name: str) -> str:
-    return ".".join(p for p in name.split(".") if p not in WRAPPER_COMPONENTS)
 
 
 def _strip_common_prefixes(names_a: dict, names_b: dict):
@@ -199,8 +187,14 @@ def _apply_maps(names: dict, rules, source: TensorSource) -> dict:
     return renamed
 
 
-def mismatch_problems(match: Match, a: TensorSource, b: TensorSource) -> list[str]:
-    """What keeps two sides from matching: names only one side has, shapes that differ (first few named)."""
+def check_complete(
+    match: Match,
+    a: TensorSource,
+    b: TensorSource,
+    what: str = "the checkpoints",
+    fix: str = "Use --map PATTERN=REPLACEMENT for renamed tensors or --intersection to compare the common ones",
+) -> None:
+    """Names only one side has, or shapes that differ (first few named), are an error that ends with ``fix``."""
     problems = []
     if match.only_a:
         problems.append(f"{len(match.only_a)} only in {a.path} ({_first(match.only_a)})")
@@ -209,17 +203,8 @@ def mismatch_problems(match: Match, a: TensorSource, b: TensorSource) -> list[st
     if match.shape_mismatch:
         shown = ", ".join(f"{n} {list(sa)} vs {list(sb)}" for n, sa, sb in match.shape_mismatch[:_SHOW])
         problems.append(f"{len(match.shape_mismatch)} with different shapes ({shown})")
-    return problems
-
-
-def _raise_on_mismatch(match: Match, a: TensorSource, b: TensorSource) -> None:
-    problems = mismatch_problems(match, a, b)
     if problems:
-        raise CheckpointError(
-            "the checkpoints do not match: "
-            + "; ".join(problems)
-            + ". Use --map PATTERN=REPLACEMENT for renamed tensors or --intersection to compare the common ones"
-        )
+        raise CheckpointError(f"{what} do not match: " + "; ".join(problems) + f". {fix}")
 
 
 def _first(names: list[str]) -> str:

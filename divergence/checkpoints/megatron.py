@@ -52,17 +52,11 @@ def is_megatron_folder(path: Path) -> bool:
     return isinstance(config, dict) and config.get("sharded_backend") == BACKEND
 
 
-def open_dcp_folder(path: str | Path, prefix: str = "") -> TensorSource:
-    """A DCP folder, as Megatron's (layers split) when it is one."""
-    path = Path(path)
-    return MegatronFolder(path, prefix) if is_megatron_folder(path) else DcpFolder(path, prefix)
-
-
 class MegatronFolder(DcpFolder):
     """A ``torch_dist`` folder with each stacked tensor named and loaded layer by layer."""
 
-    def __init__(self, path: str | Path, prefix: str = ""):
-        super().__init__(path, prefix)
+    def __init__(self, path: str | Path):
+        super().__init__(path)
         self._layer: dict[str, tuple[str, int]] = {}
         infos = {}
         for name, stored in self._stored.items():

@@ -34,6 +34,14 @@ def referenced_globals(data: bytes) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def unsafe_globals(data: bytes, allowed=()) -> list[str]:
+    """Globals the pickle(s) in ``data`` reference outside torch's weights-only allow-list and ``allowed``."""
+    from torch import _weights_only_unpickler as weights_only
+
+    safe = set(weights_only._get_allowed_globals()) | {f"{g.__module__}.{g.__name__}" for g in allowed}
+    return [g for g in referenced_globals(data) if g not in safe]
+
+
 def _scan_one(stream: io.BytesIO, found: list[str]) -> None:
     strings: list[str] = []
     memo: dict[int, str | None] = {}

@@ -10,12 +10,9 @@ see ``pickle_scan``, where torch itself does not say), and nothing from it runs.
 A file's declared sizes are checked before any tensor byte is read:
 
 - it must be a zip archive (``torch.save`` since 1.6) or a pickle (the legacy format);
-- zip files are first unpickled onto the ``meta`` device (shapes only, no data) by the
-  unpickler ``torch.load(weights_only=True)`` itself uses (``torch._weights_only_unpickler``,
-  with our own ``persistent_load``), which yields every storage's declared size: each must equal the size of its ``data/KEY``
-  record, and every tensor view must fit inside its storage (torch checks this when it
-  builds the view), so a memory-mapped tensor can never reach past its record into the
-  rest of the archive;
+- zip files are first unpickled onto the ``meta`` device (shapes only, no data), each storage
+  checked against its ``data/KEY`` record as a DCP chunk's is (``saved_tensor``), so a
+  memory-mapped tensor can never reach past its record into the rest of the archive;
 - no tensor may need more bytes, once materialized, than the whole file holds (a stride-0
   view can declare 10^12 elements over a one-element storage);
 - the state dict is looked for at most ``MAX_DEPTH`` dictionaries deep; its entries that are
@@ -27,8 +24,6 @@ compared, not when the file is opened.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import pickle
 import re
 import warnings
@@ -38,7 +33,8 @@ from pathlib import Path
 import torch
 
 from divergence.checkpoints.files import check_path
-from divergence.checkpoints.pickle_scan import referenced_globals
+from divergence.checkpoints.pickle_scan import referenced_globals, unsafe_globals
+from divergence.checkpoints.saved_tensor import meta_storage, pickle_and_records, unpickle
 from divergence.checkpoints.source import InMemorySource, check_comparable
 from divergence.errors import CheckpointError
 
@@ -52,6 +48,7 @@ INERT_GLOBALS = (
     ("pytorch_lightning.utilities.parsing", "AttributeDict"),
 )
 _ZIP_MAGIC, _PICKLE_MAGIC = b"PK\x03\x04", b"\x80"
+_WHAT = "torch checkpoint"
 
 
 def load_pickled(path: str | Path, prefix: str = "") -> InMemorySource:
@@ -69,37 +66,28 @@ def load_checked(path: str | Path):
     (declared sizes against the storage present, no global beyond the inert ones)."""
     path = Path(path)
     size = check_path(path, folder_ok=False).st_size
-    if _kind(path) == "zip":
-        data, records = _archive(path)
-        allowed = _inert_globals(data)
-        meta = find_state_dict(_meta_load(path, data, records, allowed), path)
-        _check_sizes(path, meta, size)
-        _check_dtypes(path, meta)  # before the real load: torch cannot even allocate some packed dtypes
-        return _safe_load(path, True, allowed, data)
-    head = _head(path, LEGACY_SCAN)
-    allowed = _inert_globals(head)
-    obj = _safe_load(path, False, allowed, head)
-    _check_sizes(path, find_state_dict(obj, path), size)
-    return obj
-
-
-def _check_dtypes(path: Path, state) -> None:
-    """Every tensor of the meta pass in a dtype that can be compared (``source.check_comparable``)."""
-    if isinstance(state, dict):
-        for name, value in state.items():
-            if isinstance(value, torch.Tensor):
-                check_comparable(path, str(name), value.dtype)
-
-
-def _kind(path: Path) -> str:
     head = _head(path, 4)
     if head == _ZIP_MAGIC:
-        return "zip"
-    if head.startswith(_PICKLE_MAGIC):
-        return "pickle"
-    raise CheckpointError(
-        f"{path}: not a torch checkpoint (neither a zip archive nor a pickle: it starts with {head!r})"
-    )
+        data, records = _guarded(path, lambda: _archive(path))
+        allowed = _inert_globals(data)
+        # first onto ``meta``: every storage's declared size checked against its record (saved_tensor)
+        tree = _guarded(
+            path, lambda: unpickle(data, lambda id_: meta_storage(id_, records, str(path), _WHAT)), data, allowed
+        )
+        meta = find_state_dict(tree, path)
+        _check_sizes(path, meta, size)
+        for name, tensor in meta.items():  # before the real load: torch cannot even allocate some packed dtypes
+            check_comparable(path, str(name), tensor.dtype)
+        return _guarded(path, lambda: torch.load(path, map_location="cpu", weights_only=True, mmap=True), data, allowed)
+    if not head.startswith(_PICKLE_MAGIC):
+        raise CheckpointError(
+            f"{path}: not a torch checkpoint (neither a zip archive nor a pickle: it starts with {head!r})"
+        )
+    head = _head(path, LEGACY_SCAN)
+    allowed = _inert_globals(head)
+    obj = _guarded(path, lambda: torch.load(path, map_location="cpu", weights_only=True), head, allowed)
+    _check_sizes(path, find_state_dict(obj, path), size)
+    return obj
 
 
 def _head(path: Path, n: int) -> bytes:
@@ -112,74 +100,22 @@ def _head(path: Path, n: int) -> bytes:
 
 def _archive(path: Path) -> tuple[bytes, dict[str, zipfile.ZipInfo]]:
     """``data.pkl``'s bytes and the ``data/KEY`` records of a torch zip archive."""
+    with zipfile.ZipFile(path) as archive:
+        return pickle_and_records(archive, str(path), _WHAT)
+
+
+def _guarded(path: Path, load, data: bytes = b"", allowed=()):
+    """``load()`` with ``allowed`` globals beside torch's weights-only ones; any failure of the parser
+    on an untrusted file (a broken archive, whatever zipfile says about it) is one ``CheckpointError``."""
     try:
-        with zipfile.ZipFile(path) as archive:
-            pickles = [n for n in archive.namelist() if n.endswith("data.pkl") and n.count("/") == 1]
-            if len(pickles) != 1:
-                raise CheckpointError(f"{path}: not a torch checkpoint (a zip archive without one data.pkl)")
-            if archive.getinfo(pickles[0]).compress_type != zipfile.ZIP_STORED:
-                raise CheckpointError(f"{path}: not a torch checkpoint (its data.pkl is compressed)")
-            root = pickles[0][: -len("data.pkl")]
-            records = {
-                i.filename[len(root) + 5 :]: i for i in archive.infolist() if i.filename.startswith(root + "data/")
-            }
-            return archive.read(pickles[0]), records
+        with torch.serialization.safe_globals(list(allowed)), warnings.catch_warnings():
+            # torch warns about pickle protocols 4 and 5 before refusing them; the refusal says enough
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return load()
     except CheckpointError:
         raise
-    except Exception as err:  # noqa: BLE001 - a broken archive, whatever zipfile says about it
-        raise _load_error(path, err) from None
-
-
-def _safe_load(path: Path, mmap: bool, allowed: list, data: bytes):
-    try:
-        with torch.serialization.safe_globals(allowed), _quiet():
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as err:  # noqa: BLE001 - any failure of the parser on an untrusted file is "corrupt"
         raise _load_error(path, err, data, allowed) from None
-
-
-def _meta_load(path: Path, data: bytes, records: dict, allowed: list):
-    """The checkpoint's object tree with every tensor on ``meta``; checks each storage's record size."""
-    from torch import _weights_only_unpickler as weights_only
-
-    unpickler = weights_only.Unpickler(io.BytesIO(data), encoding="utf-8")
-    unpickler.persistent_load = lambda saved_id: _meta_storage(path, saved_id, records)
-    try:
-        with torch.serialization.safe_globals(allowed), _quiet():
-            return unpickler.load()
-    except CheckpointError:
-        raise
-    except Exception as err:  # noqa: BLE001 - see _safe_load
-        raise _load_error(path, err, data, allowed) from None
-
-
-@contextlib.contextmanager
-def _quiet():
-    """torch warns about pickle protocols 4 and 5 before refusing them; the refusal says enough."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Detected pickle protocol")
-        yield
-
-
-def _meta_storage(path: Path, saved_id, records: dict):
-    """persistent_load for the meta pass: a storage of the declared size, checked against its record."""
-    if not (isinstance(saved_id, tuple) and len(saved_id) == 5 and saved_id[0] == "storage"):
-        raise CheckpointError(f"{path}: corrupt torch checkpoint (a persistent id {str(saved_id)[:60]})")
-    _, storage_type, key, _, numel = saved_id
-    dtype = torch.uint8 if storage_type is torch.UntypedStorage else getattr(storage_type, "dtype", None)
-    if not isinstance(dtype, torch.dtype) or type(numel) is not int or numel < 0:
-        raise CheckpointError(f"{path}: corrupt torch checkpoint (storage {str(key)[:40]!r})")
-    nbytes = numel * dtype.itemsize
-    record = records.get(str(key))
-    if record is None:
-        raise CheckpointError(f"{path}: corrupt torch checkpoint: storage data/{key} is missing from the archive")
-    if record.file_size != nbytes or record.compress_type != zipfile.ZIP_STORED:
-        raise CheckpointError(
-            f"{path}: corrupt or truncated torch checkpoint: storage data/{key} declares {nbytes} bytes "
-            f"but the archive holds {record.file_size}"
-        )
-    storage = torch.UntypedStorage(nbytes, device="meta")
-    return torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
 
 
 def _check_sizes(path: Path, state: dict, file_size: int) -> None:
@@ -195,7 +131,7 @@ def _check_sizes(path: Path, state: dict, file_size: int) -> None:
 def _load_error(path: Path, err: BaseException, data: bytes = b"", allowed: list = ()) -> CheckpointError:
     if isinstance(err, pickle.UnpicklingError):
         named = re.search(r"GLOBAL ([\w.]+)", str(err))
-        unsafe = [named.group(1)] if named else _unsafe_globals(data, allowed)
+        unsafe = [named.group(1)] if named else unsafe_globals(data, allowed)
         if unsafe:
             return CheckpointError(
                 f"{path}: refused to unpickle: it references {unsafe[0]}, which could run code. "
@@ -206,14 +142,6 @@ def _load_error(path: Path, err: BaseException, data: bytes = b"", allowed: list
     if isinstance(err, OSError) and not isinstance(err, zipfile.BadZipFile):
         return CheckpointError(f"{path}: cannot read: {err.strerror or err}")
     return CheckpointError(f"{path}: corrupt or truncated torch checkpoint ({type(err).__name__}: {_first_line(err)})")
-
-
-def _unsafe_globals(data: bytes, allowed: list) -> list[str]:
-    """Globals of the pickle outside torch's weights-only allow-list (and ours)."""
-    from torch import _weights_only_unpickler as weights_only
-
-    safe = set(weights_only._get_allowed_globals()) | {f"{g.__module__}.{g.__name__}" for g in allowed}
-    return [g for g in referenced_globals(data) if g not in safe]
 
 
 def find_state_dict(obj, path: Path) -> dict[str, torch.Tensor]:
@@ -254,13 +182,11 @@ def _inert_globals(data: bytes) -> list:
     those the pickle references (importing Lightning costs seconds; most files never need it)."""
     referenced = set(referenced_globals(data))
     found = []
-    for module, name in INERT_GLOBALS:
-        if f"{module}.{name}" not in referenced:
-            continue
+    for module, name in [(m, n) for m, n in INERT_GLOBALS if f"{m}.{n}" in referenced]:
         try:
             found.append(getattr(__import__(module, fromlist=[name]), name))
         except (ImportError, AttributeError):
-            continue
+            pass  # that library is not installed: the file's reference to it is refused
     return found
 
 

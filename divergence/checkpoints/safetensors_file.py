@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import struct
+from itertools import accumulate
 from pathlib import Path
 
 import torch
 
 from divergence.checkpoints.files import check_path
-from divergence.checkpoints.source import TensorInfo, TensorSource
+from divergence.checkpoints.source import TensorInfo, TensorSource, is_count
 from divergence.checkpoints.tied import read_ties
 from divergence.errors import CheckpointError
 
@@ -73,7 +75,10 @@ class SafetensorsFile(TensorSource):
         self.path = Path(path)
         file_size = check_path(self.path, folder_ok=False).st_size
         header, self._data_start = _read_header(self.path, file_size)
-        self.metadata = _metadata(self.path, header.pop("__metadata__", None))
+        metadata = header.pop("__metadata__", None)
+        self.metadata = {} if metadata is None else metadata
+        if not isinstance(self.metadata, dict) or not all(isinstance(v, str) for v in self.metadata.values()):
+            raise CheckpointError(f"{self.path}: corrupt safetensors header: __metadata__ must map strings to strings")
         parsed = {name: _parse_entry(self.path, name, entry) for name, entry in header.items()}
         _check_layout(self.path, parsed, file_size - self._data_start)
         self._offsets = {prefix + name: offsets for name, (_, offsets) in parsed.items()}
@@ -117,10 +122,6 @@ def _read_header(path: Path, file_size: int) -> tuple[dict, int]:
             text = f.read(length)
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read: {err.strerror or err}") from None
-    return _parse_header(path, text), 8 + length
-
-
-def _parse_header(path: Path, text: bytes) -> dict:
     if not text.startswith(b"{"):
         raise CheckpointError(f"{path}: corrupt safetensors file (its header is not JSON: it must start with '{{')")
     try:
@@ -133,7 +134,7 @@ def _parse_header(path: Path, text: bytes) -> dict:
         raise CheckpointError(f"{path}: corrupt safetensors file (its header is not JSON)") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupt safetensors file (header is not a JSON object)")
-    return header
+    return header, 8 + length
 
 
 class _Duplicate(Exception):
@@ -153,14 +154,6 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
-def _metadata(path: Path, metadata) -> dict:
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        raise CheckpointError(f"{path}: corrupt safetensors header: __metadata__ must map strings to strings")
-    return metadata
-
-
 def _parse_entry(path: Path, name: str, entry) -> tuple[TensorInfo, tuple[int, int]]:
     where = f"{path}: corrupt safetensors header for tensor {name!r}"
     if not isinstance(entry, dict) or any(k not in entry for k in _ENTRY_KEYS):
@@ -171,16 +164,16 @@ def _parse_entry(path: Path, name: str, entry) -> tuple[TensorInfo, tuple[int, i
             f"{path}: tensor {name!r} has dtype {str(dtype)[:40]!r}, which divergence cannot read "
             f"(known: {', '.join(DTYPES)})"
         )
-    if not isinstance(shape, list) or not all(_is_count(d, MAX_DIM) for d in shape):
+    if not isinstance(shape, list) or not all(is_count(d) for d in shape):
         raise CheckpointError(f"{where}: shape must be a list of integers from 0 to 2^63-1, got {str(shape)[:80]}")
     if not (
         isinstance(offsets, list)
         and len(offsets) == 2
-        and all(_is_count(o, 2**64 - 1) for o in offsets)
+        and all(is_count(o, 2**64 - 1) for o in offsets)
         and offsets[0] <= offsets[1]
     ):
         raise CheckpointError(f"{where}: data_offsets must be two integers begin <= end, got {str(offsets)[:80]}")
-    if _overflows(shape):
+    if any(n > MAX_DIM for n in accumulate(shape, operator.mul)):  # in order: a later 0 does not undo it
         raise CheckpointError(
             f"{where}: shape {str(shape)[:80]} overflows: the product of its dimensions passes 2^63-1"
         )
@@ -191,20 +184,6 @@ def _parse_entry(path: Path, name: str, entry) -> tuple[TensorInfo, tuple[int, i
             f"{where}: {offsets[1] - offsets[0]} bytes for shape {shape} {dtype} (expected {expected})"
         )
     return TensorInfo(tuple(shape), torch_dtype), (offsets[0], offsets[1])
-
-
-def _overflows(shape: list[int]) -> bool:
-    """Whether multiplying the dimensions in order ever passes ``MAX_DIM`` (a later 0 does not undo it)."""
-    count = 1
-    for d in shape:
-        count *= d
-        if count > MAX_DIM:
-            return True
-    return False
-
-
-def _is_count(value, largest: int) -> bool:
-    return type(value) is int and 0 <= value <= largest
 
 
 def _check_layout(path: Path, parsed: dict, data_size: int) -> None:

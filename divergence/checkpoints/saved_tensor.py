@@ -33,8 +33,10 @@ import zipfile
 import torch
 
 from divergence.checkpoints import bounds
-from divergence.checkpoints.pickle_scan import referenced_globals
+from divergence.checkpoints.pickle_scan import unsafe_globals
 from divergence.errors import CheckpointError
+
+_WHAT = "torch.save archive"
 
 
 class FileRange(io.RawIOBase):
@@ -80,16 +82,16 @@ def load_saved_tensor(file, offset: int, length: int, where: str, out: torch.Ten
     window, data = FileRange(file, offset, length), b""
     try:
         with zipfile.ZipFile(window) as archive:
-            data, records = _pickle_and_records(archive, length, where)
+            data, records = pickle_and_records(archive, where, _WHAT, length)
         used: list[zipfile.ZipInfo] = []
-        meta = _unpickle(data, lambda saved_id: _meta_storage(saved_id, records, used, where))
+        meta = unpickle(data, lambda saved_id: meta_storage(saved_id, records, where, used=used))
         if not isinstance(meta, torch.Tensor):
             raise CheckpointError(f"{where}: holds a {type(meta).__name__}, not a tensor")
         if out is not None and len(used) == 1 and _fills(meta, out):
             _read_record(window, used[0], out, where)
             return out
         read = {}
-        return _unpickle(data, lambda saved_id: _storage(saved_id, window, records, read, where))
+        return unpickle(data, lambda saved_id: _storage(saved_id, window, records, read, where))
     except CheckpointError:
         raise
     except pickle.UnpicklingError as err:
@@ -98,18 +100,25 @@ def load_saved_tensor(file, offset: int, length: int, where: str, out: torch.Ten
         raise CheckpointError(f"{where}: corrupt torch.save archive ({type(err).__name__}: {str(err)[:160]})") from None
 
 
-def _pickle_and_records(archive: zipfile.ZipFile, length: int, where: str) -> tuple[bytes, dict[str, zipfile.ZipInfo]]:
-    """``data.pkl``'s bytes (stored, bounded) and the ``data/KEY`` records, all inside the chunk's ``length`` bytes."""
+def pickle_and_records(
+    archive: zipfile.ZipFile, where: str, what: str, length: int | None = None
+) -> tuple[bytes, dict[str, zipfile.ZipInfo]]:
+    """``data.pkl``'s bytes (stored uncompressed) and the ``data/KEY`` records of a torch zip archive
+    (``what`` names it in errors). For a chunk, ``length``: every member must lie inside its first
+    ``length`` bytes, and ``data.pkl`` within ``bounds.MAX_CHUNK_PICKLE_BYTES``."""
     pickles = [n for n in archive.namelist() if n.endswith("data.pkl") and n.count("/") == 1]
     if len(pickles) != 1:
-        raise CheckpointError(f"{where}: not a torch.save archive (no single data.pkl)")
-    beyond = next((i for i in archive.infolist() if i.header_offset + _stored_size(i) > length), None)
-    if beyond is not None:
-        raise CheckpointError(f"{where}: corrupt chunk: its member {beyond.filename[:80]} ends past the chunk's bytes")
+        raise CheckpointError(f"{where}: not a {what} (no single data.pkl)")
+    if length is not None:
+        beyond = next((i for i in archive.infolist() if i.header_offset + _stored_size(i) > length), None)
+        if beyond is not None:
+            raise CheckpointError(
+                f"{where}: corrupt chunk: its member {beyond.filename[:80]} ends past the chunk's bytes"
+            )
     info = archive.getinfo(pickles[0])
     if info.compress_type != zipfile.ZIP_STORED:
-        raise CheckpointError(f"{where}: not a torch.save archive (its data.pkl is compressed); refused uninflated")
-    if info.file_size > bounds.MAX_CHUNK_PICKLE_BYTES:
+        raise CheckpointError(f"{where}: not a {what} (its data.pkl is compressed); refused uninflated")
+    if length is not None and info.file_size > bounds.MAX_CHUNK_PICKLE_BYTES:
         raise CheckpointError(
             f"{where}: corrupt chunk: its data.pkl of {info.file_size:,} bytes is larger than the "
             f"{bounds.MAX_CHUNK_PICKLE_BYTES:,} of one tensor's"
@@ -124,7 +133,8 @@ def _stored_size(info: zipfile.ZipInfo) -> int:
     return max(info.compress_size, info.file_size) if info.compress_type == zipfile.ZIP_STORED else info.compress_size
 
 
-def _unpickle(data: bytes, persistent_load):
+def unpickle(data: bytes, persistent_load):
+    """``data`` unpickled by torch's weights-only unpickler, storages from ``persistent_load``."""
     from torch import _weights_only_unpickler as weights_only
 
     unpickler = weights_only.Unpickler(io.BytesIO(data), encoding="utf-8")
@@ -132,37 +142,41 @@ def _unpickle(data: bytes, persistent_load):
     return unpickler.load()
 
 
-def _checked(saved_id, records: dict, where: str) -> tuple[torch.dtype, int, zipfile.ZipInfo]:
+def _checked(saved_id, records: dict, where: str, what: str) -> tuple[torch.dtype, int, zipfile.ZipInfo]:
     """A persistent id's dtype, byte size and record, which must be stored uncompressed at exactly that size."""
     if not (isinstance(saved_id, tuple) and len(saved_id) == 5 and saved_id[0] == "storage"):
-        raise CheckpointError(f"{where}: corrupt torch.save archive (a persistent id {str(saved_id)[:60]})")
+        raise CheckpointError(f"{where}: corrupt {what} (a persistent id {str(saved_id)[:60]})")
     _, storage_type, key, _, numel = saved_id
     dtype = torch.uint8 if storage_type is torch.UntypedStorage else getattr(storage_type, "dtype", None)
     if not isinstance(dtype, torch.dtype) or type(numel) is not int or numel < 0:
-        raise CheckpointError(f"{where}: corrupt torch.save archive (storage {str(key)[:40]!r})")
+        raise CheckpointError(f"{where}: corrupt {what} (storage {str(key)[:40]!r})")
     nbytes = numel * dtype.itemsize
     record = records.get(str(key))
-    if record is not None and record.compress_type != zipfile.ZIP_STORED:
-        raise CheckpointError(f"{where}: corrupt chunk: storage data/{key} is compressed; refused uninflated")
-    if record is None or record.file_size != nbytes:
-        held = "missing" if record is None else f"{record.file_size} bytes"
+    if record is None:
+        raise CheckpointError(f"{where}: corrupt {what}: storage data/{key} is missing from the archive")
+    if record.compress_type != zipfile.ZIP_STORED:
+        raise CheckpointError(f"{where}: corrupt {what}: storage data/{key} is compressed; refused uninflated")
+    if record.file_size != nbytes:
         raise CheckpointError(
-            f"{where}: corrupt or truncated chunk: storage data/{key} declares {nbytes} bytes, the archive holds {held}"
+            f"{where}: corrupt or truncated {what}: storage data/{key} declares {nbytes} bytes "
+            f"but the archive holds {record.file_size}"
         )
     return dtype, nbytes, record
 
 
-def _meta_storage(saved_id, records: dict, used: list, where: str):
-    """``persistent_load`` of the first pass: a storage on ``meta`` (sizes only, no bytes read)."""
-    dtype, nbytes, record = _checked(saved_id, records, where)
-    used.append(record)
+def meta_storage(saved_id, records: dict, where: str, what: str = "torch.save archive", used: list | None = None):
+    """``persistent_load`` of a first pass: a storage on ``meta`` (sizes only, no bytes read) of the
+    declared size, checked against its record (appended to ``used``)."""
+    dtype, nbytes, record = _checked(saved_id, records, where, what)
+    if used is not None:
+        used.append(record)
     storage = torch.UntypedStorage(nbytes, device="meta")
     return torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
 
 
 def _storage(saved_id, window: FileRange, records: dict, read: dict, where: str):
     """``persistent_load``: the record ``data/KEY`` read into a fresh buffer (once per key)."""
-    dtype, nbytes, record = _checked(saved_id, records, where)
+    dtype, nbytes, record = _checked(saved_id, records, where, _WHAT)
     if record.filename not in read:
         buffer = torch.empty(nbytes, dtype=torch.uint8)
         _read_record(window, record, buffer, where)
@@ -207,10 +221,7 @@ def _read_record(window: FileRange, record: zipfile.ZipInfo, out: torch.Tensor, 
 
 def _refusal(where: str, data: bytes, err: BaseException) -> CheckpointError:
     """A pickle naming a global outside torch's weights-only allow-list: say which one."""
-    from torch import _weights_only_unpickler as weights_only
-
-    safe = set(weights_only._get_allowed_globals())
-    unsafe = [g for g in referenced_globals(data) if g not in safe]
+    unsafe = unsafe_globals(data)
     if unsafe:
         return CheckpointError(
             f"{where}: refused to unpickle: it references {unsafe[0]}, which could run code. "

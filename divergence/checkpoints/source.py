@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from divergence.checkpoints.tied import untie
 from divergence.errors import CheckpointError
+from divergence.metrics.grouping import BUFFER_DTYPES
 
 
 @dataclass(frozen=True)
@@ -22,10 +24,12 @@ class TensorInfo:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
+
+
+def is_count(value, largest: int = 2**63 - 1) -> bool:
+    """An ``int`` (not a bool) from 0 to ``largest``: by default a size torch's int64 holds."""
+    return type(value) is int and 0 <= value <= largest
 
 
 class TensorSource:
@@ -64,18 +68,17 @@ class CompositeSource(TensorSource):
         self.path = path
         self._owner: dict[str, TensorSource] = {}
         infos = {}
+        self.metadata, self.skipped, self.tied = {}, {}, {}
         for part in parts:
             for name in part.names:
                 if name in infos:
                     raise CheckpointError(f"{path}: tensor {name!r} appears in two shards ({part.path})")
                 infos[name] = part.info(name)
                 self._owner[name] = part
-        super().__init__(infos)
-        self.metadata, self.skipped, self.tied = {}, {}, {}
-        for part in parts:
             self.metadata.update(part.metadata)
             self.skipped.update(part.skipped)
             self.tied.update(part.tied)
+        super().__init__(infos)
 
     def load(self, name: str) -> torch.Tensor:
         self.info(name)
@@ -95,21 +98,9 @@ def check_comparable(path, name: str, dtype: torch.dtype) -> None:
             f"{path}: tensor {name!r} has dtype {dtype} (two 4-bit values packed per byte, scaled by a "
             "separate tensor), which divergence cannot compare; compare the dequantized weights"
         )
-    if not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool or _is_integer(dtype)):
+    # BUFFER_DTYPES: the integer and bool dtypes
+    if not (dtype.is_floating_point or dtype.is_complex or str(dtype).removeprefix("torch.") in BUFFER_DTYPES):
         raise CheckpointError(f"{path}: tensor {name!r} has dtype {dtype}, which divergence cannot compare")
-
-
-def _is_integer(dtype: torch.dtype) -> bool:
-    return dtype in (
-        torch.uint8,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.uint16,
-        torch.uint32,
-        torch.uint64,
-    )
 
 
 class InMemorySource(TensorSource):

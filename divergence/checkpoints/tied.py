@@ -75,18 +75,14 @@ def read_marker(path: Path) -> bytes:
     ``MAX_MARKER_BYTES``. It is opened without blocking and checked before it is read, so a FIFO,
     a device (a link to ``/dev/zero``) or a huge file is refused (``CheckpointError``), never
     waited on or read whole; OSError when it cannot be opened (not there)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+        st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MARKER_BYTES:
             raise CheckpointError(
                 f"{path}: not an arm writer's completion marker (a regular file of at most "
                 f"{MAX_MARKER_BYTES:,} bytes); remove it, or the folder, and write the step again"
             )
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(MAX_MARKER_BYTES + 1)
-    finally:
-        os.close(fd)
+        return f.read(MAX_MARKER_BYTES + 1)
 
 
 def _checked(tied) -> dict[str, list[str]]:
@@ -103,9 +99,13 @@ def _storage_key(tensor) -> tuple | None:
     global shape and placements. A rank whose shard is empty sees no storage (None): a writer of
     every rank's shards merges the ranks' ties (``pairfolder.arm.weights_dcp``). Another wrapper
     subclass without a storage of its own is never tied."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # torch without its distributed package
+        DTensor = ()  # isinstance(x, ()) is False
     if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
         return None
-    if _is_dtensor(tensor):
+    if isinstance(tensor, DTensor):
         inner = _storage_key(tensor.to_local())
         return None if inner is None else ("dtensor", inner, tuple(tensor.shape), tuple(map(str, tensor.placements)))
     if tensor.numel() == 0:
@@ -117,12 +117,3 @@ def _storage_key(tensor) -> tuple | None:
     if pointer == 0:
         return None
     return (str(tensor.device), pointer, tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
-
-
-def _is_dtensor(tensor) -> bool:
-    """A ``torch.distributed.tensor.DTensor`` (False where torch has no distributed package)."""
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:
-        return False
-    return isinstance(tensor, DTensor)

@@ -27,7 +27,7 @@ Accepted paths: ``save_dir`` (its ``latest`` tag is read) or a ``global_stepN`` 
 
 from __future__ import annotations
 
-import os
+import math
 import re
 import stat
 from pathlib import Path
@@ -37,7 +37,7 @@ import torch
 from divergence.checkpoints import bounds
 from divergence.checkpoints.files import check_path, read_regular
 from divergence.checkpoints.pickled import find_state_dict, load_checked
-from divergence.checkpoints.source import InMemorySource
+from divergence.checkpoints.source import InMemorySource, is_count
 from divergence.errors import CheckpointError
 
 LATEST = "latest"
@@ -54,23 +54,12 @@ def is_zero_folder(path: Path) -> bool:
     if (path / MODEL_STATES).is_file() or any(path.glob(_ZERO3)):
         return True
     try:
-        info = os.stat(path / LATEST)
-    except OSError:
-        return False
-    if not stat.S_ISREG(info.st_mode) or info.st_size > bounds.MAX_TAG_BYTES:
-        return False
-    try:
-        tag = _read_tag(path / LATEST)
+        return _tag_folder(path) != path
     except CheckpointError:
         return False
-    return bool(_TAG.match(tag)) and tag not in (".", "..") and (path / tag).is_dir()
 
 
-def _read_tag(latest: Path) -> str:
-    return read_regular(latest, bounds.MAX_TAG_BYTES, "DeepSpeed 'latest' tag").decode("utf-8", "replace").strip()
-
-
-def open_zero_folder(path: str | Path, prefix: str = "") -> InMemorySource:
+def open_zero_folder(path: str | Path) -> InMemorySource:
     """The model weights of a DeepSpeed checkpoint (see the module docstring)."""
     if not stat.S_ISDIR(check_path(Path(path)).st_mode):
         raise CheckpointError(
@@ -83,7 +72,7 @@ def open_zero_folder(path: str | Path, prefix: str = "") -> InMemorySource:
     checkpoint = load_checked(states)
     weights = find_state_dict(checkpoint, states)
     _check_not_placeholders(states, checkpoint, weights)
-    source = InMemorySource(states, weights, prefix)
+    source = InMemorySource(states, weights)
     source.metadata = {"format": "deepspeed"}
     return source
 
@@ -93,9 +82,11 @@ def _tag_folder(path: Path) -> Path:
     latest = path / LATEST
     if not latest.exists() or latest.is_dir() or (path / MODEL_STATES).is_file():
         return path
-    tag = _read_tag(latest)[:200]
+    tag = read_regular(latest, bounds.MAX_TAG_BYTES, "DeepSpeed 'latest' tag").decode("utf-8", "replace").strip()
     if not _TAG.match(tag) or tag in (".", ".."):
-        raise CheckpointError(f"{latest}: names {tag!r}, not a checkpoint tag inside {path} (e.g. global_step1000)")
+        raise CheckpointError(
+            f"{latest}: names {tag[:200]!r}, not a checkpoint tag inside {path} (e.g. global_step1000)"
+        )
     if not (path / tag).is_dir():
         raise CheckpointError(f"{latest}: names the tag {tag!r}, but {path / tag} is not a folder")
     return path / tag
@@ -109,16 +100,12 @@ def _check_layout(folder: Path) -> None:
             f"{', '.join(ranks[:3])}); each file holds a slice of every layer, and divergence reads "
             "model-parallel degree 1 only: merge the slices first"
         )
+    if not ranks and any(folder.glob(_ZERO3)):
+        raise CheckpointError(f"{folder}: {_ZERO3_ADVICE}")
     if not ranks:
-        zero3 = any(folder.glob(_ZERO3))
         raise CheckpointError(
-            f"{folder}: "
-            + (
-                _ZERO3_ADVICE
-                if zero3
-                else f"no {MODEL_STATES}: expected a DeepSpeed checkpoint folder (global_stepN/ or the save_dir "
-                "with its 'latest' file)"
-            )
+            f"{folder}: no {MODEL_STATES}: expected a DeepSpeed checkpoint folder (global_stepN/ or the save_dir "
+            "with its 'latest' file)"
         )
 
 
@@ -142,12 +129,9 @@ def _check_not_placeholders(states: Path, checkpoint, weights: dict[str, torch.T
 
 def _numel(states: Path, name, shape) -> int:
     """The number of elements of a ``param_shapes`` entry (a ``torch.Size`` as DeepSpeed saves it)."""
-    if not (isinstance(shape, (list, tuple)) and all(type(d) is int and 0 <= d < 2**63 for d in shape)):
+    if not (isinstance(shape, (list, tuple)) and all(map(is_count, shape))):
         raise CheckpointError(
             f"{states}: param_shapes gives {str(name)[:80]!r} the shape {str(shape)[:60]}, not a list of sizes; "
             "the file is corrupt"
         )
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    return math.prod(shape)

@@ -89,7 +89,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 def reading_flags(p, device: str | None, device_default: str, intersection: str = "") -> None:
     """The flags ``compare`` and ``track`` share: how the tensors are matched (``--map``,
     ``--intersection``), where compared (``--device``), which reader opens the checkpoints (``--format``,
-    ``divergence.checkpoints.formats``) and ``--quiet``."""
+    ``divergence.checkpoints.READERS``) and ``--quiet``."""
     from divergence.formats import AUTO, FORMATS, format_help
 
     p.add_argument(

@@ -32,34 +32,29 @@ import torch
 def coherence(errors) -> dict[str, float]:
     """``{"coherence": C(T), "mean_cos": ..., "steps": T}`` of a sequence of error vectors
     (module docstring); C is NaN when every error is zero, mean_cos NaN for fewer than 2 steps."""
-    errors = [torch.as_tensor(e).detach().double().flatten() for e in errors]
+    errors = [_flat(e) for e in errors]
     if not errors:
         raise ValueError("coherence needs at least one error vector")
     if len({e.numel() for e in errors}) != 1:
         raise ValueError(f"error vectors differ in size: {sorted({e.numel() for e in errors})}")
-    total = torch.zeros_like(errors[0])
-    energy = 0.0
-    for e in errors:
-        total += e
-        energy += float(e.square().sum())
-    cosines = [_cos(a, b) for a, b in zip(errors, errors[1:])]
-    cosines = [c for c in cosines if not math.isnan(c)]
-    return {
-        "coherence": float(total.norm()) / math.sqrt(energy) if energy > 0 else float("nan"),
-        "mean_cos": sum(cosines) / len(cosines) if cosines else float("nan"),
-        "steps": len(errors),
-    }
+    sums = CoherenceSums()
+    out = [sums.add(e) for e in errors][-1]
+    return {"coherence": out["coherence"], "mean_cos": out["mean_cos"], "steps": out["steps"]}
 
 
 def coherence_curve(errors) -> list[float]:
     """``C(1), C(2), .. C(T)``: the coherence of every prefix, in one pass."""
-    total, energy, out = None, 0.0, []
-    for e in errors:
-        e = torch.as_tensor(e).detach().double().flatten()
-        total = e.clone() if total is None else total + e
-        energy += float(e.square().sum())
-        out.append(float(total.norm()) / math.sqrt(energy) if energy > 0 else float("nan"))
-    return out
+    sums = CoherenceSums()
+    return [sums.add(e)["coherence"] for e in errors]
+
+
+def _flat(error) -> torch.Tensor:
+    return torch.as_tensor(error).detach().double().flatten()
+
+
+def _ratio(norm: float, energy: float) -> float:
+    """``||S|| / sqrt(E)``; NaN when every error is zero."""
+    return norm / math.sqrt(energy) if energy > 0 else float("nan")
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -87,7 +82,7 @@ class CoherenceSums:
         self.energy, self.cos_sum, self.cos_count, self.steps = 0.0, 0.0, 0, 0
 
     def add(self, error) -> dict[str, float]:
-        e = torch.as_tensor(error).detach().double().flatten()
+        e = _flat(error)
         if self.total is not None and e.numel() != self.total.numel():
             raise ValueError(f"error vector of {e.numel()} elements after ones of {self.total.numel()}")
         self.total = e.clone() if self.total is None else self.total + e
@@ -97,21 +92,14 @@ class CoherenceSums:
             self.cos_sum, self.cos_count = self.cos_sum + cos, self.cos_count + 1
         self.last, self.steps = e, self.steps + 1
         return {
-            "coherence": float(self.total.norm()) / math.sqrt(self.energy) if self.energy > 0 else float("nan"),
+            "coherence": _ratio(float(self.total.norm()), self.energy),
             "cos": cos,
             "mean_cos": self.cos_sum / self.cos_count if self.cos_count else float("nan"),
             "steps": self.steps,
         }
 
     def state_dict(self) -> dict:
-        return {
-            "total": self.total,
-            "last": self.last,
-            "energy": self.energy,
-            "cos_sum": self.cos_sum,
-            "cos_count": self.cos_count,
-            "steps": self.steps,
-        }
+        return dict(vars(self))  # total, last, energy, cos_sum, cos_count, steps
 
     def load_state_dict(self, state: dict) -> None:
         for key, value in state.items():
@@ -142,7 +130,7 @@ class LayeredCoherence:
         dot = sq_now = sq_last = 0.0
         for name, error in errors.items():
             sums = self.layers.setdefault(name, CoherenceSums())
-            e = torch.as_tensor(error).detach().double().flatten()
+            e = _flat(error)
             if sums.last is not None:
                 dot += float(e @ sums.last)
                 sq_last += float(sums.last.square().sum())
@@ -156,16 +144,13 @@ class LayeredCoherence:
         total = math.sqrt(sum(float(s.total.square().sum()) for s in self.layers.values()))
         return {
             "model": {
-                "coherence": total / math.sqrt(energy) if energy > 0 else float("nan"),
+                "coherence": _ratio(total, energy),
                 "cos": cos,
                 "mean_cos": self.cos_sum / self.cos_count if self.cos_count else float("nan"),
                 "steps": self.steps,
                 "err_norm": math.sqrt(sq_now),
             },
-            "layers": {
-                name: float(s.total.norm()) / math.sqrt(s.energy) if s.energy > 0 else float("nan")
-                for name, s in self.layers.items()
-            },
+            "layers": {name: _ratio(float(s.total.norm()), s.energy) for name, s in self.layers.items()},
         }
 
     def state_dict(self) -> dict:

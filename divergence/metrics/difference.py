@@ -59,9 +59,7 @@ class DifferenceSums:
         when all are 0); fsum rounds once, whatever the grouping."""
         k = max((p[6] for p in parts), default=0)
         parts = [_at(p, k) for p in parts]
-        max_abs = 0.0
-        for part in parts:
-            max_abs = max(max_abs, part[0])
+        max_abs = max((0.0, *(p[0] for p in parts)))  # 0.0 first, then each chunk's in order
         return cls(n, max_abs, *(math.fsum(p[i] for p in parts) for i in range(1, 6)), k)
 
     @property
@@ -108,7 +106,12 @@ def rescale_exponent(sums, largest) -> int:
     low, high = SQUARES_RANGE
     if low <= sums[3] <= high and low <= sums[4] <= high:
         return 0
-    m = largest()
+    return outside_exponent(largest())
+
+
+def outside_exponent(m: float) -> int:
+    """The binary exponent of ``m`` when it lies outside VALUES_RANGE (its square would over- or
+    underflow), else 0; 0 for 0 or a non-finite ``m``."""
     if not math.isfinite(m) or m == 0 or VALUES_RANGE[0] <= m <= VALUES_RANGE[1]:
         return 0
     return math.frexp(m)[1]

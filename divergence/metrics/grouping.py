@@ -32,7 +32,7 @@ import re
 from collections import defaultdict
 from typing import Iterable
 
-from divergence.metrics.difference import VALUES_RANGE, cosine_from_sums, relative_l2
+from divergence.metrics.difference import cosine_from_sums, outside_exponent, relative_l2
 from divergence.metrics.pair import METRIC_NAMES
 
 GROUPINGS = ("tensor", "module", "kind", "model")
@@ -100,8 +100,6 @@ def _kind(name: str, shape: tuple[int, ...], weight_ndim: int | None) -> str:
 
 
 def group_key(record: dict, by: str) -> str:
-    if by == "tensor":
-        return record["name"]
     if by == "module":
         return module_of(record["name"]) or "(root)"
     if by == "kind":
@@ -151,7 +149,8 @@ def summarize(records: Iterable[dict], include_buffers: bool = False) -> dict:
         return out | {m: math.nan for m in METRIC_NAMES}
     if n == 0:  # empty tensors only: nothing differs
         return out | {m: 0.0 for m in METRIC_NAMES} | {"cosine": 1.0}
-    k = _exponent(finite)  # squares of norms past 2^200 taken as (x 2^-k)^2, exact (see metrics.difference)
+    # squares of norms (||a||, ||b||, ||d||) past 2^200 taken as (x 2^-k)^2, exact (see metrics.difference)
+    k = outside_exponent(max(max(r["norm_a"], r["norm_b"], r["rms_diff"] * math.sqrt(r["numel"])) for r in finite))
     sq_diff = math.fsum(r["numel"] * math.ldexp(r["rms_diff"], -k) ** 2 for r in finite)
     sq_a = math.fsum(math.ldexp(r["norm_a"], -k) ** 2 for r in finite)
     sq_b = math.fsum(math.ldexp(r["norm_b"], -k) ** 2 for r in finite)
@@ -164,15 +163,6 @@ def summarize(records: Iterable[dict], include_buffers: bool = False) -> dict:
         # <a, b> = (||a||^2 + ||b||^2 - ||a - b||^2) / 2
         "cosine": cosine_from_sums((sq_a + sq_b - sq_diff) / 2, sq_a, sq_b),
     }
-
-
-def _exponent(records: list[dict]) -> int:
-    """0, or the binary exponent of the largest norm (||a||, ||b||, ||d||) when it lies outside
-    VALUES_RANGE, where its square would over- or underflow."""
-    largest = max(max(r["norm_a"], r["norm_b"], r["rms_diff"] * math.sqrt(r["numel"])) for r in records)
-    if not math.isfinite(largest) or largest == 0 or VALUES_RANGE[0] <= largest <= VALUES_RANGE[1]:
-        return 0
-    return math.frexp(largest)[1]
 
 
 def _finite(value) -> bool:

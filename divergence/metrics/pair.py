@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from divergence.metrics.difference import DifferenceSums, chunk_sums, difference_sums
-from divergence.metrics.parallel import SPAN, pool, spans
-from divergence.metrics.tensors import as_tensor, check_same_shape, numpy_values
+from divergence.metrics.parallel import SPAN, pool
+from divergence.metrics.tensors import as_tensor, check_same_shape, chunks, numpy_values
 from divergence.metrics.wasserstein import distance_chunks, ends_finite, mean_distance, wasserstein
 
 # The metric keys of a record, in display order. A contract: the JSON, CSV and the
@@ -146,7 +146,7 @@ class _CpuPair:
         self.a, self.b, self.numel = a, b, a.numel()
         va, vb = numpy_values(a), numpy_values(b)
         self.sorts = [pool().submit(np.sort, v) for v in (va, vb)]  # the longest tasks first
-        self.differences = [pool().submit(chunk_sums, va, vb, s) for s in spans(self.numel)]
+        self.differences = [pool().submit(chunk_sums, va, vb, s) for s in chunks(self.numel, SPAN)]
         self.distances = Future()  # the distance pass's futures, or None for a non-finite pair
         self._unsorted, self._lock = 2, threading.Lock()
         for future in self.sorts:
@@ -163,7 +163,7 @@ class _CpuPair:
             sa, sb = (f.result() for f in sorts)
             finite = ends_finite(sa) and ends_finite(sb)
             self.distances.set_result(
-                [pool().submit(distance_chunks, sa, sb, s) for s in spans(self.numel)] if finite else None
+                [pool().submit(distance_chunks, sa, sb, s) for s in chunks(self.numel, SPAN)] if finite else None
             )
         except BaseException as error:  # a failed sort fails the record, in the caller's thread
             self.distances.set_exception(error)

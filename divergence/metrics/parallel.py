@@ -40,8 +40,3 @@ def pool() -> ThreadPoolExecutor:
         if os.getpid() not in _pools:
             _pools[os.getpid()] = ThreadPoolExecutor(max_workers=workers(), thread_name_prefix="divergence-metrics")
         return _pools[os.getpid()]
-
-
-def spans(n: int, size: int = SPAN) -> list[slice]:
-    """Slices covering range(n) in pieces of ``size`` (a multiple of CHUNK), the last shorter."""
-    return [slice(start, min(start + size, n)) for start in range(0, n, size)]

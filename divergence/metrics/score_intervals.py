@@ -51,8 +51,7 @@ def seed_bootstrap(
 ) -> tuple[float, float, float]:
     """``(rate, low, high)``: the hit rate of ``hits`` (S seeds, N captions) and its percentile
     bootstrap interval over the seeds."""
-    rates = _per_seed(hits, "hits")
-    return bootstrap_mean(rates, confidence, resamples, seed)
+    return bootstrap_mean(_per_seed(hits, "hits"), confidence, resamples, seed)
 
 
 def paired_seed_bootstrap(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
@@ -58,8 +56,3 @@ def float64_chunks(a: torch.Tensor, b: torch.Tensor):
     """
     for s in chunks(a.numel()):
         yield a[s].double(), b[s].double()
-
-
-def float64_sum(parts) -> float:
-    """Sum of an iterable of float64 chunk sums, exactly rounded across chunks."""
-    return math.fsum(float(p) for p in parts)

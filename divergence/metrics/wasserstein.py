@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from divergence.metrics.parallel import pool
-from divergence.metrics.tensors import CHUNK, as_tensor, chunks, float64_chunks, float64_sum, numpy_values
+from divergence.metrics.tensors import CHUNK, as_tensor, chunks, float64_chunks, numpy_values
 
 
 def wasserstein(a, b) -> float:
@@ -64,7 +64,7 @@ def wasserstein(a, b) -> float:
         sa, sb = torch.sort(_sortable(a)).values, torch.sort(_sortable(b)).values
         if not (ends_finite(sa) and ends_finite(sb)):
             return float("nan")
-        return float64_sum(abs(x - y).sum() for x, y in float64_chunks(sa, sb)) / a.numel()
+        return mean_distance(a.numel(), [float(abs(x - y).sum()) for x, y in float64_chunks(sa, sb)])
     # numpy's vectorized quicksort, both sides at once (torch's CPU sort is ~3x slower and
     # also builds an index tensor)
     sa, sb = pool().map(np.sort, (numpy_values(a), numpy_values(b)))
