@@ -16,10 +16,9 @@ from divergence.analysis.dose import probe_values
 from divergence.analysis.growth import N_BOOT
 from divergence.errors import UserInputError
 from divergence.report.figures import all_figures
-from divergence.report.html import render_html
+from divergence.report.document import render_html, render_markdown
 from divergence.report import content
 from divergence.report.inputs import load_pairs, study_arm_steps
-from divergence.report.markdown import render_markdown
 from divergence.tables import write_csv, write_json
 
 FIGURES_DIR = "figures"

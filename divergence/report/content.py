@@ -1,6 +1,6 @@
 """What the report says, independent of format: tables of strings and paragraphs.
 
-``html`` and ``markdown`` render the same content, so the two files never disagree.
+``document`` renders it as Markdown and HTML, so the two files never disagree.
 Growth rates are shown per 1,000 steps (per step they are unreadably small).
 """
 
