@@ -9,6 +9,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import TightLayoutEngine
 
+DPI = 110  # the resolution of every report figure
+
 
 def subplots(*grid, figsize, **kwargs):
     """``pyplot.subplots`` without pyplot: ``(figure, axes)``, on an Agg canvas (a PNG needs no

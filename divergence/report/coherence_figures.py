@@ -15,9 +15,8 @@ import numpy as np
 
 from divergence.analysis import Analysis
 from divergence.analysis.coherence import DRIFT_SHARE, WANDER_SHARE, line
-from divergence.report.canvas import save, subplots
+from divergence.report.canvas import DPI, save, subplots
 
-DPI = 110
 TOP_LAYERS = 12
 
 

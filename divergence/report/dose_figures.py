@@ -20,7 +20,7 @@ from divergence.analysis import Analysis
 from divergence.analysis.dose import HALF_WAY, SATURATED_E, SATURATED_PHI
 from divergence.analysis.outcome import LAST_FRACTION
 from divergence.analysis.verdict import Verdict
-from divergence.report.canvas import save, subplots
+from divergence.report.canvas import DPI, save, subplots
 
 COLORS = {
     "optimization": "#d62728",
@@ -29,7 +29,6 @@ COLORS = {
     "control": "#7f7f7f",
     "reordering": "#2ca02c",
 }
-DPI = 110
 
 
 def dose_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path | None]:
@@ -43,10 +42,6 @@ def dose_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path | None]:
         figures[f"phi/{v.study}"] = phi(v, out_dir / f"phi_{stem}.png")
         figures[f"outcome/{v.study}"] = outcome(v, out_dir / f"outcome_{stem}.png")
     return figures
-
-
-def _finish(fig, path: Path) -> Path:
-    return save(fig, path, DPI)
 
 
 def log_e(analysis: Analysis, out_dir: Path) -> Path | None:
@@ -76,7 +71,7 @@ def log_e(analysis: Analysis, out_dir: Path) -> Path | None:
     ax.set_title("Whole-model relative weight difference, every replicate")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
-    return _finish(fig, out_dir / "log_e.png")
+    return save(fig, out_dir / "log_e.png", DPI)
 
 
 def dose_ratio(v: Verdict, path: Path) -> Path | None:
@@ -104,7 +99,7 @@ def dose_ratio(v: Verdict, path: Path) -> Path | None:
     ax.set_title(f"{v.study} against {v.reference}: the dose ratio over training")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    return _finish(fig, path)
+    return save(fig, path, DPI)
 
 
 def phi(v: Verdict, path: Path) -> Path | None:
@@ -137,7 +132,7 @@ def phi(v: Verdict, path: Path) -> Path | None:
     ax.set_title("Fraction of the way to a different-seed model")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
-    return _finish(fig, path)
+    return save(fig, path, DPI)
 
 
 def outcome(v: Verdict, path: Path) -> Path | None:
@@ -166,4 +161,4 @@ def outcome(v: Verdict, path: Path) -> Path | None:
     ax.set_title("Outcome: where training ends up, against seed-to-seed spread")
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=7, loc="upper right")
-    return _finish(fig, path)
+    return save(fig, path, DPI)

@@ -14,7 +14,7 @@ import matplotlib
 from matplotlib.colors import LogNorm
 
 from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, layer_mean
-from divergence.report.canvas import save, subplots
+from divergence.report.canvas import DPI, save, subplots
 from divergence.report.coherence_figures import coherence_figures
 from divergence.report.dose_figures import COLORS, dose_figures
 from divergence.report.router_panel import FIGURE as ROUTER_FIGURE, router_figure
@@ -22,7 +22,6 @@ from divergence.recipe.names import file_stem  # every figure named after a pair
 
 STYLES = ("-", "--", ":", "-.")
 HEATMAP_ROWS = 30
-DPI = 110
 
 
 def short_label(pair) -> str:
@@ -33,10 +32,6 @@ def short_label(pair) -> str:
 def run_label(pair) -> str:
     """The legend name of one run: the pair's, with its replicate when there are several."""
     return short_label(pair) + (f" (r{pair.replicate})" if pair.replicate else "")
-
-
-def _finish(fig, path: Path) -> Path:
-    return save(fig, path, DPI)
 
 
 def _style(pairs: list[PairData]) -> dict[str, dict]:
@@ -74,7 +69,7 @@ def trajectory(analysis: Analysis, metric: str, out_dir: Path) -> Path | None:
     ax.set_title(f"Weight difference between the two arms of each pair: {METRIC_LABELS[metric]}")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
-    return _finish(fig, out_dir / f"trajectory_{metric}.png")
+    return save(fig, out_dir / f"trajectory_{metric}.png", DPI)
 
 
 def relative_growth(analysis: Analysis, metric: str, out_dir: Path) -> Path | None:
@@ -100,7 +95,7 @@ def relative_growth(analysis: Analysis, metric: str, out_dir: Path) -> Path | No
     ax.set_title(f"Relative growth and fitted rate g (95% CI): {METRIC_LABELS[metric]}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return _finish(fig, out_dir / f"relative_{metric}.png")
+    return save(fig, out_dir / f"relative_{metric}.png", DPI)
 
 
 def heatmap(pair: PairData, out_dir: Path, metric: str = "wasserstein", rows: int = HEATMAP_ROWS) -> Path | None:
@@ -135,7 +130,7 @@ def heatmap(pair: PairData, out_dir: Path, metric: str = "wasserstein", rows: in
         f"{short_label(pair)}: top {len(order)} layers by final {METRIC_LABELS[metric]} (grey: zero or NaN)",
         fontsize=10,
     )
-    return _finish(fig, out_dir / f"heatmap_{file_stem(pair.name)}.png")
+    return save(fig, out_dir / f"heatmap_{file_stem(pair.name)}.png", DPI)
 
 
 def losses(pair: PairData, out_dir: Path) -> Path | None:
@@ -162,7 +157,7 @@ def losses(pair: PairData, out_dir: Path) -> Path | None:
     ax.set_title(f"{short_label(pair)}: loss of both arms")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return _finish(fig, out_dir / f"loss_{file_stem(pair.name)}.png")
+    return save(fig, out_dir / f"loss_{file_stem(pair.name)}.png", DPI)
 
 
 def all_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
