@@ -30,13 +30,6 @@ COHERENCE_CAPTION = (
 )
 
 
-def coherence_text(v) -> str | None:
-    """The verdict's coherence sentence (``analysis.coherence.sentence``), None when not recorded."""
-    from divergence.analysis.coherence import sentence
-
-    return sentence(v.coherence, v.study)
-
-
 def method() -> list[str]:
     """The report's Method section, rendered from the constants the analysis decides by
     (``docs/method.md`` states them by name; ``tests/report/test_method_text.py`` ties the two)."""
@@ -376,11 +369,6 @@ def noise_floor_text(analysis: Analysis) -> list[str]:
                 "cannot be told apart from run-to-run nondeterminism."
             )
     return out + floors
-
-
-def all_zero(pair: PairData) -> bool:
-    """Every layer exactly 0 at every tracked step (a deterministic control): no tables to show."""
-    return bool(pair.layers) and all((pair.layer_values[m] == 0).all() for m in TRAJECTORY_METRICS)
 
 
 def spikes_text(pair: PairData) -> str:

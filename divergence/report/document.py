@@ -14,6 +14,7 @@ from pathlib import Path
 
 from divergence import __version__
 from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis
+from divergence.analysis.coherence import sentence
 from divergence.report import content
 from divergence.report.content import Table
 from divergence.report.figures import shown_runs
@@ -128,7 +129,7 @@ def _verdicts(analysis: Analysis) -> list[tuple]:
 
 
 def _coherence(v) -> list[tuple]:
-    text = content.coherence_text(v)
+    text = sentence(v.coherence, v.study)
     if not text:
         return []
     return [("p", [text]), ("figures", [(f"coherence/{v.study}", f"coherence {v.study}", content.COHERENCE_CAPTION)])]
@@ -148,7 +149,7 @@ def _pair_section(pair, fmt: str) -> list[tuple]:
     )
     spikes = content.spikes_text(pair)
     out = [heading, ("figures", [(f"loss/{pair.name}", "loss", spikes)])] + ([("p", [spikes])] if fmt == "md" else [])
-    if content.all_zero(pair):
+    if pair.layers and all((pair.layer_values[m] == 0).all() for m in TRAJECTORY_METRICS):  # a deterministic control
         return out + [("p", ["Every layer is exactly equal in both arms at every tracked step."])]
     heatmap = "Per-layer Wasserstein distance over training, largest final value on top."
     return out + [
