@@ -47,7 +47,11 @@ def pair_costs(folders: list[str | Path], warmup: int = WARMUP) -> dict | None:
         "peak_bytes": {arm: statistics.median(v) if v else None for arm, v in peaks.items()},
         "memory": "/".join(sorted(k for k in kinds if k)) or None,
         "steps": len(times),
-        "ranks": _rank_medians(per_rank),
+        "ranks": {
+            arm: [{k: statistics.median(v) if v else None for k, v in slot.items()} for slot in slots]
+            for arm, slots in sorted(per_rank.items())
+        }
+        or None,
     }
 
 
@@ -61,15 +65,6 @@ def _add_ranks(per_rank: dict, arms: dict) -> None:
             for key in ("seconds", "peak_bytes"):
                 if _positive(values.get(key)):
                     slots[rank][key].append(values[key])
-
-
-def _rank_medians(per_rank: dict) -> dict | None:
-    if not per_rank:
-        return None
-    return {
-        arm: [{k: statistics.median(v) if v else None for k, v in slot.items()} for slot in slots]
-        for arm, slots in sorted(per_rank.items())
-    }
 
 
 def _positive(x) -> bool:

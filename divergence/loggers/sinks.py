@@ -168,7 +168,6 @@ def _wandb_id(folder: RunFolder) -> str:
     out.mkdir(parents=True, exist_ok=True)
     run_id = secrets.token_hex(4)  # wandb ids: 8 lowercase alphanumerics
     if global_rank_zero():
-        out.mkdir(parents=True, exist_ok=True)
         write_atomic(path, run_id + "\n")
     return run_id
 

@@ -174,13 +174,17 @@ def _log_layers(logger, step: int, modules: list[dict], table: bool) -> None:
 
     if not isinstance(logger, WandbLogger):
         return
-    history = _history(logger, step)
+    from divergence.loggers.layer_heatmap import LayerHistory, heatmap_image
+
+    history = logger.__dict__.get("layer_history")
+    if history is None:  # the first time: seeded from the store (a resumed run)
+        history = logger.__dict__["layer_history"] = LayerHistory()
+        if getattr(logger, "store_dir", None) is not None:
+            history.seed(logger.store_dir, before=step)
     history.add(step, modules)
     if not table:
         return
     import wandb
-
-    from divergence.loggers.layer_heatmap import heatmap_image
 
     rows = [[r["group"], r.get("kind", ""), r["tensors"], r["numel"], *[r[m] for m in METRIC_NAMES]] for r in modules]
     w = TABLE_COLUMNS.index("wasserstein")
@@ -194,16 +198,3 @@ def _log_layers(logger, step: int, modules: list[dict], table: bool) -> None:
         heatmap_image(history), caption=f"{modules_n} modules x {steps_n} tracked steps"
     )
     logger.experiment.log({**payload, STEP_KEY: step}, step=step)
-
-
-def _history(logger, step: int):
-    """The logger's layer history, seeded from the store the first time (a resumed run)."""
-    from divergence.loggers.layer_heatmap import LayerHistory
-
-    history = logger.__dict__.get("layer_history")
-    if history is None:
-        history = logger.__dict__["layer_history"] = LayerHistory()
-        store_dir = getattr(logger, "store_dir", None)
-        if store_dir is not None:
-            history.seed(store_dir, before=step)
-    return history
