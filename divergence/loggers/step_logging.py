@@ -29,14 +29,24 @@ also one scalar per module: ``divergence/wasserstein/<module>`` and
 
 wandb summaries (``define_keys``): ``max`` for spikes and every ``max_abs_diff`` key, ``last``
 for the rest; every key on the step axis ``trainer/global_step``.
+
+``StepLogger`` feeds a pair's loggers step by step from outside a Trainer: what ``divergence watch``
+logs. The loggers are the pair's own (``divergence.loggers.sinks.build_loggers`` on the pair folder:
+one run id in ``DIR/wandb-id`` so a restarted comparator continues the same wandb run; CSV under
+``DIR/csv``), filed as ``job_type`` ``comparator`` in the pair's group with the pair's tags, so the
+comparator's logs are exactly what the lockstep tracker sends its loggers, for the same steps. When
+the pair is complete, the store goes to wandb as an artifact.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from divergence.metrics import METRIC_NAMES, TRAJECTORY_METRICS, aggregate
 from divergence.loggers.wandb_mode import key_part
+from divergence.pairfolder.folder import RunFolder
+from divergence.pairfolder.settings import LogConfig
 
 TABLE_COLUMNS = ["module", "kind", "tensors", "numel", *METRIC_NAMES]
 LOSS_KEYS = ("loss_a", "loss_b", "loss_diff", "spike_a", "spike_b")
@@ -198,3 +208,37 @@ def _log_layers(logger, step: int, modules: list[dict], table: bool) -> None:
         heatmap_image(history), caption=f"{modules_n} modules x {steps_n} tracked steps"
     )
     logger.experiment.log({**payload, STEP_KEY: step}, step=step)
+
+
+class StepLogger:
+    def __init__(
+        self,
+        out: RunFolder | Path,
+        log: LogConfig,
+        name: str,
+        checkpoint_every: int,
+        max_steps: int | None,
+        hparams: dict,
+    ):
+        from divergence.loggers.sinks import RunIdentity, build_loggers
+
+        self.loggers = build_loggers(log, out, name, RunIdentity.for_comparator(out, hparams))
+        for logger in self.loggers:
+            logger.log_hyperparams(hparams)
+        self.checkpoint_every, self.max_steps = checkpoint_every, max_steps  # None until an open pair ends
+        self.complete = False
+
+    def end_at(self, max_steps: int | None) -> None:
+        """The pair's length, once an open pair's arms have ended (None: open again)."""
+        self.max_steps = max_steps
+
+    def log(self, step: int, record: dict, tensors: list[dict]) -> None:
+        log_step(self.loggers, step, record, tensors, table=is_table_step(step, self.max_steps, self.checkpoint_every))
+        self.complete = self.complete or (self.max_steps is not None and step >= self.max_steps)
+
+    def close(self) -> None:
+        from divergence.loggers.sinks import finish_wandb
+
+        for logger in self.loggers:
+            logger.finalize("success")
+        finish_wandb(self.loggers, artifacts=self.complete)
