@@ -1,8 +1,6 @@
 """The run's Lightning loggers: wandb (the user's settings first), CSV, TensorBoard.
 
-wandb's mode, project, entity, group, tags and folder follow ``divergence.loggers.wandb_mode``: online
-with ``WANDB_MODE=online``, ``WANDB_API_KEY`` or ``wandb login`` credentials, else an offline
-run under ``<out>/wandb`` (or ``$WANDB_DIR``) and one line saying the ``wandb sync`` command.
+wandb's mode, project, entity, group, tags and folder follow ``divergence.loggers.wandb_mode``.
 The run id is kept in ``<out>/wandb-id`` so a resumed run continues the same wandb run.
 
 Every run of a pair or study is filed the way a wandb user expects: one ``group`` (the study

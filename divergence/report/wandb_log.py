@@ -1,10 +1,9 @@
 """Send the report to wandb: verdict numbers as run summary, figures, the HTML, the files.
 
-Where it goes follows the user's wandb settings (``divergence.loggers.wandb_mode``, the same rule as
-training): ``WANDB_MODE``, else online with credentials (``WANDB_API_KEY`` or ``wandb login``),
-else offline under ``<out>/wandb`` (or ``$WANDB_DIR``) with one line naming the ``wandb sync``
-command. The run is ``job_type`` ``report`` in the study's group (``WANDB_RUN_GROUP``, else the
-study folder's name: the common parent of the pair folders, or the one pair folder's name).
+Where it goes follows the user's wandb settings, the same rule as training's
+(``divergence.loggers.wandb_mode``). The run is ``job_type`` ``report`` in the study's group
+(``WANDB_RUN_GROUP``, else the study folder's name: the common parent of the pair folders, or the
+one pair folder's name).
 
 Summary keys (``flat_summary``), each path segment key-safe (``flash-vs-baseline`` ->
 ``flash_vs_baseline``, see ``divergence.loggers.wandb_mode.key_part``) where marked <safe>:
