@@ -113,9 +113,7 @@ def windows(verdict: dict, runs: list[dict], min_window: int | None) -> dict | N
 
 
 def unavailable_row(opt: Optimization, backbone: str, reason: str) -> dict:
-    row = _row(opt, backbone)
-    row.update(status="unavailable", reason=reason)
-    return row
+    return {**_row(opt, backbone), "status": "unavailable", "reason": reason}
 
 
 def _row(opt: Optimization, backbone: str) -> dict:

@@ -214,15 +214,8 @@ def _html_table(table: Table) -> str:
     if not table.rows:
         return "<p class='meta'>(no data)</p>"
     head = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
-    rows = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{escape(cell)}</td>" if i < table.align_left else f"<td class='num'>{escape(cell)}</td>"
-            for i, cell in enumerate(row)
-        )
-        + "</tr>"
-        for row in table.rows
-    )
+    tags = ["<td>" if i < table.align_left else "<td class='num'>" for i in range(len(table.columns))]
+    rows = "".join("<tr>" + "".join(f"{t}{escape(c)}</td>" for t, c in zip(tags, row)) + "</tr>" for row in table.rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
