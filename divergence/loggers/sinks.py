@@ -27,9 +27,6 @@ from divergence.loggers.wandb_mode import offline_notice, wandb_offline, wandb_t
 __all__ = ["RunIdentity", "DivergenceWandbLogger", "build_loggers", "finish_wandb", "wandb_offline"]
 
 STEP_KEY = "trainer/global_step"
-# What Lightning logs itself (an arm's own train/loss, grad_norm, lr): a glob. Every key that
-# goes through ``step_logging.log_at_step`` is defined by name when first logged.
-GLOB_SUMMARIES = {"train/*": "last"}
 
 
 @dataclass(frozen=True)
@@ -94,8 +91,9 @@ class DivergenceWandbLogger(WandbLogger):
         first = self._experiment is None
         run = WandbLogger.experiment.fget(self)
         if first and self._experiment is not None and hasattr(run, "define_metric"):
-            for glob, summary in GLOB_SUMMARIES.items():
-                run.define_metric(glob, step_metric=STEP_KEY, summary=summary)
+            # what Lightning logs itself (an arm's own train/loss, grad_norm, lr): a glob; every key
+            # that goes through ``step_logging.log_at_step`` is defined by name when first logged
+            run.define_metric("train/*", step_metric=STEP_KEY, summary="last")
             if run.settings.mode in ("offline", "dryrun") or getattr(run, "offline", False):
                 print(offline_notice(Path(run.dir).parent, self.mode_env), flush=True)
         return run
