@@ -39,10 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from divergence.analysis import analyze  # noqa: E402
 from divergence.atlas.runner import build_reports  # noqa: E402
-from divergence.report import coherence_figures, dose_figures, figures, router_panel  # noqa: E402
+from divergence.report import canvas, dose_figures, figures, router_panel  # noqa: E402
 from divergence.report.inputs import load_pairs  # noqa: E402
 
-MODULES = (figures, dose_figures, coherence_figures, router_panel)
+MODULES = (canvas, figures, dose_figures, router_panel)  # canvas: its finish saves
 
 
 def old_subplots(*grid, figsize, **kwargs):

@@ -31,10 +31,6 @@ class BackboneStudy:
     references: tuple[str, ...]  # the reference pairs' names
 
 
-def study_recipe() -> Path:
-    return Path(__file__).resolve().parents[1] / "recipes" / "study.yaml"
-
-
 def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
     """``(study overrides, pair overrides)`` of the command line's KEY=VALUE; the keys the atlas sets
     itself (base, study) are one line."""
@@ -59,9 +55,10 @@ def backbone_study(
     (the command line's pair overrides come after them)."""
     pairs: dict[str, StudyPair] = {}
     names, last, own = {}, None, BACKBONE_PAIRS.get(backbone, ())
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "study.yaml"
     for opt in optimizations:
         last = load_study(
-            study_recipe(),
+            recipe,
             [*BACKBONE_STUDY.get(backbone, ()), *study_overrides, f"base={BACKBONES[backbone]}", f"study={opt.pair}"],
             device,
         )

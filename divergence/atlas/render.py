@@ -245,17 +245,9 @@ def rank_lines(atlas: dict) -> list[str]:
 
 
 def _arm_ranks(arm: str, ranks: list[dict]) -> str:
-    seconds = ", ".join(_seconds(rank.get("seconds")) for rank in ranks)
-    memory = ", ".join(_mib(rank.get("peak_bytes")) for rank in ranks)
+    seconds = ", ".join("-" if r.get("seconds") is None else f"{r['seconds']:.3g} s" for r in ranks)
+    memory = ", ".join("-" if r.get("peak_bytes") is None else f"{r['peak_bytes'] / 2**20:.0f} MiB" for r in ranks)
     return f"{arm} {len(ranks)} rank{'s' if len(ranks) > 1 else ''}: {seconds} a step, {memory} peak"
-
-
-def _seconds(x) -> str:
-    return "-" if x is None else f"{x:.3g} s"
-
-
-def _mib(x) -> str:
-    return "-" if x is None else f"{x / 2**20:.0f} MiB"
 
 
 def _flip(flip: dict) -> str:
@@ -268,19 +260,15 @@ def _placeable(row: dict) -> bool:
 
 
 def _legend(atlas: dict) -> str:
+    precision, reordering = _references(atlas, "dose_ratio") or "?", _references(atlas, "reordering")
     return (
-        f"log10 dose ratio: log10(E_X / E_P) against the precision reference ({_references(atlas)}), 0 by "
+        f"log10 dose ratio: log10(E_X / E_P) against the precision reference ({precision}), 0 by "
         "definition; below 0 perturbs less than low precision. time and memory: arm a (the optimization) over "
         "arm b, per step, medians in the same runs. vs reordering: log10(E_X / E_R) against a reordering of fp32 "
-        f"sums ({_reordering_references(atlas)}): reordering_like when its interval ends at most "
+        f"sums ({reordering or 'none in this atlas'}): reordering_like when its interval ends at most "
         f"+{REORDERING_DEX:g} dex above it, beyond_reordering when it starts above that; (valid steps): read over "
         "every valid step, as X and R did not grow alike, a status only with every step on its side."
     )
-
-
-def _reordering_references(atlas: dict) -> str:
-    names = {(r.get("reordering") or {}).get("reference") or "" for r in atlas["rows"]} - {""}
-    return ", ".join(sorted(names)) or "none in this atlas"
 
 
 def _reordering(r: dict | None) -> str:
@@ -306,8 +294,9 @@ def _coherence(c: dict | None) -> str:
     return f"{c['C']:.2f}{interval} ({c.get('replicates', '?')}) T={c.get('steps', '?')} {c.get('reading')}"
 
 
-def _references(atlas: dict) -> str:
-    return ", ".join(sorted({(r.get("dose_ratio") or {}).get("reference") or "" for r in atlas["rows"]} - {""})) or "?"
+def _references(atlas: dict, reading: str) -> str:
+    """The references the rows' ``reading`` (``dose_ratio``, ``reordering``) is read against."""
+    return ", ".join(sorted({(r.get(reading) or {}).get("reference") or "" for r in atlas["rows"]} - {""}))
 
 
 def _num(x) -> str:

@@ -171,7 +171,8 @@ def keep_earlier_rows(out: Path, atlas: dict) -> dict:
         return atlas
     made = {(r["optimization"], r["backbone"]) for r in atlas["rows"]}
     rows = earlier.get("rows") if isinstance(earlier.get("rows"), list) else []
-    kept = [r for r in rows if _known(r) and (r["optimization"], r["backbone"]) not in made]
+    known = [r for r in rows if isinstance(r, dict) and r.get("optimization") in OPTIMIZATIONS]
+    kept = [r for r in known if r.get("backbone") in BACKBONES and (r["optimization"], r["backbone"]) not in made]
     order = {(o, b): (list(BACKBONES).index(b), i) for i, o in enumerate(OPTIMIZATIONS) for b in BACKBONES}
     rows = sorted([*atlas["rows"], *kept], key=lambda r: order[(r["optimization"], r["backbone"])])
     backbones = {
@@ -179,10 +180,6 @@ def keep_earlier_rows(out: Path, atlas: dict) -> dict:
         **atlas["backbones"],
     }
     return {**atlas, "rows": rows, "backbones": {b: backbones[b] for b in BACKBONES if b in backbones}}
-
-
-def _known(row) -> bool:
-    return isinstance(row, dict) and row.get("optimization") in OPTIMIZATIONS and row.get("backbone") in BACKBONES
 
 
 def _assemble(

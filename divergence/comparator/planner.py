@@ -324,7 +324,7 @@ class Planner:
         write_json(self.pair_folder.watch_state, {"attempts": self.attempts})
 
     def _logger(self):
-        from divergence.loggers.step_logger import StepLogger
+        from divergence.loggers.step_logging import StepLogger
 
         pair = self.pair
         return StepLogger(

@@ -1,8 +1,6 @@
 """The run's Lightning loggers: wandb (the user's settings first), CSV, TensorBoard.
 
-wandb's mode, project, entity, group, tags and folder follow ``divergence.loggers.wandb_mode``: online
-with ``WANDB_MODE=online``, ``WANDB_API_KEY`` or ``wandb login`` credentials, else an offline
-run under ``<out>/wandb`` (or ``$WANDB_DIR``) and one line saying the ``wandb sync`` command.
+wandb's mode, project, entity, group, tags and folder follow ``divergence.loggers.wandb_mode``.
 The run id is kept in ``<out>/wandb-id`` so a resumed run continues the same wandb run.
 
 Every run of a pair or study is filed the way a wandb user expects: one ``group`` (the study
@@ -29,9 +27,6 @@ from divergence.loggers.wandb_mode import offline_notice, wandb_offline, wandb_t
 __all__ = ["RunIdentity", "DivergenceWandbLogger", "build_loggers", "finish_wandb", "wandb_offline"]
 
 STEP_KEY = "trainer/global_step"
-# What Lightning logs itself (an arm's own train/loss, grad_norm, lr): a glob. Every key that
-# goes through ``step_logging.log_at_step`` is defined by name when first logged.
-GLOB_SUMMARIES = {"train/*": "last"}
 
 
 @dataclass(frozen=True)
@@ -96,8 +91,9 @@ class DivergenceWandbLogger(WandbLogger):
         first = self._experiment is None
         run = WandbLogger.experiment.fget(self)
         if first and self._experiment is not None and hasattr(run, "define_metric"):
-            for glob, summary in GLOB_SUMMARIES.items():
-                run.define_metric(glob, step_metric=STEP_KEY, summary=summary)
+            # what Lightning logs itself (an arm's own train/loss, grad_norm, lr): a glob; every key
+            # that goes through ``step_logging.log_at_step`` is defined by name when first logged
+            run.define_metric("train/*", step_metric=STEP_KEY, summary="last")
             if run.settings.mode in ("offline", "dryrun") or getattr(run, "offline", False):
                 print(offline_notice(Path(run.dir).parent, self.mode_env), flush=True)
         return run
@@ -168,7 +164,6 @@ def _wandb_id(folder: RunFolder) -> str:
     out.mkdir(parents=True, exist_ok=True)
     run_id = secrets.token_hex(4)  # wandb ids: 8 lowercase alphanumerics
     if global_rank_zero():
-        out.mkdir(parents=True, exist_ok=True)
         write_atomic(path, run_id + "\n")
     return run_id
 

@@ -29,14 +29,24 @@ also one scalar per module: ``divergence/wasserstein/<module>`` and
 
 wandb summaries (``define_keys``): ``max`` for spikes and every ``max_abs_diff`` key, ``last``
 for the rest; every key on the step axis ``trainer/global_step``.
+
+``StepLogger`` feeds a pair's loggers step by step from outside a Trainer: what ``divergence watch``
+logs. The loggers are the pair's own (``divergence.loggers.sinks.build_loggers`` on the pair folder:
+one run id in ``DIR/wandb-id`` so a restarted comparator continues the same wandb run; CSV under
+``DIR/csv``), filed as ``job_type`` ``comparator`` in the pair's group with the pair's tags, so the
+comparator's logs are exactly what the lockstep tracker sends its loggers, for the same steps. When
+the pair is complete, the store goes to wandb as an artifact.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from divergence.metrics import METRIC_NAMES, TRAJECTORY_METRICS, aggregate
 from divergence.loggers.wandb_mode import key_part
+from divergence.pairfolder.folder import RunFolder
+from divergence.pairfolder.settings import LogConfig
 
 TABLE_COLUMNS = ["module", "kind", "tensors", "numel", *METRIC_NAMES]
 LOSS_KEYS = ("loss_a", "loss_b", "loss_diff", "spike_a", "spike_b")
@@ -174,13 +184,17 @@ def _log_layers(logger, step: int, modules: list[dict], table: bool) -> None:
 
     if not isinstance(logger, WandbLogger):
         return
-    history = _history(logger, step)
+    from divergence.loggers.layer_heatmap import LayerHistory, heatmap_image
+
+    history = logger.__dict__.get("layer_history")
+    if history is None:  # the first time: seeded from the store (a resumed run)
+        history = logger.__dict__["layer_history"] = LayerHistory()
+        if getattr(logger, "store_dir", None) is not None:
+            history.seed(logger.store_dir, before=step)
     history.add(step, modules)
     if not table:
         return
     import wandb
-
-    from divergence.loggers.layer_heatmap import heatmap_image
 
     rows = [[r["group"], r.get("kind", ""), r["tensors"], r["numel"], *[r[m] for m in METRIC_NAMES]] for r in modules]
     w = TABLE_COLUMNS.index("wasserstein")
@@ -196,14 +210,35 @@ def _log_layers(logger, step: int, modules: list[dict], table: bool) -> None:
     logger.experiment.log({**payload, STEP_KEY: step}, step=step)
 
 
-def _history(logger, step: int):
-    """The logger's layer history, seeded from the store the first time (a resumed run)."""
-    from divergence.loggers.layer_heatmap import LayerHistory
+class StepLogger:
+    def __init__(
+        self,
+        out: RunFolder | Path,
+        log: LogConfig,
+        name: str,
+        checkpoint_every: int,
+        max_steps: int | None,
+        hparams: dict,
+    ):
+        from divergence.loggers.sinks import RunIdentity, build_loggers
 
-    history = logger.__dict__.get("layer_history")
-    if history is None:
-        history = logger.__dict__["layer_history"] = LayerHistory()
-        store_dir = getattr(logger, "store_dir", None)
-        if store_dir is not None:
-            history.seed(store_dir, before=step)
-    return history
+        self.loggers = build_loggers(log, out, name, RunIdentity.for_comparator(out, hparams))
+        for logger in self.loggers:
+            logger.log_hyperparams(hparams)
+        self.checkpoint_every, self.max_steps = checkpoint_every, max_steps  # None until an open pair ends
+        self.complete = False
+
+    def end_at(self, max_steps: int | None) -> None:
+        """The pair's length, once an open pair's arms have ended (None: open again)."""
+        self.max_steps = max_steps
+
+    def log(self, step: int, record: dict, tensors: list[dict]) -> None:
+        log_step(self.loggers, step, record, tensors, table=is_table_step(step, self.max_steps, self.checkpoint_every))
+        self.complete = self.complete or (self.max_steps is not None and step >= self.max_steps)
+
+    def close(self) -> None:
+        from divergence.loggers.sinks import finish_wandb
+
+        for logger in self.loggers:
+            logger.finalize("success")
+        finish_wandb(self.loggers, artifacts=self.complete)

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from divergence.analysis import MIN_WINDOW, Analysis, analyze, to_summary
+from divergence.analysis import MIN_WINDOW, TRAJECTORY_METRICS, Analysis, analyze, to_summary
 from divergence.analysis.calibration_file import check_calibration
 from divergence.analysis.consequence_file import CONSEQUENCE_FILE, check_consequence
 from divergence.analysis.dose import probe_values
 from divergence.analysis.growth import N_BOOT
+from divergence.atomic import write_atomic
 from divergence.errors import UserInputError
 from divergence.report.figures import all_figures
-from divergence.report.html import render_html
+from divergence.report.document import render_html, render_markdown
 from divergence.report import content
 from divergence.report.inputs import load_pairs, study_arm_steps
-from divergence.report.markdown import render_markdown
 from divergence.tables import write_csv, write_json
 
 FIGURES_DIR = "figures"
@@ -80,18 +79,8 @@ def build_report(
     write_csv(
         files[1],
         _trajectory_rows(analysis),
-        (
-            "pair",
-            "category",
-            "step",
-            "wasserstein",
-            "max_abs_diff",
-            "relative_wasserstein",
-            "relative_max_abs_diff",
-            "replicate",
-            "rel_l2",
-            "probe_rel_diff",
-        ),
+        ("pair", "category", "step", *TRAJECTORY_METRICS, *(f"relative_{m}" for m in TRAJECTORY_METRICS))
+        + ("replicate", "rel_l2", "probe_rel_diff"),
     )
     cost = content.cost_text(arm_steps)
     _write_text(files[2], render_markdown(analysis, figures, out, generated, cost))
@@ -162,9 +151,7 @@ def _check_writable(folder: Path) -> None:
 
 def _write_text(path: Path, text: str) -> None:
     """Write atomically: a browser or wandb never reads half a report."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, text)
     except OSError as err:
         raise UserInputError(f"{path}: cannot write: {err.strerror or err}") from None

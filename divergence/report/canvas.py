@@ -9,6 +9,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import TightLayoutEngine
 
+DPI = 110  # the resolution of every report figure
+
 
 def subplots(*grid, figsize, **kwargs):
     """``pyplot.subplots`` without pyplot: ``(figure, axes)``, on an Agg canvas (a PNG needs no
@@ -33,3 +35,14 @@ def save(fig: Figure, path: Path, dpi: int, rect=(0, 0, 1, 1)) -> Path:
     TightLayoutEngine(rect=rect).execute(fig)
     fig.savefig(path, dpi=dpi)
     return path
+
+
+def finish(fig: Figure, ax, path: Path, ylabel: str, title: str, log: bool = False, **legend) -> Path:
+    """Label a plot over training steps the report's way (y on a log scale with ``log``, a light grid,
+    the legend at font size 8 unless ``legend`` says otherwise) and ``save`` it."""
+    if log:
+        ax.set_yscale("log")
+    ax.set(xlabel="training step", ylabel=ylabel, title=title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(**{"fontsize": 8, **legend})
+    return save(fig, path, DPI)

@@ -21,9 +21,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from divergence.report.canvas import save, subplots
+from divergence.report.canvas import DPI, save, subplots
 
-DPI = 110
 SHOWN = 18  # images an arm shows, in rows of COLUMNS
 COLUMNS = 9
 

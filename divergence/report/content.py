@@ -1,6 +1,6 @@
 """What the report says, independent of format: tables of strings and paragraphs.
 
-``html`` and ``markdown`` render the same content, so the two files never disagree.
+``document`` renders it as Markdown and HTML, so the two files never disagree.
 Growth rates are shown per 1,000 steps (per step they are unreadably small).
 """
 
@@ -28,13 +28,6 @@ COHERENCE_CAPTION = (
     "C(T) of the update error (the gradient with the optimization on minus off, on the reference arm's "
     "weights and batch) per replicate, against the wander (1) and drift (sqrt(T)) curves; right: per layer."
 )
-
-
-def coherence_text(v) -> str | None:
-    """The verdict's coherence sentence (``analysis.coherence.sentence``), None when not recorded."""
-    from divergence.analysis.coherence import sentence
-
-    return sentence(v.coherence, v.study)
 
 
 def method() -> list[str]:
@@ -376,11 +369,6 @@ def noise_floor_text(analysis: Analysis) -> list[str]:
                 "cannot be told apart from run-to-run nondeterminism."
             )
     return out + floors
-
-
-def all_zero(pair: PairData) -> bool:
-    """Every layer exactly 0 at every tracked step (a deterministic control): no tables to show."""
-    return bool(pair.layers) and all((pair.layer_values[m] == 0).all() for m in TRAJECTORY_METRICS)
 
 
 def spikes_text(pair: PairData) -> str:

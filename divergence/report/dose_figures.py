@@ -3,7 +3,13 @@
 - log E(t) per replicate of every pair, the reference's saturated region shaded;
 - log10(E_X / E_P)(t) per replicate, the window shaded and the pooled estimate with its interval;
 - phi(t) of X and P per replicate with the 0.1 / 0.5 levels and t10 / t50;
-- the outcome Delta per replicate against the seed margin (-m, m).
+- the outcome Delta per replicate against the seed margin (-m, m);
+- the coherence panel of a pair under study: does its update error drift or wander? Left: C(T)
+  against the measured steps, one line per replicate, with the curves an error reaches when it
+  wanders (1), at the reading's two lines (``WANDER_SHARE``, ``DRIFT_SHARE`` of its energy
+  coherent) and when it drifts entirely (sqrt(T)). Right: each layer's C(T) at the end (mean over
+  replicates), largest first. None when the pair has no coherence records, or they say "not
+  measurable".
 
 Every function draws what is finite and skips the rest: a degenerate store (all zero, NaN,
 one replicate, no interval) gives a figure with less on it, or None, never an error.
@@ -17,10 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from divergence.analysis import Analysis
+from divergence.analysis.coherence import DRIFT_SHARE, WANDER_SHARE, line
 from divergence.analysis.dose import HALF_WAY, SATURATED_E, SATURATED_PHI
 from divergence.analysis.outcome import LAST_FRACTION
 from divergence.analysis.verdict import Verdict
-from divergence.report.canvas import save, subplots
+from divergence.report.canvas import DPI, finish, save, subplots
 
 COLORS = {
     "optimization": "#d62728",
@@ -29,7 +36,7 @@ COLORS = {
     "control": "#7f7f7f",
     "reordering": "#2ca02c",
 }
-DPI = 110
+TOP_LAYERS = 12  # the coherence panel's layers
 
 
 def dose_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path | None]:
@@ -43,10 +50,6 @@ def dose_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path | None]:
         figures[f"phi/{v.study}"] = phi(v, out_dir / f"phi_{stem}.png")
         figures[f"outcome/{v.study}"] = outcome(v, out_dir / f"outcome_{stem}.png")
     return figures
-
-
-def _finish(fig, path: Path) -> Path:
-    return save(fig, path, DPI)
 
 
 def log_e(analysis: Analysis, out_dir: Path) -> Path | None:
@@ -70,13 +73,8 @@ def log_e(analysis: Analysis, out_dir: Path) -> Path | None:
             alpha=0.15,
             label=f"saturated (E >= {SATURATED_E:g} E_seed)",
         )
-    ax.set_yscale("log")
-    ax.set_xlabel("training step")
-    ax.set_ylabel("E(t) = ||theta_a - theta_b|| / ||theta_b||")
-    ax.set_title("Whole-model relative weight difference, every replicate")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8)
-    return _finish(fig, out_dir / "log_e.png")
+    title = "Whole-model relative weight difference, every replicate"
+    return finish(fig, ax, out_dir / "log_e.png", "E(t) = ||theta_a - theta_b|| / ||theta_b||", title, log=True)
 
 
 def dose_ratio(v: Verdict, path: Path) -> Path | None:
@@ -99,12 +97,8 @@ def dose_ratio(v: Verdict, path: Path) -> Path | None:
         if dose.ratio.interval:
             ax.axhspan(dose.ratio.lo, dose.ratio.hi, color="black", alpha=0.1, label="95% t interval")
     ax.axhline(0, color="#ff7f0e", linewidth=0.8, linestyle="--", label="as much as the reference")
-    ax.set_xlabel("training step")
-    ax.set_ylabel("log10(E_X / E_P)")
-    ax.set_title(f"{v.study} against {v.reference}: the dose ratio over training")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    return _finish(fig, path)
+    title = f"{v.study} against {v.reference}: the dose ratio over training"
+    return finish(fig, ax, path, "log10(E_X / E_P)", title, fontsize=7, ncol=2)
 
 
 def phi(v: Verdict, path: Path) -> Path | None:
@@ -130,14 +124,8 @@ def phi(v: Verdict, path: Path) -> Path | None:
                     ax.axvline(which[role], color=color, linestyle=style, linewidth=0.8, alpha=0.6)
     for level, name in ((SATURATED_PHI, f"{SATURATED_PHI:g} (t10)"), (HALF_WAY, f"{HALF_WAY:g} (t50)")):
         ax.axhline(level, color="black", linewidth=0.6, linestyle=":" if level == SATURATED_PHI else "--", label=name)
-    ax.set_yscale("log")
-    ax.set_xlabel("training step")
     space = "probe F / F_S" if curves[0].space == "function" else "weight space E / E_S"
-    ax.set_ylabel(f"phi ({space})")
-    ax.set_title("Fraction of the way to a different-seed model")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8)
-    return _finish(fig, path)
+    return finish(fig, ax, path, f"phi ({space})", "Fraction of the way to a different-seed model", log=True)
 
 
 def outcome(v: Verdict, path: Path) -> Path | None:
@@ -166,4 +154,48 @@ def outcome(v: Verdict, path: Path) -> Path | None:
     ax.set_title("Outcome: where training ends up, against seed-to-seed spread")
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=7, loc="upper right")
-    return _finish(fig, path)
+    return save(fig, path, DPI)
+
+
+def coherence_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path | None]:
+    """``coherence/<study>`` of every verdict whose pair recorded its coherence."""
+    from divergence.recipe.names import file_stem
+
+    return {
+        f"coherence/{v.study}": coherence_panel(v.coherence, v.study, out_dir / f"coherence_{file_stem(v.study)}.png")
+        for v in analysis.verdicts
+    }
+
+
+def coherence_panel(c: dict | None, name: str, path: Path) -> Path | None:
+    if not c or "C" not in c:
+        return None
+    fig, (left, right) = subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [3, 2]})
+    t = np.arange(1, max(r["steps"] for r in c["per_replicate"]) + 1)
+    for share, label, style in (
+        (1.0, "drifts entirely: sqrt(T)", ":"),
+        (DRIFT_SHARE, "drift line", "--"),
+        (WANDER_SHARE, "wander line", "--"),
+        (0.0, "wanders: 1", ":"),
+    ):
+        left.plot(t, [line(int(x), share) for x in t], color="grey", linestyle=style, linewidth=1, label=label)
+    for r in c["per_replicate"]:
+        curve = [(n, v) for _, n, v in r["curve"] if v is not None and math.isfinite(v)]
+        if curve:
+            left.plot(*zip(*curve), color="#d62728", alpha=0.7, linewidth=1.2, marker=".")
+    left.set_xlabel("measured steps T")
+    left.set_ylabel("C(T) = |sum e_t| / sqrt(sum |e_t|^2)")
+    interval = f" [{c['lo']:.2f}, {c['hi']:.2f}]" if c.get("lo") is not None else ""
+    left.set_title(f"{name}: C = {c['C']:.2f}{interval}, {c['reading']}", fontsize=10)
+    left.grid(True, alpha=0.3)
+    left.legend(fontsize=7)
+    layers = sorted(((v, k) for k, v in c["layers"].items() if v is not None and math.isfinite(v)), reverse=True)
+    layers = layers[:TOP_LAYERS]
+    if layers:
+        right.barh(range(len(layers)), [v for v, _ in layers], color="#d62728", alpha=0.7)
+        right.set_yticks(range(len(layers)), [k for _, k in layers], fontsize=7)
+        right.invert_yaxis()
+        right.axvline(1.0, color="grey", linestyle=":")
+        right.axvline(line(c["steps"], DRIFT_SHARE), color="grey", linestyle="--")
+    right.set_xlabel("C(T) per layer (mean over replicates)")
+    return save(fig, path, DPI)

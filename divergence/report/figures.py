@@ -14,15 +14,13 @@ import matplotlib
 from matplotlib.colors import LogNorm
 
 from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, layer_mean
-from divergence.report.canvas import save, subplots
-from divergence.report.coherence_figures import coherence_figures
-from divergence.report.dose_figures import COLORS, dose_figures
+from divergence.report.canvas import DPI, finish, save, subplots
+from divergence.report.dose_figures import COLORS, coherence_figures, dose_figures
 from divergence.report.router_panel import FIGURE as ROUTER_FIGURE, router_figure
 from divergence.recipe.names import file_stem  # every figure named after a pair: one name, one file
 
 STYLES = ("-", "--", ":", "-.")
 HEATMAP_ROWS = 30
-DPI = 110
 
 
 def short_label(pair) -> str:
@@ -33,10 +31,6 @@ def short_label(pair) -> str:
 def run_label(pair) -> str:
     """The legend name of one run: the pair's, with its replicate when there are several."""
     return short_label(pair) + (f" (r{pair.replicate})" if pair.replicate else "")
-
-
-def _finish(fig, path: Path) -> Path:
-    return save(fig, path, DPI)
 
 
 def _style(pairs: list[PairData]) -> dict[str, dict]:
@@ -68,13 +62,9 @@ def trajectory(analysis: Analysis, metric: str, out_dir: Path) -> Path | None:
             ax.plot([], [], label=f"{label}: exactly 0, not drawn", **style[p.name])
             continue
         ax.plot(p.steps[positive], values[positive], marker="o", markersize=2.5, label=label, **style[p.name])
-    ax.set_yscale("log")
-    ax.set_xlabel("training step")
-    ax.set_ylabel(f"whole-model {METRIC_LABELS[metric]}")
-    ax.set_title(f"Weight difference between the two arms of each pair: {METRIC_LABELS[metric]}")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8)
-    return _finish(fig, out_dir / f"trajectory_{metric}.png")
+    label = METRIC_LABELS[metric]
+    title = f"Weight difference between the two arms of each pair: {label}"
+    return finish(fig, ax, out_dir / f"trajectory_{metric}.png", f"whole-model {label}", title, log=True)
 
 
 def relative_growth(analysis: Analysis, metric: str, out_dir: Path) -> Path | None:
@@ -95,12 +85,9 @@ def relative_growth(analysis: Analysis, metric: str, out_dir: Path) -> Path | No
         if np.isfinite(g.value):
             fit = g.value * (p.steps - p.steps.mean()) + rel.mean()  # the OLS line through the points
             ax.plot(p.steps, fit, color=style[p.name]["color"], alpha=0.45, linewidth=1, linestyle=(0, (4, 3)))
-    ax.set_xlabel("training step")
-    ax.set_ylabel(f"increase in {METRIC_LABELS[metric]}\nsince the first tracked step")
-    ax.set_title(f"Relative growth and fitted rate g (95% CI): {METRIC_LABELS[metric]}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    return _finish(fig, out_dir / f"relative_{metric}.png")
+    label = f"increase in {METRIC_LABELS[metric]}\nsince the first tracked step"
+    title = f"Relative growth and fitted rate g (95% CI): {METRIC_LABELS[metric]}"
+    return finish(fig, ax, out_dir / f"relative_{metric}.png", label, title)
 
 
 def heatmap(pair: PairData, out_dir: Path, metric: str = "wasserstein", rows: int = HEATMAP_ROWS) -> Path | None:
@@ -135,7 +122,7 @@ def heatmap(pair: PairData, out_dir: Path, metric: str = "wasserstein", rows: in
         f"{short_label(pair)}: top {len(order)} layers by final {METRIC_LABELS[metric]} (grey: zero or NaN)",
         fontsize=10,
     )
-    return _finish(fig, out_dir / f"heatmap_{file_stem(pair.name)}.png")
+    return save(fig, out_dir / f"heatmap_{file_stem(pair.name)}.png", DPI)
 
 
 def losses(pair: PairData, out_dir: Path) -> Path | None:
@@ -157,12 +144,8 @@ def losses(pair: PairData, out_dir: Path) -> Path | None:
                 markeredgecolor="black",
                 label=f"spike flagged in arm {arm} ({flagged.sum()})",
             )
-    ax.set_xlabel("training step")
-    ax.set_ylabel("training loss")
-    ax.set_title(f"{short_label(pair)}: loss of both arms")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    return _finish(fig, out_dir / f"loss_{file_stem(pair.name)}.png")
+    title = f"{short_label(pair)}: loss of both arms"
+    return finish(fig, ax, out_dir / f"loss_{file_stem(pair.name)}.png", "training loss", title)
 
 
 def all_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path]:

@@ -37,8 +37,7 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
                 "or in its subfolders); point at the folder paired training wrote"
             )
         runs.extend(found)
-    unique = list(dict.fromkeys(p.resolve() for p in runs))
-    return unique
+    return list(dict.fromkeys(p.resolve() for p in runs))
 
 
 def _runs_below(folder: Path) -> list[Path]:

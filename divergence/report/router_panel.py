@@ -24,10 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from divergence.analysis import Analysis, PairData
-from divergence.report.canvas import save, subplots
+from divergence.report.canvas import DPI, save, subplots
 from divergence.report.dose_figures import COLORS
 
-DPI = 110
 LINTHRESH = 1e-5  # the flip axis is linear below this (under one choice in 10^5), logarithmic above
 FIGURE = "router_flip"  # the figure's key (report figures, wandb) and file stem
 CAPTION = (

@@ -1,10 +1,9 @@
 """Send the report to wandb: verdict numbers as run summary, figures, the HTML, the files.
 
-Where it goes follows the user's wandb settings (``divergence.loggers.wandb_mode``, the same rule as
-training): ``WANDB_MODE``, else online with credentials (``WANDB_API_KEY`` or ``wandb login``),
-else offline under ``<out>/wandb`` (or ``$WANDB_DIR``) with one line naming the ``wandb sync``
-command. The run is ``job_type`` ``report`` in the study's group (``WANDB_RUN_GROUP``, else the
-study folder's name: the common parent of the pair folders, or the one pair folder's name).
+Where it goes follows the user's wandb settings, the same rule as training's
+(``divergence.loggers.wandb_mode``). The run is ``job_type`` ``report`` in the study's group
+(``WANDB_RUN_GROUP``, else the study folder's name: the common parent of the pair folders, or the
+one pair folder's name).
 
 Summary keys (``flat_summary``), each path segment key-safe (``flash-vs-baseline`` ->
 ``flash_vs_baseline``, see ``divergence.loggers.wandb_mode.key_part``) where marked <safe>:
@@ -39,20 +38,9 @@ import os
 from pathlib import Path
 
 from divergence.report.figures import file_stem
-from divergence.loggers.wandb_mode import DEFAULT_PROJECT, key_part, wandb_target
+from divergence.loggers.wandb_mode import key_part, wandb_target
 
 DOSE_COLUMNS = ["study", "reference", "metric", "log10", "lo", "hi", "replicates", "window_start", "window_end"]
-
-__all__ = [
-    "CONSEQUENCE_COLUMNS",
-    "DEFAULT_PROJECT",
-    "DOSE_COLUMNS",
-    "consequence_summary",
-    "flat_summary",
-    "log_consequence",
-    "log_report",
-    "report_group",
-]
 
 
 def flat_summary(summary: dict) -> dict[str, float | str]:
@@ -96,19 +84,7 @@ def dose_rows(summary: dict) -> list[list]:
         dose = v.get("dose_ratio")
         if dose:
             window = dose.get("window") or (None, None)
-            rows.append(
-                [
-                    v["study"],
-                    dose.get("reference"),
-                    dose.get("metric"),
-                    dose.get("log10"),
-                    dose.get("lo"),
-                    dose.get("hi"),
-                    dose.get("replicates"),
-                    window[0],
-                    window[1],
-                ]
-            )
+            rows.append([v["study"], *(dose.get(k) for k in DOSE_COLUMNS[1:-2]), window[0], window[1]])
     return rows
 
 
@@ -133,9 +109,11 @@ def log_report(
     """Log everything to one wandb run; return where it went (a local folder or a URL)."""
     import wandb
 
+    from divergence.loggers.wandb_artifacts import store_artifact
+
     target = wandb_target(None, report_group(folders, out_dir), ("report",), out_dir)
     offline = target.mode in ("offline", "dryrun")
-    inputs = _input_artifacts(folders)
+    inputs = [a for a in map(store_artifact, folders) if a is not None]
     config = dict(summary["settings"])
     if offline:
         config["inputs"] = {a.name: a.digest for a in inputs}
@@ -159,12 +137,6 @@ def log_report(
     finally:
         run.finish()
     return str(where)
-
-
-def _input_artifacts(folders) -> list:
-    from divergence.loggers.wandb_artifacts import store_artifact
-
-    return [a for a in (store_artifact(f) for f in folders) if a is not None]
 
 
 CONSEQUENCE_COLUMNS = [
@@ -210,15 +182,9 @@ def log_consequence(result: dict, figures: dict[str, Path], out_dir: Path, proje
     try:
         run.summary.update(consequence_summary(result))
         rows = [
-            [r["pair"], r["reference"] or r["role"], r["replicate"], r["eps"], r["early_dex"], r["score_a"]]
-            + [
-                r["score_b"],
-                r["score_shift"]["value"],
-                r["score_shift"]["lo"],
-                r["score_shift"]["hi"],
-                r["probe_shift"],
-                (r.get("sample_distance") or {}).get("value"),
-            ]
+            [r["pair"], r["reference"] or r["role"], *(r[k] for k in CONSEQUENCE_COLUMNS[2:7])]
+            + [*(r["score_shift"][k] for k in ("value", "lo", "hi")), r["probe_shift"]]
+            + [(r.get("sample_distance") or {}).get("value")]
             for r in result["runs"]
         ]
         payload = {"consequence/runs": wandb.Table(columns=CONSEQUENCE_COLUMNS, data=rows)}

@@ -54,7 +54,7 @@ MEMORY_EVERY = 5  # a CPU step's peak memory is read on steps 2, 7, 12, ... (cos
 
 def measures_memory(step: int) -> bool:
     """Whether a CPU arm reads its peak memory at (0-based) ``step``: every ``MEMORY_EVERY``-th, from
-    step 2 on, the first past the atlas's warm-up (``atlas.costs.WARMUP``: costs lines 1 and 2).
+    step 2 on, the first past the atlas's warm-up (``atlas.rows.WARMUP``: costs lines 1 and 2).
 
     >>> [s for s in range(15) if measures_memory(s)]
     [2, 7, 12]

@@ -8,9 +8,8 @@ import pytest
 
 from divergence.analysis import analyze, to_summary
 from divergence.atlas.catalog import OPTIMIZATIONS, backbones, select
-from divergence.atlas.costs import pair_costs
 from divergence.atlas.render import COLUMNS, cells, write_atlas
-from divergence.atlas.rows import measured_row, numerics_text, seed_ceiling, unavailable_row
+from divergence.atlas.rows import measured_row, numerics_text, pair_costs, seed_ceiling, unavailable_row
 from divergence.errors import UserInputError
 from divergence.training.step_costs import append_costs, read_costs
 from tests.analysis.synthetic import dose_study

@@ -11,8 +11,7 @@ from divergence.analysis import analyze
 from divergence.cli import main
 from divergence.report.dose_figures import dose_figures
 from divergence.report.figures import heatmap, losses, shown_runs
-from divergence.report.html import render_html
-from divergence.report.markdown import render_markdown
+from divergence.report.document import render_html, render_markdown
 from tests.analysis.synthetic import dose_pair, write_pair
 
 # two pairs under study whose names differ only where a file name cannot hold the character
