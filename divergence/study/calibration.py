@@ -28,7 +28,7 @@ from pathlib import Path
 
 from divergence.config.yaml_safe import short
 from divergence.errors import RecipeError
-from divergence.study.config import Study, _pair, precision_auto, read_head, replicates_and_jobs, study_name
+from divergence.study.config import Study, StudyPair, _pair, precision_auto, read_head, replicates_and_jobs, study_name
 
 CALIBRATION_KEYS = {
     "name",
@@ -67,29 +67,8 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
     path = Path(path)
     data, _, shared = read_head(path, overrides, CALIBRATION_OVERRIDES, CALIBRATION_KEYS, "calibration")
     doses = _doses(data.get("doses"), path)
-    pairs = [
-        _pair(
-            LADDER_ROLE,
-            {
-                "name": ladder_name(eps),
-                "arms": {"a": [{"grad-noise": eps}], "b": []},
-                "description": f"relative gradient noise {eps:g} vs none",
-            },
-            path,
-            shared,
-            key=f"doses ({eps:g})",
-        )
-        for eps in doses
-    ]
-    references = data.get("references") or {}
-    if not isinstance(references, dict) or set(references) - set(REFERENCE_ROLES):
-        raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(REFERENCE_ROLES)}")
-    for role in REFERENCE_ROLES:
-        spec = references.get(role)
-        if spec == "auto" and role == "precision":
-            spec = precision_auto(path, device_type)
-        if spec:
-            pairs.append(_pair(role, spec, path, shared))
+    pairs = [ladder_pair(eps, path, shared) for eps in doses]
+    pairs += reference_pairs(data.get("references") or {}, path, shared, device_type)
     horizons = data.get("horizons", [100, 300])
     if (
         not isinstance(horizons, list)
@@ -100,6 +79,36 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
     replicates, jobs = replicates_and_jobs(data, path, 3)
     study = Study(study_name(data, path), tuple(pairs), jobs, path, replicates)
     return Calibration(study, doses, tuple(sorted(set(horizons))))
+
+
+def ladder_pair(eps: float, path: Path, shared: dict) -> StudyPair:
+    """Dose ``eps``'s pair on the recipe's base: arm a with ``grad-noise=<eps>``, arm b as the base."""
+    spec = {
+        "name": ladder_name(eps),
+        "arms": {"a": [{"grad-noise": eps}], "b": []},
+        "description": f"relative gradient noise {eps:g} vs none",
+    }
+    return _pair(LADDER_ROLE, spec, path, shared, key=f"doses ({eps:g})")
+
+
+def reference_pairs(references, path: Path, shared: dict, device_type: str, required: bool = False) -> list:
+    """The seed and precision references (``precision: auto`` as a study's); ``required``: both, else
+    those given."""
+    if not isinstance(references, dict) or set(references) - set(REFERENCE_ROLES):
+        raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(REFERENCE_ROLES)}")
+    pairs = []
+    for role in REFERENCE_ROLES:
+        spec = references.get(role)
+        if not spec and required:
+            raise RecipeError(
+                f"{path}: references.{role}: missing; the early dose needs the precision pair (e.g. "
+                "pairs/bf16-vs-fp32.yaml) and the seed margin the seed pair (pairs/seed-vs-seed.yaml)"
+            )
+        if spec == "auto" and role == "precision":
+            spec = precision_auto(path, device_type)
+        if spec:
+            pairs.append(_pair(role, spec, path, shared))
+    return pairs
 
 
 def parse_doses(value, path: Path, example: str = "[1.0e-6, 1.0e-4, 1.0e-2]") -> tuple[float, ...]:

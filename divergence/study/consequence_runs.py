@@ -24,14 +24,13 @@ import torch
 from divergence.analysis import outcome
 from divergence.analysis.consequence import early_doses, probe_shifts, score_shift
 from divergence.metrics.sample_distance import sample_distance
-from divergence.study.calibration import LADDER_ROLE, ladder_name
+from divergence.study.calibration import LADDER_ROLE, REFERENCE_ROLES, ladder_name
 from divergence.study.consequence import SCORED, Consequence, ScoreSettings
 
 SCORE_FILE = "score.json"
 SAMPLES_FILE = "samples.safetensors"
 EARLIER_SCORES = "scores"  # <arm>/scores/step_NNNNNN.json: the seed pair's arms at their earlier weights files
 PLATEAU_SEEDS = 2  # sampling seeds the earlier weights files are scored with (the last one's first two)
-REFERENCE_ROLES = ("seed", "precision")
 
 
 def arm_score(
@@ -41,24 +40,14 @@ def arm_score(
     ``step``; not ``final``: an earlier weights file, scored into ``<arm>/scores/step_NNNNNN.json``
     (no samples kept)."""
     from divergence.tables import write_json
-    from divergence.training.sample_score import draw, load_trained, score_samples
+    from divergence.training.sample_score import score_samples
 
     path, wanted = _score_file(run, arm, step, final), {"step": step, "settings": settings.as_dict()}
     record = _read(path)
     if _holds(record, wanted):
         return record, False
-    trained = load_trained(run, arm, step, device)
-    captions = list(settings.captions)
-    images = draw(
-        trained,
-        captions,
-        list(settings.seeds),
-        steps=settings.steps,
-        sampler=settings.sampler,
-        guidance_scale=settings.guidance_scale,
-        batch_size=settings.batch_size,
-    )
-    scored = score_samples(images, captions)
+    images = _draw(run, arm, step, settings, settings.seeds, device)
+    scored = score_samples(images, list(settings.captions))
     hits = {name: table.to(torch.uint8).tolist() for name, table in scored["hits"].items()}
     record = {**wanted, "rates": scored["rates"], "hits": hits}
     if final:
@@ -159,24 +148,28 @@ def _checkpoint_every(recipe: dict | None) -> int:
 def arm_samples(run: Path, arm: str, step: int, settings: ScoreSettings, device: str = "cpu") -> torch.Tensor:
     """(N, H, W, 3) uint8: the arm's images of the score's captions from its first sampling seed,
     read from ``samples.safetensors`` or, where it is missing or of other settings, drawn again."""
-    from divergence.training.sample_score import draw, load_trained
-
     path = Path(run) / arm / SAMPLES_FILE
     wanted = {"step": step, "settings": settings.as_dict()}
     images = _read_samples(path, wanted)
     if images is None:
-        trained = load_trained(run, arm, step, device)
-        images = draw(
-            trained,
-            list(settings.captions),
-            list(settings.seeds[:1]),
-            steps=settings.steps,
-            sampler=settings.sampler,
-            guidance_scale=settings.guidance_scale,
-            batch_size=settings.batch_size,
-        )[0]
+        images = _draw(run, arm, step, settings, settings.seeds[:1], device)[0]
         _write_samples(path, images, wanted)
     return images
+
+
+def _draw(run: Path, arm: str, step: int, settings: ScoreSettings, seeds, device: str) -> torch.Tensor:
+    """(S, N, H, W, 3) uint8: the arm's images of the score's captions, one stack per sampling seed."""
+    from divergence.training.sample_score import draw, load_trained
+
+    return draw(
+        load_trained(run, arm, step, device),
+        list(settings.captions),
+        list(seeds),
+        steps=settings.steps,
+        sampler=settings.sampler,
+        guidance_scale=settings.guidance_scale,
+        batch_size=settings.batch_size,
+    )
 
 
 def _write_samples(path: Path, images: torch.Tensor, wanted: dict) -> None:
