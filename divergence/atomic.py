@@ -35,19 +35,15 @@ def fsync_folder(folder: str | Path) -> None:
         os.close(fd)
 
 
-def fsync_file(path: str | Path) -> None:
-    """Flush a file some library wrote (and closed) to disk."""
-    fd = os.open(path, os.O_RDONLY)
+def commit(tmp: str | Path, path: str | Path) -> Path:
+    """Durably move the complete file ``tmp`` (some library wrote and closed it) to ``path``: fsync
+    it, rename, fsync the folder."""
+    path = Path(path)
+    fd = os.open(tmp, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def commit(tmp: str | Path, path: str | Path) -> Path:
-    """Durably move the complete file ``tmp`` to ``path``: fsync it, rename, fsync the folder."""
-    path = Path(path)
-    fsync_file(tmp)
     os.replace(tmp, path)
     fsync_folder(path.parent)
     return path
