@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from divergence.config.yaml_safe import read_yaml, short
 from divergence.pairfolder.layout import PAIR_RECIPE_FILE, RUN_RECIPE_FILE
 from divergence.recipe.pair import merge
 from divergence.training import child_start
+from divergence.training.separate_pair import arm_command
 
 PARTS = ("unet", "text_encoder")  # the trained parts a fine-tune starts from, as save_pretrained folders
 PRETRAIN_KEYS = {"steps", "recipe"}
@@ -83,10 +83,10 @@ def ensure_pretrained(base: Path, pretrain: dict, out: Path, quiet: bool = False
     (where / RUN_RECIPE_FILE).write_text(yaml.safe_dump(recipe, sort_keys=False))
     if not quiet:
         print(f"pretraining the start of every pair: {pretrain['steps']} steps into {run}", flush=True)
-    command = [sys.executable, "-m", "divergence", "train", "--recipe", str(where / RUN_RECIPE_FILE), "--out", str(run)]
+    command = arm_command(where / RUN_RECIPE_FILE, run, ["log.wandb=false", "log.progress_bar=false"])
     with open(where / "pretrain.log", "a") as log:
         child = child_start.start(  # forked from the zygote the study's pair runs then reuse, or Popen
-            [*command, "log.wandb=false", "log.progress_bar=false"],
+            command,
             dict(os.environ),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -114,28 +114,18 @@ def _built(where: Path) -> bool:
 
 
 def _change(where: Path, recipe: dict) -> str | None:
-    """How ``recipe`` differs from the one ``where`` was built from (its first differing key), or None."""
+    """How ``recipe`` differs from the one ``where`` was built from (a differing key), or None."""
+    from divergence.training.folder_check import FolderKind, first_change
+
     saved = where / RUN_RECIPE_FILE
     try:
         built = read_yaml(saved) if saved.is_file() else None
     except (OSError, RecipeError):
         built = None
-    if built is None:
+    if not isinstance(built, dict):
         return None if not _built(where) else f"no readable {RUN_RECIPE_FILE} says what it was built from"
-    key, old, new = _first_difference(built, recipe)
+    key, old, new = first_change(built, recipe, FolderKind(RUN_RECIPE_FILE, (), "a pretrained model", False))
     return None if key is None else f"{key} {short(old)}, this study's {short(new)}"
-
-
-def _first_difference(old, new, key: str = ""):
-    """(dotted key, old value, new value) of the first difference between two plain-data trees, or
-    (None, None, None) when they are equal."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        for name in [*old, *(k for k in new if k not in old)]:
-            found = _first_difference(old.get(name), new.get(name), f"{key}.{name}" if key else str(name))
-            if found[0] is not None:
-                return found
-        return None, None, None
-    return (None, None, None) if old == new else (key or "the recipe", old, new)
 
 
 def _replace(where: Path, change: str, runs) -> None:
