@@ -66,7 +66,14 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
     """Read a calibration recipe; every problem is a RecipeError naming the key."""
     path = Path(path)
     data, _, shared = read_head(path, overrides, CALIBRATION_OVERRIDES, CALIBRATION_KEYS, "calibration")
-    doses = _doses(data.get("doses"), path)
+    doses = parse_doses(data.get("doses"), path)
+    from divergence.analysis.calibration import MIN_DOSES  # the statistic's rule, checked before anything trains
+
+    if len(doses) < MIN_DOSES:
+        raise RecipeError(
+            f"{path}: doses: {len(doses)} given ({', '.join(f'{d:g}' for d in doses)}); the calibration needs at "
+            f"least {MIN_DOSES} (a slope and a monotone order), e.g. doses=[1.0e-6,1.0e-4,1.0e-2]"
+        )
     pairs = [ladder_pair(eps, path, shared) for eps in doses]
     pairs += reference_pairs(data.get("references") or {}, path, shared, device_type)
     horizons = data.get("horizons", [100, 300])
@@ -128,15 +135,3 @@ def parse_doses(value, path: Path, example: str = "[1.0e-6, 1.0e-4, 1.0e-2]") ->
     if len(set(doses)) != len(doses):
         raise RecipeError(f"{path}: doses: {doses} repeats a dose")
     return tuple(sorted(doses))
-
-
-def _doses(value, path: Path) -> tuple[float, ...]:
-    doses = parse_doses(value, path)
-    from divergence.analysis.calibration import MIN_DOSES  # the statistic's rule, checked before anything trains
-
-    if len(doses) < MIN_DOSES:
-        raise RecipeError(
-            f"{path}: doses: {len(doses)} given ({', '.join(f'{d:g}' for d in doses)}); the calibration needs at "
-            f"least {MIN_DOSES} (a slope and a monotone order), e.g. doses=[1.0e-6,1.0e-4,1.0e-2]"
-        )
-    return doses

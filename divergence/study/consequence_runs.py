@@ -119,7 +119,9 @@ def score_all(tasks: list[tuple], workers: int, device: str = "cpu", progress=pr
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     context = multiprocessing.get_context("spawn")  # the parent's torch thread pool is not forked
-    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=context, initializer=_one_thread) as pool:
+    with ProcessPoolExecutor(
+        min(workers, len(tasks)), mp_context=context, initializer=torch.set_num_threads, initargs=(1,)
+    ) as pool:
         futures = {pool.submit(_score, task, device): task for task in tasks}
         try:
             for i, done in enumerate(as_completed(futures), 1):
@@ -134,10 +136,6 @@ def score_all(tasks: list[tuple], workers: int, device: str = "cpu", progress=pr
 def _score(task: tuple, device: str) -> None:
     run, arm, step, settings, final = task
     arm_score(run, arm, step, settings, device, final)
-
-
-def _one_thread() -> None:
-    torch.set_num_threads(1)
 
 
 def _checkpoint_every(recipe: dict | None) -> int:
