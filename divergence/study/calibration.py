@@ -28,21 +28,20 @@ from pathlib import Path
 
 from divergence.config.yaml_safe import short
 from divergence.errors import RecipeError
-from divergence.study.config import Study, StudyPair, _pair, precision_auto, read_head, replicates_and_jobs, study_name
+from divergence.study.config import (
+    HEAD_KEYS,
+    HEAD_OVERRIDES,
+    Study,
+    StudyPair,
+    _pair,
+    precision_auto,
+    read_head,
+    replicates_and_jobs,
+    study_name,
+)
 
-CALIBRATION_KEYS = {
-    "name",
-    "description",
-    "base",
-    "recipe",
-    "doses",
-    "references",
-    "horizons",
-    "replicates",
-    "tracking",
-    "jobs",
-}
-CALIBRATION_OVERRIDES = ("base=", "doses=", "references.", "horizons=", "replicates=", "jobs=", "name=")
+CALIBRATION_KEYS = HEAD_KEYS | {"doses", "horizons"}
+CALIBRATION_OVERRIDES = (*HEAD_OVERRIDES, "doses=", "horizons=")
 LADDER_ROLE = "ladder"
 # Doses stay below 1e16: from there Python writes 1e+16, and a '+' may not be in the pair's name
 # (grad-noise-<eps>); a relative noise far above 1 drowns the gradient anyway.

@@ -59,32 +59,12 @@ from divergence.config.schema import apply_overrides, load_yaml
 from divergence.config.yaml_safe import short
 from divergence.study.pretrain import check_pretrain, with_start
 
-STUDY_KEYS = {
-    "name",
-    "description",
-    "base",
-    "recipe",
-    "study",
-    "references",
-    "tracking",
-    "jobs",
-    "replicates",
-    "numerics",
-    "pretrain",
-}
-# Command-line KEY=VALUE overrides that change the study itself; every other one goes to each pair.
-STUDY_OVERRIDES = (
-    "base=",
-    "study=",
-    "study.",
-    "references.",
-    "jobs=",
-    "name=",
-    "replicates=",
-    "numerics=",
-    "pretrain.",
-    "pretrain=",
-)
+# The keys every study, calibration and consequence recipe has (``read_head``), and the command-line
+# KEY=VALUE overrides of them; every other override goes to each pair.
+HEAD_KEYS = {"name", "description", "base", "recipe", "references", "tracking", "replicates", "jobs"}
+HEAD_OVERRIDES = ("base=", "references.", "replicates=", "jobs=", "name=")
+STUDY_KEYS = HEAD_KEYS | {"study", "numerics", "pretrain"}
+STUDY_OVERRIDES = (*HEAD_OVERRIDES, "study=", "study.", "numerics=", "pretrain.", "pretrain=")
 REFERENCE_ROLES = ("seed", "precision", "control", "reordering")
 NUMERICS = ("deployment", "base")
 PRECISION_AUTO = {"cuda": "pairs/fp16-vs-fp32.yaml", "cpu": "pairs/bf16-vs-fp32.yaml"}

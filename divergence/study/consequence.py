@@ -37,6 +37,8 @@ from divergence.config.yaml_safe import short
 from divergence.errors import RecipeError
 from divergence.study.calibration import ladder_pair, parse_doses, reference_pairs
 from divergence.study.config import (
+    HEAD_KEYS,
+    HEAD_OVERRIDES,
     Study,
     _check_distinct_names,
     _in_deployment,
@@ -46,33 +48,8 @@ from divergence.study.config import (
     study_name,
 )
 
-CONSEQUENCE_KEYS = {
-    "name",
-    "description",
-    "base",
-    "recipe",
-    "doses",
-    "rows",
-    "references",
-    "early",
-    "score",
-    "replicates",
-    "tracking",
-    "jobs",
-}
-# Command-line KEY=VALUE overrides that change the consequence recipe; every other one goes to each pair.
-CONSEQUENCE_OVERRIDES = (
-    "base=",
-    "doses=",
-    "rows=",
-    "references.",
-    "early=",
-    "score.",
-    "score=",
-    "replicates=",
-    "jobs=",
-    "name=",
-)
+CONSEQUENCE_KEYS = HEAD_KEYS | {"doses", "rows", "early", "score"}
+CONSEQUENCE_OVERRIDES = (*HEAD_OVERRIDES, "doses=", "rows=", "early=", "score.", "score=")
 ROW_ROLE = "row"
 SCORE_KEYS = ("captions", "seeds", "steps", "sampler", "guidance_scale", "batch_size", "attribute")
 SCORE_DEFAULTS = {
