@@ -34,8 +34,8 @@ from divergence.study.config import (
     Study,
     StudyPair,
     _pair,
-    precision_auto,
     read_head,
+    reference_pairs,
     replicates_and_jobs,
     study_name,
 )
@@ -74,7 +74,7 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
             f"least {MIN_DOSES} (a slope and a monotone order), e.g. doses=[1.0e-6,1.0e-4,1.0e-2]"
         )
     pairs = [ladder_pair(eps, path, shared) for eps in doses]
-    pairs += reference_pairs(data.get("references") or {}, path, shared, device_type)
+    pairs += reference_pairs(data.get("references") or {}, path, shared, device_type, REFERENCE_ROLES)
     horizons = data.get("horizons", [100, 300])
     if (
         not isinstance(horizons, list)
@@ -95,26 +95,6 @@ def ladder_pair(eps: float, path: Path, shared: dict) -> StudyPair:
         "description": f"relative gradient noise {eps:g} vs none",
     }
     return _pair(LADDER_ROLE, spec, path, shared, key=f"doses ({eps:g})")
-
-
-def reference_pairs(references, path: Path, shared: dict, device_type: str, required: bool = False) -> list:
-    """The seed and precision references (``precision: auto`` as a study's); ``required``: both, else
-    those given."""
-    if not isinstance(references, dict) or set(references) - set(REFERENCE_ROLES):
-        raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(REFERENCE_ROLES)}")
-    pairs = []
-    for role in REFERENCE_ROLES:
-        spec = references.get(role)
-        if not spec and required:
-            raise RecipeError(
-                f"{path}: references.{role}: missing; the early dose needs the precision pair (e.g. "
-                "pairs/bf16-vs-fp32.yaml) and the seed margin the seed pair (pairs/seed-vs-seed.yaml)"
-            )
-        if spec == "auto" and role == "precision":
-            spec = precision_auto(path, device_type)
-        if spec:
-            pairs.append(_pair(role, spec, path, shared))
-    return pairs
 
 
 def parse_doses(value, path: Path, example: str = "[1.0e-6, 1.0e-4, 1.0e-2]") -> tuple[float, ...]:

@@ -132,28 +132,39 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
         raise RecipeError(f"{path}: numerics: expected one of {', '.join(NUMERICS)}, got {short(numerics)}")
     study = _pair("study", data.get("study"), path, shared)
     pairs = [_in_deployment(study, path) if numerics == "deployment" else study]
-    references = data.get("references") or {}
-    if not isinstance(references, dict) or set(references) - set(REFERENCE_ROLES):
-        raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(REFERENCE_ROLES)}")
-    for role in REFERENCE_ROLES:
-        spec, note = references.get(role), ""
-        if spec == "auto" and role == "precision":
-            spec = precision_auto(path, device_type)
-            note = (
-                ""
-                if device_type == "cuda"
-                else (
-                    "bf16-vs-fp32 stands in for fp16-vs-fp32: fp16 autocast on a "
-                    "CPU runs 10-20x slower than fp32; set references.precision to "
-                    "pairs/fp16-vs-fp32.yaml to insist"
-                )
-            )
-        if spec:
-            pairs.append(_pair(role, spec, path, shared, note))
+    pairs += reference_pairs(data.get("references") or {}, path, shared, device_type, REFERENCE_ROLES, stand_in=True)
     _check_distinct_names(pairs, path)
     replicates, jobs = replicates_and_jobs(data, path, 1)
     pretrain = check_pretrain(data.get("pretrain"), str(path))
     return Study(study_name(data, path), tuple(pairs), jobs, path, replicates, pretrain, base)
+
+
+def reference_pairs(
+    references, path: Path, shared: dict, device_type: str, roles, required: bool = False, stand_in: bool = False
+) -> list[StudyPair]:
+    """The reference pairs ``references`` gives, among ``roles`` and in their order. ``precision: auto``
+    is ``precision_auto``'s pair (``stand_in``: noted where bf16 stands in for fp16, on a CPU);
+    ``required``: every role, else one line naming the missing one (what the consequence needs)."""
+    if not isinstance(references, dict) or set(references) - set(roles):
+        raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(roles)}")
+    pairs = []
+    for role in roles:
+        spec, note = references.get(role), ""
+        if not spec and required:
+            raise RecipeError(
+                f"{path}: references.{role}: missing; the early dose needs the precision pair (e.g. "
+                "pairs/bf16-vs-fp32.yaml) and the seed margin the seed pair (pairs/seed-vs-seed.yaml)"
+            )
+        if spec == "auto" and role == "precision":
+            spec = precision_auto(path, device_type)
+            if stand_in and device_type != "cuda":
+                note = (
+                    "bf16-vs-fp32 stands in for fp16-vs-fp32: fp16 autocast on a CPU runs 10-20x slower than "
+                    "fp32; set references.precision to pairs/fp16-vs-fp32.yaml to insist"
+                )
+        if spec:
+            pairs.append(_pair(role, spec, path, shared, note))
+    return pairs
 
 
 def fine_tuned(study: Study, out: Path) -> Study:

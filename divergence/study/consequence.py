@@ -35,7 +35,7 @@ from pathlib import Path
 
 from divergence.config.yaml_safe import short
 from divergence.errors import RecipeError
-from divergence.study.calibration import ladder_pair, parse_doses, reference_pairs
+from divergence.study.calibration import REFERENCE_ROLES, ladder_pair, parse_doses
 from divergence.study.config import (
     HEAD_KEYS,
     HEAD_OVERRIDES,
@@ -44,6 +44,7 @@ from divergence.study.config import (
     _in_deployment,
     _pair,
     read_head,
+    reference_pairs,
     replicates_and_jobs,
     study_name,
 )
@@ -102,7 +103,7 @@ def load_consequence(path: str | Path, overrides: list[str] = (), device_type: s
     data, base, shared = read_head(path, overrides, CONSEQUENCE_OVERRIDES, CONSEQUENCE_KEYS, "consequence")
     doses = parse_doses(data.get("doses"), path, example="[1.0e-4, 1.0e-2, 1.0]")
     pairs = [ladder_pair(eps, path, shared) for eps in doses]
-    pairs += reference_pairs(data.get("references"), path, shared, device_type, required=True)
+    pairs += reference_pairs(data.get("references"), path, shared, device_type, REFERENCE_ROLES, required=True)
     pairs += _rows(data.get("rows", []), path, shared, {p.name for p in pairs if p.role == "precision"})
     _check_distinct_names(pairs, path)
     replicates, jobs = replicates_and_jobs(data, path, 3)

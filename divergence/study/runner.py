@@ -114,17 +114,11 @@ class PairJob:
 
     def following(self) -> bool:
         """Whether a borrowed arm is still being trained by its owner (this pair's comparator follows it)."""
-        return any(
-            not arm_finished(PairFolder(owner.parent), owner.name, self.max_steps) for owner in self.borrowed.values()
-        )
+        return any(not arm_finished(PairFolder(o.parent), o.name, self.max_steps) for o in self.borrowed.values())
 
     def ready(self) -> bool:
         """Whether it has work now (``next_ready``): an arm of its own to train, or borrowed arms all finished."""
-        if len(self.borrowed) < len(ARMS):
-            return True
-        return all(
-            arm_finished(PairFolder(owner.parent), owner.name, self.max_steps) for owner in self.borrowed.values()
-        )
+        return len(self.borrowed) < len(ARMS) or not self.following()
 
     def finished(self) -> bool:
         try:
