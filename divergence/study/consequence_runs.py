@@ -71,21 +71,15 @@ def score_tasks(jobs: list, consequence: Consequence) -> list[tuple]:
     """The scores phase 2 reads that no score file holds yet, each ``(run, arm, step, settings, final)``
     as ``arm_score`` takes them: every arm at its pair run's last step, and the seed pair's arms at
     their earlier weights files (``seed_pair_series``); a file of an arm several pair runs share once."""
-    from dataclasses import replace
-
     from divergence.report.inputs import load_pair
-    from divergence.training.sample_score import weight_steps
 
-    early = replace(consequence.score, seeds=consequence.score.seeds[:PLATEAU_SEEDS])
     tasks, seen = [], set()
     for job in jobs:
         for arm in ("a", "b"):
             wanted = [(job.max_steps, consequence.score, True)]
             if job.pair.role == "seed":
                 every = _checkpoint_every(load_pair(job.out).recipe)
-                wanted += [
-                    (s, early, False) for s in weight_steps(job.out / arm) if s % every == 0 and s != job.max_steps
-                ]
+                wanted += [task for task in _plateau(job, arm, every, consequence.score) if not task[2]]
             for step, settings, final in wanted:
                 file = _score_file(job.out, arm, step, final)
                 if (where := file.resolve()) in seen:
@@ -136,6 +130,19 @@ def score_all(tasks: list[tuple], workers: int, device: str = "cpu", progress=pr
 def _score(task: tuple, device: str) -> None:
     run, arm, step, settings, final = task
     arm_score(run, arm, step, settings, device, final)
+
+
+def _plateau(job, arm: str, every: int, settings: ScoreSettings) -> list[tuple[int, ScoreSettings, bool]]:
+    """``(step, settings, final)`` of each score the seed pair's plateau reads of ``arm``: its weights
+    files of the ``every`` cadence with the first ``PLATEAU_SEEDS`` sampling seeds, the last step's
+    with every seed (its ``score.json``)."""
+    from dataclasses import replace
+
+    from divergence.training.sample_score import weight_steps
+
+    early = replace(settings, seeds=settings.seeds[:PLATEAU_SEEDS])
+    steps = (s for s in weight_steps(job.out / arm) if s % every == 0 or s == job.max_steps)
+    return [(s, settings, True) if s == job.max_steps else (s, early, False) for s in steps]
 
 
 def _checkpoint_every(recipe: dict | None) -> int:
@@ -302,14 +309,9 @@ def seed_pair_series(jobs: list, consequence: Consequence, device: str = "cpu") 
     the recipe's ``train.checkpoint_every`` cadence and the last step (the tracker's denser files
     are left out), scored with the first ``PLATEAU_SEEDS`` sampling seeds (the last file's read from
     its ``score.json``), and the probe loss at every tracked step (the pair's store)."""
-    from dataclasses import replace
-
     from divergence.report.inputs import load_pair
-    from divergence.training.sample_score import weight_steps
 
-    settings = consequence.score
-    early = replace(settings, seeds=settings.seeds[:PLATEAU_SEEDS])
-    what = settings.attribute
+    what = consequence.score.attribute
     score, probe, seen = {}, {}, set()
     for job in (j for j in jobs if j.pair.role == "seed"):
         data = load_pair(job.out)
@@ -321,13 +323,9 @@ def seed_pair_series(jobs: list, consequence: Consequence, device: str = "cpu") 
             seen.add(folder)
             name = f"{job.pair.name}#{job.replicate}/{arm}"
             series = {}
-            for step in (s for s in weight_steps(job.out / arm) if s % every == 0 or s == job.max_steps):
-                if step == job.max_steps:
-                    record, _ = arm_score(job.out, arm, step, settings, device)
-                    hits = torch.tensor(record["hits"][what], dtype=torch.float64)[:PLATEAU_SEEDS]
-                else:
-                    record, _ = arm_score(job.out, arm, step, early, device, final=False)
-                    hits = torch.tensor(record["hits"][what], dtype=torch.float64)
+            for step, settings, final in _plateau(job, arm, every, consequence.score):
+                record, _ = arm_score(job.out, arm, step, settings, device, final)
+                hits = torch.tensor(record["hits"][what], dtype=torch.float64)[:PLATEAU_SEEDS]
                 series[step] = float(hits.mean())
             score[name] = series
             losses = data.probe.get(f"probe_loss_{arm}")

@@ -39,7 +39,7 @@ from divergence.study.reuse import check_no_writer, check_same_recipe
 from divergence.training import child_start
 from divergence.training.pair_setup import pair_config
 from divergence.training.host import check_host
-from divergence.training.separate_pair import arm_command, arm_finished, on_cpu, separate_jobs
+from divergence.training.separate_pair import STOP_SECONDS, arm_command, arm_finished, on_cpu, separate_jobs
 
 POLL_SECONDS = 0.2  # how soon a study sees a pair run end and starts the next (a core idles meanwhile)
 DISK_FULL = "No space left on device"  # strerror(ENOSPC), in a child's OSError line
@@ -48,8 +48,6 @@ DISK_FULL = "No space left on device"  # strerror(ENOSPC), in a child's OSError 
 # need not cost a two-hour atlas. torchrun's --max-restarts is the same idea (its default is 0: one
 # process group, not a queue of independent runs).
 RESTARTS = 1
-# A stopped study waits this long for its children to exit (Lightning stops at a step's end), then kills them.
-STOP_SECONDS = 20.0
 FOLLOWERS_PER_CORE = 2  # pair runs at once, at most, per parallel slot: training ones and comparators that follow
 
 
@@ -301,8 +299,8 @@ def fits(job: PairJob, running: list[PairJob], parallel: int) -> bool:
 
 
 def _end(processes: list[subprocess.Popen]) -> None:
-    """Stop every child: SIGTERM (its store is committed step by step), SIGKILL for those still
-    running after ``STOP_SECONDS``, and reap them all, so none outlives the study."""
+    """Stop every child: SIGTERM (its store is committed step by step; Lightning stops at a step's end),
+    SIGKILL for those still running after ``STOP_SECONDS``, and reap them all, so none outlives the study."""
     for process in processes:
         if process.poll() is None:
             process.terminate()
