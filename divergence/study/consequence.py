@@ -33,6 +33,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from divergence.config.schema import to_dict
 from divergence.config.yaml_safe import short
 from divergence.errors import RecipeError
 from divergence.study.calibration import REFERENCE_ROLES, ladder_pair, parse_doses
@@ -79,14 +80,9 @@ class ScoreSettings:
     attribute: str = "all"  # the hit the curve reads (shape_check.score's keys); every one is recorded
 
     def as_dict(self) -> dict:
-        """The settings as ``score.json`` records them: a score written with others is read again."""
-        return {
-            "captions": list(self.captions),
-            "seeds": list(self.seeds),
-            "steps": self.steps,
-            "sampler": self.sampler,
-            "guidance_scale": self.guidance_scale,
-        }
+        """The settings as ``score.json`` records them (all but ``batch_size`` and ``attribute``): a score
+        written with others is read again."""
+        return {k: v for k, v in to_dict(self).items() if k not in ("batch_size", "attribute")}
 
 
 @dataclass(frozen=True)
