@@ -56,17 +56,8 @@ def atomic_file(path: str | Path, mode: str = "wb", **open_args) -> Iterator[IO]
     >>> with atomic_file("out/summary.json", "w") as f:  # doctest: +SKIP
     ...     f.write("{}")
     """
-    path = Path(path)
-    tmp = temp_path(path)
-    try:
-        with open(tmp, mode, **open_args) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_folder(path.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_target(path) as tmp, open(tmp, mode, **open_args) as f:
+        yield f  # closed, then committed (``atomic_target``)
 
 
 @contextmanager
