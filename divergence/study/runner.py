@@ -35,7 +35,7 @@ from divergence.study.config import Study, StudyPair, in_study
 from divergence.study import shared_arms
 from divergence.training.stop_signals import signals_raise
 from divergence.study.shared_arms import sharing_facts
-from divergence.study.reuse import check_no_writer, check_same_recipe
+from divergence.study.reuse import check_reusable
 from divergence.training import child_start
 from divergence.training.pair_setup import pair_config
 from divergence.training.host import check_host
@@ -186,8 +186,7 @@ def _cores(train) -> int:
 def write_recipes(jobs: list[PairJob]) -> None:
     """Each job's recipe into ``DIR/recipes/``, once no run folder is written by a live process and every
     run folder a job would reuse holds its recipe (``study.reuse``): a one-line error, nothing written."""
-    check_no_writer(jobs)
-    check_same_recipe(jobs)
+    check_reusable(jobs)
     for job in jobs:
         job.recipe_path.parent.mkdir(parents=True, exist_ok=True)
         job.recipe_path.write_text(job.recipe_text)
