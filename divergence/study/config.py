@@ -212,22 +212,16 @@ def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "", key: 
     )
     if note:
         recipe["description"] = f"{data.get('description', data['name'])} (stand-in for fp16 vs fp32 on a CPU)"
-    if role == "reordering" and data.get("control") is True:
-        raise RecipeError(
-            f"{study_path}: {key}{f' ({spec})' if isinstance(spec, str) else ''}: a control pair (identical "
-            "arms, control: true) is no reordering yardstick; name a pair whose arms only reorder fp32 sums, "
-            "e.g. pairs/reordering.yaml"
-        )
+    file = spec if isinstance(spec, str) else ""
     if role == "reordering":
+        if data.get("control") is True:
+            raise RecipeError(
+                f"{study_path}: {key}{f' ({file})' if file else ''}: a control pair (identical arms, control: "
+                "true) is no reordering yardstick; name a pair whose arms only reorder fp32 sums, e.g. "
+                "pairs/reordering.yaml"
+            )
         recipe["reordering"] = True  # its category, whatever the file says; its arms are checked when read
-    return StudyPair(
-        role,
-        pair_name(data["name"], f"{study_path}: {key}: name"),
-        recipe,
-        note,
-        key,
-        spec if isinstance(spec, str) else "",
-    )
+    return StudyPair(role, pair_name(data["name"], f"{study_path}: {key}: name"), recipe, note, key, file)
 
 
 def _check_distinct_names(pairs: list[StudyPair], path: Path) -> None:
