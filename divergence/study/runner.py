@@ -34,7 +34,6 @@ from divergence.store import MetricsStore
 from divergence.study.config import Study, StudyPair, in_study
 from divergence.study import shared_arms
 from divergence.training.stop_signals import signals_raise
-from divergence.study.shared_arms import sharing_facts
 from divergence.study.reuse import check_reusable
 from divergence.training import child_start
 from divergence.training.pair_setup import pair_config
@@ -155,7 +154,7 @@ def plan_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
                         config=pair_config(resolved),
                         cores=max(arm_cores(resolved)),
                         arm_cores=arm_cores(resolved) if separate_jobs(resolved) else (),
-                        sharing=sharing_facts(resolved, pair.role),
+                        sharing=shared_arms.sharing_facts(resolved, pair.role),
                     )
                 )
     return jobs
