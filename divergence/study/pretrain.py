@@ -114,18 +114,28 @@ def _built(where: Path) -> bool:
 
 
 def _change(where: Path, recipe: dict) -> str | None:
-    """How ``recipe`` differs from the one ``where`` was built from (a differing key), or None."""
-    from divergence.training.folder_check import FolderKind, first_change
-
+    """How ``recipe`` differs from the one ``where`` was built from (its first differing key), or None."""
     saved = where / RUN_RECIPE_FILE
     try:
         built = read_yaml(saved) if saved.is_file() else None
     except (OSError, RecipeError):
         built = None
-    if not isinstance(built, dict):
+    if built is None:
         return None if not _built(where) else f"no readable {RUN_RECIPE_FILE} says what it was built from"
-    key, old, new = first_change(built, recipe, FolderKind(RUN_RECIPE_FILE, (), "a pretrained model", False))
+    key, old, new = _first_difference(built, recipe)
     return None if key is None else f"{key} {short(old)}, this study's {short(new)}"
+
+
+def _first_difference(old, new, key: str = ""):
+    """(dotted key, old value, new value) of the first difference between two plain-data trees, or
+    (None, None, None) when they are equal."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for name in [*old, *(k for k in new if k not in old)]:
+            found = _first_difference(old.get(name), new.get(name), f"{key}.{name}" if key else str(name))
+            if found[0] is not None:
+                return found
+        return None, None, None
+    return (None, None, None) if old == new else (key or "the recipe", old, new)
 
 
 def _replace(where: Path, change: str, runs) -> None:

@@ -197,10 +197,11 @@ def _end_to_end(tiny_study):
 
 
 def test_replicates_lay_out_one_folder_per_pair_and_replicate(tmp_path):
-    from divergence.study.runner import plan_jobs
+    from divergence.study.runner import plan_jobs, write_recipes
 
     study = load_study(RECIPES / "study.yaml", ["replicates=3"])
     jobs = plan_jobs(study, tmp_path, ["train.max_steps=2"])
+    write_recipes(jobs)
     runs = sorted(str(j.out.relative_to(tmp_path)) for j in jobs)
     assert runs == sorted(
         [
