@@ -35,19 +35,15 @@ def fsync_folder(folder: str | Path) -> None:
         os.close(fd)
 
 
-def fsync_file(path: str | Path) -> None:
-    """Flush a file some library wrote (and closed) to disk."""
-    fd = os.open(path, os.O_RDONLY)
+def commit(tmp: str | Path, path: str | Path) -> Path:
+    """Durably move the complete file ``tmp`` (some library wrote and closed it) to ``path``: fsync
+    it, rename, fsync the folder."""
+    path = Path(path)
+    fd = os.open(tmp, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def commit(tmp: str | Path, path: str | Path) -> Path:
-    """Durably move the complete file ``tmp`` to ``path``: fsync it, rename, fsync the folder."""
-    path = Path(path)
-    fsync_file(tmp)
     os.replace(tmp, path)
     fsync_folder(path.parent)
     return path
@@ -60,17 +56,8 @@ def atomic_file(path: str | Path, mode: str = "wb", **open_args) -> Iterator[IO]
     >>> with atomic_file("out/summary.json", "w") as f:  # doctest: +SKIP
     ...     f.write("{}")
     """
-    path = Path(path)
-    tmp = temp_path(path)
-    try:
-        with open(tmp, mode, **open_args) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_folder(path.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_target(path) as tmp, open(tmp, mode, **open_args) as f:
+        yield f  # closed, then committed (``atomic_target``)
 
 
 @contextmanager

@@ -9,8 +9,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import IO, Iterable, Iterator, Sequence
 
 from divergence.atomic import atomic_file
 from divergence.errors import UserInputError
@@ -53,20 +54,17 @@ def json_safe(value):
 
 def write_json(path: str | Path, payload: dict) -> None:
     """Write ``payload`` as JSON, atomically and durably (``divergence.atomic``)."""
-    _atomic_write(path, json.dumps(json_safe(payload), indent=1, allow_nan=False) + "\n")
+    with _writing(path) as f:
+        f.write(json.dumps(json_safe(payload), indent=1, allow_nan=False) + "\n")
 
 
 def write_csv(path: str | Path, rows: Iterable[dict], columns: Sequence[str]) -> None:
     """Write ``rows`` flat with the given columns, atomically and durably."""
-    path = _check_folder(path)
-    try:
-        with atomic_file(path, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(columns)
-            for row in rows:
-                writer.writerow([_csv_cell(row.get(c)) for c in columns])
-    except OSError as err:
-        raise UserInputError(f"{path}: cannot write: {err.strerror or err}") from None
+    with _writing(path, newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_csv_cell(row.get(c)) for c in columns])
 
 
 def _csv_cell(value):
@@ -79,17 +77,14 @@ def _csv_cell(value):
     return value
 
 
-def _atomic_write(path: str | Path, text: str) -> None:
-    path = _check_folder(path)
-    try:
-        with atomic_file(path, "w") as f:
-            f.write(text)
-    except OSError as err:
-        raise UserInputError(f"{path}: cannot write: {err.strerror or err}") from None
-
-
-def _check_folder(path: str | Path) -> Path:
+@contextmanager
+def _writing(path: str | Path, **open_args) -> Iterator[IO]:
+    """``atomic_file(path, "w")``, its folder's absence or a failed write one ``UserInputError``."""
     path = Path(path)
     if path.parent and not path.parent.exists():
         raise UserInputError(f"{path}: the folder {path.parent} does not exist")
-    return path
+    try:
+        with atomic_file(path, "w", **open_args) as f:
+            yield f
+    except OSError as err:
+        raise UserInputError(f"{path}: cannot write: {err.strerror or err}") from None

@@ -63,9 +63,7 @@ def parse(cls: type[T], data: Any, where: str = "") -> T:
             f"{where or 'the recipe'}: {', '.join(sorted(fields))}"
         )
     hints = get_type_hints(cls)
-    values = {}
-    for name, value in data.items():
-        values[name] = _coerce(hints[name], value, _join(where, name))
+    values = {name: _coerce(hints[name], value, _join(where, name)) for name, value in data.items()}
     missing = [
         n
         for n, f in fields.items()

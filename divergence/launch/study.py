@@ -18,7 +18,7 @@ from pathlib import Path
 from divergence.launch.scripts import LaunchPlan, command_line, sbatch_header, script, srun_prefix, submit_lines
 from divergence.launch.submit import pair_scripts, render, write
 from divergence.study.config import Study
-from divergence.study.reuse import check_no_writer, check_same_recipe
+from divergence.study.reuse import check_reusable
 from divergence.study.runner import plan_jobs
 
 JOBS = ("arm-a", "arm-b", "watch")
@@ -134,7 +134,6 @@ def write_study(launch: StudyLaunch) -> Path:
     """The recipes and every script; the path of ``submit.sh``. As ``divergence study`` does
     (``divergence.study.reuse``), nothing is written over a pair run that a live process still
     writes or that trained another recipe: one line naming the run and the key."""
-    check_no_writer(launch.jobs)
-    check_same_recipe(launch.jobs)
+    check_reusable(launch.jobs)
     write({**launch.recipes, **build_study_scripts(launch)}, {p.log_dir for p in launch.plans})
     return launch.launch_dir / "submit.sh"

@@ -124,7 +124,7 @@ def _base_data(path: Path, data: dict) -> dict:
     extra = data.get("recipe") or {}
     if not isinstance(extra, dict):
         raise RecipeError(f"{path}: 'recipe' must be a mapping of base-recipe changes")
-    return _merge(base, extra)
+    return merge(base, extra)
 
 
 def _bool(value, key: str) -> bool:
@@ -147,8 +147,9 @@ def pair_name(value, key: str) -> str:
     return check_name(value, key, "pair name", "the pair's folder and its jobs")
 
 
-def _merge(base: dict, extra: dict) -> dict:
+def merge(base: dict, extra: dict) -> dict:
+    """A copy of ``base`` with ``extra``'s changes, mapping into mapping (a recipe's ``recipe:`` on its base)."""
     out = copy.deepcopy(base)
     for key, value in extra.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out

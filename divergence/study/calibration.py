@@ -28,21 +28,20 @@ from pathlib import Path
 
 from divergence.config.yaml_safe import short
 from divergence.errors import RecipeError
-from divergence.study.config import Study, _pair, precision_auto, read_head, replicates_and_jobs, study_name
+from divergence.study.config import (
+    HEAD_KEYS,
+    HEAD_OVERRIDES,
+    Study,
+    StudyPair,
+    _pair,
+    read_head,
+    reference_pairs,
+    replicates_and_jobs,
+    study_name,
+)
 
-CALIBRATION_KEYS = {
-    "name",
-    "description",
-    "base",
-    "recipe",
-    "doses",
-    "references",
-    "horizons",
-    "replicates",
-    "tracking",
-    "jobs",
-}
-CALIBRATION_OVERRIDES = ("base=", "doses=", "references.", "horizons=", "replicates=", "jobs=", "name=")
+CALIBRATION_KEYS = HEAD_KEYS | {"doses", "horizons"}
+CALIBRATION_OVERRIDES = (*HEAD_OVERRIDES, "doses=", "horizons=")
 LADDER_ROLE = "ladder"
 # Doses stay below 1e16: from there Python writes 1e+16, and a '+' may not be in the pair's name
 # (grad-noise-<eps>); a relative noise far above 1 drowns the gradient anyway.
@@ -66,30 +65,16 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
     """Read a calibration recipe; every problem is a RecipeError naming the key."""
     path = Path(path)
     data, _, shared = read_head(path, overrides, CALIBRATION_OVERRIDES, CALIBRATION_KEYS, "calibration")
-    doses = _doses(data.get("doses"), path)
-    pairs = [
-        _pair(
-            LADDER_ROLE,
-            {
-                "name": ladder_name(eps),
-                "arms": {"a": [{"grad-noise": eps}], "b": []},
-                "description": f"relative gradient noise {eps:g} vs none",
-            },
-            path,
-            shared,
-            key=f"doses ({eps:g})",
+    doses = parse_doses(data.get("doses"), path)
+    from divergence.analysis.calibration import MIN_DOSES  # the statistic's rule, checked before anything trains
+
+    if len(doses) < MIN_DOSES:
+        raise RecipeError(
+            f"{path}: doses: {len(doses)} given ({', '.join(f'{d:g}' for d in doses)}); the calibration needs at "
+            f"least {MIN_DOSES} (a slope and a monotone order), e.g. doses=[1.0e-6,1.0e-4,1.0e-2]"
         )
-        for eps in doses
-    ]
-    references = data.get("references") or {}
-    if not isinstance(references, dict) or set(references) - set(REFERENCE_ROLES):
-        raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(REFERENCE_ROLES)}")
-    for role in REFERENCE_ROLES:
-        spec = references.get(role)
-        if spec == "auto" and role == "precision":
-            spec = precision_auto(path, device_type)
-        if spec:
-            pairs.append(_pair(role, spec, path, shared))
+    pairs = [ladder_pair(eps, path, shared) for eps in doses]
+    pairs += reference_pairs(data.get("references") or {}, path, shared, device_type, REFERENCE_ROLES)
     horizons = data.get("horizons", [100, 300])
     if (
         not isinstance(horizons, list)
@@ -100,6 +85,16 @@ def load_calibration(path: str | Path, overrides: list[str] = (), device_type: s
     replicates, jobs = replicates_and_jobs(data, path, 3)
     study = Study(study_name(data, path), tuple(pairs), jobs, path, replicates)
     return Calibration(study, doses, tuple(sorted(set(horizons))))
+
+
+def ladder_pair(eps: float, path: Path, shared: dict) -> StudyPair:
+    """Dose ``eps``'s pair on the recipe's base: arm a with ``grad-noise=<eps>``, arm b as the base."""
+    spec = {
+        "name": ladder_name(eps),
+        "arms": {"a": [{"grad-noise": eps}], "b": []},
+        "description": f"relative gradient noise {eps:g} vs none",
+    }
+    return _pair(LADDER_ROLE, spec, path, shared, key=f"doses ({eps:g})")
 
 
 def parse_doses(value, path: Path, example: str = "[1.0e-6, 1.0e-4, 1.0e-2]") -> tuple[float, ...]:
@@ -119,15 +114,3 @@ def parse_doses(value, path: Path, example: str = "[1.0e-6, 1.0e-4, 1.0e-2]") ->
     if len(set(doses)) != len(doses):
         raise RecipeError(f"{path}: doses: {doses} repeats a dose")
     return tuple(sorted(doses))
-
-
-def _doses(value, path: Path) -> tuple[float, ...]:
-    doses = parse_doses(value, path)
-    from divergence.analysis.calibration import MIN_DOSES  # the statistic's rule, checked before anything trains
-
-    if len(doses) < MIN_DOSES:
-        raise RecipeError(
-            f"{path}: doses: {len(doses)} given ({', '.join(f'{d:g}' for d in doses)}); the calibration needs at "
-            f"least {MIN_DOSES} (a slope and a monotone order), e.g. doses=[1.0e-6,1.0e-4,1.0e-2]"
-        )
-    return doses

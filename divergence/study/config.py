@@ -59,32 +59,12 @@ from divergence.config.schema import apply_overrides, load_yaml
 from divergence.config.yaml_safe import short
 from divergence.study.pretrain import check_pretrain, with_start
 
-STUDY_KEYS = {
-    "name",
-    "description",
-    "base",
-    "recipe",
-    "study",
-    "references",
-    "tracking",
-    "jobs",
-    "replicates",
-    "numerics",
-    "pretrain",
-}
-# Command-line KEY=VALUE overrides that change the study itself; every other one goes to each pair.
-STUDY_OVERRIDES = (
-    "base=",
-    "study=",
-    "study.",
-    "references.",
-    "jobs=",
-    "name=",
-    "replicates=",
-    "numerics=",
-    "pretrain.",
-    "pretrain=",
-)
+# The keys every study, calibration and consequence recipe has (``read_head``), and the command-line
+# KEY=VALUE overrides of them; every other override goes to each pair.
+HEAD_KEYS = {"name", "description", "base", "recipe", "references", "tracking", "replicates", "jobs"}
+HEAD_OVERRIDES = ("base=", "references.", "replicates=", "jobs=", "name=")
+STUDY_KEYS = HEAD_KEYS | {"study", "numerics", "pretrain"}
+STUDY_OVERRIDES = (*HEAD_OVERRIDES, "study=", "study.", "numerics=", "pretrain.", "pretrain=")
 REFERENCE_ROLES = ("seed", "precision", "control", "reordering")
 NUMERICS = ("deployment", "base")
 PRECISION_AUTO = {"cuda": "pairs/fp16-vs-fp32.yaml", "cpu": "pairs/bf16-vs-fp32.yaml"}
@@ -152,28 +132,39 @@ def load_study(path: str | Path, overrides: list[str] = (), device_type: str = "
         raise RecipeError(f"{path}: numerics: expected one of {', '.join(NUMERICS)}, got {short(numerics)}")
     study = _pair("study", data.get("study"), path, shared)
     pairs = [_in_deployment(study, path) if numerics == "deployment" else study]
-    references = data.get("references") or {}
-    if not isinstance(references, dict) or set(references) - set(REFERENCE_ROLES):
-        raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(REFERENCE_ROLES)}")
-    for role in REFERENCE_ROLES:
-        spec, note = references.get(role), ""
-        if spec == "auto" and role == "precision":
-            spec = precision_auto(path, device_type)
-            note = (
-                ""
-                if device_type == "cuda"
-                else (
-                    "bf16-vs-fp32 stands in for fp16-vs-fp32: fp16 autocast on a "
-                    "CPU runs 10-20x slower than fp32; set references.precision to "
-                    "pairs/fp16-vs-fp32.yaml to insist"
-                )
-            )
-        if spec:
-            pairs.append(_pair(role, spec, path, shared, note))
+    pairs += reference_pairs(data.get("references") or {}, path, shared, device_type, REFERENCE_ROLES, stand_in=True)
     _check_distinct_names(pairs, path)
     replicates, jobs = replicates_and_jobs(data, path, 1)
     pretrain = check_pretrain(data.get("pretrain"), str(path))
     return Study(study_name(data, path), tuple(pairs), jobs, path, replicates, pretrain, base)
+
+
+def reference_pairs(
+    references, path: Path, shared: dict, device_type: str, roles, required: bool = False, stand_in: bool = False
+) -> list[StudyPair]:
+    """The reference pairs ``references`` gives, among ``roles`` and in their order. ``precision: auto``
+    is ``precision_auto``'s pair (``stand_in``: noted where bf16 stands in for fp16, on a CPU);
+    ``required``: every role, else one line naming the missing one (what the consequence needs)."""
+    if not isinstance(references, dict) or set(references) - set(roles):
+        raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(roles)}")
+    pairs = []
+    for role in roles:
+        spec, note = references.get(role), ""
+        if not spec and required:
+            raise RecipeError(
+                f"{path}: references.{role}: missing; the early dose needs the precision pair (e.g. "
+                "pairs/bf16-vs-fp32.yaml) and the seed margin the seed pair (pairs/seed-vs-seed.yaml)"
+            )
+        if spec == "auto" and role == "precision":
+            spec = precision_auto(path, device_type)
+            if stand_in and device_type != "cuda":
+                note = (
+                    "bf16-vs-fp32 stands in for fp16-vs-fp32: fp16 autocast on a CPU runs 10-20x slower than "
+                    "fp32; set references.precision to pairs/fp16-vs-fp32.yaml to insist"
+                )
+        if spec:
+            pairs.append(_pair(role, spec, path, shared, note))
+    return pairs
 
 
 def fine_tuned(study: Study, out: Path) -> Study:
@@ -221,22 +212,16 @@ def _pair(role: str, spec, study_path: Path, shared: dict, note: str = "", key: 
     )
     if note:
         recipe["description"] = f"{data.get('description', data['name'])} (stand-in for fp16 vs fp32 on a CPU)"
-    if role == "reordering" and data.get("control") is True:
-        raise RecipeError(
-            f"{study_path}: {key}{f' ({spec})' if isinstance(spec, str) else ''}: a control pair (identical "
-            "arms, control: true) is no reordering yardstick; name a pair whose arms only reorder fp32 sums, "
-            "e.g. pairs/reordering.yaml"
-        )
+    file = spec if isinstance(spec, str) else ""
     if role == "reordering":
+        if data.get("control") is True:
+            raise RecipeError(
+                f"{study_path}: {key}{f' ({file})' if file else ''}: a control pair (identical arms, control: "
+                "true) is no reordering yardstick; name a pair whose arms only reorder fp32 sums, e.g. "
+                "pairs/reordering.yaml"
+            )
         recipe["reordering"] = True  # its category, whatever the file says; its arms are checked when read
-    return StudyPair(
-        role,
-        pair_name(data["name"], f"{study_path}: {key}: name"),
-        recipe,
-        note,
-        key,
-        spec if isinstance(spec, str) else "",
-    )
+    return StudyPair(role, pair_name(data["name"], f"{study_path}: {key}: name"), recipe, note, key, file)
 
 
 def _check_distinct_names(pairs: list[StudyPair], path: Path) -> None:

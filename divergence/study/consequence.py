@@ -33,49 +33,26 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from divergence.config.schema import to_dict
 from divergence.config.yaml_safe import short
 from divergence.errors import RecipeError
-from divergence.study.calibration import LADDER_ROLE, ladder_name, parse_doses
+from divergence.study.calibration import REFERENCE_ROLES, ladder_pair, parse_doses
 from divergence.study.config import (
+    HEAD_KEYS,
+    HEAD_OVERRIDES,
     Study,
     _check_distinct_names,
     _in_deployment,
     _pair,
-    precision_auto,
     read_head,
+    reference_pairs,
     replicates_and_jobs,
     study_name,
 )
 
-CONSEQUENCE_KEYS = {
-    "name",
-    "description",
-    "base",
-    "recipe",
-    "doses",
-    "rows",
-    "references",
-    "early",
-    "score",
-    "replicates",
-    "tracking",
-    "jobs",
-}
-# Command-line KEY=VALUE overrides that change the consequence recipe; every other one goes to each pair.
-CONSEQUENCE_OVERRIDES = (
-    "base=",
-    "doses=",
-    "rows=",
-    "references.",
-    "early=",
-    "score.",
-    "score=",
-    "replicates=",
-    "jobs=",
-    "name=",
-)
+CONSEQUENCE_KEYS = HEAD_KEYS | {"doses", "rows", "early", "score"}
+CONSEQUENCE_OVERRIDES = (*HEAD_OVERRIDES, "doses=", "rows=", "early=", "score.", "score=")
 ROW_ROLE = "row"
-REFERENCE_ROLES = ("seed", "precision")
 SCORE_KEYS = ("captions", "seeds", "steps", "sampler", "guidance_scale", "batch_size", "attribute")
 SCORE_DEFAULTS = {
     "captions": "all",
@@ -103,14 +80,9 @@ class ScoreSettings:
     attribute: str = "all"  # the hit the curve reads (shape_check.score's keys); every one is recorded
 
     def as_dict(self) -> dict:
-        """The settings as ``score.json`` records them: a score written with others is read again."""
-        return {
-            "captions": list(self.captions),
-            "seeds": list(self.seeds),
-            "steps": self.steps,
-            "sampler": self.sampler,
-            "guidance_scale": self.guidance_scale,
-        }
+        """The settings as ``score.json`` records them (all but ``batch_size`` and ``attribute``): a score
+        written with others is read again."""
+        return {k: v for k, v in to_dict(self).items() if k not in ("batch_size", "attribute")}
 
 
 @dataclass(frozen=True)
@@ -126,39 +98,13 @@ def load_consequence(path: str | Path, overrides: list[str] = (), device_type: s
     path = Path(path)
     data, base, shared = read_head(path, overrides, CONSEQUENCE_OVERRIDES, CONSEQUENCE_KEYS, "consequence")
     doses = parse_doses(data.get("doses"), path, example="[1.0e-4, 1.0e-2, 1.0]")
-    pairs = [_ladder_pair(eps, path, shared) for eps in doses]
-    pairs += _references(data.get("references"), path, shared, device_type)
+    pairs = [ladder_pair(eps, path, shared) for eps in doses]
+    pairs += reference_pairs(data.get("references"), path, shared, device_type, REFERENCE_ROLES, required=True)
     pairs += _rows(data.get("rows", []), path, shared, {p.name for p in pairs if p.role == "precision"})
     _check_distinct_names(pairs, path)
     replicates, jobs = replicates_and_jobs(data, path, 3)
     study = Study(study_name(data, path), tuple(pairs), jobs, path, replicates, None, base)
     return Consequence(study, doses, _early(data.get("early", list(EARLY_DEFAULT)), path), _score(data, path))
-
-
-def _ladder_pair(eps: float, path: Path, shared: dict):
-    spec = {
-        "name": ladder_name(eps),
-        "arms": {"a": [{"grad-noise": eps}], "b": []},
-        "description": f"relative gradient noise {eps:g} vs none",
-    }
-    return _pair(LADDER_ROLE, spec, path, shared, key=f"doses ({eps:g})")
-
-
-def _references(references, path: Path, shared: dict, device_type: str) -> list:
-    if not isinstance(references, dict) or set(references) - set(REFERENCE_ROLES):
-        raise RecipeError(f"{path}: references: expected a mapping with keys among {', '.join(REFERENCE_ROLES)}")
-    pairs = []
-    for role in REFERENCE_ROLES:
-        spec = references.get(role)
-        if not spec:
-            raise RecipeError(
-                f"{path}: references.{role}: missing; the early dose needs the precision pair (e.g. "
-                "pairs/bf16-vs-fp32.yaml) and the seed margin the seed pair (pairs/seed-vs-seed.yaml)"
-            )
-        if spec == "auto" and role == "precision":
-            spec = precision_auto(path, device_type)
-        pairs.append(_pair(role, spec, path, shared))
-    return pairs
 
 
 def _rows(rows, path: Path, shared: dict, references: set[str]) -> list:

@@ -24,14 +24,13 @@ import torch
 from divergence.analysis import outcome
 from divergence.analysis.consequence import early_doses, probe_shifts, score_shift
 from divergence.metrics.sample_distance import sample_distance
-from divergence.study.calibration import LADDER_ROLE, ladder_name
+from divergence.study.calibration import LADDER_ROLE, REFERENCE_ROLES, ladder_name
 from divergence.study.consequence import SCORED, Consequence, ScoreSettings
 
 SCORE_FILE = "score.json"
 SAMPLES_FILE = "samples.safetensors"
 EARLIER_SCORES = "scores"  # <arm>/scores/step_NNNNNN.json: the seed pair's arms at their earlier weights files
 PLATEAU_SEEDS = 2  # sampling seeds the earlier weights files are scored with (the last one's first two)
-REFERENCE_ROLES = ("seed", "precision")
 
 
 def arm_score(
@@ -41,24 +40,14 @@ def arm_score(
     ``step``; not ``final``: an earlier weights file, scored into ``<arm>/scores/step_NNNNNN.json``
     (no samples kept)."""
     from divergence.tables import write_json
-    from divergence.training.sample_score import draw, load_trained, score_samples
+    from divergence.training.sample_score import score_samples
 
     path, wanted = _score_file(run, arm, step, final), {"step": step, "settings": settings.as_dict()}
     record = _read(path)
     if _holds(record, wanted):
         return record, False
-    trained = load_trained(run, arm, step, device)
-    captions = list(settings.captions)
-    images = draw(
-        trained,
-        captions,
-        list(settings.seeds),
-        steps=settings.steps,
-        sampler=settings.sampler,
-        guidance_scale=settings.guidance_scale,
-        batch_size=settings.batch_size,
-    )
-    scored = score_samples(images, captions)
+    images = _draw(run, arm, step, settings, settings.seeds, device)
+    scored = score_samples(images, list(settings.captions))
     hits = {name: table.to(torch.uint8).tolist() for name, table in scored["hits"].items()}
     record = {**wanted, "rates": scored["rates"], "hits": hits}
     if final:
@@ -82,21 +71,15 @@ def score_tasks(jobs: list, consequence: Consequence) -> list[tuple]:
     """The scores phase 2 reads that no score file holds yet, each ``(run, arm, step, settings, final)``
     as ``arm_score`` takes them: every arm at its pair run's last step, and the seed pair's arms at
     their earlier weights files (``seed_pair_series``); a file of an arm several pair runs share once."""
-    from dataclasses import replace
-
     from divergence.report.inputs import load_pair
-    from divergence.training.sample_score import weight_steps
 
-    early = replace(consequence.score, seeds=consequence.score.seeds[:PLATEAU_SEEDS])
     tasks, seen = [], set()
     for job in jobs:
         for arm in ("a", "b"):
             wanted = [(job.max_steps, consequence.score, True)]
             if job.pair.role == "seed":
                 every = _checkpoint_every(load_pair(job.out).recipe)
-                wanted += [
-                    (s, early, False) for s in weight_steps(job.out / arm) if s % every == 0 and s != job.max_steps
-                ]
+                wanted += [task for task in _plateau(job, arm, every, consequence.score) if not task[2]]
             for step, settings, final in wanted:
                 file = _score_file(job.out, arm, step, final)
                 if (where := file.resolve()) in seen:
@@ -130,7 +113,9 @@ def score_all(tasks: list[tuple], workers: int, device: str = "cpu", progress=pr
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     context = multiprocessing.get_context("spawn")  # the parent's torch thread pool is not forked
-    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=context, initializer=_one_thread) as pool:
+    with ProcessPoolExecutor(
+        min(workers, len(tasks)), mp_context=context, initializer=torch.set_num_threads, initargs=(1,)
+    ) as pool:
         futures = {pool.submit(_score, task, device): task for task in tasks}
         try:
             for i, done in enumerate(as_completed(futures), 1):
@@ -147,8 +132,17 @@ def _score(task: tuple, device: str) -> None:
     arm_score(run, arm, step, settings, device, final)
 
 
-def _one_thread() -> None:
-    torch.set_num_threads(1)
+def _plateau(job, arm: str, every: int, settings: ScoreSettings) -> list[tuple[int, ScoreSettings, bool]]:
+    """``(step, settings, final)`` of each score the seed pair's plateau reads of ``arm``: its weights
+    files of the ``every`` cadence with the first ``PLATEAU_SEEDS`` sampling seeds, the last step's
+    with every seed (its ``score.json``)."""
+    from dataclasses import replace
+
+    from divergence.training.sample_score import weight_steps
+
+    early = replace(settings, seeds=settings.seeds[:PLATEAU_SEEDS])
+    steps = (s for s in weight_steps(job.out / arm) if s % every == 0 or s == job.max_steps)
+    return [(s, settings, True) if s == job.max_steps else (s, early, False) for s in steps]
 
 
 def _checkpoint_every(recipe: dict | None) -> int:
@@ -159,24 +153,28 @@ def _checkpoint_every(recipe: dict | None) -> int:
 def arm_samples(run: Path, arm: str, step: int, settings: ScoreSettings, device: str = "cpu") -> torch.Tensor:
     """(N, H, W, 3) uint8: the arm's images of the score's captions from its first sampling seed,
     read from ``samples.safetensors`` or, where it is missing or of other settings, drawn again."""
-    from divergence.training.sample_score import draw, load_trained
-
     path = Path(run) / arm / SAMPLES_FILE
     wanted = {"step": step, "settings": settings.as_dict()}
     images = _read_samples(path, wanted)
     if images is None:
-        trained = load_trained(run, arm, step, device)
-        images = draw(
-            trained,
-            list(settings.captions),
-            list(settings.seeds[:1]),
-            steps=settings.steps,
-            sampler=settings.sampler,
-            guidance_scale=settings.guidance_scale,
-            batch_size=settings.batch_size,
-        )[0]
+        images = _draw(run, arm, step, settings, settings.seeds[:1], device)[0]
         _write_samples(path, images, wanted)
     return images
+
+
+def _draw(run: Path, arm: str, step: int, settings: ScoreSettings, seeds, device: str) -> torch.Tensor:
+    """(S, N, H, W, 3) uint8: the arm's images of the score's captions, one stack per sampling seed."""
+    from divergence.training.sample_score import draw, load_trained
+
+    return draw(
+        load_trained(run, arm, step, device),
+        list(settings.captions),
+        list(seeds),
+        steps=settings.steps,
+        sampler=settings.sampler,
+        guidance_scale=settings.guidance_scale,
+        batch_size=settings.batch_size,
+    )
 
 
 def _write_samples(path: Path, images: torch.Tensor, wanted: dict) -> None:
@@ -311,14 +309,9 @@ def seed_pair_series(jobs: list, consequence: Consequence, device: str = "cpu") 
     the recipe's ``train.checkpoint_every`` cadence and the last step (the tracker's denser files
     are left out), scored with the first ``PLATEAU_SEEDS`` sampling seeds (the last file's read from
     its ``score.json``), and the probe loss at every tracked step (the pair's store)."""
-    from dataclasses import replace
-
     from divergence.report.inputs import load_pair
-    from divergence.training.sample_score import weight_steps
 
-    settings = consequence.score
-    early = replace(settings, seeds=settings.seeds[:PLATEAU_SEEDS])
-    what = settings.attribute
+    what = consequence.score.attribute
     score, probe, seen = {}, {}, set()
     for job in (j for j in jobs if j.pair.role == "seed"):
         data = load_pair(job.out)
@@ -330,13 +323,9 @@ def seed_pair_series(jobs: list, consequence: Consequence, device: str = "cpu") 
             seen.add(folder)
             name = f"{job.pair.name}#{job.replicate}/{arm}"
             series = {}
-            for step in (s for s in weight_steps(job.out / arm) if s % every == 0 or s == job.max_steps):
-                if step == job.max_steps:
-                    record, _ = arm_score(job.out, arm, step, settings, device)
-                    hits = torch.tensor(record["hits"][what], dtype=torch.float64)[:PLATEAU_SEEDS]
-                else:
-                    record, _ = arm_score(job.out, arm, step, early, device, final=False)
-                    hits = torch.tensor(record["hits"][what], dtype=torch.float64)
+            for step, settings, final in _plateau(job, arm, every, consequence.score):
+                record, _ = arm_score(job.out, arm, step, settings, device, final)
+                hits = torch.tensor(record["hits"][what], dtype=torch.float64)[:PLATEAU_SEEDS]
                 series[step] = float(hits.mean())
             score[name] = series
             losses = data.probe.get(f"probe_loss_{arm}")

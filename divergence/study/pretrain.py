@@ -20,11 +20,9 @@ runs in OUT already fine-tuned the old model it is refused instead, in one line 
 
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -33,7 +31,9 @@ import yaml
 from divergence.errors import RecipeError, UserInputError
 from divergence.config.yaml_safe import read_yaml, short
 from divergence.pairfolder.layout import PAIR_RECIPE_FILE, RUN_RECIPE_FILE
+from divergence.recipe.pair import merge
 from divergence.training import child_start
+from divergence.training.separate_pair import arm_command
 
 PARTS = ("unet", "text_encoder")  # the trained parts a fine-tune starts from, as save_pretrained folders
 PRETRAIN_KEYS = {"steps", "recipe"}
@@ -60,19 +60,11 @@ def folder(out: Path) -> Path:
     return Path(out) / "pretrained"
 
 
-def start_paths(out: Path) -> dict:
-    """The recipe changes that make a pair fine-tune from the study's pretrained model."""
-    where = folder(out).resolve()
-    return {"model": {part: {"path": str(where / part)} for part in PARTS}}
-
-
 def with_start(recipe: dict, out: Path) -> dict:
-    """A pair's ``recipe`` (changes to the base) with the pretrained parts' paths merged in."""
-    merged = copy.deepcopy(recipe)
-    model = merged.setdefault("model", {})
-    for part, value in start_paths(out)["model"].items():
-        model[part] = {**(model.get(part) or {}), **value}
-    return merged
+    """A pair's ``recipe`` (changes to the base) with the pretrained parts' paths merged in: the
+    changes that make a pair fine-tune from the study's pretrained model."""
+    where = folder(out).resolve()
+    return merge(recipe, {"model": {part: {"path": str(where / part)} for part in PARTS}})
 
 
 def ensure_pretrained(base: Path, pretrain: dict, out: Path, quiet: bool = False, runs=()) -> Path:
@@ -91,10 +83,10 @@ def ensure_pretrained(base: Path, pretrain: dict, out: Path, quiet: bool = False
     (where / RUN_RECIPE_FILE).write_text(yaml.safe_dump(recipe, sort_keys=False))
     if not quiet:
         print(f"pretraining the start of every pair: {pretrain['steps']} steps into {run}", flush=True)
-    command = [sys.executable, "-m", "divergence", "train", "--recipe", str(where / RUN_RECIPE_FILE), "--out", str(run)]
+    command = arm_command(where / RUN_RECIPE_FILE, run, ["log.wandb=false", "log.progress_bar=false"])
     with open(where / "pretrain.log", "a") as log:
         child = child_start.start(  # forked from the zygote the study's pair runs then reuse, or Popen
-            [*command, "log.wandb=false", "log.progress_bar=false"],
+            command,
             dict(os.environ),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -109,7 +101,7 @@ def ensure_pretrained(base: Path, pretrain: dict, out: Path, quiet: bool = False
 def pretrain_recipe(base: Path, pretrain: dict) -> dict:
     """The run recipe pretraining trains: the base file with ``pretrain.recipe``'s changes, N steps,
     one checkpoint (the last), no samples."""
-    recipe = _merge(yaml.safe_load(Path(base).read_text()) or {}, pretrain["recipe"])
+    recipe = merge(yaml.safe_load(Path(base).read_text()) or {}, pretrain["recipe"])
     recipe.setdefault("train", {})["max_steps"] = pretrain["steps"]
     recipe["train"]["checkpoint_every"] = pretrain["steps"]
     recipe.setdefault("sample", {})["enabled"] = False
@@ -209,10 +201,3 @@ def export_parts(recipe_path: Path, weights: Path, out: Path) -> None:
         raise UserInputError(f"{weights}: does not hold the recipe's model ({(wanted or unexpected)[0]})")
     for part in PARTS:
         getattr(arm, part).save_pretrained(str(out / part))
-
-
-def _merge(base: dict, changes: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in changes.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out

@@ -34,12 +34,11 @@ from divergence.store import MetricsStore
 from divergence.study.config import Study, StudyPair, in_study
 from divergence.study import shared_arms
 from divergence.training.stop_signals import signals_raise
-from divergence.study.shared_arms import sharing_facts
-from divergence.study.reuse import check_no_writer, check_same_recipe
+from divergence.study.reuse import check_reusable
 from divergence.training import child_start
 from divergence.training.pair_setup import pair_config
 from divergence.training.host import check_host
-from divergence.training.separate_pair import arm_finished, on_cpu, separate_jobs
+from divergence.training.separate_pair import STOP_SECONDS, arm_command, arm_finished, on_cpu, separate_jobs
 
 POLL_SECONDS = 0.2  # how soon a study sees a pair run end and starts the next (a core idles meanwhile)
 DISK_FULL = "No space left on device"  # strerror(ENOSPC), in a child's OSError line
@@ -48,8 +47,6 @@ DISK_FULL = "No space left on device"  # strerror(ENOSPC), in a child's OSError 
 # need not cost a two-hour atlas. torchrun's --max-restarts is the same idea (its default is 0: one
 # process group, not a queue of independent runs).
 RESTARTS = 1
-# A stopped study waits this long for its children to exit (Lightning stops at a step's end), then kills them.
-STOP_SECONDS = 20.0
 FOLLOWERS_PER_CORE = 2  # pair runs at once, at most, per parallel slot: training ones and comparators that follow
 
 
@@ -114,17 +111,11 @@ class PairJob:
 
     def following(self) -> bool:
         """Whether a borrowed arm is still being trained by its owner (this pair's comparator follows it)."""
-        return any(
-            not arm_finished(PairFolder(owner.parent), owner.name, self.max_steps) for owner in self.borrowed.values()
-        )
+        return any(not arm_finished(PairFolder(o.parent), o.name, self.max_steps) for o in self.borrowed.values())
 
     def ready(self) -> bool:
         """Whether it has work now (``next_ready``): an arm of its own to train, or borrowed arms all finished."""
-        if len(self.borrowed) < len(ARMS):
-            return True
-        return all(
-            arm_finished(PairFolder(owner.parent), owner.name, self.max_steps) for owner in self.borrowed.values()
-        )
+        return len(self.borrowed) < len(ARMS) or not self.following()
 
     def finished(self) -> bool:
         try:
@@ -132,14 +123,6 @@ class PairJob:
         except UserInputError:
             return False
         return info.finished and (info.last_step or 0) >= self.max_steps
-
-
-def prepare_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
-    """One job per (pair, replicate), its recipe written into ``DIR/recipes/``; every recipe is
-    validated before anything is written (``plan_jobs``)."""
-    jobs = plan_jobs(study, out, overrides)
-    write_recipes(jobs)
-    return jobs
 
 
 def plan_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
@@ -164,14 +147,14 @@ def plan_jobs(study: Study, out: Path, overrides: list[str]) -> list[PairJob]:
                     PairJob(
                         pair,
                         out / "recipes" / checked.name,
-                        run_folder(out, pair.name, replicate),
+                        out / pair.name / f"r{replicate}",
                         resolved.base.train.max_steps,
                         replicate=replicate,
                         recipe_text=text,
                         config=pair_config(resolved),
                         cores=max(arm_cores(resolved)),
                         arm_cores=arm_cores(resolved) if separate_jobs(resolved) else (),
-                        sharing=sharing_facts(resolved, pair.role),
+                        sharing=shared_arms.sharing_facts(resolved, pair.role),
                     )
                 )
     return jobs
@@ -202,16 +185,10 @@ def _cores(train) -> int:
 def write_recipes(jobs: list[PairJob]) -> None:
     """Each job's recipe into ``DIR/recipes/``, once no run folder is written by a live process and every
     run folder a job would reuse holds its recipe (``study.reuse``): a one-line error, nothing written."""
-    check_no_writer(jobs)
-    check_same_recipe(jobs)
+    check_reusable(jobs)
     for job in jobs:
         job.recipe_path.parent.mkdir(parents=True, exist_ok=True)
         job.recipe_path.write_text(job.recipe_text)
-
-
-def run_folder(out: Path, name: str, replicate: int) -> Path:
-    """Where replicate ``replicate`` of pair ``name`` trains: ``out/<name>/r<replicate>``."""
-    return out / name / f"r{replicate}"
 
 
 def run_jobs(
@@ -253,8 +230,9 @@ def run_jobs(
                     running.remove(job)
                     if _restarts(job):
                         waiting.insert(0, job)  # next to start: from its checkpoint, its log appended to
-                    else:
-                        _check_exit(job)
+                    elif (code := job.process.returncode) != 0:
+                        again = "failed again, after a restart from its checkpoint"
+                        raise PairFailed(_failure(job, again if job.restarts else "failed"), code)
             _update(jobs, bars, overall)
     except BaseException:
         _end([j.process for j in running])
@@ -319,8 +297,8 @@ def fits(job: PairJob, running: list[PairJob], parallel: int) -> bool:
 
 
 def _end(processes: list[subprocess.Popen]) -> None:
-    """Stop every child: SIGTERM (its store is committed step by step), SIGKILL for those still
-    running after ``STOP_SECONDS``, and reap them all, so none outlives the study."""
+    """Stop every child: SIGTERM (its store is committed step by step; Lightning stops at a step's end),
+    SIGKILL for those still running after ``STOP_SECONDS``, and reap them all, so none outlives the study."""
     for process in processes:
         if process.poll() is None:
             process.terminate()
@@ -334,18 +312,7 @@ def _end(processes: list[subprocess.Popen]) -> None:
 
 
 def _start(job: PairJob, overrides: list[str]) -> PairJob:
-    command = [
-        sys.executable,
-        "-m",
-        "divergence",
-        "train",
-        "--recipe",
-        str(job.recipe_path),
-        "--out",
-        str(job.out),
-        *overrides,
-        "log.progress_bar=false",
-    ]
+    command = arm_command(job.recipe_path, job.out, [*overrides, "log.progress_bar=false"])
     # no thread count here: train.cpu_threads is the recipe's, the same whatever ``parallel`` (a
     # CPU's numbers depend on it), so a study gives the same numbers with --jobs 1 and --jobs 2
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # each job its own wandb service
@@ -372,25 +339,17 @@ def _update(jobs: list[PairJob], bars: dict, overall) -> None:
 
 
 def _restarts(job: PairJob) -> bool:
-    """Whether ``job``, just ended, starts again: it failed other than with exit 2 and has restarts left.
+    """Whether ``job``, just ended, starts again: it failed other than with exit 2 or a full disk (a
+    restart would fail the same) and has restarts left.
     Says so in one line above the progress bars (``tqdm.write``): the failure, and that it resumes."""
     from tqdm import tqdm
 
     code = job.process.returncode
-    if code in (0, 2) or job.restarts >= RESTARTS or _disk_full(job):
+    if code in (0, 2) or job.restarts >= RESTARTS or DISK_FULL in _last_line(_log_path(job), job.log_start):
         return False
     job.restarts += 1
     tqdm.write(f"divergence: {_failure(job)}; starting it again from its last checkpoint", file=sys.stderr)
     return True
-
-
-def _check_exit(job: PairJob) -> None:
-    code = job.process.returncode
-    if code == 0:
-        return
-    raise PairFailed(
-        _failure(job, "failed again, after a restart from its checkpoint" if job.restarts else "failed"), code
-    )
 
 
 def _failure(job: PairJob, failed: str = "failed") -> str:
@@ -401,11 +360,6 @@ def _failure(job: PairJob, failed: str = "failed") -> str:
     if DISK_FULL in last:
         return f"{said}; free disk space (a pair run's checkpoints are in {job.out}), then run the same command again: it resumes"
     return said
-
-
-def _disk_full(job: PairJob) -> bool:
-    """Whether the job's child ran out of disk space: a restart would too, so it stops at once."""
-    return DISK_FULL in _last_line(_log_path(job), job.log_start)
 
 
 def _last_line(log: Path, start: int) -> str:
@@ -435,10 +389,6 @@ def device_type() -> str:
 def parallel_jobs(flag: int | None, recipe_jobs, device: str, pairs: int) -> int:
     """Pair runs trained at once: ``--jobs``, else the recipe's ``jobs``, else (auto) 1 on a GPU and
     up to 2 on a CPU; never more than there are pair runs."""
-    import os
-
-    from divergence.errors import UserInputError
-
     if flag is not None:
         if flag < 1:
             raise UserInputError(f"--jobs {flag}: must be >= 1")

@@ -142,13 +142,7 @@ def assign(jobs: list, root: Path) -> dict:
         role = roles[job.label]
         job.lends = role.lends
         job.borrowed = {arm: folders[owner] / owner_arm for arm, (owner, owner_arm) in role.borrowed.items()}
-        recorded["runs"][job.label] = {
-            "borrowed": {a: list(o) for a, o in role.borrowed.items()},
-            "lends": role.lends,
-            "max_steps": job.max_steps,
-            "folder": os.path.relpath(job.out, root),
-        }
-    return _write(path, recorded)
+    return _write(path, recorded, jobs, roles)
 
 
 def record_pair_by_pair(jobs: list, root: Path) -> dict:
@@ -159,17 +153,19 @@ def record_pair_by_pair(jobs: list, root: Path) -> dict:
         raise UserInputError(
             f"{path}: the study in {root} shares arms between pairs; run it again without --no-shared-arms"
         )
+    return _write(path, recorded, jobs, {})
+
+
+def _write(path: Path, recorded: dict, jobs: list, roles: dict[str, ArmRole]) -> dict:
+    """``recorded`` with each job's role (none: both its arms its own) and the arm-steps, into ``arms.json``."""
     for job in jobs:
+        role = roles.get(job.label, ArmRole())
         recorded["runs"][job.label] = {
-            "borrowed": {},
-            "lends": False,
+            "borrowed": {a: list(o) for a, o in role.borrowed.items()},
+            "lends": role.lends,
             "max_steps": job.max_steps,
-            "folder": os.path.relpath(job.out, root),
+            "folder": os.path.relpath(job.out, path.parent),
         }
-    return _write(path, recorded)
-
-
-def _write(path: Path, recorded: dict) -> dict:
     recorded["arm_steps"] = arm_steps(recorded["runs"])
     write_atomic(path, json.dumps(recorded, indent=1, sort_keys=True) + "\n")
     return recorded

@@ -18,7 +18,7 @@ import yaml
 from divergence.cli import main
 from divergence.errors import UserInputError
 from divergence.study import load_study
-from divergence.study.reuse import REUSED, check_same_recipe
+from divergence.study.reuse import REUSED, check_reusable
 from divergence.study.runner import plan_jobs
 from divergence.training.folder_check import _may_change, flatten_keys
 
@@ -81,7 +81,7 @@ def test_every_changed_key_of_a_reused_run_is_reused_or_refused_in_one_line(tmp_
         job.out.mkdir(parents=True, exist_ok=True)
         (job.out / "pair.yaml").write_text(_dump(_changed(job.config, key)))
         try:
-            check_same_recipe([job])
+            check_reusable([job])
         except UserInputError as err:
             refused += 1
             message = str(err)

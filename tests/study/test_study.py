@@ -100,7 +100,7 @@ def test_bad_study_recipes(tmp_path, text, message):
 
 
 def test_references_reordering_is_a_reordering_pair_trained_in_the_base_numerics_with_replicates(tmp_path):
-    from divergence.study import prepare_jobs
+    from divergence.study.runner import plan_jobs, write_recipes
     from divergence.variants.pair_recipe import load_pair_recipe
 
     study = load_study(RECIPES / "study.yaml", ["replicates=2"])
@@ -111,7 +111,8 @@ def test_references_reordering_is_a_reordering_pair_trained_in_the_base_numerics
         True,
         False,
     )
-    jobs = [j for j in prepare_jobs(study, tmp_path, ["train.max_steps=2"]) if j.pair.role == "reordering"]
+    jobs = [j for j in plan_jobs(study, tmp_path, ["train.max_steps=2"]) if j.pair.role == "reordering"]
+    write_recipes(jobs)
     recipes = [load_pair_recipe(j.recipe_path) for j in jobs]
     assert [r.replicate for r in recipes] == [0, 1] and {r.category for r in recipes} == {"reordering"}
     assert {r.base.train.precision for r in recipes} == {"32-true"}  # the base's numerics, not flash's bf16
@@ -196,10 +197,11 @@ def _end_to_end(tiny_study):
 
 
 def test_replicates_lay_out_one_folder_per_pair_and_replicate(tmp_path):
-    from divergence.study import prepare_jobs
+    from divergence.study.runner import plan_jobs, write_recipes
 
     study = load_study(RECIPES / "study.yaml", ["replicates=3"])
-    jobs = prepare_jobs(study, tmp_path, ["train.max_steps=2"])
+    jobs = plan_jobs(study, tmp_path, ["train.max_steps=2"])
+    write_recipes(jobs)
     runs = sorted(str(j.out.relative_to(tmp_path)) for j in jobs)
     assert runs == sorted(
         [
