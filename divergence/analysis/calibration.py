@@ -47,7 +47,8 @@ from divergence.analysis.dose import SATURATED_PHI, estimate_replicates, probe_v
 from divergence.analysis.growth import ols_slope
 from divergence.analysis.replicates import pool, replicate_of
 from divergence.analysis.trajectories import PairData
-from divergence.analysis.verdict import judge
+from divergence.analysis.summary import num
+from divergence.analysis.verdict import all_zero, judge
 from divergence.errors import UserInputError
 from divergence.variants import as_base
 
@@ -167,7 +168,8 @@ def evaluate(
         "criteria": criteria,
         "passed": all(c["pass"] for c in criteria.values()),
         "doses": [_dose_dict(e, truth[e], per_h) for e in doses],
-        "reference_exact": _reference_exact(ladder.get(0.0) or ladder.get(0) or []),
+        # eps = 0 must be bitwise the reference: its pair's difference exactly zero at every step
+        "reference_exact": bool(all_zero(ladder[0])) if ladder.get(0) else None,
         "references": {},
     }
     for name, runs in (references or {}).items():  # reference pairs trained beside the ladder
@@ -268,7 +270,7 @@ def _stability(per_h: dict, doses: list[float]) -> dict:
     shifts = [abs(results[0][e]["pooled"].mean - results[-1][e]["pooled"].mean) for e in used]
     worst = max(shifts) if shifts else math.nan
     return {
-        "value": _num(worst),
+        "value": num(worst),
         "pass": bool(len(used) >= 3 and worst <= MAX_HORIZON_SHIFT),
         "max_dex": MAX_HORIZON_SHIFT,
         "doses": used,
@@ -284,11 +286,11 @@ def _recovery(per_h: dict, truth: dict, anchor: float) -> dict:
     errors = [abs(r[e]["pooled"].mean - truth[e]) for r in per_h.values() for e in checked]
     worst = max(errors) if errors else math.nan
     return {
-        "value": _num(worst),
+        "value": num(worst),
         "pass": bool(len(checked) >= 3 and worst <= MAX_RECOVERY_ERROR),
         "max_dex": MAX_RECOVERY_ERROR,
         "doses": checked,
-        "floor_eps": _num(floor),
+        "floor_eps": num(floor),
         "below_floor": [e for e in used if e not in checked],
         "rule": f"doses >= {FLOOR_MARGIN} x the floor f = max(0, eps_a 10^lr_min - eps_min), from the lowest dose",
     }
@@ -416,21 +418,10 @@ def _dose_dict(e: float, truth: float, per_h: dict) -> dict:
     return {
         "eps": e,
         "true_log10_vs_anchor": truth,
-        "log10": _num(p.mean),
-        "lo": _num(p.lo),
-        "hi": _num(p.hi),
+        "log10": num(p.mean),
+        "lo": num(p.lo),
+        "hi": num(p.hi),
         "replicates": p.n,
         "window": [min(w[0] for w in windows), max(w[1] for w in windows)] if windows else None,
-        "per_horizon": {str(h): _num(r[e]["pooled"].mean) for h, r in per_h.items()},
+        "per_horizon": {str(h): num(r[e]["pooled"].mean) for h, r in per_h.items()},
     }
-
-
-def _reference_exact(runs: list[PairData]) -> bool | None:
-    """eps = 0 must be bitwise the reference: its pair's difference exactly zero at every step."""
-    if not runs:
-        return None
-    return bool(all(len(p.rel_l2) and np.all(p.rel_l2 == 0) for p in runs))
-
-
-def _num(x):
-    return None if x is None or not math.isfinite(x) else float(x)

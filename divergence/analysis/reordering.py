@@ -78,7 +78,7 @@ from divergence.analysis.headline import factor_text
 from divergence.analysis.no_window import why_no_window
 from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
 from divergence.analysis.trajectories import PairData
-from divergence.analysis.verdict import _all_zero
+from divergence.analysis.verdict import all_zero
 from divergence.variants.registry import VARIANTS
 
 REORDERING_DEX = 1.0  # log10(E_X / E_R) above which X perturbs more than a reordering of fp32 sums
@@ -138,10 +138,10 @@ def against_reordering(
     (``saturated``: the E / E_S that ends a window, a fine-tune's where the pairs are one)."""
     common = dict(reference=reordering[0].name, label=reordering[0].label, fp32_equivalent=expects_identity(study[0]))
     empty = pool([])
-    if _all_zero(reordering):
+    if all_zero(reordering):
         reason = f"{reordering[0].name}'s arms are bitwise equal at every tracked step: no reordering to compare with"
         return Reordering(ratio=empty, status=None, replicates_needed=None, reason=reason, **common)
-    if _all_zero(study):
+    if all_zero(study):
         reason = "its arms are bitwise equal at every tracked step"
         return Reordering(ratio=empty, status="reordering_like", replicates_needed=None, reason=reason, **common)
     runs = [

@@ -29,6 +29,9 @@ from divergence.analysis.verdict import MAX_DRIFT, METRIC, OUTSIDE, Dose, Verdic
 
 SCHEMA = 2
 ORDER = ("optimization", "precision", "seed", "control", "reordering")
+# the PairData fields a ``pairs`` entry of summary.json opens with, as they are
+PAIR_FIELDS = ("name", "replicate", "category", "description", "folder", "arms", "finished", "last_step", "max_steps")
+PAIR_FIELDS += ("numerics", "outside_deployment")
 
 
 @dataclass(frozen=True)
@@ -231,11 +234,11 @@ def verdict_dict(v: Verdict) -> dict:
         },
         "outcome": {
             **_pooled(result.delta, "mean"),
-            "margin": _num(result.margin),
+            "margin": num(result.margin),
             "source": result.source,
             "status": result.status,
             "replicates_needed": result.replicates_needed,
-            "margin_factor": _num(result.margin_factor),
+            "margin_factor": num(result.margin_factor),
             "saturated": result.saturated,
         },
         "reasons": list(v.reasons),
@@ -243,16 +246,16 @@ def verdict_dict(v: Verdict) -> dict:
         "indicative": v.indicative,
         "outside_deployment": next((c for c in v.caveats if c.startswith(OUTSIDE)), None),
         "function_space": {"metric": "probe_rel_diff", **_pooled(dose.function, "log10")},
-        "flatness": {"drift_dex": _num(dose.drift), "max_drift_dex": 0.5, "dose_like": dose.dose_like},
-        "lambda": {k: _num(np.mean([e.lam[k] for e in usable])) if usable else None for k in ("study", "reference")},
+        "flatness": {"drift_dex": num(dose.drift), "max_drift_dex": 0.5, "dose_like": dose.dose_like},
+        "lambda": {k: num(np.mean([e.lam[k] for e in usable])) if usable else None for k in ("study", "reference")},
         "t10": _phi_steps(dose, "t10"),
         "t50": _phi_steps(dose, "t50"),
-        "noise_floor_ratio": _num(v.floor),
+        "noise_floor_ratio": num(v.floor),
         "equivalent_dose": dose.equivalent,
         "reordering": reordering_dict(v.reordering),
         "coherence": _finite(v.coherence),
         "prediction": v.prediction,
-        "outcome_per_replicate": {str(r): _num(d) for r, d in result.per_replicate.items()},
+        "outcome_per_replicate": {str(r): num(d) for r, d in result.per_replicate.items()},
         "per_replicate": [
             {
                 "replicate": e.replicate,
@@ -260,10 +263,10 @@ def verdict_dict(v: Verdict) -> dict:
                 "window": list(e.window) if e.window else None,
                 "settled_at": e.settled_at,
                 "steps_in_window": e.n_window,
-                "log10": _num(e.log10),
-                "log10_function": _num(e.log10_function),
-                "drift_dex": _num(e.drift),
-                "lambda": {k: _num(x) for k, x in e.lam.items()},
+                "log10": num(e.log10),
+                "log10_function": num(e.log10_function),
+                "drift_dex": num(e.drift),
+                "lambda": {k: num(x) for k, x in e.lam.items()},
                 "t10": e.t10,
                 "t50": e.t50,
             }
@@ -283,12 +286,12 @@ def reordering_dict(r: Reordering | None) -> dict | None:
         "reference": r.reference,
         "threshold_dex": REORDERING_DEX,
         "fp32_equivalent": r.fp32_equivalent,
-        "drift_dex": _num(r.drift),
+        "drift_dex": num(r.drift),
         "reason": r.reason,
         "read_on": r.read_on,
         "left_out": list(left_out(r.estimates)) if r.read_on else [],
         "per_replicate": [
-            {"replicate": e.replicate, "window": list(e.window) if e.window else None, "log10": _num(e.log10)}
+            {"replicate": e.replicate, "window": list(e.window) if e.window else None, "log10": num(e.log10)}
             for e in r.estimates
         ],
     }
@@ -303,7 +306,7 @@ def _statistic(dose: Dose) -> str | None:
 
 
 def _pooled(p: Pooled, key: str) -> dict:
-    return {key: _num(p.mean), "lo": _num(p.lo), "hi": _num(p.hi), "replicates": p.n}
+    return {key: num(p.mean), "lo": num(p.lo), "hi": num(p.hi), "replicates": p.n}
 
 
 def _phi_steps(dose: Dose, which: str) -> dict:
@@ -329,7 +332,8 @@ def _finite(data):
     return None if isinstance(data, float) and not math.isfinite(data) else data
 
 
-def _num(x):
+def num(x):
+    """``x`` as a JSON number: None when missing or not finite."""
     return None if x is None or not math.isfinite(x) else float(x)
 
 
@@ -350,17 +354,7 @@ def _calibration_dict(calibration: dict | None) -> dict | None:
 def _pair_dict(p: PairData, growth: dict[str, Estimate]) -> dict:
     n = len(p.steps)
     return {
-        "name": p.name,
-        "replicate": p.replicate,
-        "category": p.category,
-        "description": p.description,
-        "folder": p.folder,
-        "arms": p.arms,
-        "finished": p.finished,
-        "last_step": p.last_step,
-        "max_steps": p.max_steps,
-        "numerics": p.numerics,
-        "outside_deployment": p.outside_deployment,
+        **{key: getattr(p, key) for key in PAIR_FIELDS},
         "tracked_steps": n,
         "layers": len(p.layers),
         "probe": p.has_probe(),
