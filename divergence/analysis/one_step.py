@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import torch
@@ -48,7 +48,6 @@ from divergence.analysis.replicates import pool
 from divergence.errors import UserInputError
 
 SPLITS = (2, 4, 8)  # micro-batch counts of the derived reordered references
-STATUSES = ("reordering_like", "beyond_reordering", "inconclusive")
 SEED = 0  # every call runs under this RNG seed, so dropout masks and noise draws match
 
 
@@ -96,9 +95,7 @@ class OneStepResult:
         )
 
     def to_dict(self) -> dict:
-        keys = ("status", "log10_ratio", "lo", "hi", "e_change", "base_norm", "references", "tensors", "kind")
-        out = {k: getattr(self, k) for k in keys}
-        return {**out, "seconds": self.seconds, "threshold": self.threshold, "notes": self.notes}
+        return asdict(self)
 
 
 def one_step_check(
@@ -291,7 +288,7 @@ def compare(base: dict, change: dict, refs: list[tuple[str, dict]], kind: str) -
         status, mean, lo, hi = "inconclusive", math.inf, None, None
         notes.append("no reference moved the baseline: no yardstick")
     else:
-        mean, lo, hi = pooled.mean, pooled.lo, pooled.hi
-        low, high = (lo, hi) if pooled.interval else (mean, mean)
-        status = "beyond_reordering" if low > d else "reordering_like" if high <= d else "inconclusive"
+        from divergence.analysis.reordering import decide  # d's own reading (not at import: see reordering_dex)
+
+        mean, lo, hi, status = pooled.mean, pooled.lo, pooled.hi, decide(pooled)
     return OneStepResult(status, mean, lo, hi, e_x, base_norm, references, tensors, kind, threshold=d, notes=notes)
