@@ -45,7 +45,7 @@ from scipy import stats
 
 from divergence.analysis.dose import SATURATED_PHI, estimate_replicates, probe_values, seed_at
 from divergence.analysis.growth import ols_slope
-from divergence.analysis.replicates import pool, replicate_of
+from divergence.analysis.replicates import pool, replicate_or_first, replicate_runs
 from divergence.analysis.trajectories import PairData
 from divergence.analysis.summary import num
 from divergence.analysis.verdict import all_zero, judge
@@ -206,12 +206,7 @@ def _ladder_at(ladder, doses, anchor, seeds, horizon) -> dict[float, dict]:
         if e == anchor:
             out[e] = {"pooled": pool([0.0] * len(cut[e])), "estimates": []}
             continue
-        runs = [
-            (x, a, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None))
-            for x in cut[e]
-            if (a := replicate_of(cut[anchor], x.replicate)) is not None
-        ]
-        estimates = estimate_replicates(runs)
+        estimates = estimate_replicates(replicate_runs(cut[e], cut[anchor], seeds))
         usable = [m for m in estimates if m.usable]
         out[e] = {"pooled": pool([m.log10 for m in usable]), "estimates": usable}
     return out
@@ -349,8 +344,7 @@ def _anchor_curve(runs: list[PairData], seeds: list[PairData]) -> dict:
     """Mean over replicates of log10 E_anchor(t) at the steps before the anchor saturates."""
     by_step: dict[int, list[float]] = {}
     for p in runs:
-        s = replicate_of(seeds, p.replicate) or (seeds[0] if seeds else None)
-        f_s, e_s = seed_at(s, p.steps)
+        f_s, e_s = seed_at(replicate_or_first(seeds, p.replicate), p.steps)
         f = probe_values(p)
         with np.errstate(divide="ignore", invalid="ignore"):
             phi = f / f_s if np.isfinite(f).any() and np.isfinite(f_s).any() else p.rel_l2 / e_s

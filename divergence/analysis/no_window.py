@@ -22,6 +22,7 @@ import numpy as np
 
 from divergence.analysis import every_step
 from divergence.analysis.dose import SATURATED_E
+from divergence.analysis.replicates import replicate_or_first
 from divergence.analysis.window import RATE_FACTOR, local_rates
 
 
@@ -108,9 +109,9 @@ def _unsaturated(e) -> int:
 def _saturated_at_once(study, reference, seeds, best, start: int, min_window: int, saturated: float) -> str:
     """Saturation closer to t0 than ``min_window`` steps: the measured E's, and the seed pair's start."""
     at = best.saturated_at
-    seed = next((p for p in seeds if p.replicate == best.replicate), seeds[0] if seeds else None)
+    seed, r = replicate_or_first(seeds, best.replicate), best.replicate
     e_s = _e_at(seed, at)
-    shares = [(p.name, _e_at(p, at)) for p in (_of(study, best), _of(reference, best)) if p is not None]
+    shares = [(p.name, _e_at(p, at)) for p in (replicate_or_first(study, r), replicate_or_first(reference, r)) if p]
     name, e = max(shares, key=lambda s: s[1] if np.isfinite(s[1]) else -np.inf)
     text = (
         f"saturated at once: at step {at} {name}'s difference E = {e:.2g} is already {e / e_s:.2g} of the seed "
@@ -126,10 +127,6 @@ def _saturated_at_once(study, reference, seeds, best, start: int, min_window: in
             "different initial weights when training from scratch"
         )
     return text
-
-
-def _of(pairs, estimate):
-    return next((p for p in pairs if p.replicate == estimate.replicate), pairs[0] if pairs else None)
 
 
 def _e_at(pair, step: int) -> float:

@@ -76,7 +76,7 @@ from divergence.analysis.dose import MIN_WINDOW, SATURATED_E, WindowEstimate, es
 from divergence.analysis.every_step import left_out_text, on_valid_steps  # noqa: F401 (on_valid_steps: public here)
 from divergence.analysis.headline import factor_text
 from divergence.analysis.no_window import why_no_window
-from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
+from divergence.analysis.replicates import Pooled, pool, replicate_runs, replicates_to_clear
 from divergence.analysis.trajectories import PairData
 from divergence.analysis.verdict import all_zero
 from divergence.variants.registry import VARIANTS
@@ -144,12 +144,7 @@ def against_reordering(
     if all_zero(study):
         reason = "its arms are bitwise equal at every tracked step"
         return Reordering(ratio=empty, status="reordering_like", replicates_needed=None, reason=reason, **common)
-    runs = [
-        (x, r, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None))
-        for x in study
-        if (r := replicate_of(reordering, x.replicate)) is not None
-    ]
-    windows = tuple(estimate_replicates(runs, start, min_window, saturated))
+    windows = tuple(estimate_replicates(replicate_runs(study, reordering, seeds), start, min_window, saturated))
     read_on, estimates = every_step.choose(windows, REORDERING_DEX)
     estimates = tuple(estimates)
     usable = [e for e in estimates if e.usable]

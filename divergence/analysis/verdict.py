@@ -52,7 +52,7 @@ from divergence.analysis.finetune import FineTune, ceiling_text, saturation_leve
 from divergence.analysis.no_window import crossing_text, why_no_window, why_valid_steps
 from divergence.analysis.headline import STATUS_WORDS, factor_text, headline, percent
 from divergence.analysis.layers import noise_floor
-from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
+from divergence.analysis.replicates import Pooled, pool, replicate_of, replicate_runs, replicates_to_clear
 from divergence.analysis.trajectories import PairData
 
 MARGIN_FACTOR = outcome.MARGIN_FACTOR
@@ -290,17 +290,13 @@ def _setup_caveats(study: list[PairData], controls: list[PairData]) -> list[str]
 
 
 def _estimates(study, reference, seeds, start, min_window, level) -> tuple[list[WindowEstimate], list[str]]:
-    runs, caveats = [], []
-    for x in study:
-        p = replicate_of(reference, x.replicate)
-        if p is None:
-            caveats.append(
-                f"replicate {x.replicate} of {x.name} has no replicate {x.replicate} of "
-                f"{reference[0].name} (common random numbers): left out"
-            )
-            continue
-        runs.append((x, p, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None)))
-    return estimate_replicates(runs, start, min_window, level), caveats
+    caveats = [
+        f"replicate {x.replicate} of {x.name} has no replicate {x.replicate} of "
+        f"{reference[0].name} (common random numbers): left out"
+        for x in study
+        if replicate_of(reference, x.replicate) is None
+    ]
+    return estimate_replicates(replicate_runs(study, reference, seeds), start, min_window, level), caveats
 
 
 def _left_out(estimates, read_on: str) -> list[str]:
