@@ -34,7 +34,7 @@ def headline(v, label: str, ref_label: str, floor_text: str | None = None) -> st
     word = STATUS_WORDS[v.status]
     if v.status == "no_verdict":
         return f"{word} for {label}: {v.reasons[0]}."
-    span = window_text(v)
+    span = spans_text(v.dose.estimates, "window steps", "windows steps")
     if v.dose.read_on == "valid_steps":
         text = f"{word}: {bound_text(v, label, ref_label)}{_undecided_dose(v)}; {outcome_text(v)}."
     elif not v.dose.dose_like:
@@ -83,17 +83,6 @@ def bound_text(v, label: str, ref_label: str) -> str:
         f"({factor_text(10 ** abs(m))}x {'less' if m < 0 else 'more'}; {numbers}; read on every valid step, "
         "as the growth-rate window does not form in every replicate)"
     )
-
-
-def window_text(v) -> str:
-    """The window(s) the dose was read on: one common window, or each usable replicate's."""
-    windows = [e.window for e in v.dose.estimates if e.usable and e.window]
-    if not windows:
-        return f"window steps {v.dose.window[0]}-{v.dose.window[1]}" if v.dose.window else "no window"
-    if len(set(windows)) == 1:
-        first, last = windows[0]
-        return f"window steps {first}-{last}" + (" in every replicate" if len(windows) > 1 else "")
-    return "windows steps " + ", ".join(f"{a}-{b}" for a, b in windows)
 
 
 def _undecided_dose(v) -> str:

@@ -49,7 +49,7 @@ valid steps in every replicate (``no_window.why_no_window`` says which condition
 
 The verdict's sentence says it for every pair; the "look for a bug" clause only for a pair that
 declares its change should be the identity (``pair.json``'s ``expect_identity``, which the built-in
-fp32-equivalent variants set and ``ArmWriter(expect_identity=True)`` writes; ``expects_identity``).
+fp32-equivalent variants set and ``ArmWriter(expect_identity=True)`` writes; undeclared: no).
 Without a reordering pair the headline says that "bug or noise" was not asked. Examples, three
 replicates each (t_{0.975, 2} = 4.30):
 
@@ -136,7 +136,9 @@ def against_reordering(
 ) -> Reordering:
     """The replicates of the pair under study against the replicates of the reordering pair R
     (``saturated``: the E / E_S that ends a window, a fine-tune's where the pairs are one)."""
-    common = dict(reference=reordering[0].name, label=reordering[0].label, fp32_equivalent=expects_identity(study[0]))
+    common = dict(
+        reference=reordering[0].name, label=reordering[0].label, fp32_equivalent=bool(study[0].expect_identity)
+    )
     empty = pool([])
     if all_zero(reordering):
         reason = f"{reordering[0].name}'s arms are bitwise equal at every tracked step: no reordering to compare with"
@@ -168,12 +170,6 @@ def against_reordering(
         read_on=read_on,
         **common,
     )
-
-
-def expects_identity(pair: PairData) -> bool:
-    """Whether the pair declares that its change should be the identity in fp32 (``pair.json``'s
-    ``expect_identity``, whatever its arms' labels); an undeclared pair: False."""
-    return bool(pair.expect_identity)
 
 
 def crossing(values: np.ndarray) -> str | None:

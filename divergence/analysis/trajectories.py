@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from divergence.metrics import TRAJECTORY_METRICS
+from divergence.metrics import METRIC_NAMES, TRAJECTORY_METRICS
 from divergence.metrics.grouping import summarize
 from divergence.pairfolder.pair_json import pair_label
 
@@ -202,19 +202,8 @@ def _model_value(step_record: dict, tensor_records: list[dict], metric: str) -> 
 
 
 def _summarizable(records: list[dict]) -> bool:
-    keys = (
-        "numel",
-        "wasserstein",
-        "max_abs_diff",
-        "norm_a",
-        "norm_b",
-        "nonfinite_a",
-        "nonfinite_b",
-        "mean_abs_diff",
-        "rms_diff",
-        "rel_l2",
-        "cosine",
-    )
+    """Whether every record holds what ``summarize`` reads."""
+    keys = (*METRIC_NAMES, "numel", "norm_a", "norm_b", "nonfinite_a", "nonfinite_b")
     return all(all(k in r for k in keys) for r in records)
 
 
