@@ -112,15 +112,15 @@ def outcome_text(v) -> str:
         return f"{head}: {number} inside {scale} {margin}" + _saturated_note(v)
     if v.outcome.status == "shifted":
         return f"outcome shifted: {number} outside {scale} {margin}" + _saturated_note(v)
-    n = v.outcome.replicates_needed
-    decide = (
-        f"; about {n} replicates would decide"
-        if n is not None
-        else "; one replicate has no interval"
-        if not o.interval
-        else "; no number of replicates within reach decides"
-    )
-    return f"outcome undecided: {number} against {scale} {margin}{_saturated_note(v)}{decide}"
+    decide = decide_text(v.outcome.replicates_needed, o)
+    return f"outcome undecided: {number} against {scale} {margin}{_saturated_note(v)}; {decide}"
+
+
+def decide_text(needed: int | None, pooled) -> str:
+    """What would decide an undecided reading: the replicates (``replicates_to_clear``), or why none do."""
+    if needed is not None:
+        return f"about {needed} replicates would decide"
+    return "no number of replicates within reach decides" if pooled.interval else "one replicate has no interval"
 
 
 def _saturated_note(v) -> str:

@@ -74,7 +74,7 @@ import numpy as np
 from divergence.analysis import dose, every_step
 from divergence.analysis.dose import MIN_WINDOW, SATURATED_E, WindowEstimate, estimate_replicates
 from divergence.analysis.every_step import left_out_text, on_valid_steps  # noqa: F401 (on_valid_steps: public here)
-from divergence.analysis.headline import factor_text
+from divergence.analysis.headline import decide_text, factor_text
 from divergence.analysis.no_window import why_no_window
 from divergence.analysis.replicates import Pooled, pool, replicate_runs, replicates_to_clear
 from divergence.analysis.trajectories import PairData
@@ -267,14 +267,8 @@ def sentence(r: Reordering, label: str) -> str:
         return f"{said}: beyond reordering."
     if r.reason:  # a ratio that crosses the threshold on the valid steps
         return f"{said}: inconclusive: {r.reason}, which more replicates do not decide; see the curves."
-    decide_text = (
-        f"about {r.replicates_needed} replicates would decide"
-        if r.replicates_needed is not None
-        else "one replicate has no interval"
-        if not r.ratio.interval
-        else "no number of replicates within reach decides"
-    )
-    return f"{said}: inconclusive, the interval holds +{REORDERING_DEX:g} dex ({limit}x a reordering); {decide_text}."
+    decide = decide_text(r.replicates_needed, r.ratio)
+    return f"{said}: inconclusive, the interval holds +{REORDERING_DEX:g} dex ({limit}x a reordering); {decide}."
 
 
 def where_read(r: Reordering) -> str:
