@@ -12,16 +12,12 @@ replicate r, at their shared tracked steps t:
     E(t)     whole-model rel_l2 = ||theta_a - theta_b|| / ||theta_b||     (step record ``rel_l2``)
     F(t)     the probe's ||out_a(Q) - out_b(Q)|| / ||out_b(Q)||             (``probe_rel_diff``)
     phi(t)   F(t) / F_S(t): the fraction of the way to a different-seed model
-    g(t)     local log-growth rate: OLS slope of ln E over the tracked steps i-2..i+2
 
-Unsaturated window U_r (``window``): the steps of the shared exponential regime (both pairs'
-local log-growth rates alike, neither saturated), read from one first step t0 common to the
-replicates and past every replicate's first-steps transient (where log10(E_X / E_P) has
-settled), each replicate's window ending where its own shared regime ends: at the first step
-where a pair's weights saturate, E >= ``SATURATED_E`` x E_S (with a seed pair), or once the rates stop being
-alike. start = max(10, warm-up) for a recipe with LR warm-up; without one the first steps count
-(start = 1; the transient rule decides where the reading begins). lr^F is the median over the
-window's probed steps (``tracking.probe.every``; NaN with fewer than ``min_window`` of them).
+Unsaturated window U_r: the steps of the shared exponential regime, past the first-steps transient,
+as ``window`` defines them, a pair saturated from E >= ``SATURATED_E`` x E_S (with a seed pair).
+start = max(10, warm-up) for a recipe with LR warm-up; without one the first steps count (start = 1;
+the transient rule decides where the reading begins). lr^F is the median over the window's probed
+steps (``tracking.probe.every``; NaN with fewer than ``min_window`` of them).
 
 Saturation is read in weight space, where the statistic is, and not from phi = F / F_S as the
 method's first version had it. Measured on the tiny recipe (``make demo``, 3 replicates): the seed

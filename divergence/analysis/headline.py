@@ -31,9 +31,7 @@ STATUS_WORDS = {
 
 def headline(v, label: str, ref_label: str, floor_text: str | None = None) -> str:
     """One paragraph: status, dose ratio with its interval and window, outcome, floor, equivalent dose."""
-    word = STATUS_WORDS[v.status]
-    if v.status == "no_verdict":
-        return f"{word} for {label}: {v.reasons[0]}."
+    word = STATUS_WORDS[v.status]  # never no_verdict: judge words those itself
     span = spans_text(v.dose.estimates, "window steps", "windows steps")
     if v.dose.read_on == "valid_steps":
         text = f"{word}: {bound_text(v, label, ref_label)}{_undecided_dose(v)}; {outcome_text(v)}."

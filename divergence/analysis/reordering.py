@@ -32,12 +32,9 @@ tiny UNet: rank 1's gradient scaled by 1 + 1e-3 sits +2.0 dex above R at every s
 left out of the all-reduce +2.2 to +2.9 dex, and neither forms a window (on the tiny DiT,
 ``tests/scaleout/test_parallel_rows.py``, the scaled gradient's ratio is flat enough for one,
 +2.0 to +2.1 dex, steps 2-6; the parameter left out, +3.0 to +3.2 dex and growing, forms none).
-So, when a replicate has none, every replicate is read over its valid steps
-(``every_step.choose``: a replicate whose valid steps all lie on one side of d is never dropped for
-want of a window; with valid steps on both sides, the replicates that have a window are read on
-it, the others left out and counted in the sentence)
+So, when a replicate has none, the replicates are read over their valid steps V_r as
+``every_step.choose`` decides (its docstring defines V_r and when which reading applies)
 
-    V_r  = {t >= start: E_X, E_R > 0 and finite, before either saturates (E >= SATURATED_E x E_S)}
     lr_r = median over V_r of log10(E_X / E_R)      (at least ``min_window`` steps; read_on "valid_steps")
 
 pooled and decided as above, with one more condition, since a drifting ratio is not one number

@@ -115,7 +115,7 @@ def _fine_tune_dict(fine_tune: finetune.FineTune | None, seeds: list[PairData]) 
         "recognized_from": fine_tune.how,
         "start": fine_tune.start,
         "seed_reference": seeds[0].name if seeds else None,
-        "saturated": fine_tune.saturated,
+        "saturated": finetune.SATURATED_FINETUNE,
         "ceiling": finetune.ceiling_text(fine_tune, seeds),
     }
 

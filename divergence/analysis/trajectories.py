@@ -99,12 +99,9 @@ class PairData:
         values = self.model[metric]
         return values - values[0] if values.size else values
 
-    def finite_layers(self, metric: str, columns: np.ndarray | None = None) -> np.ndarray:
-        """(L,) bool: layers whose metric is finite at every tracked step (or at ``columns``)."""
-        values = self.layer_values[metric]
-        if columns is not None:
-            values = values[:, columns]
-        return np.isfinite(values).all(axis=1)
+    def finite_layers(self, metric: str) -> np.ndarray:
+        """(L,) bool: layers whose metric is finite at every tracked step."""
+        return np.isfinite(self.layer_values[metric]).all(axis=1)
 
 
 def pair_from_records(
