@@ -47,7 +47,7 @@ from divergence.analysis.dose import SATURATED_PHI, estimate_replicates, probe_v
 from divergence.analysis.growth import ols_slope
 from divergence.analysis.replicates import pool, replicate_or_first, replicate_runs
 from divergence.analysis.trajectories import PairData
-from divergence.analysis.summary import num
+from divergence.analysis.summary import num, pooled_dict
 from divergence.analysis.verdict import all_zero, judge
 from divergence.errors import UserInputError
 from divergence.variants import as_base
@@ -412,10 +412,7 @@ def _dose_dict(e: float, truth: float, per_h: dict) -> dict:
     return {
         "eps": e,
         "true_log10_vs_anchor": truth,
-        "log10": num(p.mean),
-        "lo": num(p.lo),
-        "hi": num(p.hi),
-        "replicates": p.n,
+        **pooled_dict(p, "log10"),
         "window": [min(w[0] for w in windows), max(w[1] for w in windows)] if windows else None,
         "per_horizon": {str(h): num(r[e]["pooled"].mean) for h, r in per_h.items()},
     }

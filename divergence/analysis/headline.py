@@ -42,13 +42,8 @@ def headline(v, label: str, ref_label: str, floor_text: str | None = None) -> st
         )
     else:
         direction = "less" if v.dose.ratio.mean < 0 else "more"
-        if v.dose.ratio.interval:
-            numbers = (
-                f"log10 dose ratio {v.dose.ratio.mean:+.2f}, 95% CI {v.dose.ratio.lo:+.2f} to {v.dose.ratio.hi:+.2f}, "
-                f"{v.dose.ratio.n} replicates{left_out_text(v.dose.estimates, v.dose.read_on)}, {span}"
-            )
-        else:
-            numbers = f"log10 dose ratio {v.dose.ratio.mean:+.2f}, {span}"
+        pooled = interval_text(v.dose.ratio) + left_out_text(v.dose.estimates, v.dose.read_on)
+        numbers = f"log10 dose ratio {v.dose.ratio.mean:+.2f}{pooled if v.dose.ratio.interval else ''}, {span}"
         text = (
             f"{word}: {label} perturbs training {factor_text(10 ** abs(v.dose.ratio.mean))}x {direction} than "
             f"{ref_label} ({numbers}){_undecided_dose(v)}; {outcome_text(v)}."
@@ -67,13 +62,8 @@ def bound_text(v, label: str, ref_label: str) -> str:
     ``X's difference is at most 10^-3.9 of P's at every valid step (7900x less; ...)``."""
     below, m = v.dose.bound_side == "below", v.dose.ratio.mean
     which, at = ("largest", "at most") if below else ("smallest", "at least")
-    pooled = (
-        f", 95% CI {v.dose.ratio.lo:+.2f} to {v.dose.ratio.hi:+.2f}, {v.dose.ratio.n} replicates"
-        if v.dose.ratio.interval
-        else ", one replicate"
-    )
     numbers = (
-        f"{which} log10 E_X/E_P over each replicate's valid steps, pooled {m:+.2f}{pooled}"
+        f"{which} log10 E_X/E_P over each replicate's valid steps, pooled {m:+.2f}{interval_text(v.dose.ratio)}"
         f"{left_out_text(v.dose.estimates, v.dose.read_on)}, {spans_text(v.dose.estimates)}"
     )
     return (
@@ -81,6 +71,11 @@ def bound_text(v, label: str, ref_label: str) -> str:
         f"({factor_text(10 ** abs(m))}x {'less' if m < 0 else 'more'}; {numbers}; read on every valid step, "
         "as the growth-rate window does not form in every replicate)"
     )
+
+
+def interval_text(p) -> str:
+    """A pooled reading's ``, 95% CI -0.62 to -0.12, 6 replicates``, or ``, one replicate``."""
+    return f", 95% CI {p.lo:+.2f} to {p.hi:+.2f}, {p.n} replicates" if p.interval else ", one replicate"
 
 
 def _undecided_dose(v) -> str:

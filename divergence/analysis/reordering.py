@@ -71,7 +71,7 @@ import numpy as np
 from divergence.analysis import dose, every_step
 from divergence.analysis.dose import MIN_WINDOW, SATURATED_E, WindowEstimate, estimate_replicates
 from divergence.analysis.every_step import left_out_text, on_valid_steps  # noqa: F401 (on_valid_steps: public here)
-from divergence.analysis.headline import decide_text, factor_text
+from divergence.analysis.headline import decide_text, factor_text, interval_text
 from divergence.analysis.no_window import why_no_window
 from divergence.analysis.replicates import Pooled, pool, replicate_runs, replicates_to_clear
 from divergence.analysis.trajectories import PairData
@@ -239,15 +239,8 @@ def sentence(r: Reordering, label: str) -> str:
     if not math.isfinite(r.ratio.mean):
         return f"{against}: reordering-like: {r.reason}."
     m = r.ratio.mean
-    numbers = (
-        (
-            f"log10 E_X/E_R {m:+.2f}, 95% CI {r.ratio.lo:+.2f} to {r.ratio.hi:+.2f}, {r.ratio.n} replicates"
-            if r.ratio.interval
-            else f"log10 E_X/E_R {m:+.2f}, one replicate"
-        )
-        + left_out_text(r.estimates, r.read_on or "window")
-        + where_read(r)
-    )
+    numbers = f"log10 E_X/E_R {m:+.2f}{interval_text(r.ratio)}{left_out_text(r.estimates, r.read_on or 'window')}"
+    numbers += where_read(r)
     factor = factor_text(10 ** abs(m))
     limit = factor_text(10**REORDERING_DEX)
     if r.status == "beyond_reordering" and r.fp32_equivalent:

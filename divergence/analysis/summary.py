@@ -223,7 +223,7 @@ def verdict_dict(v: Verdict) -> dict:
         "dose_ratio": {
             "reference": v.reference,
             "metric": METRIC,
-            **_pooled(dose.ratio, "log10"),
+            **pooled_dict(dose.ratio, "log10"),
             "window": list(dose.window) if dose.window else None,
             "common_start": usable[0].window_start if usable else None,
             "status": dose.status,
@@ -233,7 +233,7 @@ def verdict_dict(v: Verdict) -> dict:
             "left_out": list(left_out(dose.estimates)) if dose.estimates else [],
         },
         "outcome": {
-            **_pooled(result.delta, "mean"),
+            **pooled_dict(result.delta, "mean"),
             "margin": num(result.margin),
             "source": result.source,
             "status": result.status,
@@ -245,7 +245,7 @@ def verdict_dict(v: Verdict) -> dict:
         "caveats": list(v.caveats),
         "indicative": v.indicative,
         "outside_deployment": next((c for c in v.caveats if c.startswith(OUTSIDE)), None),
-        "function_space": {"metric": "probe_rel_diff", **_pooled(dose.function, "log10")},
+        "function_space": {"metric": "probe_rel_diff", **pooled_dict(dose.function, "log10")},
         "flatness": {"drift_dex": num(dose.drift), "max_drift_dex": 0.5, "dose_like": dose.dose_like},
         "lambda": {k: num(np.mean([e.lam[k] for e in usable])) if usable else None for k in ("study", "reference")},
         "t10": _phi_steps(dose, "t10"),
@@ -280,7 +280,7 @@ def reordering_dict(r: Reordering | None) -> dict | None:
     if r is None:
         return None
     return {
-        **_pooled(r.ratio, "log10"),
+        **pooled_dict(r.ratio, "log10"),
         "status": r.status,
         "replicates_needed": r.replicates_needed,
         "reference": r.reference,
@@ -305,7 +305,8 @@ def _statistic(dose: Dose) -> str | None:
     return {"below": "max", "above": "min"}.get(dose.bound_side, "median")
 
 
-def _pooled(p: Pooled, key: str) -> dict:
+def pooled_dict(p: Pooled, key: str) -> dict:
+    """``p`` as JSON: its mean under ``key``, its interval and its replicates."""
     return {key: num(p.mean), "lo": num(p.lo), "hi": num(p.hi), "replicates": p.n}
 
 
