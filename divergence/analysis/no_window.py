@@ -50,19 +50,20 @@ def why_no_window(study, reference, estimates, min_window: int, seeds=(), satura
             f"too few tracked steps: {x} and {p} share {tracked} tracked step(s) in the window's range (need "
             f"{min_window}): track earlier and densely (every step in the first tens of steps)"
         )
-    best = max(estimates, key=_unsaturated)
-    if _unsaturated(best) < min_window:
+    best = max(estimates, key=lambda e: _tracked(e, unsaturated=True))
+    unsaturated = _tracked(best, unsaturated=True)
+    if unsaturated < min_window:
         start = best.window_start if best.window_start is not None else 0
         if best.saturated_at - start < min_window:  # every step before it tracked would still be too few
             return _saturated_at_once(study, reference, seeds, best, start, min_window, saturated)
         return (
             f"saturated before the window: a pair's difference reaches {saturated:g} of the seed pair's at step "
-            f"{best.saturated_at}, leaving {_unsaturated(best)} tracked step(s) before it (need {min_window}): "
+            f"{best.saturated_at}, leaving {unsaturated} tracked step(s) before it (need {min_window}): "
             f"track earlier and densely (every step from step {start} to step {best.saturated_at})"
         )
     longest = max((e.n_window for e in estimates), default=0)
     return (
-        f"{x} and {p} do not grow alike: over {_unsaturated(best)} unsaturated tracked steps their local growth "
+        f"{x} and {p} do not grow alike: over {unsaturated} unsaturated tracked steps their local growth "
         f"rates agree (within {RATE_FACTOR:g}x) on at most {longest} in a row (need {min_window}), so their ratio "
         "is not a dose ratio: see the curves (does each pair's arms differ in its one change only?)"
     )
@@ -92,18 +93,14 @@ def why_valid_steps(study, reference, windows, min_window, seeds, level) -> str:
     )
 
 
-def _tracked(e) -> int:
-    """Steps both pairs tracked from the window's first step t0 on."""
-    start = e.window_start if e.window_start is not None else 0
-    return int(np.sum(np.asarray(e.steps) >= start))
-
-
-def _unsaturated(e) -> int:
-    """Of those, the steps before the first saturated one."""
-    start = e.window_start if e.window_start is not None else 0
+def _tracked(e, unsaturated: bool = False) -> int:
+    """Steps both pairs tracked from the window's first step t0 on (``unsaturated``: of those, the steps
+    before the first saturated one)."""
     steps = np.asarray(e.steps)
-    before = steps < e.saturated_at if e.saturated_at is not None else np.ones(len(steps), dtype=bool)
-    return int(np.sum((steps >= start) & before))
+    keep = steps >= (e.window_start if e.window_start is not None else 0)
+    if unsaturated and e.saturated_at is not None:
+        keep &= steps < e.saturated_at
+    return int(keep.sum())
 
 
 def _saturated_at_once(study, reference, seeds, best, start: int, min_window: int, saturated: float) -> str:

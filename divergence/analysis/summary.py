@@ -133,7 +133,8 @@ def _with_calibration(v: Verdict, study, reference, calibration) -> Verdict:
     if dose is None:
         return v
     v = replace(v, dose=replace(v.dose, equivalent=dose))
-    return replace(v, headline=headline(v, study[0].label, reference[0].label, _floor_text(v)))
+    floor_text = next((c for c in v.caveats if "run-to-run floor" in c), None)
+    return replace(v, headline=headline(v, study[0].label, reference[0].label, floor_text))
 
 
 def _with_consequence(v: Verdict, study, reference, consequence) -> Verdict:
@@ -154,10 +155,6 @@ def _with_consequence(v: Verdict, study, reference, consequence) -> Verdict:
         )
     said = prediction(consequence, v.dose.ratio.mean, reference[0].label)
     return replace(v, prediction=said, headline=f"{v.headline} {said}")
-
-
-def _floor_text(v: Verdict) -> str | None:
-    return next((c for c in v.caveats if "run-to-run floor" in c), None)
 
 
 def _warnings(pairs: list[PairData], floors: tuple[NoiseFloor, ...], role: dict) -> list[str]:
@@ -229,7 +226,9 @@ def verdict_dict(v: Verdict) -> dict:
             "status": dose.status,
             "replicates_needed": {k: dose.replicates_needed.get(k) for k in ("exclude_0", "exclude_0.3_dex")},
             "read_on": dose.read_on if dose.estimates else None,
-            "statistic": _statistic(dose),
+            # each replicate's log10: the median over its window, or, read on every valid step, the largest
+            # (every step below 0: a bound from above) or the smallest (every step above 0) there
+            "statistic": {"below": "max", "above": "min"}.get(dose.bound_side, "median") if dose.estimates else None,
             "left_out": list(left_out(dose.estimates)) if dose.estimates else [],
         },
         "outcome": {
@@ -295,14 +294,6 @@ def reordering_dict(r: Reordering | None) -> dict | None:
             for e in r.estimates
         ],
     }
-
-
-def _statistic(dose: Dose) -> str | None:
-    """What each replicate's ``log10`` is: the median over its window, or, read on every valid step, the
-    largest (every step below 0: a bound from above) or the smallest (every step above 0) there."""
-    if not dose.estimates:
-        return None
-    return {"below": "max", "above": "min"}.get(dose.bound_side, "median")
 
 
 def pooled_dict(p: Pooled, key: str) -> dict:
