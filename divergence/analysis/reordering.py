@@ -70,7 +70,7 @@ import numpy as np
 
 from divergence.analysis import dose, every_step
 from divergence.analysis.dose import MIN_WINDOW, SATURATED_E, WindowEstimate, estimate_replicates
-from divergence.analysis.every_step import left_out_text, on_valid_steps  # noqa: F401 (on_valid_steps: public here)
+from divergence.analysis.every_step import left_out_text
 from divergence.analysis.headline import decide_text, factor_text, interval_text
 from divergence.analysis.no_window import why_no_window
 from divergence.analysis.replicates import Pooled, pool, replicate_runs, replicates_to_clear
@@ -85,7 +85,6 @@ NOT_ASKED = (  # the headline's line, and summary.json's warning, without a reor
     "Bug or noise was not asked: no reordering pair (category reordering, arms that differ only in the order "
     "of fp32 sums) among the inputs, so nothing says whether the change is more than a reordering."
 )
-READ_ON = every_step.READ_ON  # where log10(E_X / E_R) was read (the module docstring)
 
 
 def method_text() -> str:
@@ -120,7 +119,7 @@ class Reordering:
     drift: float = math.nan  # mean over replicates of log10(E_X/E_R)'s change across the window, dex
     estimates: tuple[WindowEstimate, ...] = ()
     reason: str | None = None  # why there is no number (none is needed: bitwise-equal arms; none decides)
-    read_on: str | None = None  # READ_ON: the window, or the valid steps when no window forms; None: not read
+    read_on: str | None = None  # every_step.READ_ON: the window, or the valid steps if no window forms; None: not read
 
 
 def against_reordering(
