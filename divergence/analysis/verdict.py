@@ -55,8 +55,6 @@ from divergence.analysis.layers import noise_floor
 from divergence.analysis.replicates import Pooled, pool, replicate_of, replicate_runs, replicates_to_clear
 from divergence.analysis.trajectories import PairData
 
-MARGIN_FACTOR = outcome.MARGIN_FACTOR
-
 STATUSES = ("bounded", "not_bounded", "inconclusive", "no_verdict", "preliminary")
 MAX_DRIFT = 0.5  # dex across the window: beyond it the ratio is "not dose-like"
 OUTSIDE = "studied outside its deployment numerics"  # the caveat's opening words
@@ -99,7 +97,7 @@ class Outcome:
     delta: Pooled = NOT_READ  # Delta, per replicate pooled
     source: str = "training"  # the loss it is read on: "training" or "probe"
     margin: float = math.nan  # m = margin_factor x sigma_S
-    margin_factor: float = MARGIN_FACTOR
+    margin_factor: float = outcome.MARGIN_FACTOR
     status: str | None = None  # outcome.OUTCOME_STATUSES, from the outcome interval alone
     saturated: bool = False  # X saturated at the end: its outcome is held to the seed spread itself
     replicates_needed: int | None = None  # replicates that would decide (None: none within reach)
