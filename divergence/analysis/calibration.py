@@ -45,9 +45,8 @@ from scipy import stats
 
 from divergence.analysis.dose import SATURATED_PHI, estimate_replicates, probe_values, seed_at
 from divergence.analysis.growth import ols_slope
-from divergence.analysis.replicates import pool, replicate_or_first, replicate_runs
+from divergence.analysis.replicates import num, pool, pooled_dict, replicate_or_first, replicate_runs
 from divergence.analysis.trajectories import PairData
-from divergence.analysis.summary import num, pooled_dict
 from divergence.analysis.verdict import all_zero, judge
 from divergence.errors import UserInputError
 from divergence.variants import as_base

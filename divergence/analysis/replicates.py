@@ -107,3 +107,13 @@ def replicate_runs(study: list[PairData], reference: list[PairData], seeds: list
         for x in study
         if (p := replicate_of(reference, x.replicate)) is not None
     ]
+
+
+def pooled_dict(p: Pooled, key: str) -> dict:
+    """``p`` as JSON: its mean under ``key``, its interval and its replicates."""
+    return {key: num(p.mean), "lo": num(p.lo), "hi": num(p.hi), "replicates": p.n}
+
+
+def num(x):
+    """``x`` as a JSON number: None when missing or not finite."""
+    return None if x is None or not math.isfinite(x) else float(x)

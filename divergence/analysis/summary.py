@@ -22,7 +22,7 @@ from divergence.analysis.growth import N_BOOT, Estimate, estimate_growth, layer_
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, nonfinite_layers, top_layers
 from divergence.analysis.every_step import left_out
 from divergence.analysis.reordering import NOT_ASKED, REORDERING_DEX, Reordering, with_reordering
-from divergence.analysis.replicates import CONFIDENCE, Pooled, group
+from divergence.analysis.replicates import CONFIDENCE, group, num, pooled_dict
 from divergence.analysis.trajectories import TRAJECTORY_METRICS, PairData, router_summary
 from divergence.analysis.headline import headline
 from divergence.analysis.verdict import MAX_DRIFT, METRIC, OUTSIDE, Dose, Verdict, judge
@@ -296,11 +296,6 @@ def reordering_dict(r: Reordering | None) -> dict | None:
     }
 
 
-def pooled_dict(p: Pooled, key: str) -> dict:
-    """``p`` as JSON: its mean under ``key``, its interval and its replicates."""
-    return {key: num(p.mean), "lo": num(p.lo), "hi": num(p.hi), "replicates": p.n}
-
-
 def _phi_steps(dose: Dose, which: str) -> dict:
     """Per pair role: each replicate's first step with phi at the level (None: censored) and the median."""
     out = {}
@@ -322,11 +317,6 @@ def _finite(data):
     if isinstance(data, (list, tuple)):
         return [_finite(v) for v in data]
     return None if isinstance(data, float) and not math.isfinite(data) else data
-
-
-def num(x):
-    """``x`` as a JSON number: None when missing or not finite."""
-    return None if x is None or not math.isfinite(x) else float(x)
 
 
 def _calibration_dict(calibration: dict | None) -> dict | None:
