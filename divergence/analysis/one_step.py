@@ -51,13 +51,6 @@ SPLITS = (2, 4, 8)  # micro-batch counts of the derived reordered references
 SEED = 0  # every call runs under this RNG seed, so dropout masks and noise draws match
 
 
-def reordering_dex() -> float:
-    """d: the reordering yardstick's constant (``analysis.reordering.REORDERING_DEX``)."""
-    from divergence.analysis.reordering import REORDERING_DEX
-
-    return REORDERING_DEX
-
-
 @dataclass
 class OneStepResult:
     """What ``one_step_check`` found. ``log10_ratio`` is the mean of the references' r_k (None when
@@ -261,7 +254,10 @@ def _log_ratio(num: float, den: float) -> float | None:
 
 def compare(base: dict, change: dict, refs: list[tuple[str, dict]], kind: str) -> OneStepResult:
     """E_X, each E_R,k and r_k for the whole model and per tensor, pooled and read (module docstring)."""
-    d = reordering_dex()
+    # d and its reading are the reordering yardstick's (imported here: it reads the variants' registry)
+    from divergence.analysis.reordering import REORDERING_DEX as d
+    from divergence.analysis.reordering import decide
+
     diff = {n: change[n] - base[n] for n in base}
     e_x = _norm(diff.values())
     references, tensors = [], {}
@@ -288,7 +284,5 @@ def compare(base: dict, change: dict, refs: list[tuple[str, dict]], kind: str) -
         status, mean, lo, hi = "inconclusive", math.inf, None, None
         notes.append("no reference moved the baseline: no yardstick")
     else:
-        from divergence.analysis.reordering import decide  # d's own reading (not at import: see reordering_dex)
-
         mean, lo, hi, status = pooled.mean, pooled.lo, pooled.hi, decide(pooled)
     return OneStepResult(status, mean, lo, hi, e_x, base_norm, references, tensors, kind, threshold=d, notes=notes)
