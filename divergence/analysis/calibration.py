@@ -45,9 +45,9 @@ from scipy import stats
 
 from divergence.analysis.dose import SATURATED_PHI, estimate_replicates, probe_values, seed_at
 from divergence.analysis.growth import ols_slope
-from divergence.analysis.replicates import pool, replicate_of
+from divergence.analysis.replicates import num, pool, pooled_dict, replicate_or_first, replicate_runs
 from divergence.analysis.trajectories import PairData
-from divergence.analysis.verdict import judge
+from divergence.analysis.verdict import all_zero, judge
 from divergence.errors import UserInputError
 from divergence.variants import as_base
 
@@ -167,7 +167,8 @@ def evaluate(
         "criteria": criteria,
         "passed": all(c["pass"] for c in criteria.values()),
         "doses": [_dose_dict(e, truth[e], per_h) for e in doses],
-        "reference_exact": _reference_exact(ladder.get(0.0) or ladder.get(0) or []),
+        # eps = 0 must be bitwise the reference: its pair's difference exactly zero at every step
+        "reference_exact": bool(all_zero(ladder[0])) if ladder.get(0) else None,
         "references": {},
     }
     for name, runs in (references or {}).items():  # reference pairs trained beside the ladder
@@ -204,12 +205,7 @@ def _ladder_at(ladder, doses, anchor, seeds, horizon) -> dict[float, dict]:
         if e == anchor:
             out[e] = {"pooled": pool([0.0] * len(cut[e])), "estimates": []}
             continue
-        runs = [
-            (x, a, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None))
-            for x in cut[e]
-            if (a := replicate_of(cut[anchor], x.replicate)) is not None
-        ]
-        estimates = estimate_replicates(runs)
+        estimates = estimate_replicates(replicate_runs(cut[e], cut[anchor], seeds))
         usable = [m for m in estimates if m.usable]
         out[e] = {"pooled": pool([m.log10 for m in usable]), "estimates": usable}
     return out
@@ -268,7 +264,7 @@ def _stability(per_h: dict, doses: list[float]) -> dict:
     shifts = [abs(results[0][e]["pooled"].mean - results[-1][e]["pooled"].mean) for e in used]
     worst = max(shifts) if shifts else math.nan
     return {
-        "value": _num(worst),
+        "value": num(worst),
         "pass": bool(len(used) >= 3 and worst <= MAX_HORIZON_SHIFT),
         "max_dex": MAX_HORIZON_SHIFT,
         "doses": used,
@@ -284,11 +280,11 @@ def _recovery(per_h: dict, truth: dict, anchor: float) -> dict:
     errors = [abs(r[e]["pooled"].mean - truth[e]) for r in per_h.values() for e in checked]
     worst = max(errors) if errors else math.nan
     return {
-        "value": _num(worst),
+        "value": num(worst),
         "pass": bool(len(checked) >= 3 and worst <= MAX_RECOVERY_ERROR),
         "max_dex": MAX_RECOVERY_ERROR,
         "doses": checked,
-        "floor_eps": _num(floor),
+        "floor_eps": num(floor),
         "below_floor": [e for e in used if e not in checked],
         "rule": f"doses >= {FLOOR_MARGIN} x the floor f = max(0, eps_a 10^lr_min - eps_min), from the lowest dose",
     }
@@ -347,8 +343,7 @@ def _anchor_curve(runs: list[PairData], seeds: list[PairData]) -> dict:
     """Mean over replicates of log10 E_anchor(t) at the steps before the anchor saturates."""
     by_step: dict[int, list[float]] = {}
     for p in runs:
-        s = replicate_of(seeds, p.replicate) or (seeds[0] if seeds else None)
-        f_s, e_s = seed_at(s, p.steps)
+        f_s, e_s = seed_at(replicate_or_first(seeds, p.replicate), p.steps)
         f = probe_values(p)
         with np.errstate(divide="ignore", invalid="ignore"):
             phi = f / f_s if np.isfinite(f).any() and np.isfinite(f_s).any() else p.rel_l2 / e_s
@@ -416,21 +411,7 @@ def _dose_dict(e: float, truth: float, per_h: dict) -> dict:
     return {
         "eps": e,
         "true_log10_vs_anchor": truth,
-        "log10": _num(p.mean),
-        "lo": _num(p.lo),
-        "hi": _num(p.hi),
-        "replicates": p.n,
+        **pooled_dict(p, "log10"),
         "window": [min(w[0] for w in windows), max(w[1] for w in windows)] if windows else None,
-        "per_horizon": {str(h): _num(r[e]["pooled"].mean) for h, r in per_h.items()},
+        "per_horizon": {str(h): num(r[e]["pooled"].mean) for h, r in per_h.items()},
     }
-
-
-def _reference_exact(runs: list[PairData]) -> bool | None:
-    """eps = 0 must be bitwise the reference: its pair's difference exactly zero at every step."""
-    if not runs:
-        return None
-    return bool(all(len(p.rel_l2) and np.all(p.rel_l2 == 0) for p in runs))
-
-
-def _num(x):
-    return None if x is None or not math.isfinite(x) else float(x)

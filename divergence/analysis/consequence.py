@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import math
 
-import torch
-
-from divergence.analysis import every_step, outcome
+from divergence.analysis import every_step
 from divergence.analysis.calibration import truncate
 from divergence.analysis.dose import estimate_replicates
 from divergence.analysis.replicates import replicate_of
@@ -49,17 +47,3 @@ def early_doses(
             "window": list(read.window) if read.usable and read.window else None,
         }
     return out
-
-
-def probe_shifts(runs: list[PairData], where: str) -> dict[int, float]:
-    """``{replicate: Delta}`` at the end of each run (``outcome.delta`` on ``where``'s losses)."""
-    return {p.replicate: outcome.delta(p, where) for p in runs}
-
-
-def score_shift(hits_a: torch.Tensor, hits_b: torch.Tensor) -> dict:
-    """``{"value", "lo", "hi"}``: rate(a) - rate(b) of two arms' (S, N) hits on the same seeds and
-    captions, with the paired seed bootstrap's 95% interval."""
-    from divergence.metrics.score_intervals import paired_seed_bootstrap
-
-    value, lo, hi = paired_seed_bootstrap(hits_a, hits_b)
-    return {"value": value, "lo": lo, "hi": hi}

@@ -69,8 +69,8 @@ def rungs(rows: list[dict], margin: float, key: str = "score_shift") -> list[dic
             by_eps[row["eps"]].append(row)
     out = []
     for eps, runs in by_eps.items():
-        dex = [r["early_dex"] for r in runs if _finite(r["early_dex"])]
-        shifts = [_shift(r, key) for r in runs if _finite(_shift(r, key))]
+        dex = [r["early_dex"] for r in runs if finite(r["early_dex"])]
+        shifts = [_shift(r, key) for r in runs if finite(_shift(r, key))]
         if dex and shifts:
             within = bool(math.isfinite(margin) and all(abs(s) <= margin for s in shifts))
             out.append({"eps": eps, "early_dex": float(np.mean(dex)), "within": within, "shifts": shifts})
@@ -97,7 +97,7 @@ def spearman(rows: list[dict], key: str = "score_shift", resamples: int = RESAMP
     """Spearman's rho of early dose with |shift| over the pair runs that have both, with the cluster
     bootstrap's interval over pairs; ``rho`` None under ``MIN_POINTS`` points or two pairs."""
     points = [(r["pair"], r["early_dex"], _shift(r, key)) for r in rows if r.get("reference") != "seed"]
-    points = [(name, x, abs(y)) for name, x, y in points if _finite(x) and _finite(y)]
+    points = [(name, x, abs(y)) for name, x, y in points if finite(x) and finite(y)]
     pairs = sorted({p[0] for p in points})
     empty = {"rho": None, "lo": None, "hi": None, "points": len(points), "pairs": len(pairs), "why": "too few"}
     if len(points) < MIN_POINTS or len(pairs) < 2:
@@ -211,12 +211,12 @@ def sample_distances(rows: list[dict]) -> dict:
     replicates it is over, the smallest and largest D / D_S of the other pair runs with an early dose, and
     the rank correlation of early dose with D."""
     seeds = [_shift(r, "sample_distance") for r in rows if r.get("reference") == "seed"]
-    seeds = [v for v in seeds if _finite(v)]
+    seeds = [v for v in seeds if finite(v)]
     seed = float(np.mean(seeds)) if seeds and np.mean(seeds) > 0 else None
     ratios = [
         _shift(r, "sample_distance") / seed
         for r in rows
-        if seed and r.get("reference") != "seed" and _finite(r["early_dex"]) and _finite(_shift(r, "sample_distance"))
+        if seed and r.get("reference") != "seed" and finite(r["early_dex"]) and finite(_shift(r, "sample_distance"))
     ]
     return {
         "seed": seed,
@@ -245,7 +245,8 @@ def _shift(row: dict, key: str) -> float | None:
     return value.get("value") if isinstance(value, dict) else value
 
 
-def _finite(x) -> bool:
+def finite(x) -> bool:
+    """Whether ``x`` is a finite number (not a boolean)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
@@ -267,7 +268,7 @@ def curve(rows: list[dict], recipe: str, steps: int) -> dict:
         correlation["distance"] = distance["spearman"]
     reference = next((r["pair"] for r in rows if r.get("reference") == "precision"), "the precision pair")
     left_out = [
-        f"{r['pair']}#{r['replicate']}" for r in rows if r.get("reference") != "seed" and not _finite(r["early_dex"])
+        f"{r['pair']}#{r['replicate']}" for r in rows if r.get("reference") != "seed" and not finite(r["early_dex"])
     ]
     said = sentence(found, m, correlation["score"], recipe, steps, reference, distance)
     if left_out:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from divergence.analysis.consequence_curve import finite
 from divergence.config.yaml_safe import short
 from divergence.errors import UserInputError
 
@@ -54,9 +55,9 @@ def check_consequence(data, path: Path) -> dict:
         **{f"spearman.score.{k}": (score or {}).get(k) for k in ("rho", "lo", "hi")},
     }
     for key, value in numbers.items():
-        if value is not None and not _finite(value):
+        if value is not None and not finite(value):
             raise UserInputError(f"{path}: {key} is {short(value)}; expected a finite number or null")
-    if not isinstance(data["recipe_id"], str) or not _finite(data["steps"]):
+    if not isinstance(data["recipe_id"], str) or not finite(data["steps"]):
         raise UserInputError(f"{path}: recipe_id must be a string and steps a number")
     return data
 
@@ -64,10 +65,6 @@ def check_consequence(data, path: Path) -> dict:
 def _object(value) -> dict:
     """``value`` when it is a JSON object, else an empty one (a part a prediction can do without)."""
     return value if isinstance(value, dict) else {}
-
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def prediction(consequence: dict, dex: float, reference: str) -> str:
@@ -80,16 +77,16 @@ def _pictures(consequence: dict, dex: float) -> str:
     "" where the curve has no sample distance that early dose ranks."""
     distance, rho = _object(consequence.get("sample_distance")), _object(consequence["spearman"].get("distance"))
     seed = distance.get("seed")
-    if not _finite(seed) or seed <= 0 or not all(_finite(rho.get(k)) for k in ("rho", "lo", "hi")) or rho["lo"] <= 0:
+    if not finite(seed) or seed <= 0 or not all(finite(rho.get(k)) for k in ("rho", "lo", "hi")) or rho["lo"] <= 0:
         return ""
     near = [
         r["sample_distance"]["value"] / seed
         for r in consequence.get("runs") or []
         if isinstance(r, dict)
         and r.get("reference") != "seed"
-        and _finite(r.get("early_dex"))
+        and finite(r.get("early_dex"))
         and abs(r["early_dex"] - dex) <= NEAR_DEX
-        and _finite(_object(r.get("sample_distance")).get("value"))
+        and finite(_object(r.get("sample_distance")).get("value"))
     ]
     ranked = f"early dose ranks that distance, Spearman rho {rho['rho']:+.2f} [{rho['lo']:+.2f}, {rho['hi']:+.2f}]"
     if not near:

@@ -12,16 +12,12 @@ replicate r, at their shared tracked steps t:
     E(t)     whole-model rel_l2 = ||theta_a - theta_b|| / ||theta_b||     (step record ``rel_l2``)
     F(t)     the probe's ||out_a(Q) - out_b(Q)|| / ||out_b(Q)||             (``probe_rel_diff``)
     phi(t)   F(t) / F_S(t): the fraction of the way to a different-seed model
-    g(t)     local log-growth rate: OLS slope of ln E over the tracked steps i-2..i+2
 
-Unsaturated window U_r (``window``): the steps of the shared exponential regime (both pairs'
-local log-growth rates alike, neither saturated), read from one first step t0 common to the
-replicates and past every replicate's first-steps transient (where log10(E_X / E_P) has
-settled), each replicate's window ending where its own shared regime ends: at the first step
-where a pair's weights saturate, E >= ``SATURATED_E`` x E_S (with a seed pair), or once the rates stop being
-alike. start = max(10, warm-up) for a recipe with LR warm-up; without one the first steps count
-(start = 1; the transient rule decides where the reading begins). lr^F is the median over the
-window's probed steps (``tracking.probe.every``; NaN with fewer than ``min_window`` of them).
+Unsaturated window U_r: the steps of the shared exponential regime, past the first-steps transient,
+as ``window`` defines them, a pair saturated from E >= ``SATURATED_E`` x E_S (with a seed pair).
+start = max(10, warm-up) for a recipe with LR warm-up; without one the first steps count (start = 1;
+the transient rule decides where the reading begins). lr^F is the median over the window's probed
+steps (``tracking.probe.every``; NaN with fewer than ``min_window`` of them).
 
 Saturation is read in weight space, where the statistic is, and not from phi = F / F_S as the
 method's first version had it. Measured on the tiny recipe (``make demo``, 3 replicates): the seed
@@ -37,19 +33,14 @@ t10 and t50 (how far each pair has gone towards a different-seed model) and the 
     lambda_r  = OLS slope of ln E over U_r (per step), for X and for P
     t10, t50  = first tracked step with phi >= SATURATED_PHI / HALF_WAY (None: censored, not reached)
 
-Example: X injects 1000x less per step than P and both grow at the same rate:
-
->>> import numpy as np
->>> steps = np.arange(0, 60)
->>> e_p = 1e-5 * np.exp(0.05 * steps); e_x = 1e-3 * e_p
->>> round(window_log_ratio(steps, e_x, e_p, start=10).log10, 6)
--3.0
+Example: X injects 1000x less per step than P and both grow at the same rate, E_X(t) = 1e-3 E_P(t):
+log10(E_X / E_P) = -3 at every step of the window, so lr_r = -3.0.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -149,11 +140,8 @@ def estimate_replicates(
     settled = [settle_step(c.steps, c.log_ratio, c.regime, c.valid, start, length) for c in curves]
     t0 = common_start(settled, start)
     return [
-        replace(
-            _summarise(c, first_run(c.regime & (c.steps >= t0), length), length),
-            settled_at=at,
-            window_start=t0,
-            start=start,
+        _summarise(
+            c, first_run(c.regime & (c.steps >= t0), length), length, settled_at=at, window_start=t0, start=start
         )
         for c, at in zip(curves, settled)
     ]
@@ -211,80 +199,41 @@ def seed_at(seed: PairData | None, steps: np.ndarray) -> tuple[np.ndarray, np.nd
     return f_s, e_s
 
 
-def _summarise(c: _Curves, keep: np.ndarray, min_window: int) -> WindowEstimate:
-    steps, n = c.steps, int(keep.sum())
-    window = (int(steps[keep][0]), int(steps[keep][-1])) if n else None
-    t10 = {"study": _first(steps, c.phi_x, SATURATED_PHI), "reference": _first(steps, c.phi_p, SATURATED_PHI)}
-    t50 = {"study": _first(steps, c.phi_x, HALF_WAY), "reference": _first(steps, c.phi_p, HALF_WAY)}
-    common = dict(
+def _summarise(c: _Curves, keep: np.ndarray, min_window: int, **where) -> WindowEstimate:
+    """The estimate over the kept steps (NaN readings under ``min_window`` of them); ``where``: its
+    ``settled_at``, ``window_start`` and ``start``."""
+    steps, n, nan = c.steps, int(keep.sum()), math.nan
+    log10, log10_function, drift_dex, lam = nan, nan, nan, {"study": nan, "reference": nan}
+    if n >= min_window:
+        t = steps[keep].astype(float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_f = np.log10(c.f_x[keep] / c.f_p[keep])
+        finite_f = log_f[np.isfinite(log_f)]
+        log10 = float(np.median(c.log_ratio[keep]))
+        log10_function = float(np.median(finite_f)) if finite_f.size >= min_window else nan
+        drift_dex = drift(steps, c.log_ratio, keep)
+        lam = {"study": float(ols_slope(t, np.log(c.e_x[keep]))), "reference": float(ols_slope(t, np.log(c.e_p[keep])))}
+    return WindowEstimate(
+        c.study.replicate,
+        c.space,
+        (int(steps[keep][0]), int(steps[keep][-1])) if n else None,
+        n,
+        log10,
+        log10_function,
+        drift_dex,
+        lam,
+        {"study": _first(steps, c.phi_x, SATURATED_PHI), "reference": _first(steps, c.phi_p, SATURATED_PHI)},
+        {"study": _first(steps, c.phi_x, HALF_WAY), "reference": _first(steps, c.phi_p, HALF_WAY)},
         steps=steps,
         log_ratio=c.log_ratio,
         in_window=keep,
         min_window=min_window,
         phi={"study": c.phi_x, "reference": c.phi_p},
         saturated_at=c.saturated_at,
-    )
-    if n < min_window:
-        return WindowEstimate(
-            c.study.replicate,
-            c.space,
-            window,
-            n,
-            math.nan,
-            math.nan,
-            math.nan,
-            {"study": math.nan, "reference": math.nan},
-            t10,
-            t50,
-            **common,
-        )
-    t = steps[keep].astype(float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_f = np.log10(c.f_x[keep] / c.f_p[keep])
-    finite_f = log_f[np.isfinite(log_f)]
-    lam = {"study": float(ols_slope(t, np.log(c.e_x[keep]))), "reference": float(ols_slope(t, np.log(c.e_p[keep])))}
-    return WindowEstimate(
-        c.study.replicate,
-        c.space,
-        window,
-        n,
-        float(np.median(c.log_ratio[keep])),
-        float(np.median(finite_f)) if finite_f.size >= min_window else math.nan,
-        drift(steps, c.log_ratio, keep),
-        lam,
-        t10,
-        t50,
-        **common,
+        **where,
     )
 
 
 def _first(steps: np.ndarray, phi: np.ndarray, level: float) -> int | None:
     reached = np.flatnonzero(phi >= level)
     return int(steps[reached[0]]) if reached.size else None
-
-
-def window_log_ratio(steps, e_x, e_p, start: int = DEFAULT_START) -> WindowEstimate:
-    """The estimate from two arrays of E (weight space, no seed pair): for examples and tests."""
-
-    def pair(values):
-        return PairData(
-            name="",
-            category="optimization",
-            description="",
-            finished=True,
-            last_step=None,
-            max_steps=0,
-            steps=np.asarray(steps),
-            model={},
-            layers=(),
-            kinds=(),
-            numel=np.zeros(0),
-            layer_values={},
-            kind_values={},
-            loss_steps=np.zeros(0),
-            loss={},
-            spikes={},
-            rel_l2=np.asarray(values, dtype=float),
-        )
-
-    return estimate(pair(e_x), pair(e_p), None, start=start)

@@ -153,12 +153,13 @@ def bound_status(dose: Pooled, where: str) -> tuple[str, list[str]]:
     ]
 
 
-def spans_text(estimates) -> str:
-    """``valid steps 1-30 in every replicate`` or each usable replicate's span."""
+def spans_text(estimates, one: str = "valid steps", each: str = "valid steps") -> str:
+    """``valid steps 1-30 in every replicate`` or each usable replicate's span (``one``, ``each``: what
+    one span shared by the replicates, or theirs one by one, is called: ``window steps``, ``windows steps``)."""
     spans = [e.window for e in estimates if e.usable and e.window]
     if not spans:
-        return "no valid steps"
+        return f"no {one}"
     if len(set(spans)) == 1:
         (first, last), every = spans[0], " in every replicate" if len(spans) > 1 else ""
-        return f"valid steps {first}-{last}{every}"
-    return "valid steps " + ", ".join(f"{a}-{b}" for a, b in spans)
+        return f"{one} {first}-{last}{every}"
+    return f"{each} " + ", ".join(f"{a}-{b}" for a, b in spans)

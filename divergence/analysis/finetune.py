@@ -42,11 +42,6 @@ class FineTune:
     how: str  # FROM_START or FROM_WEIGHTS
     start: str | None = None
 
-    @property
-    def saturated(self) -> float:
-        """E / E_S at which a pair has reached the ceiling."""
-        return SATURATED_FINETUNE
-
 
 def recognize(pairs: list[PairData]) -> FineTune | None:
     """The pairs' ``FineTune``, or None when they train from scratch (or nothing says otherwise)."""
@@ -62,7 +57,7 @@ def recognize(pairs: list[PairData]) -> FineTune | None:
 
 def saturation_level(fine_tune: FineTune | None) -> float:
     """E / E_S that ends a pair's window: ``SATURATED_E`` from scratch, ``SATURATED_FINETUNE`` in a fine-tune."""
-    return fine_tune.saturated if fine_tune is not None else SATURATED_E
+    return SATURATED_FINETUNE if fine_tune is not None else SATURATED_E
 
 
 def ceiling_text(fine_tune: FineTune, seeds: list[PairData]) -> str:

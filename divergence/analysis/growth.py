@@ -99,44 +99,24 @@ def growth_rate(steps, values, weights) -> float:
     return float(ols_slope(steps, trajectory))
 
 
-def bootstrap_rates(steps, stack, weights, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """(B, P) replicate rates of P pairs under shared draws; ``stack`` (P, L, T), ``weights`` (L,)."""
-    stack = np.asarray(stack, dtype=float)
-    _, n_layers, n_steps = stack.shape
-    counts = rng.multinomial(n_layers, np.full(n_layers, 1.0 / n_layers), size=n_boot)  # (B, L)
-    picks = rng.integers(0, n_steps, size=(n_boot, n_steps))  # (B, T)
-    cw = counts * np.asarray(weights, dtype=float)  # (B, L)
-    x = np.asarray(steps, dtype=float)[picks]  # (B, T)
-    rates = []
-    for values in stack:
-        trajectory = cw @ values / cw.sum(axis=1, keepdims=True)  # (B, T)
-        rates.append(ols_slope(x, np.take_along_axis(trajectory, picks, axis=1)))
-    return np.stack(rates, axis=1)
-
-
-def rng_for(seed: int, *keys: str) -> np.random.Generator:
-    """A generator fixed by the seed and the names of what is being resampled."""
-    return np.random.default_rng([seed, *(zlib.crc32(k.encode()) for k in keys)])
-
-
 def estimate_growth(pair: PairData, metric: str, n_boot: int = N_BOOT, seed: int = 0) -> Estimate:
-    """The pair's growth rate g over all its tracked steps and finite layers, with its CI."""
+    """The pair's growth rate g over all its tracked steps and finite layers, with its CI; the draws
+    seeded by (``seed``, the pair's name, ``metric``)."""
     layers = pair.finite_layers(metric)
-    values = pair.layer_values[metric][layers]
+    values, weights = pair.layer_values[metric][layers], pair.numel[layers]  # (L, T), (L,)
     n_steps, n_layers = len(pair.steps), int(layers.sum())
     if n_steps < 2 or n_layers == 0:
         return Estimate(np.nan, np.nan, np.nan, n_steps, n_layers, 0)
-    value = growth_rate(pair.steps, values, pair.numel[layers])
+    value = growth_rate(pair.steps, values, weights)
     if n_steps < MIN_FIT_STEPS:
         return Estimate(value, np.nan, np.nan, n_steps, n_layers, 0)
-    rates = bootstrap_rates(pair.steps, values[None], pair.numel[layers], n_boot, rng_for(seed, pair.name, metric))[
-        :, 0
-    ]
-    return _interval(value, rates, n_steps, n_layers)
-
-
-def _interval(value: float, replicates: np.ndarray, n_steps: int, n_layers: int) -> Estimate:
-    finite = replicates[np.isfinite(replicates)]
+    rng = np.random.default_rng([seed, *(zlib.crc32(k.encode()) for k in (pair.name, metric))])
+    counts = rng.multinomial(n_layers, np.full(n_layers, 1.0 / n_layers), size=n_boot)  # (B, L)
+    picks = rng.integers(0, n_steps, size=(n_boot, n_steps))  # (B, T)
+    cw = counts * np.asarray(weights, dtype=float)  # (B, L)
+    trajectory = cw @ values / cw.sum(axis=1, keepdims=True)  # (B, T)
+    rates = ols_slope(np.asarray(pair.steps, dtype=float)[picks], np.take_along_axis(trajectory, picks, axis=1))
+    finite = rates[np.isfinite(rates)]
     if finite.size == 0:
         return Estimate(value, np.nan, np.nan, n_steps, n_layers, 0)
     tail = 100 * (1 - CONFIDENCE) / 2

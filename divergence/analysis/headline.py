@@ -31,10 +31,8 @@ STATUS_WORDS = {
 
 def headline(v, label: str, ref_label: str, floor_text: str | None = None) -> str:
     """One paragraph: status, dose ratio with its interval and window, outcome, floor, equivalent dose."""
-    word = STATUS_WORDS[v.status]
-    if v.status == "no_verdict":
-        return f"{word} for {label}: {v.reasons[0]}."
-    span = window_text(v)
+    word = STATUS_WORDS[v.status]  # never no_verdict: judge words those itself
+    span = spans_text(v.dose.estimates, "window steps", "windows steps")
     if v.dose.read_on == "valid_steps":
         text = f"{word}: {bound_text(v, label, ref_label)}{_undecided_dose(v)}; {outcome_text(v)}."
     elif not v.dose.dose_like:
@@ -44,13 +42,8 @@ def headline(v, label: str, ref_label: str, floor_text: str | None = None) -> st
         )
     else:
         direction = "less" if v.dose.ratio.mean < 0 else "more"
-        if v.dose.ratio.interval:
-            numbers = (
-                f"log10 dose ratio {v.dose.ratio.mean:+.2f}, 95% CI {v.dose.ratio.lo:+.2f} to {v.dose.ratio.hi:+.2f}, "
-                f"{v.dose.ratio.n} replicates{left_out_text(v.dose.estimates, v.dose.read_on)}, {span}"
-            )
-        else:
-            numbers = f"log10 dose ratio {v.dose.ratio.mean:+.2f}, {span}"
+        pooled = interval_text(v.dose.ratio) + left_out_text(v.dose.estimates, v.dose.read_on)
+        numbers = f"log10 dose ratio {v.dose.ratio.mean:+.2f}{pooled if v.dose.ratio.interval else ''}, {span}"
         text = (
             f"{word}: {label} perturbs training {factor_text(10 ** abs(v.dose.ratio.mean))}x {direction} than "
             f"{ref_label} ({numbers}){_undecided_dose(v)}; {outcome_text(v)}."
@@ -69,13 +62,8 @@ def bound_text(v, label: str, ref_label: str) -> str:
     ``X's difference is at most 10^-3.9 of P's at every valid step (7900x less; ...)``."""
     below, m = v.dose.bound_side == "below", v.dose.ratio.mean
     which, at = ("largest", "at most") if below else ("smallest", "at least")
-    pooled = (
-        f", 95% CI {v.dose.ratio.lo:+.2f} to {v.dose.ratio.hi:+.2f}, {v.dose.ratio.n} replicates"
-        if v.dose.ratio.interval
-        else ", one replicate"
-    )
     numbers = (
-        f"{which} log10 E_X/E_P over each replicate's valid steps, pooled {m:+.2f}{pooled}"
+        f"{which} log10 E_X/E_P over each replicate's valid steps, pooled {m:+.2f}{interval_text(v.dose.ratio)}"
         f"{left_out_text(v.dose.estimates, v.dose.read_on)}, {spans_text(v.dose.estimates)}"
     )
     return (
@@ -85,15 +73,9 @@ def bound_text(v, label: str, ref_label: str) -> str:
     )
 
 
-def window_text(v) -> str:
-    """The window(s) the dose was read on: one common window, or each usable replicate's."""
-    windows = [e.window for e in v.dose.estimates if e.usable and e.window]
-    if not windows:
-        return f"window steps {v.dose.window[0]}-{v.dose.window[1]}" if v.dose.window else "no window"
-    if len(set(windows)) == 1:
-        first, last = windows[0]
-        return f"window steps {first}-{last}" + (" in every replicate" if len(windows) > 1 else "")
-    return "windows steps " + ", ".join(f"{a}-{b}" for a, b in windows)
+def interval_text(p) -> str:
+    """A pooled reading's ``, 95% CI -0.62 to -0.12, 6 replicates``, or ``, one replicate``."""
+    return f", 95% CI {p.lo:+.2f} to {p.hi:+.2f}, {p.n} replicates" if p.interval else ", one replicate"
 
 
 def _undecided_dose(v) -> str:
@@ -123,15 +105,15 @@ def outcome_text(v) -> str:
         return f"{head}: {number} inside {scale} {margin}" + _saturated_note(v)
     if v.outcome.status == "shifted":
         return f"outcome shifted: {number} outside {scale} {margin}" + _saturated_note(v)
-    n = v.outcome.replicates_needed
-    decide = (
-        f"; about {n} replicates would decide"
-        if n is not None
-        else "; one replicate has no interval"
-        if not o.interval
-        else "; no number of replicates within reach decides"
-    )
-    return f"outcome undecided: {number} against {scale} {margin}{_saturated_note(v)}{decide}"
+    decide = decide_text(v.outcome.replicates_needed, o)
+    return f"outcome undecided: {number} against {scale} {margin}{_saturated_note(v)}; {decide}"
+
+
+def decide_text(needed: int | None, pooled) -> str:
+    """What would decide an undecided reading: the replicates (``replicates_to_clear``), or why none do."""
+    if needed is not None:
+        return f"about {needed} replicates would decide"
+    return "no number of replicates within reach decides" if pooled.interval else "one replicate has no interval"
 
 
 def _saturated_note(v) -> str:

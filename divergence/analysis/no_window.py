@@ -22,6 +22,7 @@ import numpy as np
 
 from divergence.analysis import every_step
 from divergence.analysis.dose import SATURATED_E
+from divergence.analysis.replicates import replicate_or_first
 from divergence.analysis.window import RATE_FACTOR, local_rates
 
 
@@ -49,19 +50,20 @@ def why_no_window(study, reference, estimates, min_window: int, seeds=(), satura
             f"too few tracked steps: {x} and {p} share {tracked} tracked step(s) in the window's range (need "
             f"{min_window}): track earlier and densely (every step in the first tens of steps)"
         )
-    best = max(estimates, key=_unsaturated)
-    if _unsaturated(best) < min_window:
+    best = max(estimates, key=lambda e: _tracked(e, unsaturated=True))
+    unsaturated = _tracked(best, unsaturated=True)
+    if unsaturated < min_window:
         start = best.window_start if best.window_start is not None else 0
         if best.saturated_at - start < min_window:  # every step before it tracked would still be too few
             return _saturated_at_once(study, reference, seeds, best, start, min_window, saturated)
         return (
             f"saturated before the window: a pair's difference reaches {saturated:g} of the seed pair's at step "
-            f"{best.saturated_at}, leaving {_unsaturated(best)} tracked step(s) before it (need {min_window}): "
+            f"{best.saturated_at}, leaving {unsaturated} tracked step(s) before it (need {min_window}): "
             f"track earlier and densely (every step from step {start} to step {best.saturated_at})"
         )
     longest = max((e.n_window for e in estimates), default=0)
     return (
-        f"{x} and {p} do not grow alike: over {_unsaturated(best)} unsaturated tracked steps their local growth "
+        f"{x} and {p} do not grow alike: over {unsaturated} unsaturated tracked steps their local growth "
         f"rates agree (within {RATE_FACTOR:g}x) on at most {longest} in a row (need {min_window}), so their ratio "
         "is not a dose ratio: see the curves (does each pair's arms differ in its one change only?)"
     )
@@ -91,26 +93,22 @@ def why_valid_steps(study, reference, windows, min_window, seeds, level) -> str:
     )
 
 
-def _tracked(e) -> int:
-    """Steps both pairs tracked from the window's first step t0 on."""
-    start = e.window_start if e.window_start is not None else 0
-    return int(np.sum(np.asarray(e.steps) >= start))
-
-
-def _unsaturated(e) -> int:
-    """Of those, the steps before the first saturated one."""
-    start = e.window_start if e.window_start is not None else 0
+def _tracked(e, unsaturated: bool = False) -> int:
+    """Steps both pairs tracked from the window's first step t0 on (``unsaturated``: of those, the steps
+    before the first saturated one)."""
     steps = np.asarray(e.steps)
-    before = steps < e.saturated_at if e.saturated_at is not None else np.ones(len(steps), dtype=bool)
-    return int(np.sum((steps >= start) & before))
+    keep = steps >= (e.window_start if e.window_start is not None else 0)
+    if unsaturated and e.saturated_at is not None:
+        keep &= steps < e.saturated_at
+    return int(keep.sum())
 
 
 def _saturated_at_once(study, reference, seeds, best, start: int, min_window: int, saturated: float) -> str:
     """Saturation closer to t0 than ``min_window`` steps: the measured E's, and the seed pair's start."""
     at = best.saturated_at
-    seed = next((p for p in seeds if p.replicate == best.replicate), seeds[0] if seeds else None)
+    seed, r = replicate_or_first(seeds, best.replicate), best.replicate
     e_s = _e_at(seed, at)
-    shares = [(p.name, _e_at(p, at)) for p in (_of(study, best), _of(reference, best)) if p is not None]
+    shares = [(p.name, _e_at(p, at)) for p in (replicate_or_first(study, r), replicate_or_first(reference, r)) if p]
     name, e = max(shares, key=lambda s: s[1] if np.isfinite(s[1]) else -np.inf)
     text = (
         f"saturated at once: at step {at} {name}'s difference E = {e:.2g} is already {e / e_s:.2g} of the seed "
@@ -126,10 +124,6 @@ def _saturated_at_once(study, reference, seeds, best, start: int, min_window: in
             "different initial weights when training from scratch"
         )
     return text
-
-
-def _of(pairs, estimate):
-    return next((p for p in pairs if p.replicate == estimate.replicate), pairs[0] if pairs else None)
 
 
 def _e_at(pair, step: int) -> float:

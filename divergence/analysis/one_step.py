@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import torch
@@ -48,15 +48,7 @@ from divergence.analysis.replicates import pool
 from divergence.errors import UserInputError
 
 SPLITS = (2, 4, 8)  # micro-batch counts of the derived reordered references
-STATUSES = ("reordering_like", "beyond_reordering", "inconclusive")
 SEED = 0  # every call runs under this RNG seed, so dropout masks and noise draws match
-
-
-def reordering_dex() -> float:
-    """d: the reordering yardstick's constant (``analysis.reordering.REORDERING_DEX``)."""
-    from divergence.analysis.reordering import REORDERING_DEX
-
-    return REORDERING_DEX
 
 
 @dataclass
@@ -96,9 +88,7 @@ class OneStepResult:
         )
 
     def to_dict(self) -> dict:
-        keys = ("status", "log10_ratio", "lo", "hi", "e_change", "base_norm", "references", "tensors", "kind")
-        out = {k: getattr(self, k) for k in keys}
-        return {**out, "seconds": self.seconds, "threshold": self.threshold, "notes": self.notes}
+        return asdict(self)
 
 
 def one_step_check(
@@ -264,7 +254,10 @@ def _log_ratio(num: float, den: float) -> float | None:
 
 def compare(base: dict, change: dict, refs: list[tuple[str, dict]], kind: str) -> OneStepResult:
     """E_X, each E_R,k and r_k for the whole model and per tensor, pooled and read (module docstring)."""
-    d = reordering_dex()
+    # d and its reading are the reordering yardstick's (imported here: it reads the variants' registry)
+    from divergence.analysis.reordering import REORDERING_DEX as d
+    from divergence.analysis.reordering import decide
+
     diff = {n: change[n] - base[n] for n in base}
     e_x = _norm(diff.values())
     references, tensors = [], {}
@@ -291,7 +284,5 @@ def compare(base: dict, change: dict, refs: list[tuple[str, dict]], kind: str) -
         status, mean, lo, hi = "inconclusive", math.inf, None, None
         notes.append("no reference moved the baseline: no yardstick")
     else:
-        mean, lo, hi = pooled.mean, pooled.lo, pooled.hi
-        low, high = (lo, hi) if pooled.interval else (mean, mean)
-        status = "beyond_reordering" if low > d else "reordering_like" if high <= d else "inconclusive"
+        mean, lo, hi, status = pooled.mean, pooled.lo, pooled.hi, decide(pooled)
     return OneStepResult(status, mean, lo, hi, e_x, base_norm, references, tensors, kind, threshold=d, notes=notes)

@@ -32,12 +32,9 @@ tiny UNet: rank 1's gradient scaled by 1 + 1e-3 sits +2.0 dex above R at every s
 left out of the all-reduce +2.2 to +2.9 dex, and neither forms a window (on the tiny DiT,
 ``tests/scaleout/test_parallel_rows.py``, the scaled gradient's ratio is flat enough for one,
 +2.0 to +2.1 dex, steps 2-6; the parameter left out, +3.0 to +3.2 dex and growing, forms none).
-So, when a replicate has none, every replicate is read over its valid steps
-(``every_step.choose``: a replicate whose valid steps all lie on one side of d is never dropped for
-want of a window; with valid steps on both sides, the replicates that have a window are read on
-it, the others left out and counted in the sentence)
+So, when a replicate has none, the replicates are read over their valid steps V_r as
+``every_step.choose`` decides (its docstring defines V_r and when which reading applies)
 
-    V_r  = {t >= start: E_X, E_R > 0 and finite, before either saturates (E >= SATURATED_E x E_S)}
     lr_r = median over V_r of log10(E_X / E_R)      (at least ``min_window`` steps; read_on "valid_steps")
 
 pooled and decided as above, with one more condition, since a drifting ratio is not one number
@@ -49,7 +46,7 @@ valid steps in every replicate (``no_window.why_no_window`` says which condition
 
 The verdict's sentence says it for every pair; the "look for a bug" clause only for a pair that
 declares its change should be the identity (``pair.json``'s ``expect_identity``, which the built-in
-fp32-equivalent variants set and ``ArmWriter(expect_identity=True)`` writes; ``expects_identity``).
+fp32-equivalent variants set and ``ArmWriter(expect_identity=True)`` writes; undeclared: no).
 Without a reordering pair the headline says that "bug or noise" was not asked. Examples, three
 replicates each (t_{0.975, 2} = 4.30):
 
@@ -73,12 +70,12 @@ import numpy as np
 
 from divergence.analysis import dose, every_step
 from divergence.analysis.dose import MIN_WINDOW, SATURATED_E, WindowEstimate, estimate_replicates
-from divergence.analysis.every_step import left_out_text, on_valid_steps  # noqa: F401 (on_valid_steps: public here)
-from divergence.analysis.headline import factor_text
+from divergence.analysis.every_step import left_out_text
+from divergence.analysis.headline import decide_text, factor_text, interval_text
 from divergence.analysis.no_window import why_no_window
-from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
+from divergence.analysis.replicates import Pooled, pool, replicate_runs, replicates_to_clear
 from divergence.analysis.trajectories import PairData
-from divergence.analysis.verdict import _all_zero
+from divergence.analysis.verdict import all_zero
 from divergence.variants.registry import VARIANTS
 
 REORDERING_DEX = 1.0  # log10(E_X / E_R) above which X perturbs more than a reordering of fp32 sums
@@ -88,7 +85,6 @@ NOT_ASKED = (  # the headline's line, and summary.json's warning, without a reor
     "Bug or noise was not asked: no reordering pair (category reordering, arms that differ only in the order "
     "of fp32 sums) among the inputs, so nothing says whether the change is more than a reordering."
 )
-READ_ON = every_step.READ_ON  # where log10(E_X / E_R) was read (the module docstring)
 
 
 def method_text() -> str:
@@ -123,7 +119,7 @@ class Reordering:
     drift: float = math.nan  # mean over replicates of log10(E_X/E_R)'s change across the window, dex
     estimates: tuple[WindowEstimate, ...] = ()
     reason: str | None = None  # why there is no number (none is needed: bitwise-equal arms; none decides)
-    read_on: str | None = None  # READ_ON: the window, or the valid steps when no window forms; None: not read
+    read_on: str | None = None  # every_step.READ_ON: the window, or the valid steps if no window forms; None: not read
 
 
 def against_reordering(
@@ -136,20 +132,17 @@ def against_reordering(
 ) -> Reordering:
     """The replicates of the pair under study against the replicates of the reordering pair R
     (``saturated``: the E / E_S that ends a window, a fine-tune's where the pairs are one)."""
-    common = dict(reference=reordering[0].name, label=reordering[0].label, fp32_equivalent=expects_identity(study[0]))
+    common = dict(
+        reference=reordering[0].name, label=reordering[0].label, fp32_equivalent=bool(study[0].expect_identity)
+    )
     empty = pool([])
-    if _all_zero(reordering):
+    if all_zero(reordering):
         reason = f"{reordering[0].name}'s arms are bitwise equal at every tracked step: no reordering to compare with"
         return Reordering(ratio=empty, status=None, replicates_needed=None, reason=reason, **common)
-    if _all_zero(study):
+    if all_zero(study):
         reason = "its arms are bitwise equal at every tracked step"
         return Reordering(ratio=empty, status="reordering_like", replicates_needed=None, reason=reason, **common)
-    runs = [
-        (x, r, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None))
-        for x in study
-        if (r := replicate_of(reordering, x.replicate)) is not None
-    ]
-    windows = tuple(estimate_replicates(runs, start, min_window, saturated))
+    windows = tuple(estimate_replicates(replicate_runs(study, reordering, seeds), start, min_window, saturated))
     read_on, estimates = every_step.choose(windows, REORDERING_DEX)
     estimates = tuple(estimates)
     usable = [e for e in estimates if e.usable]
@@ -173,12 +166,6 @@ def against_reordering(
         read_on=read_on,
         **common,
     )
-
-
-def expects_identity(pair: PairData) -> bool:
-    """Whether the pair declares that its change should be the identity in fp32 (``pair.json``'s
-    ``expect_identity``, whatever its arms' labels); an undeclared pair: False."""
-    return bool(pair.expect_identity)
 
 
 def crossing(values: np.ndarray) -> str | None:
@@ -251,15 +238,8 @@ def sentence(r: Reordering, label: str) -> str:
     if not math.isfinite(r.ratio.mean):
         return f"{against}: reordering-like: {r.reason}."
     m = r.ratio.mean
-    numbers = (
-        (
-            f"log10 E_X/E_R {m:+.2f}, 95% CI {r.ratio.lo:+.2f} to {r.ratio.hi:+.2f}, {r.ratio.n} replicates"
-            if r.ratio.interval
-            else f"log10 E_X/E_R {m:+.2f}, one replicate"
-        )
-        + left_out_text(r.estimates, r.read_on or "window")
-        + where_read(r)
-    )
+    numbers = f"log10 E_X/E_R {m:+.2f}{interval_text(r.ratio)}{left_out_text(r.estimates, r.read_on or 'window')}"
+    numbers += where_read(r)
     factor = factor_text(10 ** abs(m))
     limit = factor_text(10**REORDERING_DEX)
     if r.status == "beyond_reordering" and r.fp32_equivalent:
@@ -276,14 +256,8 @@ def sentence(r: Reordering, label: str) -> str:
         return f"{said}: beyond reordering."
     if r.reason:  # a ratio that crosses the threshold on the valid steps
         return f"{said}: inconclusive: {r.reason}, which more replicates do not decide; see the curves."
-    decide_text = (
-        f"about {r.replicates_needed} replicates would decide"
-        if r.replicates_needed is not None
-        else "one replicate has no interval"
-        if not r.ratio.interval
-        else "no number of replicates within reach decides"
-    )
-    return f"{said}: inconclusive, the interval holds +{REORDERING_DEX:g} dex ({limit}x a reordering); {decide_text}."
+    decide = decide_text(r.replicates_needed, r.ratio)
+    return f"{said}: inconclusive, the interval holds +{REORDERING_DEX:g} dex ({limit}x a reordering); {decide}."
 
 
 def where_read(r: Reordering) -> str:

@@ -91,3 +91,29 @@ def group(pairs: list[PairData]) -> dict[str, list[PairData]]:
 def replicate_of(runs: list[PairData], replicate: int) -> PairData | None:
     """The run of ``runs`` with this replicate number, if any."""
     return next((p for p in runs if p.replicate == replicate), None)
+
+
+def replicate_or_first(runs: list[PairData], replicate: int) -> PairData | None:
+    """The run of ``runs`` with this replicate number, else its first (None without runs): a seed pair
+    with fewer replicates than the study still serves every replicate."""
+    return replicate_of(runs, replicate) or (runs[0] if runs else None)
+
+
+def replicate_runs(study: list[PairData], reference: list[PairData], seeds: list[PairData]) -> list[tuple]:
+    """(x, its replicate of ``reference``, of ``seeds`` or the first seed run) for every run x of ``study``
+    that ``reference`` has the replicate of (common random numbers): ``dose.estimate_replicates``' runs."""
+    return [
+        (x, p, replicate_or_first(seeds, x.replicate))
+        for x in study
+        if (p := replicate_of(reference, x.replicate)) is not None
+    ]
+
+
+def pooled_dict(p: Pooled, key: str) -> dict:
+    """``p`` as JSON: its mean under ``key``, its interval and its replicates."""
+    return {key: num(p.mean), "lo": num(p.lo), "hi": num(p.hi), "replicates": p.n}
+
+
+def num(x):
+    """``x`` as a JSON number: None when missing or not finite."""
+    return None if x is None or not math.isfinite(x) else float(x)

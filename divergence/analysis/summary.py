@@ -22,13 +22,16 @@ from divergence.analysis.growth import N_BOOT, Estimate, estimate_growth, layer_
 from divergence.analysis.layers import NoiseFloor, kind_table, noise_floor, nonfinite_layers, top_layers
 from divergence.analysis.every_step import left_out
 from divergence.analysis.reordering import NOT_ASKED, REORDERING_DEX, Reordering, with_reordering
-from divergence.analysis.replicates import CONFIDENCE, Pooled, group
+from divergence.analysis.replicates import CONFIDENCE, group, num, pooled_dict
 from divergence.analysis.trajectories import TRAJECTORY_METRICS, PairData, router_summary
 from divergence.analysis.headline import headline
 from divergence.analysis.verdict import MAX_DRIFT, METRIC, OUTSIDE, Dose, Verdict, judge
 
 SCHEMA = 2
 ORDER = ("optimization", "precision", "seed", "control", "reordering")
+# the PairData fields a ``pairs`` entry of summary.json opens with, as they are
+PAIR_FIELDS = ("name", "replicate", "category", "description", "folder", "arms", "finished", "last_step", "max_steps")
+PAIR_FIELDS += ("numerics", "outside_deployment")
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ def _fine_tune_dict(fine_tune: finetune.FineTune | None, seeds: list[PairData]) 
         "recognized_from": fine_tune.how,
         "start": fine_tune.start,
         "seed_reference": seeds[0].name if seeds else None,
-        "saturated": fine_tune.saturated,
+        "saturated": finetune.SATURATED_FINETUNE,
         "ceiling": finetune.ceiling_text(fine_tune, seeds),
     }
 
@@ -130,7 +133,8 @@ def _with_calibration(v: Verdict, study, reference, calibration) -> Verdict:
     if dose is None:
         return v
     v = replace(v, dose=replace(v.dose, equivalent=dose))
-    return replace(v, headline=headline(v, study[0].label, reference[0].label, _floor_text(v)))
+    floor_text = next((c for c in v.caveats if "run-to-run floor" in c), None)
+    return replace(v, headline=headline(v, study[0].label, reference[0].label, floor_text))
 
 
 def _with_consequence(v: Verdict, study, reference, consequence) -> Verdict:
@@ -151,10 +155,6 @@ def _with_consequence(v: Verdict, study, reference, consequence) -> Verdict:
         )
     said = prediction(consequence, v.dose.ratio.mean, reference[0].label)
     return replace(v, prediction=said, headline=f"{v.headline} {said}")
-
-
-def _floor_text(v: Verdict) -> str | None:
-    return next((c for c in v.caveats if "run-to-run floor" in c), None)
 
 
 def _warnings(pairs: list[PairData], floors: tuple[NoiseFloor, ...], role: dict) -> list[str]:
@@ -220,39 +220,41 @@ def verdict_dict(v: Verdict) -> dict:
         "dose_ratio": {
             "reference": v.reference,
             "metric": METRIC,
-            **_pooled(dose.ratio, "log10"),
+            **pooled_dict(dose.ratio, "log10"),
             "window": list(dose.window) if dose.window else None,
             "common_start": usable[0].window_start if usable else None,
             "status": dose.status,
             "replicates_needed": {k: dose.replicates_needed.get(k) for k in ("exclude_0", "exclude_0.3_dex")},
             "read_on": dose.read_on if dose.estimates else None,
-            "statistic": _statistic(dose),
+            # each replicate's log10: the median over its window, or, read on every valid step, the largest
+            # (every step below 0: a bound from above) or the smallest (every step above 0) there
+            "statistic": {"below": "max", "above": "min"}.get(dose.bound_side, "median") if dose.estimates else None,
             "left_out": list(left_out(dose.estimates)) if dose.estimates else [],
         },
         "outcome": {
-            **_pooled(result.delta, "mean"),
-            "margin": _num(result.margin),
+            **pooled_dict(result.delta, "mean"),
+            "margin": num(result.margin),
             "source": result.source,
             "status": result.status,
             "replicates_needed": result.replicates_needed,
-            "margin_factor": _num(result.margin_factor),
+            "margin_factor": num(result.margin_factor),
             "saturated": result.saturated,
         },
         "reasons": list(v.reasons),
         "caveats": list(v.caveats),
         "indicative": v.indicative,
         "outside_deployment": next((c for c in v.caveats if c.startswith(OUTSIDE)), None),
-        "function_space": {"metric": "probe_rel_diff", **_pooled(dose.function, "log10")},
-        "flatness": {"drift_dex": _num(dose.drift), "max_drift_dex": 0.5, "dose_like": dose.dose_like},
-        "lambda": {k: _num(np.mean([e.lam[k] for e in usable])) if usable else None for k in ("study", "reference")},
+        "function_space": {"metric": "probe_rel_diff", **pooled_dict(dose.function, "log10")},
+        "flatness": {"drift_dex": num(dose.drift), "max_drift_dex": 0.5, "dose_like": dose.dose_like},
+        "lambda": {k: num(np.mean([e.lam[k] for e in usable])) if usable else None for k in ("study", "reference")},
         "t10": _phi_steps(dose, "t10"),
         "t50": _phi_steps(dose, "t50"),
-        "noise_floor_ratio": _num(v.floor),
+        "noise_floor_ratio": num(v.floor),
         "equivalent_dose": dose.equivalent,
         "reordering": reordering_dict(v.reordering),
         "coherence": _finite(v.coherence),
         "prediction": v.prediction,
-        "outcome_per_replicate": {str(r): _num(d) for r, d in result.per_replicate.items()},
+        "outcome_per_replicate": {str(r): num(d) for r, d in result.per_replicate.items()},
         "per_replicate": [
             {
                 "replicate": e.replicate,
@@ -260,10 +262,10 @@ def verdict_dict(v: Verdict) -> dict:
                 "window": list(e.window) if e.window else None,
                 "settled_at": e.settled_at,
                 "steps_in_window": e.n_window,
-                "log10": _num(e.log10),
-                "log10_function": _num(e.log10_function),
-                "drift_dex": _num(e.drift),
-                "lambda": {k: _num(x) for k, x in e.lam.items()},
+                "log10": num(e.log10),
+                "log10_function": num(e.log10_function),
+                "drift_dex": num(e.drift),
+                "lambda": {k: num(x) for k, x in e.lam.items()},
                 "t10": e.t10,
                 "t50": e.t50,
             }
@@ -277,33 +279,21 @@ def reordering_dict(r: Reordering | None) -> dict | None:
     if r is None:
         return None
     return {
-        **_pooled(r.ratio, "log10"),
+        **pooled_dict(r.ratio, "log10"),
         "status": r.status,
         "replicates_needed": r.replicates_needed,
         "reference": r.reference,
         "threshold_dex": REORDERING_DEX,
         "fp32_equivalent": r.fp32_equivalent,
-        "drift_dex": _num(r.drift),
+        "drift_dex": num(r.drift),
         "reason": r.reason,
         "read_on": r.read_on,
         "left_out": list(left_out(r.estimates)) if r.read_on else [],
         "per_replicate": [
-            {"replicate": e.replicate, "window": list(e.window) if e.window else None, "log10": _num(e.log10)}
+            {"replicate": e.replicate, "window": list(e.window) if e.window else None, "log10": num(e.log10)}
             for e in r.estimates
         ],
     }
-
-
-def _statistic(dose: Dose) -> str | None:
-    """What each replicate's ``log10`` is: the median over its window, or, read on every valid step, the
-    largest (every step below 0: a bound from above) or the smallest (every step above 0) there."""
-    if not dose.estimates:
-        return None
-    return {"below": "max", "above": "min"}.get(dose.bound_side, "median")
-
-
-def _pooled(p: Pooled, key: str) -> dict:
-    return {key: _num(p.mean), "lo": _num(p.lo), "hi": _num(p.hi), "replicates": p.n}
 
 
 def _phi_steps(dose: Dose, which: str) -> dict:
@@ -329,10 +319,6 @@ def _finite(data):
     return None if isinstance(data, float) and not math.isfinite(data) else data
 
 
-def _num(x):
-    return None if x is None or not math.isfinite(x) else float(x)
-
-
 def _calibration_dict(calibration: dict | None) -> dict | None:
     if calibration is None:
         return None
@@ -350,17 +336,7 @@ def _calibration_dict(calibration: dict | None) -> dict | None:
 def _pair_dict(p: PairData, growth: dict[str, Estimate]) -> dict:
     n = len(p.steps)
     return {
-        "name": p.name,
-        "replicate": p.replicate,
-        "category": p.category,
-        "description": p.description,
-        "folder": p.folder,
-        "arms": p.arms,
-        "finished": p.finished,
-        "last_step": p.last_step,
-        "max_steps": p.max_steps,
-        "numerics": p.numerics,
-        "outside_deployment": p.outside_deployment,
+        **{key: getattr(p, key) for key in PAIR_FIELDS},
         "tracked_steps": n,
         "layers": len(p.layers),
         "probe": p.has_probe(),

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from divergence.metrics import TRAJECTORY_METRICS
+from divergence.metrics import METRIC_NAMES, TRAJECTORY_METRICS
 from divergence.metrics.grouping import summarize
 from divergence.pairfolder.pair_json import pair_label
 
@@ -99,12 +99,9 @@ class PairData:
         values = self.model[metric]
         return values - values[0] if values.size else values
 
-    def finite_layers(self, metric: str, columns: np.ndarray | None = None) -> np.ndarray:
-        """(L,) bool: layers whose metric is finite at every tracked step (or at ``columns``)."""
-        values = self.layer_values[metric]
-        if columns is not None:
-            values = values[:, columns]
-        return np.isfinite(values).all(axis=1)
+    def finite_layers(self, metric: str) -> np.ndarray:
+        """(L,) bool: layers whose metric is finite at every tracked step."""
+        return np.isfinite(self.layer_values[metric]).all(axis=1)
 
 
 def pair_from_records(
@@ -202,19 +199,8 @@ def _model_value(step_record: dict, tensor_records: list[dict], metric: str) -> 
 
 
 def _summarizable(records: list[dict]) -> bool:
-    keys = (
-        "numel",
-        "wasserstein",
-        "max_abs_diff",
-        "norm_a",
-        "norm_b",
-        "nonfinite_a",
-        "nonfinite_b",
-        "mean_abs_diff",
-        "rms_diff",
-        "rel_l2",
-        "cosine",
-    )
+    """Whether every record holds what ``summarize`` reads."""
+    keys = (*METRIC_NAMES, "numel", "norm_a", "norm_b", "nonfinite_a", "nonfinite_b")
     return all(all(k in r for k in keys) for r in records)
 
 

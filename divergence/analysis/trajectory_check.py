@@ -40,7 +40,6 @@ from pathlib import Path
 
 import torch
 
-from divergence.analysis.one_step import reordering_dex
 from divergence.errors import UserInputError
 
 RUN = 3  # consecutive valid steps above d that decide "beyond reordering"
@@ -109,7 +108,8 @@ def _ratio(e_x: float, e_r: float) -> float | None:
 
 def read_curve(curve: list[tuple]) -> dict:
     """The reading of ``[(step, E_X, E_R, r)]`` (module docstring); pure, for the tests and the zoo."""
-    d = reordering_dex()
+    from divergence.analysis.reordering import REORDERING_DEX as d  # not at import, as in one_step.compare
+
     valid = [(t, r) for t, _, _, r in curve if r is not None]
     result = {"steps": len(valid), "threshold": d, "curve": [list(c) for c in curve]}
     if not valid:

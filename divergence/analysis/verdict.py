@@ -52,13 +52,10 @@ from divergence.analysis.finetune import FineTune, ceiling_text, saturation_leve
 from divergence.analysis.no_window import crossing_text, why_no_window, why_valid_steps
 from divergence.analysis.headline import STATUS_WORDS, factor_text, headline, percent
 from divergence.analysis.layers import noise_floor
-from divergence.analysis.replicates import Pooled, pool, replicate_of, replicates_to_clear
+from divergence.analysis.replicates import Pooled, pool, replicate_of, replicate_runs, replicates_to_clear
 from divergence.analysis.trajectories import PairData
 
-MARGIN_FACTOR = outcome.MARGIN_FACTOR
-
 STATUSES = ("bounded", "not_bounded", "inconclusive", "no_verdict", "preliminary")
-DOSE_STATUSES = ("bounded", "not_bounded", "inconclusive")
 MAX_DRIFT = 0.5  # dex across the window: beyond it the ratio is "not dose-like"
 OUTSIDE = "studied outside its deployment numerics"  # the caveat's opening words
 FACTOR_2_DEX = 0.3  # log10(2): an interval beyond +-0.3 dex says "at least 2x less (more)"
@@ -78,7 +75,7 @@ class Dose:
     window: tuple[int, int] | None = None  # the union of the replicates' windows
     estimates: tuple[WindowEstimate, ...] = ()
     drift: float = math.nan  # mean over replicates, dex
-    status: str | None = None  # DOSE_STATUSES, from the dose interval alone (None: no dose read)
+    status: str | None = None  # bounded / not_bounded / inconclusive, from the dose interval alone (None: no dose read)
     read_on: str = "window"  # every_step.READ_ON: the growth-rate window, or every valid step
     bound_side: str | None = None  # read on the valid steps: every step "below" or "above" 0
     # replicates that would decide, at the observed mean and spread: "exclude_0" and "exclude_0.3_dex";
@@ -100,7 +97,7 @@ class Outcome:
     delta: Pooled = NOT_READ  # Delta, per replicate pooled
     source: str = "training"  # the loss it is read on: "training" or "probe"
     margin: float = math.nan  # m = margin_factor x sigma_S
-    margin_factor: float = MARGIN_FACTOR
+    margin_factor: float = outcome.MARGIN_FACTOR
     status: str | None = None  # outcome.OUTCOME_STATUSES, from the outcome interval alone
     saturated: bool = False  # X saturated at the end: its outcome is held to the seed spread itself
     replicates_needed: int | None = None  # replicates that would decide (None: none within reach)
@@ -157,7 +154,7 @@ def judge(
     caveats += _setup_caveats(study, controls)
     if fine_tune is not None:
         caveats.insert(0, ceiling_text(fine_tune, seeds))
-    if not any(e.usable for e in windows) and _all_zero(study) and not _all_zero(reference):
+    if not any(e.usable for e in windows) and all_zero(study) and not all_zero(reference):
         return _no_drift(study, reference, caveats)
     read_on, estimates = every_step.choose(windows, 0.0)
     side = every_step.side(every_step.steps_of(estimates), 0.0) if read_on == "valid_steps" else None
@@ -189,7 +186,7 @@ def judge(
         floor=floor,
         indicative=indicative,
     )
-    return _with_headline(v, label, reference[0].label, floor_text)
+    return replace(v, headline=headline(v, label, reference[0].label, floor_text))
 
 
 def _dose_reading(estimates, read_on: str, side: str | None) -> tuple[Dose, list[str]]:
@@ -246,7 +243,7 @@ def phi_at_end(e: WindowEstimate) -> float:
     return float(finite[-1]) if finite.size else math.nan
 
 
-def _all_zero(runs: list[PairData]) -> bool:
+def all_zero(runs: list[PairData]) -> bool:
     """Every run's E exactly 0 at every tracked step (bitwise equal arms)."""
     return all(len(p.rel_l2) and np.all(p.rel_l2 == 0) for p in runs)
 
@@ -291,17 +288,13 @@ def _setup_caveats(study: list[PairData], controls: list[PairData]) -> list[str]
 
 
 def _estimates(study, reference, seeds, start, min_window, level) -> tuple[list[WindowEstimate], list[str]]:
-    runs, caveats = [], []
-    for x in study:
-        p = replicate_of(reference, x.replicate)
-        if p is None:
-            caveats.append(
-                f"replicate {x.replicate} of {x.name} has no replicate {x.replicate} of "
-                f"{reference[0].name} (common random numbers): left out"
-            )
-            continue
-        runs.append((x, p, replicate_of(seeds, x.replicate) or (seeds[0] if seeds else None)))
-    return estimate_replicates(runs, start, min_window, level), caveats
+    caveats = [
+        f"replicate {x.replicate} of {x.name} has no replicate {x.replicate} of "
+        f"{reference[0].name} (common random numbers): left out"
+        for x in study
+        if replicate_of(reference, x.replicate) is None
+    ]
+    return estimate_replicates(replicate_runs(study, reference, seeds), start, min_window, level), caveats
 
 
 def _left_out(estimates, read_on: str) -> list[str]:
@@ -413,7 +406,3 @@ def _no_verdict(name, reference, reason, floor=None, label: str | None = None) -
     return Verdict(
         study=name, reference=reference, status="no_verdict", headline=headline, reasons=(reason,), floor=floor
     )
-
-
-def _with_headline(v: Verdict, label: str, ref_label: str, floor_text: str | None) -> Verdict:
-    return replace(v, headline=headline(v, label, ref_label, floor_text))

@@ -22,8 +22,9 @@ from pathlib import Path
 import torch
 
 from divergence.analysis import outcome
-from divergence.analysis.consequence import early_doses, probe_shifts, score_shift
+from divergence.analysis.consequence import early_doses
 from divergence.metrics.sample_distance import sample_distance
+from divergence.metrics.score_intervals import paired_seed_bootstrap
 from divergence.study.calibration import LADDER_ROLE, REFERENCE_ROLES, ladder_name
 from divergence.study.consequence import SCORED, Consequence, ScoreSettings
 
@@ -220,7 +221,7 @@ def read_runs(jobs: list, consequence: Consequence, device: str = "cpu") -> tupl
         role = items[0][0].pair.role
         runs = [data for _, data in items]
         early = _early(role, runs, of_role, consequence.early)
-        probe = probe_shifts(runs, where)
+        probe = {p.replicate: outcome.delta(p, where) for p in runs}
         for job, data in items:
             scores = {}
             for arm in ("a", "b"):
@@ -259,7 +260,7 @@ def _row(name, role, eps, job, early: dict, scores: dict, probe: dict, where: st
         "score_b": scores["b"]["rates"][what]["rate"],
         "score_a_interval": scores["a"]["rates"][what]["bootstrap"],
         "score_b_interval": scores["b"]["rates"][what]["bootstrap"],
-        "score_shift": score_shift(a, b),
+        "score_shift": dict(zip(("value", "lo", "hi"), paired_seed_bootstrap(a, b))),
         "probe_shift": probe.get(job.replicate),
         "probe_source": where,
     }
