@@ -35,22 +35,24 @@ def fsync_folder(folder: str | Path) -> None:
         os.close(fd)
 
 
-def fsync_file(path: str | Path) -> None:
-    """Flush a file some library wrote (and closed) to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def commit(tmp: str | Path, path: str | Path) -> Path:
-    """Durably move the complete file ``tmp`` to ``path``: fsync it, rename, fsync the folder."""
+@contextmanager
+def atomic_target(path: str | Path) -> Iterator[Path]:
+    """A temporary path for a library that writes a file by name (``torch.save``); on a normal
+    exit the complete file is fsynced, renamed to ``path`` and the folder fsynced, on an error
+    it is removed."""
     path = Path(path)
-    fsync_file(tmp)
-    os.replace(tmp, path)
-    fsync_folder(path.parent)
-    return path
+    tmp = temp_path(path)
+    try:
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)  # fsync through any descriptor flushes the file
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        fsync_folder(path.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -60,29 +62,8 @@ def atomic_file(path: str | Path, mode: str = "wb", **open_args) -> Iterator[IO]
     >>> with atomic_file("out/summary.json", "w") as f:  # doctest: +SKIP
     ...     f.write("{}")
     """
-    path = Path(path)
-    tmp = temp_path(path)
-    try:
-        with open(tmp, mode, **open_args) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_folder(path.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-@contextmanager
-def atomic_target(path: str | Path) -> Iterator[Path]:
-    """A temporary path for a library that writes a file by name (``torch.save``); on a normal
-    exit it is committed to ``path`` (see ``commit``), on an error removed."""
-    tmp = temp_path(path)
-    try:
-        yield tmp
-        commit(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_target(path) as tmp, open(tmp, mode, **open_args) as f:
+        yield f
 
 
 def write_atomic(path: str | Path, data: bytes | str) -> Path:
