@@ -14,6 +14,7 @@ run recipes and every JSON/CSV a command writes.
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -71,3 +72,11 @@ def write_atomic(path: str | Path, data: bytes | str) -> Path:
     with atomic_file(path, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
     return Path(path)
+
+
+def read_json(path: str | Path, default=None):
+    """The JSON in ``path``, or ``default`` when it is missing, unreadable or not JSON (yet)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return default
