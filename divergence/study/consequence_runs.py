@@ -85,7 +85,7 @@ def score_tasks(jobs: list, consequence: Consequence) -> list[tuple]:
     from dataclasses import replace
 
     from divergence.report.inputs import load_pair
-    from divergence.training.sample_score import weight_steps
+    from divergence.pairfolder.folder import weight_steps
 
     early = replace(consequence.score, seeds=consequence.score.seeds[:PLATEAU_SEEDS])
     tasks, seen = [], set()
@@ -314,7 +314,7 @@ def seed_pair_series(jobs: list, consequence: Consequence, device: str = "cpu") 
     from dataclasses import replace
 
     from divergence.report.inputs import load_pair
-    from divergence.training.sample_score import weight_steps
+    from divergence.pairfolder.folder import weight_steps
 
     settings = consequence.score
     early = replace(settings, seeds=settings.seeds[:PLATEAU_SEEDS])
