@@ -14,6 +14,7 @@ run recipes and every JSON/CSV a command writes.
 
 from __future__ import annotations
 
+import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,18 +36,24 @@ def fsync_folder(folder: str | Path) -> None:
         os.close(fd)
 
 
-def commit(tmp: str | Path, path: str | Path) -> Path:
-    """Durably move the complete file ``tmp`` (some library wrote and closed it) to ``path``: fsync
-    it, rename, fsync the folder."""
+@contextmanager
+def atomic_target(path: str | Path) -> Iterator[Path]:
+    """A temporary path for a library that writes a file by name (``torch.save``); on a normal
+    exit the complete file is fsynced, renamed to ``path`` and the folder fsynced, on an error
+    it is removed."""
     path = Path(path)
-    fd = os.open(tmp, os.O_RDONLY)
+    tmp = temp_path(path)
     try:
-        os.fsync(fd)
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)  # fsync through any descriptor flushes the file
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        fsync_folder(path.parent)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_folder(path.parent)
-    return path
+        tmp.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -57,19 +64,7 @@ def atomic_file(path: str | Path, mode: str = "wb", **open_args) -> Iterator[IO]
     ...     f.write("{}")
     """
     with atomic_target(path) as tmp, open(tmp, mode, **open_args) as f:
-        yield f  # closed, then committed (``atomic_target``)
-
-
-@contextmanager
-def atomic_target(path: str | Path) -> Iterator[Path]:
-    """A temporary path for a library that writes a file by name (``torch.save``); on a normal
-    exit it is committed to ``path`` (see ``commit``), on an error removed."""
-    tmp = temp_path(path)
-    try:
-        yield tmp
-        commit(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+        yield f
 
 
 def write_atomic(path: str | Path, data: bytes | str) -> Path:
@@ -77,3 +72,11 @@ def write_atomic(path: str | Path, data: bytes | str) -> Path:
     with atomic_file(path, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
     return Path(path)
+
+
+def read_json(path: str | Path, default=None):
+    """The JSON in ``path``, or ``default`` when it is missing, unreadable or not JSON (yet)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return default

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path, PurePosixPath
 
+from divergence.atomic import read_json
 from divergence.checkpoints.files import read_regular
 from divergence.checkpoints.pickled import load_pickled
 from divergence.checkpoints.safetensors_file import SafetensorsFile
@@ -154,10 +155,7 @@ def _open_pipeline(path: Path) -> TensorSource:
 def _pipeline_components(path: Path) -> set[str] | None:
     """The component names ``model_index.json`` lists (its keys but ``_class_name``, ``_diffusers_version``);
     None when it lists none or cannot be read as a JSON object (every folder is then tried)."""
-    try:
-        index = json.loads((path / "model_index.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
+    index = read_json(path / "model_index.json")
     listed = {k for k in index if not k.startswith("_")} if isinstance(index, dict) else set()
     return listed or None
 

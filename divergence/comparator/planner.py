@@ -10,10 +10,10 @@ turn: a step both arms have written everything of, a wait, done, or a stop with 
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field, replace
 
+from divergence.atomic import read_json
 from divergence.comparator.feeds import ArmFeed, Prefetch, unchanged
 from divergence.comparator.distributed import Measurement
 from divergence.comparator.progress import Progress, arms_line
@@ -315,10 +315,8 @@ class Planner:
 
     # -- state, logs, the end ---------------------------------------------------------------------
     def _read_state(self) -> dict:
-        try:
-            return json.loads(self.pair_folder.watch_state.read_text())["attempts"]
-        except (OSError, ValueError, KeyError):
-            return {}
+        state = read_json(self.pair_folder.watch_state, {})
+        return state.get("attempts", {}) if isinstance(state, dict) else {}
 
     def _write_state(self) -> None:
         write_json(self.pair_folder.watch_state, {"attempts": self.attempts})

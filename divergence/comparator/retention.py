@@ -41,6 +41,7 @@ import json
 import os
 from pathlib import Path
 
+from divergence.atomic import read_json
 from divergence.errors import UserInputError
 from divergence.pairfolder.layout import ARMS, CHECKPOINTS_DIR, weights_dcp_name, weights_name
 from divergence.tables import write_json
@@ -146,10 +147,7 @@ class Retention:
     def _pending(self) -> list[dict]:
         """The noted steps, ``[{"step": S, "files": {arm: [path, identity]}}]`` (a note of an earlier
         version, one step's ``{"step", "files"}``, read as one)."""
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return []  # none, or a note cut short: deleting nothing loses nothing
+        data = read_json(self.path)  # none, or a note cut short: deleting nothing loses nothing
         entries = data.get("pending", [data]) if isinstance(data, dict) else []
         pending = [
             e

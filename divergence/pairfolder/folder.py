@@ -49,6 +49,7 @@ from divergence.pairfolder.layout import (
     WRITER_LOCK_FILE,
     weights_dcp_name,
     weights_name,
+    weights_step,
 )
 
 
@@ -185,3 +186,10 @@ def as_arm_folder(folder: str | os.PathLike) -> ArmFolder:
 def as_run_folder(out: str | os.PathLike) -> RunFolder:
     """``out`` as a ``RunFolder`` (itself when it is one already, a ``PairFolder`` or an ``ArmFolder``)."""
     return out if isinstance(out, RunFolder) else RunFolder(out)
+
+
+def weight_steps(folder: str | os.PathLike) -> list[int]:
+    """The steps of a run or arm folder's weights in ``checkpoints/`` (``step_NNNNNN.safetensors`` files
+    and ``.dcp`` folders), ascending."""
+    found = (weights_step(p.name) for p in as_run_folder(folder).checkpoints_dir.glob("step_*"))
+    return sorted(step for step in found if step is not None)

@@ -43,18 +43,30 @@ def read_records(path: Path, parse, offset: int = 0, number: int = 0) -> Iterato
         raise UserInputError(f"{path}: cannot read: {err.strerror or err}") from None
 
 
-def tail_lines(path: Path, window: int) -> tuple[list[bytes], bool] | None:
-    """The complete lines within the last ``window`` bytes of ``path``, last first (the first of them
-    left out when the window starts mid-file: it may be cut), and whether that is the whole file;
-    None when it cannot be read. For progress display only, never a validated read."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            f.seek(max(0, size - window))
-            lines = f.read().split(b"\n")[:-1]  # the piece after the last newline is not a line yet
-    except OSError:
-        return None
-    return (lines[::-1], True) if size <= window else (lines[:0:-1], False)
+def tail_step(path: Path, windows: tuple[int, ...], kind: str | None = None) -> int | None:
+    """The step of the last record (of type ``kind``, when given) among the complete lines within the
+    last ``windows[0]`` bytes of ``path`` (then the next window while the file is longer; the first
+    line of a window that starts mid-file is left out: it may be cut); None when there is none or
+    the file cannot be read. For progress display only, never a validated read."""
+    for window in windows:
+        try:
+            size = path.stat().st_size
+            with open(path, "rb") as f:
+                f.seek(max(0, size - window))
+                lines = f.read().split(b"\n")[:-1]  # the piece after the last newline is not a line yet
+        except OSError:
+            return None
+        for raw in lines[::-1] if size <= window else lines[:0:-1]:
+            try:
+                record = parse_object(raw)
+                step = require_step(record)
+            except UnreadableLine:
+                continue
+            if kind is None or record.get("type") == kind:
+                return step
+        if size <= window:
+            return None
+    return None
 
 
 def parse_object(raw: bytes) -> dict:

@@ -16,10 +16,10 @@ it is given only where the folder shows the built-in trainer.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from divergence.atomic import read_json
 from divergence.config.schema import parse
 from divergence.config.yaml_safe import read_yaml
 from divergence.errors import RecipeError, UserInputError
@@ -111,10 +111,7 @@ def started_by_builtin(out: str | Path) -> bool | None:
     folder = as_pair_folder(out)
     if folder.pair_yaml.is_file():
         return True
-    try:
-        info = json.loads(folder.pair_json.read_text())
-    except (OSError, ValueError):
-        return None
+    info = read_json(folder.pair_json)
     return bool(info.get("recipe")) if isinstance(info, dict) else None
 
 

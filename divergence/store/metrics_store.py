@@ -48,7 +48,7 @@ from typing import Iterator
 from divergence.atomic import fsync_folder
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import as_pair_folder
-from divergence.pairfolder.jsonl import UnreadableLine, parse_object, read_records, require_step, tail_lines, unreadable
+from divergence.pairfolder.jsonl import UnreadableLine, parse_object, read_records, require_step, tail_step, unreadable
 
 TYPES = ("tensor", "step")
 
@@ -135,15 +135,7 @@ class MetricsStore:
         tracked step; None when there is no file or no step record there. Not a validated read:
         records come from ``step_records``.
         """
-        for window in windows:
-            lines, whole = tail_lines(self.path, window) or ([], True)
-            for line in lines:
-                record = _json_or_none(line)
-                if isinstance(record, dict) and record.get("type") == "step" and isinstance(record.get("step"), int):
-                    return record["step"]
-            if whole:
-                return None
-        return None
+        return tail_step(self.path, windows, "step")
 
     def step_records(self) -> list[dict]:
         return [r for _, _, r in self._blocks()]
@@ -213,10 +205,3 @@ def _dumps(record: dict) -> str:
     # NaN and Infinity are written as Python's json writes them (JSON5 tokens), so a
     # rel_l2 of inf or a NaN metric reads back exactly, not as null
     return json.dumps(record, separators=(",", ":"), allow_nan=True)
-
-
-def _json_or_none(line: bytes):
-    try:
-        return json.loads(line)
-    except ValueError:
-        return None

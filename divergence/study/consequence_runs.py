@@ -139,7 +139,7 @@ def _plateau(job, arm: str, every: int, settings: ScoreSettings) -> list[tuple[i
     with every seed (its ``score.json``)."""
     from dataclasses import replace
 
-    from divergence.training.sample_score import weight_steps
+    from divergence.pairfolder.folder import weight_steps
 
     early = replace(settings, seeds=settings.seeds[:PLATEAU_SEEDS])
     steps = (s for s in weight_steps(job.out / arm) if s % every == 0 or s == job.max_steps)

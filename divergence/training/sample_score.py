@@ -22,8 +22,7 @@ import torch
 from divergence.config.schema import parse
 from divergence.config.yaml_safe import read_yaml
 from divergence.errors import UserInputError
-from divergence.pairfolder.folder import PairFolder, RunFolder
-from divergence.pairfolder.layout import weights_step
+from divergence.pairfolder.folder import PairFolder, RunFolder, weight_steps
 from divergence.recipe.run import RunRecipe, load_run_recipe
 
 
@@ -125,10 +124,3 @@ def _recipe_and_folder(out: Path, arm: str | None) -> tuple[RunRecipe, RunFolder
     if arm not in recipes:
         raise UserInputError(f"{pair_folder.pair_yaml}: no recipes.{arm}")
     return parse(RunRecipe, recipes[arm], f"recipes.{arm}"), pair_folder.arm(arm)
-
-
-def weight_steps(folder: str | Path | RunFolder) -> list[int]:
-    """The steps of a run or arm folder's weights files (``checkpoints/step_NNNNNN.safetensors``), ascending."""
-    folder = folder if isinstance(folder, RunFolder) else RunFolder(Path(folder))
-    found = (weights_step(p.name) for p in folder.checkpoints_dir.glob("step_*.safetensors"))
-    return sorted(step for step in found if step is not None)

@@ -34,8 +34,7 @@ from divergence.pairfolder.arm.losses import LossFile
 from divergence.pairfolder.arm.status import ArmStatus
 from divergence.pairfolder.arm.steps import check_step, check_tensor_names, loss_value
 from divergence.pairfolder.arm.weights_dcp import remove_weights
-from divergence.pairfolder.folder import ArmFolder, as_arm_folder
-from divergence.pairfolder.layout import weights_step
+from divergence.pairfolder.folder import ArmFolder, as_arm_folder, weight_steps
 
 
 class ArmJournal:
@@ -134,7 +133,7 @@ def drop_after(arm_dir: str | Path, step: int) -> None:
     """
     arm_folder = as_arm_folder(arm_dir)
     LossFile(arm_folder).truncate_after(step)
-    for s in _weights_steps(arm_folder):
+    for s in weight_steps(arm_folder):
         if s > step:
             for path in (arm_folder.weights(s), arm_folder.weights_dcp(s)):
                 remove_weights(path)  # a file, or a DCP folder
@@ -163,7 +162,7 @@ def claim_arm_folder(arm_dir: str | Path, arm: str, start_step: int, resume: boo
             f"{arm_dir}: start_step={start_step}, but arm {arm}'s records ({loss_file.path.name}) {held}: the "
             f"steps between would be a gap divergence watch waits on; {fix}"
         )
-    later = [s for s in (*losses, *_weights_steps(arm_dir)) if s > start_step]  # a loss or weights file after it
+    later = [s for s in (*losses, *weight_steps(arm_dir)) if s > start_step]  # a loss or weights file after it
     if not later:
         return
     status = ArmStatus.read(arm_dir)
@@ -173,10 +172,3 @@ def claim_arm_folder(arm_dir: str | Path, arm: str, start_step: int, resume: boo
         f"would cut them. To continue it, {how_to_resume}; to train it again from step 0, pass "
         "resume=True; or write into a new pair folder"
     )
-
-
-def _weights_steps(arm_dir: str | Path) -> list[int]:
-    checkpoints = as_arm_folder(arm_dir).checkpoints_dir
-    if not checkpoints.is_dir():
-        return []
-    return [s for s in (weights_step(p.name) for p in checkpoints.iterdir()) if s is not None]

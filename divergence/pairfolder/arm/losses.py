@@ -30,7 +30,8 @@ from pathlib import Path
 
 from divergence.pairfolder.folder import as_arm_folder
 from divergence.atomic import fsync_folder
-from divergence.pairfolder.jsonl import UnreadableLine, parse_object, read_records, require_step, tail_lines, unreadable
+from divergence.pairfolder import jsonl
+from divergence.pairfolder.jsonl import UnreadableLine, parse_object, read_records, require_step, unreadable
 
 
 class LossFile:
@@ -137,10 +138,5 @@ def parse_loss(raw: bytes) -> dict:
 
 def tail_step(arm_dir: str | Path, window: int = 4096) -> int:
     """The step of the last complete loss line within the file's last ``window`` bytes, 0 when none
-    (``jsonl.tail_lines``: for progress display only)."""
-    for raw in (tail_lines(as_arm_folder(arm_dir).losses, window) or ([],))[0]:
-        try:
-            return parse_loss(raw)["step"]
-        except UnreadableLine:
-            continue
-    return 0
+    (``jsonl.tail_step``: for progress display only)."""
+    return jsonl.tail_step(as_arm_folder(arm_dir).losses, (window,)) or 0

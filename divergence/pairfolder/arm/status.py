@@ -22,10 +22,10 @@ fails). Keys (a contract between the arm jobs and ``divergence watch``):
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from divergence.atomic import read_json
 from divergence.pairfolder.folder import as_arm_folder
 from divergence.tables import write_json
 
@@ -59,9 +59,8 @@ class ArmStatus:
     @classmethod
     def read(cls, arm_dir: str | Path) -> "ArmStatus | None":
         """The status, or None when the arm has not started (or its file is being replaced)."""
-        try:
-            data = json.loads(as_arm_folder(arm_dir).status.read_text())
-        except (OSError, ValueError):
+        data = read_json(as_arm_folder(arm_dir).status)
+        if data is None:
             return None
         return cls(**{k: data[k] for k in data if k in cls.__dataclass_fields__})
 
