@@ -48,10 +48,10 @@ class FP8(Variant):
     sets = ("train.fp8",)
     help = "linear layers trained in FP8 (torchao.float8): tensorwise or rowwise scaling; emulated off sm89+ GPUs"
     default = "tensorwise"
+    choices = FP8_RECIPES
 
     def validate(self):
-        if self.value not in FP8_RECIPES:
-            self.fail(f"expected a scaling recipe, one of {', '.join(FP8_RECIPES)}, got {self.value!r}")
+        super().validate()
         _require_torchao("fp8")
 
     def deployment(self):
