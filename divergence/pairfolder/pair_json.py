@@ -83,7 +83,7 @@ class PairInfo:
 
     def __post_init__(self):
         if self.category not in CATEGORIES:
-            raise ValueError(f"pair category {self.category!r} is not one of {', '.join(CATEGORIES)}")
+            raise UserInputError(f"category={self.category!r}: must be one of {', '.join(CATEGORIES)}")
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -212,8 +212,6 @@ def write_pair_files(
             f"max_steps={max_steps!r}: must be an integer >= 1 (the arms' number of optimizer steps), "
             "or None (open-ended: the arms end where they finish)"
         )
-    if category not in CATEGORIES:
-        raise UserInputError(f"category={category!r}: must be one of {', '.join(CATEGORIES)}")
     check_int(replicate, "replicate", 0)
     if start is not None and (not isinstance(start, str) or not start.strip()):
         raise UserInputError(

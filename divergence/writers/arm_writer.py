@@ -240,9 +240,7 @@ class ArmWriter:
         step = self.check(step, where)
         value = None
         if step > 0:
-            if loss is None:
-                raise UserInputError(f"{where}: give the step's loss (a float or a 0-d tensor)")
-            check_loss(loss, where)
+            check_loss(loss, where)  # None too: "give the step's loss"
             value = loss_value(loss, where) if self.opened and self.records else None  # a device sync: where written
         if self.is_writer or self.dcp:  # DCP: every rank saves its shards
             if model is not None:
