@@ -60,3 +60,11 @@ def in_script(method):
             raise ScriptError(str(err)) from None
 
     return raise_in_script
+
+
+def check_int(value, key: str, minimum: int, why: str = "", *, optional: bool = False):
+    """``value`` when it is an integer (a bool is not) of at least ``minimum``, or None when
+    ``optional``; else ``UserInputError("KEY=VALUE: must be an integer >= MINIMUM" + why)``."""
+    if (value is None and optional) or (isinstance(value, int) and not isinstance(value, bool) and value >= minimum):
+        return value
+    raise UserInputError(f"{key}={value!r}: must be an integer >= {minimum}{why}")

@@ -151,13 +151,9 @@ def _make_sdpa(name: str) -> Callable[..., Kernel]:
 
 
 _TILED_OPTIONS = ("block_q", "block_kv", "accumulate", "block_order")
-_ACCUMULATE_NAMES = {
-    "none": None,
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-    "fp32": torch.float32,
-    "fp64": torch.float64,
-}
+# The number formats by their short names (recipes, the microbenchmark's precisions, messages).
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
+_ACCUMULATE_NAMES = {"none": None, **DTYPES}
 
 
 def _tiled_options(name: str, options: dict, allowed: tuple[str, ...], defaults: dict) -> dict:
@@ -213,6 +209,4 @@ def available_kernels(
 
 def dtype_name(dtype: torch.dtype) -> str:
     """``bf16``, ``fp16``, ``fp32`` or ``fp64``; any other dtype as torch spells it."""
-    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}.get(
-        dtype, str(dtype)
-    )
+    return next((name for name, known in DTYPES.items() if known == dtype), str(dtype))

@@ -26,6 +26,7 @@ import torch
 from divergence.attention.joint import KernelJointAttnProcessor
 from divergence.attention.kernels import Kernel
 from divergence.attention.processor import KernelAttnProcessor
+from divergence.errors import check_int
 
 
 class ShadowRecorder:
@@ -89,10 +90,8 @@ class ShadowAttnProcessor(KernelAttnProcessor):
         layer_name: str = "attn",
     ):
         super().__init__(primary_kernel)
-        if not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be a positive integer, got {every!r}")
         self.secondary = KernelAttnProcessor(secondary_kernel).kernel
-        self.every = every
+        self.every = check_int(every, "every", 1)
         self.recorder = recorder if recorder is not None else ShadowRecorder()
         self.layer_name = layer_name
         self.calls = 0

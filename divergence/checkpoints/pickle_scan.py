@@ -4,9 +4,12 @@
 allow-list, but for pickle protocols 4 and 5 it stops at the first ``FRAME`` opcode and
 never says which global the file wanted. ``referenced_globals`` walks the opcodes with
 ``pickletools.genops`` (a disassembler: it builds no object and calls nothing) and returns
-``module.name`` for every ``GLOBAL``, ``INST`` and ``STACK_GLOBAL``; for ``STACK_GLOBAL``
-the two operands are the last two strings pushed or fetched from the memo, which is how
-every Python pickler writes them. A name it cannot work out is reported as ``?``.
+``module.name`` for every ``GLOBAL``, ``INST`` and ``STACK_GLOBAL`` (and a copyreg extension,
+``EXT1``/``EXT2``/``EXT4``, as ``<copyreg extension N>``); for ``STACK_GLOBAL`` the two operands
+are the top two pushes, followed through string pushes and the memo, which is how every Python
+pickler writes them. Any other opcode counts as a push of something else, so operands moved by
+``POP`` or ``DUP`` are not followed: such a name, which no pickler writes, is ``<unresolved>``
+(an allow-list then refuses it; ``training.checkpoint_io`` checks the resume state so).
 """
 
 from __future__ import annotations
@@ -18,17 +21,17 @@ _STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHOR
 _MAX_OPS = 10_000_000  # a bound on work for a hostile file; real data.pkl files have a few thousand
 
 
-def referenced_globals(data: bytes) -> list[str]:
+def referenced_globals(data: bytes, strict: bool = False) -> list[str]:
     """``module.name`` of every global the pickle(s) in ``data`` reference, in order of first use.
 
     ``data`` may hold several pickles back to back (torch's legacy format does); scanning
-    stops quietly at the first byte that is not a valid opcode.
+    stops quietly at the first byte that is not a valid opcode, or, ``strict``, raises ``ValueError``.
     """
     found: list[str] = []
     stream = io.BytesIO(data)
     while stream.tell() < len(data):
         start = stream.tell()
-        _scan_one(stream, found)
+        _scan_one(stream, found, strict)
         if stream.tell() == start:
             break
     return list(dict.fromkeys(found))
@@ -42,28 +45,32 @@ def unsafe_globals(data: bytes, allowed=()) -> list[str]:
     return [g for g in referenced_globals(data) if g not in safe]
 
 
-def _scan_one(stream: io.BytesIO, found: list[str]) -> None:
-    strings: list[str] = []
+def _scan_one(stream: io.BytesIO, found: list[str], strict: bool) -> None:
+    pushed: list[str | None] = []  # each push: its string, or None for anything else
     memo: dict[int, str | None] = {}
-    top = None  # the string on top of the stack, if the last opcode pushed one
     try:
         for count, (op, arg, _) in enumerate(pickletools.genops(stream)):
             if count > _MAX_OPS:
-                return
-            name, pushed = op.name, None
-            if name in _STRING_OPS:
-                pushed = arg.decode("latin-1") if isinstance(arg, bytes) else str(arg)
-            elif name in ("GLOBAL", "INST"):
+                raise ValueError(f"more than {_MAX_OPS:,} opcodes")
+            name = op.name
+            if name in ("GLOBAL", "INST"):
                 found.append(str(arg).replace(" ", "."))
             elif name == "STACK_GLOBAL":
-                found.append(".".join(strings[-2:]) if len(strings) >= 2 else "?")
-            elif name in ("MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"):  # store the top; the stack is unchanged
-                memo[len(memo) if name == "MEMOIZE" else int(arg)] = top
-                continue
+                module, attr = pushed[-2:] if len(pushed) >= 2 else (None, None)
+                found.append(
+                    f"{module}.{attr}" if isinstance(module, str) and isinstance(attr, str) else "<unresolved>"
+                )
+            elif name.startswith("EXT"):
+                found.append(f"<copyreg extension {arg}>")
+            if name in _STRING_OPS:
+                pushed.append(arg.decode("latin-1") if isinstance(arg, bytes) else str(arg))
             elif name in ("BINGET", "LONG_BINGET", "GET"):
-                pushed = memo.get(int(arg))
-            if pushed is not None:
-                strings.append(pushed)
-            top = pushed
-    except (ValueError, EOFError, UnicodeDecodeError, TypeError):
+                pushed.append(memo.get(int(arg)))
+            elif name in ("MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"):  # store the top; the stack is unchanged
+                memo[len(memo) if name == "MEMOIZE" else int(arg)] = pushed[-1] if pushed else None
+            else:
+                pushed.append(None)
+    except (ValueError, EOFError, UnicodeDecodeError, TypeError) as err:
+        if strict:
+            raise ValueError(f"unreadable pickle: {err}") from None
         stream.seek(0, io.SEEK_END)

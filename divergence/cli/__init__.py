@@ -69,6 +69,13 @@ def shorthand(overrides: list[str], flag: str, key: str, value) -> None:
     overrides.append(f"{key}={value}")
 
 
+def at_least(minimum: int, *flags: tuple[str, int | None], why: str = "") -> None:
+    """Each count flag given (``(flag, value)``, None: not given) is at least ``minimum``, else one line."""
+    for flag, value in flags:
+        if value is not None and value < minimum:
+            raise UserInputError(f"{flag} {value}: must be >= {minimum}{why}")
+
+
 def send_to_wandb(send, written: str) -> str | None:
     """Run ``send()`` (it logs to wandb and returns where the run went) and say where, or, when wandb
     fails, warn in one line that ``written`` are written anyway (wandb trouble must not hide them);

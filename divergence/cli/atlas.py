@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from divergence.atlas.looks import FIRST_REPLICATES
+from divergence.cli import at_least
 from divergence.cli.pair_runs import pair_runs_options
 from divergence.errors import UserInputError
 
@@ -69,12 +70,8 @@ def run(args) -> int:
     optimizations, chosen = select(args.only), backbones(args.backbone)  # bad names: one line, before any import
     if args.only:
         check_rows(optimizations, chosen)
-    if args.replicates is not None and args.replicates < 1:
-        raise UserInputError(f"--replicates {args.replicates}: must be >= 1")
-    if args.first_replicates < 2:
-        raise UserInputError(
-            f"--first-replicates {args.first_replicates}: must be >= 2 (one replicate has no interval to decide on)"
-        )
+    at_least(1, ("--replicates", args.replicates))
+    at_least(2, ("--first-replicates", args.first_replicates), why=" (one replicate has no interval to decide on)")
     calibration = Path(args.calibration) if args.calibration else None
     if calibration is not None:
         _check_calibration(calibration)

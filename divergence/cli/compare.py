@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from divergence.cli import at_least
 from divergence.errors import UserInputError
 from divergence.tables import format_value, text_table, write_csv, write_json
 
@@ -109,8 +110,7 @@ def reading_flags(p, device: str | None, device_default: str, intersection: str 
 
 def run(args) -> int:
     thresholds = _parse_thresholds(args.fail_above)
-    if args.top < 0:
-        raise UserInputError(f"--top {args.top}: must be 0 (all) or a positive number of rows")
+    at_least(0, ("--top", args.top), why=" (0: all rows)")
     _check_outputs(args)
     import torch
     from tqdm import tqdm

@@ -13,6 +13,7 @@ import argparse
 import re
 from pathlib import Path
 
+from divergence.cli import at_least
 from divergence.errors import UserInputError
 
 HELP = "write and submit (SLURM) or start (torchrun) the jobs of a pair or of a whole study"
@@ -110,14 +111,13 @@ def run(args) -> int:
 
 
 def _check_numbers(args) -> None:
-    for flag, value in (
+    at_least(
+        1,
         ("--nodes", args.nodes),
         ("--gpus-per-node", args.gpus_per_node),
         ("--comparator-gpus", args.comparator_gpus),
         ("--cpus-per-task", args.cpus_per_task),
-    ):
-        if value is not None and value < 1:
-            raise UserInputError(f"{flag} {value}: must be >= 1")
+    )
     if args.container_image and args.scheduler != "slurm":
         raise UserInputError(
             "--container-image: needs --scheduler slurm (pyxis); with torchrun, start the "

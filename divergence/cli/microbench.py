@@ -28,7 +28,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--seq-len",
         nargs="+",
-        type=_int,
+        type=int,
         metavar="L",
         help="sequence lengths; the reference length becomes the largest unless it is among them",
     )
@@ -73,13 +73,6 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, help="output folder (created)")
     return p
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
 def _overrides(args) -> list[str]:

@@ -9,8 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from divergence.cli import shorthand
-from divergence.errors import UserInputError
+from divergence.cli import at_least, shorthand
 
 
 NO_WANDB = "no wandb: the pair runs do not log to it (log.wandb=false)"
@@ -56,9 +55,7 @@ def split_overrides(args: argparse.Namespace, recipe_keys: tuple[str, ...]) -> t
     ``--replicates``; every pair reads the overrides that are not the recipe's own keys
     (``recipe_keys``, prefixes such as ``"doses="``), ``--max-steps`` and ``--no-wandb``. A count
     flag below 1 is one line."""
-    for flag, value in (("--max-steps", args.max_steps), ("--replicates", args.replicates)):
-        if value is not None and value < 1:
-            raise UserInputError(f"{flag} {value}: must be >= 1")
+    at_least(1, ("--max-steps", args.max_steps), ("--replicates", args.replicates))
     recipe = list(args.overrides)
     shorthand(recipe, "--replicates", "replicates", args.replicates)
     pair = [o for o in args.overrides if not o.startswith(recipe_keys)]

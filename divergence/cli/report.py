@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from divergence.cli import send_to_wandb
+from divergence.cli import at_least, send_to_wandb
 from divergence.errors import UserInputError
 
 
@@ -61,8 +61,7 @@ def run(args) -> int:
     for flag, value in (("--bootstrap", args.bootstrap), ("--seed", args.seed)):
         if value is not None:
             print(f"note: {flag} is gone with the legacy slope ratio it drew; ignored", file=sys.stderr)
-    if args.min_steps < 3:
-        raise UserInputError(f"--min-steps {args.min_steps}: a window needs at least 3 steps for a local rate")
+    at_least(3, ("--min-steps", args.min_steps), why=" (a window needs at least 3 steps for a local rate)")
     from divergence.report import build_report
 
     report = build_report(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from divergence.cli import chosen_folder, folder_argument, shorthand
+from divergence.cli import at_least, chosen_folder, folder_argument, shorthand
 from divergence.errors import UserInputError
 
 HELP = "train a text-to-image diffusion model from a recipe"
@@ -60,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
     shorthand(overrides, "--max-steps", "train.max_steps", args.max_steps)
     shorthand(overrides, "--checkpoint-every", "train.checkpoint_every", args.checkpoint_every)
     shorthand(overrides, "--no-wandb", "log.wandb", "false" if args.no_wandb else None)
-    if args.replicate is not None and args.replicate < 0:
-        raise UserInputError(f"--replicate {args.replicate}: must be >= 0")
+    at_least(0, ("--replicate", args.replicate))
     is_pair = args.recipe is not None and is_pair_recipe(args.recipe)
     for flag, value in (("--replicate", args.replicate), ("--arm", args.arm)):
         if value is not None and not is_pair:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from divergence.data.folders import ImageFolderDataset, WebDatasetShards
 from divergence.data.shapes import ShapesDataset
-from divergence.errors import UserInputError
 from divergence.recipe.run import DataConfig
 
 
@@ -20,12 +19,8 @@ def build_dataset(config: DataConfig):
     """The dataset a ``DataConfig`` names: ``dataset[i] -> (PIL RGB image, caption)``."""
     if config.source == "shapes":
         return ShapesDataset(config.seed, config.num_examples, config.resolution, config.max_shapes)
+    # a missing data.path: refused before any work by models.build.check_local_paths
     path = Path(config.path)
-    if not path.exists():
-        raise UserInputError(
-            f"data.path {config.path!r}: not found; put the {config.source} data there "
-            "or override data.path=... on the command line"
-        )
     if config.source == "imagefolder":
         return ImageFolderDataset(path, config.caption_column)
     return WebDatasetShards(path, config.caption_column)

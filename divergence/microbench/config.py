@@ -40,6 +40,7 @@ IMPLS = (
     "flash-attn",
 )
 DEVICES = ("cpu", "cuda")
+USER_IMPL = "module:function"
 
 # --quick: a sweep of seconds for tests and smoke runs.
 QUICK = {
@@ -117,10 +118,7 @@ class TilesConfig:
         )
         for size in self.block_sizes:
             parse_block_size(size)  # raises naming the bad size
-        require(len(self.orders) > 0, "tiles.orders", f"needs at least one of {', '.join(BLOCK_ORDERS)}")
-        bad = [o for o in self.orders if o not in BLOCK_ORDERS]
-        if bad:
-            require(False, "tiles.orders", f"{bad[0]!r} is not one of {', '.join(BLOCK_ORDERS)}")
+        _some_of("tiles.orders", self.orders, BLOCK_ORDERS)
 
     def reference_tile(self, head_dim: int) -> tuple[int, int]:
         """(Br, Bc) of the length study."""
@@ -168,18 +166,9 @@ class SweepConfig:
             "sweep.backward_max_seq_len",
             f"must be 0 or more, got {self.backward_max_seq_len}",
         )
-        for key, values, allowed in (
-            ("precisions", self.precisions, PRECISIONS),
-            ("impls", self.impls, IMPLS),
-            ("accumulate", self.accumulate, ACCUMULATE),
-        ):
-            require(len(values) > 0, f"sweep.{key}", f"needs at least one of {', '.join(allowed)}")
-            if key == "impls":  # a user's kernel, module:function, is checked when it is loaded
-                values = [v for v in values if not is_user_impl(v)]
-                allowed = (*allowed, "module:function")
-            bad = [v for v in values if v not in allowed]
-            if bad:
-                require(False, f"sweep.{key}", f"{bad[0]!r} is not one of {', '.join(allowed)}")
+        _some_of("sweep.precisions", self.precisions, PRECISIONS)
+        _some_of("sweep.impls", self.impls, (*IMPLS, USER_IMPL))
+        _some_of("sweep.accumulate", self.accumulate, ACCUMULATE)
         require(
             len(self.seq_lens) > 0 and min(self.seq_lens) >= 1,
             "sweep.seq_lens",
@@ -202,6 +191,15 @@ class SweepConfig:
         """The lengths of the input-scale study, shortest first."""
         chosen = self.scale_seq_lens or [n for n in self.seq_lens if n <= self.reference_seq_len]
         return sorted(set(chosen))
+
+
+def _some_of(key: str, values, allowed) -> None:
+    """``values`` are one or more of ``allowed`` (a user's kernel, ``module:function``, when it holds
+    ``USER_IMPL``: it is checked when it is loaded); else a ``RecipeError`` naming ``key``."""
+    require(len(values) > 0, key, f"needs at least one of {', '.join(allowed)}")
+    bad = [v for v in values if v not in allowed and not (USER_IMPL in allowed and is_user_impl(v))]
+    if bad:
+        require(False, key, f"{bad[0]!r} is not one of {', '.join(allowed)}")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from divergence.attention.kernels import get_kernel
+from divergence.attention.kernels import DTYPES, get_kernel
 from divergence.errors import UserInputError
 from divergence.microbench.config import MicrobenchRecipe, load_recipe
 
@@ -12,7 +12,6 @@ def check_kernels(recipe: MicrobenchRecipe) -> None:
     in one of its formats, with the fix, or the first user kernel (``module:function``) that
     cannot be imported or breaks its contract on a small input; nothing falls back to another
     kernel."""
-    from divergence.microbench.sweep import DTYPES
     from divergence.microbench.user_kernel import is_user_impl, probe
 
     for impl in recipe.sweep.impls:

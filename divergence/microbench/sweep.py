@@ -30,7 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from divergence.attention.blocks import cpu_flash_tile, ordered_tile
-from divergence.attention.kernels import get_kernel
+from divergence.attention.kernels import DTYPES, get_kernel
 from divergence.attention.reference import baseline_attention, golden_attention
 from divergence.attention.tiled import flash_attention_tiled, num_rescalings
 from divergence.attention.tiled_backward import flash_attention_tiled_backward
@@ -40,8 +40,6 @@ from divergence.microbench.metrics import SIGNED_KEYS, error_stats, signed_stats
 from divergence.microbench.scales import InputDist, parse_dist
 from divergence.microbench.user_kernel import call_user_kernel, is_user_impl, load_user_kernel, user_backward
 from divergence.microbench.validation import compare_with_kernel
-
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
 
 # The results.csv contract first (its column names are public), then the extras.
 CONTRACT = (

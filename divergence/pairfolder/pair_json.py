@@ -51,7 +51,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from divergence.errors import RecipeError, UserInputError
+from divergence.errors import RecipeError, UserInputError, check_int
 from divergence.pairfolder.folder import PairFolder, as_pair_folder
 from divergence.pairfolder.layout import ARMS, CONTRACT, PAIR_FILE
 from divergence.pairfolder.settings import DENSE_DEFAULT, SPIKE_FACTOR, SPIKE_WINDOW, TrackingConfig
@@ -83,7 +83,7 @@ class PairInfo:
 
     def __post_init__(self):
         if self.category not in CATEGORIES:
-            raise ValueError(f"pair category {self.category!r} is not one of {', '.join(CATEGORIES)}")
+            raise UserInputError(f"category={self.category!r}: must be one of {', '.join(CATEGORIES)}")
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -145,14 +145,11 @@ def tracking_schedule(
     ``dense`` is the early schedule on top of ``every`` (``[[until, every], ...]``; default every
     step to 20 and every 5th to 100, where the dose ratio of ``docs/method.md`` is read; ``[]``: off).
     """
-    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-        raise UserInputError(f"every={every!r}: must be an integer >= 1 (compare the arms every N steps)")
+    check_int(every, "every", 1, " (compare the arms every N steps)")
     if not spike_factor > 1:
         raise UserInputError(f"spike_factor={spike_factor!r}: must be > 1")
-    if not isinstance(spike_window, int) or spike_window < 3:
-        raise UserInputError(f"spike_window={spike_window!r}: must be an integer >= 3")
-    if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
-        raise UserInputError(f"checkpoint_every={checkpoint_every!r}: must be an integer >= 0 (0: none)")
+    check_int(spike_window, "spike_window", 3)
+    check_int(checkpoint_every, "checkpoint_every", 0, " (0: none)")
     schedule_config({"every": every, "dense": dense})  # checks dense
     return {
         "every": every,
@@ -215,10 +212,7 @@ def write_pair_files(
             f"max_steps={max_steps!r}: must be an integer >= 1 (the arms' number of optimizer steps), "
             "or None (open-ended: the arms end where they finish)"
         )
-    if category not in CATEGORIES:
-        raise UserInputError(f"category={category!r}: must be one of {', '.join(CATEGORIES)}")
-    if not isinstance(replicate, int) or replicate < 0:
-        raise UserInputError(f"replicate={replicate!r}: must be an integer >= 0")
+    check_int(replicate, "replicate", 0)
     if start is not None and (not isinstance(start, str) or not start.strip()):
         raise UserInputError(
             f"start={start!r}: must be a non-empty string naming the pretrained weights both arms start from "
@@ -337,11 +331,8 @@ def check_pair_files(
 
 def check_keep(keep) -> int | None:
     """``keep`` when None or an integer >= 0, else a one-line error (``tracking.keep``'s rule)."""
-    if keep is not None and (not isinstance(keep, int) or isinstance(keep, bool) or keep < 0):
-        raise UserInputError(
-            f"keep={keep!r}: must be an integer >= 0 (keep every keep-th tracked step's weights files) or None (all)"
-        )
-    return keep or None
+    why = " (keep every keep-th tracked step's weights files) or None (all)"
+    return check_int(keep, "keep", 0, why, optional=True) or None
 
 
 IDENTITY = ("name", "category", "arms", "replicate")  # what makes two pair.json the same pair

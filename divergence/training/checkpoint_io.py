@@ -18,14 +18,13 @@ foreign file is one line naming it.
 
 from __future__ import annotations
 
-import io
-import pickletools
 import zipfile
 from pathlib import Path
 
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from divergence.atomic import atomic_target
+from divergence.checkpoints.pickle_scan import referenced_globals
 from divergence.errors import UserInputError
 
 STORAGES = ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
@@ -33,9 +32,6 @@ RESUME_GLOBALS = frozenset(
     {"collections.OrderedDict", "torch._utils._rebuild_tensor_v2", *(f"torch.{dtype}Storage" for dtype in STORAGES)}
 )
 _MAX_PICKLE = 256 * 1024 * 1024  # the pickle holds names and numbers only; tensors are separate members
-_STRINGS = ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING", "STRING")
-_GETS = ("GET", "BINGET", "LONG_BINGET")
-_PUTS = ("PUT", "BINPUT", "LONG_BINPUT")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -85,7 +81,7 @@ def _pickle_globals(path: Path) -> list[str]:
             for member in members:
                 if member.file_size > _MAX_PICKLE:
                     raise UserInputError(f"{path}: {_unusable(f'its pickle {member.filename} is too large')}")
-                names += _globals(archive.read(member))
+                names += referenced_globals(archive.read(member), strict=True)
             return names
     except UserInputError:
         raise
@@ -93,40 +89,6 @@ def _pickle_globals(path: Path) -> list[str]:
         raise UserInputError(f"{path}: {_unusable(f'is truncated or corrupt ({_first_line(err)})')}") from None
     except OSError as err:
         raise UserInputError(f"{path}: cannot read: {err.strerror or err}") from None
-
-
-def _globals(data: bytes) -> list[str]:
-    """The globals a pickle names, found by reading its opcodes (``pickletools``), running none.
-
-    ``STACK_GLOBAL`` takes its module and name from the stack; they are followed through
-    string pushes and the memo. A global whose name cannot be followed is named ``<unresolved>``.
-    """
-    found, pushed, memo = [], [], {}
-    try:
-        for opcode, arg, _ in pickletools.genops(io.BytesIO(data)):
-            name = opcode.name
-            if name in ("GLOBAL", "INST"):
-                found.append(arg.replace(" ", "."))
-            elif name == "STACK_GLOBAL":
-                module, attr = pushed[-2:] if len(pushed) >= 2 else [None, None]
-                found.append(
-                    f"{module}.{attr}" if isinstance(module, str) and isinstance(attr, str) else "<unresolved>"
-                )
-            elif name.startswith("EXT"):
-                found.append(f"<copyreg extension {arg}>")
-            if name in _STRINGS:
-                pushed.append(arg if isinstance(arg, str) else arg.decode("latin-1"))
-            elif name in _GETS:
-                pushed.append(memo.get(arg))
-            elif name == "MEMOIZE":
-                memo[len(memo)] = pushed[-1] if pushed else None
-            elif name in _PUTS:
-                memo[arg] = pushed[-1] if pushed else None
-            else:
-                pushed.append(None)
-    except ValueError as err:
-        raise ValueError(f"unreadable pickle: {err}") from None
-    return found
 
 
 def _unusable(reason: str) -> str:

@@ -97,10 +97,7 @@ class Precision(Variant):
     help = "training precision: 32-true, 16-mixed (with loss scaling) or bf16-mixed"
     category = "precision"
     default = "16-mixed"
-
-    def validate(self):
-        if self.value not in PRECISIONS:
-            self.fail(f"{self.value!r} is not one of {', '.join(PRECISIONS)}")
+    choices = PRECISIONS
 
     def verify(self, arm):
         if arm.policy is not None and arm.policy.name != self.value:
@@ -125,11 +122,8 @@ class AdamWImpl(Variant):
     sets = ("train.adamw_impl",)
     help = "AdamW implementation: loop (per-tensor), foreach (multi-tensor) or fused (one kernel)"
     default = "fused"
+    choices = ADAMW_IMPLS
     fp32_equivalent = True  # the same update rule, its fp32 operations fused or ordered differently
-
-    def validate(self):
-        if self.value not in ADAMW_IMPLS:
-            self.fail(f"{self.value!r} is not one of {', '.join(ADAMW_IMPLS)}")
 
     def verify(self, arm):
         defaults = arm.optimizer.defaults if arm.optimizer is not None else None

@@ -21,16 +21,11 @@ from __future__ import annotations
 
 import sys
 
+from divergence.extras import require
 from divergence.variants.deployment import Deployment
 from divergence.variants.registry import Switch, Variant, one_batch, register
 
 FP8_RECIPES = ("tensorwise", "rowwise")
-
-
-def _require_torchao(extra: str) -> None:
-    from divergence.extras import require
-
-    require(extra, "torchao")
 
 
 class _Int8Switch(Switch):
@@ -39,7 +34,7 @@ class _Int8Switch(Switch):
     def validate(self):
         super().validate()
         if self.value:
-            _require_torchao("int8")
+            require("int8", "torchao")
 
 
 @register
@@ -48,11 +43,11 @@ class FP8(Variant):
     sets = ("train.fp8",)
     help = "linear layers trained in FP8 (torchao.float8): tensorwise or rowwise scaling; emulated off sm89+ GPUs"
     default = "tensorwise"
+    choices = FP8_RECIPES
 
     def validate(self):
-        if self.value not in FP8_RECIPES:
-            self.fail(f"expected a scaling recipe, one of {', '.join(FP8_RECIPES)}, got {self.value!r}")
-        _require_torchao("fp8")
+        super().validate()
+        require("fp8", "torchao")
 
     def deployment(self):
         # FP8 training replaces a bf16 autocast recipe (torchao: "a drop-in for bf16 training")

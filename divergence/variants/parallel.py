@@ -89,13 +89,10 @@ class FSDP(Variant):
         "(SHARD_GRAD_OP, ZeRO-2); CPUs (gloo) and GPUs"
     )
     default = "full"
+    choices = tuple(FSDP_SHARDING)
     fp32_equivalent = True  # gathered weights, reduce-scattered gradients: the same sums in another order
     per_process = True
     refines = ("train.strategy",)  # after {data-parallel: NxB}: FSDP over its N ranks of B
-
-    def validate(self):
-        if self.value not in FSDP_SHARDING:
-            self.fail(f"expected one of {', '.join(FSDP_SHARDING)}, got {self.value!r}")
 
     def overrides(self):
         return {"train.strategy": "fsdp", "train.fsdp_sharding": FSDP_SHARDING[self.value]}
@@ -133,11 +130,8 @@ class InjectedBug(Variant):
         "a known bug in DDP's all-reduce (rank-scale: rank 1's gradient x (1 + 1e-3); unreduced-param: one kept local)"
     )
     default = "rank-scale"
+    choices = BUGS
     per_process = True
     # claimed, as the buggy code it stands for claims: DDP that should be the identity, so the yardstick
     # must draw "if it should be the identity, look for a bug" (tests/scaleout/test_parallel_rows.py)
     fp32_equivalent = True
-
-    def validate(self):
-        if self.value not in BUGS:
-            self.fail(f"expected one of {', '.join(BUGS)}, got {self.value!r}")

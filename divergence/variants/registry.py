@@ -66,6 +66,8 @@ class Variant:
     # Keys of ``sets`` this variant may set over an earlier variant of the same arm (it comes after it):
     # ``[{data-parallel: 2x8}, {fsdp: full}]`` is DDP's layout of ranks with FSDP as their strategy.
     refines: ClassVar[tuple[str, ...]] = ()
+    # The values it may take (none: any ``validate`` accepts).
+    choices: ClassVar[tuple] = ()
 
     def __init__(self, value: Any = None, key: str = ""):
         self.value = self.default if value is None else value
@@ -73,7 +75,10 @@ class Variant:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ``RecipeError`` naming ``self.key`` if ``self.value`` is unusable."""
+        """Raise ``RecipeError`` naming ``self.key`` if ``self.value`` is unusable (by default: not one of
+        ``choices``, when it has them)."""
+        if self.choices and self.value not in self.choices:
+            self.fail(f"{self.value!r} is not one of {', '.join(self.choices)}")
 
     def overrides(self) -> dict[str, Any]:
         """Dotted recipe keys this variant sets on its arm, some of ``sets``: by default its one key at

@@ -57,7 +57,7 @@ from typing import Callable
 
 import torch
 
-from divergence.errors import UserInputError, in_script
+from divergence.errors import UserInputError, check_int, in_script
 from divergence.pairfolder import ARMS
 from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.arm import (
@@ -177,11 +177,8 @@ class ArmWriter:
         self.dcp = format == "dcp"  # every rank saves its shards at tracked steps
         if arm not in ARMS and (records or arm != ""):
             raise UserInputError(f"arm={arm!r}: must be one of {', '.join(ARMS)}")
-        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
-            raise UserInputError(
-                f"max_steps={max_steps!r}: must be an integer >= 1, or None (the last step is the one "
-                "recorded when finish() is called)"
-            )
+        why = ", or None (the last step is the one recorded when finish() is called)"
+        check_int(max_steps, "max_steps", 1, why, optional=True)
         self.out, self.arm, self.max_steps, self.every = Path(out), arm, max_steps, every
         self.pair_folder = as_pair_folder(out)
         self.arm_folder = self.pair_folder.arm(arm)
@@ -190,7 +187,8 @@ class ArmWriter:
         self.records, self.label, self.recipe, self.locked = records, label or arm, recipe or {}, locked
         self.lock: ArmLock | None = None
         self.opened = self.is_writer and not records  # rank 0 writes until ``finish``
-        self.global_batch = check_global_batch(global_batch)
+        why = ", the examples of one optimizer step over all ranks (batch size x ranks x accumulation), or None"
+        self.global_batch = check_int(global_batch, "global_batch", 1, why, optional=True)
         self.schedule = schedule_config(tracking_schedule(every, dense=pair.get("dense", DENSE_DEFAULT)))
         self.checkpoint_every = checkpoint_every
         self.stride = check_stride(stride, max_steps, "ArmWriter")
@@ -242,9 +240,7 @@ class ArmWriter:
         step = self.check(step, where)
         value = None
         if step > 0:
-            if loss is None:
-                raise UserInputError(f"{where}: give the step's loss (a float or a 0-d tensor)")
-            check_loss(loss, where)
+            check_loss(loss, where)  # None too: "give the step's loss"
             value = loss_value(loss, where) if self.opened and self.records else None  # a device sync: where written
         if self.is_writer or self.dcp:  # DCP: every rank saves its shards
             if model is not None:
@@ -377,15 +373,6 @@ class ArmWriter:
             if self.lock is not None:
                 self.lock.release()
             raise
-
-
-def check_global_batch(value) -> int | None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise UserInputError(
-            f"global_batch={value!r}: must be an integer >= 1, the examples of one optimizer step over all "
-            "ranks (batch size x ranks x accumulation), or None"
-        )
-    return value
 
 
 def state_weights(model) -> dict[str, torch.Tensor]:

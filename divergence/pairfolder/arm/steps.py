@@ -13,7 +13,7 @@ import math
 import operator
 from typing import Callable
 
-from divergence.errors import UserInputError
+from divergence.errors import UserInputError, check_int
 
 MAX_STEP = 2**63 - 1  # steps are stored and exported as int64
 
@@ -144,8 +144,7 @@ def tracked_with_stride(step: int, stride: int, tracked: Callable[[int], bool]) 
 def check_stride(stride, max_steps: int | None, where: str) -> int:
     """``stride`` is an integer >= 1 that divides ``max_steps`` (the last step is a recorded one;
     None: open-ended, the last step is a recorded one by construction)."""
-    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
-        raise UserInputError(f"{where}: stride={stride!r}: must be an integer >= 1 (steps counted per record)")
+    check_int(stride, f"{where}: stride", 1, " (steps counted per record)")
     if max_steps is not None and max_steps % stride:
         raise UserInputError(
             f"{where}: max_steps={max_steps} is not a multiple of stride={stride} (steps counted "
