@@ -116,7 +116,8 @@ class Planner:
         statuses = {arm: ArmStatus.read(feed.arm_folder) for arm, feed in self.feeds.items()}
         self._follow_restarts(statuses)
         self._follow_length(statuses)
-        self._follow_checkpoints(statuses)
+        # tracking.keep: delete the compared files no restart can need any more (``Retention``)
+        self.retention.sweep_to(min(restart_point(status) for status in statuses.values()), self.store.last_step())
         last = self.store.last_step()
         step, task = self.pair.next_step(last), None
         if last is not None and armless(self.pair_folder):
@@ -131,18 +132,15 @@ class Planner:
                 return Task("stop", message=why, code=EXIT_USAGE)
         self._note_progress(last, statuses)
         if timeout is not None and time.monotonic() - self._idle_since > timeout:
-            return Task("stop", message=self._timed_out(timeout, step, statuses), code=EXIT_TIMEOUT)
+            message = f"timed out: no progress for {timeout:g} s at step {step} ({arms_line(statuses)})" + "".join(
+                f"; start arm {a}: {how_to_start(self.pair_folder.path, a)}" for a, s in statuses.items() if s is None
+            )
+            return Task("stop", message=message, code=EXIT_TIMEOUT)
         if task is not None:
             return task
         if self.progress is not None:
             self.progress.waiting(step, statuses)
         return Task("wait")
-
-    def _timed_out(self, timeout: float, step: int, statuses: dict) -> str:
-        out = self.pair_folder.path
-        return f"timed out: no progress for {timeout:g} s at step {step} ({arms_line(statuses)})" + "".join(
-            f"; start arm {a}: {how_to_start(out, a)}" for a, s in statuses.items() if s is None
-        )
 
     def _stalled(self, step: int, statuses: dict) -> str | None:
         """Why ``step`` can never come, once seen on two looks in a row with the same statuses: a
@@ -251,16 +249,12 @@ class Planner:
             self.attempts[arm] = status.attempt
             changed = True
         if changed:
-            self._write_state()
+            write_json(self.pair_folder.watch_state, {"attempts": self.attempts})
         mismatch = batch_mismatch(statuses)
         if mismatch is not None:
             raise UserInputError(
                 f"{self.pair_folder.path}: the arms train on {mismatch}; their batches differ, so they are not a pair"
             )
-
-    def _follow_checkpoints(self, statuses: dict) -> None:
-        """``tracking.keep``: delete the compared files no restart can need any more (``Retention``)."""
-        self.retention.sweep_to(min(restart_point(status) for status in statuses.values()), self.store.last_step())
 
     # -- the step recorded ----------------------------------------------------------------------
     def before(self, task: Task) -> None:
@@ -319,9 +313,6 @@ class Planner:
             return json.loads(self.pair_folder.watch_state.read_text())["attempts"]
         except (OSError, ValueError, KeyError):
             return {}
-
-    def _write_state(self) -> None:
-        write_json(self.pair_folder.watch_state, {"attempts": self.attempts})
 
     def _logger(self):
         from divergence.loggers.step_logger import StepLogger

@@ -197,7 +197,8 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
             row = _row(case, recipe, dist, out, golden, baselines[case.precision], seconds)
             if backward:
                 grads = run_backward(case, *inputs, out, dout.to(dtype), causal=recipe.inputs.causal, user=user)
-                row.update(_grad_columns(grads, golden_grads) if grads is not None else {})
+                for name, grad, gold in zip(GRADS, grads or (), golden_grads):
+                    row.update(_error_columns(grad, gold, f"{name}_"))
                 row.update(_delta_columns(out, golden, dout))
             rows.append(row)
             if case.impl == "sdpa-flash" and recipe.sweep.device == "cpu":
@@ -263,13 +264,6 @@ def _error_columns(out, gold, prefix: str) -> dict:
     stats = error_stats(out, gold)
     row = {f"{prefix}{s}_abs_err": stats[f"{s}_abs"] for s in ("max", "mean")}
     return {**row, **_signed_columns(out, gold, prefix)}
-
-
-def _grad_columns(grads, golden_grads) -> dict:
-    row = {}
-    for name, grad, gold in zip(GRADS, grads, golden_grads):
-        row.update(_error_columns(grad, gold, f"{name}_"))
-    return row
 
 
 def _delta_columns(out, golden, dout) -> dict:
