@@ -93,7 +93,10 @@ class Planner:
         self.retention.recover(self.store.last_step())  # a note of a step the store does not hold
         self.recorder = StepRecorder(self.store, pair.tracking.spike_factor, pair.tracking.spike_window)
         self.recorder.replay()
-        self.attempts = self._read_state()
+        try:
+            self.attempts = json.loads(pair_folder.watch_state.read_text())["attempts"]
+        except (OSError, ValueError, KeyError):
+            self.attempts = {}
         self.logger = self._logger() if log else None
         enabled = pair.tracking.probe.enabled and probe is not None
         self.probe = probe(pair, device) if enabled else None
@@ -292,8 +295,8 @@ class Planner:
             comparison,
             extra,
             log=self.logger.log if self.logger else None,
-            stored=self.retention.release,
-        )  # released only once the store holds the step
+            stored=self.retention.sweep,
+        )  # the noted files deleted only once the store holds the step
         if self.progress is not None:
             self.progress.stepped(task.step, record)
         return True
@@ -307,13 +310,7 @@ class Planner:
     def _files_unchanged(self, task: Task) -> bool:
         return all(unchanged(task.paths[arm], task.taken[arm]) for arm in task.paths)
 
-    # -- state, logs, the end ---------------------------------------------------------------------
-    def _read_state(self) -> dict:
-        try:
-            return json.loads(self.pair_folder.watch_state.read_text())["attempts"]
-        except (OSError, ValueError, KeyError):
-            return {}
-
+    # -- logs, the end ----------------------------------------------------------------------------
     def _logger(self):
         from divergence.loggers.step_logger import StepLogger
 
