@@ -41,14 +41,15 @@ def text_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
     return "\n".join([line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
-def json_safe(value):
-    """NaN and infinities become None, recursively; tuples become lists."""
+def json_safe(value, nonfinite=lambda v: None):
+    """NaN and infinities become ``nonfinite(v)`` (None; ``str``: "nan", "inf", "-inf"), recursively;
+    tuples become lists."""
     if isinstance(value, float) and not math.isfinite(value):
-        return None
+        return nonfinite(value)
     if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v, nonfinite) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
+        return [json_safe(v, nonfinite) for v in value]
     return value
 
 

@@ -50,11 +50,6 @@ class ShadowRecorder:
             entry["sum_mean"] = mean if entry["sum_mean"] is None else entry["sum_mean"] + mean
             entry["calls"] += 1
 
-    def peek(self) -> dict[str, dict[str, float]]:
-        """What :meth:`drain` would return, without resetting."""
-        with self._lock:
-            return {name: _summary(e) for name, e in self._stats.items()}
-
     def drain(self) -> dict[str, dict[str, float]]:
         """``{layer_name: {"max_abs_diff", "mean_abs_diff", "calls"}}`` since the last drain; resets."""
         with self._lock:

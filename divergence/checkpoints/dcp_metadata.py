@@ -88,11 +88,7 @@ class Record:
         return None
 
 
-_RECORDS: dict[tuple[str, str], type] = {}
-
-
-def _record_class(module: str, name: str) -> type:
-    return _RECORDS.setdefault((module, name), type(name, (Record,), {"__module__": "divergence.dcp." + module}))
+_RECORDS: dict[tuple[str, str], type] = {}  # one Record subclass per DCP class, named as it
 
 
 def _layout(name="torch.strided"):
@@ -112,7 +108,9 @@ class MetadataUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str):
         if (module, name) in DCP_CLASSES:
-            return _record_class(module, name)
+            return _RECORDS.setdefault(
+                (module, name), type(name, (Record,), {"__module__": "divergence.dcp." + module})
+            )
         if module == "torch" and name == "Size":
             return torch.Size
         if module == "torch" and name in _DTYPES:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from divergence.cli import plain
 from divergence.errors import UserInputError
+from divergence.tables import json_safe
 
 HELP = "bug or noise: a change's gradient, or a pair's run, against a reordering of the baseline's sums"
 EXIT = {"reordering_like": 0, "beyond_reordering": 1, "inconclusive": 3, None: 3}
@@ -105,24 +106,11 @@ def run_trajectory(args) -> tuple[str | None, dict, str]:
     return result["status"], result, line
 
 
-def finite_json(value):
-    """``value`` with every non-finite float written as the string "inf", "-inf" or "nan" (strict JSON)."""
-    import math
-
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: finite_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_json(v) for v in value]
-    return value
-
-
 def run(args) -> int:
     import json
 
     status, result, line = (run_step if args.mode == "step" else run_trajectory)(args)
     print(line)
     if args.json:
-        Path(args.json).write_text(json.dumps(finite_json(result), indent=1) + "\n")
+        Path(args.json).write_text(json.dumps(json_safe(result, str), indent=1) + "\n")  # strict JSON: "nan", "inf"
     return EXIT[status]

@@ -104,11 +104,10 @@ def run(args) -> int:
 
     require("report", "matplotlib")  # the figures
     from divergence.config.schema import to_dict
-    from divergence.microbench.config import load_recipe
+    from divergence.microbench.config import load_recipe, reference_seq_len_override
     from divergence.microbench.figures import write_figures
-    from divergence.microbench.preflight import check_kernels, reference_seq_len_override
     from divergence.microbench.report import write_reports
-    from divergence.microbench.sweep import COLUMNS, plan, run_sweep
+    from divergence.microbench.sweep import COLUMNS, check_kernels, plan, run_sweep
     from divergence.microbench.validation import COLUMNS as VALIDATION_COLUMNS
     from divergence.tables import write_csv
 

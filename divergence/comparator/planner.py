@@ -93,7 +93,8 @@ class Planner:
         self.retention.recover(self.store.last_step())  # a note of a step the store does not hold
         self.recorder = StepRecorder(self.store, pair.tracking.spike_factor, pair.tracking.spike_window)
         self.recorder.replay()
-        self.attempts = self._read_state()
+        state = read_json(pair_folder.watch_state, {})
+        self.attempts = state.get("attempts", {}) if isinstance(state, dict) else {}
         self.logger = self._logger() if log else None
         enabled = pair.tracking.probe.enabled and probe is not None
         self.probe = probe(pair, device) if enabled else None
@@ -116,7 +117,8 @@ class Planner:
         statuses = {arm: ArmStatus.read(feed.arm_folder) for arm, feed in self.feeds.items()}
         self._follow_restarts(statuses)
         self._follow_length(statuses)
-        self._follow_checkpoints(statuses)
+        # tracking.keep: delete the compared files no restart can need any more (``Retention``)
+        self.retention.sweep_to(min(restart_point(status) for status in statuses.values()), self.store.last_step())
         last = self.store.last_step()
         step, task = self.pair.next_step(last), None
         if last is not None and armless(self.pair_folder):
@@ -131,18 +133,15 @@ class Planner:
                 return Task("stop", message=why, code=EXIT_USAGE)
         self._note_progress(last, statuses)
         if timeout is not None and time.monotonic() - self._idle_since > timeout:
-            return Task("stop", message=self._timed_out(timeout, step, statuses), code=EXIT_TIMEOUT)
+            message = f"timed out: no progress for {timeout:g} s at step {step} ({arms_line(statuses)})" + "".join(
+                f"; start arm {a}: {how_to_start(self.pair_folder.path, a)}" for a, s in statuses.items() if s is None
+            )
+            return Task("stop", message=message, code=EXIT_TIMEOUT)
         if task is not None:
             return task
         if self.progress is not None:
             self.progress.waiting(step, statuses)
         return Task("wait")
-
-    def _timed_out(self, timeout: float, step: int, statuses: dict) -> str:
-        out = self.pair_folder.path
-        return f"timed out: no progress for {timeout:g} s at step {step} ({arms_line(statuses)})" + "".join(
-            f"; start arm {a}: {how_to_start(out, a)}" for a, s in statuses.items() if s is None
-        )
 
     def _stalled(self, step: int, statuses: dict) -> str | None:
         """Why ``step`` can never come, once seen on two looks in a row with the same statuses: a
@@ -251,16 +250,12 @@ class Planner:
             self.attempts[arm] = status.attempt
             changed = True
         if changed:
-            self._write_state()
+            write_json(self.pair_folder.watch_state, {"attempts": self.attempts})
         mismatch = batch_mismatch(statuses)
         if mismatch is not None:
             raise UserInputError(
                 f"{self.pair_folder.path}: the arms train on {mismatch}; their batches differ, so they are not a pair"
             )
-
-    def _follow_checkpoints(self, statuses: dict) -> None:
-        """``tracking.keep``: delete the compared files no restart can need any more (``Retention``)."""
-        self.retention.sweep_to(min(restart_point(status) for status in statuses.values()), self.store.last_step())
 
     # -- the step recorded ----------------------------------------------------------------------
     def before(self, task: Task) -> None:
@@ -298,8 +293,8 @@ class Planner:
             comparison,
             extra,
             log=self.logger.log if self.logger else None,
-            stored=self.retention.release,
-        )  # released only once the store holds the step
+            stored=self.retention.sweep,
+        )  # the noted files deleted only once the store holds the step
         if self.progress is not None:
             self.progress.stepped(task.step, record)
         return True
@@ -313,14 +308,7 @@ class Planner:
     def _files_unchanged(self, task: Task) -> bool:
         return all(unchanged(task.paths[arm], task.taken[arm]) for arm in task.paths)
 
-    # -- state, logs, the end ---------------------------------------------------------------------
-    def _read_state(self) -> dict:
-        state = read_json(self.pair_folder.watch_state, {})
-        return state.get("attempts", {}) if isinstance(state, dict) else {}
-
-    def _write_state(self) -> None:
-        write_json(self.pair_folder.watch_state, {"attempts": self.attempts})
-
+    # -- logs, the end ----------------------------------------------------------------------------
     def _logger(self):
         from divergence.loggers.step_logging import StepLogger
 

@@ -23,6 +23,7 @@ from divergence.attention.blocks import BLOCK_ORDERS, parse_block_size, tile_fro
 from divergence.microbench.user_kernel import is_user_impl
 from divergence.microbench.scales import DEFAULT_SCALES, InputDist, parse_dist
 from divergence.config.schema import apply_overrides, load_yaml, parse, require
+from divergence.errors import UserInputError
 
 PRECISIONS = ("bf16", "fp16", "fp32", "fp64")
 ACCUMULATE = ("none", "fp32")
@@ -241,3 +242,14 @@ def load_recipe(path: str | None, overrides: list[str] = (), quick: bool = False
         data = apply_overrides(data, [f"{k}={v}" for k, v in QUICK.items()])
     data = apply_overrides(data, overrides)
     return parse(MicrobenchRecipe, data)
+
+
+def reference_seq_len_override(recipe_path: str | None, seq_lens: list[int] | None, quick: bool) -> list[str]:
+    """When --seq-len leaves out the recipe's reference length, use the largest given one."""
+    if not seq_lens:
+        return []
+    try:
+        reference = load_recipe(recipe_path, quick=quick).sweep.reference_seq_len
+    except UserInputError:
+        return []  # the real load reports it
+    return [] if reference in seq_lens else [f"sweep.reference_seq_len={max(seq_lens)}"]

@@ -34,11 +34,12 @@ from divergence.attention.kernels import DTYPES, get_kernel
 from divergence.attention.reference import baseline_attention, golden_attention
 from divergence.attention.tiled import flash_attention_tiled, num_rescalings
 from divergence.attention.tiled_backward import flash_attention_tiled_backward
+from divergence.errors import UserInputError
 from divergence.microbench.config import MicrobenchRecipe
 from divergence.microbench.inputs import make_grad_output, make_inputs
 from divergence.microbench.metrics import SIGNED_KEYS, error_stats, signed_stats
 from divergence.microbench.scales import InputDist, parse_dist
-from divergence.microbench.user_kernel import call_user_kernel, is_user_impl, load_user_kernel, user_backward
+from divergence.microbench.user_kernel import call_user_kernel, is_user_impl, load_user_kernel, probe, user_backward
 from divergence.microbench.validation import compare_with_kernel
 
 # The results.csv contract first (its column names are public), then the extras.
@@ -164,6 +165,28 @@ def accumulate_modes(modes, precision: str) -> list[str]:
     return [m for m in modes if m == "none" or precision not in wide]
 
 
+def check_kernels(recipe: MicrobenchRecipe) -> None:
+    """Raise UserInputError naming the first real kernel that cannot run on the sweep's device
+    in one of its formats, with the fix, or the first user kernel (``module:function``) that
+    cannot be imported or breaks its contract on a small input; nothing falls back to another
+    kernel."""
+    for impl in recipe.sweep.impls:
+        if impl in ("baseline", "flash", "flash-unbiased"):
+            continue
+        if is_user_impl(impl):  # import it and run it small in every format: the contract's errors now
+            for precision in recipe.sweep.precisions:
+                probe(impl, recipe.sweep.device, DTYPES[precision], recipe.inputs.head_dim, recipe.inputs.causal)
+            continue
+        kernel = get_kernel(impl)
+        for precision in recipe.sweep.precisions:
+            reason = kernel.unavailable_reason(recipe.sweep.device, DTYPES[precision], recipe.inputs.head_dim)
+            if reason:
+                raise UserInputError(
+                    f"--impl {impl} is unavailable on {recipe.sweep.device} in {precision}: {reason} "
+                    f"(drop it from --impl, or that format from --precision)"
+                )
+
+
 def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True) -> tuple[list[dict], list[dict]]:
     """Run every case: rows with :data:`COLUMNS`, and validation rows (sdpa-flash on CPU only)."""
     rows, checks = [], []
@@ -195,7 +218,8 @@ def run_sweep(recipe: MicrobenchRecipe, cases: list[Case], progress: bool = True
             row = _row(case, recipe, dist, out, golden, baselines[case.precision], seconds)
             if backward:
                 grads = run_backward(case, *inputs, out, dout.to(dtype), causal=recipe.inputs.causal, user=user)
-                row.update(_grad_columns(grads, golden_grads) if grads is not None else {})
+                for name, grad, gold in zip(GRADS, grads or (), golden_grads):
+                    row.update(_error_columns(grad, gold, f"{name}_"))
                 row.update(_delta_columns(out, golden, dout))
             rows.append(row)
             if case.impl == "sdpa-flash" and recipe.sweep.device == "cpu":
@@ -261,13 +285,6 @@ def _error_columns(out, gold, prefix: str) -> dict:
     stats = error_stats(out, gold)
     row = {f"{prefix}{s}_abs_err": stats[f"{s}_abs"] for s in ("max", "mean")}
     return {**row, **_signed_columns(out, gold, prefix)}
-
-
-def _grad_columns(grads, golden_grads) -> dict:
-    row = {}
-    for name, grad, gold in zip(GRADS, grads, golden_grads):
-        row.update(_error_columns(grad, gold, f"{name}_"))
-    return row
 
 
 def _delta_columns(out, golden, dout) -> dict:

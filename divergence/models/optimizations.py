@@ -29,6 +29,7 @@ artifacts are cached across runs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -140,35 +141,31 @@ def qat_layers(arm) -> list[str]:
     return _layers_of(arm, FakeQuantizedLinear)
 
 
-_INT8_LINEAR: list = []
-
-
+@functools.cache
 def int8_linear_class() -> type:
     """torchao's ``Int8MixedPrecisionTrainingLinear`` fed contiguous tensors: its int8 matmul views
     its input and the output's gradient as 2-D (``A.view(-1, A.shape[-1])``), which fails on the
     transposed activations of an attention block; ``.contiguous()`` copies them first (same values)."""
-    if not _INT8_LINEAR:
-        from torchao.prototype.quantized_training.int8_mixed_precision import (
-            Int8MixedPrecisionTrainingLinear,
-            _Int8MixedPrecisionTrainingLinearFunction,
-        )
+    from torchao.prototype.quantized_training.int8_mixed_precision import (
+        Int8MixedPrecisionTrainingLinear,
+        _Int8MixedPrecisionTrainingLinearFunction,
+    )
 
-        class ContiguousGrad(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, x):
-                return x.view_as(x)
+    class ContiguousGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
 
-            @staticmethod
-            def backward(ctx, grad):
-                return grad.contiguous()
+        @staticmethod
+        def backward(ctx, grad):
+            return grad.contiguous()
 
-        class Int8Linear(Int8MixedPrecisionTrainingLinear):
-            def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., in_features)
-                y = _Int8MixedPrecisionTrainingLinearFunction.apply(x.contiguous(), self.weight, self.bias, self.config)
-                return ContiguousGrad.apply(y)  # (..., out_features)
+    class Int8Linear(Int8MixedPrecisionTrainingLinear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (..., in_features)
+            y = _Int8MixedPrecisionTrainingLinearFunction.apply(x.contiguous(), self.weight, self.bias, self.config)
+            return ContiguousGrad.apply(y)  # (..., out_features)
 
-        _INT8_LINEAR.append(Int8Linear)
-    return _INT8_LINEAR[0]
+    return Int8Linear
 
 
 def fp8_layers(arm) -> list[str]:

@@ -197,10 +197,7 @@ def write_pair_files(
     the arms record every ``stride``-th step (``tracking.stride``, written when not 1; see
     ``divergence.pairfolder.arm.steps``); ``keep``: ``tracking.keep``, the files ``divergence
     watch`` keeps once it has compared a step (``divergence.comparator.retention``; None: all);
-    ``start``: where both arms' starting weights come from in a fine-tune (a path, hub id or hash;
-    ``docs/method.md``, "Fine-tuning"), None: a fresh initialization or not said;
-    ``expect_identity``: True when the pair's change should be the identity in fp32 (a reordering of
-    fp32 sums at most: a verdict then says "look for a bug" beyond one), None: not declared.
+    ``start``, ``expect_identity``: those keys (the module docstring), None: not written.
     """
     from divergence.pairfolder.arm.steps import MAX_STEP, check_stride
 

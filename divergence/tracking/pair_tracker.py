@@ -34,6 +34,7 @@ once every record of the step is written.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Sequence
@@ -94,13 +95,8 @@ class PairTracker:
         schedule = tracking_schedule(
             every, **{k: pair[k] for k in ("spike_factor", "spike_window", "dense") if k in pair}
         )
-        tracking = TrackingConfig(
-            every=every,
-            dense=schedule_config(schedule).dense,
-            spike_factor=schedule["spike_factor"],
-            spike_window=schedule["spike_window"],
-        )
-        return cls(out, tracking, pair, **options)
+        spikes = {k: schedule[k] for k in ("spike_factor", "spike_window")}
+        return cls(out, replace(schedule_config(schedule), **spikes), pair, **options)
 
     def tracked(self, step: int) -> bool:
         return is_tracked(step, self.max_steps, self.tracking, self.checkpoint_every)

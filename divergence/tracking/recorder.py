@@ -53,12 +53,11 @@ class StepRecorder:
         extra: dict | None = None,
         log: StepLog | None = None,
         stored: Callable[[int], None] | None = None,
-    ) -> list[dict]:
+    ) -> None:
         """Finish ``record`` (from ``losses``) and write step ``step``: ``comparison`` is
         ``(tensor records, summary)`` at a tracked step, None at an untracked one; ``extra``
         adds keys after ``tracked`` (the probe's at tracked steps, the update error's coherence at
-        any); ``stored(step)`` runs once the store
-        holds the step, before ``log``. Returns the tensor records."""
+        any); ``stored(step)`` runs once the store holds the step, before ``log``."""
         tensors: list[dict] = []
         if comparison is not None:
             tensors, summary = comparison
@@ -71,7 +70,6 @@ class StepRecorder:
             stored(step)
         if log is not None:
             log(step, record, tensors)
-        return tensors
 
     def replay(self) -> None:
         """The detectors after the stored steps: they saw exactly the stored losses, in order

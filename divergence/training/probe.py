@@ -40,11 +40,11 @@ fp32 weights, so every shipped precision qualifies).
 from __future__ import annotations
 
 import contextlib
+import copy
 from dataclasses import replace
 
 import torch
 
-from divergence.data.batches import StepBatches
 from divergence.models.denoiser import denoise
 from divergence.models.moe import moe_layers, recording_routes
 from divergence.pairfolder.settings import ProbeConfig
@@ -155,17 +155,9 @@ def probe_inputs(inputs: Inputs, size: int, seed: int, device) -> DiffusionInput
     (never a training batch's streams, whatever the data seed)."""
     from divergence.recipe.seeds import derive_seed
 
-    batches = inputs.batches
-    config = replace(batches.config, seed=derive_seed("probe", seed) % 2**31)
-    draws = StepBatches(
-        batches.dataset,
-        batches.tokenize,
-        config,
-        size,
-        batches.latent_shape,
-        batches.num_train_timesteps,
-        batches.latent_space,
-    )
+    draws = copy.copy(inputs.batches)  # the recipe's draws: its dataset, tokenizer and shapes
+    draws.config = replace(draws.config, seed=derive_seed("probe", seed) % 2**31)
+    draws.batch_size, draws.accumulate = size, 1
     with torch.no_grad():
         return inputs.prepare(draws.batch(0).to(device))
 

@@ -113,15 +113,8 @@ class ArmWriter:
         in ``status.json``; given by both arms, ``divergence watch`` compares it instead of the
         world sizes (2 ranks x batch 2 and 1 rank x batch 4 are one pair).
     name, category, arms, description, replicate, spike_factor, spike_window, dense, log, keep,
-    start, expect_identity : ``pair.json`` when this arm writes it (``write_pair_files``; None: its
-        default): the pair's ``name`` (default the folder's), ``category``, ``arms`` (each arm's
-        labels), ``description``, ``replicate``, the spike rule, the early schedule ``dense`` on top
-        of ``every`` (``[]``: off), the ``log`` section ``divergence watch`` logs with, ``keep``
-        (``tracking.keep``: once ``watch`` has compared a step it deletes both arms' weights files of
-        it but every keep-th tracked step's and the last's, ``divergence.comparator.retention``; both
-        arms the same), ``start`` (the pretrained weights both arms start from in a fine-tune: a
-        path, hub id or hash) and ``expect_identity`` (True: the change should be the identity in
-        fp32, so a verdict beyond a reordering says "look for a bug"). A folder whose ``pair.json``
+    start, expect_identity : ``pair.json`` when this arm writes it: ``write_pair_files`` says what
+        each is (None: its default; ``keep`` both arms the same). A folder whose ``pair.json``
         differs in a given ``name``, ``category``, ``arms`` or ``replicate`` is refused (another pair).
     records : False: the weights files alone, no ``losses.jsonl``, ``status.json``, ``pair.json`` or
         lock (the built-in trainer's single run and lockstep arms, whose losses its tracker keeps);
@@ -183,7 +176,7 @@ class ArmWriter:
         self.pair_folder = as_pair_folder(out)
         self.arm_folder = self.pair_folder.arm(arm)
         self.weights = weights or state_weights
-        self.rank = global_rank() if rank is None else rank
+        self.rank = _distributed("rank") if rank is None else rank
         self.records, self.label, self.recipe, self.locked = records, label or arm, recipe or {}, locked
         self.lock: ArmLock | None = None
         self.opened = self.is_writer and not records  # rank 0 writes until ``finish``
@@ -367,7 +360,7 @@ class ArmWriter:
                     self.pair_folder, max_steps=self.max_steps, every=self.every, stride=stride, **pair
                 )
             self.schedule = schedule_config(saved.get("tracking") or {"every": self.every})
-            self.journal.start(start_step, world_size=world_size(), global_batch=self.global_batch)
+            self.journal.start(start_step, world_size=_distributed("world_size"), global_batch=self.global_batch)
             self.opened = True
         except BaseException:
             if self.lock is not None:
@@ -381,13 +374,9 @@ def state_weights(model) -> dict[str, torch.Tensor]:
     return {k: v for k, v in state.items() if isinstance(v, torch.Tensor) and v.is_floating_point()}
 
 
-def global_rank() -> int:
+def _distributed(what: str) -> int:
+    """This process's ``rank`` or the ``world_size``: from ``torch.distributed``, else ``$RANK`` or
+    ``$WORLD_SIZE`` (default 0 and 1)."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank()
-    return int(os.environ.get("RANK", 0))
-
-
-def world_size() -> int:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_world_size()
-    return int(os.environ.get("WORLD_SIZE", 1))
+        return getattr(torch.distributed, f"get_{what}")()
+    return int(os.environ.get(what.upper(), 0 if what == "rank" else 1))

@@ -49,7 +49,6 @@ def test_every_kth_call_and_mean_over_calls():
     with torch.no_grad():
         for seed in range(5):  # calls 0, 2, 4 are compared
             attn(_x(seed))
-    assert recorder.peek()["a"]["calls"] == 3
     assert recorder.drain()["a"]["calls"] == 3
 
 
