@@ -37,6 +37,7 @@ import statistics
 from pathlib import Path
 
 from divergence.atlas.catalog import Optimization
+from divergence.pairfolder.folder import PairFolder
 from divergence.training.step_costs import read_costs
 
 WARMUP = 2  # steps 1 and 2 (a costs line is written after step s with global_step s + 1)
@@ -222,7 +223,7 @@ def pair_costs(folders: list[str | Path], warmup: int = WARMUP) -> dict | None:
     times, memory, seconds, peaks, kinds = [], [], {"a": [], "b": []}, {"a": [], "b": []}, set()
     per_rank: dict[str, list[dict[str, list]]] = {}
     for folder in folders:
-        for step, row in sorted(read_costs(Path(folder)).items()):
+        for step, row in sorted(read_costs(PairFolder(folder).costs).items()):
             arms = row.get("arms") or {}
             if step <= warmup or not all(isinstance(arms.get(arm), dict) for arm in "ab"):
                 continue

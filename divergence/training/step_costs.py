@@ -123,21 +123,17 @@ def _libc():
     return lib if lib is not None and hasattr(lib, "malloc_trim") else None
 
 
-def append_costs(out: Path, step: int, memory: str, arms: dict) -> None:
-    """Append one step's line to ``out/costs.jsonl``."""
-    line = json.dumps({"step": int(step), "memory": memory, "arms": arms}, allow_nan=False)
-    with open(as_pair_folder(out).costs, "a") as f:
+def append_costs(path: Path, step: int, memory: str, **fields) -> None:
+    """Append one step's line to a costs file: the pair's ``costs.jsonl`` (``arms=``), or a rank's
+    ``costs.rank<R>.jsonl`` (its ``seconds`` and ``peak_bytes``)."""
+    line = json.dumps({"step": int(step), "memory": memory, **fields}, allow_nan=False)
+    with open(path, "a") as f:
         f.write(line + "\n")
 
 
-def read_costs(folder: Path) -> dict[int, dict]:
-    """``step -> line`` of ``folder/costs.jsonl`` (the last line of a step); {} when absent. A torn
-    last line (a run killed mid-write) is skipped."""
-    return read_costs_file(as_pair_folder(folder).costs)
-
-
-def read_costs_file(path: Path) -> dict[int, dict]:
-    """``step -> line`` of a costs file (``costs.jsonl`` or a rank's), as ``read_costs``."""
+def read_costs(path: Path) -> dict[int, dict]:
+    """``step -> line`` of a costs file (``costs.jsonl`` or a rank's; the last line of a step); {}
+    when absent. A torn last line (a run killed mid-write) is skipped."""
     if not path.is_file():
         return {}
     rows = {}
@@ -148,13 +144,6 @@ def read_costs_file(path: Path) -> dict[int, dict]:
         except (ValueError, KeyError, TypeError):
             continue
     return rows
-
-
-def append_rank_costs(path: Path, step: int, memory: str, cost: dict) -> None:
-    """Append one rank's step line to its ``costs.rank<R>.jsonl``."""
-    line = json.dumps({"step": int(step), "memory": memory, **cost}, allow_nan=False)
-    with open(path, "a") as f:
-        f.write(line + "\n")
 
 
 def merge_rank_costs(out: Path) -> int:
@@ -181,7 +170,7 @@ def _rank_rows(arm_folder) -> list[dict[int, dict]]:
     """``[step -> line]`` of each rank file of an arm, rank 0 first, until the first rank missing."""
     found, rank = [], 0
     while (path := arm_folder.rank_costs(rank)).is_file():
-        found.append(read_costs_file(path))
+        found.append(read_costs(path))
         rank += 1
     return found
 

@@ -27,10 +27,10 @@ def _write_costs(folder, a_seconds, b_seconds, a_peak, b_peak, steps=6):
     folder.mkdir(parents=True, exist_ok=True)
     for step in range(1, steps + 1):
         append_costs(
-            folder,
+            folder / "costs.jsonl",
             step,
             "rss",
-            {"a": {"seconds": a_seconds, "peak_bytes": a_peak}, "b": {"seconds": b_seconds, "peak_bytes": b_peak}},
+            arms={"a": {"seconds": a_seconds, "peak_bytes": a_peak}, "b": {"seconds": b_seconds, "peak_bytes": b_peak}},
         )
 
 
@@ -64,10 +64,15 @@ def test_the_seed_ceiling_is_the_seed_pair_over_the_precision_pair_at_the_last_s
 
 def test_costs_skip_warm_up_steps_keep_the_last_line_of_a_step_and_a_torn_line(tmp_path):
     _write_costs(tmp_path, 2.0, 1.0, 100, 100, steps=4)
-    append_costs(tmp_path, 4, "rss", {"a": {"seconds": 4.0, "peak_bytes": 100}, "b": {"seconds": 1.0, "peak_bytes": 0}})
+    append_costs(
+        tmp_path / "costs.jsonl",
+        4,
+        "rss",
+        arms={"a": {"seconds": 4.0, "peak_bytes": 100}, "b": {"seconds": 1.0, "peak_bytes": 0}},
+    )
     with open(tmp_path / "costs.jsonl", "a") as f:
         f.write('{"step": 5, "memory": "rss", "ar')  # killed mid-write
-    assert set(read_costs(tmp_path)) == {1, 2, 3, 4}
+    assert set(read_costs(tmp_path / "costs.jsonl")) == {1, 2, 3, 4}
     costs = pair_costs([tmp_path])
     assert costs["steps"] == 2 and costs["time_ratio"] == pytest.approx(3.0)  # median of 2.0 (step 3) and 4.0
     assert costs["memory_ratio"] == pytest.approx(1.0)  # step 4's b peak of 0 is no ratio
@@ -188,7 +193,7 @@ def test_the_reordering_column_states_each_row_against_the_reordering_reference(
 def test_a_separate_pairs_costs_give_each_ranks_step_time_and_peak_memory(tmp_path):
     from divergence.atlas.render import rank_lines
     from divergence.pairfolder.folder import PairFolder
-    from divergence.training.step_costs import append_rank_costs, merge_rank_costs
+    from divergence.training.step_costs import append_costs, merge_rank_costs
 
     pair = PairFolder(tmp_path)
     per_rank = {"a": [(0.6, 130), (0.8, 140)], "b": [(1.2, 260)]}  # (seconds, MiB): a is DDP on 2 ranks
@@ -197,7 +202,7 @@ def test_a_separate_pairs_costs_give_each_ranks_step_time_and_peak_memory(tmp_pa
         for rank, (seconds, mib) in enumerate(ranks):
             for step in range(1, 6):
                 cost = {"seconds": seconds * (1 + step / 100), "peak_bytes": mib * 2**20}
-                append_rank_costs(pair.arm(arm).rank_costs(rank), step, "rss", cost)
+                append_costs(pair.arm(arm).rank_costs(rank), step, "rss", **cost)
     assert merge_rank_costs(tmp_path) == 5
     costs = pair_costs([tmp_path])
     assert costs["steps"] == 3 and costs["seconds"]["a"] == pytest.approx(0.8 * 1.04)  # the slowest rank's step

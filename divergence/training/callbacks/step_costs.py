@@ -8,7 +8,7 @@ from typing import Callable
 import lightning as L
 
 from divergence.pairfolder.folder import PairFolder, as_pair_folder
-from divergence.training.step_costs import append_costs, append_rank_costs, memory_kind
+from divergence.training.step_costs import append_costs, memory_kind
 
 
 class StepCosts(L.Callback):
@@ -21,7 +21,7 @@ class StepCosts(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         costs = self.costs(pl_module)
         if costs and trainer.is_global_zero:
-            append_costs(self.pair_folder, trainer.global_step, memory_kind(pl_module.device), costs)
+            append_costs(self.pair_folder.costs, trainer.global_step, memory_kind(pl_module.device), arms=costs)
 
 
 class RankCosts(L.Callback):
@@ -36,4 +36,4 @@ class RankCosts(L.Callback):
         costs = self.costs(pl_module)
         if costs:
             (cost,) = costs.values()
-            append_rank_costs(self.path(trainer.global_rank), trainer.global_step, memory_kind(pl_module.device), cost)
+            append_costs(self.path(trainer.global_rank), trainer.global_step, memory_kind(pl_module.device), **cost)
