@@ -83,6 +83,12 @@ class RunFolder(os.PathLike):
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.path))
 
+    @classmethod
+    def of(cls, out: str | os.PathLike):
+        """``out`` as this class (itself when it is one already: a ``PairFolder`` or an ``ArmFolder``
+        is a ``RunFolder``)."""
+        return out if isinstance(out, cls) else cls(out)
+
     def __truediv__(self, name: str) -> Path:
         return self.path / name
 
@@ -173,19 +179,7 @@ class PairFolder(RunFolder):
         return {name: self.arm(name) for name in ARMS}
 
 
-def as_pair_folder(out: str | os.PathLike) -> PairFolder:
-    """``out`` as a ``PairFolder`` (itself when it is one already)."""
-    return out if isinstance(out, PairFolder) else PairFolder(out)
-
-
-def as_arm_folder(folder: str | os.PathLike) -> ArmFolder:
-    """``folder`` (an arm's folder) as an ``ArmFolder`` (itself when it is one already)."""
-    return folder if isinstance(folder, ArmFolder) else ArmFolder(folder)
-
-
-def as_run_folder(out: str | os.PathLike) -> RunFolder:
-    """``out`` as a ``RunFolder`` (itself when it is one already, a ``PairFolder`` or an ``ArmFolder``)."""
-    return out if isinstance(out, RunFolder) else RunFolder(out)
+as_pair_folder, as_arm_folder, as_run_folder = PairFolder.of, ArmFolder.of, RunFolder.of
 
 
 def weight_steps(folder: str | os.PathLike) -> list[int]:
