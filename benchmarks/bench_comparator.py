@@ -37,7 +37,7 @@ def write_pair(folder: Path, mb: int, tensor_mb: int) -> tuple[Path, Path]:
 
 def rank_main(rank: int, world_size: int, init: str, a: str, b: str, out: str) -> None:
     from divergence.comparator.distributed import compare_files
-    from divergence.comparator.ranks import ProcessGroupRanks, Ranks
+    from divergence.comparator.distributed import ProcessGroupRanks, Ranks
 
     torch.set_num_threads(1)
     if world_size > 1:

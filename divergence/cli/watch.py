@@ -159,7 +159,7 @@ def _watch(out, poll, timeout, device, wandb, logs, quiet, names) -> WatchResult
             file=sys.stderr,
         )
         return _result(out, 1, started)
-    from divergence.comparator.ranks import ranks_from_environment
+    from divergence.comparator.distributed import ranks_from_environment
 
     ranks, device = ranks_from_environment(device)
     started = time.monotonic()

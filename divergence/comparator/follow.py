@@ -51,9 +51,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from divergence.comparator.distributed import measure
+from divergence.comparator.distributed import Ranks, measure
 from divergence.comparator.planner import Planner, Task
-from divergence.comparator.ranks import Ranks
 from divergence.errors import UserInputError
 from divergence.pairfolder.folder import PairFolder
 from divergence.pairfolder.folder import as_pair_folder

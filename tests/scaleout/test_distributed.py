@@ -5,8 +5,7 @@ import pickle
 
 import pytest
 
-from divergence.comparator.distributed import assign, compare_files
-from divergence.comparator.ranks import Ranks
+from divergence.comparator.distributed import Ranks, assign, compare_files
 from divergence.checkpoints.compare import compare_checkpoints
 from divergence.pairfolder.arm.status import ArmStatus
 

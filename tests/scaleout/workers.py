@@ -10,7 +10,7 @@ def compare_then_watch(a: str, b: str, pair: str, result: str) -> None:
     from divergence.comparator.distributed import compare_files
     from divergence.comparator.follow import Comparator
     from divergence.training.probe_files import FileProbe
-    from divergence.comparator.ranks import ProcessGroupRanks
+    from divergence.comparator.distributed import ProcessGroupRanks
 
     assert dist.is_initialized() and dist.get_world_size() == 2
     ranks = ProcessGroupRanks()
