@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import io
 import pickletools
+import re
+
+from divergence.errors import CheckpointError
 
 _STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING", "STRING"}
 _MAX_OPS = 10_000_000  # a bound on work for a hostile file; real data.pkl files have a few thousand
@@ -43,6 +46,19 @@ def unsafe_globals(data: bytes, allowed=()) -> list[str]:
 
     safe = set(weights_only._get_allowed_globals()) | {f"{g.__module__}.{g.__name__}" for g in allowed}
     return [g for g in referenced_globals(data) if g not in safe]
+
+
+def refusal(where, err: BaseException, data: bytes, allowed=(), advice: str = "") -> CheckpointError | None:
+    """The refusal of a pickle the weights-only unpickler stopped at (``err``) for a global outside its
+    allow-list and ``allowed``, naming it (``err``'s, else the first in ``data``); None when it named none."""
+    named = re.search(r"GLOBAL ([\w.]+)", str(err))
+    unsafe = [named.group(1)] if named else unsafe_globals(data, allowed)
+    if not unsafe:
+        return None
+    return CheckpointError(
+        f"{where}: refused to unpickle: it references {unsafe[0]}, which could run code. "
+        f"divergence loads only tensors and plain containers{advice}"
+    )
 
 
 def _scan_one(stream: io.BytesIO, found: list[str], strict: bool) -> None:

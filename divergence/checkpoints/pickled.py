@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from divergence.checkpoints.files import check_path
-from divergence.checkpoints.pickle_scan import referenced_globals, unsafe_globals
+from divergence.checkpoints.pickle_scan import referenced_globals, refusal
 from divergence.checkpoints.saved_tensor import meta_storage, pickle_and_records, unpickle
 from divergence.checkpoints.source import InMemorySource, check_comparable
 from divergence.errors import CheckpointError
@@ -130,15 +130,10 @@ def _check_sizes(path: Path, state: dict, file_size: int) -> None:
 
 def _load_error(path: Path, err: BaseException, data: bytes = b"", allowed: list = ()) -> CheckpointError:
     if isinstance(err, pickle.UnpicklingError):
-        named = re.search(r"GLOBAL ([\w.]+)", str(err))
-        unsafe = [named.group(1)] if named else unsafe_globals(data, allowed)
-        if unsafe:
-            return CheckpointError(
-                f"{path}: refused to unpickle: it references {unsafe[0]}, which could run code. "
-                "divergence loads only tensors and plain containers; if you trust the file, "
-                "re-save its state_dict with safetensors (safetensors.torch.save_file)"
-            )
-        return CheckpointError(f"{path}: corrupt or not a torch checkpoint ({_first_line(err)})")
+        advice = "; if you trust the file, re-save its state_dict with safetensors (safetensors.torch.save_file)"
+        return refusal(path, err, data, allowed, advice) or CheckpointError(
+            f"{path}: corrupt or not a torch checkpoint ({_first_line(err)})"
+        )
     if isinstance(err, OSError) and not isinstance(err, zipfile.BadZipFile):
         return CheckpointError(f"{path}: cannot read: {err.strerror or err}")
     return CheckpointError(f"{path}: corrupt or truncated torch checkpoint ({type(err).__name__}: {_first_line(err)})")

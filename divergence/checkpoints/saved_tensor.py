@@ -33,7 +33,7 @@ import zipfile
 import torch
 
 from divergence.checkpoints import bounds
-from divergence.checkpoints.pickle_scan import unsafe_globals
+from divergence.checkpoints.pickle_scan import refusal
 from divergence.errors import CheckpointError
 
 _WHAT = "torch.save archive"
@@ -95,7 +95,9 @@ def load_saved_tensor(file, offset: int, length: int, where: str, out: torch.Ten
     except CheckpointError:
         raise
     except pickle.UnpicklingError as err:
-        raise _refusal(where, data, err) from None
+        raise refusal(where, err, data) or CheckpointError(
+            f"{where}: corrupt torch.save archive ({str(err).splitlines()[0][:160] if str(err) else ''})"
+        ) from None
     except Exception as err:  # noqa: BLE001 - any failure of the parser on untrusted bytes is "corrupt"
         raise CheckpointError(f"{where}: corrupt torch.save archive ({type(err).__name__}: {str(err)[:160]})") from None
 
@@ -217,16 +219,3 @@ def _read_record(window: FileRange, record: zipfile.ZipInfo, out: torch.Tensor, 
         if not n:
             raise CheckpointError(f"{where}: truncated chunk: record {record.filename} has {got} of {nbytes} bytes")
         got += n
-
-
-def _refusal(where: str, data: bytes, err: BaseException) -> CheckpointError:
-    """A pickle naming a global outside torch's weights-only allow-list: say which one."""
-    unsafe = unsafe_globals(data)
-    if unsafe:
-        return CheckpointError(
-            f"{where}: refused to unpickle: it references {unsafe[0]}, which could run code. "
-            "divergence loads only tensors and plain containers"
-        )
-    return CheckpointError(
-        f"{where}: corrupt torch.save archive ({str(err).splitlines()[0][:160] if str(err) else ''})"
-    )
