@@ -83,7 +83,7 @@ class SafetensorsFile(TensorSource):
         _check_layout(self.path, parsed, file_size - self._data_start)
         self._offsets = {prefix + name: offsets for name, (_, offsets) in parsed.items()}
         super().__init__({prefix + name: info for name, (info, _) in parsed.items()})
-        ties = read_ties(self.path, self.metadata).items()  # saved once by pairfolder.weights_file
+        ties = read_ties(self.metadata).items()  # saved once by pairfolder.weights_file
         self.tied = {prefix + k: [prefix + n for n in v] for k, v in ties if prefix + k in self._offsets}
 
     def load(self, name: str) -> torch.Tensor:

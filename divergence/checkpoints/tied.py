@@ -50,7 +50,7 @@ def untie(state: dict) -> tuple[dict, dict[str, list[str]]]:
     return kept, tied
 
 
-def read_ties(path, metadata: dict) -> dict[str, list[str]]:
+def read_ties(metadata: dict) -> dict[str, list[str]]:
     """The ties a weights file's metadata records (``METADATA_KEY``); {} when none or unreadable."""
     try:
         tied = json.loads(metadata.get(METADATA_KEY, "{}"))
