@@ -48,7 +48,9 @@ from divergence.analysis.growth import ols_slope
 from divergence.analysis.replicates import num, pool, pooled_dict, replicate_or_first, replicate_runs
 from divergence.analysis.trajectories import PairData
 from divergence.analysis.verdict import all_zero, judge
+from divergence.config.schema import to_dict
 from divergence.errors import UserInputError
+from divergence.recipe.run import HARDWARE_KEYS, RunRecipe
 from divergence.variants import as_base
 
 SLOPE_RANGE = (0.85, 1.15)
@@ -57,16 +59,15 @@ MAX_RECOVERY_ERROR = 0.2
 FLOOR_MARGIN = 10  # recovery is checked on doses >= FLOOR_MARGIN x the arithmetic floor (<= 0.04 dex from it)
 MIN_COVERAGE = 0.85
 MIN_DOSES = 3  # a slope and a monotone order need three doses; a calibration recipe with fewer is refused up front
-# Left out of the identity wherever they appear: run length, hardware, seeds (they follow the
-# replicate), logging and names.
+# Left out of the identity wherever they appear: run length, hardware (``HARDWARE_KEYS``, and how
+# the ranks split the model's matmuls and hold the experts), seeds (they follow the replicate),
+# logging and names.
 _VOLATILE = {
+    *HARDWARE_KEYS,
     "max_steps",
     "checkpoint_every",
-    "accelerator",
-    "devices",
-    "num_nodes",
-    "strategy",
-    "cpu_threads",
+    "tensor_parallel",
+    "expert_parallel",
     "seed",
     "replicate",
     "tracking",
@@ -76,8 +77,6 @@ _VOLATILE = {
     "output",
     "variants",
     "workers",
-    "tensor_parallel",  # how the ranks split the model's matmuls: hardware layout, as devices and strategy
-    "expert_parallel",  # how the ranks hold the experts: hardware layout, as tensor_parallel
     # What the first variants set, left out (rather than read as the base has them, as ``as_base``
     # reads every variant's keys) before variants declared their keys; kept out so the id of every
     # calibration.json written since stays the same. A new variant needs no entry here.
@@ -87,23 +86,16 @@ _VOLATILE = {
     "tf32",
     "adamw_impl",
 }
-# Recipe sections added after calibration files existed, left out of the identity while they are off
-# (null, false, or the value that renders what the recipe always did), so a recipe that does not use
-# them keeps the id it had before they existed; switched on, they are part of the recipe like any
-# other section. A new optional section or switch adds its name here with the value that means off.
-_ADDED_WHEN_OFF = {
-    "moe": None,
-    "qat": False,
-    "shard_optimizer": None,
-    "fsdp_sharding": None,
-    "inject_bug": None,
-    "max_shapes": 2,
-}
+# Recipe sections and switches added after calibration files existed, left out of the identity while
+# they are off (at the default recipe's value, of its type too: ``qat: 0`` is not off), so a recipe
+# that does not use them keeps the id it had before they existed; switched on, they are part of the
+# recipe like any other section. A new optional section or switch adds its name here.
+_ADDED_LATER = ("moe", "qat", "shard_optimizer", "fsdp_sharding", "inject_bug", "max_shapes")
+_DEFAULTS = {k: v for part in to_dict(RunRecipe()).values() if isinstance(part, dict) for k, v in part.items()}
 
 
 def _off(key: str, value) -> bool:
-    """Whether ``key`` is an added switch at its off value (same type too: ``qat: 0`` is not off)."""
-    off = _ADDED_WHEN_OFF.get(key, ...)
+    off = _DEFAULTS[key] if key in _ADDED_LATER else ...
     return off is not ... and type(value) is type(off) and value == off
 
 
