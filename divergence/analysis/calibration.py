@@ -136,7 +136,8 @@ def evaluate(
         if h > last:
             notes.append(f"horizon {h} exceeds the runs' {last} steps: evaluated at step {last}")
         used.append(min(int(h), last))
-    per_h = {h: _ladder_at(ladder, doses, anchor, seed_pairs, h) for h in dict.fromkeys(used)}
+    cuts = {h: _cut(ladder, doses, seed_pairs, h) for h in dict.fromkeys(used)}
+    per_h = {h: _ladder_at(cut, seeds, doses, anchor) for h, (cut, seeds) in cuts.items()}
     truth = {e: math.log10(e / anchor) for e in doses}
     first = per_h[used[0]]
     line = _line(first, truth)
@@ -146,7 +147,7 @@ def evaluate(
         "horizon_stability": _stability(per_h, doses),
         "recovery": _recovery(per_h, truth, anchor),
         "coverage": _coverage(first, truth),
-        **_synthetic(ladder, doses, anchor, seed_pairs, used),
+        **_synthetic(cuts, doses, anchor),
     }
     out = {
         "recipe": recipe_identity(ladder[doses[0]][0].recipe),
@@ -188,10 +189,13 @@ def truncate(pair: PairData, horizon: int) -> PairData:
     )
 
 
-def _ladder_at(ladder, doses, anchor, seeds, horizon) -> dict[float, dict]:
-    """dose -> {"pooled", "estimates"} of log10(E_i / E_anchor) with the runs cut at ``horizon``."""
-    cut = {e: [truncate(p, horizon) for p in ladder[e]] for e in doses}
-    seeds = [truncate(p, horizon) for p in seeds]
+def _cut(ladder, doses, seeds, horizon) -> tuple[dict[float, list[PairData]], list[PairData]]:
+    """The doses' runs and the seed pair's runs, each cut at ``horizon`` (``truncate``)."""
+    return {e: [truncate(p, horizon) for p in ladder[e]] for e in doses}, [truncate(p, horizon) for p in seeds]
+
+
+def _ladder_at(cut, seeds, doses, anchor) -> dict[float, dict]:
+    """dose -> {"pooled", "estimates"} of log10(E_i / E_anchor) from the runs cut at one horizon."""
     out = {}
     for e in doses:
         if e == anchor:
@@ -305,7 +309,7 @@ def _coverage(result: dict, truth: dict) -> dict:
     return {"value": share, "pass": share >= MIN_COVERAGE, "checks": len(hits), "min": MIN_COVERAGE}
 
 
-def _synthetic(ladder, doses, anchor, seeds, horizons) -> dict:
+def _synthetic(cuts, doses, anchor) -> dict:
     """The ladder judged as a study: eps_a / 10 must be bounded, 10 eps_a not bounded, at every horizon."""
     out = {}
     for key, factor, want in (("synthetic_bounded", 0.1, "bounded"), ("synthetic_not_bounded", 10.0, "not_bounded")):
@@ -314,13 +318,8 @@ def _synthetic(ladder, doses, anchor, seeds, horizons) -> dict:
             out[key] = {"value": None, "pass": False, "rule": f"no dose near {anchor * factor:.1g} on the ladder"}
             continue
         statuses = {}
-        for h in dict.fromkeys(horizons):
-            v = judge(
-                [truncate(p, h) for p in ladder[near]],
-                [truncate(p, h) for p in ladder[anchor]],
-                [truncate(p, h) for p in seeds],
-                [],
-            )
+        for h, (cut, seeds) in cuts.items():
+            v = judge(cut[near], cut[anchor], seeds, [])
             statuses[str(h)] = v.indicative or v.status
         out[key] = {
             "value": statuses,
