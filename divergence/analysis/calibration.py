@@ -207,8 +207,9 @@ def _ladder_at(cut, seeds, doses, anchor) -> dict[float, dict]:
     return out
 
 
-def _finite_doses(result: dict) -> list[float]:
-    return [e for e, r in result.items() if math.isfinite(r["pooled"].mean)]
+def _finite_doses(*results: dict) -> list[float]:
+    """The doses with an estimate in every one of ``results`` (a dose saturated before the window has none)."""
+    return [e for e in results[0] if all(math.isfinite(r[e]["pooled"].mean) for r in results)]
 
 
 def _monotone(per_h: dict) -> dict:
@@ -247,14 +248,8 @@ def _slope(per_h: dict, truth: dict) -> dict:
     return {"value": first, "per_horizon": slopes, "pass": ok, "range": list(SLOPE_RANGE)}
 
 
-def _unsaturated(per_h: dict) -> list[float]:
-    """Doses with an estimate at every horizon (a dose saturated before the window has none)."""
-    results = list(per_h.values())
-    return [e for e in results[0] if all(math.isfinite(r[e]["pooled"].mean) for r in results)]
-
-
 def _stability(per_h: dict, doses: list[float]) -> dict:
-    results, used = list(per_h.values()), _unsaturated(per_h)
+    results, used = list(per_h.values()), _finite_doses(*per_h.values())
     if len(results) < 2:
         return {"value": None, "pass": False, "rule": "needs two distinct horizons within the runs"}
     shifts = [abs(results[0][e]["pooled"].mean - results[-1][e]["pooled"].mean) for e in used]
@@ -270,8 +265,11 @@ def _stability(per_h: dict, doses: list[float]) -> dict:
 
 def _recovery(per_h: dict, truth: dict, anchor: float) -> dict:
     """The worst recovery error over the doses above the arithmetic floor (module docstring)."""
-    used = _unsaturated(per_h)
-    floor = _floor_dose(per_h, used, anchor)
+    used = _finite_doses(*per_h.values())
+    # f: the dose the lowest one is recovered at, less its own (0 when recovered at or below it)
+    lowest = min(used, default=0.0)
+    recovered = anchor * 10 ** next(iter(per_h.values()))[lowest]["pooled"].mean if used else 0.0
+    floor = max(0.0, recovered - lowest)
     checked = [e for e in used if e >= FLOOR_MARGIN * floor]
     errors = [abs(r[e]["pooled"].mean - truth[e]) for r in per_h.values() for e in checked]
     worst = max(errors) if errors else math.nan
@@ -284,15 +282,6 @@ def _recovery(per_h: dict, truth: dict, anchor: float) -> dict:
         "below_floor": [e for e in used if e not in checked],
         "rule": f"doses >= {FLOOR_MARGIN} x the floor f = max(0, eps_a 10^lr_min - eps_min), from the lowest dose",
     }
-
-
-def _floor_dose(per_h: dict, used: list[float], anchor: float) -> float:
-    """f: the dose the lowest one is recovered at, less its own (0 when recovered at or below it)."""
-    if not used:
-        return 0.0
-    lowest = min(used)
-    recovered = anchor * 10 ** next(iter(per_h.values()))[lowest]["pooled"].mean
-    return max(0.0, recovered - lowest)
 
 
 def _coverage(result: dict, truth: dict) -> dict:
