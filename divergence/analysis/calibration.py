@@ -48,7 +48,9 @@ from divergence.analysis.growth import ols_slope
 from divergence.analysis.replicates import num, pool, pooled_dict, replicate_or_first, replicate_runs
 from divergence.analysis.trajectories import PairData
 from divergence.analysis.verdict import all_zero, judge
+from divergence.config.schema import to_dict
 from divergence.errors import UserInputError
+from divergence.recipe.run import HARDWARE_KEYS, RunRecipe
 from divergence.variants import as_base
 
 SLOPE_RANGE = (0.85, 1.15)
@@ -57,16 +59,15 @@ MAX_RECOVERY_ERROR = 0.2
 FLOOR_MARGIN = 10  # recovery is checked on doses >= FLOOR_MARGIN x the arithmetic floor (<= 0.04 dex from it)
 MIN_COVERAGE = 0.85
 MIN_DOSES = 3  # a slope and a monotone order need three doses; a calibration recipe with fewer is refused up front
-# Left out of the identity wherever they appear: run length, hardware, seeds (they follow the
-# replicate), logging and names.
+# Left out of the identity wherever they appear: run length, hardware (``HARDWARE_KEYS``, and how
+# the ranks split the model's matmuls and hold the experts), seeds (they follow the replicate),
+# logging and names.
 _VOLATILE = {
+    *HARDWARE_KEYS,
     "max_steps",
     "checkpoint_every",
-    "accelerator",
-    "devices",
-    "num_nodes",
-    "strategy",
-    "cpu_threads",
+    "tensor_parallel",
+    "expert_parallel",
     "seed",
     "replicate",
     "tracking",
@@ -76,8 +77,6 @@ _VOLATILE = {
     "output",
     "variants",
     "workers",
-    "tensor_parallel",  # how the ranks split the model's matmuls: hardware layout, as devices and strategy
-    "expert_parallel",  # how the ranks hold the experts: hardware layout, as tensor_parallel
     # What the first variants set, left out (rather than read as the base has them, as ``as_base``
     # reads every variant's keys) before variants declared their keys; kept out so the id of every
     # calibration.json written since stays the same. A new variant needs no entry here.
@@ -87,23 +86,16 @@ _VOLATILE = {
     "tf32",
     "adamw_impl",
 }
-# Recipe sections added after calibration files existed, left out of the identity while they are off
-# (null, false, or the value that renders what the recipe always did), so a recipe that does not use
-# them keeps the id it had before they existed; switched on, they are part of the recipe like any
-# other section. A new optional section or switch adds its name here with the value that means off.
-_ADDED_WHEN_OFF = {
-    "moe": None,
-    "qat": False,
-    "shard_optimizer": None,
-    "fsdp_sharding": None,
-    "inject_bug": None,
-    "max_shapes": 2,
-}
+# Recipe sections and switches added after calibration files existed, left out of the identity while
+# they are off (at the default recipe's value, of its type too: ``qat: 0`` is not off), so a recipe
+# that does not use them keeps the id it had before they existed; switched on, they are part of the
+# recipe like any other section. A new optional section or switch adds its name here.
+_ADDED_LATER = ("moe", "qat", "shard_optimizer", "fsdp_sharding", "inject_bug", "max_shapes")
+_DEFAULTS = {k: v for part in to_dict(RunRecipe()).values() if isinstance(part, dict) for k, v in part.items()}
 
 
 def _off(key: str, value) -> bool:
-    """Whether ``key`` is an added switch at its off value (same type too: ``qat: 0`` is not off)."""
-    off = _ADDED_WHEN_OFF.get(key, ...)
+    off = _DEFAULTS[key] if key in _ADDED_LATER else ...
     return off is not ... and type(value) is type(off) and value == off
 
 
@@ -144,7 +136,8 @@ def evaluate(
         if h > last:
             notes.append(f"horizon {h} exceeds the runs' {last} steps: evaluated at step {last}")
         used.append(min(int(h), last))
-    per_h = {h: _ladder_at(ladder, doses, anchor, seed_pairs, h) for h in dict.fromkeys(used)}
+    cuts = {h: _cut(ladder, doses, seed_pairs, h) for h in dict.fromkeys(used)}
+    per_h = {h: _ladder_at(cut, seeds, doses, anchor) for h, (cut, seeds) in cuts.items()}
     truth = {e: math.log10(e / anchor) for e in doses}
     first = per_h[used[0]]
     line = _line(first, truth)
@@ -154,7 +147,7 @@ def evaluate(
         "horizon_stability": _stability(per_h, doses),
         "recovery": _recovery(per_h, truth, anchor),
         "coverage": _coverage(first, truth),
-        **_synthetic(ladder, doses, anchor, seed_pairs, used),
+        **_synthetic(cuts, doses, anchor),
     }
     out = {
         "recipe": recipe_identity(ladder[doses[0]][0].recipe),
@@ -196,10 +189,13 @@ def truncate(pair: PairData, horizon: int) -> PairData:
     )
 
 
-def _ladder_at(ladder, doses, anchor, seeds, horizon) -> dict[float, dict]:
-    """dose -> {"pooled", "estimates"} of log10(E_i / E_anchor) with the runs cut at ``horizon``."""
-    cut = {e: [truncate(p, horizon) for p in ladder[e]] for e in doses}
-    seeds = [truncate(p, horizon) for p in seeds]
+def _cut(ladder, doses, seeds, horizon) -> tuple[dict[float, list[PairData]], list[PairData]]:
+    """The doses' runs and the seed pair's runs, each cut at ``horizon`` (``truncate``)."""
+    return {e: [truncate(p, horizon) for p in ladder[e]] for e in doses}, [truncate(p, horizon) for p in seeds]
+
+
+def _ladder_at(cut, seeds, doses, anchor) -> dict[float, dict]:
+    """dose -> {"pooled", "estimates"} of log10(E_i / E_anchor) from the runs cut at one horizon."""
     out = {}
     for e in doses:
         if e == anchor:
@@ -211,8 +207,9 @@ def _ladder_at(ladder, doses, anchor, seeds, horizon) -> dict[float, dict]:
     return out
 
 
-def _finite_doses(result: dict) -> list[float]:
-    return [e for e, r in result.items() if math.isfinite(r["pooled"].mean)]
+def _finite_doses(*results: dict) -> list[float]:
+    """The doses with an estimate in every one of ``results`` (a dose saturated before the window has none)."""
+    return [e for e in results[0] if all(math.isfinite(r[e]["pooled"].mean) for r in results)]
 
 
 def _monotone(per_h: dict) -> dict:
@@ -251,14 +248,8 @@ def _slope(per_h: dict, truth: dict) -> dict:
     return {"value": first, "per_horizon": slopes, "pass": ok, "range": list(SLOPE_RANGE)}
 
 
-def _unsaturated(per_h: dict) -> list[float]:
-    """Doses with an estimate at every horizon (a dose saturated before the window has none)."""
-    results = list(per_h.values())
-    return [e for e in results[0] if all(math.isfinite(r[e]["pooled"].mean) for r in results)]
-
-
 def _stability(per_h: dict, doses: list[float]) -> dict:
-    results, used = list(per_h.values()), _unsaturated(per_h)
+    results, used = list(per_h.values()), _finite_doses(*per_h.values())
     if len(results) < 2:
         return {"value": None, "pass": False, "rule": "needs two distinct horizons within the runs"}
     shifts = [abs(results[0][e]["pooled"].mean - results[-1][e]["pooled"].mean) for e in used]
@@ -274,8 +265,11 @@ def _stability(per_h: dict, doses: list[float]) -> dict:
 
 def _recovery(per_h: dict, truth: dict, anchor: float) -> dict:
     """The worst recovery error over the doses above the arithmetic floor (module docstring)."""
-    used = _unsaturated(per_h)
-    floor = _floor_dose(per_h, used, anchor)
+    used = _finite_doses(*per_h.values())
+    # f: the dose the lowest one is recovered at, less its own (0 when recovered at or below it)
+    lowest = min(used, default=0.0)
+    recovered = anchor * 10 ** next(iter(per_h.values()))[lowest]["pooled"].mean if used else 0.0
+    floor = max(0.0, recovered - lowest)
     checked = [e for e in used if e >= FLOOR_MARGIN * floor]
     errors = [abs(r[e]["pooled"].mean - truth[e]) for r in per_h.values() for e in checked]
     worst = max(errors) if errors else math.nan
@@ -288,15 +282,6 @@ def _recovery(per_h: dict, truth: dict, anchor: float) -> dict:
         "below_floor": [e for e in used if e not in checked],
         "rule": f"doses >= {FLOOR_MARGIN} x the floor f = max(0, eps_a 10^lr_min - eps_min), from the lowest dose",
     }
-
-
-def _floor_dose(per_h: dict, used: list[float], anchor: float) -> float:
-    """f: the dose the lowest one is recovered at, less its own (0 when recovered at or below it)."""
-    if not used:
-        return 0.0
-    lowest = min(used)
-    recovered = anchor * 10 ** next(iter(per_h.values()))[lowest]["pooled"].mean
-    return max(0.0, recovered - lowest)
 
 
 def _coverage(result: dict, truth: dict) -> dict:
@@ -313,7 +298,7 @@ def _coverage(result: dict, truth: dict) -> dict:
     return {"value": share, "pass": share >= MIN_COVERAGE, "checks": len(hits), "min": MIN_COVERAGE}
 
 
-def _synthetic(ladder, doses, anchor, seeds, horizons) -> dict:
+def _synthetic(cuts, doses, anchor) -> dict:
     """The ladder judged as a study: eps_a / 10 must be bounded, 10 eps_a not bounded, at every horizon."""
     out = {}
     for key, factor, want in (("synthetic_bounded", 0.1, "bounded"), ("synthetic_not_bounded", 10.0, "not_bounded")):
@@ -322,13 +307,8 @@ def _synthetic(ladder, doses, anchor, seeds, horizons) -> dict:
             out[key] = {"value": None, "pass": False, "rule": f"no dose near {anchor * factor:.1g} on the ladder"}
             continue
         statuses = {}
-        for h in dict.fromkeys(horizons):
-            v = judge(
-                [truncate(p, h) for p in ladder[near]],
-                [truncate(p, h) for p in ladder[anchor]],
-                [truncate(p, h) for p in seeds],
-                [],
-            )
+        for h, (cut, seeds) in cuts.items():
+            v = judge(cut[near], cut[anchor], seeds, [])
             statuses[str(h)] = v.indicative or v.status
         out[key] = {
             "value": statuses,

@@ -56,7 +56,7 @@ class Pooled:
         return self.lo is not None and self.hi is not None
 
 
-def pool(values, confidence: float = CONFIDENCE) -> Pooled:
+def pool(values) -> Pooled:
     """Mean and t interval (R-1 degrees of freedom) of the finite ``values``."""
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if x.size == 0:
@@ -64,19 +64,19 @@ def pool(values, confidence: float = CONFIDENCE) -> Pooled:
     mean = float(x.mean())
     if x.size == 1:
         return Pooled(mean, None, None, 1, (mean,))
-    half = float(stats.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
     return Pooled(mean, mean - half, mean + half, int(x.size), tuple(map(float, x)))
 
 
-def replicates_to_clear(p: Pooled, gap: float, confidence: float = CONFIDENCE, most: int = MAX_PLANNED) -> int | None:
+def replicates_to_clear(p: Pooled, gap: float) -> int | None:
     """The fewest replicates whose t interval, at ``p``'s mean and spread, has a half-width under ``gap``."""
     if p.n < 2 or not math.isfinite(gap) or gap <= 0:
         return None
     s = float(np.std(p.values, ddof=1))
     if s == 0:
         return 2
-    n = np.arange(2, most + 1)
-    ok = stats.t.ppf(0.5 + confidence / 2, n - 1) * s / np.sqrt(n) < gap
+    n = np.arange(2, MAX_PLANNED + 1)
+    ok = stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * s / np.sqrt(n) < gap
     return int(n[ok][0]) if ok.any() else None
 
 

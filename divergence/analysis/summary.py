@@ -245,7 +245,7 @@ def verdict_dict(v: Verdict) -> dict:
         "indicative": v.indicative,
         "outside_deployment": next((c for c in v.caveats if c.startswith(OUTSIDE)), None),
         "function_space": {"metric": "probe_rel_diff", **pooled_dict(dose.function, "log10")},
-        "flatness": {"drift_dex": num(dose.drift), "max_drift_dex": 0.5, "dose_like": dose.dose_like},
+        "flatness": {"drift_dex": num(dose.drift), "max_drift_dex": MAX_DRIFT, "dose_like": dose.dose_like},
         "lambda": {k: num(np.mean([e.lam[k] for e in usable])) if usable else None for k in ("study", "reference")},
         "t10": _phi_steps(dose, "t10"),
         "t50": _phi_steps(dose, "t50"),

@@ -22,6 +22,10 @@ ADAMW_IMPLS = ("default", "loop", "foreach", "fused")
 # ``diffusers.optimization.get_scheduler``'s names (SchedulerType) that need no extra rules
 LR_SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine", "cosine_with_restarts", "polynomial")
 POLYNOMIAL_LR_END = 1e-7  # get_polynomial_decay_schedule_with_warmup's lr_end (get_scheduler passes none)
+# The train keys that say what hardware a job runs on, not what it computes: the jobs of one pair may
+# differ in them (``training.folder_check.PER_JOB_KEYS``), and a calibration's recipe identity leaves
+# them out (``analysis.calibration``).
+HARDWARE_KEYS = ("accelerator", "devices", "num_nodes", "strategy", "cpu_threads")
 
 DEFAULT_PROMPTS = (
     "a large red circle in the centre",

@@ -28,6 +28,7 @@ from divergence.pairfolder.folder import as_run_folder
 from divergence.pairfolder.folder import as_pair_folder
 from divergence.pairfolder.layout import PAIR_FILE, PAIR_RECIPE_FILE, RUN_RECIPE_FILE
 from divergence.config.yaml_safe import read_yaml, short
+from divergence.recipe.run import HARDWARE_KEYS
 
 # Keys of a run recipe that may differ between a folder and the command resuming it.
 RESUMABLE_CHANGES = (
@@ -41,16 +42,7 @@ RESUMABLE_CHANGES = (
 # Keys of pair.yaml that may differ between the jobs of one pair folder: how each job runs,
 # not what it computes. Different global batches (batch_size x devices x num_nodes x accumulate)
 # are refused separately (``separate_arm.check_arm_folder``): they change the batches.
-PER_JOB_KEYS = (
-    "train.accelerator",
-    "train.devices",
-    "train.num_nodes",
-    "train.strategy",
-    "train.cpu_threads",
-    "train.accumulate",
-    "data.workers",
-    "log.",
-)
+PER_JOB_KEYS = (*(f"train.{key}" for key in HARDWARE_KEYS), "train.accumulate", "data.workers", "log.")
 
 
 @dataclass(frozen=True)
