@@ -293,7 +293,7 @@ class Planner:
             comparison,
             extra,
             log=self.logger.log if self.logger else None,
-            stored=self.retention.sweep,
+            stored=self.retention.release,
         )  # the noted files deleted only once the store holds the step
         if self.progress is not None:
             self.progress.stepped(task.step, record)

@@ -92,6 +92,10 @@ class Retention:
             files = {arm: [str(Path(paths[arm]).absolute()), list(taken[arm])] for arm in paths}
             self._write([e for e in self._pending() if e["step"] != step] + [{"step": step, "files": files}])
 
+    def release(self, step: int) -> list[Path]:
+        """After the commit of ``step``: delete the noted files that are due (``sweep``)."""
+        return self.sweep(step)
+
     def sweep_to(self, horizon: int, stored: int | None) -> list[Path]:
         """The latest step no restart of either arm recomputes is now ``horizon`` (the arms'
         ``restart_point``): when it moved, delete what became due (``sweep``)."""
