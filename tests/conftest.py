@@ -36,11 +36,6 @@ LONG_FIRST = (
     "tests/atlas/test_command.py::test_a_tiny_atlas_end_to_end",
     "tests/consequence/test_consequence.py",  # group chain: 4 pair runs trained, then scored again and again
     "tests/checkpoints/test_dcp.py",  # group gloo_runs
-    "tests/training/test_rank_fork.py",  # group zygote_root (with test_child_start)
-    "tests/training/test_child_start.py",
-    "tests/models/test_expert_parallel.py::test_the_expert_parallel_pair",
-    "tests/scaleout/test_separate_resume.py",
-    "tests/study/test_pretrain.py::test_a_pretrained_model_of_another_recipe",
 )
 SHARED_SCOPES = ("session", "package", "module", "class")
 
