@@ -18,11 +18,12 @@ from divergence.study.runner import plan_jobs, start_order
 
 from .test_study import TINY
 
-# the tiny study (2 replicates of 4 steps), trained pair by pair once for the study tests (``tiny_study``).
-# Arm-steps: 9 pair runs of 2 arms of 4 steps pair by pair (72); shared, 6 distinct arms in replicate 0 (flash's
-# two, the seed pair's two, the control's arm b, the reordering's arm a: its arm b, one batch of 2, is the seed
-# pair's arm a) and 5 in replicate 1 (no control): 11 arms of 4 steps (44)
-STUDY = TINY
+# the tiny study (2 replicates of 4 steps), trained pair by pair once for the study tests (``tiny_study``), and
+# its replicate 0 trained again with shared arms (replicate r's arms are seeded by r, not by the count). Arm-steps
+# of replicate 0: 5 pair runs of 2 arms of 4 steps pair by pair (40); shared, 6 distinct arms (flash's two, the
+# seed pair's two, the control's arm b, the reordering's arm a: its arm b, one batch of 2, is the seed pair's
+# arm a) of 4 steps (24).
+STUDY = [*TINY, "--replicates", "1"]
 
 
 def _planned(tmp_path, *overrides):
@@ -102,12 +103,14 @@ def test_a_study_trained_pair_by_pair_is_not_shared_by_a_second_run(tmp_path):
 
 
 def _stores(out: Path) -> dict:
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.glob("*/r*/metrics.jsonl"))}
+    """Replicate 0's pair runs' stores, by folder."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.glob("*/r0/metrics.jsonl"))}
 
 
-def _figures(out: Path) -> str:
-    summary = json.loads((out / "summary.json").read_text())
-    return json.dumps(summary["verdicts"], sort_keys=True)
+def _pairs(out: Path) -> str:
+    """summary.json's entries of replicate 0's pair runs (growth rates, trajectories, ...), folders aside."""
+    pairs = json.loads((out / "summary.json").read_text())["pairs"]
+    return json.dumps({k: {**v, "folder": None} for k, v in pairs.items() if v["replicate"] == 0}, sort_keys=True)
 
 
 def _kill_mid_run(out: Path) -> None:
@@ -119,7 +122,7 @@ def _kill_mid_run(out: Path) -> None:
         command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 300
-    losses = out / "seed-vs-seed" / "r1" / "a" / "losses.jsonl"
+    losses = out / "seed-vs-seed" / "r0" / "a" / "losses.jsonl"
     while time.monotonic() < deadline and process.poll() is None:
         if losses.is_file() and len(losses.read_text().splitlines()) >= 2:
             break
@@ -130,32 +133,32 @@ def _kill_mid_run(out: Path) -> None:
 
 
 def test_shared_arms_give_the_pair_by_pair_stores_bit_for_bit_even_after_a_sigkill(tiny_study, tmp_path, capsys):
-    """The same study in both plans: pair by pair (``tiny_study``: ``--no-shared-arms``, the study tests'
-    one trained study), and with shared arms, SIGKILLed mid-run and started again."""
+    """Replicate 0 of the same study in both plans: pair by pair (``tiny_study``: ``--no-shared-arms``, the
+    study tests' one trained study), and with shared arms, SIGKILLed mid-run and started again."""
     by_pair = tiny_study.out
     assert tiny_study.code == 0
     shared = tmp_path / "shared"
     _kill_mid_run(shared)
     assert main(["study", "--out", str(shared), *STUDY]) == 0
-    assert "arm-steps: 44 trained, 72 pair by pair (0.61x" in capsys.readouterr().err
-    assert _stores(shared) == _stores(by_pair) and len(_stores(shared)) == 9
-    assert _figures(shared) == _figures(by_pair)
+    assert "arm-steps: 24 trained, 40 pair by pair (0.60x" in capsys.readouterr().err
+    assert _stores(shared) == _stores(by_pair) and len(_stores(shared)) == 5
+    assert _pairs(shared) == _pairs(by_pair)
     record = json.loads((shared / "arms.json").read_text())
-    assert record["shared"] and record["arm_steps"] == {"trained": 44, "pair_by_pair": 72}
+    assert record["shared"] and record["arm_steps"] == {"trained": 24, "pair_by_pair": 40}
     assert json.loads((by_pair / "arms.json").read_text())["arm_steps"] == {"trained": 72, "pair_by_pair": 72}
     trained = [arm for arm in shared.glob("*/r*/[ab]") if not arm.is_symlink()]
-    assert len(trained) * 4 == 44  # every distinct arm one folder, each trained 4 steps
+    assert len(trained) * 4 == 24  # every distinct arm one folder, each trained 4 steps
     for arm in trained:  # no step lost, none trained twice: a killed arm resumed once, after its checkpoint
         steps = [json.loads(line)["step"] for line in (arm / "losses.jsonl").read_text().splitlines()]
         assert steps == [1, 2, 3, 4], arm
         status = ArmStatus.read(arm)
         assert status.finished and status.attempt <= 2
-    assert (shared / "bf16-vs-fp32" / "r1" / "a").resolve() == (shared / "flash-vs-baseline" / "r1" / "b").resolve()
+    assert (shared / "bf16-vs-fp32" / "r0" / "a").resolve() == (shared / "flash-vs-baseline" / "r0" / "b").resolve()
     # a separate-job pair borrows too: the reordering's arm b (1x2) is the seed pair's arm a (seed 0, batch 2)
-    assert (shared / "reordering" / "r1" / "b").resolve() == (shared / "seed-vs-seed" / "r1" / "a").resolve()
+    assert (shared / "reordering" / "r0" / "b").resolve() == (shared / "seed-vs-seed" / "r0" / "a").resolve()
     summary = json.loads((shared / "summary.json").read_text())
-    assert summary["arm_steps"] == {"trained": 44, "pair_by_pair": 72}
-    assert "Cost: 44 arm-steps trained (0.61x the 72 a pair-by-pair plan trains" in (shared / "report.md").read_text()
+    assert summary["arm_steps"] == {"trained": 24, "pair_by_pair": 40}
+    assert "Cost: 24 arm-steps trained (0.60x the 40 a pair-by-pair plan trains" in (shared / "report.md").read_text()
     assert "Cost: 72 arm-steps trained (1.00x" in (by_pair / "report.md").read_text()
     borrowing = shared / "bf16-vs-fp32" / "r0"  # both its arms links: `watch` reads it as any finished pair
     store = (borrowing / "metrics.jsonl").read_bytes()
