@@ -105,7 +105,7 @@ def _measure(jobs, consequence, steps: int, device: str, workers: int = 1, quiet
     from divergence.analysis.consequence_curve import curve
     from divergence.analysis.plateau import plateau
     from divergence.analysis.plateau import sentence as plateau_sentence
-    from divergence.report.consequence_figure import consequence_figure, samples_figure
+    from divergence.report.consequence_figure import FILES, consequence_figure, samples_figure
     from divergence.study.consequence_runs import read_runs, sample_panels, score_all, score_tasks, seed_pair_series
 
     out = jobs[0].out.parent.parent
@@ -139,8 +139,8 @@ def _measure(jobs, consequence, steps: int, device: str, workers: int = 1, quiet
     }
     write_json(out / "consequence.json", result)
     figures = {
-        "curve": consequence_figure(result, out / "consequence.png"),
-        "samples": samples_figure(sample_panels(rows, score, device), out / "consequence-samples.png"),
+        "curve": consequence_figure(result, out / FILES["consequence"]),
+        "samples": samples_figure(sample_panels(rows, score, device), out / FILES["consequence_samples"]),
     }
     return result, figures
 

@@ -22,11 +22,9 @@ from lightning.pytorch.loggers import WandbLogger
 
 from divergence.pairfolder.folder import RunFolder, as_run_folder
 from divergence.pairfolder.settings import LogConfig
-from divergence.loggers.wandb_mode import offline_notice, wandb_offline, wandb_target
+from divergence.loggers.wandb_mode import STEP_KEY, offline_notice, wandb_offline, wandb_target
 
 __all__ = ["RunIdentity", "DivergenceWandbLogger", "build_loggers", "finish_wandb", "wandb_offline"]
-
-STEP_KEY = "trainer/global_step"
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ import math
 from pathlib import Path
 
 from divergence.metrics import METRIC_NAMES, TRAJECTORY_METRICS, aggregate
-from divergence.loggers.wandb_mode import key_part
+from divergence.loggers.wandb_mode import STEP_KEY, key_part
 from divergence.pairfolder.folder import RunFolder
 from divergence.pairfolder.settings import LogConfig
 
@@ -52,7 +52,6 @@ TABLE_COLUMNS = ["module", "kind", "tensors", "numel", *METRIC_NAMES]
 LOSS_KEYS = ("loss_a", "loss_b", "loss_diff", "spike_a", "spike_b")
 PROBE_KEYS = ("probe_rel_diff", "probe_loss_a", "probe_loss_b")
 TOP_K = 20
-STEP_KEY = "trainer/global_step"
 
 
 def is_table_step(step: int, max_steps: int, checkpoint_every: int) -> bool:

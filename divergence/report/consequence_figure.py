@@ -23,6 +23,8 @@ from pathlib import Path
 
 from divergence.report.canvas import DPI, save, subplots
 
+# the two figures' files beside consequence.json (the report copies them into its figures)
+FILES = {"consequence": "consequence.png", "consequence_samples": "consequence-samples.png"}
 SHOWN = 18  # images an arm shows, in rows of COLUMNS
 COLUMNS = 9
 

@@ -136,16 +136,11 @@ def _coherence(v) -> list[tuple]:
 
 
 def _pair_section(pair, fmt: str) -> list[tuple]:
+    role, description = content.ROLES.get(pair.category, pair.category), pair.description or pair.name
     heading = (
         "raw",
-        [
-            f"## Pair {pair.name} ({content.ROLES.get(pair.category, pair.category)}: {pair.description or pair.name})",
-            "",
-        ],
-        [
-            f"<h2>Pair {escape(pair.name)} <span class='meta'>({escape(content.ROLES.get(pair.category, ''))}: "
-            f"{escape(pair.description or pair.name)})</span></h2>"
-        ],
+        [f"## Pair {pair.name} ({role}: {description})", ""],
+        [f"<h2>Pair {escape(pair.name)} <span class='meta'>({escape(role)}: {escape(description)})</span></h2>"],
     )
     spikes = content.spikes_text(pair)
     out = [heading, ("figures", [(f"loss/{pair.name}", "loss", spikes)])] + ([("p", [spikes])] if fmt == "md" else [])

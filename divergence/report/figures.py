@@ -15,6 +15,7 @@ from matplotlib.colors import LogNorm
 
 from divergence.analysis import METRIC_LABELS, TRAJECTORY_METRICS, Analysis, PairData, layer_mean
 from divergence.report.canvas import DPI, finish, save, subplots
+from divergence.report.consequence_figure import FILES as CONSEQUENCE_FIGURES
 from divergence.report.dose_figures import COLORS, coherence_figures, dose_figures
 from divergence.report.router_panel import FIGURE as ROUTER_FIGURE, router_figure
 from divergence.recipe.names import file_stem  # every figure named after a pair: one name, one file
@@ -163,9 +164,6 @@ def all_figures(analysis: Analysis, out_dir: Path) -> dict[str, Path]:
         figures[f"loss/{pair.name}"] = losses(pair, out_dir)
     figures.update(consequence_figures(analysis.consequence, out_dir))
     return {k: v for k, v in figures.items() if v is not None}
-
-
-CONSEQUENCE_FIGURES = {"consequence": "consequence.png", "consequence_samples": "consequence-samples.png"}
 
 
 def consequence_figures(consequence: dict | None, out_dir: Path) -> dict[str, Path]:
