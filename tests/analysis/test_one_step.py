@@ -92,7 +92,9 @@ def test_the_zoo_cases_that_show_in_one_step(case):
     assert result.status == ("beyond_reordering" if case.bug else "reordering_like"), result.line()
     if case.bug:
         assert result.lo > 3.0  # at least 1000x a reordering
-    assert result.seconds < 60
+    # torch-compile's seconds hold inductor's first compile of the model (38 s alone on 2 quiet cores, its cache
+    # cold, as in a fresh CI machine's run): its own bound
+    assert result.seconds < (300 if case.arm.compile else 60)
 
 
 def test_bugs_that_show_only_across_steps_are_invisible_in_one_step():
