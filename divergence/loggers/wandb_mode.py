@@ -29,7 +29,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 DEFAULT_PROJECT = "divergence"
-# the x axis of every metric a run logs: the key Lightning's WandbLogger logs its step under; the comparator's rows log it too
+# the x axis of every metric a run logs: the key Lightning's WandbLogger logs its step under,
+# which the comparator's rows log too
 STEP_KEY = "trainer/global_step"
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 
